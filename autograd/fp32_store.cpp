@@ -1,0 +1,80 @@
+#include "autograd/fp32_store.h"
+
+#include "core/parallel.h"
+
+namespace packrat {
+
+Tensor pointwise_derivative(const Pointwise& fn, const Tensor& saved) {
+  saved.check_dtype(DType::f32, fn.name.data());
+  Tensor d = Tensor::empty_like(saved);
+  const float* src = saved.data<float>();
+  float* dst = d.data<float>();
+  auto kernel = fn.derivative_from_output ? fn.derivative_from_output : fn.derivative;
+  parallel_chunks(saved.numel(), 1 << 14, [&](int64_t s, int64_t e) { kernel(src + s, dst + s, e - s); });
+  return d;
+}
+
+SavedHandle Fp32Store::save(const Tensor& x, const SaveRequest& r) {
+  const Storage* key = x.storage().get();
+  Held& h = held_[key];
+  const bool shared = h.refs > 0;
+  if (!shared) {
+    h.tensor = x;
+    h.original_tag = x.storage()->allocation->tag();
+    if (h.original_tag != MemTag::Parameter) x.storage()->allocation->retag(MemTag::Saved);
+  }
+  ++h.refs;
+  const uint64_t id = next_id_++;
+  entries_.emplace(id, Entry{key, x.version(), r, x.shape(), x.dtype(), x.layout(), shared});
+  return {this, id};
+}
+
+Tensor Fp32Store::load(const SavedHandle& handle) {
+  auto it = entries_.find(handle.id);
+  PACKRAT_CHECK(it != entries_.end(), "fp32 store: saved tensor {} was already released (a second backward?)",
+                handle.id);
+  const Entry& e = it->second;
+  const Tensor& held = held_.at(e.key).tensor;
+  if (held.version() != e.version)
+    fail("{} {}: a tensor saved for backward was modified in place after it was saved (version {}, saved at {}); "
+         "use an out-of-place op",
+         e.request.op, e.request.name, held.version(), e.version);
+  Tensor t = held.shape() == e.shape ? held : held.reshape(e.shape);
+  if (e.request.need == Need::Derivative) {
+    PACKRAT_CHECK(e.request.fn, "{} {}: derivative requested without a function", e.request.op, e.request.name);
+    return pointwise_derivative(*e.request.fn, t);
+  }
+  return t;
+}
+
+void Fp32Store::release(const SavedHandle& handle) {
+  auto it = entries_.find(handle.id);
+  if (it == entries_.end()) return;
+  auto hit = held_.find(it->second.key);
+  if (--hit->second.refs == 0) {
+    // Still used elsewhere (e.g. the forward output the caller holds): back to its own account.
+    hit->second.tensor.storage()->allocation->retag(hit->second.original_tag);
+    held_.erase(hit);
+  }
+  entries_.erase(it);
+}
+
+void Fp32Store::describe(std::vector<SavedRecord>& out) const {
+  for (const auto& [id, e] : entries_) {
+    const Held& h = held_.at(e.key);
+    if (h.original_tag == MemTag::Parameter) continue;  // the parameter itself: no extra memory
+    SavedRecord rec;
+    rec.layer = e.request.name;
+    rec.op = std::string(e.request.op);
+    rec.scheme = "fp32";
+    rec.need = e.request.need;
+    rec.bits = 8.0 * static_cast<double>(dtype_size(e.dtype));
+    rec.numel = e.shape.numel();
+    rec.fp32_bytes = e.shared ? 0 : rec.numel * 4;  // counted once, at its first save
+    rec.shared = e.shared;
+    rec.bytes = e.shared ? 0 : static_cast<int64_t>(h.tensor.storage()->allocation->bytes());
+    out.push_back(std::move(rec));
+  }
+}
+
+}  // namespace packrat

@@ -1,0 +1,53 @@
+#pragma once
+// The baseline store: keeps a reference to exactly what PyTorch keeps (no copy), moves its
+// bytes to the Saved tag while held, and keeps a tensor saved by two ops only once.
+#include <mutex>
+#include <map>
+#include <unordered_map>
+
+#include "autograd/saved_tensor_store.h"
+
+namespace packrat {
+
+class Fp32Store : public SavedTensorStore {
+ public:
+  std::string_view scheme() const override { return "fp32"; }
+  SavedHandle save(const Tensor& x, const SaveRequest& r) override;
+  Tensor load(const SavedHandle& h) override;
+  void release(const SavedHandle& h) override;
+  void describe(std::vector<SavedRecord>& out) const override;
+  size_t live_count() const override { return entries_.size(); }
+
+ private:
+  struct Held {  // one buffer, however many handles refer to it
+    Tensor tensor;
+    MemTag original_tag;
+    int refs = 0;
+  };
+  struct Entry {
+    const Storage* key;
+    int64_t version;
+    SaveRequest request;
+    Shape shape;
+    DType dtype;
+    Layout layout;
+    bool shared;  // not the first handle to its buffer
+  };
+  std::unordered_map<const Storage*, Held> held_;
+  std::map<uint64_t, Entry> entries_;  // by id: the order of saving
+  uint64_t next_id_ = 1;
+};
+
+class Fp32Policy : public StorePolicy {
+ public:
+  SavedTensorStore& store_for(const SaveRequest&) override { return store_; }
+  std::vector<SavedTensorStore*> stores() override { return {&store_}; }
+
+ private:
+  Fp32Store store_;
+};
+
+// f'(x) (or f'(x) from y) over a saved f32 tensor, same shape and layout.
+Tensor pointwise_derivative(const Pointwise& fn, const Tensor& saved);
+
+}  // namespace packrat

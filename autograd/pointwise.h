@@ -1,0 +1,29 @@
+#pragma once
+// A pointwise activation: its scalar f and f' (for tables and tests) and vectorised loops
+// over buffers (for the ops and the stores). One instance per activation, see activations.cpp.
+#include <cstdint>
+#include <string_view>
+
+namespace packrat {
+
+struct Pointwise {
+  std::string_view name;
+  float (*f)(float);
+  float (*df)(float);
+  void (*forward)(const float* x, float* y, int64_t n);     // y = f(x)
+  void (*derivative)(const float* x, float* d, int64_t n);  // d = f'(x)
+  // Non-null where PyTorch saves the output instead of the input (relu, sigmoid, tanh):
+  // d = f'(x) computed from y = f(x). The FP32 store then keeps y, as PyTorch does, which
+  // is usually the very tensor the next layer saves too (counted once).
+  void (*derivative_from_output)(const float* y, float* d, int64_t n) = nullptr;
+  bool even_derivative = false;  // f'(-x) = f'(x) (sigmoid, tanh): tables cover |x|
+  // Continuous derivative (needs a table) or a step function (relu family: exact masks).
+  bool derivative_is_step = false;
+};
+
+// The built-in activations: relu, leaky_relu, relu6, hardswish, gelu, silu, sigmoid, tanh,
+// selu, softplus, elu, mish. Throws packrat::Error naming the function when unknown.
+const Pointwise& pointwise_by_name(std::string_view name);
+bool is_pointwise_name(std::string_view name);
+
+}  // namespace packrat

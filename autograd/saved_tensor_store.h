@@ -1,0 +1,110 @@
+#pragma once
+// The saved-tensor contract: every tensor an op keeps for backward goes through a store.
+// Ops say what backward needs; the store decides how to keep it (FP32, few-bit LUT index,
+// per-group quantized, ...) and hands back what was asked for in backward.
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "autograd/pointwise.h"
+#include "core/tensor.h"
+
+namespace packrat {
+
+enum class Need : uint8_t {
+  Value,       // x itself (conv/linear inputs, normalized inputs, softmax outputs)
+  Derivative,  // f'(x) of a pointwise op; `fn` says which
+  Mask,        // a boolean tensor (u8 0/1), e.g. relu's x > 0 or dropout's keep mask
+  Index,       // small integers, e.g. max-pool's argmax within the window (i32/u8)
+};
+std::string_view need_name(Need n);
+
+struct SaveRequest {
+  Need need = Need::Value;
+  const Pointwise* fn = nullptr;  // for Need::Derivative
+  std::string_view op;            // "conv2d", "gelu", ...
+  std::string name;               // the layer, e.g. "layer1.0.conv1"
+  int64_t index_bits = 0;         // for Need::Index: bits the largest index needs
+};
+
+class SavedTensorStore;
+
+// What an op keeps in its Node; the store owns the data behind it.
+struct SavedHandle {
+  SavedTensorStore* store = nullptr;
+  uint64_t id = 0;
+  bool valid() const { return store != nullptr; }
+};
+
+// One live saved tensor, for the memory report. `bytes` come from the allocator.
+struct SavedRecord {
+  std::string layer, op, scheme;
+  Need need = Need::Value;
+  double bits = 32;          // bits per element as held (realised average where mixed)
+  int64_t bytes = 0;         // bytes really held, metadata and padding included
+  int64_t fp32_bytes = 0;    // what the FP32 store would hold for it
+  int64_t numel = 0;
+  bool shared = false;       // a second save of a tensor already held: counted once
+};
+
+class SavedTensorStore {
+ public:
+  virtual ~SavedTensorStore() = default;
+  virtual std::string_view scheme() const = 0;
+
+  virtual SavedHandle save(const Tensor& x, const SaveRequest& r) = 0;
+  virtual Tensor load(const SavedHandle& h) = 0;  // what r.need asked for
+  virtual void release(const SavedHandle& h) = 0;
+
+  // Pointwise forward + save in one call, so a store can compute f(x) and its compressed form
+  // in one pass. Default: y = f(x), then save(x), or save(y) where fn->derivative_from_output
+  // is set (as PyTorch does); a store that is handed y computes f' with derivative_from_output.
+  virtual std::pair<Tensor, SavedHandle> forward_and_save(const Tensor& x, const SaveRequest& r);
+  // grad_in = grad_out * load(h) for Need::Derivative and Need::Mask; stores may fuse it.
+  virtual Tensor apply_derivative(const SavedHandle& h, const Tensor& grad_out);
+
+  // Appends one record per live saved tensor.
+  virtual void describe(std::vector<SavedRecord>& out) const = 0;
+  virtual size_t live_count() const = 0;
+
+  // Training step, for stores whose randomness is keyed by it.
+  virtual void begin_step(int64_t step) { (void)step; }
+};
+
+// Maps each request to a store. Built from the `saved_tensors` config section.
+class StorePolicy {
+ public:
+  virtual ~StorePolicy() = default;
+  virtual SavedTensorStore& store_for(const SaveRequest& r) = 0;
+  virtual std::vector<SavedTensorStore*> stores() = 0;
+  virtual void begin_step(int64_t step) {
+    for (auto* s : stores()) s->begin_step(step);
+  }
+  std::vector<SavedRecord> describe() {
+    std::vector<SavedRecord> out;
+    for (auto* s : stores()) s->describe(out);
+    return out;
+  }
+};
+
+// The thread's policy (an FP32 policy unless set); PolicyScope swaps it for a scope.
+StorePolicy& current_policy();
+class PolicyScope {
+ public:
+  explicit PolicyScope(StorePolicy& p);
+  ~PolicyScope();
+
+ private:
+  StorePolicy* previous_;
+};
+
+// What ops call: route through the current policy.
+SavedHandle save_for_backward(const Tensor& x, const SaveRequest& r);
+
+// Elementwise grad_out * d over the buffers as they lie (same layout), f32.
+Tensor multiply_elementwise(const Tensor& grad_out, const Tensor& d);
+
+}  // namespace packrat

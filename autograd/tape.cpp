@@ -1,0 +1,163 @@
+#include "autograd/tape.h"
+
+#include <cstring>
+
+#include "core/parallel.h"
+
+namespace packrat {
+
+namespace {
+thread_local bool t_grad_enabled = true;
+thread_local std::vector<std::shared_ptr<Node>> t_tape;
+
+void release_saved(Node& n) {
+  for (auto& h : n.saved)
+    if (h.valid()) h.store->release(h);
+  n.saved.clear();
+}
+
+Tensor add_out_of_place(const Tensor& a, const Tensor& b) {
+  Tensor bb = b.to_layout(a.layout());
+  Tensor out = Tensor::empty_like(a);
+  const int64_t n = a.numel();
+  if (a.dtype() == DType::f64) {
+    const double *x = a.data<double>(), *y = bb.data<double>();
+    double* o = out.data<double>();
+    for (int64_t i = 0; i < n; ++i) o[i] = x[i] + y[i];
+  } else {
+    const float *x = a.data<float>(), *y = bb.data<float>();
+    float* o = out.data<float>();
+    parallel_chunks(n, 1 << 15, [&](int64_t s, int64_t e) {
+      for (int64_t i = s; i < e; ++i) o[i] = x[i] + y[i];
+    });
+  }
+  return out;
+}
+}  // namespace
+
+Tensor Node::load(size_t i) const {
+  PACKRAT_CHECK(i < saved.size() && saved[i].valid(), "{}: saved tensor {} was already released", where(), i);
+  return saved[i].store->load(saved[i]);
+}
+
+bool grad_enabled() { return t_grad_enabled; }
+NoGradScope::NoGradScope() : previous_(t_grad_enabled) { t_grad_enabled = false; }
+NoGradScope::~NoGradScope() { t_grad_enabled = previous_; }
+
+bool needs_grad(std::initializer_list<const Tensor*> inputs) {
+  if (!t_grad_enabled) return false;
+  for (const Tensor* t : inputs)
+    if (t && t->defined() && t->requires_grad()) return true;
+  return false;
+}
+
+Node& record(std::string op, const std::vector<const Tensor*>& inputs, const std::vector<Tensor*>& outputs,
+             std::vector<SavedHandle> saved,
+             std::function<std::vector<Tensor>(Node&, const std::vector<Tensor>&)> backward_fn) {
+  auto node = std::make_shared<Node>();
+  node->op = std::move(op);
+  node->layer = LayerScope::current();
+  for (const Tensor* t : inputs)
+    node->inputs.push_back(t && t->defined() && t->requires_grad() ? t->autograd_meta() : nullptr);
+  for (Tensor* t : outputs) {
+    t->set_requires_grad(true);
+    auto& meta = t->autograd_meta();
+    meta->is_leaf = false;
+    meta->grad_fn = node;
+    node->outputs.push_back(meta);
+  }
+  node->saved = std::move(saved);
+  node->backward = std::move(backward_fn);
+  t_tape.push_back(node);
+  return *node;
+}
+
+void accumulate_into(Tensor& dst, const Tensor& src) {
+  if (!dst.defined()) {
+    dst = src;
+    return;
+  }
+  PACKRAT_CHECK(dst.shape() == src.shape(), "backward: gradient of shape {} cannot accumulate into {}",
+                src.shape().str(), dst.shape().str());
+  dst = add_out_of_place(dst, src);  // out of place: gradients may share buffers (add passes one through)
+}
+
+void backward(const Tensor& loss) {
+  PACKRAT_CHECK(loss.defined() && loss.numel() == 1,
+                "backward: the loss must be a scalar; got {} (pass a seed gradient for other outputs)",
+                loss.defined() ? loss.shape().str() : std::string("an undefined tensor"));
+  Tensor seed;
+  {
+    TagScope tag(MemTag::Gradient);
+    seed = loss.dtype() == DType::f64 ? Tensor::from_vector(loss.shape(), std::vector<double>{1.0})
+                                      : Tensor::full(loss.shape(), 1.0f);
+  }
+  backward(loss, seed);
+}
+
+void backward(const Tensor& output, const Tensor& seed) {
+  PACKRAT_CHECK(output.requires_grad(), "backward: the tensor does not require grad (no parameter or input "
+                                        "that requires grad was used to compute it, or grad mode was off)");
+  auto meta = output.autograd_meta();
+  if (meta->is_leaf) {
+    TagScope tag(MemTag::Gradient);
+    accumulate_into(meta->grad, seed.clone());
+    return;
+  }
+  auto producer = meta->grad_fn.lock();
+  if (!producer || producer->done || meta->consumed)
+    fail("backward: called a second time on a graph whose saved tensors were already released{}; "
+         "run the forward again before calling backward",
+         producer ? " (by " + producer->where() + ")" : std::string());
+  meta->grad = seed;
+
+  NoGradScope no_grad;
+  TagScope tag(MemTag::Gradient);
+  auto tape = std::move(t_tape);
+  t_tape.clear();
+  for (auto it = tape.rbegin(); it != tape.rend(); ++it) {
+    Node& node = **it;
+    if (node.done) continue;
+    std::vector<Tensor> grad_outputs;
+    bool any = false;
+    for (auto& w : node.outputs) {
+      auto m = w.lock();
+      grad_outputs.push_back(m ? m->grad : Tensor());
+      any = any || (m && m->grad.defined());
+    }
+    if (any) {  // ops with several outputs get undefined grads for the unused ones
+      LayerScope layer(node.layer);
+      std::vector<Tensor> grads = node.backward(node, grad_outputs);
+      PACKRAT_CHECK(grads.size() == node.inputs.size(), "{}: backward returned {} gradients for {} inputs",
+                    node.where(), grads.size(), node.inputs.size());
+      for (size_t i = 0; i < grads.size(); ++i) {
+        auto& in = node.inputs[i];
+        if (!in || !in->requires_grad || !grads[i].defined()) continue;
+        if (in->is_leaf && !in->grad.defined()) {
+          in->grad = grads[i].clone();  // a leaf owns its gradient buffer (tagged Gradient)
+        } else {
+          accumulate_into(in->grad, grads[i]);
+        }
+      }
+    }
+    release_saved(node);
+    node.done = true;
+    for (auto& w : node.outputs)
+      if (auto m = w.lock()) {
+        m->grad = Tensor();  // non-leaf gradients are not kept
+        m->consumed = true;
+      }
+  }
+}
+
+void clear_tape() {
+  for (auto& n : t_tape) {
+    release_saved(*n);
+    n->done = true;
+  }
+  t_tape.clear();
+}
+
+size_t tape_size() { return t_tape.size(); }
+
+}  // namespace packrat

@@ -1,0 +1,63 @@
+#pragma once
+// Tape autograd. With grad mode on, each differentiable op appends a Node to the thread's
+// tape; backward(loss) walks it in reverse, accumulates gradients with +=, and releases each
+// node's saved handles as soon as its backward has run.
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "autograd/saved_tensor_store.h"
+#include "core/autograd_meta.h"
+#include "core/tensor.h"
+
+namespace packrat {
+
+struct Node {
+  std::string op;     // "conv2d"
+  std::string layer;  // "layer1.0.conv1"
+  std::vector<std::shared_ptr<AutogradMeta>> inputs;  // gradient slots of the inputs (null: no grad)
+  std::vector<std::weak_ptr<AutogradMeta>> outputs;   // gradient slots of the outputs
+  std::vector<SavedHandle> saved;                     // everything kept for backward, via the store
+  // grads[i] = dL/d inputs[i] (undefined where no gradient flows) from dL/d outputs.
+  // Captures only plain values (strides, shapes...), never tensors: tensors go through `saved`.
+  std::function<std::vector<Tensor>(Node& self, const std::vector<Tensor>& grad_outputs)> backward;
+  bool done = false;
+
+  Tensor load(size_t i) const;  // saved[i] through its store
+  std::string where() const { return layer.empty() ? op : op + " " + layer; }
+};
+
+// Grad mode (thread-local). NoGradScope turns recording off, e.g. for evaluation.
+bool grad_enabled();
+class NoGradScope {
+ public:
+  NoGradScope();
+  ~NoGradScope();
+
+ private:
+  bool previous_;
+};
+
+// True when an op with these inputs must record a node.
+bool needs_grad(std::initializer_list<const Tensor*> inputs);
+
+// Records a node producing `outputs` from `inputs`; marks the outputs as requiring grad.
+// Ops call this after computing the forward.
+Node& record(std::string op, const std::vector<const Tensor*>& inputs, const std::vector<Tensor*>& outputs,
+             std::vector<SavedHandle> saved,
+             std::function<std::vector<Tensor>(Node&, const std::vector<Tensor>&)> backward);
+
+// Backward from a scalar loss (seed 1) or with an explicit seed gradient.
+void backward(const Tensor& loss);
+void backward(const Tensor& output, const Tensor& seed);
+
+// Drops the tape and releases every saved handle (e.g. after an eval forward with grad on,
+// or when a step is abandoned).
+void clear_tape();
+size_t tape_size();
+
+// In-place accumulation dst += src (same shape; layouts reconciled).
+void accumulate_into(Tensor& dst, const Tensor& src);
+
+}  // namespace packrat

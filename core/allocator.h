@@ -1,0 +1,105 @@
+#pragma once
+// The device allocator: every byte of tensor memory comes from here, tagged with what it
+// is for and the layer it belongs to. It is the single source of truth for memory reports.
+#include <array>
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+
+namespace packrat {
+
+enum class MemTag : uint8_t { Parameter, Gradient, OptimizerState, Activation, Saved, Workspace, Data };
+constexpr size_t kNumTags = 7;
+std::string_view tag_name(MemTag t);
+
+struct MemoryStats {
+  std::array<int64_t, kNumTags> current{};  // bytes held now, per tag
+  std::array<int64_t, kNumTags> peak{};     // highest `current` per tag since reset_peak()
+  int64_t total_current = 0;
+  int64_t total_peak = 0;
+  int64_t at(MemTag t) const { return current[static_cast<size_t>(t)]; }
+  int64_t peak_at(MemTag t) const { return peak[static_cast<size_t>(t)]; }
+};
+
+// One block handed out by the allocator; freed (and un-accounted) by its destructor.
+class Allocation {
+ public:
+  Allocation(void* data, size_t bytes, MemTag tag, std::string layer)
+      : data_(data), bytes_(bytes), tag_(tag), layer_(std::move(layer)) {}
+  ~Allocation();
+  Allocation(const Allocation&) = delete;
+  Allocation& operator=(const Allocation&) = delete;
+
+  void* data() const { return data_; }
+  size_t bytes() const { return bytes_; }
+  MemTag tag() const { return tag_; }
+  const std::string& layer() const { return layer_; }
+  // Moves the bytes to another tag's account, e.g. Activation -> Saved when the FP32 store
+  // keeps a reference to a forward output for backward.
+  void retag(MemTag tag);
+
+ private:
+  void* data_;
+  size_t bytes_;
+  MemTag tag_;
+  std::string layer_;
+};
+
+class Allocator {
+ public:
+  static Allocator& cpu();
+
+  // Throws OutOfMemory (naming tag, layer, request and limit) when the byte limit would be exceeded.
+  std::shared_ptr<Allocation> allocate(size_t bytes, MemTag tag);
+
+  MemoryStats stats() const;
+  int64_t current(MemTag t) const { return current_[static_cast<size_t>(t)].load(); }
+  int64_t peak(MemTag t) const { return peak_[static_cast<size_t>(t)].load(); }
+  int64_t total_current() const { return total_.load(); }
+  int64_t total_peak() const { return total_peak_.load(); }
+  void reset_peak();
+  // Current bytes of one tag per layer name ("" for allocations outside any LayerScope).
+  std::map<std::string, int64_t> current_by_layer(MemTag t) const;
+
+  // 0 means no limit.
+  void set_limit(int64_t bytes) { limit_ = bytes; }
+  int64_t limit() const { return limit_; }
+
+ private:
+  friend class Allocation;
+  void account(MemTag tag, const std::string& layer, int64_t delta);
+  std::array<std::atomic<int64_t>, kNumTags> current_{};
+  std::array<std::atomic<int64_t>, kNumTags> peak_{};
+  std::atomic<int64_t> total_{0}, total_peak_{0};
+  std::atomic<int64_t> limit_{0};
+  mutable std::mutex layer_mutex_;
+  std::map<std::string, std::array<int64_t, kNumTags>> by_layer_;
+};
+
+// Thread-local context for new allocations: which tag and which layer.
+class TagScope {
+ public:
+  explicit TagScope(MemTag tag);
+  ~TagScope();
+  static MemTag current();
+
+ private:
+  MemTag previous_;
+};
+
+class LayerScope {
+ public:
+  explicit LayerScope(std::string_view name);  // nested names are joined with '.'
+  ~LayerScope();
+  static const std::string& current();
+
+ private:
+  size_t previous_size_;
+};
+
+}  // namespace packrat

@@ -1,0 +1,49 @@
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+
+namespace packrat {
+
+enum class DType : uint8_t { f32, f64, u8, i32, i64 };
+
+constexpr size_t dtype_size(DType t) {
+  switch (t) {
+    case DType::f32: return 4;
+    case DType::f64: return 8;
+    case DType::u8: return 1;
+    case DType::i32: return 4;
+    case DType::i64: return 8;
+  }
+  return 0;
+}
+
+constexpr std::string_view dtype_name(DType t) {
+  switch (t) {
+    case DType::f32: return "f32";
+    case DType::f64: return "f64";
+    case DType::u8: return "u8";
+    case DType::i32: return "i32";
+    case DType::i64: return "i64";
+  }
+  return "?";
+}
+
+template <typename T> constexpr DType dtype_of();
+template <> constexpr DType dtype_of<float>() { return DType::f32; }
+template <> constexpr DType dtype_of<double>() { return DType::f64; }
+template <> constexpr DType dtype_of<uint8_t>() { return DType::u8; }
+template <> constexpr DType dtype_of<int32_t>() { return DType::i32; }
+template <> constexpr DType dtype_of<int64_t>() { return DType::i64; }
+
+enum class Device : uint8_t { CPU, CUDA };
+constexpr std::string_view device_name(Device d) { return d == Device::CPU ? "cpu" : "cuda"; }
+
+// Memory layout of a 4-d (N, C, H, W) tensor. The logical shape is always NCHW.
+// nChw16c: channels in blocks of 16 innermost (oneDNN's fast layout on AVX-512);
+// only used when C % 16 == 0, so no padding is ever held.
+enum class Layout : uint8_t { Plain, nChw16c };
+constexpr std::string_view layout_name(Layout l) { return l == Layout::Plain ? "plain" : "nChw16c"; }
+constexpr int64_t kChannelBlock = 16;
+
+}  // namespace packrat

@@ -1,0 +1,63 @@
+#include "layers/module.h"
+
+#include "core/allocator.h"
+
+namespace packrat {
+
+Tensor Module::operator()(const Tensor& x) {
+  LayerScope scope(name_);
+  return forward(x);
+}
+
+Tensor& Module::register_parameter(std::string name, Tensor t) {
+  t.storage()->allocation->retag(MemTag::Parameter);
+  t.set_requires_grad(true);
+  params_.emplace_back(std::move(name), t);
+  return params_.back().second;
+}
+
+Tensor& Module::register_buffer(std::string name, Tensor t) {
+  t.storage()->allocation->retag(MemTag::Parameter);
+  buffers_.emplace_back(std::move(name), t);
+  return buffers_.back().second;
+}
+
+void Module::collect(const std::string& prefix, bool buffers, std::vector<std::pair<std::string, Tensor>>& out) const {
+  for (const auto& [n, t] : buffers ? buffers_ : params_) out.emplace_back(prefix + n, t);
+  for (const auto& [n, child] : children_) child->collect(prefix + n + ".", buffers, out);
+}
+
+std::vector<std::pair<std::string, Tensor>> Module::named_parameters() const {
+  std::vector<std::pair<std::string, Tensor>> out;
+  collect("", false, out);
+  return out;
+}
+
+std::vector<std::pair<std::string, Tensor>> Module::named_buffers() const {
+  std::vector<std::pair<std::string, Tensor>> out;
+  collect("", true, out);
+  return out;
+}
+
+std::vector<Tensor> Module::parameters() const {
+  std::vector<Tensor> out;
+  for (auto& [n, t] : named_parameters()) out.push_back(t);
+  return out;
+}
+
+int64_t Module::num_parameters() const {
+  int64_t n = 0;
+  for (auto& [name, t] : named_parameters()) n += t.numel();
+  return n;
+}
+
+void Module::train(bool on) {
+  training_ = on;
+  for (auto& [n, c] : children_) c->train(on);
+}
+
+void Module::zero_grad() {
+  for (auto& [n, t] : named_parameters()) t.zero_grad();
+}
+
+}  // namespace packrat

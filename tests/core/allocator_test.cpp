@@ -1,0 +1,58 @@
+#include <gtest/gtest.h>
+
+#include "core/allocator.h"
+#include "core/tensor.h"
+
+using namespace packrat;
+
+TEST(Allocator, CountsBytesPerTagAndReleasesThem) {
+  auto& a = Allocator::cpu();
+  const int64_t before = a.current(MemTag::Workspace);
+  {
+    Tensor t = Tensor::empty({10, 10}, DType::f32, Layout::Plain, MemTag::Workspace);
+    EXPECT_EQ(a.current(MemTag::Workspace) - before, 400);
+    t.storage()->allocation->retag(MemTag::Saved);
+    EXPECT_EQ(a.current(MemTag::Workspace), before);
+  }
+  EXPECT_EQ(a.current(MemTag::Workspace), before);
+}
+
+TEST(Allocator, PeakFollowsTheHighestCurrent) {
+  auto& a = Allocator::cpu();
+  a.reset_peak();
+  const int64_t base = a.current(MemTag::Data);
+  { Tensor t = Tensor::empty({1000}, DType::f32, Layout::Plain, MemTag::Data); }
+  { Tensor t = Tensor::empty({10}, DType::f32, Layout::Plain, MemTag::Data); }
+  EXPECT_EQ(a.peak(MemTag::Data) - base, 4000);
+}
+
+TEST(Allocator, LayerScopeAttributesBytes) {
+  LayerScope outer("layer1");
+  LayerScope inner("0.conv1");
+  EXPECT_EQ(LayerScope::current(), "layer1.0.conv1");
+  Tensor t = Tensor::empty({8}, DType::f32, Layout::Plain, MemTag::Workspace);
+  EXPECT_EQ(Allocator::cpu().current_by_layer(MemTag::Workspace).at("layer1.0.conv1"), 32);
+}
+
+TEST(Allocator, LimitThrowsOutOfMemoryNamingTheRequest) {
+  auto& a = Allocator::cpu();
+  a.set_limit(a.total_current() + 1000);
+  try {
+    Tensor t = Tensor::empty({1000}, DType::f32, Layout::Plain, MemTag::Activation);
+    a.set_limit(0);
+    FAIL() << "no OutOfMemory";
+  } catch (const OutOfMemory& e) {
+    a.set_limit(0);
+    EXPECT_NE(std::string(e.what()).find("4000 bytes of Activation"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Tensor, BlockedLayoutRoundTrips) {
+  std::vector<float> v(2 * 32 * 3 * 2);
+  for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>(i);
+  Tensor t = Tensor::from_vector({2, 32, 3, 2}, v);
+  Tensor b = t.to_layout(Layout::nChw16c);
+  EXPECT_EQ(b.data<float>()[nchw_offset(Layout::nChw16c, 32, 3, 2, 1, 17, 2, 1)],
+            v[nchw_offset(Layout::Plain, 32, 3, 2, 1, 17, 2, 1)]);
+  EXPECT_EQ(b.to_vector(), v);
+}
