@@ -72,6 +72,10 @@ PolicyScope::PolicyScope(StorePolicy& p) : previous_(t_policy) { t_policy = &p; 
 PolicyScope::~PolicyScope() { t_policy = previous_; }
 
 SavedHandle save_for_backward(const Tensor& x, const SaveRequest& r) {
+  if (x.storage()->allocation->tag() == MemTag::Parameter) {
+    thread_local Fp32Store parameters;
+    return parameters.save(x, r);
+  }
   return current_policy().store_for(r).save(x, r);
 }
 

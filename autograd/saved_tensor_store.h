@@ -28,6 +28,9 @@ struct SaveRequest {
   std::string_view op;            // "conv2d", "gelu", ...
   std::string name;               // the layer, e.g. "layer1.0.conv1"
   int64_t index_bits = 0;         // for Need::Index: bits the largest index needs
+  // Small tensors that every store must keep exactly (batchnorm/layernorm statistics,
+  // cross-entropy probabilities): compressing stores pass them to full precision.
+  bool exact = false;
 };
 
 class SavedTensorStore;
@@ -54,6 +57,9 @@ class SavedTensorStore {
  public:
   virtual ~SavedTensorStore() = default;
   virtual std::string_view scheme() const = 0;
+  // Whether this store serves the request (e.g. the few-bit store serves only Derivative and
+  // Mask requests); the policy falls back to its default store otherwise.
+  virtual bool accepts(const SaveRequest& r) const { return true; }
 
   virtual SavedHandle save(const Tensor& x, const SaveRequest& r) = 0;
   virtual Tensor load(const SavedHandle& h) = 0;  // what r.need asked for
@@ -101,7 +107,9 @@ class PolicyScope {
   StorePolicy* previous_;
 };
 
-// What ops call: route through the current policy.
+// What ops call: route through the current policy. Parameters (allocation tagged Parameter,
+// e.g. a conv weight) are the model's own memory, never compressed: they go to a thread-local
+// pass-through FP32 store and do not appear in memory reports.
 SavedHandle save_for_backward(const Tensor& x, const SaveRequest& r);
 
 // Elementwise grad_out * d over the buffers as they lie (same layout), f32.
