@@ -1,0 +1,92 @@
+#pragma once
+// The trainer's typed configuration, parsed from YAML with yaml-cpp. Every key is checked:
+// unknown keys, wrong types and out-of-range values throw packrat::Error naming the file, the
+// dotted key and its line ("configs/q.yaml: data.batch_size (line 7): must be an integer in
+// [1, 1048576], got 0"); a value given by --set is named as such ("--set data.batch_size=0").
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "quant/rule_policy.h"
+
+namespace packrat {
+
+struct DataConfig {
+  std::string dataset;                        // registry name: fashion_mnist, cifar10, ...
+  std::string root;                           // dataset directory; "" = the registry's default
+  int64_t batch_size = 128;
+  int64_t eval_batch_size = 256;
+  std::vector<std::string> train_transforms;  // data::parse_pipeline items, e.g. "random_crop(28, 2)"
+  std::vector<std::string> test_transforms;
+  int64_t train_subset = 0;                   // use only the first N training images (0: all)
+  int64_t test_subset = 0;
+  int64_t workers = 1;                        // loader threads
+  int64_t prefetch = 2;                       // batches prepared ahead
+};
+
+struct ModelConfig {
+  std::string arch;                 // resnet20, resnet18, ...
+  std::string stem = "cifar";       // cifar | imagenet
+  std::string activation = "relu";  // any built-in pointwise activation
+  int64_t classes = 0;              // 0: the dataset's number of classes
+  int64_t in_channels = 0;          // 0: the dataset's channels
+};
+
+struct OptimizerConfig {
+  std::string name = "sgd";  // sgd | adamw
+  double lr = 0.1;
+  double momentum = 0.9;     // sgd
+  bool nesterov = false;     // sgd
+  double weight_decay = 0.0;
+  double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;  // adamw
+};
+
+struct ScheduleConfig {
+  std::string name = "constant";  // constant | step | cosine
+  double warmup_epochs = 0;       // linear warmup from lr * warmup_start_factor
+  double warmup_start_factor = 0.1;
+  double min_lr = 0;              // cosine floor
+  std::vector<double> milestones;  // step: epochs at which lr *= gamma
+  double gamma = 0.1;
+};
+
+struct TrainConfig {
+  int64_t epochs = 1;
+  double label_smoothing = 0;
+  double clip_grad_norm = 0;     // 0: no clipping
+  int64_t eval_interval = 1;     // evaluate every N epochs (and after the last)
+  int64_t steps_per_epoch = 0;   // 0: a full pass over the training set
+  int64_t log_interval = 50;     // steps between plain progress lines (not on a terminal)
+};
+
+struct OutputConfig {
+  std::string dir = "runs/run";
+  int64_t checkpoint_interval = 1;  // epochs between checkpoints (0: only at the end)
+};
+
+struct Config {
+  uint64_t seed = 0;
+  int64_t threads = 0;          // OpenMP threads; 0 = OpenMP's default
+  std::string device = "cpu";  // cpu (cuda is not built yet)
+  DataConfig data;
+  ModelConfig model;
+  StorePolicySpec saved_tensors;
+  OptimizerConfig optimizer;
+  ScheduleConfig schedule;
+  TrainConfig train;
+  OutputConfig output;
+  std::string source;           // the file it came from, for messages
+};
+
+// Parses YAML text. `source` names it in errors; `overrides` are "dotted.key=value" strings
+// applied before parsing (the value is read as YAML: 256, 0.1, true, [a, b], {scheme: fp32}).
+// Sequence items are addressed as rules[1] or rules.1.
+Config parse_config(const std::string& yaml_text, const std::string& source,
+                    const std::vector<std::string>& overrides = {});
+Config load_config(const std::string& path, const std::vector<std::string>& overrides = {});
+
+// The fully resolved config (every key, defaults included) as YAML; parse_config reads it back
+// to an equal Config.
+std::string config_to_yaml(const Config& c);
+
+}  // namespace packrat

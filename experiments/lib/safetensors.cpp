@@ -1,0 +1,204 @@
+#include "experiments/lib/safetensors.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include "experiments/lib/json.h"
+
+namespace packrat {
+
+namespace {
+
+const char* st_dtype(DType t) {
+  switch (t) {
+    case DType::f32: return "F32";
+    case DType::f64: return "F64";
+    case DType::i64: return "I64";
+    case DType::i32: return "I32";
+    case DType::u8: return "U8";
+  }
+  return "?";
+}
+
+bool parse_dtype(const std::string& s, DType& out) {
+  if (s == "F32") out = DType::f32;
+  else if (s == "F64") out = DType::f64;
+  else if (s == "I64") out = DType::i64;
+  else if (s == "I32") out = DType::i32;
+  else if (s == "U8") out = DType::u8;
+  else return false;
+  return true;
+}
+
+void write_all(int fd, const char* data, size_t n, const std::string& path) {
+  while (n > 0) {
+    const ssize_t w = ::write(fd, data, n);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) fail("{}: write failed: {}", path, std::strerror(errno));
+    data += w;
+    n -= static_cast<size_t>(w);
+  }
+}
+
+}  // namespace
+
+void write_file_atomic(const std::string& path, const std::string& bytes) {
+  namespace fs = std::filesystem;
+  const fs::path target(path);
+  const fs::path dir = target.has_parent_path() ? target.parent_path() : fs::path(".");
+  const std::string tmp = (dir / ("." + target.filename().string() + ".tmp." + std::to_string(::getpid()))).string();
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) fail("{}: cannot create {}: {}", path, tmp, std::strerror(errno));
+  try {
+    write_all(fd, bytes.data(), bytes.size(), tmp);
+    if (::fsync(fd) != 0) fail("{}: fsync failed: {}", tmp, std::strerror(errno));
+  } catch (...) {
+    ::close(fd);
+    ::unlink(tmp.c_str());
+    throw;
+  }
+  ::close(fd);
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    const int err = errno;
+    ::unlink(tmp.c_str());
+    fail("{}: cannot rename {} over it: {}", path, tmp, std::strerror(err));
+  }
+  const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd >= 0) {
+    ::fsync(dfd);  // make the rename itself durable
+    ::close(dfd);
+  }
+}
+
+void write_safetensors(const std::string& path, const NamedTensors& tensors,
+                       const std::map<std::string, std::string>& metadata) {
+  Json header = Json::object();
+  if (!metadata.empty()) {
+    Json& m = header["__metadata__"];
+    m = Json::object();
+    for (const auto& [k, v] : metadata) m[k] = Json(v);
+  }
+  std::vector<Tensor> plain;
+  int64_t offset = 0;
+  for (const auto& [name, t] : tensors) {
+    PACKRAT_CHECK(t.defined(), "{}: tensor '{}' is undefined", path, name);
+    PACKRAT_CHECK(name != "__metadata__" && header.find(name) == nullptr, "{}: tensor name '{}' is used twice", path,
+                  name);
+    Tensor p = t.to_plain();
+    Json e = Json::object();
+    e["dtype"] = Json(st_dtype(p.dtype()));
+    Json shape = Json::array();
+    for (int64_t d : p.shape().dims()) shape.push_back(Json(d));
+    e["shape"] = shape;
+    Json offs = Json::array();
+    offs.push_back(Json(offset));
+    offs.push_back(Json(offset + static_cast<int64_t>(p.nbytes())));
+    e["data_offsets"] = offs;
+    header[name] = e;
+    offset += static_cast<int64_t>(p.nbytes());
+    plain.push_back(p);
+  }
+  std::string h = header.dump();
+  h.append((8 - h.size() % 8) % 8, ' ');  // the data starts 8-byte aligned
+  std::string bytes;
+  bytes.reserve(8 + h.size() + static_cast<size_t>(offset));
+  const uint64_t n = h.size();
+  for (int i = 0; i < 8; ++i) bytes += static_cast<char>((n >> (8 * i)) & 0xFF);
+  bytes += h;
+  for (const Tensor& p : plain) bytes.append(static_cast<const char*>(p.raw()), p.nbytes());
+  write_file_atomic(path, bytes);
+}
+
+const Tensor* SafetensorsFile::find(const std::string& name) const {
+  for (const auto& [n, t] : tensors)
+    if (n == name) return &t;
+  return nullptr;
+}
+
+SafetensorsFile read_safetensors(const std::string& path, MemTag tag) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) fail("{}: cannot open: {}", path, std::strerror(errno));
+  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  PACKRAT_CHECK(bytes.size() >= 8, "{}: not a safetensors file: {} bytes, shorter than the 8-byte header length",
+                path, bytes.size());
+  uint64_t n = 0;
+  for (int i = 0; i < 8; ++i) n |= static_cast<uint64_t>(static_cast<unsigned char>(bytes[static_cast<size_t>(i)])) << (8 * i);
+  PACKRAT_CHECK(n >= 2 && n <= bytes.size() - 8, "{}: corrupt safetensors file: header length {} does not fit in {} bytes",
+                path, n, bytes.size());
+  const std::string_view header_text(bytes.data() + 8, n);
+  Json header;
+  try {
+    header = Json::parse(header_text, path + " header");
+  } catch (const Error& e) {
+    fail("{}: corrupt safetensors file: {}", path, e.what());
+  }
+  PACKRAT_CHECK(header.is_object(), "{}: corrupt safetensors file: the header is not a JSON object", path);
+  const size_t data_start = 8 + n;
+  const int64_t data_size = static_cast<int64_t>(bytes.size() - data_start);
+
+  SafetensorsFile out;
+  struct Span {
+    int64_t begin, end;
+    std::string name;
+  };
+  std::vector<Span> spans;
+  std::vector<std::pair<int64_t, std::pair<std::string, Tensor>>> ordered;
+  for (const auto& [name, e] : header.members()) {
+    if (name == "__metadata__") {
+      PACKRAT_CHECK(e.is_object(), "{}: __metadata__ must be an object of strings", path);
+      for (const auto& [k, v] : e.members()) {
+        PACKRAT_CHECK(v.is_string(), "{}: __metadata__ value of '{}' is not a string", path, k);
+        out.metadata[k] = v.str();
+      }
+      continue;
+    }
+    try {
+      PACKRAT_CHECK(e.is_object(), "entry is not an object");
+      DType dt{};
+      PACKRAT_CHECK(parse_dtype(e.at("dtype").str(), dt), "unsupported dtype '{}' (F32, F64, I64, I32, U8)",
+                    e.at("dtype").str());
+      std::vector<int64_t> dims;
+      int64_t numel = 1;
+      for (const Json& d : e.at("shape").items()) {
+        const int64_t v = d.integer();
+        PACKRAT_CHECK(v >= 0 && v < (int64_t{1} << 40), "bad dimension {}", v);
+        dims.push_back(v);
+        numel *= v;
+        PACKRAT_CHECK(numel < (int64_t{1} << 40), "shape too large");
+      }
+      const auto& offs = e.at("data_offsets").items();
+      PACKRAT_CHECK(offs.size() == 2, "data_offsets must have 2 entries");
+      const int64_t b = offs[0].integer(), en = offs[1].integer();
+      PACKRAT_CHECK(b >= 0 && b <= en && en <= data_size, "data_offsets [{}, {}] outside the {} data bytes", b, en,
+                    data_size);
+      PACKRAT_CHECK(en - b == numel * static_cast<int64_t>(dtype_size(dt)),
+                    "{} bytes for a {} tensor of {} elements", en - b, e.at("dtype").str(), numel);
+      Tensor t = Tensor::empty(Shape(dims), dt, Layout::Plain, tag);
+      if (en > b) std::memcpy(t.raw(), bytes.data() + data_start + b, static_cast<size_t>(en - b));
+      spans.push_back({b, en, name});
+      ordered.push_back({b, {name, t}});
+    } catch (const Error& err) {
+      fail("{}: corrupt safetensors file: tensor '{}': {}", path, name, err.what());
+    }
+  }
+  std::sort(spans.begin(), spans.end(), [](const Span& a, const Span& b) { return a.begin < b.begin || (a.begin == b.begin && a.end < b.end); });
+  int64_t covered = 0;
+  for (const Span& s : spans) {
+    PACKRAT_CHECK(s.begin == covered, "{}: corrupt safetensors file: tensor '{}' starts at byte {}, expected {} "
+                                      "(overlapping or missing data)", path, s.name, s.begin, covered);
+    covered = s.end;
+  }
+  PACKRAT_CHECK(covered == data_size, "{}: corrupt safetensors file: {} data bytes, the header describes {}", path,
+                data_size, covered);
+  std::stable_sort(ordered.begin(), ordered.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  for (auto& [off, nt] : ordered) out.tensors.push_back(std::move(nt));
+  return out;
+}
+
+}  // namespace packrat

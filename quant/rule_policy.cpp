@@ -1,0 +1,66 @@
+#include "quant/rule_policy.h"
+
+#include <fnmatch.h>
+
+#include "autograd/fp32_store.h"
+#include "core/error.h"
+
+namespace packrat {
+
+bool glob_match(std::string_view pattern, std::string_view text) {
+  const std::string p(pattern), t(text);
+  return ::fnmatch(p.c_str(), t.c_str(), 0) == 0;
+}
+
+std::vector<std::string> available_schemes() { return {"fp32"}; }
+
+std::unique_ptr<SavedTensorStore> make_store(const SchemeSpec& spec) {
+  SchemeOptions options(spec.options, spec.where);
+  std::unique_ptr<SavedTensorStore> store;
+  if (spec.scheme == "fp32") {
+    store = std::make_unique<Fp32Store>();
+  } else {
+    std::string list;
+    for (const auto& s : available_schemes()) list += (list.empty() ? "" : ", ") + s;
+    fail("{}: unknown scheme '{}'; available: {}", spec.where, spec.scheme, list);
+  }
+  options.check_all_used();
+  return store;
+}
+
+RulePolicy::RulePolicy(const StorePolicySpec& spec) : spec_(spec) {
+  default_ = make_store(spec_.default_scheme);
+  for (const auto& rule : spec_.rules) rule_stores_.push_back(make_store(rule.spec));
+  last_resort_ = std::make_unique<Fp32Store>();
+}
+
+int RulePolicy::match(const SaveRequest& r) const {
+  for (size_t i = 0; i < spec_.rules.size(); ++i) {
+    const StoreRule& rule = spec_.rules[i];
+    bool op_ok = rule.ops.empty();
+    for (const auto& op : rule.ops)
+      if (op == r.op || (r.fn && op == r.fn->name)) op_ok = true;
+    if (!op_ok) continue;
+    bool layer_ok = rule.layers.empty();
+    for (const auto& pattern : rule.layers)
+      if (glob_match(pattern, r.name)) layer_ok = true;
+    if (layer_ok) return static_cast<int>(i);
+  }
+  return -1;
+}
+
+SavedTensorStore& RulePolicy::store_for(const SaveRequest& r) {
+  const int i = match(r);
+  if (i >= 0 && rule_stores_[static_cast<size_t>(i)]->accepts(r)) return *rule_stores_[static_cast<size_t>(i)];
+  if (default_->accepts(r)) return *default_;
+  return *last_resort_;
+}
+
+std::vector<SavedTensorStore*> RulePolicy::stores() {
+  std::vector<SavedTensorStore*> out{default_.get()};
+  for (auto& s : rule_stores_) out.push_back(s.get());
+  out.push_back(last_resort_.get());
+  return out;
+}
+
+}  // namespace packrat

@@ -1,0 +1,149 @@
+#include <gtest/gtest.h>
+
+#include "core/error.h"
+#include "experiments/lib/config.h"
+
+using namespace packrat;
+
+namespace {
+
+const char* kMinimal = R"(seed: 7
+threads: 2
+data:
+  dataset: fashion_mnist
+  batch_size: 64
+model:
+  arch: resnet20
+)";
+
+// The message of the packrat::Error that parsing throws ("" when it does not throw).
+std::string error_of(const std::string& yaml, const std::vector<std::string>& sets = {}) {
+  try {
+    parse_config(yaml, "test.yaml", sets);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+
+}  // namespace
+
+TEST(Config, ParsesSectionsAndFillsDefaults) {
+  Config c = parse_config(kMinimal, "test.yaml");
+  EXPECT_EQ(c.seed, 7u);
+  EXPECT_EQ(c.threads, 2);
+  EXPECT_EQ(c.data.dataset, "fashion_mnist");
+  EXPECT_EQ(c.data.batch_size, 64);
+  EXPECT_EQ(c.model.arch, "resnet20");
+  EXPECT_EQ(c.model.activation, "relu");
+  EXPECT_EQ(c.optimizer.name, "sgd");
+  EXPECT_EQ(c.saved_tensors.default_scheme.scheme, "fp32");
+  EXPECT_EQ(c.train.epochs, 1);
+}
+
+TEST(Config, UnknownKeyNamesKeyAndLine) {
+  const std::string msg = error_of(std::string(kMinimal) + "train:\n  epochs: 2\n  epoch: 3\n");
+  EXPECT_TRUE(contains(msg, "train.epoch")) << msg;
+  EXPECT_TRUE(contains(msg, "line 10")) << msg;
+  EXPECT_TRUE(contains(msg, "unknown key")) << msg;
+  EXPECT_TRUE(contains(msg, "test.yaml")) << msg;
+}
+
+TEST(Config, UnknownTopLevelSection) {
+  const std::string msg = error_of(std::string(kMinimal) + "optimiser:\n  lr: 0.1\n");
+  EXPECT_TRUE(contains(msg, "optimiser")) << msg;
+  EXPECT_TRUE(contains(msg, "line 8")) << msg;
+}
+
+TEST(Config, WrongTypeNamesKeyAndLine) {
+  const std::string msg = error_of("data:\n  dataset: cifar10\n  batch_size: lots\nmodel:\n  arch: resnet18\n");
+  EXPECT_TRUE(contains(msg, "data.batch_size (line 3)")) << msg;
+  EXPECT_TRUE(contains(msg, "'lots'")) << msg;
+  const std::string msg2 = error_of(std::string(kMinimal) + "optimizer:\n  nesterov: maybe\n");
+  EXPECT_TRUE(contains(msg2, "optimizer.nesterov (line 9)")) << msg2;
+}
+
+TEST(Config, OutOfRangeNamesKeyAndLine) {
+  const std::string msg = error_of(std::string(kMinimal) + "train:\n  label_smoothing: 1.5\n");
+  EXPECT_TRUE(contains(msg, "train.label_smoothing (line 9)")) << msg;
+  EXPECT_TRUE(contains(msg, "[0, 0.999]")) << msg;
+  EXPECT_TRUE(contains(error_of("data:\n  dataset: x\n  batch_size: 0\nmodel: {arch: r}\n"), "data.batch_size (line 3)"));
+}
+
+TEST(Config, BadChoicesAndMissingKeys) {
+  EXPECT_TRUE(contains(error_of(std::string(kMinimal) + "optimizer: {name: rmsprop}\n"), "sgd, adamw"));
+  EXPECT_TRUE(contains(error_of(std::string(kMinimal) + "device: cuda\n"), "not built yet"));
+  EXPECT_TRUE(contains(error_of("model: {arch: resnet20}\n"), "data"));
+  EXPECT_TRUE(contains(error_of("data: {dataset: cifar10}\nmodel: {stem: cifar}\n"), "model.arch"));
+  EXPECT_TRUE(contains(error_of(std::string(kMinimal) + "schedule: {name: step}\n"), "milestones"));
+  EXPECT_TRUE(contains(error_of(""), "empty"));
+  EXPECT_TRUE(contains(error_of("data: [1, 2\n"), "YAML syntax error at line"));
+  const std::string act = error_of("data: {dataset: x}\nmodel: {arch: r, activation: swish2}\n");
+  EXPECT_TRUE(contains(act, "model.activation (line 2)")) << act;
+}
+
+TEST(Config, SetOverridesAnyKey) {
+  Config c = parse_config(kMinimal, "test.yaml",
+                          {"data.batch_size=256", "optimizer.lr=0.05", "train.epochs=3", "model.activation=gelu",
+                           "data.train_transforms=[hflip, \"random_crop(28, 2)\"]"});
+  EXPECT_EQ(c.data.batch_size, 256);
+  EXPECT_DOUBLE_EQ(c.optimizer.lr, 0.05);
+  EXPECT_EQ(c.train.epochs, 3);
+  EXPECT_EQ(c.model.activation, "gelu");
+  ASSERT_EQ(c.data.train_transforms.size(), 2u);
+  EXPECT_EQ(c.data.train_transforms[1], "random_crop(28, 2)");
+}
+
+TEST(Config, SetErrorsNameTheOverride) {
+  const std::string msg = error_of(kMinimal, {"data.batch_size=-4"});
+  EXPECT_TRUE(contains(msg, "--set data.batch_size")) << msg;
+  const std::string typo = error_of(kMinimal, {"data.batchsize=4"});
+  EXPECT_TRUE(contains(typo, "unknown key 'batchsize'")) << typo;
+  EXPECT_TRUE(contains(typo, "--set data.batchsize")) << typo;
+  EXPECT_TRUE(contains(error_of(kMinimal, {"data.batch_size"}), "key=value"));
+  EXPECT_TRUE(contains(error_of(kMinimal, {"saved_tensors.rules[2].bits=3"}), "no item"));
+}
+
+TEST(Config, SavedTensorsRulesKeepOptionsAndWhere) {
+  const std::string yaml = std::string(kMinimal) +
+                           "saved_tensors:\n"
+                           "  default: fp32\n"
+                           "  rules:\n"
+                           "    - ops: [gelu, conv2d]\n"
+                           "      layers: [\"layer1.*\"]\n"
+                           "      scheme: fp32\n";
+  Config c = parse_config(yaml, "test.yaml");
+  ASSERT_EQ(c.saved_tensors.rules.size(), 1u);
+  const StoreRule& r = c.saved_tensors.rules[0];
+  EXPECT_EQ(r.ops, (std::vector<std::string>{"gelu", "conv2d"}));
+  EXPECT_EQ(r.layers, (std::vector<std::string>{"layer1.*"}));
+  EXPECT_EQ(r.spec.where, "saved_tensors.rules[0] (line 11)");
+  // Options no scheme asks for are reported with the rule's line.
+  const std::string msg = error_of(yaml + "      bogus: 3\n");
+  EXPECT_TRUE(contains(msg, "saved_tensors.rules[0] (line 11)")) << msg;
+  EXPECT_TRUE(contains(msg, "bogus")) << msg;
+  const std::string unknown = error_of(std::string(kMinimal) + "saved_tensors:\n  default: {scheme: zip}\n");
+  EXPECT_TRUE(contains(unknown, "unknown scheme 'zip'")) << unknown;
+  EXPECT_TRUE(contains(unknown, "fp32")) << unknown;
+  EXPECT_TRUE(contains(error_of(std::string(kMinimal) + "saved_tensors:\n  rules:\n    - {scheme: fp32}\n"), "ops"));
+}
+
+TEST(Config, ResolvedYamlRoundTrips) {
+  const std::string yaml = std::string(kMinimal) +
+                           "saved_tensors:\n  rules:\n    - {ops: [gelu], layers: [\"layer*\"], scheme: fp32}\n"
+                           "optimizer: {name: adamw, lr: 0.001, weight_decay: 0.05}\n"
+                           "schedule: {name: step, milestones: [1, 2.5], warmup_epochs: 0.5}\n";
+  Config a = parse_config(yaml, "a.yaml", {"data.train_transforms=[\"random_crop(32, 4)\", hflip]", "seed=123"});
+  const std::string text = config_to_yaml(a);
+  Config b = parse_config(text, "resolved.yaml");
+  EXPECT_EQ(config_to_yaml(b), text);
+  EXPECT_EQ(b.seed, 123u);
+  EXPECT_EQ(b.optimizer.name, "adamw");
+  EXPECT_DOUBLE_EQ(b.optimizer.lr, 0.001);
+  EXPECT_EQ(b.schedule.milestones, (std::vector<double>{1, 2.5}));
+  EXPECT_EQ(b.data.train_transforms, a.data.train_transforms);
+  ASSERT_EQ(b.saved_tensors.rules.size(), 1u);
+  EXPECT_EQ(b.saved_tensors.rules[0].layers[0], "layer*");
+}
