@@ -1,0 +1,142 @@
+#include "data/loader.h"
+
+#include <algorithm>
+#include <numeric>
+
+#include "core/error.h"
+#include "core/philox.h"
+
+namespace packrat::data {
+
+Loader::Loader(std::shared_ptr<const Dataset> dataset, Pipeline pipeline, LoaderOptions options)
+    : dataset_(std::move(dataset)), pipeline_(std::move(pipeline)), options_(options) {
+  PACKRAT_CHECK(dataset_ != nullptr, "loader: no dataset");
+  PACKRAT_CHECK(options_.batch_size > 0, "loader {}: batch size {} must be positive", dataset_->name(), options_.batch_size);
+  PACKRAT_CHECK(options_.limit >= 0, "loader {}: limit {} must not be negative", dataset_->name(), options_.limit);
+  PACKRAT_CHECK(options_.prefetch >= 1, "loader {}: prefetch {} must be at least 1", dataset_->name(), options_.prefetch);
+  PACKRAT_CHECK(options_.threads >= 1, "loader {}: threads {} must be at least 1", dataset_->name(), options_.threads);
+  size_ = options_.limit > 0 ? std::min(options_.limit, dataset_->size()) : dataset_->size();
+  PACKRAT_CHECK(size_ > 0, "loader {}: the dataset is empty", dataset_->name());
+  in_shape_ = dataset_->image_shape();
+  out_shape_ = pipeline_.output_shape(in_shape_);
+}
+
+Loader::~Loader() { stop(); }
+
+int64_t Loader::batches_per_epoch() const {
+  return options_.drop_last ? size_ / options_.batch_size : (size_ + options_.batch_size - 1) / options_.batch_size;
+}
+
+std::vector<int64_t> Loader::order(int64_t epoch) const {
+  std::vector<int64_t> idx(static_cast<size_t>(size_));
+  std::iota(idx.begin(), idx.end(), int64_t{0});
+  if (!options_.shuffle) return idx;
+  PhiloxStream rng(options_.seed, kShuffleStream | static_cast<uint64_t>(epoch));
+  for (int64_t i = size_ - 1; i > 0; --i) std::swap(idx[i], idx[rng.below(static_cast<uint64_t>(i + 1))]);
+  return idx;
+}
+
+Batch Loader::make_batch(const std::vector<int64_t>& order, int64_t epoch, int64_t batch_index) const {
+  const int64_t begin = batch_index * options_.batch_size;
+  const int64_t n = std::min(options_.batch_size, static_cast<int64_t>(order.size()) - begin);
+  PACKRAT_CHECK(n > 0, "loader {}: batch {} is past the end of the epoch", dataset_->name(), batch_index);
+  Batch b;
+  b.epoch = epoch;
+  b.index = batch_index;
+  b.indices.assign(order.begin() + begin, order.begin() + begin + n);
+  TagScope tag(MemTag::Data);
+  b.images = Tensor::empty({n, out_shape_.c, out_shape_.h, out_shape_.w}, DType::f32, Layout::Plain, MemTag::Data);
+  b.labels = Tensor::empty({n}, DType::i64, Layout::Plain, MemTag::Data);
+  float* images = b.images.data<float>();   // (N, C, H, W)
+  int64_t* labels = b.labels.data<int64_t>();  // (N)
+  const int64_t per = out_shape_.numel();
+
+  std::exception_ptr error;
+#pragma omp parallel num_threads(options_.threads) if (options_.threads > 1)
+  {
+    std::vector<uint8_t> pixels(static_cast<size_t>(in_shape_.numel()));  // (C, H, W)
+    std::vector<float> scratch;
+#pragma omp for schedule(dynamic, 4)
+    for (int64_t i = 0; i < n; ++i) {
+      try {
+        const int64_t k = b.indices[i];
+        labels[i] = dataset_->get(k, pixels.data());
+        pipeline_.run(pixels.data(), in_shape_, images + i * per, options_.seed, epoch, k, scratch);
+      } catch (...) {
+#pragma omp critical(packrat_loader_error)
+        if (!error) error = std::current_exception();
+      }
+    }
+  }
+  if (error) std::rethrow_exception(error);
+  return b;
+}
+
+void Loader::produce(int64_t epoch, int64_t first_batch) {
+  try {
+    const std::vector<int64_t> ord = order(epoch);
+    for (int64_t j = first_batch; j < batches_per_epoch(); ++j) {
+      {
+        std::unique_lock lock(mutex_);
+        cv_.wait(lock, [&] { return cancel_ || static_cast<int64_t>(ready_.size()) < options_.prefetch; });
+        if (cancel_) return;
+      }
+      Batch b = make_batch(ord, epoch, j);
+      std::lock_guard lock(mutex_);
+      if (cancel_) return;
+      ready_.push_back(std::move(b));
+      cv_.notify_all();
+    }
+  } catch (...) {
+    std::lock_guard lock(mutex_);
+    error_ = std::current_exception();
+  }
+  std::lock_guard lock(mutex_);
+  done_ = true;
+  cv_.notify_all();
+}
+
+void Loader::stop() {
+  {
+    std::lock_guard lock(mutex_);
+    cancel_ = true;
+    cv_.notify_all();
+  }
+  if (worker_.joinable()) worker_.join();
+  std::lock_guard lock(mutex_);
+  ready_.clear();
+  started_ = false;
+  done_ = false;
+  cancel_ = false;
+  error_ = nullptr;
+}
+
+void Loader::start_epoch(int64_t epoch, int64_t first_batch) {
+  PACKRAT_CHECK(epoch >= 0, "loader {}: epoch {} must not be negative", dataset_->name(), epoch);
+  PACKRAT_CHECK(first_batch >= 0 && first_batch <= batches_per_epoch(),
+                "loader {}: cannot start at batch {} of an epoch of {} batches", dataset_->name(), first_batch,
+                batches_per_epoch());
+  stop();
+  started_ = true;
+  worker_ = std::thread([this, epoch, first_batch] { produce(epoch, first_batch); });
+}
+
+bool Loader::next(Batch& batch) {
+  std::unique_lock lock(mutex_);
+  PACKRAT_CHECK(started_, "loader {}: next() called before start_epoch()", dataset_->name());
+  cv_.wait(lock, [&] { return !ready_.empty() || done_; });
+  if (!ready_.empty()) {
+    batch = std::move(ready_.front());
+    ready_.pop_front();
+    cv_.notify_all();
+    return true;
+  }
+  if (error_) {
+    std::exception_ptr e = error_;
+    error_ = nullptr;
+    std::rethrow_exception(e);
+  }
+  return false;
+}
+
+}  // namespace packrat::data

@@ -1,0 +1,97 @@
+#pragma once
+// Batches for the trainer, prepared on a background thread while the trainer computes.
+//
+//   Loader train(dataset, parse_pipeline({"random_crop(32, 4)", "hflip", "normalize(cifar10)"}),
+//                {.batch_size = 128, .shuffle = true, .seed = cfg.seed, .limit = cfg.limit_train});
+//   for (int64_t epoch = start; epoch < epochs; ++epoch) {
+//     train.start_epoch(epoch);
+//     for (Batch b; train.next(b);) step(b.images, b.labels);
+//   }
+//
+// Order: epoch e visits the samples in order(e), a Fisher-Yates shuffle driven by
+// Philox(seed, kShuffleStream | e), so it depends on (seed, epoch) only: resuming at epoch k
+// (or at batch j of epoch k, with start_epoch(k, j)) reproduces the uninterrupted run exactly,
+// augmentations included (see transforms.h). Without shuffle the order is 0, 1, 2, ...
+// Subset: `limit` keeps the first `limit` samples of the dataset in its file order (the same
+// subset for every seed); the shuffle then permutes that subset.
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "core/tensor.h"
+#include "data/dataset.h"
+#include "data/transforms.h"
+
+namespace packrat::data {
+
+struct LoaderOptions {
+  int64_t batch_size = 128;
+  bool shuffle = true;
+  bool drop_last = false;  // drop a last batch smaller than batch_size
+  uint64_t seed = 0;       // shuffle and augmentation
+  int64_t limit = 0;       // use only the first `limit` samples (0 or >= size: all)
+  int64_t prefetch = 2;    // batches prepared ahead of the consumer
+  int threads = 1;         // threads preparing one batch (an OpenMP team in the background thread)
+};
+
+struct Batch {
+  Tensor images;                 // (N, C, H, W) f32 plain, tag Data
+  Tensor labels;                 // (N) i64, tag Data
+  std::vector<int64_t> indices;  // (N) dataset index of each sample
+  int64_t epoch = 0;
+  int64_t index = 0;             // batch number within the epoch
+};
+
+constexpr uint64_t kShuffleStream = 0x5A0FFull << 40;
+
+class Loader {
+ public:
+  Loader(std::shared_ptr<const Dataset> dataset, Pipeline pipeline, LoaderOptions options);
+  ~Loader();  // stops and joins the background thread
+  Loader(const Loader&) = delete;
+  Loader& operator=(const Loader&) = delete;
+
+  const Dataset& dataset() const { return *dataset_; }
+  const LoaderOptions& options() const { return options_; }
+  int64_t size() const { return size_; }  // samples per epoch, after the limit
+  int64_t batches_per_epoch() const;
+  ImageShape image_shape() const { return out_shape_; }  // (C, H, W) of a batch image
+
+  // Dataset indices in the order epoch `epoch` visits them (size() entries).
+  std::vector<int64_t> order(int64_t epoch) const;
+
+  // Starts preparing the batches of `epoch` from batch `first_batch` on; abandons any epoch
+  // still in progress.
+  void start_epoch(int64_t epoch, int64_t first_batch = 0);
+  // The next batch of the current epoch; false when the epoch is done. Rethrows an error of
+  // the background thread (a corrupt image, say).
+  bool next(Batch& batch);
+  // Stops the background thread and drops prepared batches (also done by the destructor).
+  void stop();
+
+  // Prepares one batch synchronously (what the background thread runs).
+  Batch make_batch(const std::vector<int64_t>& order, int64_t epoch, int64_t batch_index) const;
+
+ private:
+  void produce(int64_t epoch, int64_t first_batch);
+
+  std::shared_ptr<const Dataset> dataset_;
+  Pipeline pipeline_;
+  LoaderOptions options_;
+  int64_t size_ = 0;
+  ImageShape in_shape_, out_shape_;
+
+  std::thread worker_;
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  std::deque<Batch> ready_;
+  bool started_ = false, done_ = false, cancel_ = false;
+  std::exception_ptr error_;
+};
+
+}  // namespace packrat::data
