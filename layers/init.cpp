@@ -1,0 +1,72 @@
+#include "layers/init.h"
+
+#include <cmath>
+
+namespace packrat::init {
+
+namespace {
+int64_t receptive_field(const Shape& s) {
+  int64_t r = 1;
+  for (int64_t i = 2; i < s.rank(); ++i) r *= s[i];
+  return r;
+}
+void check_f32_plain(const Tensor& t, const char* what) {
+  PACKRAT_CHECK(t.defined() && t.dtype() == DType::f32 && t.layout() == Layout::Plain,
+                "init::{}: needs a plain f32 tensor, got {}", what, t.describe());
+}
+}  // namespace
+
+int64_t fan_in(const Shape& s) {
+  PACKRAT_CHECK(s.rank() >= 2, "init: fan in/out needs a weight of rank >= 2, got shape {}", s.str());
+  return s[1] * receptive_field(s);
+}
+
+int64_t fan_out(const Shape& s) {
+  PACKRAT_CHECK(s.rank() >= 2, "init: fan in/out needs a weight of rank >= 2, got shape {}", s.str());
+  return s[0] * receptive_field(s);
+}
+
+void uniform(Tensor& t, float lo, float hi, PhiloxStream& rng) {
+  check_f32_plain(t, "uniform");
+  for (float& v : t.span<float>()) v = lo + (hi - lo) * rng.uniform();
+  t.bump_version();
+}
+
+void normal(Tensor& t, float mean, float std, PhiloxStream& rng) {
+  check_f32_plain(t, "normal");
+  for (float& v : t.span<float>()) v = mean + std * rng.normal();
+  t.bump_version();
+}
+
+void constant(Tensor& t, float value) {
+  check_f32_plain(t, "constant");
+  for (float& v : t.span<float>()) v = value;
+  t.bump_version();
+}
+
+void default_weight(Tensor& w, PhiloxStream& rng) {
+  const float bound = 1.0f / std::sqrt(static_cast<float>(fan_in(w.shape())));
+  uniform(w, -bound, bound, rng);
+}
+
+void default_bias(Tensor& b, int64_t weight_fan_in, PhiloxStream& rng) {
+  const float bound = weight_fan_in > 0 ? 1.0f / std::sqrt(static_cast<float>(weight_fan_in)) : 0.0f;
+  uniform(b, -bound, bound, rng);
+}
+
+void kaiming_normal_fan_out(Tensor& w, PhiloxStream& rng) {
+  normal(w, 0.0f, std::sqrt(2.0f / static_cast<float>(fan_out(w.shape()))), rng);
+}
+
+void kaiming_normal_fan_in(Tensor& w, PhiloxStream& rng) {
+  normal(w, 0.0f, std::sqrt(2.0f / static_cast<float>(fan_in(w.shape()))), rng);
+}
+
+uint64_t SeedSequence::next() {
+  uint64_t z = seed_ + 0x9E3779B97F4A7C15ull * ++count_;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+}  // namespace packrat::init

@@ -1,0 +1,39 @@
+#pragma once
+// Learning-rate schedules as a function of (epoch, step in epoch): constant, step decay
+// (x gamma every step_size epochs), multistep (x gamma at each milestone epoch) or cosine
+// (from the base lr down to min_lr over the run), optionally after a linear warmup.
+//
+// Time is t = epoch + step / steps_per_epoch (fractional epochs), so the cosine and the warmup
+// move every step; step and multistep decay change at epoch boundaries.
+// Warmup: for the first warmup_epochs, lr = base * (g + 1) / warmup_steps with g the global
+// step index (never 0); the main schedule then runs on the remaining time (cosine over
+// [warmup, epochs]; step/multistep keep their absolute epochs).
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace packrat {
+
+struct LrScheduleConfig {
+  std::string kind = "constant";  // constant | step | multistep | cosine
+  double base_lr = 0.1;
+  int64_t epochs = 1;             // length of the run (cosine)
+  int64_t steps_per_epoch = 1;
+  int64_t step_size = 30;         // step: epochs between decays
+  std::vector<int64_t> milestones;  // multistep: epochs at which to decay
+  double gamma = 0.1;             // step / multistep factor
+  double min_lr = 0.0;            // cosine floor
+  double warmup_epochs = 0.0;     // linear warmup length (may be fractional)
+};
+
+class LrSchedule {
+ public:
+  explicit LrSchedule(LrScheduleConfig c);  // throws on an unknown kind or bad numbers
+  double lr(int64_t epoch, int64_t step_in_epoch) const;
+  const LrScheduleConfig& config() const { return c_; }
+
+ private:
+  LrScheduleConfig c_;
+};
+
+}  // namespace packrat

@@ -1,0 +1,116 @@
+#include "optim/optimizer.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <set>
+
+namespace packrat {
+
+Optimizer::Optimizer(NamedTensors params, double lr) : params_(std::move(params)), lr_(lr) {
+  std::set<std::string> seen;
+  for (const auto& [name, p] : params_) {
+    PACKRAT_CHECK(p.defined() && p.dtype() == DType::f32, "optimizer: parameter '{}' must be a defined f32 tensor",
+                  name);
+    PACKRAT_CHECK(seen.insert(name).second, "optimizer: parameter name '{}' appears twice", name);
+  }
+  set_lr(lr);
+}
+
+void Optimizer::set_lr(double lr) {
+  PACKRAT_CHECK(std::isfinite(lr) && lr >= 0.0, "optimizer: learning rate must be finite and >= 0, got {}", lr);
+  lr_ = lr;
+}
+
+Tensor& Optimizer::state(const std::string& kind, size_t i) {
+  auto& v = state_[kind];
+  if (v.size() != params_.size()) v.resize(params_.size());
+  return v[i];
+}
+
+Tensor Optimizer::new_state(size_t i) const {
+  const Tensor& p = params_[i].second;
+  return Tensor::zeros(p.shape(), DType::f32, p.layout());
+}
+
+void Optimizer::step() {
+  for (size_t i = 0; i < params_.size(); ++i) {
+    Tensor& p = params_[i].second;
+    Tensor g = p.grad();
+    if (!g.defined()) continue;
+    PACKRAT_CHECK(g.shape() == p.shape(), "optimizer: gradient of '{}' has shape {}, the parameter {}",
+                  params_[i].first, g.shape().str(), p.shape().str());
+    if (g.layout() != p.layout()) g = g.to_layout(p.layout());
+    update(i, p, g);
+    p.bump_version();
+  }
+  ++steps_;
+}
+
+void Optimizer::zero_grad() {
+  for (auto& [name, p] : params_) p.zero_grad();
+}
+
+size_t Optimizer::param_index(const std::string& name) const {
+  for (size_t i = 0; i < params_.size(); ++i)
+    if (params_[i].first == name) return i;
+  fail("optimizer: no parameter named '{}'", name);
+}
+
+NamedTensors Optimizer::state_dict() const {
+  NamedTensors out;
+  for (const std::string& kind : state_kinds()) {
+    auto it = state_.find(kind);
+    if (it == state_.end()) continue;
+    for (size_t i = 0; i < it->second.size(); ++i)
+      if (it->second[i].defined()) out.emplace_back(kind + "." + params_[i].first, it->second[i]);
+  }
+  save_extra(out);
+  Tensor step;
+  {
+    TagScope tag(MemTag::OptimizerState);
+    step = Tensor::empty(Shape{}, DType::i64);
+  }
+  step.data<int64_t>()[0] = steps_;
+  out.emplace_back("step", step);
+  return out;
+}
+
+void Optimizer::load_state_dict(const NamedTensors& state) {
+  std::map<std::string, size_t> index;
+  for (size_t i = 0; i < params_.size(); ++i) index[params_[i].first] = i;
+  const std::vector<std::string> kinds = state_kinds();
+  std::map<std::string, std::vector<Tensor>> loaded;
+  int64_t steps = -1;
+  clear_extra();
+  for (const auto& [name, t] : state) {
+    if (name == "step") {
+      PACKRAT_CHECK(t.defined() && t.dtype() == DType::i64 && t.numel() == 1,
+                    "optimizer state: 'step' must be one i64 value, got {}", t.describe());
+      steps = t.data<int64_t>()[0];
+      continue;
+    }
+    if (load_extra(name, t)) continue;
+    const size_t dot = name.find('.');
+    const std::string kind = dot == std::string::npos ? name : name.substr(0, dot);
+    PACKRAT_CHECK(dot != std::string::npos && std::find(kinds.begin(), kinds.end(), kind) != kinds.end(),
+                  "optimizer state: unexpected entry '{}' for this optimizer", name);
+    auto it = index.find(name.substr(dot + 1));
+    PACKRAT_CHECK(it != index.end(), "optimizer state: entry '{}' names no parameter of this optimizer", name);
+    const Tensor& p = params_[it->second].second;
+    PACKRAT_CHECK(t.defined() && t.shape() == p.shape() && t.dtype() == DType::f32,
+                  "optimizer state: entry '{}' is {}, the parameter is {} f32", name, t.describe(), p.shape().str());
+    auto& v = loaded[kind];
+    v.resize(params_.size());
+    TagScope tag(MemTag::OptimizerState);
+    Tensor copy = Tensor::empty(p.shape(), DType::f32, p.layout());
+    const Tensor src = t.to_layout(p.layout());
+    std::memcpy(copy.raw(), src.raw(), copy.nbytes());
+    v[it->second] = copy;
+  }
+  PACKRAT_CHECK(steps >= 0, "optimizer state: the 'step' entry is missing");
+  state_ = std::move(loaded);
+  steps_ = steps;
+}
+
+}  // namespace packrat
