@@ -2,6 +2,8 @@
 
 #include <fnmatch.h>
 
+#include <mutex>
+
 #include "autograd/fp32_store.h"
 #include "core/error.h"
 
@@ -12,18 +14,45 @@ bool glob_match(std::string_view pattern, std::string_view text) {
   return ::fnmatch(p.c_str(), t.c_str(), 0) == 0;
 }
 
-std::vector<std::string> available_schemes() { return {"fp32"}; }
+namespace {
+std::mutex g_schemes_mutex;
+
+std::map<std::string, StoreFactory>& schemes() {  // callers hold g_schemes_mutex
+  static std::map<std::string, StoreFactory> table = [] {
+    std::map<std::string, StoreFactory> t;
+    t["fp32"] = [](SchemeOptions&) { return std::make_unique<Fp32Store>(); };
+    return t;
+  }();
+  return table;
+}
+}  // namespace
+
+void register_scheme(const std::string& name, StoreFactory factory) {
+  std::lock_guard lock(g_schemes_mutex);
+  schemes()[name] = std::move(factory);
+}
+
+std::vector<std::string> available_schemes() {
+  std::lock_guard lock(g_schemes_mutex);
+  std::vector<std::string> out;
+  for (const auto& [name, f] : schemes()) out.push_back(name);
+  return out;
+}
 
 std::unique_ptr<SavedTensorStore> make_store(const SchemeSpec& spec) {
-  SchemeOptions options(spec.options, spec.where);
-  std::unique_ptr<SavedTensorStore> store;
-  if (spec.scheme == "fp32") {
-    store = std::make_unique<Fp32Store>();
-  } else {
+  StoreFactory factory;
+  {
+    std::lock_guard lock(g_schemes_mutex);
+    auto it = schemes().find(spec.scheme);
+    if (it != schemes().end()) factory = it->second;
+  }
+  if (!factory) {
     std::string list;
     for (const auto& s : available_schemes()) list += (list.empty() ? "" : ", ") + s;
     fail("{}: unknown scheme '{}'; available: {}", spec.where, spec.scheme, list);
   }
+  SchemeOptions options(spec.options, spec.where);
+  std::unique_ptr<SavedTensorStore> store = factory(options);
   options.check_all_used();
   return store;
 }

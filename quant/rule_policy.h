@@ -11,6 +11,7 @@
 // Each rule gets its own store instance. A request the matched store does not accept()
 // (e.g. a conv input sent to the few-bit store) goes to the default store, and one the default
 // does not accept either goes to a plain FP32 store, so every request is served.
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -42,8 +43,12 @@ struct StorePolicySpec {
 // '*' matches any run of characters (dots included), '?' one character, [..] a class.
 bool glob_match(std::string_view pattern, std::string_view text);
 
-// The scheme names make_store understands.
-std::vector<std::string> available_schemes();
+// Scheme factories by name. The built-in schemes are registered on first use; a new scheme
+// (a research store of your own) registers itself with register_scheme before the config is read.
+// A factory reads its options with the SchemeOptions getters; unread options are an error.
+using StoreFactory = std::function<std::unique_ptr<SavedTensorStore>(SchemeOptions&)>;
+void register_scheme(const std::string& name, StoreFactory factory);
+std::vector<std::string> available_schemes();  // sorted
 // Builds one store; throws naming spec.where for an unknown scheme or a bad/unknown option.
 std::unique_ptr<SavedTensorStore> make_store(const SchemeSpec& spec);
 
