@@ -1,0 +1,95 @@
+// conv2d: forward and both backwards on oneDNN (core/cpu/conv.h).
+// Saves x (for the weight gradient) and the weight (for the input gradient), each only when
+// the gradient that needs it is wanted.
+#include "autograd/ops.h"
+#include "autograd/tape.h"
+#include "core/cpu/conv.h"
+#include "core/cpu/dnnl_context.h"
+
+namespace packrat::ops {
+
+namespace {
+
+cpu::ConvGeometry check_conv(const Tensor& x, const Tensor& w, const Tensor& b, const Conv2dOptions& o) {
+  const std::string where = cpu::op_where("conv2d");
+  PACKRAT_CHECK(x.defined() && w.defined(), "{}: input and weight must be defined", where);
+  PACKRAT_CHECK(x.rank() == 4, "{}: input must be 4-d (N, C, H, W), got {}", where, x.shape().str());
+  PACKRAT_CHECK(w.rank() == 4, "{}: weight must be 4-d (Cout, Cin/groups, KH, KW), got {}", where, w.shape().str());
+  PACKRAT_CHECK(x.dtype() == DType::f32, "{}: input has dtype {}, expected f32", where, dtype_name(x.dtype()));
+  PACKRAT_CHECK(w.dtype() == DType::f32, "{}: weight has dtype {}, expected f32", where, dtype_name(w.dtype()));
+  PACKRAT_CHECK(w.layout() == Layout::Plain, "{}: weight must be plain OIHW, got {}", where, w.describe());
+  PACKRAT_CHECK(o.groups >= 1, "{}: groups must be >= 1, got {}", where, o.groups);
+  PACKRAT_CHECK(o.stride_h >= 1 && o.stride_w >= 1, "{}: stride must be >= 1, got ({}, {})", where, o.stride_h,
+                o.stride_w);
+  PACKRAT_CHECK(o.dilation_h >= 1 && o.dilation_w >= 1, "{}: dilation must be >= 1, got ({}, {})", where,
+                o.dilation_h, o.dilation_w);
+  PACKRAT_CHECK(o.pad_h >= 0 && o.pad_w >= 0, "{}: padding must be >= 0, got ({}, {})", where, o.pad_h, o.pad_w);
+  cpu::ConvGeometry g{};
+  g.N = x.dim(0), g.Cin = x.dim(1), g.H = x.dim(2), g.W = x.dim(3);
+  g.Cout = w.dim(0), g.KH = w.dim(2), g.KW = w.dim(3);
+  g.stride_h = o.stride_h, g.stride_w = o.stride_w, g.pad_h = o.pad_h, g.pad_w = o.pad_w;
+  g.dilation_h = o.dilation_h, g.dilation_w = o.dilation_w, g.groups = o.groups;
+  PACKRAT_CHECK(g.Cin % o.groups == 0, "{}: input has {} channels, not divisible by groups={}", where, g.Cin,
+                o.groups);
+  PACKRAT_CHECK(g.Cout % o.groups == 0, "{}: weight has {} output channels, not divisible by groups={}", where, g.Cout,
+                o.groups);
+  PACKRAT_CHECK(g.Cin == w.dim(1) * o.groups, "{}: input has {} channels, weight expects {}{}", where, g.Cin,
+                w.dim(1) * o.groups, o.groups > 1 ? fmt::format(" ({} groups of {})", o.groups, w.dim(1)) : "");
+  const int64_t ekh = (g.KH - 1) * o.dilation_h + 1, ekw = (g.KW - 1) * o.dilation_w + 1;
+  PACKRAT_CHECK(ekh <= g.H + 2 * o.pad_h && ekw <= g.W + 2 * o.pad_w,
+                "{}: kernel {}x{} (dilated {}x{}) is larger than the padded input {}x{}", where, g.KH, g.KW, ekh, ekw,
+                g.H + 2 * o.pad_h, g.W + 2 * o.pad_w);
+  g.OH = (g.H + 2 * o.pad_h - ekh) / o.stride_h + 1;
+  g.OW = (g.W + 2 * o.pad_w - ekw) / o.stride_w + 1;
+  g.has_bias = b.defined();
+  if (g.has_bias) {
+    PACKRAT_CHECK(b.rank() == 1 && b.dim(0) == g.Cout, "{}: bias has shape {}, expected ({},)", where,
+                  b.shape().str(), g.Cout);
+    PACKRAT_CHECK(b.dtype() == DType::f32, "{}: bias has dtype {}, expected f32", where, dtype_name(b.dtype()));
+  }
+  return g;
+}
+
+}  // namespace
+
+Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const Conv2dOptions& o) {
+  const cpu::ConvGeometry g = check_conv(x, weight, bias, o);
+  // The primitive reads x in its src layout; keep that copy so that backward needs no reorder.
+  const Tensor src = x.to_layout(g.src_layout());
+  Tensor y = cpu::conv_forward(src, weight, bias, g);  // (N, Cout, OH, OW)
+  if (!needs_grad({&x, &weight, &bias})) return y;
+
+  const bool want_dx = x.requires_grad();
+  const bool want_dw = weight.requires_grad() || (bias.defined() && bias.requires_grad());
+  std::vector<SavedHandle> saved;
+  int ix = -1, iw = -1;
+  if (want_dw) {
+    ix = static_cast<int>(saved.size());
+    saved.push_back(save_for_backward(src, SaveRequest{Need::Value, nullptr, "conv2d", LayerScope::current()}));
+  }
+  if (want_dx) {
+    iw = static_cast<int>(saved.size());
+    saved.push_back(save_for_backward(weight, SaveRequest{Need::Value, nullptr, "conv2d", LayerScope::current()}));
+  }
+  const Layout x_layout = x.layout();
+  record("conv2d", {&x, &weight, &bias}, {&y}, std::move(saved),
+         [g, x_layout, ix, iw](Node& n, const std::vector<Tensor>& grads) -> std::vector<Tensor> {
+           const Tensor& gy = grads[0];  // (N, Cout, OH, OW), y's layout
+           std::vector<Tensor> out(3);
+           if (n.inputs[0] && iw >= 0) {
+             Tensor w = n.load(static_cast<size_t>(iw)).to_plain();
+             out[0] = cpu::conv_backward_data(gy, w, g).to_layout(x_layout);  // (N, Cin, H, W)
+           }
+           if (ix >= 0 && (n.inputs[1] || n.inputs[2])) {
+             Tensor xs = n.load(static_cast<size_t>(ix));
+             Tensor gw, gb;
+             cpu::conv_backward_weights(xs, gy, g, gw, gb);
+             if (n.inputs[1]) out[1] = gw;
+             if (n.inputs[2]) out[2] = gb;
+           }
+           return out;
+         });
+  return y;
+}
+
+}  // namespace packrat::ops

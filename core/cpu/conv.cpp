@@ -1,0 +1,157 @@
+#include "core/cpu/conv.h"
+
+#include <memory>
+#include <mutex>
+#include <unordered_map>
+
+#include "core/cpu/dnnl_context.h"
+#include "core/cpu/weight_cache.h"
+
+namespace packrat::cpu {
+
+using dnnl::memory;
+using tag = dnnl::memory::format_tag;
+
+std::string ConvGeometry::key() const {
+  return fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}", N, Cin, H, W, Cout, KH, KW, OH, OW, stride_h,
+                     stride_w, pad_h, pad_w, dilation_h, dilation_w, groups) +
+         (has_bias ? ",b" : "");
+}
+
+namespace {
+
+struct ConvPlan {
+  memory::desc src, dst, wplain, wany, bias;
+  memory::dims strides, dilates, pad_l, pad_r;
+  dnnl::convolution_forward::primitive_desc fwd_pd;
+  dnnl::convolution_forward fwd;
+  std::once_flag bd_once, bw_once;
+  dnnl::convolution_backward_data::primitive_desc bd_pd;
+  dnnl::convolution_backward_data bd;
+  dnnl::convolution_backward_weights::primitive_desc bw_pd;
+  dnnl::convolution_backward_weights bw;
+};
+
+memory::dims weight_dims(const ConvGeometry& g) {
+  if (g.groups == 1) return {g.Cout, g.Cin, g.KH, g.KW};
+  return {g.groups, g.Cout / g.groups, g.Cin / g.groups, g.KH, g.KW};
+}
+
+std::shared_ptr<ConvPlan> make_plan(const ConvGeometry& g) {
+  auto p = std::make_shared<ConvPlan>();
+  p->src = desc_for(Shape{g.N, g.Cin, g.H, g.W}, DType::f32, g.src_layout());
+  p->dst = desc_for(Shape{g.N, g.Cout, g.OH, g.OW}, DType::f32, g.dst_layout());
+  const memory::dims wd = weight_dims(g);
+  p->wplain = memory::desc(wd, memory::data_type::f32, g.groups == 1 ? tag::oihw : tag::goihw);
+  p->wany = memory::desc(wd, memory::data_type::f32, tag::any);
+  p->bias = g.has_bias ? memory::desc({g.Cout}, memory::data_type::f32, tag::x) : memory::desc();
+  p->strides = {g.stride_h, g.stride_w};
+  p->dilates = {g.dilation_h - 1, g.dilation_w - 1};
+  p->pad_l = {g.pad_h, g.pad_w};
+  p->pad_r = {(g.OH - 1) * g.stride_h + (g.KH - 1) * g.dilation_h + 1 - g.H - g.pad_h,
+              (g.OW - 1) * g.stride_w + (g.KW - 1) * g.dilation_w + 1 - g.W - g.pad_w};
+  dnnl::convolution_forward::desc d =
+      g.has_bias ? dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training,
+                                                   dnnl::algorithm::convolution_direct, p->src, p->wany, p->bias,
+                                                   p->dst, p->strides, p->dilates, p->pad_l, p->pad_r)
+                 : dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training,
+                                                   dnnl::algorithm::convolution_direct, p->src, p->wany, p->dst,
+                                                   p->strides, p->dilates, p->pad_l, p->pad_r);
+  p->fwd_pd = dnnl::convolution_forward::primitive_desc(d, dnnl_attr(), dnnl_engine());
+  p->fwd = dnnl::convolution_forward(p->fwd_pd);
+  return p;
+}
+
+std::shared_ptr<ConvPlan> plan_for(const ConvGeometry& g) {
+  static std::mutex mutex;
+  static std::unordered_map<std::string, std::shared_ptr<ConvPlan>> plans;
+  const std::string key = g.key();
+  std::unique_lock lock(mutex);
+  auto it = plans.find(key);
+  if (it != plans.end()) return it->second;
+  if (plans.size() >= 512) plans.clear();  // bounded: a model has far fewer distinct convolutions
+  auto p = make_plan(g);
+  plans.emplace(key, p);
+  return p;
+}
+
+ConvPlan& backward_data_plan(const ConvGeometry& g, const std::shared_ptr<ConvPlan>& p) {
+  std::call_once(p->bd_once, [&] {
+    dnnl::convolution_backward_data::desc d(dnnl::algorithm::convolution_direct, p->src, p->wany, p->dst, p->strides,
+                                            p->dilates, p->pad_l, p->pad_r);
+    p->bd_pd = dnnl::convolution_backward_data::primitive_desc(d, dnnl_attr(), dnnl_engine(), p->fwd_pd);
+    p->bd = dnnl::convolution_backward_data(p->bd_pd);
+  });
+  return *p;
+}
+
+ConvPlan& backward_weights_plan(const ConvGeometry& g, const std::shared_ptr<ConvPlan>& p) {
+  std::call_once(p->bw_once, [&] {
+    dnnl::convolution_backward_weights::desc d =
+        g.has_bias ? dnnl::convolution_backward_weights::desc(dnnl::algorithm::convolution_direct, p->src, p->wany,
+                                                              p->bias, p->dst, p->strides, p->dilates, p->pad_l,
+                                                              p->pad_r)
+                   : dnnl::convolution_backward_weights::desc(dnnl::algorithm::convolution_direct, p->src, p->wany,
+                                                              p->dst, p->strides, p->dilates, p->pad_l, p->pad_r);
+    p->bw_pd = dnnl::convolution_backward_weights::primitive_desc(d, dnnl_attr(), dnnl_engine(), p->fwd_pd);
+    p->bw = dnnl::convolution_backward_weights(p->bw_pd);
+  });
+  return *p;
+}
+
+}  // namespace
+
+Tensor conv_forward(const Tensor& x, const Tensor& w, const Tensor& b, const ConvGeometry& g) {
+  auto plan = plan_for(g);
+  const Tensor src = x.to_layout(g.src_layout());
+  const Tensor wbuf = weights_as(w, plan->wplain, plan->fwd_pd.weights_desc());
+  Tensor y = Tensor::empty(Shape{g.N, g.Cout, g.OH, g.OW}, DType::f32, g.dst_layout());  // (N, Cout, OH, OW)
+  std::unordered_map<int, memory> args{{DNNL_ARG_SRC, memory_of(src, plan->src)},
+                                       {DNNL_ARG_WEIGHTS, memory_of(wbuf, plan->fwd_pd.weights_desc())},
+                                       {DNNL_ARG_DST, memory_of(y, plan->dst)}};
+  if (g.has_bias) args.emplace(DNNL_ARG_BIAS, memory_of(b, plan->bias));
+  execute(plan->fwd, plan->fwd_pd, std::move(args));
+  return y;
+}
+
+Tensor conv_backward_data(const Tensor& gy, const Tensor& w, const ConvGeometry& g) {
+  auto plan = plan_for(g);
+  ConvPlan& p = backward_data_plan(g, plan);
+  const Tensor diff_dst = gy.to_layout(g.dst_layout());
+  const Tensor wbuf = weights_as(w, p.wplain, p.bd_pd.weights_desc());
+  Tensor dx = Tensor::empty(Shape{g.N, g.Cin, g.H, g.W}, DType::f32, g.src_layout());  // (N, Cin, H, W)
+  execute(p.bd, p.bd_pd,
+          {{DNNL_ARG_DIFF_DST, memory_of(diff_dst, p.dst)},
+           {DNNL_ARG_WEIGHTS, memory_of(wbuf, p.bd_pd.weights_desc())},
+           {DNNL_ARG_DIFF_SRC, memory_of(dx, p.src)}});
+  return dx;
+}
+
+void conv_backward_weights(const Tensor& x, const Tensor& gy, const ConvGeometry& g, Tensor& gw, Tensor& gb) {
+  auto plan = plan_for(g);
+  ConvPlan& p = backward_weights_plan(g, plan);
+  const Tensor src = x.to_layout(g.src_layout());
+  const Tensor diff_dst = gy.to_layout(g.dst_layout());
+  gw = Tensor::empty(Shape{g.Cout, g.Cin / g.groups, g.KH, g.KW});  // (Cout, Cin/groups, KH, KW) plain OIHW
+  const memory::desc dw_desc = p.bw_pd.diff_weights_desc();
+  const bool direct = dw_desc == p.wplain;
+  Tensor dw_buf = direct ? gw
+                         : Tensor::empty(Shape{static_cast<int64_t>((dw_desc.get_size() + 3) / 4)}, DType::f32,
+                                         Layout::Plain, MemTag::Workspace);  // blocked diff weights
+  std::unordered_map<int, memory> args{{DNNL_ARG_SRC, memory_of(src, p.src)},
+                                       {DNNL_ARG_DIFF_DST, memory_of(diff_dst, p.dst)},
+                                       {DNNL_ARG_DIFF_WEIGHTS, memory_of(dw_buf, dw_desc)}};
+  if (g.has_bias) {
+    gb = Tensor::empty(Shape{g.Cout});  // (Cout)
+    args.emplace(DNNL_ARG_DIFF_BIAS, memory_of(gb, p.bias));
+  }
+  execute(p.bw, p.bw_pd, std::move(args));
+  if (!direct) {
+    Tensor plain_view = gw;
+    memory from(dw_desc, dnnl_engine(), dw_buf.raw()), to(p.wplain, dnnl_engine(), plain_view.raw());
+    dnnl::reorder(from, to).execute(dnnl_stream(), from, to);
+    dnnl_stream().wait();
+  }
+}
+
+}  // namespace packrat::cpu

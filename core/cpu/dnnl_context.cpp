@@ -1,0 +1,90 @@
+#include "core/cpu/dnnl_context.h"
+
+namespace packrat::cpu {
+
+using dnnl::memory;
+
+dnnl::engine& dnnl_engine() {
+  static dnnl::engine engine(dnnl::engine::kind::cpu, 0);
+  return engine;
+}
+
+dnnl::stream& dnnl_stream() {
+  thread_local dnnl::stream stream(dnnl_engine());
+  return stream;
+}
+
+dnnl::primitive_attr dnnl_attr() {
+  dnnl::primitive_attr attr;
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  attr.set_fpmath_mode(dnnl::fpmath_mode::strict);
+  return attr;
+}
+
+memory::data_type dnnl_type(DType t) {
+  switch (t) {
+    case DType::f32: return memory::data_type::f32;
+    case DType::u8: return memory::data_type::u8;
+    case DType::i32: return memory::data_type::s32;
+    default: fail("oneDNN: dtype {} is not supported by the CPU kernels (use f32)", dtype_name(t));
+  }
+}
+
+memory::desc desc_for(const Shape& shape, DType dtype, Layout layout) {
+  const memory::dims dims = dims_of(shape);
+  if (layout == Layout::nChw16c) return memory::desc(dims, dnnl_type(dtype), memory::format_tag::nChw16c);
+  memory::dims strides(dims.size());
+  memory::dim s = 1;
+  for (size_t i = dims.size(); i-- > 0;) {
+    strides[i] = s;
+    s *= dims[i];
+  }
+  return memory::desc(dims, dnnl_type(dtype), strides);
+}
+
+memory memory_of(const Tensor& t) { return memory_of(t, desc_of(t)); }
+
+memory memory_of(const Tensor& t, const memory::desc& d) { return memory(d, dnnl_engine(), t.raw()); }
+
+std::optional<Layout> layout_of(const memory::desc& d) {
+  if (d.dims().size() != 4) return std::nullopt;
+  const Shape s(std::vector<int64_t>(d.dims().begin(), d.dims().end()));
+  const DType dt = d.data_type() == memory::data_type::f32 ? DType::f32
+                   : d.data_type() == memory::data_type::u8 ? DType::u8
+                                                             : DType::i32;
+  if (d == desc_for(s, dt, Layout::Plain)) return Layout::Plain;
+  if (s[1] % kChannelBlock == 0 && d == desc_for(s, dt, Layout::nChw16c)) return Layout::nChw16c;
+  return std::nullopt;
+}
+
+Tensor reorder_into_buffer(const Tensor& src, const memory::desc& src_desc, const memory::desc& want, MemTag tag) {
+  Tensor out = Tensor::empty(Shape{static_cast<int64_t>((want.get_size() + 3) / 4)}, DType::f32, Layout::Plain, tag);
+  memory from = memory_of(src, src_desc), to(want, dnnl_engine(), out.raw());
+  dnnl::reorder(from, to).execute(dnnl_stream(), from, to);
+  dnnl_stream().wait();
+  return out;
+}
+
+void reorder_from_buffer(const Tensor& buffer, const memory::desc& from_desc, Tensor& dst) {
+  memory from(from_desc, dnnl_engine(), buffer.raw()), to = memory_of(dst);
+  dnnl::reorder(from, to).execute(dnnl_stream(), from, to);
+  dnnl_stream().wait();
+}
+
+void execute(const dnnl::primitive& p, const dnnl::primitive_desc_base& pd, std::unordered_map<int, memory> args) {
+  const memory::desc sd = pd.scratchpad_desc();
+  Tensor scratch;  // (bytes,) u8, alive until the primitive has run
+  if (sd.get_size() > 0) {
+    scratch = Tensor::empty(Shape{static_cast<int64_t>(sd.get_size())}, DType::u8, Layout::Plain, MemTag::Workspace);
+    args.emplace(DNNL_ARG_SCRATCHPAD, memory(sd, dnnl_engine(), scratch.raw()));
+  }
+  p.execute(dnnl_stream(), args);
+  dnnl_stream().wait();
+}
+
+std::string op_where(std::string_view op) {
+  const std::string& layer = LayerScope::current();
+  return layer.empty() ? std::string(op) : std::string(op) + " " + layer;
+}
+
+}  // namespace packrat::cpu

@@ -1,0 +1,52 @@
+#pragma once
+// oneDNN glue for the CPU backend: the engine, a per-thread stream, memory descriptors for
+// packrat tensors as they lie (plain or nChw16c), user-mode scratchpads allocated as packrat
+// tensors (so the allocator sees every byte), and reorders into packrat buffers.
+// Only files under core/cpu/ and the .cpp files of the ops include this header.
+#include <oneapi/dnnl/dnnl.hpp>
+
+#include <optional>
+#include <string>
+#include <unordered_map>
+
+#include "core/tensor.h"
+
+namespace packrat::cpu {
+
+dnnl::engine& dnnl_engine();
+dnnl::stream& dnnl_stream();  // one per thread
+
+// Attributes every packrat primitive uses: strict fp32 math (no bf16 down-conversion) and
+// a user-provided scratchpad.
+dnnl::primitive_attr dnnl_attr();
+
+dnnl::memory::data_type dnnl_type(DType t);
+// The memory descriptor of a buffer of this shape/dtype/layout: plain row-major for any rank,
+// nChw16c for 4-d blocked tensors.
+dnnl::memory::desc desc_for(const Shape& shape, DType dtype, Layout layout);
+inline dnnl::memory::desc desc_of(const Tensor& t) { return desc_for(t.shape(), t.dtype(), t.layout()); }
+// Wraps a tensor's buffer (no copy) with the given descriptor (default: as it lies).
+dnnl::memory memory_of(const Tensor& t);
+dnnl::memory memory_of(const Tensor& t, const dnnl::memory::desc& d);
+
+// The Layout a 4-d descriptor describes (nchw or unpadded nChw16c), if it is one of ours.
+std::optional<Layout> layout_of(const dnnl::memory::desc& d);
+
+// Reorders `src` (described by src_desc) into a new tensor laid out as `want`. The result is
+// a 1-d f32 tensor of want.get_size()/4 elements (an opaque buffer) tagged `tag`.
+Tensor reorder_into_buffer(const Tensor& src, const dnnl::memory::desc& src_desc, const dnnl::memory::desc& want,
+                           MemTag tag);
+// Reorders an opaque buffer laid out as `from` into `dst` as it lies.
+void reorder_from_buffer(const Tensor& buffer, const dnnl::memory::desc& from, Tensor& dst);
+
+// Runs a primitive, adding a scratchpad tensor (Workspace tag) of the size the descriptor asks.
+void execute(const dnnl::primitive& p, const dnnl::primitive_desc_base& pd,
+             std::unordered_map<int, dnnl::memory> args);
+
+// "conv2d layer1.0.conv1" (or "conv2d" outside any layer): the prefix of every error message.
+std::string op_where(std::string_view op);
+
+// oneDNN dims from int64.
+inline dnnl::memory::dims dims_of(const Shape& s) { return dnnl::memory::dims(s.dims().begin(), s.dims().end()); }
+
+}  // namespace packrat::cpu

@@ -1,0 +1,27 @@
+#pragma once
+// Cache of weights reordered into a primitive's preferred (blocked) format. Weights stay plain
+// OIHW (PyTorch layout, for checkpoints); a convolution asks for them in, e.g., OIhw16i16o.
+// Entries are keyed by the weight's storage, its in-place version and the wanted format, so
+// an optimizer step (which bumps the version) invalidates them; an entry whose weight was
+// freed is dropped. The copies are allocator-accounted under the Workspace tag.
+// Only model parameters (allocation tagged Parameter) are cached: their one writer, the
+// optimizer, bumps the version. Any other tensor (a test's weight that a gradient check
+// perturbs in place) is reordered on every call. Code that writes into a parameter's data
+// directly must call bump_version(), or clear_weight_cache().
+#include <cstdint>
+
+#include "core/cpu/dnnl_context.h"
+
+namespace packrat::cpu {
+
+// `w` laid out as `want`: `w` itself when `want` equals `plain` (how w lies), else a reordered
+// copy (1-d f32 buffer), from the cache when the weight has not changed since.
+Tensor weights_as(const Tensor& w, const dnnl::memory::desc& plain, const dnnl::memory::desc& want);
+
+void set_weight_cache_enabled(bool on);  // on by default
+bool weight_cache_enabled();
+void clear_weight_cache();
+int64_t weight_cache_bytes();      // bytes held by cached copies
+int64_t weight_cache_reorders();   // reorders done so far (misses), for tests and benchmarks
+
+}  // namespace packrat::cpu

@@ -1,0 +1,200 @@
+// conv2d: gradient checks for every geometry the op promises, layout behaviour, the weight
+// cache, error messages. PyTorch goldens are in dnnl_golden_test cases below.
+#include <gtest/gtest.h>
+
+#include "autograd/ops.h"
+#include "autograd/tape.h"
+#include "core/cpu/weight_cache.h"
+#include "tests/support/gradcheck.h"
+
+using namespace packrat;
+using packrat::testing::gradcheck;
+using packrat::testing::random_tensor;
+
+namespace {
+
+Tensor param(const Shape& s, uint64_t seed) {
+  Tensor t = random_tensor(s, seed);
+  t.set_requires_grad(true);
+  return t;
+}
+
+void check_conv(const Shape& xs, const Shape& ws, bool bias, const ops::Conv2dOptions& o) {
+  std::vector<Tensor> in = {param(xs, 1), param(ws, 2)};
+  if (bias) in.push_back(param(Shape{ws[0]}, 3));
+  gradcheck([&](const std::vector<Tensor>& t) { return ops::conv2d(t[0], t[1], bias ? t[2] : Tensor(), o); }, in);
+}
+
+// Direct loops: y[n,o,i,j] = b[o] + sum_{c,kh,kw} x[n, g*cg + c, i*s - p + kh*d, j*s - p + kw*d] * w[o,c,kh,kw]
+std::vector<float> naive_conv(const Tensor& x, const Tensor& w, const Tensor& b, const ops::Conv2dOptions& o,
+                              int64_t OH, int64_t OW) {
+  const auto xv = x.to_vector(), wv = w.to_vector();
+  const int64_t N = x.dim(0), C = x.dim(1), H = x.dim(2), W = x.dim(3), O = w.dim(0), CG = w.dim(1), KH = w.dim(2),
+                KW = w.dim(3), OG = O / o.groups;
+  std::vector<float> y(static_cast<size_t>(N * O * OH * OW));
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t oc = 0; oc < O; ++oc)
+      for (int64_t i = 0; i < OH; ++i)
+        for (int64_t j = 0; j < OW; ++j) {
+          double s = b.defined() ? b.to_vector()[static_cast<size_t>(oc)] : 0.0;
+          const int64_t g = oc / OG;
+          for (int64_t c = 0; c < CG; ++c)
+            for (int64_t kh = 0; kh < KH; ++kh)
+              for (int64_t kw = 0; kw < KW; ++kw) {
+                const int64_t h = i * o.stride_h - o.pad_h + kh * o.dilation_h;
+                const int64_t ww = j * o.stride_w - o.pad_w + kw * o.dilation_w;
+                if (h < 0 || h >= H || ww < 0 || ww >= W) continue;
+                s += xv[static_cast<size_t>(((n * C + g * CG + c) * H + h) * W + ww)] *
+                     wv[static_cast<size_t>(((oc * CG + c) * KH + kh) * KW + kw)];
+              }
+          y[static_cast<size_t>(((n * O + oc) * OH + i) * OW + j)] = static_cast<float>(s);
+        }
+  return y;
+}
+
+void expect_close(const std::vector<float>& a, const std::vector<float>& b, float tol = 1e-4f) {
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) ASSERT_NEAR(a[i], b[i], tol) << "element " << i;
+}
+
+}  // namespace
+
+TEST(Conv2dOpGrad, Basic3x3WithBias) { check_conv({2, 3, 5, 5}, {4, 3, 3, 3}, true, {1, 1, 1, 1, 1, 1, 1}); }
+TEST(Conv2dOpGrad, StridedPaddedNoBias) { check_conv({2, 3, 7, 6}, {4, 3, 3, 3}, false, {2, 2, 1, 1, 1, 1, 1}); }
+TEST(Conv2dOpGrad, AsymmetricStrideAndPadding) { check_conv({1, 2, 7, 8}, {3, 2, 3, 2}, true, {2, 1, 0, 2, 1, 1, 1}); }
+TEST(Conv2dOpGrad, Dilated) { check_conv({1, 2, 7, 7}, {3, 2, 3, 3}, true, {1, 1, 2, 2, 2, 2, 1}); }
+TEST(Conv2dOpGrad, Grouped) { check_conv({2, 4, 5, 5}, {6, 2, 3, 3}, true, {1, 1, 1, 1, 1, 1, 2}); }
+TEST(Conv2dOpGrad, Depthwise) { check_conv({2, 4, 5, 5}, {4, 1, 3, 3}, false, {1, 1, 1, 1, 1, 1, 4}); }
+// ResNet's downsample: the right padding oneDNN needs is negative (even input, stride 2).
+TEST(Conv2dOpGrad, Pointwise1x1Stride2EvenInput) { check_conv({2, 3, 6, 6}, {4, 3, 1, 1}, false, {2, 2, 0, 0, 1, 1, 1}); }
+
+TEST(Conv2dOp, ForwardMatchesDirectLoopsForEveryGeometry) {
+  struct Case {
+    Shape x, w;
+    ops::Conv2dOptions o;
+  };
+  const std::vector<Case> cases = {{{2, 3, 6, 5}, {4, 3, 3, 3}, {1, 1, 1, 1, 1, 1, 1}},
+                                   {{1, 16, 9, 9}, {32, 16, 3, 3}, {2, 2, 1, 1, 1, 1, 1}},
+                                   {{1, 32, 8, 8}, {32, 1, 3, 3}, {1, 1, 2, 2, 2, 2, 32}},
+                                   {{1, 32, 6, 6}, {16, 8, 1, 1}, {2, 2, 0, 0, 1, 1, 4}}};
+  for (const auto& c : cases) {
+    Tensor x = random_tensor(c.x, 7), w = random_tensor(c.w, 8), b = random_tensor(Shape{c.w[0]}, 9);
+    Tensor y = ops::conv2d(x, w, b, c.o);
+    const int64_t OH = y.dim(2), OW = y.dim(3);
+    expect_close(y.to_vector(), naive_conv(x, w, b, c.o, OH, OW));
+  }
+}
+
+TEST(Conv2dOp, OutputIsBlockedWhenOutputChannelsAreAMultipleOf16) {
+  Tensor x = random_tensor({1, 3, 8, 8}, 1);
+  EXPECT_EQ(ops::conv2d(x, random_tensor({16, 3, 3, 3}, 2), Tensor(), {}).layout(), Layout::nChw16c);
+  EXPECT_EQ(ops::conv2d(x, random_tensor({8, 3, 3, 3}, 2), Tensor(), {}).layout(), Layout::Plain);
+}
+
+TEST(Conv2dOp, PlainAndBlockedInputsGiveTheSameResultsAndGradientsInTheirOwnLayout) {
+  Tensor x = random_tensor({2, 16, 6, 6}, 1);
+  Tensor w = random_tensor({32, 16, 3, 3}, 2), b = random_tensor({32}, 3);
+  w.set_requires_grad(true);
+  b.set_requires_grad(true);
+  std::vector<std::vector<float>> y, dx, dw, db;
+  for (Layout l : {Layout::Plain, Layout::nChw16c}) {
+    Tensor xi = x.to_layout(l).clone();
+    xi.set_requires_grad(true);
+    w.zero_grad();
+    b.zero_grad();
+    Tensor out = ops::conv2d(xi, w, b, {1, 1, 1, 1, 1, 1, 1});
+    Tensor seed = random_tensor(out.shape(), 4).to_layout(out.layout());
+    backward(out, seed);
+    EXPECT_EQ(xi.grad().layout(), l);
+    EXPECT_EQ(w.grad().layout(), Layout::Plain);
+    y.push_back(out.to_vector());
+    dx.push_back(xi.grad().to_vector());
+    dw.push_back(w.grad().to_vector());
+    db.push_back(b.grad().to_vector());
+  }
+  expect_close(y[0], y[1], 1e-5f);
+  expect_close(dx[0], dx[1], 1e-5f);
+  expect_close(dw[0], dw[1], 1e-4f);
+  expect_close(db[0], db[1], 1e-4f);
+}
+
+TEST(Conv2dOp, GradientOfABlockedOutputFlowsBackToAPlainInput) {
+  Tensor x = param({1, 3, 5, 5}, 1), w = param({16, 3, 3, 3}, 2);
+  gradcheck([](const std::vector<Tensor>& t) { return ops::conv2d(t[0], t[1], Tensor(), {1, 1, 1, 1, 1, 1, 1}); },
+            {x, w});
+}
+
+TEST(Conv2dOp, SavesNothingWithoutGradAndReleasesEverythingAfterBackward) {
+  auto& a = Allocator::cpu();
+  const int64_t saved0 = a.current(MemTag::Saved), act0 = a.current(MemTag::Activation);
+  {
+    Tensor x = param({2, 16, 6, 6}, 1), w = param({16, 16, 3, 3}, 2);
+    Tensor y = ops::conv2d(x, w, Tensor(), {1, 1, 1, 1, 1, 1, 1});
+    EXPECT_GT(a.current(MemTag::Saved), saved0);  // x is held for the weight gradient
+    backward(y, Tensor::full(y.shape(), 1.0f).to_layout(y.layout()));
+    EXPECT_EQ(a.current(MemTag::Saved), saved0);
+  }
+  EXPECT_EQ(a.current(MemTag::Activation), act0);
+  {
+    NoGradScope ng;
+    Tensor x = param({2, 16, 6, 6}, 1), w = param({16, 16, 3, 3}, 2);
+    ops::conv2d(x, w, Tensor(), {});
+    EXPECT_EQ(tape_size(), 0u);
+  }
+}
+
+TEST(Conv2dOp, WeightCacheReordersOncePerVersion) {
+  Tensor x = random_tensor({1, 16, 6, 6}, 1).to_layout(Layout::nChw16c);
+  Tensor w = Tensor::empty({32, 16, 3, 3}, DType::f32, Layout::Plain, MemTag::Parameter);  // a model parameter
+  std::ranges::copy(random_tensor({32, 16, 3, 3}, 2).span<float>(), w.span<float>().begin());
+  ops::conv2d(x, w, Tensor(), {});
+  const int64_t r0 = cpu::weight_cache_reorders();
+  Tensor y1 = ops::conv2d(x, w, Tensor(), {});
+  EXPECT_EQ(cpu::weight_cache_reorders(), r0) << "an unchanged weight must come from the cache";
+  EXPECT_GT(cpu::weight_cache_bytes(), 0);
+  // An in-place update (as the optimizer does) bumps the version: the cache must not serve stale data.
+  for (float& v : w.span<float>()) v *= 2.0f;
+  w.bump_version();
+  Tensor y2 = ops::conv2d(x, w, Tensor(), {});
+  EXPECT_EQ(cpu::weight_cache_reorders(), r0 + 1);
+  const auto a = y1.to_vector(), b = y2.to_vector();
+  for (size_t i = 0; i < a.size(); ++i) ASSERT_NEAR(b[i], 2.0f * a[i], 1e-4f);
+  // A tensor that is not a parameter is never cached (a gradient check perturbs it in place).
+  Tensor other = random_tensor({32, 16, 3, 3}, 3);
+  const int64_t held = cpu::weight_cache_bytes();
+  ops::conv2d(x, other, Tensor(), {});
+  ops::conv2d(x, other, Tensor(), {});
+  EXPECT_EQ(cpu::weight_cache_reorders(), r0 + 3);
+  EXPECT_EQ(cpu::weight_cache_bytes(), held);
+  w = Tensor();  // a freed weight's entry no longer counts
+  EXPECT_LT(cpu::weight_cache_bytes(), held);
+  cpu::clear_weight_cache();
+  EXPECT_EQ(cpu::weight_cache_bytes(), 0);
+}
+
+TEST(Conv2dOp, ErrorsNameTheOpTheLayerAndTheProblem) {
+  LayerScope layer("layer1.0.conv1");
+  auto message = [](auto fn) {
+    try {
+      fn();
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  Tensor x = random_tensor({1, 3, 8, 8}, 1);
+  EXPECT_EQ(message([&] { ops::conv2d(x, random_tensor({8, 64, 3, 3}, 2), Tensor(), {}); }),
+            "conv2d layer1.0.conv1: input has 3 channels, weight expects 64");
+  EXPECT_NE(message([&] { ops::conv2d(x, random_tensor({8, 3, 11, 11}, 2), Tensor(), {}); })
+                .find("conv2d layer1.0.conv1: kernel 11x11"),
+            std::string::npos);
+  EXPECT_NE(message([&] { ops::conv2d(x.to(DType::f64), random_tensor({8, 3, 3, 3}, 2), Tensor(), {}); })
+                .find("conv2d layer1.0.conv1: input has dtype f64"),
+            std::string::npos);
+  EXPECT_NE(message([&] { ops::conv2d(x, random_tensor({8, 3, 3, 3}, 2), random_tensor({4}, 3), {}); })
+                .find("bias has shape (4,)"),
+            std::string::npos);
+  EXPECT_NE(message([&] { ops::conv2d(x, random_tensor({8, 1, 3, 3}, 2), Tensor(), {1, 1, 0, 0, 1, 1, 2}); })
+                .find("input has 3 channels, not divisible by groups=2"),
+            std::string::npos);
+}
