@@ -1,0 +1,180 @@
+// fewbit: the Few-Bit Backward tables from the command line.
+//   fewbit table --fn gelu --bits 3 [--weight uniform|normal] [--refine true|false]
+//       borders, levels and the approximation error as JSON
+//   fewbit errors              CSV `fn,bits,error`: eq. 3, uniform weight on [-10, 10], bits 1..4
+//   fewbit generate [--out quant/fewbit_tables_data.cpp]   (re)solve every shipped table
+//   fewbit check-tables        re-solve every shipped table; exit 1 when one has drifted
+//   fewbit plot-data --fn gelu [--from -6] [--to 6] [--step 0.005]
+//       whitespace columns x, f'(x), q_1bit(x) .. q_4bit(x), for scripts/plot_fewbit.sh
+// Bad input: one line on stderr and exit code 2.
+#include <charconv>
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "quant/fewbit_table.h"
+
+using namespace packrat;
+
+namespace {
+
+constexpr const char* kUsage =
+    "usage: fewbit table --fn NAME --bits B [--weight uniform|normal] [--refine true|false]\n"
+    "       fewbit errors | fewbit generate [--out FILE] | fewbit check-tables\n"
+    "       fewbit plot-data --fn NAME [--from X] [--to X] [--step H]";
+
+struct Args {
+  std::string command;
+  std::map<std::string, std::string> flags;
+  std::map<std::string, bool> used;
+
+  std::string get(const std::string& k, const std::string& fallback = "", bool required = false) {
+    used[k] = true;
+    auto it = flags.find(k);
+    if (it == flags.end()) {
+      PACKRAT_CHECK(!required, "fewbit {}: missing --{}", command, k);
+      return fallback;
+    }
+    return it->second;
+  }
+  double number(const std::string& k, double fallback) {
+    const std::string s = get(k);
+    if (s.empty()) return fallback;
+    size_t pos = 0;
+    double v = 0;
+    try {
+      v = std::stod(s, &pos);
+    } catch (const std::exception&) {
+      pos = 0;
+    }
+    PACKRAT_CHECK(pos == s.size() && pos > 0, "fewbit {}: --{} must be a number, got '{}'", command, k, s);
+    return v;
+  }
+  int integer(const std::string& k) {
+    const std::string s = get(k, "", true);
+    int v = 0;
+    auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+    PACKRAT_CHECK(ec == std::errc() && end == s.data() + s.size(), "fewbit {}: --{} must be an integer, got '{}'",
+                  command, k, s);
+    return v;
+  }
+  void check_all_used() const {
+    for (const auto& [k, v] : flags)
+      PACKRAT_CHECK(used.count(k), "fewbit {}: unknown option --{}", command, k);
+  }
+};
+
+Args parse(int argc, char** argv) {
+  PACKRAT_CHECK(argc >= 2, "fewbit: no command given\n{}", kUsage);
+  Args a;
+  a.command = argv[1];
+  for (int i = 2; i < argc; ++i) {
+    std::string k = argv[i];
+    PACKRAT_CHECK(k.rfind("--", 0) == 0 && k.size() > 2, "fewbit {}: expected an option --name, got '{}'", a.command, k);
+    PACKRAT_CHECK(i + 1 < argc, "fewbit {}: option {} needs a value", a.command, k);
+    a.flags[k.substr(2)] = argv[++i];
+  }
+  return a;
+}
+
+FewbitTableOptions table_options(Args& a) {
+  FewbitTableOptions o;
+  o.weight = fewbit_weight_by_name(a.get("weight", "uniform"));
+  const std::string r = a.get("refine", "true");
+  PACKRAT_CHECK(r == "true" || r == "false", "fewbit {}: --refine must be true or false, got '{}'", a.command, r);
+  o.refine = r == "true";
+  return o;
+}
+
+std::vector<FewbitTable> regenerate_all() {
+  std::vector<FewbitTable> all;
+  for (const auto& f : fewbit_functions()) {
+    if (f.step) continue;
+    auto t = solve_builtin_tables(f.name, {1, 2, 3, 4});
+    all.insert(all.end(), t.begin(), t.end());
+  }
+  return all;
+}
+
+int run(int argc, char** argv) {
+  Args a = parse(argc, argv);
+  if (a.command == "table") {
+    const std::string fn = a.get("fn", "", true);
+    const int bits = a.integer("bits");
+    const FewbitTableOptions o = table_options(a);
+    a.check_all_used();
+    std::printf("%s\n", fewbit_table(fn, bits, o).json().c_str());
+    return 0;
+  }
+  if (a.command == "errors") {
+    a.check_all_used();
+    std::printf("fn,bits,error\n");
+    for (const auto& f : fewbit_functions())
+      for (int b = 1; b <= 4; ++b) std::printf("%s,%d,%.6g\n", std::string(f.name).c_str(), b, fewbit_table(f.name, b).error);
+    return 0;
+  }
+  if (a.command == "generate") {
+    const std::string out = a.get("out", "quant/fewbit_tables_data.cpp");
+    a.check_all_used();
+    const std::string src = fewbit_tables_source(regenerate_all());
+    std::ofstream f(out);
+    PACKRAT_CHECK(f.good(), "fewbit generate: cannot write '{}'", out);
+    f << src;
+    std::fprintf(stderr, "fewbit generate: wrote %s\n", out.c_str());
+    return 0;
+  }
+  if (a.command == "check-tables") {
+    a.check_all_used();
+    const auto fresh = regenerate_all();
+    const auto& shipped = shipped_fewbit_tables();
+    int drifted = 0;
+    if (fresh.size() != shipped.size()) {
+      std::printf("shipped %zu tables, regeneration made %zu\n", shipped.size(), fresh.size());
+      return 1;
+    }
+    for (size_t i = 0; i < fresh.size(); ++i) {
+      std::string why;
+      if (!fewbit_tables_match(shipped[i], fresh[i], 1e-6, &why)) {
+        std::printf("drift: %s\n", why.c_str());
+        ++drifted;
+      }
+    }
+    std::printf("%zu tables checked, %d drifted\n", fresh.size(), drifted);
+    return drifted ? 1 : 0;
+  }
+  if (a.command == "plot-data") {
+    const std::string fn = a.get("fn", "", true);
+    const double from = a.number("from", -6), to = a.number("to", 6), step = a.number("step", 0.005);
+    a.check_all_used();
+    PACKRAT_CHECK(to > from && step > 0 && (to - from) / step < 1e7, "fewbit plot-data: bad range [{}, {}] step {}", from,
+                  to, step);
+    const FewbitFunction& f = fewbit_function(fn);
+    std::vector<const FewbitTable*> tables;
+    for (int b = 1; b <= 4; ++b) tables.push_back(&fewbit_table(fn, b));
+    std::printf("# x df q1 q2 q3 q4 (%s)\n", fn.c_str());
+    for (double x = from; x <= to + 1e-12; x += step) {
+      std::printf("%.5f %.7f", x, f.df(x));
+      for (const auto* t : tables) std::printf(" %.7f", f.step ? f.df(x) : (*t)(x));
+      std::printf("\n");
+    }
+    return 0;
+  }
+  fail("fewbit: unknown command '{}'\n{}", a.command, kUsage);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const Error& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 2;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "fewbit: internal error: %s\n", e.what());
+    return 3;
+  }
+}

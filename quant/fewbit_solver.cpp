@@ -1,0 +1,420 @@
+#include "quant/fewbit_solver.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "core/error.h"
+
+namespace packrat {
+
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+constexpr double kPanel = 0.05;  // widest quadrature panel: 8-point Gauss-Legendre is exact to ~1e-15 there
+
+// 8-point Gauss-Legendre on [-1, 1]: nodes +-x[i], weights w[i].
+constexpr double kGlX[4] = {0.1834346424956498, 0.5255324099163290, 0.7966664774136267, 0.9602898564975363};
+constexpr double kGlW[4] = {0.3626837833783620, 0.3137066458778873, 0.2223810344533745, 0.1012285362903763};
+
+// Calls fn(x, weight) at the quadrature nodes of [a, b], split at the breakpoints inside.
+template <typename Fn>
+void quadrature(const std::vector<double>& breakpoints, double a, double b, Fn&& fn) {
+  if (!(b > a)) return;
+  double start = a;
+  auto piece = [&](double lo, double hi) {
+    const int panels = std::max(1, static_cast<int>(std::ceil((hi - lo) / kPanel)));
+    const double h = (hi - lo) / panels;
+    for (int p = 0; p < panels; ++p) {
+      const double mid = lo + (p + 0.5) * h, half = 0.5 * h;
+      for (int k = 0; k < 4; ++k) {
+        fn(mid - half * kGlX[k], half * kGlW[k]);
+        fn(mid + half * kGlX[k], half * kGlW[k]);
+      }
+    }
+  };
+  for (double bp : breakpoints)
+    if (bp > start && bp < b) {
+      piece(start, bp);
+      start = bp;
+    }
+  piece(start, b);
+}
+
+double sigmoid(double x) {
+  if (x >= 0) return 1.0 / (1.0 + std::exp(-x));
+  const double e = std::exp(x);
+  return e / (1.0 + e);
+}
+double normal_pdf(double x) { return std::exp(-0.5 * x * x) * 0.3989422804014327; }
+double normal_cdf(double x) { return 0.5 * std::erfc(-x * 0.7071067811865476); }
+double softplus(double x) { return x > 20.0 ? x : std::log1p(std::exp(x)); }
+
+constexpr double kSeluScale = 1.0507009873554804934193349852946;
+constexpr double kSeluAlpha = 1.6732632423543772848170429916717;
+constexpr double kLeakySlope = 0.01;
+
+}  // namespace
+
+std::string_view fewbit_weight_name(FewbitWeight w) { return w == FewbitWeight::Uniform ? "uniform" : "normal"; }
+
+FewbitWeight fewbit_weight_by_name(std::string_view name) {
+  if (name == "uniform") return FewbitWeight::Uniform;
+  if (name == "normal") return FewbitWeight::Normal;
+  fail("fewbit: unknown weight '{}' (known: uniform, normal)", name);
+}
+
+// ---------------------------------------------------------------------------------------------
+// The problem after folding.
+
+double FewbitProblem::weight(double x) const {
+  const auto& o = options;
+  auto w = [&](double v) {
+    if (v < o.A || v > o.B) return 0.0;
+    return o.weight == FewbitWeight::Uniform ? 1.0 : normal_pdf(v / o.sigma) / o.sigma;
+  };
+  return o.even ? w(x) + w(-x) : w(x);
+}
+
+void FewbitProblem::moments(double a, double b, double& m0, double& m1, double& m2) const {
+  m0 = m1 = m2 = 0;
+  quadrature(options.breakpoints, a, b, [&](double x, double qw) {
+    const double w = weight(x) * qw, d = df(x);
+    m0 += w;
+    m1 += w * d;
+    m2 += w * d * d;
+  });
+}
+
+double FewbitProblem::interval_error(double a, double b, double y) const {
+  double e = 0;
+  quadrature(options.breakpoints, a, b, [&](double x, double qw) {
+    const double r = df(x) - y;
+    e += weight(x) * qw * r * r;
+  });
+  return e;
+}
+
+FewbitProblem make_fewbit_problem(RealFn df, const FewbitSolverOptions& o) {
+  PACKRAT_CHECK(o.B > o.A, "fewbit solver: the weight interval [{}, {}] is empty", o.A, o.B);
+  PACKRAT_CHECK(o.sigma > 0, "fewbit solver: sigma must be positive, got {}", o.sigma);
+  FewbitProblem p;
+  p.df = std::move(df);
+  p.options = o;
+  if (o.even) {
+    p.lo = 0;
+    p.hi = std::max(std::abs(o.A), std::abs(o.B));
+    // Fold the breakpoints onto |x| and add the weight's own edges where they fall inside.
+    std::vector<double> bps;
+    for (double b : o.breakpoints) bps.push_back(std::abs(b));
+    for (double e : {std::abs(o.A), std::abs(o.B)})
+      if (e < p.hi) bps.push_back(e);
+    p.options.breakpoints = bps;
+  } else {
+    p.lo = o.A;
+    p.hi = o.B;
+  }
+  auto& b = p.options.breakpoints;
+  std::sort(b.begin(), b.end());
+  b.erase(std::unique(b.begin(), b.end()), b.end());
+  return p;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Grid DP (eq. 7 and 9).
+
+double FewbitPrefix::cost(int j, int i) const {
+  const double w = std::max(W[i] - W[j], 1e-300), fw = FW[i] - FW[j];
+  return std::max(0.0, F2[i] - F2[j] - fw * fw / w);
+}
+
+FewbitPrefix fewbit_prefix(const FewbitProblem& p, int cells) {
+  PACKRAT_CHECK(cells >= 1, "fewbit solver: the grid needs at least one cell, got {}", cells);
+  FewbitPrefix g;
+  const size_t n = static_cast<size_t>(cells);
+  g.t.resize(n + 1);
+  g.W.assign(n + 1, 0.0);
+  g.FW.assign(n + 1, 0.0);
+  g.F2.assign(n + 1, 0.0);
+  for (size_t i = 0; i <= n; ++i) g.t[i] = p.lo + (p.hi - p.lo) * static_cast<double>(i) / static_cast<double>(n);
+  g.t[n] = p.hi;
+  for (size_t i = 0; i < n; ++i) {
+    double m0, m1, m2;
+    p.moments(g.t[i], g.t[i + 1], m0, m1, m2);
+    g.W[i + 1] = g.W[i] + m0;
+    g.FW[i + 1] = g.FW[i] + m1;
+    g.F2[i + 1] = g.F2[i] + m2;
+  }
+  return g;
+}
+
+std::vector<std::vector<int>> fewbit_grid_dp(const FewbitPrefix& g, int K, std::vector<double>* dp_error) {
+  const int n = g.cells();
+  PACKRAT_CHECK(K >= 1 && K <= n, "fewbit solver: {} intervals on a grid of {} cells", K, n);
+  const double *W = g.W.data(), *FW = g.FW.data(), *F2 = g.F2.data();
+  std::vector<double> prev(static_cast<size_t>(n) + 1), cur(static_cast<size_t>(n) + 1, kInf);  // (n + 1) DP(i, k)
+  std::vector<std::vector<int>> arg(static_cast<size_t>(K) + 1);  // arg[k][i]: best j for DP(i, k)
+  for (int i = 0; i <= n; ++i) prev[static_cast<size_t>(i)] = i == 0 ? 0.0 : g.cost(0, i);
+  std::vector<double> errors = {prev[static_cast<size_t>(n)]};
+  for (int k = 2; k <= K; ++k) {
+    arg[static_cast<size_t>(k)].assign(static_cast<size_t>(n) + 1, -1);
+    int* ak = arg[static_cast<size_t>(k)].data();
+    const double* pv = prev.data();
+    double* cv = cur.data();
+    for (int i = 0; i < k; ++i) cv[i] = kInf;
+#pragma omp parallel for schedule(dynamic, 64)
+    for (int i = k; i <= n; ++i) {
+      // min over j in [k-1, i-1] of DP(j, k-1) + T(j, i), eight lanes at a time (vectorises).
+      const double Wi = W[i], Fi = FW[i];
+      double best[8];
+      int bj[8];
+      for (int l = 0; l < 8; ++l) best[l] = kInf, bj[l] = k - 1;
+      int j = k - 1;
+      for (; j + 8 <= i; j += 8)
+        for (int l = 0; l < 8; ++l) {
+          const double fw = Fi - FW[j + l], w = std::max(Wi - W[j + l], 1e-300);
+          const double v = pv[j + l] - F2[j + l] - fw * fw / w;
+          if (v < best[l]) best[l] = v, bj[l] = j + l;
+        }
+      for (int l = 0; j < i; ++j, ++l) {
+        const double fw = Fi - FW[j], w = std::max(Wi - W[j], 1e-300);
+        const double v = pv[j] - F2[j] - fw * fw / w;
+        if (v < best[l]) best[l] = v, bj[l] = j;
+      }
+      double b = kInf;
+      int a = k - 1;
+      for (int l = 0; l < 8; ++l)
+        if (best[l] < b || (best[l] == b && bj[l] < a)) b = best[l], a = bj[l];
+      cv[i] = b + F2[i];
+      ak[i] = a;
+    }
+    errors.push_back(cur[static_cast<size_t>(n)]);
+    std::swap(prev, cur);
+  }
+  std::vector<std::vector<int>> result(static_cast<size_t>(K));
+  for (int k = 1; k <= K; ++k) {
+    std::vector<int> b;
+    int i = n;
+    for (int kk = k; kk >= 2; --kk) {
+      i = arg[static_cast<size_t>(kk)][static_cast<size_t>(i)];
+      b.push_back(i);
+    }
+    std::reverse(b.begin(), b.end());
+    result[static_cast<size_t>(k - 1)] = std::move(b);
+  }
+  if (dp_error) *dp_error = errors;
+  return result;
+}
+
+double fewbit_grid_brute_force(const FewbitPrefix& g, int k, std::vector<int>* borders) {
+  const int n = g.cells();
+  PACKRAT_CHECK(k >= 1 && k <= n && n <= 24, "fewbit brute force: {} intervals on {} cells is too large", k, n);
+  std::vector<int> cur, best_b;
+  double best = kInf;
+  // Chooses interior borders cur[0] < cur[1] < ... in (last, n) recursively.
+  auto rec = [&](auto&& self, int last, int left, double acc) -> void {
+    if (left == 0) {
+      const double total = acc + g.cost(last, n);
+      if (total < best) best = total, best_b = cur;
+      return;
+    }
+    for (int j = last + 1; j <= n - left; ++j) {
+      cur.push_back(j);
+      self(self, j, left - 1, acc + g.cost(last, j));
+      cur.pop_back();
+    }
+  };
+  rec(rec, 0, k - 1, 0.0);
+  if (borders) *borders = best_b;
+  return best;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Continuous evaluation and refinement.
+
+namespace {
+
+// Levels (eq. 8) and the error by the one-pass moment form; cheap, for the descent.
+double objective(const FewbitProblem& p, const std::vector<double>& borders, std::vector<double>* levels) {
+  double err = 0;
+  if (levels) levels->clear();
+  for (size_t i = 0; i <= borders.size(); ++i) {
+    const double a = i == 0 ? p.lo : borders[i - 1], b = i == borders.size() ? p.hi : borders[i];
+    double m0, m1, m2;
+    p.moments(a, b, m0, m1, m2);
+    const double y = m0 > 0 ? m1 / m0 : p.df(0.5 * (a + b));
+    err += m0 > 0 ? m2 - m1 * m1 / m0 : 0.0;
+    if (levels) levels->push_back(y);
+  }
+  return err;
+}
+
+}  // namespace
+
+FewbitSolution fewbit_evaluate(const FewbitProblem& p, std::vector<double> borders) {
+  FewbitSolution s;
+  s.intervals = static_cast<int>(borders.size()) + 1;
+  objective(p, borders, &s.levels);
+  s.borders = std::move(borders);
+  s.error = 0;
+  s.max_abs_error = 0;
+  constexpr double kStep = 5e-4, kEps = 1e-9;
+  for (size_t i = 0; i < s.levels.size(); ++i) {
+    const double a = i == 0 ? p.lo : s.borders[i - 1], b = i == s.borders.size() ? p.hi : s.borders[i];
+    const double y = s.levels[i];
+    s.error += p.interval_error(a, b, y);
+    // The sup error: a dense sweep plus both sides of every border and breakpoint.
+    auto probe = [&](double x) {
+      if (x >= a && x <= b && p.weight(x) > 0) s.max_abs_error = std::max(s.max_abs_error, std::abs(p.df(x) - y));
+    };
+    probe(a + kEps);
+    probe(b - kEps);
+    for (double x = a; x < b; x += kStep) probe(x);
+    for (double bp : p.options.breakpoints) probe(bp - kEps), probe(bp + kEps), probe(bp);
+  }
+  return s;
+}
+
+FewbitSolution fewbit_refine(const FewbitProblem& p, const FewbitSolution& start) {
+  std::vector<double> s = start.borders, levels;
+  if (s.empty()) return fewbit_evaluate(p, s);
+  double L = objective(p, s, &levels);
+  double delta = 1e-2;  // largest border move of the next step
+  constexpr double kMinGap = 1e-9;
+  for (int iter = 0; iter < 400 && delta > 1e-10; ++iter) {
+    // dL/ds_i = w(s_i) [(f'(s_i) - y_{i-1})^2 - (f'(s_i) - y_i)^2] (levels optimal: envelope theorem).
+    std::vector<double> g(s.size());
+    double gmax = 0;
+    for (size_t i = 0; i < s.size(); ++i) {
+      const double d = p.df(s[i]);
+      g[i] = p.weight(s[i]) * ((d - levels[i]) * (d - levels[i]) - (d - levels[i + 1]) * (d - levels[i + 1]));
+      gmax = std::max(gmax, std::abs(g[i]));
+    }
+    if (gmax < 1e-14) break;
+    std::vector<double> trial(s.size());
+    bool ordered = true;
+    for (size_t i = 0; i < s.size(); ++i) {
+      trial[i] = s[i] - delta * g[i] / gmax;
+      const double prev = i == 0 ? p.lo : trial[i - 1];
+      if (!(trial[i] > prev + kMinGap)) ordered = false;
+    }
+    if (!(trial.back() < p.hi - kMinGap)) ordered = false;
+    std::vector<double> trial_levels;
+    const double Lt = ordered ? objective(p, trial, &trial_levels) : kInf;
+    if (Lt < L) {
+      s = std::move(trial);
+      levels = std::move(trial_levels);
+      L = Lt;
+      delta *= 1.5;
+    } else {
+      delta *= 0.5;
+    }
+  }
+  FewbitSolution r = fewbit_evaluate(p, s);
+  r.grid = start.grid;
+  // The descent compares the moment form; keep the start if the exact error disagrees.
+  return r.error <= start.error ? r : start;
+}
+
+std::vector<FewbitSolution> solve_fewbit(const RealFn& df, const std::vector<int>& bits, const FewbitSolverOptions& o) {
+  PACKRAT_CHECK(!bits.empty(), "fewbit solver: no bit-width requested");
+  int K = 1;
+  for (int b : bits) {
+    PACKRAT_CHECK(b >= 1 && b <= 8, "fewbit solver: bits must be in [1, 8], got {}", b);
+    K = std::max(K, 1 << b);
+  }
+  const FewbitProblem p = make_fewbit_problem(df, o);
+  auto solve_on = [&](int cells) {
+    const FewbitPrefix g = fewbit_prefix(p, cells);
+    const auto idx = fewbit_grid_dp(g, K);
+    std::vector<FewbitSolution> out;
+    for (int b : bits) {
+      std::vector<double> borders;
+      for (int j : idx[static_cast<size_t>((1 << b) - 1)]) borders.push_back(g.t[static_cast<size_t>(j)]);
+      FewbitSolution s = fewbit_evaluate(p, borders);
+      s.grid = cells;
+      out.push_back(std::move(s));
+    }
+    return out;
+  };
+  std::vector<FewbitSolution> sols;
+  if (o.grid > 0) {
+    sols = solve_on(o.grid);
+  } else {
+    // Double the grid until no error moves by more than the tolerance (well below the 4th decimal).
+    constexpr int kMaxCells = 64000;
+    sols = solve_on(1000);
+    for (int cells = 2000; cells <= kMaxCells; cells *= 2) {
+      auto finer = solve_on(cells);
+      double change = 0;
+      for (size_t i = 0; i < bits.size(); ++i) change = std::max(change, std::abs(finer[i].error - sols[i].error));
+      sols = std::move(finer);
+      if (change < o.grid_tolerance) break;
+    }
+  }
+  if (o.refine)
+    for (auto& s : sols) s = fewbit_refine(p, s);
+  return sols;
+}
+
+// ---------------------------------------------------------------------------------------------
+// The built-in activations in double precision.
+
+const std::vector<FewbitFunction>& fewbit_functions() {
+  static const std::vector<FewbitFunction> fns = {
+      {"relu", [](double x) { return x > 0 ? x : 0.0; }, [](double x) { return x > 0 ? 1.0 : 0.0; }, false, true, {0.0}},
+      {"leaky_relu", [](double x) { return x > 0 ? x : kLeakySlope * x; },
+       [](double x) { return x > 0 ? 1.0 : kLeakySlope; }, false, true, {0.0}},
+      {"relu6", [](double x) { return std::min(std::max(x, 0.0), 6.0); },
+       [](double x) { return x > 0 && x < 6 ? 1.0 : 0.0; }, false, true, {0.0, 6.0}},
+      {"hardswish", [](double x) { return x * std::min(std::max(x + 3, 0.0), 6.0) / 6.0; },
+       [](double x) { return x < -3 ? 0.0 : (x <= 3 ? x / 3 + 0.5 : 1.0); }, false, false, {-3.0, 3.0}},
+      {"gelu", [](double x) { return x * normal_cdf(x); }, [](double x) { return normal_cdf(x) + x * normal_pdf(x); },
+       false, false, {}},
+      {"silu", [](double x) { return x * sigmoid(x); },
+       [](double x) {
+         const double s = sigmoid(x);
+         return s * (1 + x * (1 - s));
+       },
+       false, false, {}},
+      {"sigmoid", sigmoid,
+       [](double x) {
+         const double s = sigmoid(x);
+         return s * (1 - s);
+       },
+       true, false, {}},
+      {"tanh", [](double x) { return std::tanh(x); },
+       [](double x) {
+         const double t = std::tanh(x);
+         return 1 - t * t;
+       },
+       true, false, {}},
+      {"selu", [](double x) { return kSeluScale * (x > 0 ? x : kSeluAlpha * std::expm1(x)); },
+       [](double x) { return x > 0 ? kSeluScale : kSeluScale * kSeluAlpha * std::exp(x); }, false, false, {0.0}},
+      {"softplus", softplus, [](double x) { return x > 20.0 ? 1.0 : sigmoid(x); }, false, false, {}},
+      {"elu", [](double x) { return x > 0 ? x : std::expm1(x); }, [](double x) { return x > 0 ? 1.0 : std::exp(x); },
+       false, false, {0.0}},
+      {"mish", [](double x) { return x * std::tanh(softplus(x)); },
+       [](double x) {
+         const double t = std::tanh(softplus(x));
+         return t + x * sigmoid(x) * (1 - t * t);
+       },
+       false, false, {}},
+  };
+  return fns;
+}
+
+const FewbitFunction* find_fewbit_function(std::string_view name) {
+  for (const auto& f : fewbit_functions())
+    if (f.name == name) return &f;
+  return nullptr;
+}
+
+const FewbitFunction& fewbit_function(std::string_view name) {
+  if (const auto* f = find_fewbit_function(name)) return *f;
+  std::string known;
+  for (const auto& f : fewbit_functions()) known += (known.empty() ? "" : ", ") + std::string(f.name);
+  fail("fewbit: unknown function '{}' (known: {})", name, known);
+}
+
+}  // namespace packrat
