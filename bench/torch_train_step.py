@@ -1,0 +1,52 @@
+#!/usr/bin/env python3
+"""PyTorch reference for TrainStep/resnet18_cifar_gelu/64: one SGD training step of ResNet-18
+(CIFAR stem: 3x3 stride-1 conv, no max-pool; GELU activations) on 64 random 3x32x32 images.
+Prints one JSON line {"img_per_s": X, "threads": T}. Run with Debian's /usr/bin/python3."""
+import argparse, json, time
+import torch, torch.nn as nn, torchvision
+
+
+def resnet18_cifar_gelu(num_classes=10):
+    m = torchvision.models.resnet18(num_classes=num_classes)
+    m.conv1 = nn.Conv2d(3, 64, 3, 1, 1, bias=False)
+    m.maxpool = nn.Identity()
+    for mod in list(m.modules()):
+        for name, child in list(mod.named_children()):
+            if isinstance(child, nn.ReLU):
+                setattr(mod, name, nn.GELU())
+    # torchvision's BasicBlock calls self.relu twice; replacing the module covers both uses.
+    return m
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--batch", type=int, default=64)
+    ap.add_argument("--steps", type=int, default=10)
+    ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("--threads", type=int, default=2)
+    a = ap.parse_args()
+    torch.set_num_threads(a.threads)
+    torch.manual_seed(0)
+    model = resnet18_cifar_gelu()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    x = torch.randn(a.batch, 3, 32, 32)
+    y = torch.randint(0, 10, (a.batch,))
+    loss_fn = nn.CrossEntropyLoss()
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        loss = loss_fn(model(x), y)
+        loss.backward()
+        opt.step()
+
+    for _ in range(a.warmup):
+        step()
+    t0 = time.perf_counter()
+    for _ in range(a.steps):
+        step()
+    dt = time.perf_counter() - t0
+    print(json.dumps({"img_per_s": a.batch * a.steps / dt, "threads": a.threads}))
+
+
+if __name__ == "__main__":
+    main()
