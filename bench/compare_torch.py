@@ -1,0 +1,46 @@
+#!/usr/bin/env python3
+"""Side-by-side: packrat's TrainStep/resnet18_cifar_gelu/64 against the same step in PyTorch,
+interleaved in one run (these machines are noisy), and the ratio of their images/s.
+
+    /usr/bin/python3 bench/compare_torch.py [--rounds 3] [--bench build/bin/packrat_bench]
+"""
+import argparse, json, os, statistics, subprocess, sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def packrat_img_per_s(bench, name, min_time):
+    out = subprocess.run([bench, f"--benchmark_filter=^{name}$", f"--benchmark_min_time={min_time}",
+                          "--benchmark_format=json"], check=True, capture_output=True, text=True).stdout
+    runs = [b for b in json.loads(out)["benchmarks"] if b["name"] == name]
+    if not runs:
+        sys.exit(f"compare_torch: {bench} has no benchmark named {name}")
+    return runs[0]["img_per_s"]
+
+
+def torch_img_per_s(batch, steps, threads):
+    out = subprocess.run([sys.executable, os.path.join(HERE, "torch_train_step.py"), "--batch", str(batch),
+                          "--steps", str(steps), "--threads", str(threads)], check=True, capture_output=True,
+                         text=True).stdout
+    return json.loads(out.strip().splitlines()[-1])["img_per_s"]
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--bench", default=os.path.join(HERE, "..", "build", "bin", "packrat_bench"))
+    ap.add_argument("--name", default="TrainStep/resnet18_cifar_gelu/64")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--threads", type=int, default=2)
+    a = ap.parse_args()
+    os.environ["OMP_NUM_THREADS"] = str(a.threads)
+    ours, theirs = [], []
+    for r in range(a.rounds):
+        ours.append(packrat_img_per_s(a.bench, a.name, 5))
+        theirs.append(torch_img_per_s(64, 8, a.threads))
+        print(f"round {r + 1}: packrat {ours[-1]:.1f} img/s, pytorch {theirs[-1]:.1f} img/s", flush=True)
+    o, t = statistics.median(ours), statistics.median(theirs)
+    print(json.dumps({"packrat_img_per_s": round(o, 1), "pytorch_img_per_s": round(t, 1), "ratio": round(o / t, 3)}))
+
+
+if __name__ == "__main__":
+    main()
