@@ -140,16 +140,6 @@ class Section {
     return out;
   }
 
-  std::vector<double> get_doubles(const std::string& key, double min, double max) {
-    YAML::Node n = raw(key);
-    if (!n.IsDefined() || n.IsNull()) return {};
-    if (n.IsScalar()) return {to_double(key_path(key), n, min, max)};
-    if (!n.IsSequence()) error_at(key_path(key), n.Mark(), "must be a list of numbers");
-    std::vector<double> out;
-    for (size_t i = 0; i < n.size(); ++i) out.push_back(to_double(fmt::format("{}[{}]", key_path(key), i), n[i], min, max));
-    return out;
-  }
-
   Section child(const std::string& key) {
     YAML::Node n = raw(key);
     return Section(n, key_path(key), origin_, n.IsDefined() && !n.Mark().is_null() ? n.Mark() : mark());
@@ -357,14 +347,20 @@ Config parse_root(YAML::Node root, const Origin& origin) {
     c.data.test_subset = d.get_int("test_subset", 0, 0, INT64_MAX);
     c.data.workers = d.get_int("workers", 1, 1, 64);
     c.data.prefetch = d.get_int("prefetch", 2, 1, 64);
+    c.data.download = d.get_bool("download", false);
+    c.data.label = d.get_string("label", "fine", {"fine", "coarse"});
+    c.data.height = d.get_int("height", 0, 0, 1 << 16);
+    c.data.width = d.get_int("width", 0, 0, 1 << 16);
+    c.data.channels = d.get_int("channels", 3, 1, 3);
+    if (c.data.channels == 2) d.error_at(d.key_path("channels"), d.node()["channels"].Mark(), "must be 1 or 3");
     d.finish({"dataset", "root", "batch_size", "eval_batch_size", "train_transforms", "test_transforms", "train_subset",
-              "test_subset", "workers", "prefetch"});
+              "test_subset", "workers", "prefetch", "download", "label", "height", "width", "channels"});
   }
   {
     Section m = top.child("model");
     if (!top.has("model")) top.error_at("model", root.Mark(), "section is required (at least model.arch)");
     c.model.arch = m.require_string("arch");
-    c.model.stem = m.get_string("stem", "cifar", {"cifar", "imagenet"});
+    c.model.stem = m.get_string("stem", "", {"", "cifar", "imagenet"});
     c.model.activation = m.get_string("activation", "relu");
     if (!is_pointwise_name(c.model.activation))
       m.error_at(m.key_path("activation"), m.raw("activation").Mark(),
@@ -398,20 +394,36 @@ Config parse_root(YAML::Node root, const Origin& origin) {
   }
   {
     Section s = top.child("schedule");
-    c.schedule.name = s.get_string("name", "constant", {"constant", "step", "cosine"});
+    c.schedule.name = s.get_string("name", "constant", {"constant", "step", "multistep", "cosine"});
     c.schedule.warmup_epochs = s.get_double("warmup_epochs", 0, 0, 1e6);
-    c.schedule.warmup_start_factor = s.get_double("warmup_start_factor", 0.1, 0, 1);
     c.schedule.min_lr = s.get_double("min_lr", 0, 0, 100);
-    c.schedule.milestones = s.get_doubles("milestones", 0, 1e6);
+    c.schedule.step_size = s.get_int("step_size", 30, 1, 1000000);
     c.schedule.gamma = s.get_double("gamma", 0.1, 0, 1);
-    if (c.schedule.name != "step" && s.has("milestones"))
-      s.error_at(s.key_path("milestones"), s.node()["milestones"].Mark(), "only applies to schedule.name: step");
-    if (c.schedule.name == "step" && c.schedule.milestones.empty())
-      s.error_at(s.key_path("milestones"), s.mark(), "a step schedule needs milestones (epochs), e.g. [30, 60]");
-    for (size_t i = 1; i < c.schedule.milestones.size(); ++i)
-      if (c.schedule.milestones[i] <= c.schedule.milestones[i - 1])
-        s.error_at(s.key_path("milestones"), s.node()["milestones"].Mark(), "must be increasing");
-    s.finish({"name", "warmup_epochs", "warmup_start_factor", "min_lr", "milestones", "gamma"});
+    YAML::Node ms = s.raw("milestones");
+    if (ms.IsDefined() && !ms.IsNull()) {
+      if (!ms.IsSequence()) s.error_at(s.key_path("milestones"), ms.Mark(), "must be a list of epochs, e.g. [30, 60]");
+      for (size_t i = 0; i < ms.size(); ++i) {
+        int64_t v = -1;
+        try {
+          v = ms[i].as<int64_t>();
+        } catch (const YAML::Exception&) {
+        }
+        if (v < 1) s.error_at(fmt::format("{}[{}]", s.key_path("milestones"), i), ms[i].Mark(), "must be an epoch >= 1");
+        if (!c.schedule.milestones.empty() && v <= c.schedule.milestones.back())
+          s.error_at(s.key_path("milestones"), ms.Mark(), "must be increasing");
+        c.schedule.milestones.push_back(v);
+      }
+    }
+    auto only_for = [&](const char* key, const char* kind) {
+      if (s.has(key) && c.schedule.name != kind)
+        s.error_at(s.key_path(key), s.node()[key].Mark(), fmt::format("only applies to schedule.name: {}", kind));
+    };
+    only_for("milestones", "multistep");
+    only_for("step_size", "step");
+    only_for("min_lr", "cosine");
+    if (c.schedule.name == "multistep" && c.schedule.milestones.empty())
+      s.error_at(s.key_path("milestones"), s.mark(), "a multistep schedule needs milestones (epochs), e.g. [30, 60]");
+    s.finish({"name", "warmup_epochs", "min_lr", "step_size", "milestones", "gamma"});
   }
   {
     Section t = top.child("train");
@@ -502,11 +514,16 @@ std::string config_to_yaml(const Config& c) {
   e << YAML::Key << "test_subset" << YAML::Value << c.data.test_subset;
   e << YAML::Key << "workers" << YAML::Value << c.data.workers;
   e << YAML::Key << "prefetch" << YAML::Value << c.data.prefetch;
+  e << YAML::Key << "download" << YAML::Value << c.data.download;
+  e << YAML::Key << "label" << YAML::Value << c.data.label;
+  e << YAML::Key << "height" << YAML::Value << c.data.height;
+  e << YAML::Key << "width" << YAML::Value << c.data.width;
+  e << YAML::Key << "channels" << YAML::Value << c.data.channels;
   e << YAML::EndMap;
 
   e << YAML::Key << "model" << YAML::Value << YAML::BeginMap;
   e << YAML::Key << "arch" << YAML::Value << c.model.arch;
-  e << YAML::Key << "stem" << YAML::Value << c.model.stem;
+  e << YAML::Key << "stem" << YAML::Value << YAML::DoubleQuoted << c.model.stem;
   e << YAML::Key << "activation" << YAML::Value << c.model.activation;
   e << YAML::Key << "classes" << YAML::Value << c.model.classes;
   e << YAML::Key << "in_channels" << YAML::Value << c.model.in_channels;
@@ -549,11 +566,11 @@ std::string config_to_yaml(const Config& c) {
   e << YAML::Key << "schedule" << YAML::Value << YAML::BeginMap;
   e << YAML::Key << "name" << YAML::Value << c.schedule.name;
   e << YAML::Key << "warmup_epochs" << YAML::Value << num(c.schedule.warmup_epochs);
-  e << YAML::Key << "warmup_start_factor" << YAML::Value << num(c.schedule.warmup_start_factor);
-  e << YAML::Key << "min_lr" << YAML::Value << num(c.schedule.min_lr);
-  if (c.schedule.name == "step") {
+  if (c.schedule.name == "cosine") e << YAML::Key << "min_lr" << YAML::Value << num(c.schedule.min_lr);
+  if (c.schedule.name == "step") e << YAML::Key << "step_size" << YAML::Value << c.schedule.step_size;
+  if (c.schedule.name == "multistep") {
     e << YAML::Key << "milestones" << YAML::Value << YAML::Flow << YAML::BeginSeq;
-    for (double m : c.schedule.milestones) e << num(m);
+    for (int64_t m : c.schedule.milestones) e << m;
     e << YAML::EndSeq;
   }
   e << YAML::Key << "gamma" << YAML::Value << num(c.schedule.gamma);

@@ -20,13 +20,17 @@ struct DataConfig {
   std::vector<std::string> test_transforms;
   int64_t train_subset = 0;                   // use only the first N training images (0: all)
   int64_t test_subset = 0;
-  int64_t workers = 1;                        // loader threads
+  int64_t workers = 1;                        // threads preparing a batch
   int64_t prefetch = 2;                       // batches prepared ahead
+  bool download = false;                      // cifar10/100: fetch the archive when missing
+  std::string label = "fine";                 // cifar100: fine | coarse
+  int64_t height = 0, width = 0;              // image_folder: resize on load (0: keep)
+  int64_t channels = 3;                       // image_folder: 3 (RGB) or 1 (grey)
 };
 
 struct ModelConfig {
   std::string arch;                 // resnet20, resnet18, ...
-  std::string stem = "cifar";       // cifar | imagenet
+  std::string stem;                 // cifar | imagenet; "" = the architecture's own
   std::string activation = "relu";  // any built-in pointwise activation
   int64_t classes = 0;              // 0: the dataset's number of classes
   int64_t in_channels = 0;          // 0: the dataset's channels
@@ -42,11 +46,11 @@ struct OptimizerConfig {
 };
 
 struct ScheduleConfig {
-  std::string name = "constant";  // constant | step | cosine
-  double warmup_epochs = 0;       // linear warmup from lr * warmup_start_factor
-  double warmup_start_factor = 0.1;
-  double min_lr = 0;              // cosine floor
-  std::vector<double> milestones;  // step: epochs at which lr *= gamma
+  std::string name = "constant";   // constant | step | multistep | cosine (optim/lr_schedule.h)
+  double warmup_epochs = 0;        // linear warmup (may be fractional)
+  double min_lr = 0;               // cosine floor
+  int64_t step_size = 30;          // step: epochs between decays
+  std::vector<int64_t> milestones; // multistep: epochs at which lr *= gamma
   double gamma = 0.1;
 };
 

@@ -77,7 +77,8 @@ TEST(Config, BadChoicesAndMissingKeys) {
   EXPECT_TRUE(contains(error_of(std::string(kMinimal) + "device: cuda\n"), "not built yet"));
   EXPECT_TRUE(contains(error_of("model: {arch: resnet20}\n"), "data"));
   EXPECT_TRUE(contains(error_of("data: {dataset: cifar10}\nmodel: {stem: cifar}\n"), "model.arch"));
-  EXPECT_TRUE(contains(error_of(std::string(kMinimal) + "schedule: {name: step}\n"), "milestones"));
+  EXPECT_TRUE(contains(error_of(std::string(kMinimal) + "schedule: {name: multistep}\n"), "milestones"));
+  EXPECT_TRUE(contains(error_of(std::string(kMinimal) + "schedule: {name: cosine, step_size: 3}\n"), "schedule.step_size (line 8)"));
   EXPECT_TRUE(contains(error_of(""), "empty"));
   EXPECT_TRUE(contains(error_of("data: [1, 2\n"), "YAML syntax error at line"));
   const std::string act = error_of("data: {dataset: x}\nmodel: {arch: r, activation: swish2}\n");
@@ -134,7 +135,7 @@ TEST(Config, ResolvedYamlRoundTrips) {
   const std::string yaml = std::string(kMinimal) +
                            "saved_tensors:\n  rules:\n    - {ops: [gelu], layers: [\"layer*\"], scheme: fp32}\n"
                            "optimizer: {name: adamw, lr: 0.001, weight_decay: 0.05}\n"
-                           "schedule: {name: step, milestones: [1, 2.5], warmup_epochs: 0.5}\n";
+                           "schedule: {name: multistep, milestones: [1, 3], warmup_epochs: 0.5}\n";
   Config a = parse_config(yaml, "a.yaml", {"data.train_transforms=[\"random_crop(32, 4)\", hflip]", "seed=123"});
   const std::string text = config_to_yaml(a);
   Config b = parse_config(text, "resolved.yaml");
@@ -142,7 +143,8 @@ TEST(Config, ResolvedYamlRoundTrips) {
   EXPECT_EQ(b.seed, 123u);
   EXPECT_EQ(b.optimizer.name, "adamw");
   EXPECT_DOUBLE_EQ(b.optimizer.lr, 0.001);
-  EXPECT_EQ(b.schedule.milestones, (std::vector<double>{1, 2.5}));
+  EXPECT_EQ(b.schedule.milestones, (std::vector<int64_t>{1, 3}));
+  EXPECT_DOUBLE_EQ(b.schedule.warmup_epochs, 0.5);
   EXPECT_EQ(b.data.train_transforms, a.data.train_transforms);
   ASSERT_EQ(b.saved_tensors.rules.size(), 1u);
   EXPECT_EQ(b.saved_tensors.rules[0].layers[0], "layer*");

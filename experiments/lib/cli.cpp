@@ -1,0 +1,128 @@
+#include "experiments/lib/cli.h"
+
+#include <spdlog/sinks/basic_file_sink.h>
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
+
+#include <charconv>
+#include <cstdio>
+#include <filesystem>
+
+#include "core/error.h"
+#include "experiments/lib/config.h"
+#include "experiments/lib/run.h"
+#include "experiments/lib/tools.h"
+
+namespace packrat {
+
+std::string trainer_usage() {
+  return "usage: trainer --config FILE [--set key=value ...] [--resume RUN_DIR] [--memory-report-only]\n"
+         "               [--benchmark STEPS] [--find-max-batch BYTES] [--stop-after-epoch N]\n"
+         "  --config FILE          YAML experiment config (configs/quickstart.yaml)\n"
+         "  --set key=value        override any config key, e.g. --set data.batch_size=256 (repeatable)\n"
+         "  --resume RUN_DIR       continue the run in RUN_DIR from its latest checkpoint\n"
+         "                         (its config.yaml unless --config is given)\n"
+         "  --memory-report-only   one training step on synthetic inputs; write memory_report.json and exit\n"
+         "  --benchmark STEPS      time STEPS training steps on synthetic inputs; last line is JSON\n"
+         "  --find-max-batch BYTES largest batch whose training step fits in BYTES (e.g. 2G, 512M)\n"
+         "  --stop-after-epoch N   stop after N epochs (a checkpoint is written), as if interrupted\n";
+}
+
+namespace {
+int64_t parse_int(const std::string& s, const std::string& flag) {
+  int64_t v = 0;
+  auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  PACKRAT_CHECK(ec == std::errc() && end == s.data() + s.size() && v > 0, "{}: expected a positive integer, got '{}'",
+                flag, s);
+  return v;
+}
+}  // namespace
+
+int64_t parse_byte_size(const std::string& s, const std::string& flag) {
+  PACKRAT_CHECK(!s.empty(), "{}: expected a byte count such as 2G, 512M or 1000000", flag);
+  int64_t mult = 1;
+  std::string digits = s;
+  const char last = static_cast<char>(std::toupper(static_cast<unsigned char>(s.back())));
+  if (last == 'K' || last == 'M' || last == 'G') {
+    mult = last == 'K' ? 1024 : last == 'M' ? 1024 * 1024 : int64_t{1024} * 1024 * 1024;
+    digits = s.substr(0, s.size() - 1);
+  }
+  try {
+    return parse_int(digits, flag) * mult;
+  } catch (const Error&) {
+    fail("{}: expected a byte count such as 2G, 512M or 1000000, got '{}'", flag, s);
+  }
+}
+
+TrainerArgs parse_trainer_args(const std::vector<std::string>& argv) {
+  TrainerArgs a;
+  for (size_t i = 0; i < argv.size(); ++i) {
+    const std::string& f = argv[i];
+    auto value = [&]() -> const std::string& {
+      PACKRAT_CHECK(i + 1 < argv.size(), "{} needs a value\n{}", f, trainer_usage());
+      return argv[++i];
+    };
+    if (f == "--config") a.config = value();
+    else if (f == "--set") a.sets.push_back(value());
+    else if (f == "--resume") a.resume = value();
+    else if (f == "--memory-report-only") a.memory_report_only = true;
+    else if (f == "--benchmark") a.benchmark_steps = parse_int(value(), f);
+    else if (f == "--find-max-batch") a.max_batch_bytes = parse_byte_size(value(), f);
+    else if (f == "--stop-after-epoch") a.stop_after_epoch = parse_int(value(), f);
+    else if (f == "--help" || f == "-h") a.help = true;
+    else fail("unknown argument '{}'\n{}", f, trainer_usage());
+  }
+  if (a.help) return a;
+  PACKRAT_CHECK(!a.config.empty() || !a.resume.empty(), "--config FILE is required\n{}", trainer_usage());
+  const int modes = a.memory_report_only + (a.benchmark_steps > 0) + (a.max_batch_bytes > 0) + !a.resume.empty();
+  PACKRAT_CHECK(modes <= 1, "--resume, --memory-report-only, --benchmark and --find-max-batch exclude each other");
+  return a;
+}
+
+int run_trainer(const TrainerArgs& a) {
+  if (a.help) {
+    std::fputs(trainer_usage().c_str(), stdout);
+    return 0;
+  }
+  std::vector<std::string> sets = a.sets;
+  std::string config_path = a.config;
+  if (!a.resume.empty()) {
+    PACKRAT_CHECK(std::filesystem::is_directory(a.resume), "--resume {}: no such run directory", a.resume);
+    if (config_path.empty()) config_path = (std::filesystem::path(a.resume) / "config.yaml").string();
+    sets.push_back("output.dir=" + a.resume);
+  }
+  const Config c = load_config(config_path, sets);
+
+  if (a.memory_report_only) {
+    const MemoryReport r = memory_report_only(c);
+    std::fputs(memory_report_table(r).c_str(), stdout);
+    spdlog::info("wrote {}/memory_report.json", c.output.dir);
+    return 0;
+  }
+  if (a.benchmark_steps > 0) {
+    const BenchmarkResult r = benchmark(c, a.benchmark_steps);
+    spdlog::info("{} steps of batch {} in {:.2f} s", r.steps, r.batch_size, r.seconds);
+    std::printf("%s\n", r.json().dump().c_str());
+    return 0;
+  }
+  if (a.max_batch_bytes > 0) {
+    const MaxBatchResult r = find_max_batch(c, a.max_batch_bytes);
+    PACKRAT_CHECK(r.batch_size > 0, "--find-max-batch: not even batch 1 fits in {} bytes", r.limit);
+    std::printf("max batch size %lld fits in %lld bytes: peak %lld bytes (%lld trials)\n",
+                static_cast<long long>(r.batch_size), static_cast<long long>(r.limit),
+                static_cast<long long>(r.peak_bytes), static_cast<long long>(r.trials));
+    std::printf("{\"max_batch_size\": %lld, \"peak_bytes\": %lld, \"limit\": %lld}\n", static_cast<long long>(r.batch_size),
+                static_cast<long long>(r.peak_bytes), static_cast<long long>(r.limit));
+    return 0;
+  }
+  std::filesystem::create_directories(c.output.dir);
+  auto file = std::make_shared<spdlog::sinks::basic_file_sink_mt>((std::filesystem::path(c.output.dir) / "train.log").string());
+  spdlog::default_logger()->sinks().push_back(file);
+  RunOptions o;
+  o.resume = !a.resume.empty();
+  o.stop_after_epoch = a.stop_after_epoch;
+  run_training(c, o);
+  return 0;
+}
+
+}  // namespace packrat

@@ -1,0 +1,28 @@
+#pragma once
+// The trainer's command line: parsing and dispatch to a training run or a measuring mode.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace packrat {
+
+struct TrainerArgs {
+  std::string config;                // --config FILE
+  std::vector<std::string> sets;     // --set key=value (repeatable)
+  std::string resume;                // --resume RUN_DIR
+  bool memory_report_only = false;   // --memory-report-only
+  int64_t benchmark_steps = 0;       // --benchmark STEPS
+  int64_t max_batch_bytes = 0;       // --find-max-batch BYTES (suffixes K, M, G: powers of 1024)
+  int64_t stop_after_epoch = 0;      // --stop-after-epoch N
+  bool help = false;
+};
+
+std::string trainer_usage();
+// Throws packrat::Error on a malformed command line.
+TrainerArgs parse_trainer_args(const std::vector<std::string>& argv);
+int64_t parse_byte_size(const std::string& s, const std::string& flag);  // "8G", "512M", "123456"
+
+// Runs what the arguments ask for; returns the process exit code. Errors propagate.
+int run_trainer(const TrainerArgs& a);
+
+}  // namespace packrat

@@ -1,0 +1,139 @@
+#include "experiments/lib/memory_report.h"
+
+#include <filesystem>
+#include <map>
+
+#include "experiments/lib/safetensors.h"  // write_file_atomic
+
+namespace packrat {
+
+std::string format_bytes(int64_t bytes) {
+  const double b = static_cast<double>(bytes);
+  if (bytes < 0) return "-" + format_bytes(-bytes);
+  if (bytes < 1024) return fmt::format("{} B", bytes);
+  if (b < 1024.0 * 1024) return fmt::format("{:.1f} KiB", b / 1024);
+  if (b < 1024.0 * 1024 * 1024) return fmt::format("{:.2f} MiB", b / (1024.0 * 1024));
+  return fmt::format("{:.2f} GiB", b / (1024.0 * 1024 * 1024));
+}
+
+MemoryReport make_memory_report(int64_t batch_size, std::vector<SavedRecord> records, int64_t allocator_saved_bytes,
+                                const MemoryStats& step) {
+  MemoryReport r;
+  r.batch_size = batch_size;
+  r.tensors = std::move(records);
+  for (const auto& t : r.tensors) {
+    r.saved_bytes += t.bytes;
+    r.saved_fp32_bytes += t.fp32_bytes;
+  }
+  r.allocator_saved_bytes = allocator_saved_bytes;
+  r.step = step;
+  return r;
+}
+
+std::vector<LayerTotals> MemoryReport::per_layer() const {
+  std::vector<LayerTotals> out;
+  std::map<std::string, size_t> index;
+  for (const auto& t : tensors) {
+    auto [it, fresh] = index.emplace(t.layer, out.size());
+    if (fresh) out.push_back({t.layer});
+    LayerTotals& l = out[it->second];
+    l.tensors += 1;
+    l.bytes += t.bytes;
+    l.fp32_bytes += t.fp32_bytes;
+  }
+  return out;
+}
+
+std::vector<std::pair<std::string, int64_t>> MemoryReport::per_scheme() const {
+  std::map<std::string, int64_t> m;
+  for (const auto& t : tensors) m[t.scheme] += t.bytes;
+  return {m.begin(), m.end()};
+}
+
+Json memory_report_json(const MemoryReport& r) {
+  Json j = Json::object();
+  j["batch_size"] = Json(r.batch_size);
+  Json& totals = j["totals"];
+  totals = Json::object();
+  totals["saved_bytes"] = Json(r.saved_bytes);
+  totals["saved_fp32_bytes"] = Json(r.saved_fp32_bytes);
+  totals["compression"] = Json(r.saved_bytes > 0 ? static_cast<double>(r.saved_fp32_bytes) / static_cast<double>(r.saved_bytes) : 0.0);
+  totals["allocator_saved_bytes"] = Json(r.allocator_saved_bytes);
+  totals["peak_bytes"] = Json(r.step.total_peak);
+  Json peak = Json::object();
+  for (size_t i = 0; i < kNumTags; ++i) peak[std::string(tag_name(static_cast<MemTag>(i)))] = Json(r.step.peak[i]);
+  totals["peak_by_tag"] = peak;
+  Json by_scheme = Json::object();
+  for (const auto& [s, b] : r.per_scheme()) by_scheme[s] = Json(b);
+  totals["saved_bytes_by_scheme"] = by_scheme;
+  Json layers = Json::array();
+  for (const auto& l : r.per_layer()) {
+    Json e = Json::object();
+    e["layer"] = Json(l.layer);
+    e["tensors"] = Json(l.tensors);
+    e["bytes"] = Json(l.bytes);
+    e["fp32_bytes"] = Json(l.fp32_bytes);
+    layers.push_back(e);
+  }
+  j["layers"] = layers;
+  Json tensors = Json::array();
+  for (const auto& t : r.tensors) {
+    Json e = Json::object();
+    e["layer"] = Json(t.layer);
+    e["op"] = Json(t.op);
+    e["scheme"] = Json(t.scheme);
+    e["need"] = Json(need_name(t.need));
+    e["bits"] = Json(t.bits);
+    e["bytes"] = Json(t.bytes);
+    e["fp32_bytes"] = Json(t.fp32_bytes);
+    e["numel"] = Json(t.numel);
+    if (t.shared) e["shared"] = Json(true);
+    tensors.push_back(e);
+  }
+  j["tensors"] = tensors;
+  return j;
+}
+
+namespace {
+std::string ratio(int64_t fp32, int64_t held) {
+  if (held <= 0) return fp32 > 0 ? "inf" : "-";
+  return fmt::format("{:.2f}x", static_cast<double>(fp32) / static_cast<double>(held));
+}
+}  // namespace
+
+std::string memory_report_table(const MemoryReport& r) {
+  size_t w = 5;
+  for (const auto& t : r.tensors) w = std::max(w, t.layer.size());
+  std::string s = fmt::format("Saved tensors after the forward of one training step (batch {}):\n", r.batch_size);
+  s += fmt::format("  {:<{}}  {:<14} {:<8} {:>5}  {:>12}  {:>12}  {:>7}\n", "layer", w, "op", "scheme", "bits", "bytes",
+                   "fp32 bytes", "ratio");
+  for (const auto& t : r.tensors) {
+    s += fmt::format("  {:<{}}  {:<14} {:<8} {:>5.2g}  {:>12}  {:>12}  {:>7}{}\n", t.layer.empty() ? "-" : t.layer, w,
+                     t.op, t.scheme, t.bits, t.bytes, t.fp32_bytes, ratio(t.fp32_bytes, t.bytes),
+                     t.shared ? "  (shared, counted once)" : "");
+  }
+  s += "Per layer:\n";
+  for (const auto& l : r.per_layer())
+    s += fmt::format("  {:<{}}  {:>3} tensors  {:>12}  {:>12}  {:>7}\n", l.layer.empty() ? "-" : l.layer, w, l.tensors,
+                     l.bytes, l.fp32_bytes, ratio(l.fp32_bytes, l.bytes));
+  s += "Per scheme:";
+  for (const auto& [scheme, b] : r.per_scheme()) s += fmt::format("  {} {}", scheme, format_bytes(b));
+  s += "\n";
+  s += fmt::format("Total saved: {} ({} bytes) instead of {} in FP32: {} smaller\n", format_bytes(r.saved_bytes),
+                   r.saved_bytes, format_bytes(r.saved_fp32_bytes), ratio(r.saved_fp32_bytes, r.saved_bytes));
+  s += fmt::format("Peak over the step: {} ({} bytes); by tag:", format_bytes(r.step.total_peak), r.step.total_peak);
+  for (size_t i = 0; i < kNumTags; ++i)
+    s += fmt::format(" {} {}{}", tag_name(static_cast<MemTag>(i)), format_bytes(r.step.peak[i]), i + 1 < kNumTags ? "," : "");
+  return s + "\n";
+}
+
+void write_memory_report(const MemoryReport& r, const std::string& dir) {
+  namespace fs = std::filesystem;
+  fs::create_directories(dir);
+  write_file_atomic((fs::path(dir) / "memory_report.json").string(), memory_report_json(r).dump(2) + "\n");
+  std::string tsv = "scheme\tsaved_bytes\n";
+  for (const auto& [scheme, b] : r.per_scheme()) tsv += fmt::format("{}\t{}\n", scheme, b);
+  write_file_atomic((fs::path(dir) / "saved_by_scheme.tsv").string(), tsv);
+}
+
+}  // namespace packrat

@@ -1,0 +1,47 @@
+#pragma once
+// The memory report of one training step: every saved tensor (layer, op, scheme, bits, bytes
+// really held, the FP32 bytes it replaces), totals per layer and overall, and the peak bytes
+// per allocator tag over the step. Printed as a table and written as memory_report.json:
+//   {"batch_size": N, "totals": {"saved_bytes": B, "saved_fp32_bytes": B32, "peak_bytes": P,
+//    "peak_by_tag": {"Parameter": .., ...}, ...}, "layers": [...], "tensors": [{"layer": ..,
+//    "op": .., "scheme": .., "bits": .., "bytes": .., "fp32_bytes": ..}, ...]}
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "autograd/saved_tensor_store.h"
+#include "core/allocator.h"
+#include "experiments/lib/json.h"
+
+namespace packrat {
+
+struct LayerTotals {
+  std::string layer;
+  int64_t tensors = 0, bytes = 0, fp32_bytes = 0;
+};
+
+struct MemoryReport {
+  int64_t batch_size = 0;
+  std::vector<SavedRecord> tensors;  // live saved tensors after the forward, in order of saving
+  int64_t saved_bytes = 0;           // sum of tensors[].bytes
+  int64_t saved_fp32_bytes = 0;      // sum of tensors[].fp32_bytes
+  int64_t allocator_saved_bytes = 0; // the allocator's Saved tag at the same moment
+  MemoryStats step;                  // peaks over the whole step (forward, backward, update)
+
+  std::vector<LayerTotals> per_layer() const;  // in order of first appearance
+  // Saved bytes per scheme name (fp32, fewbit, actnn, ...), sorted by name.
+  std::vector<std::pair<std::string, int64_t>> per_scheme() const;
+};
+
+// Builds the report from the policy's records (taken after the forward) and the step's stats.
+MemoryReport make_memory_report(int64_t batch_size, std::vector<SavedRecord> records, int64_t allocator_saved_bytes,
+                                const MemoryStats& step);
+
+Json memory_report_json(const MemoryReport& r);
+std::string memory_report_table(const MemoryReport& r);  // per tensor, per layer, overall, peaks
+// Writes memory_report.json (atomically) and saved_by_scheme.tsv (for plot_runs.sh) into dir.
+void write_memory_report(const MemoryReport& r, const std::string& dir);
+
+std::string format_bytes(int64_t bytes);  // "1.50 MiB"
+
+}  // namespace packrat

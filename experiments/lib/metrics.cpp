@@ -1,0 +1,86 @@
+#include "experiments/lib/metrics.h"
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <vector>
+
+#include "core/error.h"
+#include "experiments/lib/safetensors.h"  // write_file_atomic
+
+namespace packrat {
+
+Json metrics_json(const EpochMetrics& m) {
+  Json j = Json::object();
+  j["epoch"] = Json(m.epoch);
+  j["step"] = Json(m.step);
+  j["train_loss"] = Json(m.train_loss);
+  j["train_acc"] = Json(m.train_acc);
+  j["test_loss"] = Json(m.test_loss);  // NaN is written as null
+  j["test_acc"] = Json(m.test_acc);
+  j["lr"] = Json(m.lr);
+  j["img_per_s"] = Json(m.img_per_s);
+  j["seconds"] = Json(m.seconds);
+  j["peak_bytes"] = Json(m.peak_bytes);
+  Json tags = Json::object();
+  for (size_t i = 0; i < kNumTags; ++i) tags[std::string(tag_name(static_cast<MemTag>(i)))] = Json(m.peak_by_tag[i]);
+  j["peak_by_tag"] = tags;
+  j["saved_bytes"] = Json(m.saved_bytes);
+  return j;
+}
+
+std::string metrics_csv_header() {
+  std::string h = "epoch,step,train_loss,train_acc,test_loss,test_acc,lr,img_per_s,seconds,peak_bytes,saved_bytes";
+  for (size_t i = 0; i < kNumTags; ++i) h += fmt::format(",peak_{}", tag_name(static_cast<MemTag>(i)));
+  return h;
+}
+
+std::string metrics_csv_row(const EpochMetrics& m) {
+  auto num = [](double v) { return std::isfinite(v) ? fmt::format("{:.6g}", v) : std::string("nan"); };
+  std::string r = fmt::format("{},{},{},{},{},{},{},{},{},{},{}", m.epoch, m.step, num(m.train_loss), num(m.train_acc),
+                              num(m.test_loss), num(m.test_acc), num(m.lr), num(m.img_per_s), num(m.seconds),
+                              m.peak_bytes, m.saved_bytes);
+  for (size_t i = 0; i < kNumTags; ++i) r += fmt::format(",{}", m.peak_by_tag[i]);
+  return r;
+}
+
+MetricsWriter::MetricsWriter(std::string dir) {
+  namespace fs = std::filesystem;
+  fs::create_directories(dir);
+  csv_ = (fs::path(dir) / "metrics.csv").string();
+  jsonl_ = (fs::path(dir) / "metrics.jsonl").string();
+}
+
+namespace {
+std::vector<std::string> read_lines(const std::string& path) {
+  std::vector<std::string> lines;
+  std::ifstream in(path);
+  for (std::string l; std::getline(in, l);)
+    if (!l.empty()) lines.push_back(l);
+  return lines;
+}
+}  // namespace
+
+void MetricsWriter::truncate_after(int64_t epoch) {
+  std::string csv = metrics_csv_header() + "\n", jsonl;
+  auto lines = read_lines(csv_);
+  for (size_t i = 1; i < lines.size(); ++i)
+    if (std::stoll(lines[i].substr(0, lines[i].find(','))) <= epoch) csv += lines[i] + "\n";
+  for (const auto& l : read_lines(jsonl_))
+    if (Json::parse(l, jsonl_).at("epoch").integer() <= epoch) jsonl += l + "\n";
+  write_file_atomic(csv_, csv);
+  write_file_atomic(jsonl_, jsonl);
+}
+
+void MetricsWriter::append(const EpochMetrics& m) {
+  const bool fresh = !std::filesystem::exists(csv_) || std::filesystem::file_size(csv_) == 0;
+  std::ofstream csv(csv_, std::ios::app);
+  if (fresh) csv << metrics_csv_header() << "\n";
+  csv << metrics_csv_row(m) << "\n";
+  std::ofstream jsonl(jsonl_, std::ios::app);
+  jsonl << metrics_json(m).dump() << "\n";
+  PACKRAT_CHECK(csv.good() && jsonl.good(), "cannot write metrics to {}", csv_);
+}
+
+}  // namespace packrat

@@ -1,0 +1,133 @@
+#include "experiments/lib/run.h"
+
+#include <spdlog/spdlog.h>
+
+#include <filesystem>
+
+#include "core/parallel.h"
+#include "data/loader.h"
+#include "data/transforms.h"
+#include "experiments/lib/checkpoint.h"
+#include "experiments/lib/progress.h"
+#include "experiments/lib/safetensors.h"
+#include "experiments/lib/session.h"
+#include "experiments/lib/train_loop.h"
+
+namespace packrat {
+
+namespace {
+
+std::unique_ptr<data::Loader> make_loader(const Config& c, std::shared_ptr<const data::Dataset> ds, bool train) {
+  data::LoaderOptions o;
+  o.batch_size = train ? c.data.batch_size : c.data.eval_batch_size;
+  o.shuffle = train;
+  o.seed = c.seed;
+  o.limit = train ? c.data.train_subset : c.data.test_subset;
+  o.prefetch = c.data.prefetch;
+  o.threads = static_cast<int>(c.data.workers);
+  return std::make_unique<data::Loader>(ds, data::parse_pipeline(train ? c.data.train_transforms : c.data.test_transforms), o);
+}
+
+}  // namespace
+
+RunResult run_training(const Config& c, const RunOptions& o) {
+  namespace fs = std::filesystem;
+  apply_process_settings(c);
+  RunResult result;
+  result.run_dir = c.output.dir;
+  fs::create_directories(c.output.dir);
+  write_file_atomic((fs::path(c.output.dir) / "config.yaml").string(), config_to_yaml(c));
+
+  auto train_ds = data::open_dataset(dataset_spec(c, data::Split::Train));
+  auto test_ds = data::open_dataset(dataset_spec(c, data::Split::Test));
+  auto train = make_loader(c, train_ds, true);
+  auto test = make_loader(c, test_ds, false);
+  const data::ImageShape shape = train->image_shape();
+  InputSpec input{shape.c, shape.h, shape.w, c.model.classes > 0 ? c.model.classes : train_ds->num_classes()};
+  Session s = make_session(c, input);
+  const int64_t steps_per_epoch = c.train.steps_per_epoch > 0
+                                      ? std::min(c.train.steps_per_epoch, train->batches_per_epoch())
+                                      : train->batches_per_epoch();
+  const LrSchedule schedule = make_schedule(c, steps_per_epoch);
+  spdlog::info("run {}: {} ({} parameters), {} train / {} test images of {}x{}x{}, batch {}, {} steps per epoch, {} "
+               "threads", c.output.dir, c.model.arch, s.model->num_parameters(), train->size(), test->size(), shape.c,
+               shape.h, shape.w, c.data.batch_size, steps_per_epoch, num_threads());
+
+  MetricsWriter metrics(c.output.dir);
+  TrainingPosition pos{0, 0, c.seed};
+  if (o.resume) {
+    auto ckpt = latest_checkpoint(c.output.dir);
+    PACKRAT_CHECK(ckpt.has_value(), "--resume {}: no checkpoint in {}/checkpoints", c.output.dir, c.output.dir);
+    pos = load_checkpoint(*ckpt, *s.model, *s.optimizer);
+    PACKRAT_CHECK(pos.seed == c.seed, "--resume {}: the checkpoint was written with seed {}, the config has seed {}",
+                  c.output.dir, pos.seed, c.seed);
+    metrics.truncate_after(pos.epoch);
+    spdlog::info("resumed from {} at epoch {} step {}", *ckpt, pos.epoch, pos.step);
+  } else {
+    metrics.truncate_after(0);
+  }
+  result.start_epoch = pos.epoch;
+
+  StepOptions step_options;
+  step_options.label_smoothing = c.train.label_smoothing;
+  step_options.clip_grad_norm = c.train.clip_grad_norm;
+  bool first_step = true;
+  for (int64_t epoch = pos.epoch; epoch < c.train.epochs; ++epoch) {
+    if (o.stop_after_epoch > 0 && epoch >= o.stop_after_epoch) break;
+    EpochMetrics m;
+    Progress progress(fmt::format("epoch {}/{}", epoch + 1, c.train.epochs), steps_per_epoch, c.train.log_interval, o.tty);
+    double loss_sum = 0;
+    int64_t correct = 0, seen = 0;
+    train->start_epoch(epoch);
+    data::Batch b;
+    for (int64_t i = 0; i < steps_per_epoch && train->next(b); ++i) {
+      s.optimizer->set_lr(schedule.lr(epoch, i));
+      step_options.capture_saved = first_step;
+      StepResult r = train_step(*s.model, *s.optimizer, *s.policy, b.images, b.labels, pos.step, step_options);
+      ++pos.step;
+      if (first_step) {
+        result.report = make_memory_report(b.images.dim(0), std::move(r.saved), r.saved_allocator_bytes, r.memory);
+        write_memory_report(result.report, c.output.dir);
+        if (o.print_report) std::fputs(memory_report_table(result.report).c_str(), stdout);
+        std::fflush(stdout);
+        first_step = false;
+      }
+      if (i == 0) m.saved_bytes = r.saved_record_bytes;
+      loss_sum += r.loss * static_cast<double>(r.count);
+      correct += r.correct;
+      seen += r.count;
+      m.peak_bytes = std::max(m.peak_bytes, r.memory.total_peak);
+      for (size_t t = 0; t < kNumTags; ++t) m.peak_by_tag[t] = std::max(m.peak_by_tag[t], r.memory.peak[t]);
+      progress.update(i + 1, loss_sum / static_cast<double>(seen), static_cast<double>(correct) / static_cast<double>(seen), seen);
+    }
+    progress.finish();
+    m.epoch = epoch + 1;
+    m.step = pos.step;
+    m.train_loss = seen ? loss_sum / static_cast<double>(seen) : 0.0;
+    m.train_acc = seen ? static_cast<double>(correct) / static_cast<double>(seen) : 0.0;
+    m.lr = s.optimizer->lr();
+    m.seconds = progress.seconds();
+    m.img_per_s = progress.img_per_s();
+    const bool last = epoch + 1 == c.train.epochs;
+    if ((epoch + 1) % c.train.eval_interval == 0 || last) {
+      EvalResult e = evaluate(*s.model, *test, epoch);
+      m.test_loss = e.loss;
+      m.test_acc = e.accuracy;
+    }
+    metrics.append(m);
+    spdlog::info("epoch {}/{}: train loss {:.4f} acc {:.2f}% | test loss {:.4f} acc {:.2f}% | lr {:.4g} | {:.0f} img/s | "
+                 "{} | peak {}", m.epoch, c.train.epochs, m.train_loss, 100 * m.train_acc, m.test_loss,
+                 100 * m.test_acc, m.lr, m.img_per_s, Progress::format_duration(m.seconds), format_bytes(m.peak_bytes));
+    result.epochs.push_back(m);
+    pos.epoch = epoch + 1;
+    const bool stopping = o.stop_after_epoch > 0 && pos.epoch >= o.stop_after_epoch;
+    if (last || stopping || (c.output.checkpoint_interval > 0 && pos.epoch % c.output.checkpoint_interval == 0)) {
+      const std::string path = checkpoint_path(c.output.dir, pos.epoch);
+      save_checkpoint(path, *s.model, *s.optimizer, pos, c.model.arch);
+      spdlog::info("checkpoint {}", path);
+    }
+  }
+  return result;
+}
+
+}  // namespace packrat

@@ -1,0 +1,32 @@
+#pragma once
+// A training run: datasets and loaders, the epoch loop with progress, evaluation, metrics,
+// the memory report of the first step, checkpoints, and resuming.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "experiments/lib/config.h"
+#include "experiments/lib/memory_report.h"
+#include "experiments/lib/metrics.h"
+
+namespace packrat {
+
+struct RunOptions {
+  bool resume = false;          // continue from the latest checkpoint in config.output.dir
+  int64_t stop_after_epoch = 0; // stop (as if interrupted) once this many epochs are done; 0: never
+  int tty = -1;                 // progress bar: -1 = isatty(stderr), 0 = plain lines, 1 = bar
+  bool print_report = true;     // print the memory report table to stdout
+};
+
+struct RunResult {
+  std::string run_dir;
+  std::vector<EpochMetrics> epochs;  // the epochs run by this call
+  MemoryReport report;               // of this call's first step
+  int64_t start_epoch = 0;           // epochs already done when it started (resume)
+};
+
+// Writes <dir>/config.yaml (the resolved config), train.log, metrics.csv/jsonl,
+// memory_report.json, checkpoints/epoch_NNNN.safetensors.
+RunResult run_training(const Config& c, const RunOptions& o = {});
+
+}  // namespace packrat

@@ -1,0 +1,108 @@
+#include "experiments/lib/session.h"
+
+#include "core/parallel.h"
+#include "data/transforms.h"
+#include "layers/dropout.h"
+#include "models/registry.h"
+#include "optim/adamw.h"
+#include "optim/sgd.h"
+
+namespace packrat {
+
+InputSpec input_spec(const Config& c, const data::ImageShape& raw, int64_t classes) {
+  const data::ImageShape s = data::parse_pipeline(c.data.train_transforms).output_shape(raw);
+  InputSpec in{s.c, s.h, s.w, classes};
+  if (c.model.in_channels > 0) in.channels = c.model.in_channels;
+  if (c.model.classes > 0) in.classes = c.model.classes;
+  return in;
+}
+
+InputSpec synthetic_input_spec(const Config& c) {
+  const std::string& d = c.data.dataset;
+  data::ImageShape raw;
+  int64_t classes = 0;
+  if (d == "fashion_mnist" || d == "mnist") {
+    raw = {1, 28, 28};
+    classes = 10;
+  } else if (d == "cifar10") {
+    raw = {3, 32, 32};
+    classes = 10;
+  } else if (d == "cifar100") {
+    raw = {3, 32, 32};
+    classes = c.data.label == "coarse" ? 20 : 100;
+  } else if (d == "image_folder") {
+    PACKRAT_CHECK(c.data.height > 0 && c.data.width > 0 && c.model.classes > 0,
+                  "{}: synthetic inputs for an image_folder dataset need data.height, data.width and model.classes",
+                  c.source);
+    raw = {c.data.channels, c.data.height, c.data.width};
+  } else {
+    fail("{}: data.dataset '{}' is unknown (cifar10, cifar100, fashion_mnist, mnist, image_folder)", c.source, d);
+  }
+  return input_spec(c, raw, classes);
+}
+
+data::DatasetSpec dataset_spec(const Config& c, data::Split split) {
+  data::DatasetSpec s;
+  s.name = c.data.dataset;
+  s.root = c.data.root;
+  s.split = split;
+  s.download = c.data.download;
+  s.label = c.data.label;
+  s.height = c.data.height;
+  s.width = c.data.width;
+  s.channels = c.data.channels;
+  return s;
+}
+
+void apply_process_settings(const Config& c) {
+  PACKRAT_CHECK(c.device == "cpu", "{}: device '{}': only cpu is built in this version of packrat", c.source, c.device);
+  if (c.threads > 0) set_num_threads(static_cast<int>(c.threads));
+  set_dropout_seed(c.seed);
+}
+
+Session make_session(const Config& c, const InputSpec& input) {
+  Session s;
+  s.input = input;
+  ModelSpec spec;
+  spec.arch = c.model.arch;
+  spec.stem = c.model.stem;
+  spec.activation = c.model.activation;
+  spec.in_channels = input.channels;
+  spec.num_classes = input.classes;
+  spec.seed = c.seed;
+  s.model = make_model(spec);
+  if (c.optimizer.name == "sgd") {
+    SgdOptions o;
+    o.lr = c.optimizer.lr;
+    o.momentum = c.optimizer.momentum;
+    o.nesterov = c.optimizer.nesterov;
+    o.weight_decay = c.optimizer.weight_decay;
+    s.optimizer = std::make_unique<SGD>(s.model->named_parameters(), o);
+  } else {
+    AdamWOptions o;
+    o.lr = c.optimizer.lr;
+    o.beta1 = c.optimizer.beta1;
+    o.beta2 = c.optimizer.beta2;
+    o.eps = c.optimizer.eps;
+    o.weight_decay = c.optimizer.weight_decay;
+    s.optimizer = std::make_unique<AdamW>(s.model->named_parameters(), o);
+  }
+  s.policy = std::make_unique<RulePolicy>(c.saved_tensors);
+  return s;
+}
+
+LrSchedule make_schedule(const Config& c, int64_t steps_per_epoch) {
+  LrScheduleConfig s;
+  s.kind = c.schedule.name;
+  s.base_lr = c.optimizer.lr;
+  s.epochs = c.train.epochs;
+  s.steps_per_epoch = std::max<int64_t>(1, steps_per_epoch);
+  s.step_size = c.schedule.step_size;
+  s.milestones = c.schedule.milestones;
+  s.gamma = c.schedule.gamma;
+  s.min_lr = c.schedule.min_lr;
+  s.warmup_epochs = c.schedule.warmup_epochs;
+  return LrSchedule(s);
+}
+
+}  // namespace packrat

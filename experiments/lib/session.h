@@ -1,0 +1,43 @@
+#pragma once
+// What every trainer mode builds from a Config: the model, the optimizer, the store policy,
+// the LR schedule, the input shape, and the process settings (threads, seeds).
+#include <cstdint>
+#include <memory>
+
+#include "data/dataset.h"
+#include "data/registry.h"
+#include "experiments/lib/config.h"
+#include "layers/module.h"
+#include "optim/lr_schedule.h"
+#include "optim/optimizer.h"
+#include "quant/rule_policy.h"
+
+namespace packrat {
+
+// The shape a batch image has after the train transforms, and the number of classes.
+struct InputSpec {
+  int64_t channels = 0, height = 0, width = 0, classes = 0;
+};
+
+// Without opening any data file (for synthetic inputs): the dataset's published shape and class
+// count, through the configured train transforms; model.classes / model.in_channels override.
+InputSpec synthetic_input_spec(const Config& c);
+// From an opened dataset's image shape and classes, through the train transforms.
+InputSpec input_spec(const Config& c, const data::ImageShape& raw, int64_t classes);
+
+data::DatasetSpec dataset_spec(const Config& c, data::Split split);
+
+// OpenMP threads, the dropout seed; throws for device: cuda.
+void apply_process_settings(const Config& c);
+
+struct Session {
+  std::shared_ptr<Module> model;
+  std::unique_ptr<Optimizer> optimizer;
+  std::unique_ptr<RulePolicy> policy;
+  InputSpec input;
+};
+Session make_session(const Config& c, const InputSpec& input);
+
+LrSchedule make_schedule(const Config& c, int64_t steps_per_epoch);
+
+}  // namespace packrat

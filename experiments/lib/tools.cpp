@@ -1,0 +1,128 @@
+#include "experiments/lib/tools.h"
+
+#include <spdlog/spdlog.h>
+
+#include <chrono>
+
+#include "autograd/tape.h"
+#include "experiments/lib/session.h"
+#include "experiments/lib/train_loop.h"
+
+namespace packrat {
+
+namespace {
+StepOptions step_options(const Config& c, bool capture) {
+  StepOptions o;
+  o.label_smoothing = c.train.label_smoothing;
+  o.clip_grad_norm = c.train.clip_grad_norm;
+  o.capture_saved = capture;
+  return o;
+}
+}  // namespace
+
+MemoryReport memory_report_only(const Config& c) {
+  apply_process_settings(c);
+  const InputSpec in = synthetic_input_spec(c);
+  Session s = make_session(c, in);
+  SyntheticBatch b = synthetic_batch(c.data.batch_size, in.channels, in.height, in.width, in.classes, c.seed);
+  StepResult r = train_step(*s.model, *s.optimizer, *s.policy, b.images, b.labels, 0, step_options(c, true));
+  MemoryReport report = make_memory_report(c.data.batch_size, std::move(r.saved), r.saved_allocator_bytes, r.memory);
+  write_memory_report(report, c.output.dir);
+  return report;
+}
+
+Json BenchmarkResult::json() const {
+  Json j = Json::object();
+  j["img_per_s"] = Json(img_per_s);
+  j["peak_bytes"] = Json(peak_bytes);
+  j["saved_bytes"] = Json(saved_bytes);
+  j["batch_size"] = Json(batch_size);
+  j["steps"] = Json(steps);
+  j["seconds"] = Json(seconds);
+  return j;
+}
+
+BenchmarkResult benchmark(const Config& c, int64_t steps) {
+  PACKRAT_CHECK(steps >= 1, "--benchmark: STEPS must be at least 1, got {}", steps);
+  apply_process_settings(c);
+  const InputSpec in = synthetic_input_spec(c);
+  Session s = make_session(c, in);
+  SyntheticBatch b = synthetic_batch(c.data.batch_size, in.channels, in.height, in.width, in.classes, c.seed);
+  const StepOptions o = step_options(c, false);
+  train_step(*s.model, *s.optimizer, *s.policy, b.images, b.labels, 0, o);  // warm-up
+  BenchmarkResult r;
+  r.steps = steps;
+  r.batch_size = c.data.batch_size;
+  const auto start = std::chrono::steady_clock::now();
+  for (int64_t i = 1; i <= steps; ++i) {
+    StepResult sr = train_step(*s.model, *s.optimizer, *s.policy, b.images, b.labels, i, o);
+    r.peak_bytes = std::max(r.peak_bytes, sr.memory.total_peak);
+    r.saved_bytes = sr.saved_record_bytes;
+  }
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  r.img_per_s = static_cast<double>(steps * c.data.batch_size) / r.seconds;
+  return r;
+}
+
+MaxBatchResult find_max_batch(const Config& c, int64_t limit, int64_t upper) {
+  PACKRAT_CHECK(limit > 0, "--find-max-batch: BYTES must be positive, got {}", limit);
+  apply_process_settings(c);
+  const InputSpec in = synthetic_input_spec(c);
+  Session s = make_session(c, in);
+  auto& alloc = Allocator::cpu();
+  {  // the optimizer state exists before the search, as it does in training
+    SyntheticBatch b = synthetic_batch(1, in.channels, in.height, in.width, in.classes, c.seed);
+    train_step(*s.model, *s.optimizer, *s.policy, b.images, b.labels, 0, step_options(c, false));
+  }
+  MaxBatchResult result;
+  result.limit = limit;
+  PACKRAT_CHECK(alloc.total_current() < limit,
+                "--find-max-batch: the model and its optimizer state alone hold {} bytes, more than the limit {}",
+                alloc.total_current(), limit);
+  // Runs one step at batch n under the limit; the peak, or -1 when it does not fit.
+  auto fits = [&](int64_t n) -> int64_t {
+    ++result.trials;
+    // A fresh policy per trial: an out-of-memory in the middle of a step must leave nothing behind.
+    s.policy = std::make_unique<RulePolicy>(c.saved_tensors);
+    int64_t peak = -1;
+    try {
+      alloc.set_limit(limit);
+      SyntheticBatch b = synthetic_batch(n, in.channels, in.height, in.width, in.classes, c.seed);
+      StepResult r = train_step(*s.model, *s.optimizer, *s.policy, b.images, b.labels, result.trials, step_options(c, false));
+      peak = r.memory.total_peak;
+    } catch (const OutOfMemory&) {
+      peak = -1;
+    }
+    alloc.set_limit(0);
+    clear_tape();
+    s.model->zero_grad();
+    spdlog::info("batch {}: {}", n, peak < 0 ? std::string("out of memory") : fmt::format("fits, peak {} bytes", peak));
+    return peak;
+  };
+  int64_t lo = 0, hi = 0, lo_peak = 0;  // lo fits (0: nothing yet), hi does not (0: unknown)
+  for (int64_t n = 1; n <= upper; n *= 2) {
+    const int64_t p = fits(n);
+    if (p < 0) {
+      hi = n;
+      break;
+    }
+    lo = n;
+    lo_peak = p;
+  }
+  if (hi == 0) hi = upper + 1;
+  while (hi - lo > 1) {
+    const int64_t mid = lo + (hi - lo) / 2;
+    const int64_t p = fits(mid);
+    if (p < 0) {
+      hi = mid;
+    } else {
+      lo = mid;
+      lo_peak = p;
+    }
+  }
+  result.batch_size = lo;
+  result.peak_bytes = lo_peak;
+  return result;
+}
+
+}  // namespace packrat

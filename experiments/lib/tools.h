@@ -1,0 +1,41 @@
+#pragma once
+// The trainer's measuring modes, all on synthetic inputs of the dataset's shape (no data files
+// needed) with the configured model, store policy and batch size:
+//   --memory-report-only   one training step, the memory report written and printed
+//   --benchmark STEPS      img/s, peak bytes and saved bytes of STEPS training steps
+//   --find-max-batch BYTES the largest batch whose training step fits in BYTES of tensor memory
+#include <cstdint>
+
+#include "experiments/lib/config.h"
+#include "experiments/lib/memory_report.h"
+#include "experiments/lib/json.h"
+
+namespace packrat {
+
+// Writes memory_report.json into config.output.dir and returns the report.
+MemoryReport memory_report_only(const Config& c);
+
+struct BenchmarkResult {
+  double img_per_s = 0;
+  int64_t peak_bytes = 0;   // highest total over the timed steps
+  int64_t saved_bytes = 0;  // held after the forward of the last step
+  int64_t steps = 0, batch_size = 0;
+  double seconds = 0;
+  Json json() const;        // {"img_per_s": X, "peak_bytes": P, "saved_bytes": S}
+};
+// One untimed warm-up step (oneDNN primitive creation, optimizer state), then `steps` timed steps.
+BenchmarkResult benchmark(const Config& c, int64_t steps);
+
+struct MaxBatchResult {
+  int64_t batch_size = 0;   // 0: not even batch 1 fits
+  int64_t peak_bytes = 0;   // peak total of a step at that batch size
+  int64_t limit = 0;
+  int64_t trials = 0;
+};
+// Doubles the batch from 1 until a step runs out of memory under the allocator limit `limit`
+// (which counts every tagged byte: parameters, optimizer state, data, activations, saved,
+// gradients, workspace), then bisects. The model's parameters and optimizer state are made
+// before the limit is set, and count towards it.
+MaxBatchResult find_max_batch(const Config& c, int64_t limit, int64_t upper = int64_t{1} << 20);
+
+}  // namespace packrat

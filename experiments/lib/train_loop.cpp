@@ -1,0 +1,103 @@
+#include "experiments/lib/train_loop.h"
+
+#include <cmath>
+
+#include "autograd/ops.h"
+#include "autograd/tape.h"
+#include "core/philox.h"
+#include "optim/clip_grad.h"
+
+namespace packrat {
+
+int64_t count_correct(const Tensor& logits, const Tensor& labels) {
+  const Tensor l = logits.to_plain();
+  const int64_t n = l.dim(0), c = l.dim(1);
+  const float* x = l.data<float>();
+  const int64_t* y = labels.data<int64_t>();
+  int64_t hits = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    int64_t best = 0;
+    for (int64_t k = 1; k < c; ++k)
+      if (x[i * c + k] > x[i * c + best]) best = k;
+    hits += best == y[i];
+  }
+  return hits;
+}
+
+StepResult train_step(Module& model, Optimizer& opt, StorePolicy& policy, const Tensor& images, const Tensor& labels,
+                      int64_t step, const StepOptions& o) {
+  auto& alloc = Allocator::cpu();
+  StepResult r;
+  r.count = images.dim(0);
+  PolicyScope scope(policy);
+  policy.begin_step(step);
+  model.train();
+  opt.zero_grad();
+  const int64_t saved_before = alloc.current(MemTag::Saved);
+  alloc.reset_peak();
+  try {
+    Tensor loss;
+    {
+      TagScope tag(MemTag::Activation);
+      Tensor logits = model(images);
+      loss = ops::cross_entropy(logits, labels, static_cast<float>(o.label_smoothing));
+      r.correct = count_correct(logits, labels);
+    }
+    r.loss = loss.item();
+    if (!std::isfinite(r.loss))
+      fail("step {}: the loss is {} (not finite); try a lower optimizer.lr (now {:g}), gradient clipping "
+           "(train.clip_grad_norm: 1.0), or FP32 storage for the saved tensors (saved_tensors.default: fp32)",
+           step, r.loss, opt.lr());
+    // After the forward, before the backward: what the stores hold for this step.
+    r.saved_allocator_bytes = alloc.current(MemTag::Saved) - saved_before;
+    if (o.capture_saved) r.saved = policy.describe();
+    for (const auto& rec : o.capture_saved ? r.saved : policy.describe()) r.saved_record_bytes += rec.bytes;
+    backward(loss);
+  } catch (...) {
+    clear_tape();  // releases whatever the stores still hold for this step
+    opt.zero_grad();
+    throw;
+  }
+  if (o.clip_grad_norm > 0) r.grad_norm = clip_grad_norm(model.parameters(), o.clip_grad_norm);
+  opt.step();
+  opt.zero_grad();  // gradients do not outlive the step
+  r.memory = alloc.stats();
+  return r;
+}
+
+EvalResult evaluate(Module& model, data::Loader& loader, int64_t epoch) {
+  NoGradScope no_grad;
+  model.eval();
+  EvalResult r;
+  double loss_sum = 0;
+  int64_t correct = 0;
+  loader.start_epoch(epoch);
+  for (data::Batch b; loader.next(b);) {
+    Tensor logits = model(b.images);
+    const int64_t n = b.images.dim(0);
+    loss_sum += static_cast<double>(ops::cross_entropy(logits, b.labels, 0.0f).item()) * static_cast<double>(n);
+    correct += count_correct(logits, b.labels);
+    r.count += n;
+  }
+  model.train();
+  if (r.count > 0) {
+    r.loss = loss_sum / static_cast<double>(r.count);
+    r.accuracy = static_cast<double>(correct) / static_cast<double>(r.count);
+  }
+  return r;
+}
+
+SyntheticBatch synthetic_batch(int64_t n, int64_t c, int64_t h, int64_t w, int64_t classes, uint64_t seed) {
+  TagScope tag(MemTag::Data);
+  SyntheticBatch b;
+  b.images = Tensor::empty(Shape{n, c, h, w});  // (N, C, H, W)
+  b.labels = Tensor::empty(Shape{n}, DType::i64);  // (N)
+  PhiloxStream rng(seed, 0x5E17ull);
+  float* x = b.images.data<float>();
+  for (int64_t i = 0; i < b.images.numel(); ++i) x[i] = rng.normal();
+  int64_t* y = b.labels.data<int64_t>();
+  for (int64_t i = 0; i < n; ++i) y[i] = static_cast<int64_t>(rng.below(static_cast<uint64_t>(classes)));
+  return b;
+}
+
+}  // namespace packrat

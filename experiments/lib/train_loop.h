@@ -1,0 +1,56 @@
+#pragma once
+// One training step, shared by the trainer, --benchmark, --memory-report-only and
+// --find-max-batch; evaluation; synthetic batches of a dataset's shape.
+#include <cstdint>
+#include <vector>
+
+#include "autograd/saved_tensor_store.h"
+#include "core/allocator.h"
+#include "core/tensor.h"
+#include "data/loader.h"
+#include "layers/module.h"
+#include "optim/optimizer.h"
+
+namespace packrat {
+
+struct StepOptions {
+  double label_smoothing = 0;
+  double clip_grad_norm = 0;   // 0: off
+  bool capture_saved = false;  // take the policy's records after the forward (memory report)
+};
+
+struct StepResult {
+  double loss = 0;
+  int64_t correct = 0, count = 0;
+  double grad_norm = 0;                 // before clipping (0 when clipping is off)
+  std::vector<SavedRecord> saved;       // live saved tensors after the forward (capture_saved)
+  int64_t saved_allocator_bytes = 0;    // Allocator Saved bytes at that moment, minus those before the step
+  int64_t saved_record_bytes = 0;       // sum of the records' bytes (always taken)
+  MemoryStats memory;                   // after the step; peaks cover the whole step
+};
+
+// forward, loss = cross_entropy(logits, labels, label_smoothing), backward, (clip), optimizer
+// step, for global step `step` under `policy` (policy.begin_step(step) first). Resets the
+// allocator's peaks at the start. A non-finite loss releases the step's saved tensors and
+// throws packrat::Error naming the step and what to try.
+StepResult train_step(Module& model, Optimizer& opt, StorePolicy& policy, const Tensor& images, const Tensor& labels,
+                      int64_t step, const StepOptions& o);
+
+// Loss (mean, no label smoothing) and accuracy of the model in eval mode over one pass of
+// `loader` (no gradients recorded).
+struct EvalResult {
+  double loss = 0, accuracy = 0;
+  int64_t count = 0;
+};
+EvalResult evaluate(Module& model, data::Loader& loader, int64_t epoch);
+
+// Argmax hits of logits (N, C) against labels (N) i64.
+int64_t count_correct(const Tensor& logits, const Tensor& labels);
+
+// Random inputs (N, C, H, W) ~ N(0, 1) and labels in [0, classes), tagged Data, from Philox(seed).
+struct SyntheticBatch {
+  Tensor images, labels;
+};
+SyntheticBatch synthetic_batch(int64_t n, int64_t c, int64_t h, int64_t w, int64_t classes, uint64_t seed);
+
+}  // namespace packrat
