@@ -41,42 +41,45 @@ PACKRAT_INLINE float expm1_reduced(float r) {
 }
 
 // Argument reduction x + lo = n ln2 + r, |r| <= ln2/2 (x + lo: an argument held as an
-// unevaluated sum, e.g. a square and its rounding error, so that a large x keeps its low bits). Returns r and the scale 2^n as a float (n clamped to [-126, 128];
-// callers clamp x to a range where that is exact or flushes to 0 / inf on purpose).
+// unevaluated sum, e.g. a square and its rounding error, so that a large x keeps its low bits).
+// 2^n is returned as two normal factors (n clamped to [-252, 128]), so that results in the
+// subnormal range and up to FLT_MAX are scaled without a spurious flush or overflow.
 struct Reduced {
-  float r, scale;
+  float r, scale1, scale2;  // exp = (1 + expm1(r)) * scale1 * scale2
 };
+PACKRAT_INLINE float pow2i(int32_t n) { return std::bit_cast<float>(static_cast<uint32_t>(n + 127) << 23); }
 PACKRAT_INLINE Reduced reduce_exp(float x, float lo) {
   const float t = (x + lo) * kLog2e + kRoundMagic;  // n in the low mantissa bits
   const float n = t - kRoundMagic;
   int32_t ni = static_cast<int32_t>(std::bit_cast<uint32_t>(t) - std::bit_cast<uint32_t>(kRoundMagic));
   float r = std::fma(-n, kLn2Hi, x);
   r = std::fma(-n, kLn2Lo, r) + lo;
-  ni = ni < -127 ? -127 : ni;  // 2^-127 has exponent bits 0: flushes to 0
-  ni = ni > 128 ? 128 : ni;    // exponent 255: inf
-  const float scale = std::bit_cast<float>(static_cast<uint32_t>(ni + 127) << 23);
-  return {r, scale};
+  ni = ni < -252 ? -252 : ni;
+  ni = ni > 128 ? 128 : ni;
+  const int32_t n1 = ni / 2;
+  return {r, pow2i(n1), pow2i(ni - n1)};
 }
 
-// exp(x + lo), the argument an unevaluated sum (|lo| <= a few units). Underflows to 0 below
-// about -87.3 and overflows to inf above about 88.7; NaN propagates.
+// exp(x + lo), the argument an unevaluated sum (|lo| <= a few units). Gradual underflow down
+// to 0 below about -103.97, inf above about 88.72; NaN propagates.
 PACKRAT_INLINE float exp2parts(float x, float lo) {
   const float s = x + lo;
-  const bool high = s > 88.8f, low = s < -88.0f;
-  const float xc = high ? 88.8f : (low ? -88.0f : x);
+  const bool high = s > 89.0f, low = s < -104.0f;
+  const float xc = high ? 89.0f : (low ? -104.0f : x);
   const float lc = (high || low) ? 0.0f : lo;
   const Reduced k = reduce_exp(xc, lc);
-  const float e = std::fma(k.scale, expm1_reduced(k.r), k.scale);
-  return s < -87.33f ? 0.0f : e;
+  const float e = std::fma(k.scale1, expm1_reduced(k.r), k.scale1) * k.scale2;
+  return low ? 0.0f : e;
 }
 PACKRAT_INLINE float fast_exp(float x) { return exp2parts(x, 0.0f); }
 
 // exp(x) - 1, accurate near 0: 2^n (e^r - 1) + (2^n - 1).
 PACKRAT_INLINE float fast_expm1(float x) {
-  float xc = x > 88.7f ? 88.7f : x;
-  xc = xc < -30.0f ? -30.0f : xc;  // expm1(-30) = -1 in f32
+  float xc = x > 88.0f ? 88.0f : x;  // 2^n stays finite (callers use x <= 0)
+  xc = xc < -30.0f ? -30.0f : xc;    // expm1(-30) = -1 in f32
   const Reduced k = reduce_exp(xc, 0.0f);
-  return std::fma(k.scale, expm1_reduced(k.r), k.scale - 1.0f);
+  const float scale = k.scale1 * k.scale2;  // 2^n, n in [-44, 128]: one exact product
+  return std::fma(scale, expm1_reduced(k.r), scale - 1.0f);
 }
 
 // log(1 + u) for u in [0, 1]: 2 atanh(s), s = u / (2 + u) in [0, 1/3], series to s^17.
@@ -96,7 +99,9 @@ PACKRAT_INLINE float log1p_unit(float u) {
 
 // exp(-x^2/2) with the square's rounding error carried into the reduction (fma split), so the
 // result keeps its relative accuracy in the tails.
-PACKRAT_INLINE float exp_neg_half_square(float x) {
+PACKRAT_INLINE float exp_neg_half_square(float x_any) {
+  const float ax = std::fabs(x_any);
+  const float x = ax < 16.0f ? ax : 16.0f;  // exp(-128) is 0 in f32; keeps x*x finite
   const float sq = x * x;
   const float err = std::fma(x, x, -sq);  // x*x = sq + err exactly
   return exp2parts(-0.5f * sq, -0.5f * err);
@@ -106,7 +111,7 @@ PACKRAT_INLINE float exp_neg_half_square(float x) {
 // t exp(-a^2 + P(t)), t = 1 / (1 + a/2) (Numerical Recipes' erfcc, fractional error < 1.2e-7
 // for every a >= 0), with -a^2 = -x^2/2 carried exactly.
 PACKRAT_INLINE float normal_cdf(float x) {
-  const float ax = std::fabs(x);
+  const float ax = std::fabs(x) < 16.0f ? std::fabs(x) : 16.0f;  // Phi(-16) = 6e-58: 0 in f32
   const float a = ax * 0.70710678118654752f;
   const float t = 1.0f / std::fma(0.5f, a, 1.0f);
   float p = 0.17087277f;
@@ -158,7 +163,8 @@ PACKRAT_INLINE float relu6_f(float x) {
 }
 PACKRAT_INLINE float relu6_df(float x) { return (x > 0.0f && x < 6.0f) ? 1.0f : 0.0f; }
 
-// hardswish: x * min(max(x + 3, 0), 6) / 6; backward: 0 below -3, x/3 + 1/2 on [-3, 3], 1 above.
+// hardswish: x * min(max(x + 3, 0), 6) / 6; backward (PyTorch 1.13's hardswish_backward):
+// 0 below -3, x/3 + 1/2 on [-3, 3), 1 from 3 on.
 PACKRAT_INLINE float hardswish_f(float x) {
   float r = x + 3.0f;
   r = r > 0.0f ? r : 0.0f;
@@ -167,7 +173,7 @@ PACKRAT_INLINE float hardswish_f(float x) {
 }
 PACKRAT_INLINE float hardswish_df(float x) {
   const float mid = x / 3.0f + 0.5f;
-  return x < -3.0f ? 0.0f : (x <= 3.0f ? mid : 1.0f);
+  return x < -3.0f ? 0.0f : (x < 3.0f ? mid : 1.0f);
 }
 
 // gelu (approximate='none'): x Phi(x); f' = Phi(x) + x phi(x).
