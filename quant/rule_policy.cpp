@@ -6,6 +6,7 @@
 
 #include "autograd/fp32_store.h"
 #include "core/error.h"
+#include "quant/fewbit_store.h"
 
 namespace packrat {
 
@@ -17,19 +18,25 @@ bool glob_match(std::string_view pattern, std::string_view text) {
 namespace {
 std::mutex g_schemes_mutex;
 
-std::map<std::string, StoreFactory>& schemes() {  // callers hold g_schemes_mutex
-  static std::map<std::string, StoreFactory> table = [] {
-    std::map<std::string, StoreFactory> t;
-    t["fp32"] = [](SchemeOptions&) { return std::make_unique<Fp32Store>(); };
+struct Scheme {
+  StoreFactory factory;
+  bool seeded = false;
+};
+
+std::map<std::string, Scheme>& schemes() {  // callers hold g_schemes_mutex
+  static std::map<std::string, Scheme> table = [] {
+    std::map<std::string, Scheme> t;
+    t["fp32"] = {[](SchemeOptions&) { return std::make_unique<Fp32Store>(); }, false};
+    t["fewbit"] = {make_fewbit_store, false};
     return t;
   }();
   return table;
 }
 }  // namespace
 
-void register_scheme(const std::string& name, StoreFactory factory) {
+void register_scheme(const std::string& name, StoreFactory factory, bool seeded) {
   std::lock_guard lock(g_schemes_mutex);
-  schemes()[name] = std::move(factory);
+  schemes()[name] = {std::move(factory), seeded};
 }
 
 std::vector<std::string> available_schemes() {
@@ -39,27 +46,30 @@ std::vector<std::string> available_schemes() {
   return out;
 }
 
-std::unique_ptr<SavedTensorStore> make_store(const SchemeSpec& spec) {
-  StoreFactory factory;
+std::unique_ptr<SavedTensorStore> make_store(const SchemeSpec& spec, uint64_t seed) {
+  Scheme scheme;
   {
     std::lock_guard lock(g_schemes_mutex);
     auto it = schemes().find(spec.scheme);
-    if (it != schemes().end()) factory = it->second;
+    if (it != schemes().end()) scheme = it->second;
   }
+  const StoreFactory& factory = scheme.factory;
   if (!factory) {
     std::string list;
     for (const auto& s : available_schemes()) list += (list.empty() ? "" : ", ") + s;
     fail("{}: unknown scheme '{}'; available: {}", spec.where, spec.scheme, list);
   }
-  SchemeOptions options(spec.options, spec.where);
+  auto values = spec.options;
+  if (scheme.seeded && !values.count("seed")) values["seed"] = std::to_string(seed);
+  SchemeOptions options(values, spec.where);
   std::unique_ptr<SavedTensorStore> store = factory(options);
   options.check_all_used();
   return store;
 }
 
 RulePolicy::RulePolicy(const StorePolicySpec& spec) : spec_(spec) {
-  default_ = make_store(spec_.default_scheme);
-  for (const auto& rule : spec_.rules) rule_stores_.push_back(make_store(rule.spec));
+  default_ = make_store(spec_.default_scheme, spec_.seed);
+  for (const auto& rule : spec_.rules) rule_stores_.push_back(make_store(rule.spec, spec_.seed));
   last_resort_ = std::make_unique<Fp32Store>();
 }
 

@@ -38,6 +38,9 @@ struct StoreRule {
 struct StorePolicySpec {
   SchemeSpec default_scheme;
   std::vector<StoreRule> rules;
+  // The run seed: schemes with stochastic rounding get it as their `seed` option unless the
+  // config sets one.
+  uint64_t seed = 0;
 };
 
 // '*' matches any run of characters (dots included), '?' one character, [..] a class.
@@ -47,10 +50,11 @@ bool glob_match(std::string_view pattern, std::string_view text);
 // (a research store of your own) registers itself with register_scheme before the config is read.
 // A factory reads its options with the SchemeOptions getters; unread options are an error.
 using StoreFactory = std::function<std::unique_ptr<SavedTensorStore>(SchemeOptions&)>;
-void register_scheme(const std::string& name, StoreFactory factory);
+// seeded: the factory reads a `seed` option, which make_store fills with the run seed.
+void register_scheme(const std::string& name, StoreFactory factory, bool seeded = false);
 std::vector<std::string> available_schemes();  // sorted
 // Builds one store; throws naming spec.where for an unknown scheme or a bad/unknown option.
-std::unique_ptr<SavedTensorStore> make_store(const SchemeSpec& spec);
+std::unique_ptr<SavedTensorStore> make_store(const SchemeSpec& spec, uint64_t seed = 0);
 
 class RulePolicy : public StorePolicy {
  public:

@@ -371,6 +371,7 @@ Config parse_root(YAML::Node root, const Origin& origin) {
     m.finish({"arch", "stem", "activation", "classes", "in_channels"});
   }
   c.saved_tensors = parse_saved_tensors(top.child("saved_tensors"));
+  c.saved_tensors.seed = c.seed;
   {
     Section o = top.child("optimizer");
     c.optimizer.name = o.get_string("name", "sgd", {"sgd", "adamw"});

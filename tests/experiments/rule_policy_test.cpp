@@ -129,3 +129,28 @@ TEST(RulePolicy, UnusedOptionIsAnError) {
     EXPECT_NE(std::string(e.what()).find("saved_tensors.default (line 3): unknown key 'bits'"), std::string::npos) << e.what();
   }
 }
+
+TEST(RulePolicy, FewbitRuleServesActivationsOnly) {
+  StorePolicySpec spec;
+  StoreRule r = rule({"gelu"}, {}, "saved_tensors.rules[0] (line 5)");
+  r.spec.scheme = "fewbit";
+  r.spec.options["bits"] = "3";
+  spec.rules.push_back(r);
+  RulePolicy p(spec);
+  const Pointwise* gelu = &pointwise_by_name("gelu");
+  EXPECT_EQ(p.store_for(request("gelu", "layer1.0", Need::Derivative, gelu)).scheme(), "fewbit");
+  // The few-bit store does not take values: a conv input matched by op falls back to the default.
+  StorePolicySpec spec2 = spec;
+  spec2.rules[0].ops = {"gelu", "conv2d"};
+  RulePolicy p2(spec2);
+  EXPECT_EQ(p2.store_for(request("conv2d", "layer1.0.conv1", Need::Value)).scheme(), "fp32");
+  // Its options are checked with the rule's position.
+  spec.rules[0].spec.options["bits"] = "9";
+  try {
+    RulePolicy bad(spec);
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("saved_tensors.rules[0] (line 5)"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("bits"), std::string::npos) << e.what();
+  }
+}

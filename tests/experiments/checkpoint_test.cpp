@@ -1,0 +1,79 @@
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+#include "core/error.h"
+#include "experiments/lib/checkpoint.h"
+#include "experiments/lib/safetensors.h"
+#include "experiments/lib/session.h"
+#include "experiments/lib/train_loop.h"
+#include "tests/experiments/tiny_config.h"
+
+using namespace packrat;
+using namespace packrat::testing;
+
+namespace {
+bool same_bytes(const Tensor& a, const Tensor& b) {
+  const Tensor x = a.to_plain(), y = b.to_plain();
+  return x.shape() == y.shape() && x.dtype() == y.dtype() && std::memcmp(x.raw(), y.raw(), x.nbytes()) == 0;
+}
+}  // namespace
+
+TEST(Checkpoint, RoundTripsModelOptimizerAndPosition) {
+  const auto dir = temp_dir("checkpoint");
+  const Config c = tiny_config("/nonexistent", dir);
+  Session a = make_session(c, synthetic_input_spec(c));
+  SyntheticBatch b = synthetic_batch(4, a.input.channels, a.input.height, a.input.width, a.input.classes, 5);
+  for (int64_t step = 0; step < 2; ++step) train_step(*a.model, *a.optimizer, *a.policy, b.images, b.labels, step, {});
+  const std::string path = checkpoint_path(dir.string(), 3);
+  save_checkpoint(path, *a.model, *a.optimizer, {3, 2, c.seed}, "resnet20");
+
+  // PyTorch-style names.
+  const SafetensorsFile f = read_safetensors(path);
+  EXPECT_TRUE(f.find("model.layer1.0.conv1.weight"));
+  EXPECT_TRUE(f.find("model.bn1.running_mean"));
+  EXPECT_TRUE(f.find("optimizer.momentum_buffer.fc.weight"));
+  EXPECT_TRUE(f.find("optimizer.step"));
+  EXPECT_EQ(f.metadata.at("format"), "pt");
+
+  const Config other = tiny_config("/nonexistent", dir, {"seed=99"});
+  Session s = make_session(other, synthetic_input_spec(other));
+  ASSERT_FALSE(same_bytes(s.model->named_parameters()[0].second, a.model->named_parameters()[0].second));
+  const TrainingPosition pos = load_checkpoint(path, *s.model, *s.optimizer);
+  EXPECT_EQ(pos.epoch, 3);
+  EXPECT_EQ(pos.step, 2);
+  EXPECT_EQ(pos.seed, c.seed);
+  const auto pa = a.model->named_parameters(), ps = s.model->named_parameters();
+  for (size_t i = 0; i < pa.size(); ++i) EXPECT_TRUE(same_bytes(pa[i].second, ps[i].second)) << pa[i].first;
+  const auto ba = a.model->named_buffers(), bs = s.model->named_buffers();
+  for (size_t i = 0; i < ba.size(); ++i) EXPECT_TRUE(same_bytes(ba[i].second, bs[i].second)) << ba[i].first;
+  const auto oa = a.optimizer->state_dict(), os = s.optimizer->state_dict();
+  ASSERT_EQ(oa.size(), os.size());
+  for (size_t i = 0; i < oa.size(); ++i) EXPECT_TRUE(same_bytes(oa[i].second, os[i].second)) << oa[i].first;
+  EXPECT_EQ(s.optimizer->steps(), 2);
+}
+
+TEST(Checkpoint, AnotherModelIsAnErrorNamingTheTensor) {
+  const auto dir = temp_dir("checkpoint_other");
+  const Config c = tiny_config("/nonexistent", dir);
+  Session a = make_session(c, synthetic_input_spec(c));
+  const std::string path = checkpoint_path(dir.string(), 1);
+  save_checkpoint(path, *a.model, *a.optimizer, {1, 0, c.seed}, "resnet20");
+  const Config deeper = tiny_config("/nonexistent", dir, {"model.arch=resnet32"});
+  Session b = make_session(deeper, synthetic_input_spec(deeper));
+  try {
+    load_checkpoint(path, *b.model, *b.optimizer);
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("model.layer1.3"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Checkpoint, LatestIsTheHighestEpoch) {
+  const auto dir = temp_dir("checkpoint_latest");
+  EXPECT_FALSE(latest_checkpoint(dir.string()).has_value());
+  const Config c = tiny_config("/nonexistent", dir);
+  Session a = make_session(c, synthetic_input_spec(c));
+  for (int64_t e : {2, 10, 9}) save_checkpoint(checkpoint_path(dir.string(), e), *a.model, *a.optimizer, {e, 0, 0}, "r");
+  EXPECT_EQ(latest_checkpoint(dir.string()).value(), checkpoint_path(dir.string(), 10));
+}

@@ -1,0 +1,110 @@
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "experiments/lib/memory_report.h"
+#include "experiments/lib/session.h"
+#include "experiments/lib/train_loop.h"
+#include "tests/experiments/tiny_config.h"
+
+using namespace packrat;
+using namespace packrat::testing;
+
+namespace {
+
+struct OneStep {
+  StepResult result;
+  int64_t activation_before = 0, saved_before = 0;
+  int64_t activation_after = 0, saved_after = 0;
+};
+
+OneStep one_step(const Config& c, int64_t batch) {
+  Session s = make_session(c, synthetic_input_spec(c));
+  SyntheticBatch b = synthetic_batch(batch, s.input.channels, s.input.height, s.input.width, s.input.classes, 1);
+  OneStep o;
+  o.activation_before = Allocator::cpu().current(MemTag::Activation);
+  o.saved_before = Allocator::cpu().current(MemTag::Saved);
+  StepOptions opt;
+  opt.capture_saved = true;
+  o.result = train_step(*s.model, *s.optimizer, *s.policy, b.images, b.labels, 0, opt);
+  o.activation_after = Allocator::cpu().current(MemTag::Activation);
+  o.saved_after = Allocator::cpu().current(MemTag::Saved);
+  return o;
+}
+
+}  // namespace
+
+TEST(MemoryReport, SavedTotalsMatchTheAllocatorAndStepLeavesNothing) {
+  const Config c = tiny_config("/nonexistent", "/tmp/unused");
+  OneStep o = one_step(c, 8);
+  const MemoryReport r = make_memory_report(8, o.result.saved, o.result.saved_allocator_bytes, o.result.memory);
+  ASSERT_FALSE(r.tensors.empty());
+  EXPECT_GT(r.saved_bytes, 0);
+  // The report's bytes are the allocator's: every byte under the Saved tag is listed, once.
+  EXPECT_EQ(r.saved_bytes, r.allocator_saved_bytes);
+  EXPECT_EQ(r.saved_bytes, o.result.saved_record_bytes);
+  // The 1-bit relu masks of layer2 hold less than their FP32 bytes; everything else is FP32.
+  int64_t fewbit = 0;
+  for (const auto& t : r.tensors) {
+    if (t.scheme == "fewbit") {
+      ++fewbit;
+      EXPECT_EQ(t.layer.rfind("layer2.", 0), 0u) << t.layer;
+      EXPECT_LT(t.bytes * 8, t.fp32_bytes) << t.layer;
+    }
+  }
+  EXPECT_GT(fewbit, 0);
+  EXPECT_LT(r.saved_bytes, r.saved_fp32_bytes);
+  // After the backward, activations and saved tensors are all released.
+  EXPECT_EQ(o.activation_after, o.activation_before);
+  EXPECT_EQ(o.saved_after, o.saved_before);
+  EXPECT_EQ(o.saved_after, 0);
+  EXPECT_EQ(o.activation_after, 0);
+  // The step's peak covers at least what was saved at the end of the forward.
+  EXPECT_GE(r.step.total_peak, r.saved_bytes);
+  EXPECT_GE(r.step.peak_at(MemTag::Saved), r.saved_bytes);
+}
+
+TEST(MemoryReport, ScalesWithTheBatch) {
+  const Config c = tiny_config("/nonexistent", "/tmp/unused", {"saved_tensors.rules=[]"});
+  const int64_t a = one_step(c, 4).result.saved_allocator_bytes, b = one_step(c, 8).result.saved_allocator_bytes;
+  EXPECT_GT(b, a);
+  EXPECT_LE(b, 2 * a);  // the activations double; nothing else grows
+}
+
+TEST(MemoryReport, JsonHasTheDocumentedShapeAndTableTheTotals) {
+  const Config c = tiny_config("/nonexistent", "/tmp/unused");
+  OneStep o = one_step(c, 4);
+  const MemoryReport r = make_memory_report(4, o.result.saved, o.result.saved_allocator_bytes, o.result.memory);
+  const auto dir = temp_dir("memory_report");
+  write_memory_report(r, dir.string());
+  std::ifstream in(dir / "memory_report.json");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  const Json j = Json::parse(ss.str());
+  EXPECT_EQ(j.at("batch_size").integer(), 4);
+  const Json& totals = j.at("totals");
+  EXPECT_EQ(totals.at("saved_bytes").integer(), r.saved_bytes);
+  EXPECT_EQ(totals.at("saved_fp32_bytes").integer(), r.saved_fp32_bytes);
+  EXPECT_EQ(totals.at("peak_bytes").integer(), r.step.total_peak);
+  EXPECT_EQ(totals.at("peak_by_tag").at("Saved").integer(), r.step.peak_at(MemTag::Saved));
+  EXPECT_TRUE(totals.at("peak_by_tag").find("Activation"));
+  int64_t sum = 0, sum32 = 0;
+  for (const Json& t : j.at("tensors").items()) {
+    for (const char* k : {"layer", "op", "scheme"}) EXPECT_TRUE(t.at(k).is_string()) << k;
+    EXPECT_GT(t.at("bits").number(), 0);
+    sum += t.at("bytes").integer();
+    sum32 += t.at("fp32_bytes").integer();
+  }
+  EXPECT_EQ(sum, r.saved_bytes);
+  EXPECT_EQ(sum32, r.saved_fp32_bytes);
+  EXPECT_EQ(j.at("tensors").items().front().at("layer").str(), "conv1");
+  EXPECT_TRUE(std::filesystem::exists(dir / "saved_by_scheme.tsv"));
+
+  const std::string table = memory_report_table(r);
+  EXPECT_NE(table.find("layer1.0.conv1"), std::string::npos);
+  EXPECT_NE(table.find("Total saved"), std::string::npos);
+  EXPECT_NE(table.find(std::to_string(r.saved_bytes) + " bytes"), std::string::npos);
+  EXPECT_NE(table.find("Per layer"), std::string::npos);
+}
