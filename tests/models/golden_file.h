@@ -1,0 +1,56 @@
+#pragma once
+// Reader for the golden files of tests/golden/models (made by tests/golden/make_model_goldens.py).
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace packrat::testing {
+
+inline std::string golden_path(const std::string& file) {
+  return std::string(PACKRAT_SOURCE_DIR) + "/tests/golden/models/" + file;
+}
+
+// Lines "<key> <count> <values...>".
+inline std::map<std::string, std::vector<float>> read_golden_values(const std::string& file) {
+  std::ifstream in(golden_path(file));
+  EXPECT_TRUE(in.good()) << "cannot open " << golden_path(file);
+  std::map<std::string, std::vector<float>> out;
+  std::string line;
+  while (std::getline(in, line)) {
+    std::istringstream s(line);
+    std::string key;
+    size_t n = 0;
+    if (!(s >> key >> n)) continue;
+    std::vector<float> v(n);
+    for (auto& x : v) s >> x;
+    out[key] = v;
+  }
+  return out;
+}
+
+inline const std::vector<float>& golden_at(const std::map<std::string, std::vector<float>>& g, const std::string& key) {
+  auto it = g.find(key);
+  if (it == g.end()) throw std::runtime_error("golden key missing: " + key);
+  return it->second;
+}
+
+// The golden tensor `key` with the given shape.
+inline Tensor golden_tensor(const std::map<std::string, std::vector<float>>& g, const std::string& key,
+                            const Shape& shape) {
+  return Tensor::from_vector(shape, golden_at(g, key));
+}
+
+inline void expect_close(const std::vector<float>& got, const std::vector<float>& want, float atol, float rtol,
+                         const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  for (size_t i = 0; i < got.size(); ++i)
+    EXPECT_NEAR(got[i], want[i], atol + rtol * std::abs(want[i])) << what << " element " << i;
+}
+
+}  // namespace packrat::testing
