@@ -35,19 +35,16 @@ std::vector<uint8_t> read_gz_file(const std::filesystem::path& path, std::string
   std::vector<uint8_t> buf(1 << 17);
   for (;;) {
     const int got = gzread(gz, buf.data(), static_cast<unsigned>(buf.size()));
-    if (got < 0) {
-      int code = 0;
-      const char* msg = gzerror(gz, &code);
-      fail("{}: {} is not a valid gzip file or is corrupt: {}", who, path.string(), msg ? msg : "zlib error");
-    }
+    if (got > 0) bytes.insert(bytes.end(), buf.data(), buf.data() + got);
+    // gzread stops quietly at a truncated stream (Z_BUF_ERROR); gzerror tells.
+    int code = 0;
+    const char* msg = gzerror(gz, &code);
+    if (code == Z_BUF_ERROR)
+      fail("{}: {} is truncated: the gzip stream ends after {} bytes of data", who, path.string(), bytes.size());
+    if (got < 0 || (code != Z_OK && code != Z_STREAM_END))
+      fail("{}: {} is corrupt: zlib says '{}'", who, path.string(), msg ? msg : "error");
     if (got == 0) break;
-    bytes.insert(bytes.end(), buf.data(), buf.data() + got);
   }
-  // gzread stops quietly at a truncated stream; gzerror tells.
-  int code = 0;
-  const char* msg = gzerror(gz, &code);
-  if (code != Z_OK && code != Z_STREAM_END)
-    fail("{}: {} is a truncated or corrupt gzip file: {}", who, path.string(), msg ? msg : "zlib error");
   return bytes;
 }
 

@@ -18,7 +18,7 @@ struct ImageFolderOptions {
   int64_t height = 0, width = 0;         // resize (bilinear) on load; 0 = keep, then all images must agree
   int64_t channels = 3;                  // 3 = RGB, 1 = grey (stb converts)
   bool preload = false;                  // decode every image at open; otherwise on each get()
-  std::vector<std::string> class_names;  // fixed class order (e.g. the train split's); empty = sorted folder names
+  std::vector<std::string> class_names{};  // fixed class order (e.g. the train split's); empty = sorted folder names
 };
 
 class ImageFolderDataset : public Dataset {

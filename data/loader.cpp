@@ -51,23 +51,30 @@ Batch Loader::make_batch(const std::vector<int64_t>& order, int64_t epoch, int64
   int64_t* labels = b.labels.data<int64_t>();  // (N)
   const int64_t per = out_shape_.numel();
 
-  std::exception_ptr error;
-#pragma omp parallel num_threads(options_.threads) if (options_.threads > 1)
-  {
-    std::vector<uint8_t> pixels(static_cast<size_t>(in_shape_.numel()));  // (C, H, W)
-    std::vector<float> scratch;
-#pragma omp for schedule(dynamic, 4)
-    for (int64_t i = 0; i < n; ++i) {
-      try {
+  // Samples [lo, hi) of the batch; with threads > 1 the batch is cut into contiguous chunks, one
+  // per std::thread (plain threads: an OpenMP team here would spin against the trainer's own).
+  std::vector<std::exception_ptr> errors(static_cast<size_t>(options_.threads));
+  auto work = [&](int t, int64_t lo, int64_t hi) {
+    try {
+      std::vector<uint8_t> pixels(static_cast<size_t>(in_shape_.numel()));  // (C, H, W)
+      std::vector<float> scratch;
+      for (int64_t i = lo; i < hi; ++i) {
         const int64_t k = b.indices[i];
         labels[i] = dataset_->get(k, pixels.data());
         pipeline_.run(pixels.data(), in_shape_, images + i * per, options_.seed, epoch, k, scratch);
-      } catch (...) {
-#pragma omp critical(packrat_loader_error)
-        if (!error) error = std::current_exception();
       }
+    } catch (...) {
+      errors[t] = std::current_exception();
     }
-  }
+  };
+  const int threads = static_cast<int>(std::min<int64_t>(options_.threads, n));
+  std::vector<std::thread> helpers;
+  for (int t = 1; t < threads; ++t) helpers.emplace_back(work, t, n * t / threads, n * (t + 1) / threads);
+  work(0, 0, n / threads);
+  for (std::thread& h : helpers) h.join();
+  std::exception_ptr error;
+  for (auto& e : errors)
+    if (e && !error) error = e;
   if (error) std::rethrow_exception(error);
   return b;
 }

@@ -36,7 +36,7 @@ struct LoaderOptions {
   uint64_t seed = 0;       // shuffle and augmentation
   int64_t limit = 0;       // use only the first `limit` samples (0 or >= size: all)
   int64_t prefetch = 2;    // batches prepared ahead of the consumer
-  int threads = 1;         // threads preparing one batch (an OpenMP team in the background thread)
+  int threads = 1;         // threads preparing one batch (the background thread and threads - 1 helpers)
 };
 
 struct Batch {

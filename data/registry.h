@@ -21,15 +21,15 @@
 namespace packrat::data {
 
 struct DatasetSpec {
-  std::string name;              // cifar10 | cifar100 | fashion_mnist | mnist | image_folder
-  std::string root;              // "" = default_root(name)
+  std::string name{};            // cifar10 | cifar100 | fashion_mnist | mnist | image_folder
+  std::string root{};            // "" = default_root(name)
   Split split = Split::Train;
   bool download = false;         // cifar10, cifar100: fetch the archive when missing
   std::string label = "fine";    // cifar100: fine | coarse
   int64_t height = 0, width = 0; // image_folder: resize on load (0 = keep)
   int64_t channels = 3;          // image_folder: 3 = RGB, 1 = grey
   bool preload = false;          // image_folder: decode all images at open
-  std::string url, md5;          // cifar: override the archive URL and its MD5 (mirrors, tests)
+  std::string url{}, md5{};      // cifar: override the archive URL and its MD5 (mirrors, tests)
 };
 
 std::string default_root(std::string_view name);

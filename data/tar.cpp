@@ -27,17 +27,14 @@ class GzReader {
     size_t total = 0;
     while (total < n) {
       const int got = gzread(gz_, static_cast<char*>(dst) + total, static_cast<unsigned>(std::min<size_t>(n - total, 1u << 30)));
-      if (got < 0) {
-        int code = 0;
-        const char* msg = gzerror(gz_, &code);
-        fail("tar: {} is corrupt: {}", path_, msg ? msg : "zlib error");
-      }
+      if (got > 0) total += static_cast<size_t>(got);
+      int code = 0;
+      const char* msg = gzerror(gz_, &code);
+      if (code == Z_BUF_ERROR) fail("tar: {} is truncated: the gzip stream ends early", path_);
+      if (got < 0 || (code != Z_OK && code != Z_STREAM_END))
+        fail("tar: {} is corrupt: zlib says '{}'", path_, msg ? msg : "error");
       if (got == 0) break;
-      total += static_cast<size_t>(got);
     }
-    int code = 0;
-    const char* msg = gzerror(gz_, &code);
-    if (code != Z_OK && code != Z_STREAM_END) fail("tar: {} is truncated or corrupt: {}", path_, msg ? msg : "zlib error");
     return total;
   }
   const std::string& path() const { return path_; }
