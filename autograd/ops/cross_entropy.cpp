@@ -10,6 +10,7 @@
 #include "autograd/ops.h"
 #include "autograd/saved_tensor_store.h"
 #include "autograd/tape.h"
+#include "autograd/ops/eltwise_common.h"
 #include "core/parallel.h"
 
 namespace packrat::ops {
@@ -40,7 +41,7 @@ Tensor cross_entropy(const Tensor& logits_any, const Tensor& targets, float labe
   Tensor probs = grad ? Tensor::empty(Shape{N, C}) : Tensor();  // (N, C)
   std::vector<double> row_loss(static_cast<size_t>(N));
   const double eps = label_smoothing;
-  parallel_for(0, N, [&](int64_t n) {
+  detail::rows_for(N, 4 * C, [&](int64_t n) {
     const float* r = x + n * C;
     float mx = r[0];
     for (int64_t c = 1; c < C; ++c) mx = std::max(mx, r[c]);
@@ -85,7 +86,7 @@ Tensor cross_entropy(const Tensor& logits_any, const Tensor& targets, float labe
              const float* pp = p.data<float>();
              const int64_t* tp = tg.data<int64_t>();
              float* out = gx.data<float>();
-             parallel_for(0, N, [&](int64_t n) {
+             detail::rows_for(N, C, [&](int64_t n) {
                for (int64_t c = 0; c < C; ++c) out[n * C + c] = (pp[n * C + c] - off) * gscale;
                out[n * C + tp[n]] = (pp[n * C + tp[n]] - on) * gscale;
              });

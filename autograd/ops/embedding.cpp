@@ -6,6 +6,7 @@
 #include "autograd/ops.h"
 #include "autograd/saved_tensor_store.h"
 #include "autograd/tape.h"
+#include "autograd/ops/eltwise_common.h"
 #include "core/parallel.h"
 
 namespace packrat::ops {
@@ -29,7 +30,7 @@ Tensor embedding(const Tensor& ids, const Tensor& weight) {
   Tensor y = Tensor::empty(Shape(dims));  // (N..., D)
   const float* w = weight.data<float>();
   float* out = y.data<float>();
-  parallel_for(0, n, [&](int64_t i) {
+  detail::rows_for(n, D, [&](int64_t i) {
     const float* row = w + id[i] * D;
     for (int64_t j = 0; j < D; ++j) out[i * D + j] = row[j];
   });
@@ -51,7 +52,7 @@ Tensor embedding(const Tensor& ids, const Tensor& weight) {
              float* gwp = gw.data<float>();
              const int64_t count = saved_ids.numel();
              // Rows may repeat: split over columns so that no two threads touch one element.
-             parallel_chunks(D, 16, [&](int64_t jb, int64_t je) {
+             parallel_chunks(D, std::max<int64_t>(16, detail::kMinParallelWork / std::max<int64_t>(count, 1)), [&](int64_t jb, int64_t je) {
                for (int64_t i = 0; i < count; ++i) {
                  float* dst = gwp + idp[i] * D;
                  const float* src = gp + i * D;

@@ -9,6 +9,7 @@
 #include "autograd/ops.h"
 #include "autograd/saved_tensor_store.h"
 #include "autograd/tape.h"
+#include "autograd/ops/eltwise_common.h"
 #include "core/parallel.h"
 
 namespace packrat::ops {
@@ -45,7 +46,7 @@ Tensor layernorm(const Tensor& x_any, const Tensor& weight, const Tensor& bias, 
   float* yp = y.data<float>();
   float* mp = mean.data<float>();
   float* rp = rstd.data<float>();
-  parallel_for(0, rows, [&](int64_t r) {
+  detail::rows_for(rows, 3 * D, [&](int64_t r) {
     const float* xr = xp + r * D;
     double s = 0;
     for (int64_t j = 0; j < D; ++j) s += xr[j];
@@ -89,7 +90,7 @@ Tensor layernorm(const Tensor& x_any, const Tensor& weight, const Tensor& bias, 
              const float* wp = has_w ? ws.data<float>() : nullptr;
              const float* gp = go.data<float>();
              float* gxp = gx.data<float>();
-             parallel_for(0, R, [&](int64_t r) {
+             detail::rows_for(R, 3 * D, [&](int64_t r) {
                const float *xr = xp + r * D, *gr = gp + r * D;
                double sum_gh = 0, sum_ghx = 0;
                for (int64_t j = 0; j < D; ++j) {

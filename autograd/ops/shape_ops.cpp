@@ -4,6 +4,7 @@
 
 #include "autograd/ops.h"
 #include "autograd/tape.h"
+#include "autograd/ops/eltwise_common.h"
 #include "core/parallel.h"
 
 namespace packrat::ops {
@@ -34,7 +35,7 @@ template <typename T>
 void transpose_batched(const T* src, T* dst, int64_t B, int64_t M, int64_t N) {
   constexpr int64_t kTile = 32;
   const int64_t tiles_m = (M + kTile - 1) / kTile;
-  parallel_for(0, B * tiles_m, [&](int64_t bt) {
+  detail::rows_for(B * tiles_m, kTile * N, [&](int64_t bt) {
     const int64_t b = bt / tiles_m, m0 = (bt % tiles_m) * kTile, m1 = std::min(M, m0 + kTile);
     const T* s = src + b * M * N;
     T* d = dst + b * M * N;

@@ -6,6 +6,7 @@
 #include "autograd/ops.h"
 #include "autograd/saved_tensor_store.h"
 #include "autograd/tape.h"
+#include "autograd/ops/eltwise_common.h"
 #include "core/parallel.h"
 
 namespace packrat::ops {
@@ -22,7 +23,7 @@ Tensor softmax(const Tensor& x_any) {
   Tensor y = Tensor::empty(x.shape());  // (..., D)
   const float* src = x.data<float>();
   float* dst = y.data<float>();
-  parallel_for(0, rows, [&](int64_t r) {
+  detail::rows_for(rows, 3 * D, [&](int64_t r) {
     const float* in = src + r * D;
     float* out = dst + r * D;
     float mx = in[0];
@@ -49,7 +50,7 @@ Tensor softmax(const Tensor& x_any) {
       const float* yp = yv.data<float>();
       const float* gp = go.data<float>();
       float* out = gx.data<float>();
-      parallel_for(0, yv.numel() / D, [&](int64_t r) {
+      detail::rows_for(yv.numel() / D, 2 * D, [&](int64_t r) {
         const float *yr = yp + r * D, *gr = gp + r * D;
         double dot = 0;
         for (int64_t j = 0; j < D; ++j) dot += static_cast<double>(gr[j]) * yr[j];
