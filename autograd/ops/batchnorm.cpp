@@ -1,0 +1,88 @@
+// batchnorm2d on oneDNN (core/cpu/batchnorm.h), on plain or nChw16c input (layout kept).
+// Training saves x (Need::Value, compressible) and the batch mean and biased variance (exact),
+// and updates the running statistics in place as PyTorch does (bumping their versions).
+#include "autograd/ops.h"
+#include "autograd/tape.h"
+#include "core/cpu/batchnorm.h"
+#include "core/cpu/dnnl_context.h"
+
+namespace packrat::ops {
+
+namespace {
+void check_channel_tensor(const std::string& where, const char* what, const Tensor& t, int64_t C) {
+  if (!t.defined()) return;
+  PACKRAT_CHECK(t.rank() == 1 && t.dim(0) == C, "{}: input has {} channels, {} has shape {}", where, C, what,
+                t.shape().str());
+  PACKRAT_CHECK(t.dtype() == DType::f32, "{}: {} has dtype {}, expected f32", where, what, dtype_name(t.dtype()));
+}
+
+// running = (1 - m) * running + m * batch; the variance estimate is unbiased (n / (n - 1)).
+void update_running(Tensor& running, const Tensor& batch, float momentum, double correction) {
+  float* r = running.data<float>();
+  const float* b = batch.data<float>();
+  for (int64_t c = 0; c < running.numel(); ++c)
+    r[c] = static_cast<float>((1.0 - momentum) * r[c] + momentum * correction * b[c]);
+  running.bump_version();
+}
+}  // namespace
+
+Tensor batchnorm2d(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor& running_mean,
+                   Tensor& running_var, bool training, float momentum, float eps) {
+  const std::string where = cpu::op_where("batchnorm2d");
+  PACKRAT_CHECK(x.defined(), "{}: input must be defined", where);
+  PACKRAT_CHECK(x.rank() == 4, "{}: input must be 4-d (N, C, H, W), got {}", where, x.shape().str());
+  PACKRAT_CHECK(x.dtype() == DType::f32, "{}: input has dtype {}, expected f32", where, dtype_name(x.dtype()));
+  const int64_t C = x.dim(1), n = x.dim(0) * x.dim(2) * x.dim(3);
+  check_channel_tensor(where, "weight", weight, C);
+  check_channel_tensor(where, "bias", bias, C);
+  check_channel_tensor(where, "running_mean", running_mean, C);
+  check_channel_tensor(where, "running_var", running_var, C);
+  PACKRAT_CHECK(running_mean.defined() == running_var.defined(),
+                "{}: running_mean and running_var must both be given or both be undefined", where);
+
+  Tensor y, mean, var;  // (N, C, H, W) x's layout; (C); (C)
+  const bool global_stats = !training;
+  if (training) {
+    PACKRAT_CHECK(n > 1, "{}: training needs more than one value per channel, input is {}", where, x.shape().str());
+    cpu::batchnorm_forward_training(x, weight, bias, eps, y, mean, var);
+    if (running_mean.defined()) {
+      update_running(running_mean, mean, momentum, 1.0);
+      update_running(running_var, var, momentum, static_cast<double>(n) / static_cast<double>(n - 1));
+    }
+  } else {
+    PACKRAT_CHECK(running_mean.defined(), "{}: eval mode needs running statistics", where);
+    y = cpu::batchnorm_forward_inference(x, weight, bias, running_mean, running_var, eps);
+    if (needs_grad({&x, &weight, &bias})) {
+      mean = running_mean.clone();  // constants of this forward: later updates must not reach backward
+      var = running_var.clone();
+    }
+  }
+  if (!needs_grad({&x, &weight, &bias})) return y;
+
+  const std::string& layer = LayerScope::current();
+  std::vector<SavedHandle> saved;
+  saved.push_back(save_for_backward(x, SaveRequest{Need::Value, nullptr, "batchnorm2d", layer}));
+  SaveRequest stats{Need::Value, nullptr, "batchnorm2d", layer};
+  stats.exact = true;
+  saved.push_back(save_for_backward(mean, stats));
+  saved.push_back(save_for_backward(var, stats));
+  const bool has_weight = weight.defined(), has_bias = bias.defined();
+  if (has_weight) saved.push_back(save_for_backward(weight, SaveRequest{Need::Value, nullptr, "batchnorm2d", layer}));
+  const Layout x_layout = x.layout();
+  record("batchnorm2d", {&x, &weight, &bias}, {&y}, std::move(saved),
+         [=](Node& nd, const std::vector<Tensor>& grads) -> std::vector<Tensor> {
+           const Tensor xs = nd.load(0).to_layout(x_layout);
+           const Tensor m = nd.load(1), v = nd.load(2);
+           const Tensor w = has_weight ? nd.load(3) : Tensor();
+           Tensor dx, dw, db;
+           cpu::batchnorm_backward(xs, grads[0], w, has_bias, m, v, eps, global_stats, dx, dw, db);
+           std::vector<Tensor> r(3);
+           if (nd.inputs[0]) r[0] = dx;
+           if (nd.inputs[1]) r[1] = dw;
+           if (nd.inputs[2]) r[2] = db;
+           return r;
+         });
+  return y;
+}
+
+}  // namespace packrat::ops

@@ -1,0 +1,95 @@
+#include "core/cpu/batchnorm.h"
+
+#include "core/cpu/dnnl_context.h"
+
+namespace packrat::cpu {
+
+using dnnl::memory;
+using bn_fwd = dnnl::batch_normalization_forward;
+using bn_bwd = dnnl::batch_normalization_backward;
+
+namespace {
+dnnl::normalization_flags flags_for(bool scale, bool shift, bool global_stats) {
+  auto f = dnnl::normalization_flags::none;
+  if (scale) f = f | dnnl::normalization_flags::use_scale;
+  if (shift) f = f | dnnl::normalization_flags::use_shift;
+  if (global_stats) f = f | dnnl::normalization_flags::use_global_stats;
+  return f;
+}
+
+memory::desc channel_desc(int64_t C) { return memory::desc({C}, memory::data_type::f32, memory::format_tag::x); }
+
+bn_fwd::primitive_desc forward_pd(const memory::desc& data, float eps, dnnl::normalization_flags flags,
+                                  dnnl::prop_kind kind) {
+  return bn_fwd::primitive_desc(bn_fwd::desc(kind, data, eps, flags), dnnl_attr(), dnnl_engine());
+}
+
+void add_affine(std::unordered_map<int, memory>& args, const Tensor& weight, const Tensor& bias, int64_t C) {
+  if (weight.defined()) args.emplace(DNNL_ARG_SCALE, memory_of(weight, channel_desc(C)));
+  if (bias.defined()) args.emplace(DNNL_ARG_SHIFT, memory_of(bias, channel_desc(C)));
+}
+}  // namespace
+
+void batchnorm_forward_training(const Tensor& x, const Tensor& weight, const Tensor& bias, float eps, Tensor& y,
+                                Tensor& mean, Tensor& var) {
+  const int64_t C = x.dim(1);
+  const memory::desc data = desc_of(x);
+  auto pd = forward_pd(data, eps, flags_for(weight.defined(), bias.defined(), false), dnnl::prop_kind::forward_training);
+  y = Tensor::empty_like(x);            // (N, C, H, W), x's layout
+  mean = Tensor::empty(Shape{C});       // (C)
+  var = Tensor::empty(Shape{C});        // (C), biased
+  std::unordered_map<int, memory> args{{DNNL_ARG_SRC, memory_of(x, data)},
+                                       {DNNL_ARG_DST, memory_of(y, data)},
+                                       {DNNL_ARG_MEAN, memory_of(mean, channel_desc(C))},
+                                       {DNNL_ARG_VARIANCE, memory_of(var, channel_desc(C))}};
+  add_affine(args, weight, bias, C);
+  execute(bn_fwd(pd), pd, std::move(args));
+}
+
+Tensor batchnorm_forward_inference(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& mean,
+                                   const Tensor& var, float eps) {
+  const int64_t C = x.dim(1);
+  const memory::desc data = desc_of(x);
+  auto pd = forward_pd(data, eps, flags_for(weight.defined(), bias.defined(), true), dnnl::prop_kind::forward_inference);
+  Tensor y = Tensor::empty_like(x);  // (N, C, H, W), x's layout
+  std::unordered_map<int, memory> args{{DNNL_ARG_SRC, memory_of(x, data)},
+                                       {DNNL_ARG_DST, memory_of(y, data)},
+                                       {DNNL_ARG_MEAN, memory_of(mean, channel_desc(C))},
+                                       {DNNL_ARG_VARIANCE, memory_of(var, channel_desc(C))}};
+  add_affine(args, weight, bias, C);
+  execute(bn_fwd(pd), pd, std::move(args));
+  return y;
+}
+
+void batchnorm_backward(const Tensor& x, const Tensor& gy, const Tensor& weight, bool has_bias, const Tensor& mean,
+                        const Tensor& var, float eps, bool global_stats, Tensor& dx, Tensor& dweight, Tensor& dbias) {
+  const int64_t C = x.dim(1);
+  const memory::desc data = desc_of(x);
+  const Tensor diff_dst = gy.to_layout(x.layout());
+  const auto flags = flags_for(weight.defined(), has_bias, global_stats);
+  auto hint = forward_pd(data, eps, flags, dnnl::prop_kind::forward_training);
+  const bool affine = weight.defined() || has_bias;
+  const auto kind = affine ? dnnl::prop_kind::backward : dnnl::prop_kind::backward_data;
+  bn_bwd::primitive_desc pd(bn_bwd::desc(kind, data, data, eps, flags), dnnl_attr(), dnnl_engine(), hint);
+  dx = Tensor::empty_like(x);  // (N, C, H, W), x's layout
+  std::unordered_map<int, memory> args{{DNNL_ARG_SRC, memory_of(x, data)},
+                                       {DNNL_ARG_DIFF_DST, memory_of(diff_dst, data)},
+                                       {DNNL_ARG_MEAN, memory_of(mean, channel_desc(C))},
+                                       {DNNL_ARG_VARIANCE, memory_of(var, channel_desc(C))},
+                                       {DNNL_ARG_DIFF_SRC, memory_of(dx, data)}};
+  if (weight.defined()) {
+    dweight = Tensor::empty(Shape{C});  // (C)
+    args.emplace(DNNL_ARG_SCALE, memory_of(weight, channel_desc(C)));
+    args.emplace(DNNL_ARG_DIFF_SCALE, memory_of(dweight, channel_desc(C)));
+  }
+  Tensor shift;  // (C) the shift's value does not enter the gradients, but oneDNN asks for the argument
+  if (has_bias) {
+    dbias = Tensor::empty(Shape{C});  // (C)
+    shift = Tensor::zeros(Shape{C}, DType::f32, Layout::Plain);
+    args.emplace(DNNL_ARG_SHIFT, memory_of(shift, channel_desc(C)));
+    args.emplace(DNNL_ARG_DIFF_SHIFT, memory_of(dbias, channel_desc(C)));
+  }
+  execute(bn_bwd(pd), pd, std::move(args));
+}
+
+}  // namespace packrat::cpu
