@@ -1,6 +1,5 @@
 // Loader throughput on the real Fashion-MNIST train set (disabled: it measures, it does not check).
-//   OMP_NUM_THREADS=2 build/bin/packrat_tests --gtest_also_run_disabled_tests \
-//       --gtest_filter='DataLoaderThroughput.*'
+//   OMP_NUM_THREADS=2 build/bin/packrat_tests --gtest_also_run_disabled_tests --gtest_filter='DataLoaderThroughput.*'
 #include <gtest/gtest.h>
 
 #include <chrono>
