@@ -1,0 +1,110 @@
+// Per-group quantize+pack and unpack+dequantize throughput against a plain copy of the same
+// f32 tensor (64, 64, 32, 32) in the same run. Counters: GB/s of f32 data processed, and the
+// ratio to the copy's GB/s measured in the same process (target: >= 0.5).
+//
+//   OMP_NUM_THREADS=2 build/bin/packrat_bench --benchmark_filter='GroupQuant'
+#include <benchmark/benchmark.h>
+
+#include <chrono>
+#include <cstring>
+
+#include "core/philox.h"
+#include "core/tensor.h"
+#include "quant/group_quant.h"
+
+namespace packrat {
+namespace {
+
+constexpr int64_t kN = 64, kC = 64, kH = 32, kW = 32;
+constexpr int64_t kNumel = kN * kC * kH * kW;
+
+Tensor make_input() {
+  Tensor t = Tensor::empty({kN, kC, kH, kW});  // (N, C, H, W)
+  float* p = t.data<float>();
+  PhiloxStream s(7, 0);
+  for (int64_t i = 0; i < kNumel; ++i) p[i] = s.uniform() * 4.0f - 1.0f;
+  return t;
+}
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// The machine is shared: each iteration times one copy and one kernel call back to back, and
+// the ratio is taken over the sums, so that load changes affect both sides alike.
+void report(benchmark::State& state, double kernel_s, double copy_s) {
+  const double bytes = static_cast<double>(kNumel) * 4 * static_cast<double>(state.iterations());
+  state.counters["GBps"] = bytes / kernel_s / 1e9;
+  state.counters["copy_GBps"] = bytes / copy_s / 1e9;
+  state.counters["ratio_to_copy"] = copy_s / kernel_s;
+}
+
+void BM_GroupQuant_Copy(benchmark::State& state) {
+  Tensor x = make_input(), y = Tensor::empty_like(x);
+  for (auto _ : state) {
+    std::memcpy(y.raw(), x.raw(), x.nbytes());
+    benchmark::ClobberMemory();
+  }
+  state.counters["GBps"] = benchmark::Counter(static_cast<double>(x.nbytes()) * state.iterations() / 1e9,
+                                              benchmark::Counter::kIsRate);
+}
+
+void BM_GroupQuant_Quantize(benchmark::State& state) {
+  const int bits = static_cast<int>(state.range(0));
+  const bool stochastic = state.range(1) != 0;
+  Tensor x = make_input(), y = Tensor::empty_like(x);
+  GroupQuantConfig c;
+  c.bits = bits;
+  const GroupGeometry g = group_geometry(kNumel, kN, c);
+  Tensor codes = Tensor::empty({g.code_bytes()}, DType::u8), meta = Tensor::empty({g.meta_bytes()}, DType::u8);
+  double kernel_s = 0, copy_s = 0;
+  for (auto _ : state) {
+    auto t0 = std::chrono::steady_clock::now();
+    std::memcpy(y.raw(), x.raw(), x.nbytes());
+    benchmark::ClobberMemory();
+    copy_s += seconds_since(t0);
+    t0 = std::chrono::steady_clock::now();
+    quantize_groups(x.data<float>(), g, stochastic ? Rounding::Stochastic : Rounding::Nearest, {1, 42},
+                    codes.data<uint8_t>(), meta.data<uint8_t>());
+    benchmark::ClobberMemory();
+    kernel_s += seconds_since(t0);
+  }
+  report(state, kernel_s, copy_s);
+}
+
+void BM_GroupQuant_Dequantize(benchmark::State& state) {
+  const int bits = static_cast<int>(state.range(0));
+  Tensor x = make_input(), y = Tensor::empty_like(x);
+  GroupQuantConfig c;
+  c.bits = bits;
+  const GroupGeometry g = group_geometry(kNumel, kN, c);
+  Tensor codes = Tensor::empty({g.code_bytes()}, DType::u8), meta = Tensor::empty({g.meta_bytes()}, DType::u8);
+  quantize_groups(x.data<float>(), g, Rounding::Stochastic, {1, 42}, codes.data<uint8_t>(), meta.data<uint8_t>());
+  Tensor z = Tensor::empty_like(x);
+  double kernel_s = 0, copy_s = 0;
+  for (auto _ : state) {
+    auto t0 = std::chrono::steady_clock::now();
+    std::memcpy(z.raw(), x.raw(), x.nbytes());
+    benchmark::ClobberMemory();
+    copy_s += seconds_since(t0);
+    t0 = std::chrono::steady_clock::now();
+    dequantize_groups(codes.data<uint8_t>(), meta.data<uint8_t>(), g, y.data<float>());
+    benchmark::ClobberMemory();
+    kernel_s += seconds_since(t0);
+  }
+  report(state, kernel_s, copy_s);
+}
+
+BENCHMARK(BM_GroupQuant_Copy)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_GroupQuant_Quantize)
+    ->ArgNames({"bits", "stochastic"})
+    ->Args({2, 1})
+    ->Args({4, 1})
+    ->Args({2, 0})
+    ->Args({4, 0})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+BENCHMARK(BM_GroupQuant_Dequantize)->ArgName("bits")->Arg(2)->Arg(4)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+}  // namespace
+}  // namespace packrat

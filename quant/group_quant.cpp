@@ -1,0 +1,316 @@
+#include "quant/group_quant.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+#include "core/parallel.h"
+
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
+
+namespace packrat {
+
+std::string_view grouping_name(Grouping g) { return g == Grouping::PerSample ? "per_sample" : "flat"; }
+std::string_view meta_name(MetaType m) { return m == MetaType::BF16 ? "bf16" : "f32"; }
+std::string_view rounding_name(Rounding r) { return r == Rounding::Stochastic ? "stochastic" : "nearest"; }
+
+void GroupQuantConfig::check(std::string_view where) const {
+  PACKRAT_CHECK(group_bits_supported(bits), "{}: per-group quantization supports 1, 2, 3, 4 or 8 bits, got {}", where,
+                bits);
+  PACKRAT_CHECK(group_size >= 1, "{}: group_size must be at least 1, got {}", where, group_size);
+}
+
+GroupGeometry group_geometry(int64_t numel, int64_t samples, const GroupQuantConfig& c) {
+  c.check("group_geometry");
+  GroupGeometry g;
+  g.numel = numel;
+  g.group_size = c.group_size;
+  g.bits = c.bits;
+  g.meta = c.meta;
+  if (numel == 0) return g;  // no groups
+  const bool per_sample = c.grouping == Grouping::PerSample && samples > 1 && numel % samples == 0;
+  g.spans = per_sample ? samples : 1;
+  g.span_len = numel / g.spans;
+  g.groups_per_span = (g.span_len + c.group_size - 1) / c.group_size;
+  g.tail_len = g.span_len - (g.groups_per_span - 1) * c.group_size;
+  return g;
+}
+
+namespace {
+
+constexpr int64_t kChunk = 256;  // elements quantized per inner pass (a multiple of 128)
+
+#if defined(__AVX512F__)
+// 16 Philox-4x32-10 evaluations at once (lanes = counters c_lo + lane, high word c_hi),
+// bit-identical to Philox4x32::generate.
+// hi and lo 32 bits of the 32x32-bit products a * m, lane by lane.
+inline void mulhilo32(__m512i a, __m512i m, __m512i& hi, __m512i& lo) {
+  const __m512i even = _mm512_mul_epu32(a, m);
+  const __m512i odd = _mm512_mul_epu32(_mm512_srli_epi64(a, 32), m);
+  hi = _mm512_mask_blend_epi32(0xAAAA, _mm512_srli_epi64(even, 32), odd);
+  lo = _mm512_mask_blend_epi32(0xAAAA, even, _mm512_slli_epi64(odd, 32));
+}
+inline void philox16(uint64_t seed, uint64_t stream, uint64_t counter0, __m512i out[4]) {
+  const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+  __m512i c0 = _mm512_add_epi32(_mm512_set1_epi32(static_cast<int>(static_cast<uint32_t>(counter0))), lane);
+  __m512i c1 = _mm512_set1_epi32(static_cast<int>(static_cast<uint32_t>(counter0 >> 32)));
+  __m512i c2 = _mm512_set1_epi32(static_cast<int>(static_cast<uint32_t>(stream)));
+  __m512i c3 = _mm512_set1_epi32(static_cast<int>(static_cast<uint32_t>(stream >> 32)));
+  uint32_t k0 = static_cast<uint32_t>(seed), k1 = static_cast<uint32_t>(seed >> 32);
+  const __m512i m0 = _mm512_set1_epi32(static_cast<int>(Philox4x32::kMul0));
+  const __m512i m1 = _mm512_set1_epi32(static_cast<int>(Philox4x32::kMul1));
+  for (int round = 0; round < 10; ++round) {
+    __m512i hi0, lo0, hi1, lo1;
+    mulhilo32(c0, m0, hi0, lo0);
+    mulhilo32(c2, m1, hi1, lo1);
+    c0 = _mm512_xor_si512(_mm512_xor_si512(hi1, c1), _mm512_set1_epi32(static_cast<int>(k0)));
+    c1 = lo1;
+    c2 = _mm512_xor_si512(_mm512_xor_si512(hi0, c3), _mm512_set1_epi32(static_cast<int>(k1)));
+    c3 = lo0;
+    k0 += Philox4x32::kWeyl0;
+    k1 += Philox4x32::kWeyl1;
+  }
+  out[0] = c0;
+  out[1] = c1;
+  out[2] = c2;
+  out[3] = c3;
+}
+#endif
+
+// Noise of the whole 128-element blocks covering [e0, e0 + n): out[i] = rounding_noise16 of
+// element (e0 & ~127) + i. Returns e0 & 127, the index in out of element e0.
+int64_t fill_noise16(const QuantNoise& noise, int64_t e0, int64_t n, uint16_t* out) {
+  const int64_t b0 = e0 >> 7, b1 = (e0 + n - 1) >> 7;
+  for (int64_t b = b0; b <= b1; ++b) {
+    uint16_t* o = out + (b - b0) * 128;
+#if defined(__AVX512F__)
+    __m512i w[4];
+    philox16(noise.seed, noise.stream, static_cast<uint64_t>(b) << 4, w);
+    const __m512i lo16 = _mm512_set1_epi32(0xFFFF);
+    for (int j = 0; j < 4; ++j) {
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(o + 32 * j), _mm512_cvtepi32_epi16(_mm512_and_si512(w[j], lo16)));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(o + 32 * j + 16), _mm512_cvtepi32_epi16(_mm512_srli_epi32(w[j], 16)));
+    }
+#else
+    for (int64_t i = 0; i < 128; ++i)
+      o[i] = static_cast<uint16_t>(rounding_noise16(noise.seed, noise.stream, static_cast<uint64_t>(b * 128 + i)));
+#endif
+  }
+  return e0 & 127;
+}
+
+void group_range(const float* x, int64_t n, float& mn_out, float& mx_out) {
+  float mn = x[0], mx = x[0];
+  int64_t i = 0;
+#if defined(__AVX512F__)
+  if (n >= 16) {
+    __m512 vmn = _mm512_loadu_ps(x), vmx = vmn;
+    for (i = 16; i + 16 <= n; i += 16) {
+      const __m512 v = _mm512_loadu_ps(x + i);
+      vmn = _mm512_min_ps(vmn, v);
+      vmx = _mm512_max_ps(vmx, v);
+    }
+    alignas(64) float lo[16], hi[16];
+    _mm512_store_ps(lo, vmn);
+    _mm512_store_ps(hi, vmx);
+    mn = lo[0];
+    mx = hi[0];
+    for (int k = 1; k < 16; ++k) {
+      mn = lo[k] < mn ? lo[k] : mn;
+      mx = hi[k] > mx ? hi[k] : mx;
+    }
+  }
+#endif
+  for (; i < n; ++i) {
+    mn = x[i] < mn ? x[i] : mn;
+    mx = x[i] > mx ? x[i] : mx;
+  }
+  mn_out = mn;
+  mx_out = mx;
+}
+
+// Packs n codes at a byte boundary; fast paths for 2 and 4 bits, same layout as pack_group_codes.
+template <int B>
+inline void pack_chunk(const uint8_t* codes, int64_t n, uint8_t* dst) {
+  if constexpr (B == 8) {
+    std::memcpy(dst, codes, static_cast<size_t>(n));
+  } else if constexpr (B == 2 || B == 4) {
+    int64_t i = 0;
+#if defined(__AVX512BW__)
+    for (; i + 64 <= n; i += 64) {  // 64 codes -> 8*B bytes
+      const __m512i w = _mm512_loadu_si512(codes + i);
+      if constexpr (B == 2) {  // 32-bit lane c0|c1<<8|c2<<16|c3<<24 -> c0|c1<<2|c2<<4|c3<<6
+        const __m512i p = _mm512_or_si512(_mm512_or_si512(w, _mm512_srli_epi32(w, 6)),
+                                          _mm512_or_si512(_mm512_srli_epi32(w, 12), _mm512_srli_epi32(w, 18)));
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i / 4), _mm512_cvtepi32_epi8(p));
+      } else {  // 16-bit lane c0|c1<<8 -> c0|c1<<4
+        const __m512i p = _mm512_or_si512(w, _mm512_srli_epi16(w, 4));
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i / 2), _mm512_cvtepi16_epi8(p));
+      }
+    }
+#endif
+    constexpr int per = 8 / B;
+    for (; i + per <= n; i += per) {
+      uint8_t b = 0;
+      for (int k = 0; k < per; ++k) b = static_cast<uint8_t>(b | (codes[i + k] << (B * k)));
+      dst[i / per] = b;
+    }
+    if (i < n) pack_group_codes(codes + i, n - i, B, dst + i / per);
+  } else {
+    pack_group_codes(codes, n, B, dst);
+  }
+}
+
+template <int B>
+inline void unpack_chunk(const uint8_t* src, int64_t n, uint8_t* codes) {
+  if constexpr (B == 8) {
+    std::memcpy(codes, src, static_cast<size_t>(n));
+  } else if constexpr (B == 2 || B == 4) {
+    int64_t i = 0;
+#if defined(__AVX512BW__)
+    for (; i + 64 <= n; i += 64) {
+      if constexpr (B == 2) {  // byte b -> 32-bit lane (b&3) | (b>>2&3)<<8 | (b>>4&3)<<16 | (b>>6)<<24
+        const __m512i b = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i / 4)));
+        const __m512i w = _mm512_or_si512(_mm512_or_si512(b, _mm512_slli_epi32(b, 6)),
+                                          _mm512_or_si512(_mm512_slli_epi32(b, 12), _mm512_slli_epi32(b, 18)));
+        _mm512_storeu_si512(codes + i, _mm512_and_si512(w, _mm512_set1_epi32(0x03030303)));
+      } else {  // byte b -> 16-bit lane (b&15) | (b>>4)<<8
+        const __m512i b = _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i / 2)));
+        const __m512i w = _mm512_or_si512(b, _mm512_slli_epi16(b, 4));
+        _mm512_storeu_si512(codes + i, _mm512_and_si512(w, _mm512_set1_epi16(0x0F0F)));
+      }
+    }
+#endif
+    constexpr int per = 8 / B;
+    constexpr uint8_t mask = (1u << B) - 1u;
+    for (; i + per <= n; i += per)
+      for (int k = 0; k < per; ++k) codes[i + k] = static_cast<uint8_t>((src[i / per] >> (B * k)) & mask);
+    if (i < n) unpack_group_codes(src + i / per, n - i, B, codes + i);
+  } else {
+    unpack_group_codes(src, n, B, codes);
+  }
+}
+
+// codes[i] = quantize_value(x[i], p, levels, uniform16(rnd[i])) (rnd null: nearest), n elements.
+inline void quantize_run(const float* x, int64_t n, const GroupParams& p, uint32_t levels, const uint16_t* rnd,
+                         uint8_t* codes) {
+  int64_t i = 0;
+#if defined(__AVX512F__)
+  const __m512 vmin = _mm512_set1_ps(p.min), vinv = _mm512_set1_ps(p.inv_step), zero = _mm512_setzero_ps();
+  const __m512 half = _mm512_set1_ps(0.5f), scale = _mm512_set1_ps(1.0f / 65536.0f);
+  const __m512i one = _mm512_set1_epi32(1), vlev = _mm512_set1_epi32(static_cast<int>(levels));
+  for (; i + 16 <= n; i += 16) {
+    const __m512 u = _mm512_max_ps(_mm512_mul_ps(_mm512_sub_ps(_mm512_loadu_ps(x + i), vmin), vinv), zero);
+    const __m512 fl = _mm512_roundscale_ps(u, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+    const __m512 frac = _mm512_sub_ps(u, fl);
+    __m512 r = half;
+    if (rnd) {
+      const __m512i h = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(rnd + i)));
+      r = _mm512_mul_ps(_mm512_add_ps(_mm512_cvtepi32_ps(h), half), scale);
+    }
+    __m512i code = _mm512_cvttps_epi32(fl);
+    code = _mm512_mask_add_epi32(code, _mm512_cmp_ps_mask(r, frac, _CMP_LT_OQ), code, one);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(codes + i), _mm512_cvtepi32_epi8(_mm512_min_epi32(code, vlev)));
+  }
+#endif
+  for (; i < n; ++i)
+    codes[i] = static_cast<uint8_t>(quantize_value(x[i], p, levels, rnd ? uniform16(rnd[i]) : 0.5f));
+}
+
+// out[i] = dequantize_value(codes[i], p), n elements.
+inline void dequantize_run(const uint8_t* codes, int64_t n, const GroupParams& p, float* out) {
+  int64_t i = 0;
+#if defined(__AVX512F__)
+  const __m512 vmin = _mm512_set1_ps(p.min), vstep = _mm512_set1_ps(p.step);
+  for (; i + 16 <= n; i += 16) {
+    const __m512 c = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(codes + i))));
+    _mm512_storeu_ps(out + i, _mm512_add_ps(vmin, _mm512_mul_ps(c, vstep)));
+  }
+#endif
+  for (; i < n; ++i) out[i] = dequantize_value(codes[i], p);
+}
+
+template <int B>
+void quantize_impl(const float* x, const GroupGeometry& g, Rounding rounding, const QuantNoise& noise, uint8_t* codes,
+                   uint8_t* meta, double* group_range_sq) {
+  constexpr uint32_t levels = (1u << B) - 1u;
+  const bool stochastic = rounding == Rounding::Stochastic;
+  const int meta_size = meta_bytes_per_group(g.meta);
+  const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 15) / g.group_size);
+  parallel_chunks(g.groups(), grain, [&](int64_t g0, int64_t g1) {
+    alignas(64) uint8_t code_buf[kChunk];       // (kChunk,)
+    alignas(64) uint16_t rnd[kChunk + 2 * 128];  // (blocks covering a chunk, 128)
+    for (int64_t gi = g0; gi < g1; ++gi) {
+      const int64_t start = g.group_start(gi), len = g.group_len(gi);
+      const float* xg = x + start;
+      float mn, mx;
+      group_range(xg, len, mn, mx);
+      const GroupParams p = group_params(mn, mx, B, g.meta);
+      store_group_meta(p, g.meta, meta + gi * meta_size);
+      if (group_range_sq) {
+        const double range = static_cast<double>(p.step) * levels;
+        group_range_sq[gi] = static_cast<double>(len) * range * range / 4.0;
+      }
+      uint8_t* dst = codes + g.group_code_offset(gi);
+      for (int64_t c = 0; c < len; c += kChunk) {
+        const int64_t n = std::min(kChunk, len - c);
+        const float* xc = xg + c;
+        const uint16_t* r = stochastic ? rnd + fill_noise16(noise, start + c, n, rnd) : nullptr;
+        quantize_run(xc, n, p, levels, r, code_buf);
+        pack_chunk<B>(code_buf, n, dst + c * B / 8);  // c is a multiple of 8: byte aligned
+      }
+    }
+  });
+}
+
+template <int B>
+void dequantize_impl(const uint8_t* codes, const uint8_t* meta, const GroupGeometry& g, float* out) {
+  const int meta_size = meta_bytes_per_group(g.meta);
+  const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 15) / g.group_size);
+  parallel_chunks(g.groups(), grain, [&](int64_t g0, int64_t g1) {
+    alignas(64) uint8_t code_buf[kChunk];  // (kChunk,)
+    for (int64_t gi = g0; gi < g1; ++gi) {
+      const int64_t start = g.group_start(gi), len = g.group_len(gi);
+      const GroupParams p = load_group_meta(meta + gi * meta_size, g.meta);
+      const uint8_t* src = codes + g.group_code_offset(gi);
+      float* og = out + start;
+      for (int64_t c = 0; c < len; c += kChunk) {
+        const int64_t n = std::min(kChunk, len - c);
+        unpack_chunk<B>(src + c * B / 8, n, code_buf);
+        dequantize_run(code_buf, n, p, og + c);
+      }
+    }
+  });
+}
+
+template <typename Fn>
+void dispatch_bits(int bits, Fn&& fn) {
+  switch (bits) {
+    case 1: fn(std::integral_constant<int, 1>{}); break;
+    case 2: fn(std::integral_constant<int, 2>{}); break;
+    case 3: fn(std::integral_constant<int, 3>{}); break;
+    case 4: fn(std::integral_constant<int, 4>{}); break;
+    case 8: fn(std::integral_constant<int, 8>{}); break;
+    default: fail("per-group quantization: {} bits is not supported (1, 2, 3, 4 or 8)", bits);
+  }
+}
+
+}  // namespace
+
+void quantize_groups(const float* x, const GroupGeometry& g, Rounding rounding, const QuantNoise& noise,
+                     uint8_t* codes, uint8_t* meta, std::vector<double>* group_range_sq) {
+  if (group_range_sq) group_range_sq->assign(static_cast<size_t>(g.groups()), 0.0);
+  if (g.groups() == 0) return;
+  dispatch_bits(g.bits, [&](auto b) {
+    quantize_impl<decltype(b)::value>(x, g, rounding, noise, codes, meta,
+                                      group_range_sq ? group_range_sq->data() : nullptr);
+  });
+}
+
+void dequantize_groups(const uint8_t* codes, const uint8_t* meta, const GroupGeometry& g, float* out) {
+  if (g.groups() == 0) return;
+  dispatch_bits(g.bits, [&](auto b) { dequantize_impl<decltype(b)::value>(codes, meta, g, out); });
+}
+
+}  // namespace packrat

@@ -1,0 +1,252 @@
+#pragma once
+// Per-group stochastic quantization (ActNN, GACT). A saved f32 tensor is cut into groups of G
+// contiguous elements (within each sample, or over the flattened buffer); each group keeps its
+// minimum and its step (bf16 or f32) and one b-bit code per element, b in {1, 2, 3, 4, 8}:
+//
+//   u = (x - min) / step,  step = (max - min) / (2^b - 1)
+//   code = floor(u) + [r < u - floor(u)],  r uniform in (0, 1)  (stochastic: E[code] = u)
+//   x' = min + code * step
+//
+// Stored metadata is rounded outward (min down, step up) and the codes are computed from the
+// stored values, so dequantization reproduces exactly the grid the codes were drawn on and
+// stochastic rounding stays unbiased whatever the metadata precision.
+//
+// Randomness: the uniform of element e is a pure function of (seed, step, tensor, e) through
+// Philox-4x32-10 (16 bits per element, 8 elements per Philox call; see rounding_noise16), so
+// the noise of any tensor can be re-drawn while all others stay fixed (GACT's sensitivity
+// estimate). The 2^-16 grid of the uniforms biases a rounding by at most 2^-17 of a step.
+//
+// Buffer format of one quantized tensor:
+//   codes: every group starts on a byte boundary; within a group, element i occupies bits
+//          [i*b, (i+1)*b) (quant/bitpack.h's layout). Group bytes = packed_bytes(len, b).
+//   meta:  per group {min, step}, two bf16 (4 bytes) or two f32 (8 bytes), group after group.
+//
+// The per-element helpers below are inline and host/device so a CUDA kernel can share them.
+#include <cstdint>
+#include <cstring>
+#include <string_view>
+#include <vector>
+
+#include "core/philox.h"  // PACKRAT_HD, Philox4x32
+#include "quant/bitpack.h"
+
+namespace packrat {
+
+// ---- bf16 conversion (upper 16 bits of an f32) -------------------------------------------
+
+PACKRAT_HD inline uint32_t f32_bits(float x) {
+  uint32_t u;
+  std::memcpy(&u, &x, 4);
+  return u;
+}
+PACKRAT_HD inline float f32_from_bits(uint32_t u) {
+  float x;
+  std::memcpy(&x, &u, 4);
+  return x;
+}
+PACKRAT_HD inline float bf16_to_f32(uint16_t h) { return f32_from_bits(static_cast<uint32_t>(h) << 16); }
+// Round to nearest, ties to even (NaN stays NaN).
+PACKRAT_HD inline uint16_t f32_to_bf16(float x) {
+  const uint32_t u = f32_bits(x);
+  if ((u & 0x7F800000u) == 0x7F800000u && (u & 0x007FFFFFu)) return static_cast<uint16_t>((u >> 16) | 0x40u);
+  const uint32_t bias = 0x7FFFu + ((u >> 16) & 1u);
+  return static_cast<uint16_t>((u + bias) >> 16);
+}
+// Largest bf16 <= x (finite x).
+PACKRAT_HD inline uint16_t f32_to_bf16_down(float x) {
+  const uint32_t u = f32_bits(x);
+  const uint16_t t = static_cast<uint16_t>(u >> 16);  // truncation: toward zero
+  if ((u & 0xFFFFu) == 0 || !(u >> 31)) return t;     // exact, or positive: truncation is down
+  return static_cast<uint16_t>(t + 1);                // negative inexact: one ulp further from zero
+}
+// Smallest bf16 >= x (finite x).
+PACKRAT_HD inline uint16_t f32_to_bf16_up(float x) {
+  const uint32_t u = f32_bits(x);
+  const uint16_t t = static_cast<uint16_t>(u >> 16);
+  if ((u & 0xFFFFu) == 0 || (u >> 31)) return t;  // exact, or negative: truncation is up
+  return static_cast<uint16_t>(t + 1);
+}
+
+// ---- configuration -----------------------------------------------------------------------
+
+enum class Grouping : uint8_t { PerSample, Flat };
+enum class MetaType : uint8_t { BF16, F32 };
+enum class Rounding : uint8_t { Stochastic, Nearest };
+
+constexpr bool group_bits_supported(int bits) { return bits == 1 || bits == 2 || bits == 3 || bits == 4 || bits == 8; }
+PACKRAT_HD constexpr int meta_bytes_per_group(MetaType m) { return m == MetaType::BF16 ? 4 : 8; }
+std::string_view grouping_name(Grouping g);
+std::string_view meta_name(MetaType m);
+std::string_view rounding_name(Rounding r);
+
+struct GroupQuantConfig {
+  int bits = 2;              // 1, 2, 3, 4 or 8
+  int64_t group_size = 256;  // G >= 1
+  Grouping grouping = Grouping::PerSample;
+  MetaType meta = MetaType::BF16;
+  Rounding rounding = Rounding::Stochastic;
+  // Throws naming `where` for unsupported bits or group size.
+  void check(std::string_view where) const;
+};
+
+// Where the groups of a tensor lie. The buffer is `spans` contiguous spans of `span_len`
+// elements (samples for per-sample grouping, one span for flat); each span is cut into groups of
+// G, the last one `tail_len` long (1..G).
+struct GroupGeometry {
+  int64_t numel = 0, spans = 0, span_len = 0, group_size = 1, groups_per_span = 0, tail_len = 0;
+  int bits = 2;
+  MetaType meta = MetaType::BF16;
+
+  int64_t groups() const { return spans * groups_per_span; }
+  int64_t full_group_bytes() const { return packed_bytes(group_size, bits); }
+  int64_t span_bytes() const { return (groups_per_span - 1) * full_group_bytes() + packed_bytes(tail_len, bits); }
+  int64_t code_bytes() const { return groups() == 0 ? 0 : spans * span_bytes(); }
+  int64_t meta_bytes() const { return groups() * meta_bytes_per_group(meta); }
+  int64_t total_bytes() const { return code_bytes() + meta_bytes(); }
+  // Group g: first element, length, offset of its first code byte.
+  int64_t group_start(int64_t g) const { return (g / groups_per_span) * span_len + (g % groups_per_span) * group_size; }
+  int64_t group_len(int64_t g) const { return g % groups_per_span == groups_per_span - 1 ? tail_len : group_size; }
+  int64_t group_code_offset(int64_t g) const {
+    return (g / groups_per_span) * span_bytes() + (g % groups_per_span) * full_group_bytes();
+  }
+};
+
+// Geometry for a tensor of `numel` elements whose leading dimension is `samples` (ignored for
+// flat grouping; per-sample grouping of a tensor with fewer than 2 dimensions is flat).
+GroupGeometry group_geometry(int64_t numel, int64_t samples, const GroupQuantConfig& c);
+
+// ---- per-element helpers (host and device) -------------------------------------------------
+
+// The Philox stream of one saved tensor: (step, tensor index within the step).
+PACKRAT_HD constexpr uint64_t quant_stream(uint64_t step, uint64_t tensor) { return (step << 20) ^ tensor; }
+
+// The rounding uniform of element e, in (0, 1) on a 2^-16 grid centred in its bins. Elements
+// come in blocks of 128 that share 16 consecutive Philox counters: element i of block k takes
+// counter 16k + (i mod 16) and half-word h = i / 16 (word h/2, low half for even h) of its
+// output, so that 16 lanes of a SIMD Philox give 16 consecutive elements their noise directly.
+PACKRAT_HD inline float uniform16(uint32_t half) { return (static_cast<float>(half) + 0.5f) * (1.0f / 65536.0f); }
+PACKRAT_HD inline uint32_t rounding_noise16(uint64_t seed, uint64_t stream, uint64_t e) {
+  uint32_t w[4];
+  const uint64_t i = e & 127;
+  Philox4x32::generate(seed, stream, ((e >> 7) << 4) | (i & 15), w);
+  const uint32_t h = static_cast<uint32_t>(i >> 4);
+  return (w[h >> 1] >> (16 * (h & 1))) & 0xFFFFu;
+}
+PACKRAT_HD inline float rounding_uniform(uint64_t seed, uint64_t stream, uint64_t e) {
+  return uniform16(rounding_noise16(seed, stream, e));
+}
+
+// 1/step, or 0 where step is 0 or so small that 1/step overflows (all codes 0 then).
+PACKRAT_HD inline float safe_inverse(float step) {
+  const float inv = 1.0f / step;
+  return step > 0.0f && inv <= 3.0e38f ? inv : 0.0f;
+}
+
+// A group's stored metadata as f32: x' = min + code * step; inv_step = 1/step (0 when step is 0).
+struct GroupParams {
+  float min, step, inv_step;
+};
+
+// From the group's f32 range: min rounded down and step rounded up to the metadata precision,
+// so that [min, min + levels*step] covers [mn, mx].
+PACKRAT_HD inline GroupParams group_params(float mn, float mx, int bits, MetaType meta) {
+  const float levels = static_cast<float>((1 << bits) - 1);
+  GroupParams p;
+  p.min = meta == MetaType::BF16 ? bf16_to_f32(f32_to_bf16_down(mn)) : mn;
+  float step = (mx - p.min) / levels;
+  if (meta == MetaType::BF16) {
+    step = bf16_to_f32(f32_to_bf16_up(step));
+  } else if (step > 0.0f && p.min + levels * step < mx) {
+    step = f32_from_bits(f32_bits(step) + 1);  // one ulp up so that the grid covers mx
+  }
+  p.step = step;
+  p.inv_step = safe_inverse(step);
+  return p;
+}
+
+// Writes / reads a group's metadata record (meta_bytes_per_group bytes at dst).
+PACKRAT_HD inline void store_group_meta(const GroupParams& p, MetaType meta, uint8_t* dst) {
+  if (meta == MetaType::BF16) {
+    const uint16_t v[2] = {f32_to_bf16_down(p.min), f32_to_bf16_up(p.step)};  // exact: already bf16
+    std::memcpy(dst, v, 4);
+  } else {
+    const float v[2] = {p.min, p.step};
+    std::memcpy(dst, v, 8);
+  }
+}
+PACKRAT_HD inline GroupParams load_group_meta(const uint8_t* src, MetaType meta) {
+  GroupParams p;
+  if (meta == MetaType::BF16) {
+    uint16_t v[2];
+    std::memcpy(v, src, 4);
+    p.min = bf16_to_f32(v[0]);
+    p.step = bf16_to_f32(v[1]);
+  } else {
+    float v[2];
+    std::memcpy(v, src, 8);
+    p.min = v[0];
+    p.step = v[1];
+  }
+  p.inv_step = safe_inverse(p.step);
+  return p;
+}
+
+// Code of one value: stochastic with uniform r in (0, 1), round-to-nearest (ties down) with
+// r = 0.5. x must lie in the group's range; NaN gives code 0.
+// (The CPU loops in group_quant.cpp compute the same codes with AVX-512 where available.)
+PACKRAT_HD inline uint32_t quantize_value(float x, const GroupParams& p, uint32_t levels, float r) {
+  const float u = (x - p.min) * p.inv_step;
+  const float fl = u >= 0.0f ? static_cast<float>(static_cast<int32_t>(u)) : 0.0f;
+  const float frac = u - fl;
+  const uint32_t code = static_cast<uint32_t>(fl) + (r < frac ? 1u : 0u);
+  return code < levels ? code : levels;
+}
+PACKRAT_HD inline float dequantize_value(uint32_t code, const GroupParams& p) {
+  return p.min + static_cast<float>(code) * p.step;
+}
+
+// Packs n codes (< 2^bits) starting on a byte boundary at dst, quant/bitpack.h's layout;
+// writes packed_bytes(n, bits) bytes.
+PACKRAT_HD inline void pack_group_codes(const uint8_t* codes, int64_t n, int bits, uint8_t* dst) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8, dst += bits) {
+    uint64_t w = 0;
+    for (int k = 0; k < 8; ++k) w |= block_put(codes[i + k], k, bits);
+    store_block8(w, bits, dst);
+  }
+  if (i < n) {
+    uint64_t w = 0;
+    for (int k = 0; i + k < n; ++k) w |= block_put(codes[i + k], k, bits);
+    store_block8(w, static_cast<int>(packed_bytes(n - i, bits)), dst);
+  }
+}
+PACKRAT_HD inline void unpack_group_codes(const uint8_t* src, int64_t n, int bits, uint8_t* codes) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8, src += bits) {
+    const uint64_t w = load_block8(src, bits);
+    for (int k = 0; k < 8; ++k) codes[i + k] = static_cast<uint8_t>(block_code(w, k, bits));
+  }
+  if (i < n) {
+    const uint64_t w = load_block8(src, bits, static_cast<int>(packed_bytes(n - i, bits)));
+    for (int k = 0; i + k < n; ++k) codes[i + k] = static_cast<uint8_t>(block_code(w, k, bits));
+  }
+}
+
+// ---- whole-tensor CPU kernels ----------------------------------------------------------------
+
+// Randomness of one quantization: Philox key and stream (see quant_stream).
+struct QuantNoise {
+  uint64_t seed = 0, stream = 0;
+};
+
+// One pass: for every group, its range, its metadata, its codes, packed. x holds g.numel
+// floats; codes holds g.code_bytes(), meta g.meta_bytes(). Parallel over groups.
+// group_range_sq, when given, receives per group len * (stored range)^2 / 4: the group's summed
+// per-element variance bound of stochastic rounding divided by S(b) = 1/(2^b-1)^2, for
+// ActNN's analytic sensitivity.
+void quantize_groups(const float* x, const GroupGeometry& g, Rounding rounding, const QuantNoise& noise,
+                     uint8_t* codes, uint8_t* meta, std::vector<double>* group_range_sq = nullptr);
+// One pass: unpack and dequantize every group into out (g.numel floats).
+void dequantize_groups(const uint8_t* codes, const uint8_t* meta, const GroupGeometry& g, float* out);
+
+}  // namespace packrat
