@@ -14,6 +14,8 @@ namespace packrat::init {
 int64_t fan_in(const Shape& s);
 int64_t fan_out(const Shape& s);
 
+// Fills are parallel and deterministic: element i draws from Philox block (counter + i / 4) of
+// rng's (seed, stream); rng is advanced past the blocks used.
 void uniform(Tensor& t, float lo, float hi, PhiloxStream& rng);  // f32, plain
 void normal(Tensor& t, float mean, float std, PhiloxStream& rng);
 void constant(Tensor& t, float value);
