@@ -64,12 +64,14 @@ PACKRAT_INLINE Reduced reduce_exp(float x, float lo) {
 // to 0 below about -103.97, inf above about 88.72; NaN propagates.
 PACKRAT_INLINE float exp2parts(float x, float lo) {
   const float s = x + lo;
-  const bool high = s > 89.0f, low = s < -104.0f;
-  const float xc = high ? 89.0f : (low ? -104.0f : x);
-  const float lc = (high || low) ? 0.0f : lo;
+  // Plain selects only (no && / ||), so that every loop using this stays if-converted.
+  float xc = s > 89.0f ? 89.0f : x;
+  xc = s < -104.0f ? -104.0f : xc;
+  float lc = s > 89.0f ? 0.0f : lo;
+  lc = s < -104.0f ? 0.0f : lc;
   const Reduced k = reduce_exp(xc, lc);
   const float e = std::fma(k.scale1, expm1_reduced(k.r), k.scale1) * k.scale2;
-  return low ? 0.0f : e;
+  return s < -104.0f ? 0.0f : e;
 }
 PACKRAT_INLINE float fast_exp(float x) { return exp2parts(x, 0.0f); }
 
@@ -161,7 +163,10 @@ PACKRAT_INLINE float relu6_f(float x) {
   const float y = x > 0.0f ? x : 0.0f;
   return y < 6.0f ? y : 6.0f;
 }
-PACKRAT_INLINE float relu6_df(float x) { return (x > 0.0f && x < 6.0f) ? 1.0f : 0.0f; }
+PACKRAT_INLINE float relu6_df(float x) {
+  const float inside = x < 6.0f ? 1.0f : 0.0f;
+  return x > 0.0f ? inside : 0.0f;
+}
 
 // hardswish: x * min(max(x + 3, 0), 6) / 6; backward (PyTorch 1.13's hardswish_backward):
 // 0 below -3, x/3 + 1/2 on [-3, 3), 1 from 3 on.
