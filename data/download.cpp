@@ -53,7 +53,8 @@ void download_file(const std::string& url, const fs::path& dest) {
   static std::once_flag once;
   std::call_once(once, [] { curl_global_init(CURL_GLOBAL_DEFAULT); });
   if (!dest.parent_path().empty()) fs::create_directories(dest.parent_path());
-  const fs::path part = dest.string() + ".part";
+  // A private name per process, so two runs fetching at once do not write into one file.
+  const fs::path part = fmt::format("{}.part-{}", dest.string(), static_cast<long>(::getpid()));
   std::unique_ptr<FILE, int (*)(FILE*)> f(std::fopen(part.c_str(), "wb"), &std::fclose);
   if (!f) fail("download: cannot create {}: {}", part.string(), std::strerror(errno));
   std::unique_ptr<CURL, void (*)(CURL*)> curl(curl_easy_init(), &curl_easy_cleanup);

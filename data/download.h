@@ -15,7 +15,7 @@ struct ArchiveSource {
 ArchiveSource cifar10_source();   // cifar-10-binary.tar.gz  -> cifar-10-batches-bin/
 ArchiveSource cifar100_source();  // cifar-100-binary.tar.gz -> cifar-100-binary/
 
-// Downloads `url` to `dest` (through dest + ".part", renamed when complete). Throws with the
+// Downloads `url` to `dest` (through dest + ".part-<pid>", renamed when complete). Throws with the
 // URL and curl's message on failure (HTTP status >= 400 included).
 void download_file(const std::string& url, const std::filesystem::path& dest);
 

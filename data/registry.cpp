@@ -38,17 +38,17 @@ fs::path locate_cifar(const DatasetSpec& spec, const fs::path& root, ArchiveSour
 std::shared_ptr<Dataset> open_idx(const DatasetSpec& spec, const fs::path& root, std::vector<std::string> classes) {
   const fs::path images = idx_images_file(root, spec.split), labels = idx_labels_file(root, spec.split);
   if (!fs::exists(images)) {
+    const char* no_download = spec.download ? " (data.download can fetch only cifar10 and cifar100)" : "";
     if (spec.name == "fashion_mnist")
       fail("fashion_mnist: dataset not found: looked for {}; install the Debian package dataset-fashion-mnist "
            "(apt-get install dataset-fashion-mnist, files under /usr/share/datasets/fashion-mnist) or set data.root to a "
-           "folder holding the four *-ubyte.gz files",
-           images.string());
+           "folder holding the four *-ubyte.gz files{}",
+           images.string(), no_download);
     fail("{}: dataset not found: looked for {}; put train-images-idx3-ubyte.gz, train-labels-idx1-ubyte.gz, "
          "t10k-images-idx3-ubyte.gz and t10k-labels-idx1-ubyte.gz (from http://yann.lecun.com/exdb/mnist/ or a mirror) "
-         "under {} or set data.root",
-         spec.name, images.string(), root.string());
+         "under {} or set data.root{}",
+         spec.name, images.string(), root.string(), no_download);
   }
-  if (spec.download) fail("{}: data.download is only supported for cifar10 and cifar100", spec.name);
   return load_idx_dataset(images, labels, std::move(classes), fmt::format("{} {}", spec.name, split_name(spec.split)));
 }
 
@@ -88,13 +88,13 @@ std::shared_ptr<Dataset> open_dataset(const DatasetSpec& spec) {
   if (spec.name == "mnist") return open_idx(spec, root, mnist_class_names());
   if (spec.name == "image_folder") {
     if (root_s.empty()) fail("image_folder: data.root is required (a folder holding train/ and val/ or test/)");
-    if (spec.download) fail("image_folder: data.download is only supported for cifar10 and cifar100");
     fs::path dir = root / "train";
     if (spec.split == Split::Test) dir = fs::is_directory(root / "val") ? root / "val" : root / "test";
     if (!fs::is_directory(dir))
       fail("image_folder: dataset not found: {} is not a directory (expected {}/train/<class>/*.png and {}/val/ or "
-           "{}/test/)",
-           dir.string(), root_s, root_s, root_s);
+           "{}/test/){}",
+           dir.string(), root_s, root_s, root_s,
+           spec.download ? " (data.download can fetch only cifar10 and cifar100)" : "");
     ImageFolderOptions o;
     o.height = spec.height, o.width = spec.width, o.channels = spec.channels, o.preload = spec.preload;
     // The test split takes the train split's classes, so both number them the same way.

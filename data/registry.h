@@ -10,7 +10,8 @@
 //
 // Relative roots are relative to the working directory. With download = true a missing CIFAR
 // archive is fetched (download.h); otherwise a missing dataset is an error that says where it
-// looked and how to get the data.
+// looked and how to get the data. For the other datasets download is ignored when the files are
+// there (a missing one says it cannot be downloaded).
 #include <memory>
 #include <string>
 #include <string_view>

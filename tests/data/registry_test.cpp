@@ -48,7 +48,7 @@ TEST(DataRegistry, MnistAndCifar100FromARootFolder) {
   TempDir t;
   write_gz(idx_images_file(t.path(), Split::Test), idx_bytes({2, 3, 3}, std::vector<uint8_t>(18, 5)));
   write_gz(idx_labels_file(t.path(), Split::Test), idx_bytes({2}, {4, 2}));
-  auto m = open_dataset({.name = "mnist", .root = t.path().string(), .split = Split::Test});
+  auto m = open_dataset({.name = "mnist", .root = t.path().string(), .split = Split::Test, .download = true});
   EXPECT_EQ(m->size(), 2);
   EXPECT_EQ(m->name(), "mnist test");
   EXPECT_EQ(m->class_names()[4], "4");
@@ -67,8 +67,9 @@ TEST(DataRegistry, MissingDatasetsSayWhereTheyLookedAndHowToGetThem) {
   std::string m = message_of([&] { open_dataset({.name = "mnist", .root = t.path().string()}); });
   EXPECT_NE(m.find("mnist: dataset not found: looked for " + idx_images_file(t.path(), Split::Train).string()), std::string::npos) << m;
   EXPECT_NE(m.find("train-labels-idx1-ubyte.gz"), std::string::npos) << m;
-  m = message_of([&] { open_dataset({.name = "fashion_mnist", .root = t.path().string()}); });
+  m = message_of([&] { open_dataset({.name = "fashion_mnist", .root = t.path().string(), .download = true}); });
   EXPECT_NE(m.find("install the Debian package dataset-fashion-mnist"), std::string::npos) << m;
+  EXPECT_NE(m.find("data.download can fetch only cifar10 and cifar100"), std::string::npos) << m;
   m = message_of([&] { open_dataset({.name = "cifar100", .root = t.path().string(), .split = Split::Test}); });
   EXPECT_NE(m.find("looked for " + (t.path() / "cifar-100-binary" / "test.bin").string() + " and " +
                    (t.path() / "test.bin").string()),
