@@ -1,0 +1,293 @@
+// The per-group store: every request kind, bytes equal to the formula and to the allocator's
+// Saved tag, dedup of a tensor saved twice, exact masks/indices/step derivatives, the
+// in-place check, Philox keying per step and tensor, config errors, and a linear layer
+// trained through the store.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "autograd/ops.h"
+#include "autograd/pointwise.h"
+#include "autograd/tape.h"
+#include "core/allocator.h"
+#include "core/error.h"
+#include "quant/group_store.h"
+#include "tests/support/gradcheck.h"
+
+namespace packrat {
+namespace {
+
+using testing::random_tensor;
+
+class OneStorePolicy : public StorePolicy {
+ public:
+  explicit OneStorePolicy(SavedTensorStore& s) : s_(s) {}
+  SavedTensorStore& store_for(const SaveRequest&) override { return s_; }
+  std::vector<SavedTensorStore*> stores() override { return {&s_}; }
+
+ private:
+  SavedTensorStore& s_;
+};
+
+int64_t saved_bytes() { return Allocator::cpu().current(MemTag::Saved); }
+
+SaveRequest value_request(std::string name = "layer") {
+  SaveRequest r;
+  r.need = Need::Value;
+  r.op = "conv2d";
+  r.name = std::move(name);
+  return r;
+}
+
+GroupStoreOptions options(int bits, int64_t G = 256, MetaType meta = MetaType::BF16) {
+  GroupStoreOptions o;
+  o.quant.bits = bits;
+  o.quant.group_size = G;
+  o.quant.meta = meta;
+  return o;
+}
+
+// Codes + metadata by the formula of the issue, per-sample grouping of (N, rest).
+int64_t formula_bytes(int64_t N, int64_t rest, int64_t G, int bits, int meta_per_group) {
+  const int64_t groups = (rest + G - 1) / G, tail = rest - (groups - 1) * G;
+  return N * ((groups - 1) * ((G * bits + 7) / 8) + (tail * bits + 7) / 8) + N * groups * meta_per_group;
+}
+
+TEST(GroupStore, ValueRoundTripPlainAndBlockedWithFormulaBytes) {
+  for (Layout layout : {Layout::Plain, Layout::nChw16c})
+    for (int bits : {2, 4, 8}) {
+      GroupStore store(options(bits, 100));
+      Tensor x = random_tensor({3, 16, 5, 7}, 11).to_layout(layout);  // (N, C, H, W): 560 per sample
+      const int64_t before = saved_bytes();
+      SavedHandle h = store.save(x, value_request());
+      const int64_t expected = formula_bytes(3, 560, 100, bits, 4);
+      EXPECT_EQ(saved_bytes() - before, expected) << "bits " << bits;
+      std::vector<SavedRecord> recs;
+      store.describe(recs);
+      ASSERT_EQ(recs.size(), 1u);
+      EXPECT_EQ(recs[0].bytes, expected);
+      EXPECT_EQ(recs[0].bits, bits);
+      EXPECT_EQ(recs[0].scheme, "actnn");
+      EXPECT_EQ(recs[0].fp32_bytes, x.numel() * 4);
+      Tensor y = store.load(h);
+      EXPECT_EQ(y.shape(), x.shape());
+      EXPECT_EQ(y.layout(), layout);
+      // Raw buffers compared: the store works on the buffer as it lies.
+      const float *xp = x.data<float>(), *yp = y.data<float>();
+      const float step = 2.0f / static_cast<float>((1 << bits) - 1) * 1.02f;  // values in [-1, 1)
+      for (int64_t i = 0; i < x.numel(); ++i) ASSERT_LE(std::abs(xp[i] - yp[i]), step) << i;
+      store.release(h);
+      EXPECT_EQ(saved_bytes(), before);
+      EXPECT_EQ(store.live_count(), 0u);
+    }
+}
+
+TEST(GroupStore, TensorSavedTwiceIsQuantizedOnce) {
+  GroupStore store(options(2));
+  Tensor x = random_tensor({4, 300}, 2);
+  const int64_t before = saved_bytes();
+  SavedHandle a = store.save(x, value_request("a"));
+  const int64_t once = saved_bytes() - before;
+  SavedHandle b = store.save(x.reshape({4, 3, 100}), value_request("b"));
+  EXPECT_EQ(saved_bytes() - before, once);
+  EXPECT_EQ(store.step_tensors().size(), 1u);
+  std::vector<SavedRecord> recs;
+  store.describe(recs);
+  ASSERT_EQ(recs.size(), 2u);
+  EXPECT_FALSE(recs[0].shared);
+  EXPECT_TRUE(recs[1].shared);
+  EXPECT_EQ(recs[1].bytes, 0);
+  EXPECT_EQ(recs[0].bytes, once);
+  EXPECT_EQ(store.load(a).to_vector(), store.load(b).to_vector());
+  EXPECT_EQ(store.load(b).shape(), Shape({4, 3, 100}));
+  store.release(a);
+  EXPECT_EQ(saved_bytes() - before, once);  // still held for b
+  store.release(b);
+  EXPECT_EQ(saved_bytes(), before);
+  // Modified in place between two saves: a new tensor, quantized again.
+  SavedHandle c = store.save(x, value_request());
+  x.bump_version();
+  SavedHandle d = store.save(x, value_request());
+  EXPECT_EQ(saved_bytes() - before, 2 * once);
+  store.release(d);
+  store.release(c);
+}
+
+TEST(GroupStore, MasksAndIndicesAreExactAndPacked) {
+  GroupStore store(options(2));
+  const int64_t n = 1001;
+  Tensor mask = Tensor::empty({7, 143}, DType::u8);
+  Tensor idx = Tensor::empty({7, 143}, DType::i32);
+  PhiloxStream s(3, 4);
+  for (int64_t i = 0; i < n; ++i) {
+    mask.data<uint8_t>()[i] = s.uniform() < 0.4f;
+    idx.data<int32_t>()[i] = static_cast<int32_t>(s.below(9));
+  }
+  const int64_t before = saved_bytes();
+  SaveRequest mr{Need::Mask, nullptr, "dropout", "drop"};
+  SaveRequest ir{Need::Index, nullptr, "maxpool2d", "pool"};
+  ir.index_bits = 4;  // 3x3 window
+  SavedHandle hm = store.save(mask, mr), hi = store.save(idx, ir);
+  EXPECT_EQ(saved_bytes() - before, (n + 7) / 8 + (4 * n + 7) / 8);
+  Tensor m2 = store.load(hm), i2 = store.load(hi);
+  EXPECT_EQ(m2.dtype(), DType::u8);
+  EXPECT_EQ(i2.dtype(), DType::i32);
+  for (int64_t i = 0; i < n; ++i) {
+    ASSERT_EQ(m2.data<uint8_t>()[i], mask.data<uint8_t>()[i]);
+    ASSERT_EQ(i2.data<int32_t>()[i], idx.data<int32_t>()[i]);
+  }
+  std::vector<SavedRecord> recs;
+  store.describe(recs);
+  EXPECT_EQ(recs[0].bits, 1);
+  EXPECT_EQ(recs[1].bits, 4);
+  store.release(hm);
+  store.release(hi);
+  ir.index_bits = 3;
+  EXPECT_THROW(store.save(idx, ir), Error);  // 8 does not fit in 3 bits
+}
+
+TEST(GroupStore, ExactRequestsStayFp32) {
+  GroupStore store(options(2));
+  Tensor stats = random_tensor({64}, 5);
+  SaveRequest r{Need::Value, nullptr, "batchnorm2d", "bn1"};
+  r.exact = true;
+  const int64_t before = saved_bytes();
+  SavedHandle h = store.save(stats, r);
+  EXPECT_EQ(saved_bytes() - before, 64 * 4);
+  EXPECT_EQ(h.store->load(h).to_vector(), stats.to_vector());
+  std::vector<SavedRecord> recs;
+  store.describe(recs);
+  ASSERT_EQ(recs.size(), 1u);
+  EXPECT_EQ(recs[0].bytes, 64 * 4);
+  h.store->release(h);
+  EXPECT_EQ(store.live_count(), 0u);
+}
+
+TEST(GroupStore, DerivativeUsesDequantizedInputAndStepFunctionsKeepAnExactMask) {
+  GroupStore store(options(8));
+  Tensor x = random_tensor({2, 512}, 8, -3.0f, 3.0f);
+  Tensor g = random_tensor({2, 512}, 9);
+  {  // gelu: f'(dequantized x)
+    SaveRequest r{Need::Derivative, &pointwise_by_name("gelu"), "gelu", "act"};
+    auto [y, h] = store.forward_and_save(x, r);
+    Tensor gx = store.apply_derivative(h, g);
+    const auto xv = x.to_vector(), gv = g.to_vector(), gxv = gx.to_vector();
+    for (size_t i = 0; i < xv.size(); ++i) ASSERT_NEAR(gxv[i], gv[i] * r.fn->df(xv[i]), 0.02f) << i;
+    store.release(h);
+  }
+  for (const char* name : {"relu", "leaky_relu", "relu6"}) {  // exact, 1 bit per element
+    const Pointwise& fn = pointwise_by_name(name);
+    SaveRequest r{Need::Derivative, &fn, name, "act"};
+    const int64_t before = saved_bytes();
+    auto [y, h] = store.forward_and_save(x, r);
+    EXPECT_EQ(saved_bytes() - before, 1024 / 8) << name;
+    Tensor gx = store.apply_derivative(h, g);
+    const auto xv = x.to_vector(), gv = g.to_vector(), gxv = gx.to_vector();
+    for (size_t i = 0; i < xv.size(); ++i) ASSERT_EQ(gxv[i], gv[i] * fn.df(xv[i])) << name << " " << i;
+    store.release(h);
+  }
+}
+
+TEST(GroupStore, ModifiedInPlaceAfterSaveIsAnError) {
+  GroupStore store(options(2));
+  Tensor x = random_tensor({2, 64}, 1);
+  SavedHandle h = store.save(x, value_request("layer3.conv"));
+  x.bump_version();
+  try {
+    store.load(h);
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("layer3.conv"), std::string::npos) << e.what();
+  }
+  store.release(h);
+  EXPECT_THROW(store.load(h), Error);  // released
+}
+
+TEST(GroupStore, NoiseIsKeyedByStepAndTensorAndCanBeRedrawnForOne) {
+  GroupStore store(options(2));
+  Tensor a = random_tensor({2, 1024}, 1), b = random_tensor({2, 1024}, 2);
+  auto draw = [&](int64_t step) {
+    store.begin_step(step);
+    SavedHandle ha = store.save(a, value_request()), hb = store.save(b, value_request());
+    auto out = std::make_pair(store.load(ha).to_vector(), store.load(hb).to_vector());
+    store.release(ha);
+    store.release(hb);
+    return out;
+  };
+  const auto s1 = draw(1), s1b = draw(1), s2 = draw(2);
+  EXPECT_EQ(s1, s1b);                // reproducible
+  EXPECT_NE(s1.first, s2.first);     // another step, other noise
+  EXPECT_NE(s1.first, s1.second);
+  store.set_noise_salt(1, 99);       // re-draw tensor 1 only
+  const auto r = draw(1);
+  EXPECT_EQ(r.first, s1.first);
+  EXPECT_NE(r.second, s1.second);
+  store.clear_noise_salts();
+  EXPECT_EQ(draw(1), s1);
+}
+
+TEST(GroupStore, FactoryReadsOptionsAndRejectsBadConfig) {
+  auto make = [](std::map<std::string, std::string> kv) {
+    SchemeOptions o(std::move(kv), "saved_tensors.default (line 3)");
+    return make_group_store(o);
+  };
+  auto s = make({{"bits", "4"}, {"group_size", "128"}, {"grouping", "flat"}, {"meta", "f32"}, {"rounding", "nearest"},
+                 {"seed", "7"}});
+  auto& g = dynamic_cast<GroupStore&>(*s);
+  EXPECT_EQ(g.options().quant.bits, 4);
+  EXPECT_EQ(g.options().quant.group_size, 128);
+  EXPECT_EQ(g.options().quant.grouping, Grouping::Flat);
+  EXPECT_EQ(g.options().quant.meta, MetaType::F32);
+  EXPECT_EQ(g.options().quant.rounding, Rounding::Nearest);
+  EXPECT_EQ(g.options().seed, 7u);
+  EXPECT_EQ(dynamic_cast<GroupStore&>(*make({})).options().quant.bits, 2);
+  for (auto bad : std::vector<std::map<std::string, std::string>>{
+           {{"bits", "5"}}, {{"bits", "0"}}, {{"group_size", "0"}}, {{"grouping", "rows"}}, {{"bitz", "2"}}}) {
+    try {
+      make(bad);
+      FAIL() << bad.begin()->first << " accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("line 3"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find(bad.begin()->first), std::string::npos) << e.what();
+    }
+  }
+}
+
+// A linear layer trained through the store: the input is quantized (bytes from the allocator's
+// Saved tag equal the formula), the weight is a parameter and is not, and the gradients match
+// FP32 within the quantization error; Saved is back to zero after backward.
+TEST(GroupStore, ServesLinearLayerThroughAutograd) {
+  GroupStore store(options(4, 64));
+  OneStorePolicy policy(store);
+  Tensor w = Tensor::empty({8, 96}, DType::f32, Layout::Plain, MemTag::Parameter);
+  Tensor src = random_tensor({8, 96}, 4);
+  std::memcpy(w.raw(), src.raw(), src.nbytes());
+  w.set_requires_grad();
+  Tensor x = random_tensor({16, 96}, 5);
+  x.set_requires_grad();
+
+  auto run = [&](bool quantized) {
+    w.zero_grad();
+    x.zero_grad();
+    std::unique_ptr<PolicyScope> scope;
+    if (quantized) scope = std::make_unique<PolicyScope>(policy);
+    const int64_t before = saved_bytes();
+    Tensor y = ops::linear(x, w, Tensor());
+    if (quantized) EXPECT_EQ(saved_bytes() - before, formula_bytes(16, 96, 64, 4, 4));
+    backward(y, testing::random_tensor({16, 8}, 6));
+    EXPECT_EQ(saved_bytes(), before);
+    return std::make_pair(w.grad().to_vector(), x.grad().to_vector());
+  };
+  const auto exact = run(false), quant = run(true);
+  double err = 0, norm = 0;
+  for (size_t i = 0; i < exact.first.size(); ++i) {
+    err += std::pow(quant.first[i] - exact.first[i], 2);
+    norm += std::pow(exact.first[i], 2);
+  }
+  EXPECT_LT(std::sqrt(err / norm), 0.1);
+  EXPECT_GT(err, 0.0);  // the input really was quantized
+  EXPECT_EQ(quant.second, exact.second);  // dx = dy W needs only the (exact) weight
+}
+
+}  // namespace
+}  // namespace packrat
