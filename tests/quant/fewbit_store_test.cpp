@@ -76,6 +76,25 @@ TEST(FewBitStore, StepActivationsGiveBitIdenticalGradients) {
   }
 }
 
+// Whatever bit-width the store is configured with, a step derivative is held as a 1-bit mask.
+TEST(FewBitStore, StepActivationsHoldOneBitPerElement) {
+  const Tensor x = step_input({1001}, 13);
+  FewbitStore store({4, {}});
+  SaveRequest r;
+  r.need = Need::Derivative;
+  r.fn = &pointwise_by_name("relu6");
+  r.op = "relu6";
+  auto [y, h] = store.forward_and_save(x, r);
+  std::vector<SavedRecord> recs;
+  store.describe(recs);
+  ASSERT_EQ(recs.size(), 1u);
+  EXPECT_EQ(recs[0].bits, 1);
+  EXPECT_EQ(recs[0].bytes, packed_bytes(1001, 1));
+  // load() hands back f'(x) exactly.
+  const auto d = store.load(h).to_vector(), xs = x.to_vector();
+  for (size_t i = 0; i < xs.size(); ++i) EXPECT_EQ(d[i], pointwise_by_name("relu6").df(xs[i])) << xs[i];
+}
+
 TEST(FewBitStore, DropoutMaskIsExact) {
   const Shape shape{4, 33};
   const Tensor x = random_tensor(shape, 21);
