@@ -1,5 +1,5 @@
 // batchnorm2d: gradient checks (training and eval), running statistics as PyTorch updates
-// them, layouts, what is saved, errors. PyTorch goldens are in golden_dnnl_test cases.
+// them, layouts, what is saved, errors, and PyTorch goldens (tests/golden/make_dnnl_goldens.py).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -7,6 +7,7 @@
 #include "autograd/fp32_store.h"
 #include "autograd/ops.h"
 #include "autograd/tape.h"
+#include "tests/golden/dnnl/golden.h"
 #include "tests/support/gradcheck.h"
 
 using namespace packrat;
@@ -155,4 +156,28 @@ TEST(BatchNormOp, ErrorsNameTheOpTheLayerAndTheProblem) {
   EXPECT_NE(message_of([&] { ops::batchnorm2d(x.to(DType::f64), Tensor(), Tensor(), rm, rv, true); })
                 .find("input has dtype f64"),
             std::string::npos);
+}
+
+TEST(BatchNormOpGolden, MatchesPyTorchOutputsGradientsAndRunningStatistics) {
+  using namespace packrat::testing;
+  const auto g = load_dnnl_golden("batchnorm.bin");
+  for (const std::string name : {"bn3", "bn16"}) {
+    for (Layout l : {Layout::Plain, Layout::nChw16c}) {
+      if (l == Layout::nChw16c && golden(g, name + ".x").dim(1) % 16 != 0) continue;
+      SCOPED_TRACE(name + " " + std::string(layout_name(l)));
+      Tensor x = golden_leaf(g, name + ".x", l), w = golden_leaf(g, name + ".w"), b = golden_leaf(g, name + ".b");
+      Tensor rm = golden(g, name + ".running_mean0").clone(), rv = golden(g, name + ".running_var0").clone();
+      Tensor y = ops::batchnorm2d(x, w, b, rm, rv, true, 0.1f, 1e-5f);
+      EXPECT_EQ(y.layout(), l);
+      expect_matches_golden(y, golden(g, name + ".y"), "y");
+      expect_matches_golden(rm, golden(g, name + ".running_mean"), "running_mean", 1e-6f);
+      expect_matches_golden(rv, golden(g, name + ".running_var"), "running_var", 1e-6f);
+      backward(y, golden(g, name + ".g").to_layout(l));
+      expect_matches_golden(x.grad(), golden(g, name + ".gx"), "dx");
+      expect_matches_golden(w.grad(), golden(g, name + ".gw"), "dw");
+      expect_matches_golden(b.grad(), golden(g, name + ".gb"), "db");
+      NoGradScope ng;
+      expect_matches_golden(ops::batchnorm2d(x, w, b, rm, rv, false), golden(g, name + ".y_eval"), "y_eval");
+    }
+  }
 }

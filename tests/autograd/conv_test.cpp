@@ -1,10 +1,11 @@
 // conv2d: gradient checks for every geometry the op promises, layout behaviour, the weight
-// cache, error messages. PyTorch goldens are in dnnl_golden_test cases below.
+// cache, error messages, and PyTorch goldens (tests/golden/make_dnnl_goldens.py).
 #include <gtest/gtest.h>
 
 #include "autograd/ops.h"
 #include "autograd/tape.h"
 #include "core/cpu/weight_cache.h"
+#include "tests/golden/dnnl/golden.h"
 #include "tests/support/gradcheck.h"
 
 using namespace packrat;
@@ -197,4 +198,29 @@ TEST(Conv2dOp, ErrorsNameTheOpTheLayerAndTheProblem) {
   EXPECT_NE(message([&] { ops::conv2d(x, random_tensor({8, 1, 3, 3}, 2), Tensor(), {1, 1, 0, 0, 1, 1, 2}); })
                 .find("input has 3 channels, not divisible by groups=2"),
             std::string::npos);
+}
+
+TEST(Conv2dOpGolden, MatchesPyTorchForwardAndGradientsInBothLayouts) {
+  using namespace packrat::testing;
+  const auto g = load_dnnl_golden("conv.bin");
+  for (const std::string name :
+       {"basic", "strided_dilated_grouped", "depthwise16", "resnet_down16to32", "pointwise_stride2"}) {
+    const auto opt = golden(g, name + ".options").to_vector();
+    const ops::Conv2dOptions o{int64_t(opt[0]), int64_t(opt[1]), int64_t(opt[2]), int64_t(opt[3]),
+                               int64_t(opt[4]), int64_t(opt[5]), int64_t(opt[6])};
+    const bool has_bias = g.count(name + ".b") > 0;
+    const bool blockable = golden(g, name + ".x").dim(1) % 16 == 0;
+    for (Layout l : {Layout::Plain, Layout::nChw16c}) {
+      if (l == Layout::nChw16c && !blockable) continue;
+      SCOPED_TRACE(name + " " + std::string(layout_name(l)));
+      Tensor x = golden_leaf(g, name + ".x", l), w = golden_leaf(g, name + ".w");
+      Tensor b = has_bias ? golden_leaf(g, name + ".b") : Tensor();
+      Tensor y = ops::conv2d(x, w, b, o);
+      expect_matches_golden(y, golden(g, name + ".y"), "y");
+      backward(y, golden(g, name + ".g").to_layout(y.layout()));
+      expect_matches_golden(x.grad(), golden(g, name + ".gx"), "dx");
+      expect_matches_golden(w.grad(), golden(g, name + ".gw"), "dw");
+      if (has_bias) expect_matches_golden(b.grad(), golden(g, name + ".gb"), "db");
+    }
+  }
 }

@@ -4,6 +4,7 @@
 
 #include "autograd/ops.h"
 #include "autograd/tape.h"
+#include "tests/golden/dnnl/golden.h"
 #include "tests/support/gradcheck.h"
 
 using namespace packrat;
@@ -98,4 +99,30 @@ TEST(LinearOp, ErrorsNameTheOpTheLayerAndTheProblem) {
   EXPECT_NE(message_of([] { ops::linear(random_tensor({2, 4}, 1).to(DType::f64), random_tensor({3, 4}, 2), Tensor()); })
                 .find("linear fc: input has dtype f64"),
             std::string::npos);
+}
+
+TEST(LinearOpGolden, MatchesPyTorchForwardAndGradients) {
+  using namespace packrat::testing;
+  const auto g = load_dnnl_golden("linear.bin");
+  for (const std::string name : {"linear", "linear3d"}) {
+    SCOPED_TRACE(name);
+    Tensor x = golden_leaf(g, name + ".x"), w = golden_leaf(g, name + ".w");
+    const bool has_bias = g.count(name + ".b") > 0;
+    Tensor b = has_bias ? golden_leaf(g, name + ".b") : Tensor();
+    Tensor y = ops::linear(x, w, b);
+    expect_matches_golden(y, golden(g, name + ".y"), "y");
+    backward(y, golden(g, name + ".g"));
+    expect_matches_golden(x.grad(), golden(g, name + ".gx"), "dx");
+    expect_matches_golden(w.grad(), golden(g, name + ".gw"), "dw");
+    if (has_bias) expect_matches_golden(b.grad(), golden(g, name + ".gb"), "db");
+  }
+  for (const std::string name : {"matmul", "bmm"}) {
+    SCOPED_TRACE(name);
+    Tensor a = golden_leaf(g, name + ".a"), b = golden_leaf(g, name + ".b");
+    Tensor y = ops::matmul(a, b);
+    expect_matches_golden(y, golden(g, name + ".y"), "y");
+    backward(y, golden(g, name + ".g"));
+    expect_matches_golden(a.grad(), golden(g, name + ".ga"), "da");
+    expect_matches_golden(b.grad(), golden(g, name + ".gb"), "db");
+  }
 }

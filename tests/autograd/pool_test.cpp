@@ -1,4 +1,4 @@
-// Pooling: gradient checks, direct-loop references, layouts, what max pooling saves, errors.
+// Pooling: gradient checks, direct-loop references, layouts, what max pooling saves, errors,\n// and PyTorch goldens (tests/golden/make_dnnl_goldens.py).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -7,6 +7,7 @@
 #include "autograd/fp32_store.h"
 #include "autograd/ops.h"
 #include "autograd/tape.h"
+#include "tests/golden/dnnl/golden.h"
 #include "tests/support/gradcheck.h"
 
 using namespace packrat;
@@ -179,4 +180,28 @@ TEST(PoolOp, ErrorsNameTheOpTheLayerAndTheProblem) {
   EXPECT_NE(message_of([&] { ops::adaptive_avgpool2d(random_tensor({2, 3}, 1), 1, 1); })
                 .find("adaptive_avgpool2d layer4.pool: input must be 4-d"),
             std::string::npos);
+}
+
+TEST(PoolOpGolden, MatchesPyTorchForwardAndGradientsInBothLayouts) {
+  using namespace packrat::testing;
+  const auto g = load_dnnl_golden("pool.bin");
+  using Fn = std::function<Tensor(const Tensor&)>;
+  const std::vector<std::pair<std::string, Fn>> cases = {
+      {"max3s2p1", [](const Tensor& x) { return ops::maxpool2d(x, {3, 3, 2, 2, 1, 1}); }},
+      {"max2s2", [](const Tensor& x) { return ops::maxpool2d(x, {2, 2, 2, 2, 0, 0}); }},
+      {"avg3s2p1", [](const Tensor& x) { return ops::avgpool2d(x, {3, 3, 2, 2, 1, 1}); }},
+      {"avg_k3x2_s2x1_p1x1", [](const Tensor& x) { return ops::avgpool2d(x, {3, 2, 2, 1, 1, 1}); }},
+      {"adaptive1", [](const Tensor& x) { return ops::adaptive_avgpool2d(x, 1, 1); }},
+      {"adaptive3x2", [](const Tensor& x) { return ops::adaptive_avgpool2d(x, 3, 2); }}};
+  for (const auto& [name, fn] : cases)
+    for (Layout l : {Layout::Plain, Layout::nChw16c}) {
+      if (l == Layout::nChw16c && golden(g, name + ".x").dim(1) % 16 != 0) continue;
+      SCOPED_TRACE(name + " " + std::string(layout_name(l)));
+      Tensor x = golden_leaf(g, name + ".x", l);
+      Tensor y = fn(x);
+      EXPECT_EQ(y.layout(), l);
+      expect_matches_golden(y, golden(g, name + ".y"), "y");
+      backward(y, golden(g, name + ".g").to_layout(l));
+      expect_matches_golden(x.grad(), golden(g, name + ".gx"), "dx");
+    }
 }
