@@ -1,0 +1,466 @@
+#include "quant/mixed_quant.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <type_traits>
+
+#include "core/error.h"
+#include "core/parallel.h"
+
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
+
+namespace packrat {
+
+std::string_view scale_rule_name(ScaleRule s) {
+  switch (s) {
+    case ScaleRule::Affine: return "affine";
+    case ScaleRule::MaxAbs: return "maxabs";
+    case ScaleRule::L2: return "l2";
+  }
+  return "?";
+}
+
+std::string_view mix_decision_name(MixDecision d) { return d == MixDecision::PerBucket ? "per_bucket" : "per_tensor"; }
+
+BucketWidth affine_width(int bits) {
+  PACKRAT_CHECK(bits >= 1 && bits <= kMaxCodeBits, "affine quantization: bits must be in [1, {}], got {}", kMaxCodeBits,
+                bits);
+  return BucketWidth{bits, (1u << bits) - 1u, bits};
+}
+
+BucketWidth sign_magnitude_width(uint32_t levels) {
+  PACKRAT_CHECK(levels >= 1, "sign-magnitude quantization: levels must be at least 1, got {}", levels);
+  const int cb = sign_magnitude_code_bits(levels);
+  PACKRAT_CHECK(cb <= kMaxCodeBits,
+                "sign-magnitude quantization: {} levels need {}-bit codes (2L+1 values), more than the {} supported",
+                levels, cb, kMaxCodeBits);
+  int label = 1;
+  while ((uint64_t{1} << label) < levels) ++label;
+  return BucketWidth{label, levels, cb};
+}
+
+BucketWidth width_for_bits(ScaleRule s, int bits) {
+  if (!is_sign_magnitude(s)) return affine_width(bits);
+  PACKRAT_CHECK(bits >= 1 && bits <= kMaxCodeBits - 2,
+                "sign-magnitude quantization: bits must be in [1, {}] (L = 2^bits levels and the sign take bits + 2 "
+                "bits), got {}",
+                kMaxCodeBits - 2, bits);
+  return sign_magnitude_width(1u << bits);
+}
+
+void MixedQuantConfig::check(std::string_view where) const {
+  PACKRAT_CHECK(bucket_size >= 1, "{}: bucket_size must be at least 1, got {}", where, bucket_size);
+  PACKRAT_CHECK(mix_prob >= 0.0 && mix_prob <= 1.0, "{}: mix_prob must be a probability in [0, 1], got {}", where,
+                mix_prob);
+  for (const BucketWidth* w : {&base, &mix}) {
+    PACKRAT_CHECK(w->code_bits >= 1 && w->code_bits <= kMaxCodeBits, "{}: {}-bit codes are not supported (1 to {})",
+                  where, w->code_bits, kMaxCodeBits);
+    const bool ok = is_sign_magnitude(scale) ? *w == sign_magnitude_width(w->levels) : *w == affine_width(w->bits);
+    PACKRAT_CHECK(ok, "{}: width ({} bits, {} levels, {}-bit codes) does not fit the {} scale rule", where, w->bits,
+                  w->levels, w->code_bits, scale_rule_name(scale));
+  }
+  PACKRAT_CHECK(mix.levels >= base.levels,
+                "{}: mix_bits ({}, {} levels) must not be below base_bits ({}, {} levels): the mix width is the higher one",
+                where, mix.bits, mix.levels, base.bits, base.levels);
+}
+
+BucketGeometry bucket_geometry(int64_t numel, int64_t bucket_size) {
+  PACKRAT_CHECK(bucket_size >= 1, "bucket geometry: bucket_size must be at least 1, got {}", bucket_size);
+  PACKRAT_CHECK(numel >= 0, "bucket geometry: negative element count {}", numel);
+  BucketGeometry g;
+  g.numel = numel;
+  g.bucket_size = bucket_size;
+  g.buckets = (numel + bucket_size - 1) / bucket_size;
+  g.tail_len = g.buckets ? numel - (g.buckets - 1) * bucket_size : 0;
+  return g;
+}
+
+int64_t MixedPacked::bytes() const {
+  int64_t b = 0;
+  for (const Tensor* t : {&codes, &meta_data, &flags})
+    if (t->defined()) b += static_cast<int64_t>(t->storage()->allocation->bytes());
+  return b;
+}
+
+double MixedPacked::code_bits_per_element() const {
+  if (!numel) return 0.0;
+  return 8.0 * static_cast<double>(codes.defined() ? codes.nbytes() : 0) / static_cast<double>(numel);
+}
+
+namespace {
+
+// Byte offset of every bucket's codes, (buckets + 1,): offsets[g + 1] - offsets[g] = packed_bytes(len, bits).
+std::vector<int64_t> code_offsets(const BucketGeometry& g, int base_bits, int mix_bits, const uint8_t* flags) {
+  std::vector<int64_t> off(static_cast<size_t>(g.buckets + 1), 0);  // (buckets + 1,)
+  for (int64_t b = 0; b < g.buckets; ++b)
+    off[static_cast<size_t>(b + 1)] = off[static_cast<size_t>(b)] + packed_bytes(g.len(b), flags[b] ? mix_bits : base_bits);
+  return off;
+}
+
+}  // namespace
+
+int64_t mixed_bytes_formula(const BucketGeometry& g, const MixedQuantConfig& c, const std::vector<uint8_t>& flags) {
+  PACKRAT_CHECK(static_cast<int64_t>(flags.size()) == g.buckets, "mixed bytes: {} flags for {} buckets", flags.size(),
+                g.buckets);
+  int64_t codes = 0, mixes = 0;
+  for (int64_t b = 0; b < g.buckets; ++b) {
+    codes += packed_bytes(g.len(b), flags[static_cast<size_t>(b)] ? c.mix.code_bits : c.base.code_bits);
+    mixes += flags[static_cast<size_t>(b)] ? 1 : 0;
+  }
+  const bool uniform = mixes == 0 || mixes == g.buckets;
+  return codes + g.buckets * bucket_meta_bytes(c.scale, c.meta) + (uniform ? 0 : packed_bytes(g.buckets, 1));
+}
+
+namespace {
+
+// Philox-4x32-10 at counters (counter0 + lane) for 16 lanes, written lane-wise so the compiler
+// vectorises it (AVX-512: one register per state word); bit-identical to Philox4x32::generate.
+// out[w * 16 + lane] = word w of lane's output.
+void philox_lanes16(uint64_t seed, uint64_t stream, uint64_t counter0, uint32_t* out) {
+  alignas(64) uint32_t c0[16], c1[16], c2[16], c3[16];  // (16,) each: the state, lane by lane
+  for (int l = 0; l < 16; ++l) {
+    c0[l] = static_cast<uint32_t>(counter0) + static_cast<uint32_t>(l);  // counter0 % 16 == 0: no carry
+    c1[l] = static_cast<uint32_t>(counter0 >> 32);
+    c2[l] = static_cast<uint32_t>(stream);
+    c3[l] = static_cast<uint32_t>(stream >> 32);
+  }
+  uint32_t k0 = static_cast<uint32_t>(seed), k1 = static_cast<uint32_t>(seed >> 32);
+  for (int round = 0; round < 10; ++round) {
+    for (int l = 0; l < 16; ++l) {
+      const uint64_t p0 = static_cast<uint64_t>(Philox4x32::kMul0) * c0[l];
+      const uint64_t p1 = static_cast<uint64_t>(Philox4x32::kMul1) * c2[l];
+      c0[l] = static_cast<uint32_t>(p1 >> 32) ^ c1[l] ^ k0;
+      c1[l] = static_cast<uint32_t>(p1);
+      c2[l] = static_cast<uint32_t>(p0 >> 32) ^ c3[l] ^ k1;
+      c3[l] = static_cast<uint32_t>(p0);
+    }
+    k0 += Philox4x32::kWeyl0;
+    k1 += Philox4x32::kWeyl1;
+  }
+  for (int l = 0; l < 16; ++l) {
+    out[l] = c0[l];
+    out[16 + l] = c1[l];
+    out[32 + l] = c2[l];
+    out[48 + l] = c3[l];
+  }
+}
+
+}  // namespace
+
+void RoundingNoise::fill(int64_t e0, int64_t n, uint16_t* out) {
+  int64_t i = 0;
+  while (i < n) {
+    const int64_t e = e0 + i, block = e >> 7, first = e & 127;
+    const int64_t take = std::min<int64_t>(n - i, 128 - first);
+    if (block != block_) {
+      alignas(64) uint32_t words[64];  // (4 words, 16 lanes)
+      philox_lanes16(noise_.seed, noise_.stream, static_cast<uint64_t>(block) << 4, words);
+      // Element 16 h + lane takes half-word h of its lane: word h / 2, low half for even h.
+      for (int h = 0; h < 8; ++h)
+        for (int l = 0; l < 16; ++l) values_[16 * h + l] = static_cast<uint16_t>(words[16 * (h >> 1) + l] >> (16 * (h & 1)));
+      block_ = block;
+    }
+    std::memcpy(out + i, values_ + first, static_cast<size_t>(take) * sizeof(uint16_t));
+    i += take;
+  }
+}
+
+void fill_rounding_noise(const QuantNoise& noise, int64_t e0, int64_t n, uint16_t* out) {
+  RoundingNoise r(noise);
+  r.fill(e0, n, out);
+}
+
+void decide_buckets(const BucketGeometry& g, const MixedQuantConfig& c, const QuantNoise& noise, uint8_t* flags) {
+  const uint64_t stream = mix_decision_stream(noise.stream);
+  const float p = static_cast<float>(c.mix_prob);
+  if (c.base == c.mix) {  // one width: nothing to decide
+    std::fill(flags, flags + g.buckets, uint8_t{0});
+  } else if (c.decision == MixDecision::PerTensor) {
+    const uint8_t f = mix_decision_uniform(noise.seed, stream, 0) < p ? 1 : 0;
+    std::fill(flags, flags + g.buckets, f);
+  } else {
+    for (int64_t b = 0; b < g.buckets; b += 4) {
+      uint32_t w[4];
+      Philox4x32::generate(noise.seed, stream, static_cast<uint64_t>(b) >> 2, w);
+      for (int64_t k = 0; k < 4 && b + k < g.buckets; ++k) flags[b + k] = Philox4x32::to_uniform(w[k]) < p ? 1 : 0;
+    }
+  }
+}
+
+namespace {
+
+constexpr int64_t kChunk = 256;  // elements quantized per inner pass (a multiple of 8)
+
+// GCC 12 warns about the undefined pass-through operand inside the AVX-512 reduction intrinsics.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+void bucket_min_max(const float* x, int64_t n, float& mn_out, float& mx_out) {
+  float mn = x[0], mx = x[0];
+  int64_t i = 0;
+#if defined(__AVX512F__)
+  if (n >= 16) {
+    __m512 vmn = _mm512_loadu_ps(x), vmx = vmn;
+    for (i = 16; i + 16 <= n; i += 16) {
+      const __m512 v = _mm512_loadu_ps(x + i);
+      vmn = _mm512_min_ps(vmn, v);
+      vmx = _mm512_max_ps(vmx, v);
+    }
+    mn = _mm512_reduce_min_ps(vmn);
+    mx = _mm512_reduce_max_ps(vmx);
+  }
+#endif
+  for (; i < n; ++i) {
+    mn = x[i] < mn ? x[i] : mn;
+    mx = x[i] > mx ? x[i] : mx;
+  }
+  mn_out = mn;
+  mx_out = mx;
+}
+
+// The sign-magnitude scale of a bucket: max|x|, or max(||x||_2, max|x|) (equal in exact
+// arithmetic; the max only absorbs f32 rounding of the norm).
+float bucket_scale(const float* x, int64_t n, ScaleRule rule) {
+  float amax = 0.0f, sumsq = 0.0f;
+  int64_t i = 0;
+#if defined(__AVX512F__)
+  if (n >= 16) {
+    __m512 va = _mm512_setzero_ps(), vs = _mm512_setzero_ps();
+    for (; i + 16 <= n; i += 16) {
+      const __m512 v = _mm512_loadu_ps(x + i);
+      va = _mm512_max_ps(va, _mm512_abs_ps(v));
+      vs = _mm512_fmadd_ps(v, v, vs);
+    }
+    amax = _mm512_reduce_max_ps(va);
+    sumsq = _mm512_reduce_add_ps(vs);
+  }
+#endif
+  for (; i < n; ++i) {
+    amax = std::max(amax, std::fabs(x[i]));
+    sumsq += x[i] * x[i];
+  }
+  return rule == ScaleRule::L2 ? std::max(std::sqrt(sumsq), amax) : amax;
+}
+#pragma GCC diagnostic pop
+
+struct BucketJob {
+  ScaleRule scale;
+  Rounding rounding;
+  MetaType meta;
+};
+
+// Writes n codes (element offset c of a bucket of len, c a multiple of 8) at the bucket's dst.
+template <int CB, typename Code>
+inline void put_codes(const Code* codes, int64_t n, int64_t c, int64_t len, uint8_t* dst) {
+  if constexpr (CB <= 8) {
+    pack_group_codes(codes, n, CB, dst + c * CB / 8);
+  } else {
+    alignas(64) uint8_t high[kChunk];  // (kChunk,)
+    uint8_t* low = dst + c;
+    for (int64_t i = 0; i < n; ++i) {
+      low[i] = static_cast<uint8_t>(codes[i]);
+      high[i] = static_cast<uint8_t>(codes[i] >> 8);
+    }
+    pack_group_codes(high, n, CB - 8, dst + len + c * (CB - 8) / 8);
+  }
+}
+
+template <int CB, typename Code>
+inline void get_codes(const uint8_t* src, int64_t n, int64_t c, int64_t len, Code* codes) {
+  if constexpr (CB <= 8) {
+    unpack_group_codes(src + c * CB / 8, n, CB, codes);
+  } else {
+    alignas(64) uint8_t high[kChunk];  // (kChunk,)
+    unpack_group_codes(src + len + c * (CB - 8) / 8, n, CB - 8, high);
+    const uint8_t* low = src + c;
+    for (int64_t i = 0; i < n; ++i) codes[i] = static_cast<Code>(low[i] | (static_cast<uint32_t>(high[i]) << 8));
+  }
+}
+
+template <int CB>
+void quantize_bucket(const float* xb, int64_t start, int64_t len, const BucketWidth& w, const BucketJob& job,
+                     RoundingNoise& noise, uint8_t* meta_dst, uint8_t* dst) {
+  using Code = std::conditional_t<(CB <= 8), uint8_t, uint16_t>;
+  alignas(64) Code code_buf[kChunk];  // (kChunk,)
+  alignas(64) uint16_t rnd[kChunk];   // (kChunk,)
+  const bool stochastic = job.rounding == Rounding::Stochastic;
+  const uint32_t levels = w.levels;
+  if (!is_sign_magnitude(job.scale)) {
+    float mn, mx;
+    bucket_min_max(xb, len, mn, mx);
+    const GroupParams p = group_params(mn, mx, w.bits, job.meta);
+    store_group_meta(p, job.meta, meta_dst);
+    for (int64_t c = 0; c < len; c += kChunk) {
+      const int64_t n = std::min(kChunk, len - c);
+      const float* xc = xb + c;
+      if (stochastic) {
+        noise.fill(start + c, n, rnd);
+        for (int64_t i = 0; i < n; ++i) code_buf[i] = static_cast<Code>(quantize_value(xc[i], p, levels, uniform16(rnd[i])));
+      } else {
+        for (int64_t i = 0; i < n; ++i) code_buf[i] = static_cast<Code>(quantize_value(xc[i], p, levels, 0.5f));
+      }
+      put_codes<CB>(code_buf, n, c, len, dst);
+    }
+  } else {
+    const float s = sign_magnitude_scale(bucket_scale(xb, len, job.scale), job.meta);
+    if (job.meta == MetaType::BF16) {
+      const uint16_t h = f32_to_bf16_up(s);  // exact: s is already a bf16 value
+      std::memcpy(meta_dst, &h, 2);
+    } else {
+      std::memcpy(meta_dst, &s, 4);
+    }
+    const float los = safe_inverse(s) * static_cast<float>(levels);
+    for (int64_t c = 0; c < len; c += kChunk) {
+      const int64_t n = std::min(kChunk, len - c);
+      const float* xc = xb + c;
+      if (stochastic) {
+        noise.fill(start + c, n, rnd);
+        for (int64_t i = 0; i < n; ++i)
+          code_buf[i] = static_cast<Code>(quantize_sign_magnitude(xc[i], los, levels, uniform16(rnd[i])));
+      } else {
+        for (int64_t i = 0; i < n; ++i) code_buf[i] = static_cast<Code>(quantize_sign_magnitude(xc[i], los, levels, 0.5f));
+      }
+      put_codes<CB>(code_buf, n, c, len, dst);
+    }
+  }
+}
+
+template <int CB>
+void dequantize_bucket(const uint8_t* src, int64_t len, const BucketWidth& w, ScaleRule scale, MetaType meta,
+                       const uint8_t* meta_src, float* out) {
+  using Code = std::conditional_t<(CB <= 8), uint8_t, uint16_t>;
+  alignas(64) Code code_buf[kChunk];  // (kChunk,)
+  if (!is_sign_magnitude(scale)) {
+    const GroupParams p = load_group_meta(meta_src, meta);
+    for (int64_t c = 0; c < len; c += kChunk) {
+      const int64_t n = std::min(kChunk, len - c);
+      get_codes<CB>(src, n, c, len, code_buf);
+      float* oc = out + c;
+      for (int64_t i = 0; i < n; ++i) oc[i] = dequantize_value(code_buf[i], p);
+    }
+  } else {
+    float s;
+    if (meta == MetaType::BF16) {
+      uint16_t h;
+      std::memcpy(&h, meta_src, 2);
+      s = bf16_to_f32(h);
+    } else {
+      std::memcpy(&s, meta_src, 4);
+    }
+    const uint32_t levels = w.levels;
+    const float sol = s / static_cast<float>(levels);
+    for (int64_t c = 0; c < len; c += kChunk) {
+      const int64_t n = std::min(kChunk, len - c);
+      get_codes<CB>(src, n, c, len, code_buf);
+      float* oc = out + c;
+      for (int64_t i = 0; i < n; ++i) oc[i] = dequantize_sign_magnitude(code_buf[i], sol, levels);
+    }
+  }
+}
+
+template <typename Fn>
+void dispatch_code_bits(int bits, Fn&& fn) {
+  switch (bits) {
+#define PACKRAT_MIXED_CASE(B) \
+  case B: fn(std::integral_constant<int, B>{}); break;
+    PACKRAT_MIXED_CASE(1) PACKRAT_MIXED_CASE(2) PACKRAT_MIXED_CASE(3) PACKRAT_MIXED_CASE(4)
+    PACKRAT_MIXED_CASE(5) PACKRAT_MIXED_CASE(6) PACKRAT_MIXED_CASE(7) PACKRAT_MIXED_CASE(8)
+    PACKRAT_MIXED_CASE(9) PACKRAT_MIXED_CASE(10) PACKRAT_MIXED_CASE(11) PACKRAT_MIXED_CASE(12)
+    PACKRAT_MIXED_CASE(13) PACKRAT_MIXED_CASE(14) PACKRAT_MIXED_CASE(15) PACKRAT_MIXED_CASE(16)
+#undef PACKRAT_MIXED_CASE
+    default: fail("mixed quantization: {}-bit codes are not supported (1 to {})", bits, kMaxCodeBits);
+  }
+}
+
+int64_t bucket_grain(int64_t bucket_size) { return std::max<int64_t>(1, (int64_t{1} << 15) / bucket_size); }
+
+}  // namespace
+
+void pack_wide_codes(const uint16_t* codes, int64_t n, int bits, uint8_t* dst) {
+  PACKRAT_CHECK(bits >= 1 && bits <= kMaxCodeBits, "pack_wide_codes: bits must be in [1, {}], got {}", kMaxCodeBits, bits);
+  std::vector<uint8_t> part(static_cast<size_t>(n));  // (n,) one byte of every code
+  const int low_bits = std::min(bits, 8);
+  for (int64_t i = 0; i < n; ++i) part[static_cast<size_t>(i)] = static_cast<uint8_t>(codes[i]);
+  pack_bits(part.data(), n, low_bits, dst);
+  if (bits <= 8) return;
+  for (int64_t i = 0; i < n; ++i) part[static_cast<size_t>(i)] = static_cast<uint8_t>(codes[i] >> 8);
+  pack_bits(part.data(), n, bits - 8, dst + n);
+}
+
+void unpack_wide_codes(const uint8_t* src, int64_t n, int bits, uint16_t* codes) {
+  PACKRAT_CHECK(bits >= 1 && bits <= kMaxCodeBits, "unpack_wide_codes: bits must be in [1, {}], got {}", kMaxCodeBits,
+                bits);
+  std::vector<uint8_t> part(static_cast<size_t>(n));  // (n,) one byte of every code
+  unpack_bits(src, n, std::min(bits, 8), part.data());
+  for (int64_t i = 0; i < n; ++i) codes[i] = part[static_cast<size_t>(i)];
+  if (bits <= 8) return;
+  unpack_bits(src + n, n, bits - 8, part.data());
+  for (int64_t i = 0; i < n; ++i) codes[i] = static_cast<uint16_t>(codes[i] | (part[static_cast<size_t>(i)] << 8));
+}
+
+MixedPacked quantize_mixed(const float* x, int64_t numel, const MixedQuantConfig& c, const QuantNoise& noise) {
+  c.check("mixed quantization");
+  const BucketGeometry g = bucket_geometry(numel, c.bucket_size);
+  MixedPacked p;
+  p.numel = numel;
+  p.bucket_size = c.bucket_size;
+  p.base = c.base;
+  p.mix = c.mix;
+  p.scale = c.scale;
+  p.meta = c.meta;
+
+  std::vector<uint8_t> flags(static_cast<size_t>(g.buckets));  // (buckets,) 1 = mix width
+  decide_buckets(g, c, noise, flags.data());
+  for (uint8_t f : flags) p.mix_buckets += f;
+  p.uniform = p.mix_buckets == 0 || p.mix_buckets == g.buckets;
+  p.uniform_is_mix = g.buckets > 0 && p.mix_buckets == g.buckets;
+  const std::vector<int64_t> off = code_offsets(g, c.base.code_bits, c.mix.code_bits, flags.data());  // (buckets + 1,)
+
+  const int mb = bucket_meta_bytes(c.scale, c.meta);
+  p.codes = Tensor::empty(Shape{off.back()}, DType::u8);        // (code bytes,)
+  p.meta_data = Tensor::empty(Shape{g.buckets * mb}, DType::u8);  // (buckets, meta bytes)
+  if (!p.uniform) {
+    p.flags = Tensor::empty(Shape{packed_bytes(g.buckets, 1)}, DType::u8);  // (buckets bits,)
+    pack_bits(flags.data(), g.buckets, 1, p.flags.data<uint8_t>());
+  }
+  uint8_t* codes = p.codes.data<uint8_t>();
+  uint8_t* meta = p.meta_data.data<uint8_t>();
+  const BucketJob job{c.scale, c.rounding, c.meta};
+  parallel_chunks(g.buckets, bucket_grain(g.bucket_size), [&](int64_t b0, int64_t b1) {
+    RoundingNoise rnd(noise);  // this thread's, so consecutive small buckets share a noise block
+    for (int64_t b = b0; b < b1; ++b) {
+      const BucketWidth& w = flags[static_cast<size_t>(b)] ? c.mix : c.base;
+      dispatch_code_bits(w.code_bits, [&](auto cb) {
+        quantize_bucket<decltype(cb)::value>(x + g.start(b), g.start(b), g.len(b), w, job, rnd, meta + b * mb,
+                                             codes + off[static_cast<size_t>(b)]);
+      });
+    }
+  });
+  return p;
+}
+
+void dequantize_mixed(const MixedPacked& p, float* out) {
+  const BucketGeometry g = p.geometry();
+  if (g.buckets == 0) return;
+  std::vector<uint8_t> flags(static_cast<size_t>(g.buckets), p.uniform_is_mix ? 1 : 0);  // (buckets,)
+  if (!p.uniform) unpack_bits(p.flags.data<uint8_t>(), g.buckets, 1, flags.data());
+  const std::vector<int64_t> off = code_offsets(g, p.base.code_bits, p.mix.code_bits, flags.data());  // (buckets + 1,)
+  PACKRAT_CHECK(p.codes.numel() == off.back(), "mixed dequantization: {} code bytes held, the flags say {}",
+                p.codes.numel(), off.back());
+  const int mb = bucket_meta_bytes(p.scale, p.meta);
+  const uint8_t* codes = p.codes.data<uint8_t>();
+  const uint8_t* meta = p.meta_data.data<uint8_t>();
+  parallel_chunks(g.buckets, bucket_grain(g.bucket_size), [&](int64_t b0, int64_t b1) {
+    for (int64_t b = b0; b < b1; ++b) {
+      const BucketWidth& w = flags[static_cast<size_t>(b)] ? p.mix : p.base;
+      dispatch_code_bits(w.code_bits, [&](auto cb) {
+        dequantize_bucket<decltype(cb)::value>(codes + off[static_cast<size_t>(b)], g.len(b), w, p.scale, p.meta,
+                                               meta + b * mb, out + g.start(b));
+      });
+    }
+  });
+}
+
+}  // namespace packrat
