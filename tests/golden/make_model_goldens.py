@@ -5,6 +5,7 @@ Run from the repository root:  /usr/bin/python3 tests/golden/make_model_goldens.
 Writes tests/golden/models/:
   <arch>_<stem>.txt  one line per state_dict entry: "param|buffer <name> <dims...>" (torchvision, 10 classes)
   layers.txt         Linear and Conv2d forward/backward on small inputs with given weights
+  basic_block.txt    a BasicBlock (GELU, stride 2, downsample) forward/backward in train mode
   optim.txt          SGD / AdamW trajectories on a small fixed problem
 Numeric files hold lines "<key> <count> <values...>" with values printed to round-trip f32.
 """
@@ -67,6 +68,31 @@ def write_layers():
         f.write("\n".join(lines) + "\n")
 
 
+def write_block():
+    """A torchvision BasicBlock with GELU, 8 -> 16 channels, stride 2, with a downsample, in train mode."""
+    from torchvision.models.resnet import BasicBlock, conv1x1
+    g = torch.Generator().manual_seed(5)
+    block = BasicBlock(8, 16, stride=2, downsample=nn.Sequential(conv1x1(8, 16, 2), nn.BatchNorm2d(16)))
+    block.relu = nn.GELU()
+    with torch.no_grad():
+        for name, p in block.named_parameters():
+            p.copy_(torch.randn(p.shape, generator=g) * (0.3 if "weight" in name and p.dim() == 4 else 1.0))
+    block.train()
+    x = torch.randn(2, 8, 6, 6, generator=g, requires_grad=True)
+    y = block(x)
+    gy = torch.randn(y.shape, generator=g)
+    y.backward(gy)
+    lines = ["x %s" % fmt(x), "y %s" % fmt(y), "gy %s" % fmt(gy), "gx %s" % fmt(x.grad)]
+    for name, p in block.named_parameters():
+        lines.append("param.%s %s" % (name, fmt(p)))
+        lines.append("grad.%s %s" % (name, fmt(p.grad)))
+    for name, b in block.named_buffers():
+        if b.dtype == torch.float32:
+            lines.append("buffer.%s %s" % (name, fmt(b)))
+    with open(os.path.join(OUT, "basic_block.txt"), "w") as f:
+        f.write("\n".join(lines) + "\n")
+
+
 # The fixed problem: two parameters; at step k the gradient is 0.3 * p + (k + 1) * c with
 # c[i] = 0.01 * ((i % 7) - 3) over each parameter's flat index. Six steps; the lr is halved
 # before step 3 (0-based).
@@ -108,4 +134,5 @@ if __name__ == "__main__":
     torch.set_num_threads(1)
     write_keys()
     write_layers()
+    write_block()
     write_optim()

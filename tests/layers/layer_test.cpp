@@ -221,3 +221,27 @@ TEST(LayerForward, DropoutIsReproducibleAndIdentityInEval) {
   d.eval();
   EXPECT_EQ(d(x).to_vector(), x.to_vector());
 }
+
+TEST(LayerForward, LayerNormAndEmbeddingRunThroughTheirOps) {
+  NoGradScope ng;
+  LayerNorm ln(6);
+  auto y = ln(random_tensor({3, 6}, 8)).to_vector();
+  for (int r = 0; r < 3; ++r) {  // weight 1, bias 0: each row has mean 0, variance 1
+    double s = 0, s2 = 0;
+    for (int k = 0; k < 6; ++k) s += y[r * 6 + k], s2 += double(y[r * 6 + k]) * y[r * 6 + k];
+    EXPECT_NEAR(s / 6, 0.0, 1e-5);
+    EXPECT_NEAR(s2 / 6, 1.0, 1e-3);
+  }
+  Embedding emb(10, 4, 9);
+  Tensor ids = Tensor::empty({2}, DType::i64);
+  ids.data<int64_t>()[0] = 7;
+  ids.data<int64_t>()[1] = 2;
+  auto e = emb(ids).to_vector();
+  auto w = emb.weight().to_vector();
+  ASSERT_EQ(e.size(), 8u);
+  for (int k = 0; k < 4; ++k) {
+    EXPECT_EQ(e[k], w[7 * 4 + k]);
+    EXPECT_EQ(e[4 + k], w[2 * 4 + k]);
+  }
+  EXPECT_THROW(emb(random_tensor({2}, 1)), Error);  // f32 ids
+}
