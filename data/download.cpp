@@ -35,6 +35,23 @@ size_t write_to_file(char* ptr, size_t size, size_t n, void* file) {
   return std::fwrite(ptr, size, n, static_cast<FILE*>(file)) * size;
 }
 
+// Logs every further tenth of a download whose size is known.
+struct Progress {
+  std::string url;
+  int logged = 0;  // tenths
+};
+
+int log_progress(void* p, curl_off_t total, curl_off_t now, curl_off_t, curl_off_t) {
+  auto* pr = static_cast<Progress*>(p);
+  if (total <= 0) return 0;
+  const int tenths = static_cast<int>(now * 10 / total);
+  if (tenths > pr->logged) {
+    pr->logged = tenths;
+    spdlog::info("data: {} {}% of {:.1f} MB", pr->url, tenths * 10, static_cast<double>(total) / 1e6);
+  }
+  return 0;
+}
+
 std::string file_name_of(const std::string& url) {
   std::string path = url.substr(0, url.find_first_of("?#"));
   const size_t slash = path.find_last_of('/');
@@ -69,6 +86,10 @@ void download_file(const std::string& url, const fs::path& dest) {
   curl_easy_setopt(curl.get(), CURLOPT_CONNECTTIMEOUT, 30L);
   curl_easy_setopt(curl.get(), CURLOPT_LOW_SPEED_LIMIT, 1024L);  // abort below 1 KB/s ...
   curl_easy_setopt(curl.get(), CURLOPT_LOW_SPEED_TIME, 60L);     // ... for a minute
+  Progress progress{url};
+  curl_easy_setopt(curl.get(), CURLOPT_XFERINFOFUNCTION, &log_progress);
+  curl_easy_setopt(curl.get(), CURLOPT_XFERINFODATA, &progress);
+  curl_easy_setopt(curl.get(), CURLOPT_NOPROGRESS, 0L);
   const CURLcode rc = curl_easy_perform(curl.get());
   const bool closed = std::fclose(f.release()) == 0;
   if (rc != CURLE_OK) {
@@ -82,7 +103,9 @@ void download_file(const std::string& url, const fs::path& dest) {
   fs::rename(part, dest);
 }
 
-fs::path fetch_archive(const ArchiveSource& source, const fs::path& root) {
+namespace {
+
+fs::path fetch_checked(const ArchiveSource& source, const fs::path& root) {
   const fs::path target = root / source.top_dir;
   if (fs::is_directory(target)) return target;
   fs::create_directories(root);
@@ -118,6 +141,16 @@ fs::path fetch_archive(const ArchiveSource& source, const fs::path& root) {
   }
   fs::remove_all(tmp);
   return target;
+}
+
+}  // namespace
+
+fs::path fetch_archive(const ArchiveSource& source, const fs::path& root) {
+  try {
+    return fetch_checked(source, root);
+  } catch (const fs::filesystem_error& e) {
+    fail("download: {} into {}: {}", source.url, root.string(), e.what());
+  }
 }
 
 }  // namespace packrat::data

@@ -69,7 +69,9 @@ Split parse_split(std::string_view s) {
   fail("data: unknown split '{}' (expected train or test)", s);
 }
 
-std::shared_ptr<Dataset> open_dataset(const DatasetSpec& spec) {
+namespace {
+
+std::shared_ptr<Dataset> open_checked(const DatasetSpec& spec) {
   const std::string root_s = spec.root.empty() ? default_root(spec.name) : spec.root;
   const fs::path root(root_s);
   if (spec.name == "cifar10") {
@@ -107,6 +109,16 @@ std::shared_ptr<Dataset> open_dataset(const DatasetSpec& spec) {
   }
   default_root(spec.name);  // throws: unknown name
   return nullptr;
+}
+
+}  // namespace
+
+std::shared_ptr<Dataset> open_dataset(const DatasetSpec& spec) {
+  try {
+    return open_checked(spec);
+  } catch (const fs::filesystem_error& e) {  // permissions, a file where a folder should be, ...
+    fail("{}: {}", spec.name, e.what());
+  }
 }
 
 }  // namespace packrat::data
