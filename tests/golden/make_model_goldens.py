@@ -5,7 +5,8 @@ Run from the repository root:  /usr/bin/python3 tests/golden/make_model_goldens.
 Writes tests/golden/models/:
   <arch>_<stem>.txt  one line per state_dict entry: "param|buffer <name> <dims...>" (torchvision, 10 classes)
   layers.txt         Linear and Conv2d forward/backward on small inputs with given weights
-  basic_block.txt    a BasicBlock (GELU, stride 2, downsample) forward/backward in train mode
+  basic_block.txt, bottleneck_block.txt
+                     a BasicBlock / Bottleneck (GELU, stride 2, downsample) forward/backward in train mode
   optim.txt          SGD / AdamW trajectories on a small fixed problem
 Numeric files hold lines "<key> <count> <values...>" with values printed to round-trip f32.
 """
@@ -68,17 +69,21 @@ def write_layers():
         f.write("\n".join(lines) + "\n")
 
 
-def write_block():
-    """A torchvision BasicBlock with GELU, 8 -> 16 channels, stride 2, with a downsample, in train mode."""
-    from torchvision.models.resnet import BasicBlock, conv1x1
+def write_block(kind):
+    """A torchvision block with GELU, stride 2, with a downsample, in train mode:
+    BasicBlock 8 -> 16 channels, or Bottleneck 16 -> 4 planes -> 16 channels."""
+    from torchvision.models.resnet import BasicBlock, Bottleneck, conv1x1
     g = torch.Generator().manual_seed(5)
-    block = BasicBlock(8, 16, stride=2, downsample=nn.Sequential(conv1x1(8, 16, 2), nn.BatchNorm2d(16)))
+    if kind == "basic":
+        block = BasicBlock(8, 16, stride=2, downsample=nn.Sequential(conv1x1(8, 16, 2), nn.BatchNorm2d(16)))
+    else:
+        block = Bottleneck(16, 4, stride=2, downsample=nn.Sequential(conv1x1(16, 16, 2), nn.BatchNorm2d(16)))
     block.relu = nn.GELU()
     with torch.no_grad():
         for name, p in block.named_parameters():
             p.copy_(torch.randn(p.shape, generator=g) * (0.3 if "weight" in name and p.dim() == 4 else 1.0))
     block.train()
-    x = torch.randn(2, 8, 6, 6, generator=g, requires_grad=True)
+    x = torch.randn(2, 8 if kind == "basic" else 16, 6, 6, generator=g, requires_grad=True)
     y = block(x)
     gy = torch.randn(y.shape, generator=g)
     y.backward(gy)
@@ -89,7 +94,7 @@ def write_block():
     for name, b in block.named_buffers():
         if b.dtype == torch.float32:
             lines.append("buffer.%s %s" % (name, fmt(b)))
-    with open(os.path.join(OUT, "basic_block.txt"), "w") as f:
+    with open(os.path.join(OUT, "%s_block.txt" % kind), "w") as f:
         f.write("\n".join(lines) + "\n")
 
 
@@ -134,5 +139,6 @@ if __name__ == "__main__":
     torch.set_num_threads(1)
     write_keys()
     write_layers()
-    write_block()
+    write_block("basic")
+    write_block("bottleneck")
     write_optim()
