@@ -55,6 +55,28 @@ TEST(DataTar, ExtractsFilesFoldersAndLongNames) {
   EXPECT_FALSE(fs::exists(t / "out" / "top/link"));
 }
 
+// Archives written by the system's GNU tar in its own formats: gnu ('L' long names) and pax ('x').
+TEST(DataTar, ReadsArchivesMadeByGnuTar) {
+  if (std::system("tar --version >/dev/null 2>&1") != 0) GTEST_SKIP() << "no tar on this machine";
+  TempDir t;
+  const std::string deep = "cifar-10-batches-bin/" + std::string(110, 'n') + "/deep.bin";
+  write_bytes(t / "src" / "cifar-10-batches-bin" / "data_batch_1.bin", cifar_records({{3}, {4}}));
+  write_text(t / "src" / deep, "deep file");
+  for (const char* format : {"gnu", "pax", "ustar"}) {
+    if (std::string(format) == "ustar") fs::remove_all(t / "src" / "cifar-10-batches-bin" / std::string(110, 'n'));
+    const fs::path archive = t / (std::string(format) + ".tar.gz");
+    const std::string cmd = "tar --format=" + std::string(format) + " -czf " + archive.string() + " -C " +
+                            (t / "src").string() + " cifar-10-batches-bin";
+    ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+    const fs::path out = t / (std::string("out-") + format);
+    extract_tar_gz(archive, out);
+    EXPECT_EQ(read_bytes(out / "cifar-10-batches-bin" / "data_batch_1.bin"), cifar_records({{3}, {4}})) << format;
+    if (std::string(format) != "ustar") {
+      EXPECT_EQ(as_string(read_bytes(out / deep)), "deep file") << format;
+    }
+  }
+}
+
 TEST(DataTar, TruncatedCorruptAndEscapingArchivesAreErrors) {
   TempDir t;
   std::vector<uint8_t> tar = tar_bytes({{"f.bin", std::string(3000, 'y')}});
