@@ -115,6 +115,19 @@ void backward(const Tensor& output, const Tensor& seed) {
   TagScope tag(MemTag::Gradient);
   auto tape = std::move(t_tape);
   t_tape.clear();
+  // When a node's backward throws (out of memory under the allocator's limit, a version check),
+  // the nodes not yet run still hold saved handles: release them so the stores free their bytes.
+  struct ReleaseUnlessCompleted {
+    std::vector<std::shared_ptr<Node>>& nodes;
+    bool completed = false;
+    ~ReleaseUnlessCompleted() {
+      if (completed) return;
+      for (auto& n : nodes) {
+        release_saved(*n);
+        n->done = true;
+      }
+    }
+  } release_guard{tape};
   for (auto it = tape.rbegin(); it != tape.rend(); ++it) {
     Node& node = **it;
     if (node.done) continue;
@@ -148,6 +161,7 @@ void backward(const Tensor& output, const Tensor& seed) {
         m->consumed = true;
       }
   }
+  release_guard.completed = true;
 }
 
 void clear_tape() {
