@@ -1,0 +1,181 @@
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include "core/error.h"
+#include "experiments/lib/checkpoint.h"
+#include "experiments/lib/cli.h"
+#include "experiments/lib/run.h"
+#include "experiments/lib/safetensors.h"
+#include "experiments/lib/session.h"
+#include "experiments/lib/tools.h"
+#include "experiments/lib/train_loop.h"
+#include "tests/experiments/fixture.h"
+#include "tests/experiments/tiny_config.h"
+
+using namespace packrat;
+using namespace packrat::testing;
+namespace fs = std::filesystem;
+
+namespace {
+
+const fs::path& fixture_data() {
+  static const fs::path dir = make_idx_dataset("idx64", 64, 32);
+  return dir;
+}
+
+std::string read_text(const fs::path& p) {
+  std::ifstream in(p);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+}  // namespace
+
+TEST(Trainer, ResumeIsBitIdentical) {
+  RunOptions quiet;
+  quiet.tty = 0;
+  quiet.print_report = false;
+  const fs::path straight = temp_dir("straight"), resumed = temp_dir("resumed");
+  const RunResult a = run_training(tiny_config(fixture_data(), straight), quiet);
+  ASSERT_EQ(a.epochs.size(), 2u);
+
+  RunOptions first = quiet;
+  first.stop_after_epoch = 1;
+  const RunResult b1 = run_training(tiny_config(fixture_data(), resumed), first);
+  ASSERT_EQ(b1.epochs.size(), 1u);
+  EXPECT_TRUE(fs::exists(checkpoint_path(resumed.string(), 1)));
+  RunOptions again = quiet;
+  again.resume = true;
+  const RunResult b2 = run_training(tiny_config(fixture_data(), resumed), again);
+  EXPECT_EQ(b2.start_epoch, 1);
+  ASSERT_EQ(b2.epochs.size(), 1u);
+
+  const SafetensorsFile fa = read_safetensors(checkpoint_path(straight.string(), 2));
+  const SafetensorsFile fb = read_safetensors(checkpoint_path(resumed.string(), 2));
+  ASSERT_EQ(fa.tensors.size(), fb.tensors.size());
+  for (size_t i = 0; i < fa.tensors.size(); ++i) {
+    const Tensor& x = fa.tensors[i].second;
+    const Tensor* y = fb.find(fa.tensors[i].first);
+    ASSERT_TRUE(y) << fa.tensors[i].first;
+    ASSERT_EQ(x.nbytes(), y->nbytes());
+    EXPECT_EQ(std::memcmp(x.raw(), y->raw(), x.nbytes()), 0) << fa.tensors[i].first << " differs after resume";
+  }
+  EXPECT_EQ(a.epochs[1].train_loss, b2.epochs[0].train_loss);
+  EXPECT_EQ(a.epochs[1].test_acc, b2.epochs[0].test_acc);
+  // The resumed run's metrics files hold both epochs, once each.
+  const std::string csv = read_text(resumed / "metrics.csv");
+  EXPECT_EQ(std::count(csv.begin(), csv.end(), '\n'), 3) << csv;
+}
+
+TEST(Trainer, RunWritesConfigMetricsReportAndCheckpoints) {
+  const fs::path out = temp_dir("run_files");
+  RunOptions o;
+  o.tty = 0;
+  o.print_report = false;
+  const Config c = tiny_config(fixture_data(), out, {"train.epochs=1", "train.steps_per_epoch=2"});
+  const RunResult r = run_training(c, o);
+  ASSERT_EQ(r.epochs.size(), 1u);
+  EXPECT_EQ(r.epochs[0].step, 2);
+  for (const char* f : {"config.yaml", "metrics.csv", "metrics.jsonl", "memory_report.json", "saved_by_scheme.tsv"})
+    EXPECT_TRUE(fs::exists(out / f)) << f;
+  EXPECT_TRUE(fs::exists(checkpoint_path(out.string(), 1)));
+  // The resolved config reads back to the same config.
+  const Config back = load_config((out / "config.yaml").string());
+  EXPECT_EQ(config_to_yaml(back), config_to_yaml(c));
+  const Json row = Json::parse(read_text(out / "metrics.jsonl"));
+  EXPECT_EQ(row.at("epoch").integer(), 1);
+  EXPECT_TRUE(std::isfinite(row.at("train_loss").number()));
+  EXPECT_GT(row.at("peak_by_tag").at("Saved").integer(), 0);
+  EXPECT_GT(row.at("saved_bytes").integer(), 0);
+  EXPECT_GT(row.at("img_per_s").number(), 0);
+}
+
+TEST(Trainer, QuickstartConfigEndToEndOnASubset) {
+  const fs::path out = temp_dir("quickstart");
+  const Config c = load_config(std::string(PACKRAT_SOURCE_DIR) + "/configs/quickstart.yaml",
+                               {"data.train_subset=512", "data.test_subset=500", "train.epochs=1",
+                                "output.dir=" + out.string()});
+  RunOptions o;
+  o.tty = 0;
+  o.print_report = false;
+  const RunResult r = run_training(c, o);
+  ASSERT_EQ(r.epochs.size(), 1u);
+  const EpochMetrics& m = r.epochs[0];
+  EXPECT_EQ(m.step, 4);  // 512 images in batches of 128
+  EXPECT_TRUE(std::isfinite(m.train_loss));
+  EXPECT_LT(m.train_loss, 3.0);
+  EXPECT_GE(m.test_acc, 0.0);
+  EXPECT_LE(m.test_acc, 1.0);
+  EXPECT_EQ(r.report.batch_size, 128);
+  EXPECT_EQ(r.report.saved_bytes, r.report.allocator_saved_bytes);
+  EXPECT_TRUE(fs::exists(checkpoint_path(out.string(), 1)));
+}
+
+TEST(Trainer, NonFiniteLossNamesTheStepAndReleasesTheStep) {
+  const Config c = tiny_config("/nonexistent", "/tmp/unused");
+  Session s = make_session(c, synthetic_input_spec(c));
+  SyntheticBatch b = synthetic_batch(4, s.input.channels, s.input.height, s.input.width, s.input.classes, 1);
+  // A diverged parameter (relu would swallow a NaN input): the logits and the loss are NaN.
+  s.model->named_parameters().back().second.data<float>()[0] = std::numeric_limits<float>::quiet_NaN();
+  try {
+    train_step(*s.model, *s.optimizer, *s.policy, b.images, b.labels, 17, {});
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("step 17"), std::string::npos) << m;
+    EXPECT_NE(m.find("lower optimizer.lr"), std::string::npos) << m;
+    EXPECT_NE(m.find("fp32"), std::string::npos) << m;
+  }
+  EXPECT_EQ(Allocator::cpu().current(MemTag::Saved), 0);
+  EXPECT_EQ(Allocator::cpu().current(MemTag::Activation), 0);
+  for (auto* st : s.policy->stores()) EXPECT_EQ(st->live_count(), 0u);
+}
+
+TEST(Trainer, CommandLineErrors) {
+  EXPECT_THROW(parse_trainer_args({}), Error);
+  EXPECT_THROW(parse_trainer_args({"--config"}), Error);
+  EXPECT_THROW(parse_trainer_args({"--config", "a.yaml", "--bogus"}), Error);
+  EXPECT_THROW(parse_trainer_args({"--config", "a.yaml", "--benchmark", "0"}), Error);
+  EXPECT_THROW(parse_trainer_args({"--config", "a.yaml", "--benchmark", "3", "--memory-report-only"}), Error);
+  const TrainerArgs a = parse_trainer_args({"--config", "a.yaml", "--set", "x=1", "--set", "y=2", "--find-max-batch", "2G"});
+  EXPECT_EQ(a.sets.size(), 2u);
+  EXPECT_EQ(a.max_batch_bytes, int64_t{2} << 30);
+  EXPECT_EQ(parse_byte_size("512M", "f"), int64_t{512} << 20);
+  EXPECT_EQ(parse_byte_size("1000", "f"), 1000);
+  EXPECT_THROW(parse_byte_size("12Q", "f"), Error);
+  EXPECT_THROW(run_trainer(parse_trainer_args({"--config", "/nonexistent.yaml"})), Error);
+}
+
+TEST(Trainer, BenchmarkReportsThroughputAndBytes) {
+  const Config c = tiny_config("/nonexistent", "/tmp/unused", {"data.batch_size=8"});
+  const BenchmarkResult r = benchmark(c, 2);
+  EXPECT_GT(r.img_per_s, 0);
+  EXPECT_GT(r.saved_bytes, 0);
+  EXPECT_GE(r.peak_bytes, r.saved_bytes);
+  const Json j = Json::parse(r.json().dump());
+  EXPECT_TRUE(j.at("img_per_s").is_number());
+  EXPECT_EQ(j.at("saved_bytes").integer(), r.saved_bytes);
+}
+
+TEST(Trainer, MaxBatchFitsInTheLimitAndGrowsWithIt) {
+  const Config c = tiny_config("/nonexistent", "/tmp/unused", {"saved_tensors.rules=[]"});
+  const MemoryStats before = Allocator::cpu().stats();
+  const int64_t limit = before.total_current + (int64_t{12} << 20);
+  const MaxBatchResult r = find_max_batch(c, limit, 128);
+  // Steps that ran out of memory half-way left nothing behind (Workspace holds oneDNN's caches).
+  const MemoryStats after = Allocator::cpu().stats();
+  for (MemTag t : {MemTag::Parameter, MemTag::Gradient, MemTag::OptimizerState, MemTag::Activation, MemTag::Saved,
+                   MemTag::Data})
+    EXPECT_EQ(after.at(t), before.at(t)) << tag_name(t);
+  ASSERT_GT(r.batch_size, 1);
+  ASSERT_LT(r.batch_size, 128);
+  EXPECT_LE(r.peak_bytes, limit);
+  EXPECT_EQ(Allocator::cpu().limit(), 0);
+  // More room fits a larger batch; the bytes of one step grow linearly with the batch.
+  const MaxBatchResult r2 = find_max_batch(c, limit + (int64_t{12} << 20), 256);
+  EXPECT_GT(r2.batch_size, r.batch_size * 3 / 2);
+  EXPECT_LE(r2.peak_bytes, limit + (int64_t{12} << 20));
+}
