@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# Draws one PNG comparing trainer run directories: train loss and test accuracy per epoch
+# (from metrics.csv), and the bytes saved for backward per storage scheme in one training step
+# (from saved_by_scheme.tsv, written with memory_report.json).
+#   scripts/plot_runs.sh runs/compare.png runs/quickstart runs/quickstart_fewbit ...
+# Needs gnuplot (Debian gnuplot-nox).
+set -euo pipefail
+if (($# < 2)); then
+  echo "usage: $0 OUT.png RUN_DIR [RUN_DIR ...]" >&2
+  exit 2
+fi
+out=$1
+shift
+command -v gnuplot >/dev/null || { echo "plot_runs: gnuplot not found (apt-get install gnuplot-nox)" >&2; exit 2; }
+for d in "$@"; do
+  [[ -f "$d/metrics.csv" ]] || { echo "plot_runs: $d/metrics.csv not found (not a trainer run directory?)" >&2; exit 2; }
+done
+
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+# Saved bytes per scheme: one row per run, one column per scheme (MiB), for a stacked histogram.
+schemes=$(for d in "$@"; do [[ -f "$d/saved_by_scheme.tsv" ]] && tail -n +2 "$d/saved_by_scheme.tsv" | cut -f1; done | sort -u)
+{
+  printf 'run'
+  for s in $schemes; do printf '\t%s' "$s"; done
+  printf '\n'
+  for d in "$@"; do
+    printf '%s' "$(basename "$d")"
+    for s in $schemes; do
+      b=0
+      [[ -f "$d/saved_by_scheme.tsv" ]] && b=$(awk -F'\t' -v s="$s" '$1 == s { print $2 }' "$d/saved_by_scheme.tsv")
+      awk -v b="${b:-0}" 'BEGIN { printf "\t%.3f", b / 1048576 }'
+    done
+    printf '\n'
+  done
+} >"$tmp/schemes.tsv"
+nschemes=$(echo "$schemes" | grep -c . || true)
+
+{
+  echo "set terminal pngcairo size 1500,480 font ',10' noenhanced"
+  echo "set output '$out'"
+  echo "set datafile separator ','"
+  echo "set key top right"
+  echo "set grid"
+  echo "set multiplot layout 1,3"
+  echo "set title 'train loss'; set xlabel 'epoch'; set ylabel 'loss'"
+  printf "plot "
+  i=0
+  for d in "$@"; do
+    ((i > 0)) && printf ", "
+    printf "'%s' using (column('epoch')):(column('train_loss')) with linespoints title '%s'" "$d/metrics.csv" "$(basename "$d")"
+    i=$((i + 1))
+  done
+  echo
+  echo "set title 'test accuracy'; set ylabel 'accuracy (%)'; set key bottom right"
+  printf "plot "
+  i=0
+  for d in "$@"; do
+    ((i > 0)) && printf ", "
+    printf "'%s' using (column('epoch')):(100*column('test_acc')) with linespoints title '%s'" "$d/metrics.csv" "$(basename "$d")"
+    i=$((i + 1))
+  done
+  echo
+  echo "set datafile separator '\t'"
+  echo "set title 'saved for backward, one step'; set xlabel ''; set ylabel 'MiB'; set key top right"
+  echo "set style data histograms; set style histogram rowstacked; set style fill solid 0.8 border -1"
+  echo "set boxwidth 0.6; set xtics rotate by -20; unset grid; set grid ytics"
+  if ((nschemes > 0)); then
+    echo "plot for [c=2:$((nschemes + 1))] '$tmp/schemes.tsv' using c:xtic(1) title columnheader(c)"
+  else
+    echo "set label 'no saved_by_scheme.tsv in the runs' at graph 0.2, 0.5; plot NaN notitle"
+  fi
+  echo "unset multiplot"
+} >"$tmp/plot.gp"
+gnuplot "$tmp/plot.gp"
+echo "plot_runs: wrote $out"
