@@ -168,3 +168,27 @@ TEST(DataRegistry, Cifar10DownloadThroughTheRegistryAndTheErrorWithoutIt) {
   spec.download = false;
   EXPECT_EQ(open_dataset(spec)->size(), 3);
 }
+
+TEST(DataRegistry, Cifar100DownloadUnpacksCifar100Binary) {
+  TempDir t;
+  std::string coarse_names;
+  for (int i = 0; i < 20; ++i) coarse_names += "superclass" + std::to_string(i) + "\n";
+  const fs::path archive = t / "server" / "cifar-100-binary.tar.gz";
+  write_gz(archive, tar_bytes({{"cifar-100-binary/", ""},
+                               {"cifar-100-binary/train.bin", as_string(cifar_records({{1, 11}, {2, 22}, {3, 33}}))},
+                               {"cifar-100-binary/test.bin", as_string(cifar_records({{4, 44}}))},
+                               {"cifar-100-binary/coarse_label_names.txt", coarse_names}}));
+  DatasetSpec spec{.name = "cifar100", .root = (t / "c100").string(), .split = Split::Test, .download = true,
+                   .label = "coarse", .url = file_url(archive), .md5 = md5_file(archive)};
+  auto test = open_dataset(spec);
+  ASSERT_EQ(test->size(), 1);
+  EXPECT_EQ(test->label(0), 4);
+  EXPECT_EQ(test->class_names()[4], "superclass4");
+  spec.split = Split::Train;
+  spec.label = "fine";
+  auto train = open_dataset(spec);
+  EXPECT_EQ(train->size(), 3);
+  EXPECT_EQ(train->label(2), 33);
+  EXPECT_EQ(cifar100_source().top_dir, "cifar-100-binary");
+  EXPECT_EQ(cifar10_source().md5, "c32a1d4ab5d03f1284b67883e8d87530");
+}
