@@ -3,7 +3,10 @@
 #include <cmath>
 #include <fstream>
 #include <map>
+#include <set>
 #include <sstream>
+
+#include "autograd/saved_tensor_store.h"
 
 #include "autograd/ops.h"
 #include "autograd/tape.h"
@@ -241,4 +244,16 @@ TEST(ModelTrain, EvalModeIsDeterministicAndLeavesRunningStats) {
   size_t k = 0;
   for (auto& [n, t] : m->named_buffers())
     if (t.dtype() == DType::f32) EXPECT_EQ(t.to_vector(), saved[k++]) << n;
+}
+
+TEST(ModelTrain, SavedTensorsCarryDottedLayerNames) {
+  auto m = make_model(spec("resnet20", "", "gelu"));
+  Tensor x = data_tensor({2, 3, 8, 8}, 7);
+  Tensor logits = (*m)(x);
+  std::set<std::string> seen;
+  for (const auto& r : current_policy().describe()) seen.insert(std::string(r.op) + " " + r.layer);
+  clear_tape();
+  for (const char* want : {"conv2d conv1", "gelu act", "conv2d layer1.0.conv1", "batchnorm2d layer1.0.bn1",
+                           "gelu layer1.0.act1", "conv2d layer3.2.conv2", "gelu layer3.2.act2", "linear fc"})
+    EXPECT_TRUE(seen.count(want)) << "no saved tensor named '" << want << "'";
 }
