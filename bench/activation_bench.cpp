@@ -9,6 +9,7 @@
 
 #include <chrono>
 #include <cstring>
+#include <ctime>
 
 #include "autograd/fp32_store.h"
 #include "autograd/ops.h"
@@ -29,6 +30,14 @@ Tensor make_input(uint64_t seed) {
   return t;
 }
 
+// CPU time of the whole process (both OpenMP threads): on a shared, oversubscribed machine wall
+// time mostly measures waiting for a core.
+double process_cpu_seconds() {
+  timespec t;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+  return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
+}
+
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
@@ -44,8 +53,9 @@ void run(benchmark::State& state, const char* name) {
   req.op = req.fn->name;
   req.name = "bench.act";
   Fp32Store store;
-  double t_act = 0, t_copy = 0;
+  double t_act = 0, t_copy = 0, cpu_act = 0, cpu_copy = 0;
   for (auto _ : state) {
+    double c0 = process_cpu_seconds();
     auto t0 = std::chrono::steady_clock::now();
     auto [y, h] = store.forward_and_save(x, req);
     Tensor gx = store.apply_derivative(h, g);
@@ -53,16 +63,21 @@ void run(benchmark::State& state, const char* name) {
     benchmark::DoNotOptimize(y.raw());
     benchmark::DoNotOptimize(gx.raw());
     t_act += seconds_since(t0);
+    cpu_act += process_cpu_seconds() - c0;
+    c0 = process_cpu_seconds();
     t0 = std::chrono::steady_clock::now();
     std::memcpy(copy.raw(), x.raw(), x.nbytes());
     benchmark::ClobberMemory();
     t_copy += seconds_since(t0);
+    cpu_copy += process_cpu_seconds() - c0;
   }
   const double n = static_cast<double>(state.iterations());
   state.counters["tensor_bytes_per_s"] = benchmark::Counter(static_cast<double>(x.nbytes()) * n / t_act);
   state.counters["ms_per_fwd_bwd"] = 1e3 * t_act / n;
   state.counters["ms_per_memcpy"] = 1e3 * t_copy / n;
   state.counters["fwd_bwd_over_memcpy"] = t_act / t_copy;
+  state.counters["cpu_ms_per_fwd_bwd"] = 1e3 * cpu_act / n;  // summed over threads
+  state.counters["cpu_ms_per_memcpy"] = 1e3 * cpu_copy / n;
 }
 
 void BM_ActivationGeluFp32FwdBwd(benchmark::State& state) { run(state, "gelu"); }
