@@ -71,7 +71,7 @@ Tensor batchnorm2d(const Tensor& x, const Tensor& weight, const Tensor& bias, Te
   const Layout x_layout = x.layout();
   record("batchnorm2d", {&x, &weight, &bias}, {&y}, std::move(saved),
          [=](Node& nd, const std::vector<Tensor>& grads) -> std::vector<Tensor> {
-           const Tensor xs = nd.load(0).to_layout(x_layout);
+           const Tensor xs = cpu::to_layout(nd.load(0), x_layout);
            const Tensor m = nd.load(1), v = nd.load(2);
            const Tensor w = has_weight ? nd.load(3) : Tensor();
            Tensor dx, dw, db;

@@ -55,7 +55,7 @@ cpu::ConvGeometry check_conv(const Tensor& x, const Tensor& w, const Tensor& b, 
 Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const Conv2dOptions& o) {
   const cpu::ConvGeometry g = check_conv(x, weight, bias, o);
   // The primitive reads x in its src layout; keep that copy so that backward needs no reorder.
-  const Tensor src = x.to_layout(g.src_layout());
+  const Tensor src = cpu::to_layout(x, g.src_layout());
   Tensor y = cpu::conv_forward(src, weight, bias, g);  // (N, Cout, OH, OW)
   if (!needs_grad({&x, &weight, &bias})) return y;
 
@@ -78,7 +78,7 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const C
            std::vector<Tensor> out(3);
            if (n.inputs[0] && iw >= 0) {
              Tensor w = n.load(static_cast<size_t>(iw)).to_plain();
-             out[0] = cpu::conv_backward_data(gy, w, g).to_layout(x_layout);  // (N, Cin, H, W)
+             out[0] = cpu::to_layout(cpu::conv_backward_data(gy, w, g), x_layout);  // (N, Cin, H, W)
            }
            if (ix >= 0 && (n.inputs[1] || n.inputs[2])) {
              Tensor xs = n.load(static_cast<size_t>(ix));

@@ -12,7 +12,7 @@ SaveRequest value_request(std::string_view op) { return SaveRequest{Need::Value,
 
 Tensor back_to_layout(const Tensor& plain, const Shape& shape, Layout layout) {
   Tensor t = plain.reshape(shape);
-  return layout == Layout::Plain ? t : t.to_layout(layout);
+  return cpu::to_layout(t, layout);
 }
 }  // namespace
 

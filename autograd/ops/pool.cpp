@@ -68,7 +68,7 @@ Tensor adaptive_forward_loops(const Tensor& x, int64_t OH, int64_t OW) {
 
 Tensor adaptive_backward_loops(const Tensor& gy_in, const Shape& xs, Layout l) {
   const int64_t N = xs[0], C = xs[1], H = xs[2], W = xs[3], OH = gy_in.dim(2), OW = gy_in.dim(3);
-  const Tensor gy = gy_in.to_layout(l);
+  const Tensor gy = cpu::to_layout(gy_in, l);
   Tensor dx = Tensor::zeros(xs, DType::f32, l);  // (N, C, H, W), x's layout
   const float* g = gy.data<float>();
   float* d = dx.data<float>();
@@ -99,7 +99,7 @@ Tensor maxpool2d(const Tensor& x, const Pool2dOptions& o) {
   const DType idx_dtype = argmax.dtype();
   record("maxpool2d", {&x}, {&y}, {save_for_backward(argmax, r)},
          [g, layout, idx_dtype](Node& n, const std::vector<Tensor>& grads) -> std::vector<Tensor> {
-           const Tensor idx = n.load(0).to(idx_dtype).to_layout(layout);
+           const Tensor idx = cpu::to_layout(n.load(0).to(idx_dtype), layout);
            return {cpu::pool_backward(grads[0], idx, g, cpu::PoolKind::Max, layout)};
          });
   return y;

@@ -65,7 +65,7 @@ void batchnorm_backward(const Tensor& x, const Tensor& gy, const Tensor& weight,
                         const Tensor& var, float eps, bool global_stats, Tensor& dx, Tensor& dweight, Tensor& dbias) {
   const int64_t C = x.dim(1);
   const memory::desc data = desc_of(x);
-  const Tensor diff_dst = gy.to_layout(x.layout());
+  const Tensor diff_dst = to_layout(gy, x.layout());
   const auto flags = flags_for(weight.defined(), has_bias, global_stats);
   auto hint = forward_pd(data, eps, flags, dnnl::prop_kind::forward_training);
   const bool affine = weight.defined() || has_bias;

@@ -103,7 +103,7 @@ ConvPlan& backward_weights_plan(const ConvGeometry& g, const std::shared_ptr<Con
 
 Tensor conv_forward(const Tensor& x, const Tensor& w, const Tensor& b, const ConvGeometry& g) {
   auto plan = plan_for(g);
-  const Tensor src = x.to_layout(g.src_layout());
+  const Tensor src = to_layout(x, g.src_layout());
   const Tensor wbuf = weights_as(w, plan->wplain, plan->fwd_pd.weights_desc());
   Tensor y = Tensor::empty(Shape{g.N, g.Cout, g.OH, g.OW}, DType::f32, g.dst_layout());  // (N, Cout, OH, OW)
   std::unordered_map<int, memory> args{{DNNL_ARG_SRC, memory_of(src, plan->src)},
@@ -117,7 +117,7 @@ Tensor conv_forward(const Tensor& x, const Tensor& w, const Tensor& b, const Con
 Tensor conv_backward_data(const Tensor& gy, const Tensor& w, const ConvGeometry& g) {
   auto plan = plan_for(g);
   ConvPlan& p = backward_data_plan(g, plan);
-  const Tensor diff_dst = gy.to_layout(g.dst_layout());
+  const Tensor diff_dst = to_layout(gy, g.dst_layout());
   const Tensor wbuf = weights_as(w, p.wplain, p.bd_pd.weights_desc());
   Tensor dx = Tensor::empty(Shape{g.N, g.Cin, g.H, g.W}, DType::f32, g.src_layout());  // (N, Cin, H, W)
   execute(p.bd, p.bd_pd,
@@ -130,8 +130,8 @@ Tensor conv_backward_data(const Tensor& gy, const Tensor& w, const ConvGeometry&
 void conv_backward_weights(const Tensor& x, const Tensor& gy, const ConvGeometry& g, Tensor& gw, Tensor& gb) {
   auto plan = plan_for(g);
   ConvPlan& p = backward_weights_plan(g, plan);
-  const Tensor src = x.to_layout(g.src_layout());
-  const Tensor diff_dst = gy.to_layout(g.dst_layout());
+  const Tensor src = to_layout(x, g.src_layout());
+  const Tensor diff_dst = to_layout(gy, g.dst_layout());
   gw = Tensor::empty(Shape{g.Cout, g.Cin / g.groups, g.KH, g.KW});  // (Cout, Cin/groups, KH, KW) plain OIHW
   const memory::desc dw_desc = p.bw_pd.diff_weights_desc();
   const bool direct = dw_desc == p.wplain;

@@ -57,6 +57,16 @@ std::optional<Layout> layout_of(const memory::desc& d) {
   return std::nullopt;
 }
 
+Tensor to_layout(const Tensor& t, Layout layout) {
+  if (t.layout() == layout) return t;
+  if (t.rank() != 4 || t.dtype() == DType::f64 || t.dtype() == DType::i64) return t.to_layout(layout);
+  Tensor out = Tensor::empty(t.shape(), t.dtype(), layout);  // (N, C, H, W) in `layout`
+  memory from = memory_of(t), to = memory_of(out);
+  dnnl::reorder(from, to).execute(dnnl_stream(), from, to);
+  dnnl_stream().wait();
+  return out;
+}
+
 Tensor reorder_into_buffer(const Tensor& src, const memory::desc& src_desc, const memory::desc& want, MemTag tag) {
   Tensor out = Tensor::empty(Shape{static_cast<int64_t>((want.get_size() + 3) / 4)}, DType::f32, Layout::Plain, tag);
   memory from = memory_of(src, src_desc), to(want, dnnl_engine(), out.raw());

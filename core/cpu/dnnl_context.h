@@ -32,6 +32,10 @@ dnnl::memory memory_of(const Tensor& t, const dnnl::memory::desc& d);
 // The Layout a 4-d descriptor describes (nchw or unpadded nChw16c), if it is one of ours.
 std::optional<Layout> layout_of(const dnnl::memory::desc& d);
 
+// t in `layout` (t itself when already there): like Tensor::to_layout, but with oneDNN's
+// vectorised, threaded reorder. The result's tag follows the current TagScope.
+Tensor to_layout(const Tensor& t, Layout layout);
+
 // Reorders `src` (described by src_desc) into a new tensor laid out as `want`. The result is
 // a 1-d f32 tensor of want.get_size()/4 elements (an opaque buffer) tagged `tag`.
 Tensor reorder_into_buffer(const Tensor& src, const dnnl::memory::desc& src_desc, const dnnl::memory::desc& want,

@@ -57,7 +57,7 @@ Tensor pool_backward(const Tensor& gy, const Tensor& workspace, const PoolGeomet
   const dnnl::pooling_backward::desc d(algorithm_of(kind), src, dst, {g.stride_h, g.stride_w}, {g.KH, g.KW},
                                        {g.pad_h, g.pad_w}, pad_r);
   const dnnl::pooling_backward::primitive_desc pd(d, dnnl_attr(), dnnl_engine(), hint);
-  const Tensor diff_dst = gy.to_layout(layout);
+  const Tensor diff_dst = to_layout(gy, layout);
   Tensor dx = Tensor::empty(Shape{g.N, g.C, g.H, g.W}, DType::f32, layout);  // (N, C, H, W)
   std::unordered_map<int, memory> args{{DNNL_ARG_DIFF_DST, memory_of(diff_dst)}, {DNNL_ARG_DIFF_SRC, memory_of(dx)}};
   if (kind == PoolKind::Max) args.emplace(DNNL_ARG_WORKSPACE, memory_of(workspace));

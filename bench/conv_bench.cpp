@@ -1,0 +1,137 @@
+// conv2d throughput: batch 64, 64 -> 64 channels, 3x3, pad 1, at 32x32 (a ResNet stage-1 conv
+// at CIFAR size). Counters report GFLOP/s (2 * N * Cout * OH * OW * Cin * KH * KW per pass).
+//
+//   OMP_NUM_THREADS=2 build/bin/packrat_bench --benchmark_filter=Conv
+//
+// Compare with PyTorch in the same session: save the script below (without the leading '// ')
+// and run it with /usr/bin/python3 (Debian's PyTorch; packrat itself never needs Python).
+//
+//   import time, torch, torch.nn.functional as F
+//   torch.set_num_threads(2); torch.manual_seed(0)
+//   N, C, HW = 64, 64, 32
+//   flops = 2.0 * N * C * HW * HW * C * 9
+//   x = torch.rand(N, C, HW, HW) - 0.5; w = torch.rand(C, C, 3, 3) - 0.5; g = torch.rand(N, C, HW, HW) - 0.5
+//   def bench(name, fn, passes):
+//       for _ in range(2): fn()
+//       ts = []
+//       for _ in range(5):
+//           t = time.perf_counter(); fn(); ts.append(time.perf_counter() - t)
+//       t = sorted(ts)[len(ts) // 2]
+//       print(f"torch {name:28s} {t*1e3:8.1f} ms  {passes*flops/t/1e9:7.1f} GFLOP/s")
+//   with torch.no_grad(): bench("forward", lambda: F.conv2d(x, w, padding=1), 1)
+//   xr, wr = x.clone().requires_grad_(), w.clone().requires_grad_()
+//   def fb():
+//       y = F.conv2d(xr, wr, padding=1); y.backward(g)
+//   bench("forward+backward", fb, 3)
+//   wd = w.clone().requires_grad_(); xd = x.clone().requires_grad_()
+//   def bd():
+//       y = F.conv2d(xd, w, padding=1); torch.autograd.grad(y, xd, g)
+//   bench("forward+backward_data", bd, 2)
+//   def bw():
+//       y = F.conv2d(x, wd, padding=1); torch.autograd.grad(y, wd, g)
+//   bench("forward+backward_weights", bw, 2)
+//   print("torch", torch.__version__)
+#include <benchmark/benchmark.h>
+
+#include <algorithm>
+
+#include "autograd/ops.h"
+#include "autograd/tape.h"
+#include "core/cpu/conv.h"
+#include "core/cpu/weight_cache.h"
+#include "core/philox.h"
+
+using namespace packrat;
+
+namespace {
+constexpr int64_t kN = 64, kC = 64, kHW = 32, kK = 3;
+
+Tensor random(const Shape& s, uint64_t seed, MemTag tag = MemTag::Activation) {
+  Tensor t = Tensor::empty(s, DType::f32, Layout::Plain, tag);
+  PhiloxStream r(seed, 0);
+  for (float& v : t.span<float>()) v = r.uniform() - 0.5f;
+  return t;
+}
+
+cpu::ConvGeometry geometry() {
+  return cpu::ConvGeometry{kN, kC, kHW, kHW, kC, kK, kK, kHW, kHW, 1, 1, 1, 1, 1, 1, 1, false};
+}
+
+void set_gflops(benchmark::State& state, double flops_per_iteration) {
+  state.counters["GFLOP/s"] =
+      benchmark::Counter(flops_per_iteration / 1e9, benchmark::Counter::kIsIterationInvariantRate);
+}
+
+Layout layout_arg(const benchmark::State& state) { return state.range(0) ? Layout::nChw16c : Layout::Plain; }
+
+// ops::conv2d forward (grad off), input plain (reordered inside the op) or blocked.
+void BM_ConvForward(benchmark::State& state) {
+  NoGradScope ng;
+  Tensor x = random({kN, kC, kHW, kHW}, 1).to_layout(layout_arg(state));
+  Tensor w = random({kC, kC, kK, kK}, 2, MemTag::Parameter);
+  const ops::Conv2dOptions o{1, 1, 1, 1, 1, 1, 1};
+  for (auto _ : state) benchmark::DoNotOptimize(ops::conv2d(x, w, Tensor(), o));
+  set_gflops(state, geometry().flops());
+  state.SetLabel(std::string(layout_name(x.layout())) + " input");
+}
+
+// Forward + backward through the tape (dx and dw), the weight changing every step as under an
+// optimizer (so its reorder is paid each time). 3 passes of FLOPs.
+void BM_ConvForwardBackward(benchmark::State& state) {
+  Tensor x = random({kN, kC, kHW, kHW}, 1).to_layout(layout_arg(state));
+  x.set_requires_grad(true);
+  Tensor w = random({kC, kC, kK, kK}, 2, MemTag::Parameter);
+  w.set_requires_grad(true);
+  const ops::Conv2dOptions o{1, 1, 1, 1, 1, 1, 1};
+  Tensor seed = random({kN, kC, kHW, kHW}, 3).to_layout(Layout::nChw16c);
+  for (auto _ : state) {
+    x.zero_grad();
+    w.zero_grad();
+    w.bump_version();
+    Tensor y = ops::conv2d(x, w, Tensor(), o);
+    backward(y, seed);
+    benchmark::DoNotOptimize(w.grad());
+  }
+  set_gflops(state, 3 * geometry().flops());
+  state.SetLabel(std::string(layout_name(x.layout())) + " input");
+}
+
+// The two backward kernels alone (blocked tensors, as in a network).
+void BM_ConvBackwardData(benchmark::State& state) {
+  Tensor gy = random({kN, kC, kHW, kHW}, 3).to_layout(Layout::nChw16c);
+  Tensor w = random({kC, kC, kK, kK}, 2, MemTag::Parameter);
+  for (auto _ : state) benchmark::DoNotOptimize(cpu::conv_backward_data(gy, w, geometry()));
+  set_gflops(state, geometry().flops());
+}
+
+void BM_ConvBackwardWeights(benchmark::State& state) {
+  Tensor x = random({kN, kC, kHW, kHW}, 1).to_layout(Layout::nChw16c);
+  Tensor gy = random({kN, kC, kHW, kHW}, 3).to_layout(Layout::nChw16c);
+  for (auto _ : state) {
+    Tensor gw, gb;
+    cpu::conv_backward_weights(x, gy, geometry(), gw, gb);
+    benchmark::DoNotOptimize(gw);
+  }
+  set_gflops(state, geometry().flops());
+}
+
+// Reordering a 512x512x3x3 weight to the primitive's format: what the weight cache saves per
+// conv call when the weight has not changed (range(0) = 1: through the cache).
+void BM_ConvWeightReorder512(benchmark::State& state) {
+  NoGradScope ng;
+  const bool cached = state.range(0) != 0;
+  cpu::set_weight_cache_enabled(cached);
+  Tensor x = random({1, 512, 4, 4}, 1).to_layout(Layout::nChw16c);
+  Tensor w = random({512, 512, 3, 3}, 2, MemTag::Parameter);
+  const ops::Conv2dOptions o{1, 1, 1, 1, 1, 1, 1};
+  for (auto _ : state) benchmark::DoNotOptimize(ops::conv2d(x, w, Tensor(), o));
+  cpu::set_weight_cache_enabled(true);
+  state.SetLabel(cached ? "weight cache on (batch 1, 4x4)" : "weight cache off (batch 1, 4x4)");
+}
+}  // namespace
+
+BENCHMARK(BM_ConvForward)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_ConvForwardBackward)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_ConvBackwardData)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_ConvBackwardWeights)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_ConvWeightReorder512)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond)->UseRealTime();
