@@ -146,12 +146,7 @@ void conv_backward_weights(const Tensor& x, const Tensor& gy, const ConvGeometry
     args.emplace(DNNL_ARG_DIFF_BIAS, memory_of(gb, p.bias));
   }
   execute(p.bw, p.bw_pd, std::move(args));
-  if (!direct) {
-    Tensor plain_view = gw;
-    memory from(dw_desc, dnnl_engine(), dw_buf.raw()), to(p.wplain, dnnl_engine(), plain_view.raw());
-    dnnl::reorder(from, to).execute(dnnl_stream(), from, to);
-    dnnl_stream().wait();
-  }
+  if (!direct) reorder(memory(dw_desc, dnnl_engine(), dw_buf.raw()), memory(p.wplain, dnnl_engine(), gw.raw()));
 }
 
 }  // namespace packrat::cpu

@@ -61,24 +61,23 @@ Tensor to_layout(const Tensor& t, Layout layout) {
   if (t.layout() == layout) return t;
   if (t.rank() != 4 || t.dtype() == DType::f64 || t.dtype() == DType::i64) return t.to_layout(layout);
   Tensor out = Tensor::empty(t.shape(), t.dtype(), layout);  // (N, C, H, W) in `layout`
-  memory from = memory_of(t), to = memory_of(out);
-  dnnl::reorder(from, to).execute(dnnl_stream(), from, to);
-  dnnl_stream().wait();
+  reorder(memory_of(t), memory_of(out));
   return out;
 }
 
 Tensor reorder_into_buffer(const Tensor& src, const memory::desc& src_desc, const memory::desc& want, MemTag tag) {
   Tensor out = Tensor::empty(Shape{static_cast<int64_t>((want.get_size() + 3) / 4)}, DType::f32, Layout::Plain, tag);
-  memory from = memory_of(src, src_desc), to(want, dnnl_engine(), out.raw());
-  dnnl::reorder(from, to).execute(dnnl_stream(), from, to);
-  dnnl_stream().wait();
+  reorder(memory_of(src, src_desc), memory(want, dnnl_engine(), out.raw()));
   return out;
 }
 
 void reorder_from_buffer(const Tensor& buffer, const memory::desc& from_desc, Tensor& dst) {
-  memory from(from_desc, dnnl_engine(), buffer.raw()), to = memory_of(dst);
-  dnnl::reorder(from, to).execute(dnnl_stream(), from, to);
-  dnnl_stream().wait();
+  reorder(memory(from_desc, dnnl_engine(), buffer.raw()), memory_of(dst));
+}
+
+void reorder(const memory& from, const memory& to) {
+  const dnnl::reorder::primitive_desc pd(dnnl_engine(), from.get_desc(), dnnl_engine(), to.get_desc(), dnnl_attr());
+  execute(dnnl::reorder(pd), pd, {{DNNL_ARG_FROM, from}, {DNNL_ARG_TO, to}});
 }
 
 void execute(const dnnl::primitive& p, const dnnl::primitive_desc_base& pd, std::unordered_map<int, memory> args) {

@@ -47,6 +47,10 @@ void reorder_from_buffer(const Tensor& buffer, const dnnl::memory::desc& from, T
 void execute(const dnnl::primitive& p, const dnnl::primitive_desc_base& pd,
              std::unordered_map<int, dnnl::memory> args);
 
+// Copies `from` into `to` (any two layouts of the same dims) with a oneDNN reorder whose
+// scratchpad, if any, is a packrat tensor.
+void reorder(const dnnl::memory& from, const dnnl::memory& to);
+
 // "conv2d layer1.0.conv1" (or "conv2d" outside any layer): the prefix of every error message.
 std::string op_where(std::string_view op);
 
