@@ -120,31 +120,34 @@ namespace {
 // vectorises it (AVX-512: one register per state word); bit-identical to Philox4x32::generate.
 // out[w * 16 + lane] = word w of lane's output.
 void philox_lanes16(uint64_t seed, uint64_t stream, uint64_t counter0, uint32_t* out) {
-  alignas(64) uint32_t c0[16], c1[16], c2[16], c3[16];  // (16,) each: the state, lane by lane
+  // The state words held in 64-bit lanes (values below 2^32), so that each 32x32 -> 64-bit
+  // product is one vpmuludq lane.
+  alignas(64) uint64_t c0[16], c1[16], c2[16], c3[16];  // (16,) each: the state, lane by lane
   for (int l = 0; l < 16; ++l) {
-    c0[l] = static_cast<uint32_t>(counter0) + static_cast<uint32_t>(l);  // counter0 % 16 == 0: no carry
+    c0[l] = static_cast<uint32_t>(static_cast<uint32_t>(counter0) + static_cast<uint32_t>(l));  // counter0 % 16 == 0: no carry
     c1[l] = static_cast<uint32_t>(counter0 >> 32);
     c2[l] = static_cast<uint32_t>(stream);
     c3[l] = static_cast<uint32_t>(stream >> 32);
   }
-  uint32_t k0 = static_cast<uint32_t>(seed), k1 = static_cast<uint32_t>(seed >> 32);
+  uint64_t k0 = static_cast<uint32_t>(seed), k1 = static_cast<uint32_t>(seed >> 32);
+  constexpr uint64_t m0 = Philox4x32::kMul0, m1 = Philox4x32::kMul1, lo32 = 0xFFFFFFFFull;
   for (int round = 0; round < 10; ++round) {
     for (int l = 0; l < 16; ++l) {
-      const uint64_t p0 = static_cast<uint64_t>(Philox4x32::kMul0) * c0[l];
-      const uint64_t p1 = static_cast<uint64_t>(Philox4x32::kMul1) * c2[l];
-      c0[l] = static_cast<uint32_t>(p1 >> 32) ^ c1[l] ^ k0;
-      c1[l] = static_cast<uint32_t>(p1);
-      c2[l] = static_cast<uint32_t>(p0 >> 32) ^ c3[l] ^ k1;
-      c3[l] = static_cast<uint32_t>(p0);
+      const uint64_t p0 = m0 * (c0[l] & lo32);
+      const uint64_t p1 = m1 * (c2[l] & lo32);
+      c0[l] = (p1 >> 32) ^ c1[l] ^ k0;
+      c1[l] = p1 & lo32;
+      c2[l] = (p0 >> 32) ^ c3[l] ^ k1;
+      c3[l] = p0 & lo32;
     }
-    k0 += Philox4x32::kWeyl0;
-    k1 += Philox4x32::kWeyl1;
+    k0 = (k0 + Philox4x32::kWeyl0) & lo32;
+    k1 = (k1 + Philox4x32::kWeyl1) & lo32;
   }
   for (int l = 0; l < 16; ++l) {
-    out[l] = c0[l];
-    out[16 + l] = c1[l];
-    out[32 + l] = c2[l];
-    out[48 + l] = c3[l];
+    out[l] = static_cast<uint32_t>(c0[l]);
+    out[16 + l] = static_cast<uint32_t>(c1[l]);
+    out[32 + l] = static_cast<uint32_t>(c2[l]);
+    out[48 + l] = static_cast<uint32_t>(c3[l]);
   }
 }
 
@@ -251,6 +254,18 @@ struct BucketJob {
   MetaType meta;
 };
 
+// Affine buckets at the widths per-group quantization packs are its single groups.
+bool per_group_kernel(ScaleRule s, const BucketWidth& w) { return s == ScaleRule::Affine && group_bits_supported(w.bits); }
+
+GroupGeometry one_group(int64_t len, int bits, MetaType meta) {
+  GroupQuantConfig gc;
+  gc.bits = bits;
+  gc.group_size = len;
+  gc.grouping = Grouping::Flat;
+  gc.meta = meta;
+  return group_geometry(len, 1, gc);
+}
+
 // Writes n codes (element offset c of a bucket of len, c a multiple of 8) at the bucket's dst.
 template <int CB, typename Code>
 inline void put_codes(const Code* codes, int64_t n, int64_t c, int64_t len, uint8_t* dst) {
@@ -280,8 +295,13 @@ inline void get_codes(const uint8_t* src, int64_t n, int64_t c, int64_t len, Cod
 }
 
 template <int CB>
-void quantize_bucket(const float* xb, int64_t start, int64_t len, const BucketWidth& w, const BucketJob& job,
-                     RoundingNoise& noise, uint8_t* meta_dst, uint8_t* dst) {
+void quantize_bucket(const float* xb, int64_t len, const BucketWidth& w, const BucketJob& job,
+                     const QuantNoise& bucket_noise, uint8_t* meta_dst, uint8_t* dst) {
+  if (per_group_kernel(job.scale, w)) {
+    quantize_groups(xb, one_group(len, w.bits, job.meta), job.rounding, bucket_noise, dst, meta_dst);
+    return;
+  }
+  RoundingNoise noise(bucket_noise);
   using Code = std::conditional_t<(CB <= 8), uint8_t, uint16_t>;
   alignas(64) Code code_buf[kChunk];  // (kChunk,)
   alignas(64) uint16_t rnd[kChunk];   // (kChunk,)
@@ -296,7 +316,7 @@ void quantize_bucket(const float* xb, int64_t start, int64_t len, const BucketWi
       const int64_t n = std::min(kChunk, len - c);
       const float* xc = xb + c;
       if (stochastic) {
-        noise.fill(start + c, n, rnd);
+        noise.fill(c, n, rnd);
         for (int64_t i = 0; i < n; ++i) code_buf[i] = static_cast<Code>(quantize_value(xc[i], p, levels, uniform16(rnd[i])));
       } else {
         for (int64_t i = 0; i < n; ++i) code_buf[i] = static_cast<Code>(quantize_value(xc[i], p, levels, 0.5f));
@@ -316,7 +336,7 @@ void quantize_bucket(const float* xb, int64_t start, int64_t len, const BucketWi
       const int64_t n = std::min(kChunk, len - c);
       const float* xc = xb + c;
       if (stochastic) {
-        noise.fill(start + c, n, rnd);
+        noise.fill(c, n, rnd);
         for (int64_t i = 0; i < n; ++i)
           code_buf[i] = static_cast<Code>(quantize_sign_magnitude(xc[i], los, levels, uniform16(rnd[i])));
       } else {
@@ -330,6 +350,10 @@ void quantize_bucket(const float* xb, int64_t start, int64_t len, const BucketWi
 template <int CB>
 void dequantize_bucket(const uint8_t* src, int64_t len, const BucketWidth& w, ScaleRule scale, MetaType meta,
                        const uint8_t* meta_src, float* out) {
+  if (per_group_kernel(scale, w)) {
+    dequantize_groups(src, meta_src, one_group(len, w.bits, meta), out);
+    return;
+  }
   using Code = std::conditional_t<(CB <= 8), uint8_t, uint16_t>;
   alignas(64) Code code_buf[kChunk];  // (kChunk,)
   if (!is_sign_magnitude(scale)) {
@@ -429,11 +453,11 @@ MixedPacked quantize_mixed(const float* x, int64_t numel, const MixedQuantConfig
   uint8_t* meta = p.meta_data.data<uint8_t>();
   const BucketJob job{c.scale, c.rounding, c.meta};
   parallel_chunks(g.buckets, bucket_grain(g.bucket_size), [&](int64_t b0, int64_t b1) {
-    RoundingNoise rnd(noise);  // this thread's, so consecutive small buckets share a noise block
     for (int64_t b = b0; b < b1; ++b) {
       const BucketWidth& w = flags[static_cast<size_t>(b)] ? c.mix : c.base;
       dispatch_code_bits(w.code_bits, [&](auto cb) {
-        quantize_bucket<decltype(cb)::value>(x + g.start(b), g.start(b), g.len(b), w, job, rnd, meta + b * mb,
+        quantize_bucket<decltype(cb)::value>(x + g.start(b), g.len(b), w, job,
+                                             QuantNoise{noise.seed, bucket_stream(noise.stream, static_cast<uint64_t>(b))}, meta + b * mb,
                                              codes + off[static_cast<size_t>(b)]);
       });
     }

@@ -124,9 +124,16 @@ struct MixedPacked {
 int64_t mixed_bytes_formula(const BucketGeometry& g, const MixedQuantConfig& c, const std::vector<uint8_t>& flags);
 
 // ---- randomness ---------------------------------------------------------------------------
-// Rounding noise is per-group quantization's: element e draws rounding_noise16(seed,
-// quant_stream(step, tensor), e) (quant/group_quant.h); the bucket decisions draw from their own
-// stream of the same key.
+// Each bucket is quantized as per-group quantization quantizes one group, on its own Philox
+// stream: element i of bucket b draws rounding_noise16(seed, bucket_stream(stream, b), i)
+// (quant/group_quant.h), stream = quant_stream(step, tensor). The noise is still a pure function
+// of (seed, step, tensor, element). The bucket decisions draw from a stream of their own.
+PACKRAT_HD constexpr uint64_t bucket_stream(uint64_t quant_stream_id, uint64_t bucket) {
+  uint64_t z = bucket + 0x9E3779B97F4A7C15ull;  // splitmix64 of the bucket index
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return quant_stream_id ^ z ^ (z >> 31);
+}
 PACKRAT_HD constexpr uint64_t mix_decision_stream(uint64_t quant_stream_id) { return quant_stream_id ^ (uint64_t{1} << 63); }
 // The decision uniform of bucket g (24 bits, in [0, 1)): word g mod 4 of Philox(seed, stream, g / 4).
 PACKRAT_HD inline float mix_decision_uniform(uint64_t seed, uint64_t stream, uint64_t g) {
@@ -136,8 +143,8 @@ PACKRAT_HD inline float mix_decision_uniform(uint64_t seed, uint64_t stream, uin
 }
 
 // The rounding noise of whole 128-element blocks (rounding_noise16's layout: 16 Philox counters
-// per block, one per SIMD lane), computed 16 lanes at a time and kept for the next bucket that
-// falls in the same block.
+// per block, one per SIMD lane), computed 16 lanes at a time and kept while the next elements
+// fall in the same block. For the widths and rules per-group quantization does not cover.
 class RoundingNoise {
  public:
   explicit RoundingNoise(const QuantNoise& noise) : noise_(noise) {}
@@ -160,12 +167,14 @@ void decide_buckets(const BucketGeometry& g, const MixedQuantConfig& c, const Qu
 // Sign-magnitude code of x with r uniform in (0, 1) (0.5: round to nearest, ties down);
 // levels_over_scale = L / s (0 for an all-zero bucket: every code is L, the value 0).
 PACKRAT_HD inline uint32_t quantize_sign_magnitude(float x, float levels_over_scale, uint32_t levels, float r) {
+  // |x| <= s always; the min only absorbs f32 rounding (and sends NaN to L). Written with plain
+  // comparisons and casts (no fmin/trunc calls) so loops over it vectorise.
   const float fl_levels = static_cast<float>(levels);
   float u = std::fabs(x) * levels_over_scale;
-  u = u < fl_levels ? u : fl_levels;  // |x| <= s always; this only absorbs f32 rounding (and NaN -> 0 below)
-  const float fl = u >= 0.0f ? static_cast<float>(static_cast<int32_t>(u)) : 0.0f;
-  const uint32_t m = static_cast<uint32_t>(fl) + (r < u - fl ? 1u : 0u);
-  return x < 0.0f ? levels - m : levels + m;
+  u = u < fl_levels ? u : fl_levels;
+  const int32_t fl = static_cast<int32_t>(u);
+  const int32_t m = fl + (r < u - static_cast<float>(fl) ? 1 : 0);
+  return static_cast<uint32_t>(static_cast<int32_t>(levels) + (x < 0.0f ? -m : m));
 }
 PACKRAT_HD inline float dequantize_sign_magnitude(uint32_t code, float scale_over_levels, uint32_t levels) {
   return static_cast<float>(static_cast<int32_t>(code) - static_cast<int32_t>(levels)) * scale_over_levels;
@@ -185,6 +194,8 @@ void unpack_wide_codes(const uint8_t* src, int64_t n, int bits, uint16_t* codes)
 
 // Quantizes x (numel floats, the buffer as it lies) in one parallel pass over the buckets.
 // The widths are chosen by decide_buckets with the same noise; Tensors under the current TagScope.
+// Affine buckets at 1, 2, 3, 4 or 8 bits go through per-group quantization's kernels
+// (quantize_groups / dequantize_groups on a one-group geometry), the others through this file's.
 MixedPacked quantize_mixed(const float* x, int64_t numel, const MixedQuantConfig& c, const QuantNoise& noise);
 // Dequantizes into out (p.numel floats).
 void dequantize_mixed(const MixedPacked& p, float* out);

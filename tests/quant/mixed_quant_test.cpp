@@ -46,7 +46,8 @@ std::vector<uint8_t> flags_of(const BucketGeometry& g, const MixedQuantConfig& c
 }
 
 // The scalar reference: per element with the per-element helpers, the metadata read back from
-// the packed tensor (checked against the bucket's own statistics), the noise from rounding_uniform.
+// the packed tensor (checked against the bucket's own statistics), the noise from rounding_uniform
+// on each bucket's stream.
 std::vector<float> reference(const std::vector<float>& x, const MixedQuantConfig& c, const QuantNoise& noise,
                              const MixedPacked& p) {
   const BucketGeometry g = bucket_geometry(static_cast<int64_t>(x.size()), c.bucket_size);
@@ -67,7 +68,8 @@ std::vector<float> reference(const std::vector<float>& x, const MixedQuantConfig
       EXPECT_EQ(held.step, want.step) << "bucket " << b;
       for (int64_t i = 0; i < len; ++i) {
         const uint64_t e = static_cast<uint64_t>(g.start(b) + i);
-        const float r = c.rounding == Rounding::Stochastic ? rounding_uniform(noise.seed, noise.stream, e) : 0.5f;
+        const uint64_t stream = bucket_stream(noise.stream, static_cast<uint64_t>(b));
+        const float r = c.rounding == Rounding::Stochastic ? rounding_uniform(noise.seed, stream, static_cast<uint64_t>(i)) : 0.5f;
         out[static_cast<size_t>(e)] = dequantize_value(quantize_value(xb[i], held, w.levels, r), held);
       }
     } else {
@@ -89,7 +91,8 @@ std::vector<float> reference(const std::vector<float>& x, const MixedQuantConfig
       const float los = safe_inverse(s) * static_cast<float>(w.levels), sol = s / static_cast<float>(w.levels);
       for (int64_t i = 0; i < len; ++i) {
         const uint64_t e = static_cast<uint64_t>(g.start(b) + i);
-        const float r = c.rounding == Rounding::Stochastic ? rounding_uniform(noise.seed, noise.stream, e) : 0.5f;
+        const uint64_t stream = bucket_stream(noise.stream, static_cast<uint64_t>(b));
+        const float r = c.rounding == Rounding::Stochastic ? rounding_uniform(noise.seed, stream, static_cast<uint64_t>(i)) : 0.5f;
         out[static_cast<size_t>(e)] =
             dequantize_sign_magnitude(quantize_sign_magnitude(xb[i], los, w.levels, r), sol, w.levels);
       }

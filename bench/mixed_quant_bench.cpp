@@ -1,0 +1,152 @@
+// Mixed 2/4-bit per-bucket quantize+pack (and unpack+dequantize) against fixed 2-bit and fixed
+// 4-bit on the same f32 tensor (64, 64, 32, 32), all timed back to back in each iteration so that
+// the load of the shared machine affects every side alike. Fixed widths are measured twice: with
+// the per-group quantizer (quant/group_quant.h, flat groups of the bucket size) and with this
+// quantizer at mix_prob 0 and 1. Counters: GB/s of f32 data for each, and the ratios
+// mix_vs_fixed4 = time(fixed 4-bit, per-group) / time(2/4 mix)  (target: >= 1/1.3 = 0.77),
+// mix_vs_fixed2 likewise, and mix_vs_own4 against this quantizer's fixed 4-bit.
+//
+//   OMP_NUM_THREADS=2 build/bin/packrat_bench --benchmark_filter='MixedQuant'
+#include <benchmark/benchmark.h>
+
+#include <chrono>
+#include <functional>
+#include <vector>
+
+#include "core/philox.h"
+#include "core/tensor.h"
+#include "quant/group_quant.h"
+#include "quant/mixed_quant.h"
+
+namespace packrat {
+namespace {
+
+constexpr int64_t kN = 64, kC = 64, kH = 32, kW = 32;
+constexpr int64_t kNumel = kN * kC * kH * kW;
+
+Tensor make_input() {
+  Tensor t = Tensor::empty({kN, kC, kH, kW});  // (N, C, H, W)
+  float* p = t.data<float>();
+  PhiloxStream s(7, 0);
+  for (int64_t i = 0; i < kNumel; ++i) p[i] = s.uniform() * 4.0f - 1.0f;
+  return t;
+}
+
+double seconds(const std::function<void()>& fn) {
+  const auto t0 = std::chrono::steady_clock::now();
+  fn();
+  benchmark::ClobberMemory();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+MixedQuantConfig mixed_config(ScaleRule rule, int base, int mix, double p, int64_t bucket) {
+  MixedQuantConfig c;
+  c.scale = rule;
+  c.base = width_for_bits(rule, base);
+  c.mix = width_for_bits(rule, mix);
+  c.mix_prob = p;
+  c.bucket_size = bucket;
+  return c;
+}
+
+struct Side {
+  const char* name;
+  std::function<void()> run;
+  double s = 0;
+};
+
+void report(benchmark::State& state, std::vector<Side>& sides) {
+  const double bytes = static_cast<double>(kNumel) * 4 * static_cast<double>(state.iterations());
+  for (const Side& s : sides) state.counters[std::string(s.name) + "_GBps"] = bytes / s.s / 1e9;
+  const double mix = sides[0].s;
+  state.counters["mix_vs_fixed2"] = sides[1].s / mix;
+  state.counters["mix_vs_fixed4"] = sides[2].s / mix;
+  state.counters["mix_vs_own4"] = sides[4].s / mix;
+}
+
+// Arguments: bucket size, scale rule (0 affine, 1 maxabs), decision (0 per bucket, 1 per tensor).
+void BM_MixedQuant_Quantize(benchmark::State& state) {
+  const int64_t bucket = state.range(0);
+  const ScaleRule rule = state.range(1) ? ScaleRule::MaxAbs : ScaleRule::Affine;
+  const Tensor x = make_input();
+  GroupQuantConfig gc;
+  gc.group_size = bucket;
+  gc.grouping = Grouping::Flat;
+  gc.bits = 2;
+  const GroupGeometry g2 = group_geometry(kNumel, kN, gc);
+  gc.bits = 4;
+  const GroupGeometry g4 = group_geometry(kNumel, kN, gc);
+  Tensor codes = Tensor::empty({g4.code_bytes()}, DType::u8), meta = Tensor::empty({g4.meta_bytes()}, DType::u8);
+  MixedQuantConfig mix = mixed_config(rule, 2, 4, 0.5, bucket);
+  mix.decision = state.range(2) ? MixDecision::PerTensor : MixDecision::PerBucket;
+  const MixedQuantConfig own2 = mixed_config(rule, 2, 2, 0.0, bucket), own4 = mixed_config(rule, 4, 4, 0.0, bucket);
+  const float* xp = x.data<float>();
+  uint64_t step = 0;
+  double mix_bits = 0;
+  std::vector<Side> sides = {
+      {"mix24", [&] {
+         const MixedPacked p = quantize_mixed(xp, kNumel, mix, {1, quant_stream(step++, 0)});
+         mix_bits += p.code_bits_per_element();
+       }},
+      {"group2", [&] { quantize_groups(xp, g2, Rounding::Stochastic, {1, 42}, codes.data<uint8_t>(), meta.data<uint8_t>()); }},
+      {"group4", [&] { quantize_groups(xp, g4, Rounding::Stochastic, {1, 42}, codes.data<uint8_t>(), meta.data<uint8_t>()); }},
+      {"own2", [&] { quantize_mixed(xp, kNumel, own2, {1, 42}); }},
+      {"own4", [&] { quantize_mixed(xp, kNumel, own4, {1, 42}); }},
+  };
+  for (auto _ : state)
+    for (Side& s : sides) s.s += seconds(s.run);
+  report(state, sides);
+  state.counters["mix_code_bits"] = mix_bits / static_cast<double>(state.iterations());
+}
+
+void BM_MixedQuant_Dequantize(benchmark::State& state) {
+  const int64_t bucket = state.range(0);
+  const ScaleRule rule = state.range(1) ? ScaleRule::MaxAbs : ScaleRule::Affine;
+  const Tensor x = make_input();
+  Tensor y = Tensor::empty_like(x);
+  GroupQuantConfig gc;
+  gc.group_size = bucket;
+  gc.grouping = Grouping::Flat;
+  gc.bits = 2;
+  const GroupGeometry g2 = group_geometry(kNumel, kN, gc);
+  gc.bits = 4;
+  const GroupGeometry g4 = group_geometry(kNumel, kN, gc);
+  Tensor c2 = Tensor::empty({g2.code_bytes()}, DType::u8), m2 = Tensor::empty({g2.meta_bytes()}, DType::u8);
+  Tensor c4 = Tensor::empty({g4.code_bytes()}, DType::u8), m4 = Tensor::empty({g4.meta_bytes()}, DType::u8);
+  quantize_groups(x.data<float>(), g2, Rounding::Stochastic, {1, 42}, c2.data<uint8_t>(), m2.data<uint8_t>());
+  quantize_groups(x.data<float>(), g4, Rounding::Stochastic, {1, 42}, c4.data<uint8_t>(), m4.data<uint8_t>());
+  const MixedPacked mix = quantize_mixed(x.data<float>(), kNumel, mixed_config(rule, 2, 4, 0.5, bucket), {1, 42});
+  const MixedPacked own2 = quantize_mixed(x.data<float>(), kNumel, mixed_config(rule, 2, 2, 0.0, bucket), {1, 42});
+  const MixedPacked own4 = quantize_mixed(x.data<float>(), kNumel, mixed_config(rule, 4, 4, 0.0, bucket), {1, 42});
+  float* yp = y.data<float>();
+  std::vector<Side> sides = {
+      {"mix24", [&] { dequantize_mixed(mix, yp); }},
+      {"group2", [&] { dequantize_groups(c2.data<uint8_t>(), m2.data<uint8_t>(), g2, yp); }},
+      {"group4", [&] { dequantize_groups(c4.data<uint8_t>(), m4.data<uint8_t>(), g4, yp); }},
+      {"own2", [&] { dequantize_mixed(own2, yp); }},
+      {"own4", [&] { dequantize_mixed(own4, yp); }},
+  };
+  for (auto _ : state)
+    for (Side& s : sides) s.s += seconds(s.run);
+  report(state, sides);
+}
+
+BENCHMARK(BM_MixedQuant_Quantize)
+    ->ArgNames({"bucket", "maxabs", "per_tensor"})
+    ->Args({512, 0, 0})
+    ->Args({128, 0, 0})
+    ->Args({64, 0, 0})
+    ->Args({512, 0, 1})
+    ->Args({512, 1, 0})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+BENCHMARK(BM_MixedQuant_Dequantize)
+    ->ArgNames({"bucket", "maxabs"})
+    ->Args({512, 0})
+    ->Args({64, 0})
+    ->Args({512, 1})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+
+}  // namespace
+}  // namespace packrat
