@@ -16,6 +16,7 @@
 #include "autograd/pointwise.h"
 #include "core/allocator.h"
 #include "core/error.h"
+#include "quant/rule_policy.h"
 #include "tests/support/gradcheck.h"
 
 namespace packrat {
@@ -410,6 +411,39 @@ TEST(MixedStore, TrainingStepThroughTheTapeLeavesNothingSaved) {
   EXPECT_EQ(store->live_count(), 0u);
   for (size_t i = 0; i < ref.first.size(); ++i) ASSERT_NEAR(got.first[i], ref.first[i], 2e-3) << i;
   for (size_t i = 0; i < ref.second.size(); ++i) ASSERT_NEAR(got.second[i], ref.second[i], 2e-3) << i;
+}
+
+// The thesis's layer-wise study without editing code: one stage quantized by a rule on its layer
+// names, everything else kept in FP32 (the scheme names as the lead registers them).
+TEST(MixedStore, LayerRulesQuantizeOneStageAtATime) {
+  register_scheme("mixed", make_mixed_store);
+  register_scheme("deterministic", make_deterministic_store);
+  StorePolicySpec spec;
+  spec.default_scheme.scheme = "fp32";
+  StoreRule stage;
+  stage.layers = {"layer2.*"};
+  stage.spec.scheme = "mixed";
+  stage.spec.options = {{"preset", "2/4@0.5"}, {"bucket_size", "128"}};
+  stage.spec.where = "saved_tensors.rules[0]";
+  StoreRule baseline;
+  baseline.layers = {"layer3.*"};
+  baseline.spec.scheme = "deterministic";
+  baseline.spec.options = {{"bits", "2"}, {"bucket_size", "128"}};
+  spec.rules = {stage, baseline};
+  RulePolicy policy(spec);
+  EXPECT_EQ(policy.store_for(value("layer1.0.conv1")).scheme(), "fp32");
+  EXPECT_EQ(policy.store_for(value("layer2.1.conv2")).scheme(), "mixed");
+  EXPECT_EQ(policy.store_for(value("layer3.0.conv1")).scheme(), "deterministic");
+  StoreRule typo = stage;
+  typo.spec.options["buckets"] = "64";
+  spec.rules = {typo};
+  try {
+    RulePolicy bad(spec);
+    ADD_FAILURE() << "an unknown key must be a config error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("saved_tensors.rules[0]"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("buckets"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace
