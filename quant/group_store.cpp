@@ -42,19 +42,23 @@ std::vector<double> per_sample_sq_norms(const Tensor& t) {
 
 GroupStore::GroupStore(GroupStoreOptions o) : opts_(o) { opts_.quant.check("per-group store"); }
 
-GroupStoreOptions GroupStore::parse_options(SchemeOptions& o) {
-  GroupStoreOptions g;
-  g.quant.bits = static_cast<int>(o.get_int("bits", 2, 1, 8));
+GroupStoreOptions GroupStore::parse_options(SchemeOptions& o, const GroupStoreOptions& base) {
+  GroupStoreOptions g = base;
+  const GroupQuantConfig& q = base.quant;
+  g.quant.bits = static_cast<int>(o.get_int("bits", q.bits, 1, 8));
   PACKRAT_CHECK(group_bits_supported(g.quant.bits),
                 "{}: 'bits' is {}; per-group quantization supports 1, 2, 3, 4 or 8 bits", o.where(), g.quant.bits);
-  g.quant.group_size = o.get_int("group_size", 256, 1, int64_t{1} << 30);
-  g.quant.grouping =
-      o.get_string("grouping", "per_sample", {"per_sample", "flat"}) == "flat" ? Grouping::Flat : Grouping::PerSample;
-  g.quant.meta = o.get_string("meta", "bf16", {"bf16", "f32"}) == "f32" ? MetaType::F32 : MetaType::BF16;
+  g.quant.group_size = o.get_int("group_size", q.group_size, 1, int64_t{1} << 30);
+  g.quant.grouping = o.get_string("grouping", std::string(grouping_name(q.grouping)), {"per_sample", "flat"}) == "flat"
+                         ? Grouping::Flat
+                         : Grouping::PerSample;
+  g.quant.meta =
+      o.get_string("meta", std::string(meta_name(q.meta)), {"bf16", "f32"}) == "f32" ? MetaType::F32 : MetaType::BF16;
   g.quant.rounding =
-      o.get_string("rounding", "stochastic", {"stochastic", "nearest"}) == "nearest" ? Rounding::Nearest
-                                                                                     : Rounding::Stochastic;
-  g.seed = static_cast<uint64_t>(o.get_int("seed", 0, 0, INT64_MAX));
+      o.get_string("rounding", std::string(rounding_name(q.rounding)), {"stochastic", "nearest"}) == "nearest"
+          ? Rounding::Nearest
+          : Rounding::Stochastic;
+  g.seed = static_cast<uint64_t>(o.get_int("seed", static_cast<int64_t>(base.seed), 0, INT64_MAX));
   return g;
 }
 
@@ -323,11 +327,6 @@ void GroupStore::note_grad_output(const SavedHandle& handle, const Tensor& grad_
     info.sample_grad_sq = std::move(g);
   else
     for (size_t i = 0; i < g.size(); ++i) info.sample_grad_sq[i] += g[i];  // a tensor read by two ops
-}
-
-Tensor GroupStore::apply_derivative(const SavedHandle& h, const Tensor& grad_out) {
-  if (provider_) note_grad_output(h, grad_out);
-  return multiply_elementwise(grad_out, load(h));
 }
 
 void GroupStore::describe(std::vector<SavedRecord>& out) const {

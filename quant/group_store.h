@@ -49,22 +49,20 @@ class GroupStore : public SavedTensorStore {
  public:
   explicit GroupStore(GroupStoreOptions o = {});
   // Options: bits {1,2,3,4,8} (2), group_size >= 1 (256), grouping per_sample|flat
-  // (per_sample), meta bf16|f32 (bf16), rounding stochastic|nearest (stochastic), seed (0).
-  static GroupStoreOptions parse_options(SchemeOptions& o);
+  // (per_sample), meta bf16|f32 (bf16), rounding stochastic|nearest (stochastic), seed (0);
+  // `base` supplies the defaults (a preset).
+  static GroupStoreOptions parse_options(SchemeOptions& o, const GroupStoreOptions& base = {});
 
   std::string_view scheme() const override { return provider_ ? "gact" : "actnn"; }
   SavedHandle save(const Tensor& x, const SaveRequest& r) override;
   Tensor load(const SavedHandle& h) override;
   void release(const SavedHandle& h) override;
-  // Records the per-sample squared norm of grad_out (ActNN's analytic sensitivity), then
-  // grad_out * load(h).
-  Tensor apply_derivative(const SavedHandle& h, const Tensor& grad_out) override;
   void describe(std::vector<SavedRecord>& out) const override;
   size_t live_count() const override { return entries_.size() + exact_.live_count(); }
   void begin_step(int64_t step) override;
 
-  // Per-sample ||grad_out||^2 of the op that consumes handle h (for the analytic estimator);
-  // apply_derivative calls it, and so may a tape hook or an op for Value saves.
+  // Records the per-sample ||grad_out||^2 of the op that consumes handle h in the tensor's
+  // QuantizedTensorInfo (for ActNN's analytic estimator; GactStore calls it from note_backward).
   void note_grad_output(const SavedHandle& h, const Tensor& grad_out);
 
   // GACT: bits per tensor come from the provider (null: the configured bits).

@@ -1,0 +1,144 @@
+#pragma once
+// GACT's adaptive bit allocation over the per-group store. Each quantized tensor l (numbered
+// by its order of saving within a step) has a sensitivity c_l: the gradient variance its
+// quantization causes per unit of S(b) = 1/(2^b - 1)^2 (GACT, Thm. 2). Every adapt_interval
+// steps the sensitivities are re-estimated and the bits re-assigned to minimise
+// sum_l c_l S(b_l) subject to sum_l b_l D_l <= avg_bits * sum_l D_l (greedy, as ActNN).
+//
+// Estimators:
+//  - measured (GACT Alg. 1): gradient evaluations that differ only in tensor l's quantization
+//    noise; c_l = ||g0 - g_l||^2 / (2 S(b_l)). One shared baseline g0 makes it L + 1 passes per
+//    refresh instead of 2L, and `tensors_per_refresh` = k spreads the tensors round-robin over
+//    refreshes (k + 1 passes each).
+//  - analytic (ActNN): c_l = sum_n ||dL/d(output of l's consumer)_n||^2 * sum_{i in n} R_i,
+//    R_i = (range of i's group)^2 / 4, from the group ranges the quantizer already computed
+//    and the per-sample output-gradient norms the store observes in backward; no extra passes
+//    (exact for a linear layer's weight gradient, up to a constant per op kind otherwise).
+//
+// Trainer protocol (like GACT's controller.iterate):
+//   GactPolicy policy(options);  PolicyScope scope(policy);
+//   for each step: policy.begin_step(step);
+//                  policy.gact().iterate(step, compute_param_grads);  // refreshes when due
+//                  forward, backward, optimizer step as usual
+//                  policy.gact().observe_gradient(grads)  // optional: sampling variance
+// compute_param_grads runs forward + backward on one fixed batch with the current policy and
+// returns copies of the parameter gradients; it must not update the parameters (it may
+// overwrite .grad). The policy resets the store's tensor counter before each call.
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "quant/group_store.h"
+
+namespace packrat {
+
+enum class GactEstimator : uint8_t { Measured, Analytic };
+
+struct GactOptions {
+  GroupStoreOptions store;          // group size, grouping, metadata, rounding, seed (bits: unused)
+  double avg_bits = 4;              // budget, bits per element averaged over quantized elements (>= 1)
+  int64_t adapt_interval = 1000;    // steps between refreshes of the sensitivities
+  GactEstimator estimator = GactEstimator::Measured;
+  int64_t tensors_per_refresh = 0;  // measured: tensors re-estimated per refresh, round-robin (0: all)
+  std::vector<int> candidate_bits = {1, 2, 3, 4, 8};
+  int initial_bits = 0;             // bits before the first estimate (0: largest candidate <= avg_bits)
+  double warn_ratio = 0.1;          // warn when predicted variance > warn_ratio * sampling variance
+  std::string log_path;             // CSV appended at every refresh ("" : none)
+  void check(std::string_view where) const;
+};
+
+// S(b) = 1 / (2^b - 1)^2: variance of stochastic rounding per unit of R (GACT, A.4).
+inline double quant_variance_factor(int bits) {
+  const double levels = static_cast<double>((1 << bits) - 1);
+  return 1.0 / (levels * levels);
+}
+
+// Greedy allocation: starting from the smallest candidate everywhere, repeatedly takes the
+// upgrade with the largest variance reduction per added bit that still fits the budget
+// sum_l b_l numel_l <= avg_bits * sum_l numel_l. Returns b_l per tensor.
+std::vector<int> allocate_bits(const std::vector<double>& sensitivity, const std::vector<int64_t>& numel,
+                               double avg_bits, const std::vector<int>& candidates);
+
+struct TensorSensitivity {
+  int64_t index = 0;
+  std::string layer, op;
+  int64_t numel = 0;
+  double sensitivity = 0;  // c_l
+  bool estimated = false;  // c_l measured at least once
+  int bits = 0;            // assigned bits
+};
+
+using GradFn = std::function<std::vector<Tensor>()>;
+
+class GactStore : public GroupStore, private BitsProvider {
+ public:
+  explicit GactStore(GactOptions o);
+  // Options: avg_bits, adapt_interval, estimator measured|analytic, tensors_per_refresh,
+  // initial_bits, warn_ratio, log_path, plus the per-group store's group_size, grouping,
+  // meta, rounding, seed. `base` supplies the defaults (a preset).
+  static GactOptions parse_options(SchemeOptions& o, const GactOptions& base = {});
+
+  void begin_step(int64_t step) override;
+  // Analytic estimator: records the consumer's output-gradient norms per sample.
+  void note_backward(const SavedHandle& h, const std::vector<Tensor>& grad_outputs) override;
+
+  // Refreshes sensitivities and bits when due (first call, then every adapt_interval steps).
+  // Returns true when it did. The measured estimator calls compute_param_grads; the analytic
+  // one uses what the last training step left (compute_param_grads may be empty).
+  bool iterate(int64_t step, const GradFn& compute_param_grads);
+  void estimate_measured(const GradFn& compute_param_grads);
+  void estimate_analytic();
+  void reallocate();
+
+  // Running estimate of the gradient's sampling variance E||g - E g||^2 across steps.
+  void observe_gradient(const std::vector<Tensor>& grads);
+  double sampling_variance() const;         // NaN until two gradients were observed
+  double predicted_variance() const;        // sum_l c_l S(b_l)
+  bool warned() const { return warned_; }   // the last refresh warned
+
+  const std::vector<TensorSensitivity>& tensors() const { return table_; }
+  double average_bits() const;              // realised, weighted by numel
+  int64_t refreshes() const { return refreshes_; }
+  int64_t last_refresh_passes() const { return last_passes_; }    // gradient evaluations
+  double last_refresh_seconds() const { return last_seconds_; }
+  // "step,index,layer,op,numel,sensitivity,bits" rows for the current table.
+  void write_csv(const std::string& path, bool append = false) const;
+  const GactOptions& gact_options() const { return gopts_; }
+
+ private:
+  int bits_for(int64_t index, const SaveRequest& r, const Tensor& x) override;
+  void sync_table();  // layer/op/numel/bits from the tensors of the current step
+  std::vector<double> analytic_from_step() const;  // c_l per tensor of the current step, or empty
+
+  GactOptions gopts_;
+  std::vector<TensorSensitivity> table_;
+  std::vector<double> pending_analytic_;  // harvested at begin_step from the finished step
+  int64_t last_refresh_step_ = 0, refreshes_ = 0, round_robin_ = 0, last_passes_ = 0;
+  double last_seconds_ = 0;
+  uint64_t salt_counter_ = 0;
+  bool warned_ = false;
+  // Sampling variance (Welford over the flattened gradient).
+  Tensor grad_mean_;  // (P,) f32, tagged OptimizerState
+  int64_t grad_count_ = 0;
+  double grad_m2_ = 0;
+};
+
+// The whole policy: every request goes to one GactStore.
+class GactPolicy : public StorePolicy {
+ public:
+  explicit GactPolicy(GactOptions o) : store_(std::move(o)) {}
+  SavedTensorStore& store_for(const SaveRequest&) override { return store_; }
+  std::vector<SavedTensorStore*> stores() override { return {&store_}; }
+  GactStore& gact() { return store_; }
+
+ private:
+  GactStore store_;
+};
+
+// Factory for the config (`{scheme: gact, avg_bits: 3, adapt_interval: 1000, estimator: measured}`).
+std::unique_ptr<SavedTensorStore> make_gact_store(SchemeOptions& o);
+// The GACT stores of a policy (e.g. a rule policy whose default or rules use gact).
+std::vector<GactStore*> find_gact_stores(StorePolicy& p);
+
+}  // namespace packrat

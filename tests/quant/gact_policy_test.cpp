@@ -1,0 +1,301 @@
+// GACT: the greedy allocator (budget, preference for sensitive tensors, errors), both
+// sensitivity estimators on a toy network with one deliberately sensitive tensor, the
+// warning against the sampling variance, the CSV log, config and presets.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <numeric>
+
+#include "autograd/ops.h"
+#include "autograd/tape.h"
+#include "core/error.h"
+#include "quant/gact_policy.h"
+#include "quant/presets.h"
+#include "quant/rule_policy.h"
+#include "tests/support/gradcheck.h"
+
+namespace packrat {
+namespace {
+
+using testing::random_tensor;
+
+double avg_bits(const std::vector<int>& b, const std::vector<int64_t>& n) {
+  double s = 0, t = 0;
+  for (size_t i = 0; i < b.size(); ++i) s += static_cast<double>(b[i]) * n[i], t += static_cast<double>(n[i]);
+  return s / t;
+}
+
+TEST(GactAllocator, StaysWithinBudgetAndFavoursSensitiveTensors) {
+  const std::vector<int> cand = {1, 2, 3, 4, 8};
+  const std::vector<int64_t> n = {1000, 1000, 1000, 1000};
+  const auto b = allocate_bits({1.0, 1000.0, 1.0, 1.0}, n, 3.0, cand);
+  EXPECT_LE(avg_bits(b, n), 3.0);
+  EXPECT_GT(b[1], b[0]);
+  EXPECT_GT(b[1], b[2]);
+  EXPECT_GT(b[1], b[3]);
+  EXPECT_EQ(allocate_bits({1, 2}, {10, 10}, 8.0, cand), (std::vector<int>{8, 8}));
+  EXPECT_EQ(allocate_bits({1, 2}, {10, 10}, 1.0, cand), (std::vector<int>{1, 1}));
+  // Random instances: never over budget, and no single upgrade that fits would lower the variance
+  // by more per bit than the least efficient upgrade taken... at least: budget respected and
+  // more sensitive tensors of equal size never get fewer bits.
+  PhiloxStream s(1, 2);
+  for (int trial = 0; trial < 50; ++trial) {
+    std::vector<double> c;
+    std::vector<int64_t> m;
+    for (int l = 0; l < 12; ++l) {
+      c.push_back(std::pow(10.0, 4 * s.uniform()));
+      m.push_back(4096);
+    }
+    const double budget = 1.0 + 5.0 * s.uniform();
+    const auto bits = allocate_bits(c, m, budget, cand);
+    EXPECT_LE(avg_bits(bits, m), budget + 1e-9);
+    for (size_t i = 0; i < c.size(); ++i)
+      for (size_t j = 0; j < c.size(); ++j)
+        if (c[i] > c[j]) EXPECT_GE(bits[i], bits[j]) << "trial " << trial;
+  }
+  EXPECT_THROW(allocate_bits({1}, {10}, 0.5, cand), Error);
+}
+
+// Two branches: out = linear(xa, Wa) + 30 * linear(xb, Wb). The quantization noise of xb reaches
+// Wb's gradient 30x amplified: xb's sensitivity is ~900x xa's, so it must get more bits.
+struct ToyNet {
+  Tensor wa, wb, xa, xb, seed;
+  ToyNet() {
+    wa = param({8, 64}, 1);
+    wb = param({8, 64}, 2);
+    xa = random_tensor({16, 64}, 3);
+    xb = random_tensor({16, 64}, 4);
+    seed = random_tensor({16, 8}, 5);
+  }
+  static Tensor param(const Shape& s, uint64_t k) {
+    Tensor p = Tensor::empty(s, DType::f32, Layout::Plain, MemTag::Parameter);
+    Tensor v = random_tensor(s, k);
+    std::memcpy(p.raw(), v.raw(), v.nbytes());
+    p.set_requires_grad();
+    return p;
+  }
+  std::vector<Tensor> grads(StorePolicy& policy) {
+    PolicyScope scope(policy);
+    wa.zero_grad();
+    wb.zero_grad();
+    Tensor ya = ops::linear(xa, wa, Tensor());  // saves xa: tensor 0
+    Tensor yb = ops::linear(xb, wb, Tensor());  // saves xb: tensor 1
+    Tensor out = ops::add(ya, ops::scale(yb, 30.0f));
+    backward(out, seed);
+    return {wa.grad().clone(), wb.grad().clone()};
+  }
+};
+
+GactOptions toy_options(GactEstimator e) {
+  GactOptions o;
+  o.avg_bits = 3;
+  o.adapt_interval = 10;
+  o.estimator = e;
+  o.store.quant.group_size = 64;
+  return o;
+}
+
+TEST(GactMeasured, SensitiveTensorGetsMoreBits) {
+  ToyNet net;
+  GactPolicy policy(toy_options(GactEstimator::Measured));
+  GactStore& g = policy.gact();
+  auto fn = [&] { return net.grads(policy); };
+  policy.begin_step(0);
+  ASSERT_TRUE(g.iterate(0, fn));
+  ASSERT_EQ(g.tensors().size(), 2u);
+  EXPECT_EQ(g.last_refresh_passes(), 3);  // one shared baseline + one per tensor
+  const auto& t = g.tensors();
+  EXPECT_EQ(t[0].numel, 16 * 64);
+  EXPECT_TRUE(t[0].estimated && t[1].estimated);
+  const double ratio = t[1].sensitivity / t[0].sensitivity;
+  EXPECT_GT(ratio, 200.0);
+  EXPECT_LT(ratio, 4000.0);
+  EXPECT_GT(t[1].bits, t[0].bits);
+  EXPECT_LE(g.average_bits(), 3.0);
+  // The next steps quantize with the assigned bits; the describe() report shows them.
+  policy.begin_step(1);
+  EXPECT_FALSE(g.iterate(1, fn));  // not due
+  {
+    PolicyScope scope(policy);
+    Tensor y = ops::linear(net.xa, net.wa, Tensor());
+    Tensor z = ops::linear(net.xb, net.wb, Tensor());
+    const auto recs = policy.describe();
+    ASSERT_EQ(recs.size(), 2u);  // the two inputs (weights go to the parameter pass-through store)
+    int found = 0;
+    for (const auto& r : recs)
+      if (r.scheme == "gact") {
+        EXPECT_EQ(r.bits, t[static_cast<size_t>(found)].bits);
+        EXPECT_EQ(r.bytes, group_geometry(16 * 64, 16, [&] {
+                             GroupQuantConfig c;
+                             c.bits = t[static_cast<size_t>(found)].bits;
+                             c.group_size = 64;
+                             return c;
+                           }()).total_bytes());
+        ++found;
+      }
+    EXPECT_EQ(found, 2);
+    clear_tape();
+  }
+  policy.begin_step(10);
+  EXPECT_TRUE(g.iterate(10, fn));  // due again
+  EXPECT_EQ(g.refreshes(), 2);
+}
+
+TEST(GactMeasured, RoundRobinSubsetIsCheaper) {
+  ToyNet net;
+  GactOptions o = toy_options(GactEstimator::Measured);
+  o.tensors_per_refresh = 1;
+  o.adapt_interval = 1;
+  GactPolicy policy(o);
+  auto fn = [&] { return net.grads(policy); };
+  policy.begin_step(0);
+  ASSERT_TRUE(policy.gact().iterate(0, fn));
+  EXPECT_EQ(policy.gact().last_refresh_passes(), 2);
+  EXPECT_TRUE(policy.gact().tensors()[0].estimated);
+  EXPECT_FALSE(policy.gact().tensors()[1].estimated);
+  policy.begin_step(1);
+  ASSERT_TRUE(policy.gact().iterate(1, fn));
+  EXPECT_TRUE(policy.gact().tensors()[1].estimated);
+  EXPECT_GT(policy.gact().tensors()[1].bits, policy.gact().tensors()[0].bits);
+}
+
+TEST(GactAnalytic, SensitiveTensorGetsMoreBitsWithoutExtraPasses) {
+  ToyNet net;
+  GactPolicy policy(toy_options(GactEstimator::Analytic));
+  GactStore& g = policy.gact();
+  policy.begin_step(0);
+  EXPECT_FALSE(g.iterate(0, nullptr));  // nothing observed yet
+  net.grads(policy);                    // the training step: forward + backward
+  ASSERT_TRUE(g.iterate(0, nullptr));
+  EXPECT_EQ(g.last_refresh_passes(), 0);
+  const auto& t = g.tensors();
+  ASSERT_EQ(t.size(), 2u);
+  const double ratio = t[1].sensitivity / t[0].sensitivity;
+  EXPECT_GT(ratio, 300.0);  // 900 x (ratio of the two inputs' ranges, near 1)
+  EXPECT_LT(ratio, 3000.0);
+  EXPECT_GT(t[1].bits, t[0].bits);
+  EXPECT_LE(g.average_bits(), 3.0);
+  // The analytic value bounds the measured variance from above (range^2/4 per element).
+  GactPolicy measured(toy_options(GactEstimator::Measured));
+  measured.begin_step(0);
+  measured.gact().iterate(0, [&] { return net.grads(measured); });
+  for (size_t l = 0; l < 2; ++l) EXPECT_GT(t[l].sensitivity, measured.gact().tensors()[l].sensitivity);
+  // Harvested at begin_step too: a refresh called after the next step began still works.
+  policy.begin_step(9);
+  policy.begin_step(10);
+  EXPECT_TRUE(g.iterate(10, nullptr));
+}
+
+TEST(GactWarning, WarnsWhenCompressionVarianceDominates) {
+  ToyNet net;
+  GactOptions o = toy_options(GactEstimator::Measured);
+  o.avg_bits = 1;  // 1 bit everywhere: a lot of noise
+  GactPolicy policy(o);
+  GactStore& g = policy.gact();
+  // Sampling variance from gradients of two nearby batches (small: the batches barely differ).
+  Tensor xa0 = net.xa.clone();
+  for (int k = 0; k < 3; ++k) {
+    float* p = net.xa.data<float>();
+    for (int64_t i = 0; i < net.xa.numel(); ++i) p[i] = xa0.data<float>()[i] * (1.0f + 0.001f * static_cast<float>(k));
+    Fp32Policy fp32;
+    g.observe_gradient(net.grads(fp32));
+  }
+  EXPECT_TRUE(std::isfinite(g.sampling_variance()));
+  policy.begin_step(0);
+  g.iterate(0, [&] { return net.grads(policy); });
+  EXPECT_GT(g.predicted_variance(), 0.1 * g.sampling_variance());
+  EXPECT_TRUE(g.warned());
+  // With a large sampling variance (very different batches) it does not warn.
+  GactOptions o8 = o;
+  o8.avg_bits = 8;
+  GactPolicy quiet(o8);
+  for (int k = 0; k < 4; ++k) {
+    net.xb = random_tensor({16, 64}, 100 + k);
+    net.xa = random_tensor({16, 64}, 200 + k);
+    Fp32Policy fp32;
+    quiet.gact().observe_gradient(net.grads(fp32));
+  }
+  quiet.begin_step(0);
+  quiet.gact().iterate(0, [&] { return net.grads(quiet); });
+  EXPECT_FALSE(quiet.gact().warned());
+}
+
+TEST(GactLog, WritesSensitivityAndBitsPerTensor) {
+  ToyNet net;
+  GactOptions o = toy_options(GactEstimator::Measured);
+  o.log_path = ::testing::TempDir() + "gact_log_test.csv";
+  std::remove(o.log_path.c_str());
+  GactPolicy policy(o);
+  policy.begin_step(0);
+  policy.gact().iterate(0, [&] { return net.grads(policy); });
+  policy.begin_step(10);
+  policy.gact().iterate(10, [&] { return net.grads(policy); });
+  std::ifstream in(o.log_path);
+  std::string line;
+  std::vector<std::string> lines;
+  while (std::getline(in, line)) lines.push_back(line);
+  ASSERT_EQ(lines.size(), 5u);  // header + 2 tensors x 2 refreshes
+  EXPECT_EQ(lines[0], "step,index,layer,op,numel,sensitivity,bits");
+  EXPECT_EQ(lines[1].rfind("0,0,,linear,1024,", 0), 0u) << lines[1];
+  EXPECT_EQ(lines[4].rfind("10,1,,linear,1024,", 0), 0u) << lines[4];
+}
+
+TEST(GactConfig, OptionsPresetsAndErrors) {
+  auto opts = [](std::map<std::string, std::string> kv) { return SchemeOptions(std::move(kv), "saved_tensors (line 7)"); };
+  {
+    auto o = opts({{"avg_bits", "3"}, {"adapt_interval", "500"}, {"estimator", "analytic"}, {"group_size", "128"}});
+    auto s = make_gact_store(o);
+    auto& g = dynamic_cast<GactStore&>(*s);
+    EXPECT_EQ(g.scheme(), "gact");
+    EXPECT_EQ(g.gact_options().avg_bits, 3.0);
+    EXPECT_EQ(g.gact_options().adapt_interval, 500);
+    EXPECT_EQ(g.gact_options().estimator, GactEstimator::Analytic);
+    EXPECT_EQ(g.gact_options().initial_bits, 3);
+    EXPECT_EQ(g.options().quant.group_size, 128);
+  }
+  for (auto bad : std::vector<std::map<std::string, std::string>>{
+           {{"avg_bits", "0.5"}}, {{"adapt_interval", "0"}}, {{"estimator", "guess"}}, {{"group_size", "0"}},
+           {{"bits", "3"}}, {{"avgbits", "3"}}}) {
+    auto o = opts(bad);
+    try {
+      make_gact_store(o);
+      FAIL() << bad.begin()->first << " accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("line 7"), std::string::npos) << e.what();
+    }
+  }
+  // Presets: fixed 4-bit, adaptive 4/3/2; keys written next to a preset override it.
+  {
+    auto o = opts({});
+    auto s = make_group_scheme_store("L1", o);
+    EXPECT_EQ(s->scheme(), "actnn");
+    EXPECT_EQ(dynamic_cast<GroupStore&>(*s).options().quant.bits, 4);
+  }
+  for (auto [name, bits] : std::vector<std::pair<std::string, double>>{{"L2", 4}, {"L2.3", 3}, {"L2.2", 2}}) {
+    auto o = opts({{"adapt_interval", "50"}});
+    auto s = make_group_scheme_store(name, o);
+    auto& g = dynamic_cast<GactStore&>(*s);
+    EXPECT_EQ(g.gact_options().avg_bits, bits) << name;
+    EXPECT_EQ(g.gact_options().adapt_interval, 50) << name;
+  }
+  {
+    auto o = opts({{"bits", "8"}});
+    EXPECT_EQ(dynamic_cast<GroupStore&>(*make_group_scheme_store("L3", o)).options().quant.bits, 8);
+  }
+  auto o = opts({});
+  EXPECT_THROW(make_group_scheme_store("L9", o), Error);
+  // Through the rule policy's registry.
+  register_group_schemes();
+  StorePolicySpec spec;
+  spec.default_scheme.scheme = "L2.2";
+  spec.default_scheme.options = {{"estimator", "analytic"}};
+  RulePolicy rp(spec);
+  auto found = find_gact_stores(rp);
+  ASSERT_EQ(found.size(), 1u);
+  EXPECT_EQ(found[0]->gact_options().avg_bits, 2.0);
+}
+
+}  // namespace
+}  // namespace packrat
