@@ -78,6 +78,13 @@ class SavedTensorStore {
 
   // Training step, for stores whose randomness is keyed by it.
   virtual void begin_step(int64_t step) { (void)step; }
+  // The tape is about to run the backward of the node holding h, with these output gradients:
+  // lets a store learn from the backward signal (e.g. ActNN's analytic sensitivity needs each
+  // consumer's output-gradient norm per sample). Default: nothing.
+  virtual void note_backward(const SavedHandle& h, const std::vector<Tensor>& grad_outputs) {
+    (void)h;
+    (void)grad_outputs;
+  }
 };
 
 // Maps each request to a store. Built from the `saved_tensors` config section.

@@ -140,6 +140,8 @@ void backward(const Tensor& output, const Tensor& seed) {
     }
     if (any) {  // ops with several outputs get undefined grads for the unused ones
       LayerScope layer(node.layer);
+      for (const auto& h : node.saved)
+        if (h.valid()) h.store->note_backward(h, grad_outputs);
       std::vector<Tensor> grads = node.backward(node, grad_outputs);
       PACKRAT_CHECK(grads.size() == node.inputs.size(), "{}: backward returned {} gradients for {} inputs",
                     node.where(), grads.size(), node.inputs.size());
