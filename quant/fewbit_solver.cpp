@@ -165,7 +165,9 @@ std::vector<std::vector<int>> fewbit_grid_dp(const FewbitPrefix& g, int K, std::
 #pragma omp parallel for schedule(dynamic, 64)
     for (int i = k; i <= n; ++i) {
       // min over j in [k-1, i-1] of DP(j, k-1) + T(j, i), eight lanes at a time (vectorises).
-      const double Wi = W[i], Fi = FW[i];
+      // T >= 0 is enforced as in cost(): where the weight adds less than an ulp to the prefix
+      // sums (normal tails), W(i) - W(j) is rounding noise and fw^2 / w could be anything.
+      const double Wi = W[i], Fi = FW[i], F2i = F2[i];
       double best[8];
       int bj[8];
       for (int l = 0; l < 8; ++l) best[l] = kInf, bj[l] = k - 1;
@@ -173,19 +175,19 @@ std::vector<std::vector<int>> fewbit_grid_dp(const FewbitPrefix& g, int K, std::
       for (; j + 8 <= i; j += 8)
         for (int l = 0; l < 8; ++l) {
           const double fw = Fi - FW[j + l], w = std::max(Wi - W[j + l], 1e-300);
-          const double v = pv[j + l] - F2[j + l] - fw * fw / w;
+          const double v = pv[j + l] + std::max(0.0, F2i - F2[j + l] - fw * fw / w);
           if (v < best[l]) best[l] = v, bj[l] = j + l;
         }
       for (int l = 0; j < i; ++j, ++l) {
         const double fw = Fi - FW[j], w = std::max(Wi - W[j], 1e-300);
-        const double v = pv[j] - F2[j] - fw * fw / w;
+        const double v = pv[j] + std::max(0.0, F2i - F2[j] - fw * fw / w);
         if (v < best[l]) best[l] = v, bj[l] = j;
       }
       double b = kInf;
       int a = k - 1;
       for (int l = 0; l < 8; ++l)
         if (best[l] < b || (best[l] == b && bj[l] < a)) b = best[l], a = bj[l];
-      cv[i] = b + F2[i];
+      cv[i] = b;
       ak[i] = a;
     }
     errors.push_back(cur[static_cast<size_t>(n)]);
@@ -276,39 +278,54 @@ FewbitSolution fewbit_evaluate(const FewbitProblem& p, std::vector<double> borde
 }
 
 FewbitSolution fewbit_refine(const FewbitProblem& p, const FewbitSolution& start) {
-  std::vector<double> s = start.borders, levels;
+  std::vector<double> s = start.borders;
   if (s.empty()) return fewbit_evaluate(p, s);
-  double L = objective(p, s, &levels);
-  double delta = 1e-2;  // largest border move of the next step
+  const size_t K = s.size() + 1;
   constexpr double kMinGap = 1e-9;
-  for (int iter = 0; iter < 400 && delta > 1e-10; ++iter) {
-    // dL/ds_i = w(s_i) [(f'(s_i) - y_{i-1})^2 - (f'(s_i) - y_i)^2] (levels optimal: envelope theorem).
-    std::vector<double> g(s.size());
-    double gmax = 0;
-    for (size_t i = 0; i < s.size(); ++i) {
-      const double d = p.df(s[i]);
-      g[i] = p.weight(s[i]) * ((d - levels[i]) * (d - levels[i]) - (d - levels[i + 1]) * (d - levels[i + 1]));
-      gmax = std::max(gmax, std::abs(g[i]));
+  // Edge e of the intervals: lo, the borders, hi. Interval i is [edge(i), edge(i + 1)].
+  auto edge = [&](size_t e) { return e == 0 ? p.lo : (e == K ? p.hi : s[e - 1]); };
+  struct Piece {  // the moments of one interval
+    double m0 = 0, m1 = 0, m2 = 0, mid = 0;
+    double level(const FewbitProblem& q) const { return m0 > 0 ? m1 / m0 : q.df(mid); }
+    double cost() const { return m0 > 0 ? std::max(0.0, m2 - m1 * m1 / m0) : 0.0; }
+  };
+  auto piece = [&](double a, double b) {
+    Piece r;
+    p.moments(a, b, r.m0, r.m1, r.m2);
+    r.mid = 0.5 * (a + b);
+    return r;
+  };
+  std::vector<Piece> pieces(K);
+  for (size_t i = 0; i < K; ++i) pieces[i] = piece(edge(i), edge(i + 1));
+  // Coordinate descent along the analytic border gradient (eq. 5 in the continuum, levels optimal
+  // by eq. 8 so the envelope theorem applies):
+  //   dL/ds_i = w(s_i) [(f'(s_i) - y_left)^2 - (f'(s_i) - y_right)^2].
+  // Each border has its own step, grown on success and halved on failure, so a border sitting on
+  // a jump of f' (where the one-sided gradients disagree) stops alone and does not stall the rest.
+  std::vector<double> delta(s.size(), 1e-2);  // (K - 1) next move of each border
+  for (int sweep = 0; sweep < 3000; ++sweep) {
+    bool active = false;
+    for (size_t i = 0; i < s.size(); ++i) {  // border i separates intervals i and i + 1
+      if (delta[i] < 1e-10) continue;
+      active = true;
+      const double d = p.df(s[i]), yl = pieces[i].level(p), yr = pieces[i + 1].level(p);
+      const double g = p.weight(s[i]) * ((d - yl) * (d - yl) - (d - yr) * (d - yr));
+      const double t = s[i] - (g > 0 ? delta[i] : -delta[i]);
+      if (g == 0 || !(t > edge(i) + kMinGap && t < edge(i + 2) - kMinGap)) {
+        delta[i] *= 0.5;
+        continue;
+      }
+      const Piece a = piece(edge(i), t), b = piece(t, edge(i + 2));
+      if (a.cost() + b.cost() < pieces[i].cost() + pieces[i + 1].cost()) {
+        s[i] = t;
+        pieces[i] = a;
+        pieces[i + 1] = b;
+        delta[i] *= 1.5;
+      } else {
+        delta[i] *= 0.5;
+      }
     }
-    if (gmax < 1e-14) break;
-    std::vector<double> trial(s.size());
-    bool ordered = true;
-    for (size_t i = 0; i < s.size(); ++i) {
-      trial[i] = s[i] - delta * g[i] / gmax;
-      const double prev = i == 0 ? p.lo : trial[i - 1];
-      if (!(trial[i] > prev + kMinGap)) ordered = false;
-    }
-    if (!(trial.back() < p.hi - kMinGap)) ordered = false;
-    std::vector<double> trial_levels;
-    const double Lt = ordered ? objective(p, trial, &trial_levels) : kInf;
-    if (Lt < L) {
-      s = std::move(trial);
-      levels = std::move(trial_levels);
-      L = Lt;
-      delta *= 1.5;
-    } else {
-      delta *= 0.5;
-    }
+    if (!active) break;
   }
   FewbitSolution r = fewbit_evaluate(p, s);
   r.grid = start.grid;
