@@ -76,7 +76,7 @@ void BM_ConvForward(benchmark::State& state) {
 }
 
 // Forward + backward through the tape (dx and dw), the weight changing every step as under an
-// optimizer (so its reorder is paid each time). 3 passes of FLOPs.
+// optimizer (so its reorders are paid each time, as in training). 3 passes of FLOPs.
 void BM_ConvForwardBackward(benchmark::State& state) {
   Tensor x = random({kN, kC, kHW, kHW}, 1).to_layout(layout_arg(state));
   x.set_requires_grad(true);
@@ -116,7 +116,7 @@ void BM_ConvBackwardWeights(benchmark::State& state) {
 }
 
 // Reordering a 512x512x3x3 weight to the primitive's format: what the weight cache saves per
-// conv call when the weight has not changed (range(0) = 1: through the cache).
+// eval-mode conv call (range(0) = 1: through the cache) on a tiny input where it dominates.
 void BM_ConvWeightReorder512(benchmark::State& state) {
   NoGradScope ng;
   const bool cached = state.range(0) != 0;

@@ -56,7 +56,9 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const C
   const cpu::ConvGeometry g = check_conv(x, weight, bias, o);
   // The primitive reads x in its src layout; keep that copy so that backward needs no reorder.
   const Tensor src = cpu::to_layout(x, g.src_layout());
-  Tensor y = cpu::conv_forward(src, weight, bias, g);  // (N, Cout, OH, OW)
+  // A weight that cannot change before the next call (eval, or frozen) keeps its reordered copy.
+  const bool keep_weights = !grad_enabled() || !weight.requires_grad();
+  Tensor y = cpu::conv_forward(src, weight, bias, g, keep_weights);  // (N, Cout, OH, OW)
   if (!needs_grad({&x, &weight, &bias})) return y;
 
   const bool want_dx = x.requires_grad();

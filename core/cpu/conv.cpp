@@ -101,10 +101,10 @@ ConvPlan& backward_weights_plan(const ConvGeometry& g, const std::shared_ptr<Con
 
 }  // namespace
 
-Tensor conv_forward(const Tensor& x, const Tensor& w, const Tensor& b, const ConvGeometry& g) {
+Tensor conv_forward(const Tensor& x, const Tensor& w, const Tensor& b, const ConvGeometry& g, bool keep_weights) {
   auto plan = plan_for(g);
   const Tensor src = to_layout(x, g.src_layout());
-  const Tensor wbuf = weights_as(w, plan->wplain, plan->fwd_pd.weights_desc());
+  const Tensor wbuf = weights_as(w, plan->wplain, plan->fwd_pd.weights_desc(), keep_weights);
   Tensor y = Tensor::empty(Shape{g.N, g.Cout, g.OH, g.OW}, DType::f32, g.dst_layout());  // (N, Cout, OH, OW)
   std::unordered_map<int, memory> args{{DNNL_ARG_SRC, memory_of(src, plan->src)},
                                        {DNNL_ARG_WEIGHTS, memory_of(wbuf, plan->fwd_pd.weights_desc())},
@@ -118,7 +118,7 @@ Tensor conv_backward_data(const Tensor& gy, const Tensor& w, const ConvGeometry&
   auto plan = plan_for(g);
   ConvPlan& p = backward_data_plan(g, plan);
   const Tensor diff_dst = to_layout(gy, g.dst_layout());
-  const Tensor wbuf = weights_as(w, p.wplain, p.bd_pd.weights_desc());
+  const Tensor wbuf = weights_as(w, p.wplain, p.bd_pd.weights_desc(), false);
   Tensor dx = Tensor::empty(Shape{g.N, g.Cin, g.H, g.W}, DType::f32, g.src_layout());  // (N, Cin, H, W)
   execute(p.bd, p.bd_pd,
           {{DNNL_ARG_DIFF_DST, memory_of(diff_dst, p.dst)},

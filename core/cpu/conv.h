@@ -25,7 +25,8 @@ struct ConvGeometry {
 };
 
 // y (N, Cout, OH, OW) in dst_layout(). x in any layout; bias (Cout) or undefined.
-Tensor conv_forward(const Tensor& x, const Tensor& w, const Tensor& b, const ConvGeometry& g);
+// keep_weights: the weight will be used again unchanged (eval, frozen): keep its reordered copy.
+Tensor conv_forward(const Tensor& x, const Tensor& w, const Tensor& b, const ConvGeometry& g, bool keep_weights);
 // dx (N, Cin, H, W) in src_layout(), from gy (any layout) and the plain weight.
 Tensor conv_backward_data(const Tensor& gy, const Tensor& w, const ConvGeometry& g);
 // gw (Cout, Cin/groups, KH, KW) plain and gb (Cout) when has_bias, from x and gy (any layout).

@@ -1,5 +1,6 @@
 #include "core/cpu/weight_cache.h"
 
+#include <algorithm>
 #include <atomic>
 #include <memory>
 #include <mutex>
@@ -30,27 +31,26 @@ Cache& cache() {
 std::atomic<int64_t> g_reorders{0};
 }  // namespace
 
-Tensor weights_as(const Tensor& w, const dnnl::memory::desc& plain, const dnnl::memory::desc& want) {
+Tensor weights_as(const Tensor& w, const dnnl::memory::desc& plain, const dnnl::memory::desc& want, bool keep) {
   if (want == plain) return w;
   Cache& c = cache();
   std::unique_lock lock(c.mutex);
-  const bool cacheable = c.enabled && w.storage()->allocation->tag() == MemTag::Parameter;
-  if (cacheable) {
+  const bool parameter = w.storage()->allocation->tag() == MemTag::Parameter;
+  if (c.enabled && parameter) {
     // Drop entries whose weight is gone (its storage address may be reused).
     std::erase_if(c.entries, [](const Entry& e) { return e.storage.expired(); });
-    for (Entry& e : c.entries)
-      if (e.key == w.storage().get() && e.plain == plain && e.want == want) {
-        if (e.version == w.version()) return e.buffer;
-        e.buffer = Tensor();  // stale: free it before reordering again
-        ++g_reorders;
-        e.buffer = reorder_into_buffer(w, plain, want, MemTag::Workspace);
-        e.version = w.version();
-        return e.buffer;
-      }
+    auto it = std::find_if(c.entries.begin(), c.entries.end(), [&](const Entry& e) {
+      return e.key == w.storage().get() && e.plain == plain && e.want == want;
+    });
+    if (it != c.entries.end()) {
+      if (it->version == w.version()) return it->buffer;
+      c.entries.erase(it);  // stale: free it before reordering again
+    }
   }
   ++g_reorders;
   Tensor buffer = reorder_into_buffer(w, plain, want, MemTag::Workspace);
-  if (cacheable) c.entries.push_back(Entry{w.storage(), w.storage().get(), w.version(), plain, want, buffer});
+  if (c.enabled && parameter && keep)
+    c.entries.push_back(Entry{w.storage(), w.storage().get(), w.version(), plain, want, buffer});
   return buffer;
 }
 

@@ -1,13 +1,16 @@
 #pragma once
 // Cache of weights reordered into a primitive's preferred (blocked) format. Weights stay plain
 // OIHW (PyTorch layout, for checkpoints); a convolution asks for them in, e.g., OIhw16i16o.
-// Entries are keyed by the weight's storage, its in-place version and the wanted format, so
-// an optimizer step (which bumps the version) invalidates them; an entry whose weight was
-// freed is dropped. The copies are allocator-accounted under the Workspace tag.
-// Only model parameters (allocation tagged Parameter) are cached: their one writer, the
-// optimizer, bumps the version. Any other tensor (a test's weight that a gradient check
-// perturbs in place) is reordered on every call. Code that writes into a parameter's data
-// directly must call bump_version(), or clear_weight_cache().
+// Entries are keyed by the weight's storage, its in-place version and the wanted format, so an
+// optimizer step (which bumps the version) invalidates them; an entry whose weight was freed
+// is dropped. The copies are allocator-accounted under the Workspace tag.
+//
+// What is kept: only model parameters (allocation tagged Parameter: their one writer, the
+// optimizer, bumps the version) and only when the caller says the weight will be reused as is
+// (`keep`: eval/inference, or a frozen weight). A training step changes every weight, so
+// keeping its copies would only hold memory; such calls reorder, and free any stale entry.
+// Code that writes into a parameter's data directly must call bump_version() (or
+// clear_weight_cache()).
 #include <cstdint>
 
 #include "core/cpu/dnnl_context.h"
@@ -15,8 +18,8 @@
 namespace packrat::cpu {
 
 // `w` laid out as `want`: `w` itself when `want` equals `plain` (how w lies), else a reordered
-// copy (1-d f32 buffer), from the cache when the weight has not changed since.
-Tensor weights_as(const Tensor& w, const dnnl::memory::desc& plain, const dnnl::memory::desc& want);
+// copy (1-d f32 buffer), from the cache when the weight has not changed since it was kept.
+Tensor weights_as(const Tensor& w, const dnnl::memory::desc& plain, const dnnl::memory::desc& want, bool keep);
 
 void set_weight_cache_enabled(bool on);  // on by default
 bool weight_cache_enabled();

@@ -145,6 +145,7 @@ TEST(Conv2dOp, SavesNothingWithoutGradAndReleasesEverythingAfterBackward) {
 }
 
 TEST(Conv2dOp, WeightCacheReordersOncePerVersion) {
+  cpu::clear_weight_cache();
   Tensor x = random_tensor({1, 16, 6, 6}, 1).to_layout(Layout::nChw16c);
   Tensor w = Tensor::empty({32, 16, 3, 3}, DType::f32, Layout::Plain, MemTag::Parameter);  // a model parameter
   std::ranges::copy(random_tensor({32, 16, 3, 3}, 2).span<float>(), w.span<float>().begin());
@@ -160,12 +161,27 @@ TEST(Conv2dOp, WeightCacheReordersOncePerVersion) {
   EXPECT_EQ(cpu::weight_cache_reorders(), r0 + 1);
   const auto a = y1.to_vector(), b = y2.to_vector();
   for (size_t i = 0; i < a.size(); ++i) ASSERT_NEAR(b[i], 2.0f * a[i], 1e-4f);
+  // A training forward (the weight requires grad, the optimizer will change it) keeps no copy,
+  // and frees the one it made stale.
+  w.set_requires_grad(true);
+  w.bump_version();
+  ops::conv2d(x, w, Tensor(), {});
+  EXPECT_EQ(cpu::weight_cache_reorders(), r0 + 2);
+  EXPECT_EQ(cpu::weight_cache_bytes(), 0);
+  clear_tape();
+  {
+    NoGradScope eval;  // eval: kept again
+    ops::conv2d(x, w, Tensor(), {});
+    ops::conv2d(x, w, Tensor(), {});
+    EXPECT_EQ(cpu::weight_cache_reorders(), r0 + 3);
+    EXPECT_GT(cpu::weight_cache_bytes(), 0);
+  }
   // A tensor that is not a parameter is never cached (a gradient check perturbs it in place).
   Tensor other = random_tensor({32, 16, 3, 3}, 3);
   const int64_t held = cpu::weight_cache_bytes();
   ops::conv2d(x, other, Tensor(), {});
   ops::conv2d(x, other, Tensor(), {});
-  EXPECT_EQ(cpu::weight_cache_reorders(), r0 + 3);
+  EXPECT_EQ(cpu::weight_cache_reorders(), r0 + 5);
   EXPECT_EQ(cpu::weight_cache_bytes(), held);
   w = Tensor();  // a freed weight's entry no longer counts
   EXPECT_LT(cpu::weight_cache_bytes(), held);
