@@ -95,8 +95,9 @@ TEST(FewBitSolver, RefinementReachesTheBorderCondition) {
   const auto ps = make_fewbit_problem(selu.df, o);
   const auto s = fewbit_refine(ps, solve_fewbit(selu.df, {3}, o)[0]);
   for (size_t i = 0; i < s.borders.size(); ++i)
-    if (std::abs(s.borders[i]) > 1e-6)
+    if (std::abs(s.borders[i]) > 1e-6) {
       EXPECT_NEAR(selu.df(s.borders[i]), 0.5 * (s.levels[i] + s.levels[i + 1]), 2e-4) << "selu border " << i;
+    }
 }
 
 // The grid is fine enough: a solve on a much finer grid moves no error in its fourth decimal.

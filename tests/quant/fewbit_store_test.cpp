@@ -39,7 +39,9 @@ std::vector<float> activation_grad(const Tensor& x_in, const char* fn, const Ten
   Tensor x = x_in.clone();
   x.set_requires_grad();
   Tensor out = ops::activation(x, fn);
-  if (store) EXPECT_EQ(store->live_count(), 1u) << fn << " was not saved by the few-bit store";
+  if (store) {
+    EXPECT_EQ(store->live_count(), 1u) << fn << " was not saved by the few-bit store";
+  }
   if (y) *y = out.to_vector();
   backward(out, seed);
   return x.grad().to_vector();
