@@ -231,6 +231,20 @@ inline void dequantize_run(const uint8_t* codes, int64_t n, const GroupParams& p
   for (; i < n; ++i) out[i] = dequantize_value(codes[i], p);
 }
 
+// Calls fn(g0, g1) over ranges of about `grain` groups. Dynamic scheduling: on a machine shared
+// with other jobs, a thread that gets descheduled does not hold the others at the barrier with
+// a whole static share of the work.
+template <typename Fn>
+void for_group_ranges(int64_t groups, int64_t grain, Fn&& fn) {
+  const int64_t ranges = (groups + grain - 1) / grain;
+  if (ranges <= 1 || omp_get_max_threads() == 1) {
+    fn(int64_t{0}, groups);
+    return;
+  }
+#pragma omp parallel for schedule(dynamic, 1)
+  for (int64_t r = 0; r < ranges; ++r) fn(r * grain, std::min(groups, (r + 1) * grain));
+}
+
 template <int B>
 void quantize_impl(const float* x, const GroupGeometry& g, Rounding rounding, const QuantNoise& noise, uint8_t* codes,
                    uint8_t* meta, double* group_range_sq) {
@@ -238,7 +252,7 @@ void quantize_impl(const float* x, const GroupGeometry& g, Rounding rounding, co
   const bool stochastic = rounding == Rounding::Stochastic;
   const int meta_size = meta_bytes_per_group(g.meta);
   const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 15) / g.group_size);
-  parallel_chunks(g.groups(), grain, [&](int64_t g0, int64_t g1) {
+  for_group_ranges(g.groups(), grain, [&](int64_t g0, int64_t g1) {
     alignas(64) uint8_t code_buf[kChunk];       // (kChunk,)
     alignas(64) uint16_t rnd[kChunk + 2 * 128];  // (blocks covering a chunk, 128)
     for (int64_t gi = g0; gi < g1; ++gi) {
@@ -268,7 +282,7 @@ template <int B>
 void dequantize_impl(const uint8_t* codes, const uint8_t* meta, const GroupGeometry& g, float* out) {
   const int meta_size = meta_bytes_per_group(g.meta);
   const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 15) / g.group_size);
-  parallel_chunks(g.groups(), grain, [&](int64_t g0, int64_t g1) {
+  for_group_ranges(g.groups(), grain, [&](int64_t g0, int64_t g1) {
     alignas(64) uint8_t code_buf[kChunk];  // (kChunk,)
     for (int64_t gi = g0; gi < g1; ++gi) {
       const int64_t start = g.group_start(gi), len = g.group_len(gi);
