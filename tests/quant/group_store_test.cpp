@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <map>
 
 #include "autograd/ops.h"
 #include "autograd/pointwise.h"
@@ -287,6 +288,62 @@ TEST(GroupStore, ServesLinearLayerThroughAutograd) {
   EXPECT_LT(std::sqrt(err / norm), 0.1);
   EXPECT_GT(err, 0.0);  // the input really was quantized
   EXPECT_EQ(quant.second, exact.second);  // dx = dy W needs only the (exact) weight
+}
+
+
+// conv -> batchnorm -> relu -> conv -> maxpool at 2 bits: every request kind of a ResNet block is
+// served (quantized inputs, exact 1-bit relu mask, 2-bit argmax, exact batchnorm statistics),
+// the saved bytes are under a twelfth of FP32's, backward runs and Saved returns to zero.
+TEST(GroupStore, ConvBlockSavesUnderATwelfthOfFp32) {
+  auto param = [](const Shape& s, uint64_t k, float scale) {
+    Tensor p = Tensor::empty(s, DType::f32, Layout::Plain, MemTag::Parameter);
+    Tensor v = random_tensor(s, k, -scale, scale);
+    std::memcpy(p.raw(), v.raw(), v.nbytes());
+    return p;
+  };
+  Tensor w1 = param({32, 32, 3, 3}, 1, 0.1f), w2 = param({32, 32, 3, 3}, 2, 0.1f);
+  Tensor gamma = param({32}, 3, 1.0f), beta = param({32}, 4, 1.0f);
+  Tensor mean = param({32}, 5, 0.0f), var = Tensor::empty({32}, DType::f32, Layout::Plain, MemTag::Parameter);
+  for (int i = 0; i < 32; ++i) var.data<float>()[i] = 1.0f;
+  for (Tensor* t : {&w1, &w2, &gamma, &beta}) t->set_requires_grad();
+  Tensor x = random_tensor({4, 32, 16, 16}, 6);
+  Tensor seed = random_tensor({4, 32, 8, 8}, 7);
+  ops::Conv2dOptions co;
+  co.pad_h = co.pad_w = 1;
+  ops::Pool2dOptions po{2, 2, 2, 2};
+
+  auto run = [&](StorePolicy& policy, std::vector<SavedRecord>* recs) {
+    PolicyScope scope(policy);
+    const int64_t before = saved_bytes();
+    Tensor c1 = ops::conv2d(x, w1, Tensor(), co);
+    Tensor r1 = ops::relu(ops::batchnorm2d(c1, gamma, beta, mean, var, true));
+    Tensor out = ops::maxpool2d(ops::conv2d(r1, w2, Tensor(), co), po);
+    const int64_t held = saved_bytes() - before;
+    if (recs) *recs = policy.describe();
+    backward(out, seed.to_layout(out.layout()));
+    EXPECT_EQ(saved_bytes(), before);
+    return held;
+  };
+  Fp32Policy fp32;
+  const int64_t fp32_bytes = run(fp32, nullptr);
+  GroupStore store(options(2));
+  OneStorePolicy policy(store);
+  std::vector<SavedRecord> recs;
+  const int64_t q_bytes = run(policy, &recs);
+  EXPECT_LE(q_bytes * 12, fp32_bytes) << q_bytes << " vs " << fp32_bytes;
+  int64_t sum = 0;
+  std::map<std::string, int> kinds;
+  for (const auto& r : recs) {
+    sum += r.bytes;
+    kinds[r.op + "/" + r.scheme + "/" + std::to_string(static_cast<int>(r.bits))]++;
+  }
+  EXPECT_EQ(sum, q_bytes);  // the report counts exactly what the allocator holds
+  EXPECT_EQ(kinds["conv2d/actnn/2"], 2);
+  EXPECT_EQ(kinds["batchnorm2d/actnn/2"], 1);
+  EXPECT_EQ(kinds["relu/actnn/1"], 1);
+  EXPECT_EQ(kinds["maxpool2d/actnn/2"], 1);
+  EXPECT_GE(kinds["batchnorm2d/fp32/32"], 1);  // statistics kept exactly
+  EXPECT_TRUE(std::isfinite(w1.grad().to_vector()[0]));
 }
 
 }  // namespace
