@@ -5,10 +5,24 @@
 #include <mutex>
 
 #include "autograd/fp32_store.h"
+#include "autograd/pointwise.h"
 #include "core/error.h"
 #include "quant/fewbit_store.h"
+#include "quant/group_store.h"
+#include "quant/mixed_store.h"
 
 namespace packrat {
+
+std::vector<std::string> saving_op_kinds() {
+  return {"conv2d", "linear", "matmul", "batchnorm2d", "layernorm", "maxpool2d", "softmax", "cross_entropy",
+          "dropout", "embedding", "mul"};
+}
+
+bool is_op_kind(std::string_view op) {
+  for (const auto& k : saving_op_kinds())
+    if (k == op) return true;
+  return is_pointwise_name(op);
+}
 
 bool glob_match(std::string_view pattern, std::string_view text) {
   const std::string p(pattern), t(text);
@@ -28,6 +42,9 @@ std::map<std::string, Scheme>& schemes() {  // callers hold g_schemes_mutex
     std::map<std::string, Scheme> t;
     t["fp32"] = {[](SchemeOptions&) { return std::make_unique<Fp32Store>(); }, false};
     t["fewbit"] = {make_fewbit_store, false};
+    t["actnn"] = {make_group_store, true};
+    t["mixed"] = {make_mixed_store, true};
+    t["deterministic"] = {make_deterministic_store, false};
     return t;
   }();
   return table;

@@ -294,6 +294,11 @@ SchemeSpec parse_scheme(YAML::Node n, const std::string& full_key, const Section
       } else {
         parent.error_at(kp, v.Mark(), "must be a list of strings");
       }
+      if (k == "ops")
+        for (const auto& op : out)
+          if (!is_op_kind(op))
+            parent.error_at(kp, v.Mark(), fmt::format("unknown op '{}'; ops that save tensors: {}, or an activation "
+                                                      "name (relu, gelu, silu, ...)", op, join(saving_op_kinds())));
     } else {
       if (!v.IsScalar()) parent.error_at(kp, v.Mark(), "scheme options must be single values");
       spec.options[k] = v.Scalar();

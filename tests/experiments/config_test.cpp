@@ -129,6 +129,9 @@ TEST(Config, SavedTensorsRulesKeepOptionsAndWhere) {
   EXPECT_TRUE(contains(unknown, "unknown scheme 'zip'")) << unknown;
   EXPECT_TRUE(contains(unknown, "fp32")) << unknown;
   EXPECT_TRUE(contains(error_of(std::string(kMinimal) + "saved_tensors:\n  rules:\n    - {scheme: fp32}\n"), "ops"));
+  const std::string op = error_of(std::string(kMinimal) + "saved_tensors:\n  rules:\n    - {ops: [conv], scheme: fp32}\n");
+  EXPECT_TRUE(contains(op, "saved_tensors.rules[0].ops (line 10)")) << op;
+  EXPECT_TRUE(contains(op, "unknown op 'conv'")) << op;
 }
 
 TEST(Config, ResolvedYamlRoundTrips) {
@@ -148,4 +151,20 @@ TEST(Config, ResolvedYamlRoundTrips) {
   EXPECT_EQ(b.data.train_transforms, a.data.train_transforms);
   ASSERT_EQ(b.saved_tensors.rules.size(), 1u);
   EXPECT_EQ(b.saved_tensors.rules[0].layers[0], "layer*");
+}
+
+TEST(Config, ShippedConfigsParse) {
+  for (const char* name : {"quickstart.yaml", "resnet18_gelu_3bit.yaml"}) {
+    const Config c = load_config(std::string(PACKRAT_SOURCE_DIR) + "/configs/" + name);
+    EXPECT_FALSE(c.model.arch.empty()) << name;
+  }
+  const Config q = load_config(std::string(PACKRAT_SOURCE_DIR) + "/configs/quickstart.yaml");
+  EXPECT_EQ(q.data.dataset, "fashion_mnist");
+  EXPECT_EQ(q.model.arch, "resnet20");
+  const Config r = load_config(std::string(PACKRAT_SOURCE_DIR) + "/configs/resnet18_gelu_3bit.yaml");
+  EXPECT_EQ(r.model.activation, "gelu");
+  EXPECT_EQ(r.saved_tensors.default_scheme.scheme, "actnn");
+  ASSERT_EQ(r.saved_tensors.rules.size(), 1u);
+  EXPECT_EQ(r.saved_tensors.rules[0].spec.scheme, "fewbit");
+  EXPECT_EQ(r.saved_tensors.rules[0].spec.options.at("bits"), "3");
 }

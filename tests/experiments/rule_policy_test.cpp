@@ -1,5 +1,7 @@
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "autograd/fp32_store.h"
 #include "autograd/pointwise.h"
 #include "core/error.h"
@@ -153,4 +155,20 @@ TEST(RulePolicy, FewbitRuleServesActivationsOnly) {
     EXPECT_NE(std::string(e.what()).find("saved_tensors.rules[0] (line 5)"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("bits"), std::string::npos) << e.what();
   }
+}
+
+TEST(RulePolicy, ActnnDefaultGetsTheRunSeedAndServesValues) {
+  StorePolicySpec spec;
+  spec.default_scheme.scheme = "actnn";
+  spec.default_scheme.options["bits"] = "4";
+  spec.seed = 1234;
+  RulePolicy p(spec);
+  EXPECT_EQ(p.store_for(request("conv2d", "layer1.0.conv1")).scheme(), "actnn");
+  for (const char* s : {"fp32", "fewbit", "actnn", "mixed", "deterministic"}) {
+    const auto all = available_schemes();
+    EXPECT_NE(std::find(all.begin(), all.end(), s), all.end()) << s;
+  }
+  // A seed written in the config wins over the run seed; a bad one is reported.
+  spec.default_scheme.options["seed"] = "-1";
+  EXPECT_THROW(RulePolicy bad(spec), Error);
 }
