@@ -1,9 +1,11 @@
 // fewbit: the Few-Bit Backward tables from the command line.
-//   fewbit table --fn gelu --bits 3 [--weight uniform|normal] [--refine true|false]
-//       borders, levels and the approximation error as JSON
+//   fewbit table --fn gelu --bits 3 [--weight uniform|normal] [--refine true|false] [--A -10] [--B 10]
+//       borders, levels and the approximation error as JSON (other options than the defaults
+//       solve a table now instead of printing the shipped one)
 //   fewbit errors              CSV `fn,bits,error`: eq. 3, uniform weight on [-10, 10], bits 1..4
 //   fewbit generate [--out quant/fewbit_tables_data.cpp]   (re)solve every shipped table
 //   fewbit check-tables        re-solve every shipped table; exit 1 when one has drifted
+//   fewbit help
 //   fewbit plot-data --fn gelu [--from -6] [--to 6] [--step 0.005]
 //       whitespace columns x, f'(x), q_1bit(x) .. q_4bit(x), for scripts/plot_fewbit.sh
 // Bad input: one line on stderr and exit code 2.
@@ -22,7 +24,7 @@ using namespace packrat;
 namespace {
 
 constexpr const char* kUsage =
-    "usage: fewbit table --fn NAME --bits B [--weight uniform|normal] [--refine true|false]\n"
+    "usage: fewbit table --fn NAME --bits B [--weight uniform|normal] [--refine true|false] [--A X] [--B X]\n"
     "       fewbit errors | fewbit generate [--out FILE] | fewbit check-tables\n"
     "       fewbit plot-data --fn NAME [--from X] [--to X] [--step H]";
 
@@ -68,7 +70,7 @@ struct Args {
 };
 
 Args parse(int argc, char** argv) {
-  PACKRAT_CHECK(argc >= 2, "fewbit: no command given\n{}", kUsage);
+  PACKRAT_CHECK(argc >= 2, "fewbit: no command given (table, errors, generate, check-tables, plot-data; see `fewbit help`)");
   Args a;
   a.command = argv[1];
   for (int i = 2; i < argc; ++i) {
@@ -86,6 +88,9 @@ FewbitTableOptions table_options(Args& a) {
   const std::string r = a.get("refine", "true");
   PACKRAT_CHECK(r == "true" || r == "false", "fewbit {}: --refine must be true or false, got '{}'", a.command, r);
   o.refine = r == "true";
+  o.A = a.number("A", -10);
+  o.B = a.number("B", 10);
+  PACKRAT_CHECK(o.B > o.A, "fewbit {}: the weight interval [{}, {}] is empty", a.command, o.A, o.B);
   return o;
 }
 
@@ -101,6 +106,10 @@ std::vector<FewbitTable> regenerate_all() {
 
 int run(int argc, char** argv) {
   Args a = parse(argc, argv);
+  if (a.command == "help" || a.command == "--help") {
+    std::printf("%s\n", kUsage);
+    return 0;
+  }
   if (a.command == "table") {
     const std::string fn = a.get("fn", "", true);
     const int bits = a.integer("bits");
@@ -162,7 +171,7 @@ int run(int argc, char** argv) {
     }
     return 0;
   }
-  fail("fewbit: unknown command '{}'\n{}", a.command, kUsage);
+  fail("fewbit: unknown command '{}' (table, errors, generate, check-tables, plot-data; see `fewbit help`)", a.command);
 }
 
 }  // namespace

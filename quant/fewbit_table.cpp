@@ -28,6 +28,8 @@ FewbitSolverOptions solver_options(const FewbitTableOptions& o, bool even, std::
   FewbitSolverOptions s;
   s.weight = o.weight;
   s.refine = o.refine;
+  s.A = o.A;
+  s.B = o.B;
   s.even = even;
   s.breakpoints = std::move(breakpoints);
   return s;
@@ -160,7 +162,7 @@ namespace {
 struct Cache {
   std::mutex mutex;
   // (function, bits, options) -> table; node-based, so references stay valid.
-  std::map<std::tuple<std::string, int, FewbitWeight, bool>, std::unique_ptr<FewbitTable>> tables;
+  std::map<std::tuple<std::string, int, FewbitWeight, bool, double, double>, std::unique_ptr<FewbitTable>> tables;
 };
 Cache& cache() {
   static Cache c;
@@ -176,7 +178,7 @@ const FewbitTable* find_shipped(std::string_view fn, int bits) {
 template <typename Solve>
 const FewbitTable& cached(std::string_view fn, int bits, const FewbitTableOptions& o, Solve&& solve) {
   auto& c = cache();
-  const auto key = std::make_tuple(std::string(fn), bits, o.weight, o.refine);
+  const auto key = std::make_tuple(std::string(fn), bits, o.weight, o.refine, o.A, o.B);
   {
     std::lock_guard lock(c.mutex);
     auto it = c.tables.find(key);
@@ -194,7 +196,7 @@ const FewbitTable& fewbit_table(std::string_view fn, int bits, const FewbitTable
   const FewbitFunction& f = fewbit_function(fn);
   check_table_bits(fn, bits, f.step);
   if (f.step) return cached(fn, 1, FewbitTableOptions{}, [&] { return exact_step_table(f); });
-  if (o.weight == FewbitWeight::Uniform && o.refine)
+  if (o.shipped())
     if (const FewbitTable* t = find_shipped(fn, bits)) return *t;
   return cached(fn, bits, o, [&] { return solve_builtin_tables(fn, {bits}, o)[0]; });
 }

@@ -69,9 +69,8 @@ struct FewbitTable {
 struct FewbitTableOptions {
   FewbitWeight weight = FewbitWeight::Uniform;
   bool refine = true;
-  bool operator<(const FewbitTableOptions& o) const {
-    return weight != o.weight ? weight < o.weight : refine < o.refine;
-  }
+  double A = -10, B = 10;  // the weight's interval
+  bool shipped() const { return weight == FewbitWeight::Uniform && refine && A == -10 && B == 10; }
 };
 
 // The table of a built-in activation by name. Throws for an unknown name, or bits outside 1..4

@@ -129,6 +129,20 @@ TEST(FewBitSolver, EvenFoldReportsTheFullLineError) {
     direct += r * r * h;
   }
   EXPECT_NEAR(direct, t.error, 1e-6);
+
+  // An interval that is not symmetric folds to the weight w(u) + w(-u) on [0, 8].
+  FewbitTableOptions o;
+  o.A = -3;
+  o.B = 8;
+  const FewbitTable& a = fewbit_table("tanh", 2, o);
+  EXPECT_EQ(a.A, -3);
+  direct = 0;
+  const double h2 = 11.0 / n;
+  for (int i = 0; i < n; ++i) {
+    const double x = -3 + (i + 0.5) * h2, r = f.df(x) - a(x);
+    direct += r * r * h2;
+  }
+  EXPECT_NEAR(direct, a.error, 1e-6);
 }
 
 // The double-precision f' the tables approximate is the activation the ops run.
