@@ -51,7 +51,7 @@ void register_group_schemes() {
   std::vector<std::string> names = {"actnn", "gact"};
   for (const auto& p : group_presets()) names.push_back(p.name);
   for (const auto& name : names)
-    register_scheme(name, [name](SchemeOptions& o) { return make_group_scheme_store(name, o); });
+    register_scheme(name, [name](SchemeOptions& o) { return make_group_scheme_store(name, o); }, /*seeded=*/true);
 }
 
 }  // namespace packrat

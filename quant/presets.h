@@ -34,7 +34,8 @@ const GroupPreset* find_group_preset(const std::string& name);  // null when not
 std::unique_ptr<SavedTensorStore> make_group_scheme_store(const std::string& scheme, SchemeOptions& o);
 
 // Registers "actnn", "gact" and every preset with the rule policy's scheme registry
-// (quant/rule_policy.h). Idempotent; executables call it before reading a config.
+// (quant/rule_policy.h), seeded (the run seed fills `seed`). Idempotent; executables call it
+// before reading a config.
 void register_group_schemes();
 
 }  // namespace packrat
