@@ -33,7 +33,7 @@ TEST(DropoutOp, KeepRateIsOneMinusPAndKeptValuesAreScaled) {
 TEST(DropoutOp, MaskIsSavedExactlyAndIsPhiloxOfTheElementIndex) {
   Fp32Policy policy;
   PolicyScope scope(policy);
-  const int64_t n = 1001;  // not a multiple of 4: the tail group
+  const int64_t n = 1001;  // not a multiple of the 256-element block: a tail
   const float p = 0.3f;
   Tensor x = random_tensor({n}, 5).set_requires_grad(true);
   Tensor y = ops::dropout(x, p, true, 123, 9);
@@ -47,9 +47,9 @@ TEST(DropoutOp, MaskIsSavedExactlyAndIsPhiloxOfTheElementIndex) {
   const std::vector<float> vx = x.to_vector(), vy = y.to_vector(), vs = seed.to_vector(), g = x.grad().to_vector();
   const float scale = 1.0f / (1.0f - p);
   for (int64_t i = 0; i < n; ++i) {
-    uint32_t w[4];
-    Philox4x32::generate(123, 9, static_cast<uint64_t>(i / 4), w);
-    const bool keep = Philox4x32::to_uniform(w[i % 4]) >= p;
+    uint32_t w[4];  // element i = 256 b + r: word r / 64 of counter 64 b + r % 64
+    Philox4x32::generate(123, 9, static_cast<uint64_t>(64 * (i / 256) + i % 64), w);
+    const bool keep = Philox4x32::to_uniform(w[(i % 256) / 64]) >= p;
     EXPECT_EQ(vy[i], keep ? vx[i] * scale : 0.0f) << i;
     EXPECT_EQ(g[i], keep ? vs[i] * scale : 0.0f) << i;  // the mask of backward is the mask of forward
   }
