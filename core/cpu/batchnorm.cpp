@@ -1,5 +1,7 @@
 #include "core/cpu/batchnorm.h"
 
+#include <atomic>
+
 #include "core/cpu/dnnl_context.h"
 
 namespace packrat::cpu {
@@ -28,10 +30,17 @@ void add_affine(std::unordered_map<int, memory>& args, const Tensor& weight, con
   if (weight.defined()) args.emplace(DNNL_ARG_SCALE, memory_of(weight, channel_desc(C)));
   if (bias.defined()) args.emplace(DNNL_ARG_SHIFT, memory_of(bias, channel_desc(C)));
 }
+
+std::atomic<BatchNormKernel> g_kernel{BatchNormKernel::Loops};
+bool use_loops() { return g_kernel.load() == BatchNormKernel::Loops; }
 }  // namespace
+
+void set_batchnorm_kernel(BatchNormKernel k) { g_kernel = k; }
+BatchNormKernel batchnorm_kernel() { return g_kernel.load(); }
 
 void batchnorm_forward_training(const Tensor& x, const Tensor& weight, const Tensor& bias, float eps, Tensor& y,
                                 Tensor& mean, Tensor& var) {
+  if (use_loops()) return batchnorm_forward_training_loops(x, weight, bias, eps, y, mean, var);
   const int64_t C = x.dim(1);
   const memory::desc data = desc_of(x);
   auto pd = forward_pd(data, eps, flags_for(weight.defined(), bias.defined(), false), dnnl::prop_kind::forward_training);
@@ -48,6 +57,7 @@ void batchnorm_forward_training(const Tensor& x, const Tensor& weight, const Ten
 
 Tensor batchnorm_forward_inference(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& mean,
                                    const Tensor& var, float eps) {
+  if (use_loops()) return batchnorm_forward_inference_loops(x, weight, bias, mean, var, eps);
   const int64_t C = x.dim(1);
   const memory::desc data = desc_of(x);
   auto pd = forward_pd(data, eps, flags_for(weight.defined(), bias.defined(), true), dnnl::prop_kind::forward_inference);
@@ -63,6 +73,8 @@ Tensor batchnorm_forward_inference(const Tensor& x, const Tensor& weight, const 
 
 void batchnorm_backward(const Tensor& x, const Tensor& gy, const Tensor& weight, bool has_bias, const Tensor& mean,
                         const Tensor& var, float eps, bool global_stats, Tensor& dx, Tensor& dweight, Tensor& dbias) {
+  if (use_loops())
+    return batchnorm_backward_loops(x, gy, weight, has_bias, mean, var, eps, global_stats, dx, dweight, dbias);
   const int64_t C = x.dim(1);
   const memory::desc data = desc_of(x);
   const Tensor diff_dst = to_layout(gy, x.layout());

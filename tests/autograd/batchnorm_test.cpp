@@ -7,6 +7,7 @@
 #include "autograd/fp32_store.h"
 #include "autograd/ops.h"
 #include "autograd/tape.h"
+#include "core/cpu/batchnorm.h"
 #include "tests/golden/dnnl/golden.h"
 #include "tests/support/gradcheck.h"
 
@@ -179,5 +180,45 @@ TEST(BatchNormOpGolden, MatchesPyTorchOutputsGradientsAndRunningStatistics) {
       NoGradScope ng;
       expect_matches_golden(ops::batchnorm2d(x, w, b, rm, rv, false), golden(g, name + ".y_eval"), "y_eval");
     }
+  }
+}
+
+TEST(BatchNormOp, LoopAndOneDnnKernelsAgreeInBothLayouts) {
+  struct Result {
+    std::vector<float> y, dx, dw, db, rm, rv, y_eval, dx_eval;
+  };
+  auto run = [](cpu::BatchNormKernel k, Layout l) {
+    cpu::set_batchnorm_kernel(k);
+    Result r;
+    Tensor x = random_tensor({3, 32, 3, 5}, 1, -1.0f, 3.0f).to_layout(l).clone();
+    x.set_requires_grad(true);
+    Tensor w = param({32}, 2), b = param({32}, 3);
+    Tensor rm = Tensor::zeros({32}), rv = Tensor::full({32}, 1.0f);
+    Tensor seed = random_tensor(x.shape(), 4).to_layout(l);
+    Tensor y = ops::batchnorm2d(x, w, b, rm, rv, true);
+    backward(y, seed);
+    r.y = y.to_vector(), r.dx = x.grad().to_vector(), r.dw = w.grad().to_vector(), r.db = b.grad().to_vector();
+    r.rm = rm.to_vector(), r.rv = rv.to_vector();
+    x.zero_grad();
+    Tensor ye = ops::batchnorm2d(x, w, b, rm, rv, false);
+    backward(ye, seed);
+    r.y_eval = ye.to_vector(), r.dx_eval = x.grad().to_vector();
+    cpu::set_batchnorm_kernel(cpu::BatchNormKernel::Loops);
+    return r;
+  };
+  auto close = [](const std::vector<float>& a, const std::vector<float>& b, const char* what) {
+    ASSERT_EQ(a.size(), b.size()) << what;
+    for (size_t i = 0; i < a.size(); ++i) ASSERT_NEAR(a[i], b[i], 1e-4f * (1 + std::abs(b[i]))) << what << " " << i;
+  };
+  for (Layout l : {Layout::Plain, Layout::nChw16c}) {
+    const Result a = run(cpu::BatchNormKernel::Loops, l), b = run(cpu::BatchNormKernel::Dnnl, l);
+    close(a.y, b.y, "y");
+    close(a.dx, b.dx, "dx");
+    close(a.dw, b.dw, "dw");
+    close(a.db, b.db, "db");
+    close(a.rm, b.rm, "running_mean");
+    close(a.rv, b.rv, "running_var");
+    close(a.y_eval, b.y_eval, "y_eval");
+    close(a.dx_eval, b.dx_eval, "dx_eval");
   }
 }
