@@ -1,9 +1,10 @@
 // Softmax over the last dimension. Saves its output (Need::Value), as PyTorch does; backward is
-// dx = y * (g - sum(g * y)) per row.
+// dx = y * (g - sum(g * y)) per row. exp is the vectorisable one of pointwise_math.h.
 #include <cmath>
 #include <string>
 
 #include "autograd/ops.h"
+#include "autograd/pointwise_math.h"
 #include "autograd/saved_tensor_store.h"
 #include "autograd/tape.h"
 #include "autograd/ops/eltwise_common.h"
@@ -28,12 +29,14 @@ Tensor softmax(const Tensor& x_any) {
     float* out = dst + r * D;
     float mx = in[0];
     for (int64_t j = 1; j < D; ++j) mx = std::max(mx, in[j]);
-    double sum = 0;
+    float sum = 0.0f;  // lane-wise partial sums (vectorised reduction)
+#pragma omp simd reduction(+ : sum)
     for (int64_t j = 0; j < D; ++j) {
-      out[j] = std::exp(in[j] - mx);
-      sum += out[j];
+      const float e = pwmath::fast_exp(in[j] - mx);
+      out[j] = e;
+      sum += e;
     }
-    const float inv = static_cast<float>(1.0 / sum);
+    const float inv = 1.0f / sum;
     for (int64_t j = 0; j < D; ++j) out[j] *= inv;
   });
   if (needs_grad({&x_any})) {
