@@ -321,6 +321,11 @@ std::string MixedStore::summary() const {
                      storage_mode_name(options_.mode), s.bits(), s.code_bits(), 100.0 * s.mix_fraction(), s.tensors);
 }
 
+void set_training_progress(StorePolicy& policy, double fraction) {
+  for (SavedTensorStore* s : policy.stores())
+    if (auto* m = dynamic_cast<MixedStore*>(s)) m->set_progress(fraction);
+}
+
 // ---- factories ----------------------------------------------------------------------------
 
 namespace {

@@ -147,6 +147,10 @@ class MixedStore : public SavedTensorStore {
   MixedStoreStats stats_;
 };
 
+// Sets the training progress (fraction in [0, 1]) of every mixed store of a policy, e.g. at each
+// epoch start: set_training_progress(policy, double(epoch) / epochs). Other stores ignore it.
+void set_training_progress(StorePolicy& policy, double fraction);
+
 // Config factories. "mixed" keys: preset ("2/4@0.5", "2/6@0.3", "3/6@0.4", "4/8@0.2", the
 // thesis's "2bit_4bit_mix" names, or any "A/B@p") or base_bits (2) / mix_bits (4) / mix_prob
 // (0.5); base_levels / mix_levels instead of bits for the sign-magnitude rules; mix_prob_end and

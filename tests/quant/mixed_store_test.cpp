@@ -435,6 +435,8 @@ TEST(MixedStore, LayerRulesQuantizeOneStageAtATime) {
   baseline.spec.options = {{"bits", "2"}, {"bucket_size", "128"}};
   spec.rules = {stage, baseline};
   RulePolicy policy(spec);
+  set_training_progress(policy, 0.25);  // reaches the mixed store, ignored by the others
+  EXPECT_DOUBLE_EQ(as_mixed(policy.store_for(value("layer2.1.conv2"))).progress(), 0.25);
   EXPECT_EQ(policy.store_for(value("layer1.0.conv1")).scheme(), "fp32");
   EXPECT_EQ(policy.store_for(value("layer2.1.conv2")).scheme(), "mixed");
   EXPECT_EQ(policy.store_for(value("layer3.0.conv1")).scheme(), "deterministic");
