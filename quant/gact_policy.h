@@ -105,6 +105,8 @@ class GactStore : public GroupStore, private BitsProvider {
   // "step,index,layer,op,numel,sensitivity,bits" rows for the current table.
   void write_csv(const std::string& path, bool append = false) const;
   const GactOptions& gact_options() const { return gopts_; }
+  // Where every refresh appends its rows, e.g. "<run dir>/gact_bits.csv" ("" : no log).
+  void set_log_path(std::string path) { gopts_.log_path = std::move(path); }
 
  private:
   int bits_for(int64_t index, const SaveRequest& r, const Tensor& x) override;
