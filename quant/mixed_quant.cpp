@@ -477,12 +477,27 @@ void dequantize_mixed(const MixedPacked& p, float* out) {
   const uint8_t* codes = p.codes.data<uint8_t>();
   const uint8_t* meta = p.meta_data.data<uint8_t>();
   parallel_chunks(g.buckets, bucket_grain(g.bucket_size), [&](int64_t b0, int64_t b1) {
-    for (int64_t b = b0; b < b1; ++b) {
+    for (int64_t b = b0; b < b1;) {
       const BucketWidth& w = flags[static_cast<size_t>(b)] ? p.mix : p.base;
-      dispatch_code_bits(w.code_bits, [&](auto cb) {
-        dequantize_bucket<decltype(cb)::value>(codes + off[static_cast<size_t>(b)], g.len(b), w, p.scale, p.meta,
-                                               meta + b * mb, out + g.start(b));
-      });
+      int64_t e = b + 1;  // a run of buckets at the same width
+      while (e < b1 && flags[static_cast<size_t>(e)] == flags[static_cast<size_t>(b)]) ++e;
+      if (per_group_kernel(p.scale, w)) {
+        // A run is a row of equal groups to the per-group dequantizer (codes and metadata contiguous).
+        GroupQuantConfig gc;
+        gc.bits = w.bits;
+        gc.group_size = g.bucket_size;
+        gc.grouping = Grouping::Flat;
+        gc.meta = p.meta;
+        const int64_t n = g.start(e - 1) + g.len(e - 1) - g.start(b);
+        dequantize_groups(codes + off[static_cast<size_t>(b)], meta + b * mb, group_geometry(n, 1, gc), out + g.start(b));
+      } else {
+        for (int64_t k = b; k < e; ++k)
+          dispatch_code_bits(w.code_bits, [&](auto cb) {
+            dequantize_bucket<decltype(cb)::value>(codes + off[static_cast<size_t>(k)], g.len(k), w, p.scale, p.meta,
+                                                   meta + k * mb, out + g.start(k));
+          });
+      }
+      b = e;
     }
   });
 }
