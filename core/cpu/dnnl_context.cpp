@@ -1,5 +1,7 @@
 #include "core/cpu/dnnl_context.h"
 
+#include <omp.h>
+
 namespace packrat::cpu {
 
 using dnnl::memory;
@@ -76,8 +78,20 @@ void reorder_from_buffer(const Tensor& buffer, const memory::desc& from_desc, Te
 }
 
 void reorder(const memory& from, const memory& to) {
-  const dnnl::reorder::primitive_desc pd(dnnl_engine(), from.get_desc(), dnnl_engine(), to.get_desc(), dnnl_attr());
-  execute(dnnl::reorder(pd), pd, {{DNNL_ARG_FROM, from}, {DNNL_ARG_TO, to}});
+  // Small copies (weights) run on the calling thread: waking the OpenMP team costs more than
+  // the copy, and far more when other processes share the cores. The thread count is set
+  // before the primitive is created (oneDNN keys its primitive cache on it).
+  const bool small = from.get_desc().get_size() < (size_t{4} << 20);
+  const int threads = omp_get_max_threads();
+  if (small) omp_set_num_threads(1);
+  try {
+    const dnnl::reorder::primitive_desc pd(dnnl_engine(), from.get_desc(), dnnl_engine(), to.get_desc(), dnnl_attr());
+    execute(dnnl::reorder(pd), pd, {{DNNL_ARG_FROM, from}, {DNNL_ARG_TO, to}});
+  } catch (...) {
+    if (small) omp_set_num_threads(threads);
+    throw;
+  }
+  if (small) omp_set_num_threads(threads);
 }
 
 void execute(const dnnl::primitive& p, const dnnl::primitive_desc_base& pd, std::unordered_map<int, memory> args) {
