@@ -3,7 +3,8 @@
 // A saved f32 buffer (as it lies in memory) is cut into buckets of `bucket_size` contiguous
 // elements, the last one a tail; each bucket independently takes the higher width `mix` with
 // probability `mix_prob` and the base width otherwise (or one draw for the whole tensor, the
-// thesis's global variant), and is quantized on its own scale:
+// thesis's global variant; with bucket_size >= numel and the max-abs rule that is exactly its
+// GlobalStochActQuant, listing 5.5), and is quantized on its own scale:
 //
 //   affine (eq. 5.3.1, 2^b levels):  step = (max - min) / (2^b - 1),  code = round(u), u = (x - min) / step
 //                                     x' = min + code * step              codes 0 .. 2^b - 1, b bits
