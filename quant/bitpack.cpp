@@ -1,5 +1,10 @@
 #include "quant/bitpack.h"
 
+#include <cstring>
+#if defined(__BMI2__)
+#include <immintrin.h>
+#endif
+
 #include "core/error.h"
 #include "core/parallel.h"
 
@@ -15,13 +20,20 @@ void check_bits(int bits, const char* where) {
 
 // Full blocks [b, e) of 8 codes each; B is the bit-width as a compile-time constant so the
 // shifts fold and the loop vectorises.
+// With BMI2, one pext gathers the low B bits of eight code bytes and one pdep spreads them back.
 template <int B>
 void pack_blocks(const uint8_t* codes, int64_t b, int64_t e, uint8_t* dst) {
   constexpr uint32_t mask = (1u << B) - 1u;
   for (int64_t blk = b; blk < e; ++blk) {
     const uint8_t* c = codes + blk * 8;
+#if defined(__BMI2__)
+    uint64_t v;
+    std::memcpy(&v, c, 8);
+    const uint64_t w = _pext_u64(v, 0x0101010101010101ull * mask);
+#else
     uint64_t w = 0;
     for (int k = 0; k < 8; ++k) w |= static_cast<uint64_t>(c[k] & mask) << (k * B);
+#endif
     store_block8(w, B, dst + blk * B);
   }
 }
@@ -31,7 +43,12 @@ void unpack_blocks(const uint8_t* src, int64_t b, int64_t e, uint8_t* codes) {
   for (int64_t blk = b; blk < e; ++blk) {
     const uint64_t w = load_block8(src + blk * B, B);
     uint8_t* c = codes + blk * 8;
+#if defined(__BMI2__)
+    const uint64_t v = _pdep_u64(w, 0x0101010101010101ull * ((1u << B) - 1u));
+    std::memcpy(c, &v, 8);
+#else
     for (int k = 0; k < 8; ++k) c[k] = static_cast<uint8_t>(block_code(w, k, B));
+#endif
   }
 }
 
