@@ -32,7 +32,7 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
     PACKRAT_CHECK(bias.dtype() == DType::f32, "{}: bias has dtype {}, expected f32", where, dtype_name(bias.dtype()));
   }
   const int64_t M = x.numel() / std::max<int64_t>(in, 1);
-  const Tensor x2 = x.reshape(Shape{M, in});  // (M, in) plain view (a copy only when x is blocked)
+  const Tensor x2 = cpu::to_layout(x, Layout::Plain).reshape(Shape{M, in});  // (M, in) (a copy only when x is blocked)
   std::vector<int64_t> ydims = x.shape().dims();
   ydims.back() = out;
   // y = x2 @ weight^T + bias: weight (out, in) read transposed as (in, out).
@@ -53,7 +53,7 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   const Layout x_layout = x.layout();
   record("linear", {&x, &weight, &bias}, {&y}, std::move(saved),
          [=](Node& n, const std::vector<Tensor>& grads) -> std::vector<Tensor> {
-           const Tensor g = grads[0].to_plain().reshape(Shape{M, out});  // (M, out)
+           const Tensor g = cpu::to_layout(grads[0], Layout::Plain).reshape(Shape{M, out});  // (M, out)
            std::vector<Tensor> r(3);
            if (n.inputs[0]) {
              Tensor w = n.load(static_cast<size_t>(iw)).to_plain();
@@ -88,7 +88,7 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
                 a.shape().str(), b.shape().str(), K, b.dim(-2));
   std::vector<int64_t> cdims = a.shape().dims();
   cdims.back() = N;
-  const Tensor ap = a.to_plain(), bp = b.to_plain();
+  const Tensor ap = cpu::to_layout(a, Layout::Plain), bp = cpu::to_layout(b, Layout::Plain);
   Tensor c = cpu::matmul(ap, false, bp, false, batch, M, K, N, Tensor(), Shape(cdims));  // (B..., M, N)
   if (!needs_grad({&a, &b})) return c;
 
@@ -106,7 +106,7 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
   const Layout a_layout = a.layout(), b_layout = b.layout();
   record("matmul", {&a, &b}, {&c}, std::move(saved),
          [=](Node& n, const std::vector<Tensor>& grads) -> std::vector<Tensor> {
-           const Tensor g = grads[0].to_plain();  // (B..., M, N)
+           const Tensor g = cpu::to_layout(grads[0], Layout::Plain);  // (B..., M, N)
            std::vector<Tensor> r(2);
            if (n.inputs[0]) {  // da = g @ b^T: (M, N) @ (N, K)
              Tensor bs = n.load(static_cast<size_t>(ib)).to_plain();
