@@ -40,6 +40,16 @@ std::vector<double> per_sample_sq_norms(const Tensor& t) {
   return out;
 }
 
+double jacobian_factor(std::string_view op, const Tensor& grad_out) {
+  const int64_t n = leading_samples(grad_out), per = std::max<int64_t>(1, grad_out.numel() / std::max<int64_t>(1, n));
+  if (op == "linear" || op == "matmul") {
+    const int64_t last = grad_out.rank() >= 2 ? grad_out.dim(-1) : per;
+    return 1.0 / static_cast<double>(std::max<int64_t>(1, per / std::max<int64_t>(1, last)));
+  }
+  if (op == "conv2d" && grad_out.rank() == 4) return 9.0 / static_cast<double>(std::max<int64_t>(1, grad_out.dim(2) * grad_out.dim(3)));
+  return 1.0 / static_cast<double>(per);
+}
+
 GroupStore::GroupStore(GroupStoreOptions o) : opts_(o) { opts_.quant.check("per-group store"); }
 
 GroupStoreOptions GroupStore::parse_options(SchemeOptions& o, const GroupStoreOptions& base) {
@@ -318,6 +328,8 @@ void GroupStore::note_grad_output(const SavedHandle& handle, const Tensor& grad_
   if (h.form != Form::Quantized || h.step != step_ || h.index < 0 || h.index >= static_cast<int64_t>(step_tensors_.size())) return;
   QuantizedTensorInfo& info = step_tensors_[static_cast<size_t>(h.index)];
   std::vector<double> g = per_sample_sq_norms(grad_out);  // (N,)
+  const double factor = jacobian_factor(it->second.request.op, grad_out);
+  for (double& v : g) v *= factor;
   if (static_cast<int64_t>(g.size()) != info.samples) {  // another batch layout: spread the total evenly
     double total = 0;
     for (double v : g) total += v;

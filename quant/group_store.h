@@ -35,7 +35,9 @@ struct QuantizedTensorInfo {
   int bits = 0;
   int64_t bytes = 0;                    // codes + metadata
   std::vector<double> sample_range_sq;  // (samples,) sum over the sample's elements of range^2/4 of their group
-  std::vector<double> sample_grad_sq;   // (samples,) ||grad_out of the consumer||^2, once observed (else empty)
+  // (samples,) ||grad_out_n||^2 of the consumer times jacobian_factor: the squared norm of a
+  // parameter-gradient Jacobian column per input element of sample n; empty until observed.
+  std::vector<double> sample_grad_sq;
 };
 
 // Chooses the bits of each quantized tensor (GACT). Called at save time.
@@ -129,6 +131,13 @@ class GroupStore : public SavedTensorStore {
 
 // Factory for the config (`{scheme: actnn, bits: 2, group_size: 256}`); calls o.check_all_used().
 std::unique_ptr<SavedTensorStore> make_group_store(SchemeOptions& o);
+
+// ActNN-style analytic estimate, per op kind, of ||d(param grad)/d x_j||^2 / ||grad_out_n||^2
+// for an input element x_j of sample n (grad_out: the consumer's output gradient):
+//   linear, matmul: 1 / (rows of grad_out per sample)   (exact: x_j meets one row of grad_out)
+//   conv2d:         9 / (OH * OW)                        (a 3x3 kernel's fan-out; an estimate)
+//   otherwise:      1 / (grad_out elements per sample)   (elementwise and normalisation ops)
+double jacobian_factor(std::string_view op, const Tensor& grad_out);
 
 // Per-sample squared L2 norms of a tensor whose leading dimension is the batch (any layout:
 // a sample is contiguous in both). A tensor of rank < 2 is one sample.

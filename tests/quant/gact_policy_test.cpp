@@ -188,6 +188,49 @@ TEST(GactAnalytic, SensitiveTensorGetsMoreBitsWithoutExtraPasses) {
   EXPECT_TRUE(g.iterate(10, nullptr));
 }
 
+// The analytic estimate is normalised per op kind so that conv and linear inputs are comparable:
+// its ratio to the measured sensitivity is similar for both (both are upper bounds, range^2/4
+// per element against the realised rounding variance).
+TEST(GactAnalytic, ConvAndLinearEstimatesAgreeWithMeasuredUpToACommonScale) {
+  Tensor w1 = ToyNet::param({8, 8, 3, 3}, 11), w2 = ToyNet::param({10, 512}, 12);
+  Tensor x = random_tensor({4, 8, 8, 8}, 13), seed = random_tensor({4, 10}, 14);
+  ops::Conv2dOptions co;
+  co.pad_h = co.pad_w = 1;
+  auto grads = [&](StorePolicy& p) {
+    PolicyScope scope(p);
+    w1.zero_grad();
+    w2.zero_grad();
+    Tensor out = ops::linear(ops::flatten(ops::conv2d(x, w1, Tensor(), co)), w2, Tensor());
+    backward(out, seed);
+    return std::vector<Tensor>{w1.grad().clone(), w2.grad().clone()};
+  };
+  GactOptions o = toy_options(GactEstimator::Measured);
+  o.avg_bits = 8;
+  GactPolicy measured(o);
+  double mc[2] = {0, 0};
+  for (int step = 0; step < 4; ++step) {  // average a few refreshes: one draw is noisy
+    measured.begin_step(step * 10);
+    measured.gact().iterate(step * 10, [&] { return grads(measured); });
+    for (int l = 0; l < 2; ++l) mc[l] += measured.gact().tensors()[static_cast<size_t>(l)].sensitivity;
+  }
+  o.estimator = GactEstimator::Analytic;
+  GactPolicy analytic(o);
+  analytic.begin_step(0);
+  grads(analytic);
+  ASSERT_TRUE(analytic.gact().iterate(0, nullptr));
+  const auto& t = analytic.gact().tensors();
+  ASSERT_EQ(t.size(), 2u);
+  EXPECT_EQ(t[0].op, "conv2d");
+  EXPECT_EQ(t[1].op, "linear");
+  const double r_conv = t[0].sensitivity / (mc[0] / 4), r_lin = t[1].sensitivity / (mc[1] / 4);
+  RecordProperty("analytic_over_measured_conv", std::to_string(r_conv));
+  RecordProperty("analytic_over_measured_linear", std::to_string(r_lin));
+  EXPECT_GT(r_conv, 1.0);
+  EXPECT_GT(r_lin, 1.0);
+  EXPECT_LT(r_conv / r_lin, 4.0) << r_conv << " " << r_lin;
+  EXPECT_GT(r_conv / r_lin, 0.25) << r_conv << " " << r_lin;
+}
+
 TEST(GactWarning, WarnsWhenCompressionVarianceDominates) {
   ToyNet net;
   GactOptions o = toy_options(GactEstimator::Measured);
