@@ -1,6 +1,8 @@
 // Batch normalization as OpenMP loops over the buffer as it lies (plain or nChw16c): one pass
 // for the per-channel sums (threads split the channels, so no cross-thread reduction and no
-// barrier inside a pass), one pass for the elementwise part. Accumulation is in double.
+// barrier inside a pass), one pass for the elementwise part. Sums go through float partials
+// of at most 256 values into double.
+#include <algorithm>
 #include <cmath>
 
 #include "core/cpu/batchnorm.h"
@@ -18,31 +20,40 @@ struct Slabs {
   int64_t count() const { return N * HW; }  // values per channel
 };
 
-template <int L>
-void channel_sums(const float* x, const float* y, const Slabs& s, const float* center, double* sum_out,
+// Per-channel sums over the slabs: Grad ? (sum g, sum g * (x - center)) : (sum (x - center),
+// sum (x - center)^2). Lanes accumulate in float over chunks of 256 values, then in double.
+template <int L, bool Grad>
+void channel_sums(const float* x, const float* g, const Slabs& s, const float* center, double* sum_out,
                   double* sum2_out) {
-  // sum_out[c] = sum of x; sum2_out[c] = sum of x * x (y == nullptr) or of y * (x - center[c]).
+  constexpr int64_t kChunk = 256;
   parallel_for(0, s.U, [&](int64_t u) {
     double a[L] = {}, b[L] = {};
-    float m[L] = {};
-    if (center)
-      for (int l = 0; l < L; ++l) m[l] = center[u * L + l];
+    float m[L];
+    for (int l = 0; l < L; ++l) m[l] = center[u * L + l];
     for (int64_t n = 0; n < s.N; ++n) {
       const int64_t base = (n * s.U + u) * s.HW * L;
       const float* px = x + base;
-      const float* py = y ? y + base : nullptr;
-      for (int64_t i = 0; i < s.HW; ++i)
-        for (int l = 0; l < L; ++l) {
-          const double v = px[i * L + l];
-          if (py) {
-            const double g = py[i * L + l];
-            a[l] += g;
-            b[l] += g * (v - m[l]);
-          } else {
-            a[l] += v;
-            b[l] += v * v;
+      const float* pg = Grad ? g + base : nullptr;
+      for (int64_t i0 = 0; i0 < s.HW; i0 += kChunk) {
+        const int64_t i1 = std::min(s.HW, i0 + kChunk);
+        float fa[L] = {}, fb[L] = {};
+        for (int64_t i = i0; i < i1; ++i)
+          for (int l = 0; l < L; ++l) {
+            const float v = px[i * L + l] - m[l];
+            if constexpr (Grad) {
+              const float gv = pg[i * L + l];
+              fa[l] += gv;
+              fb[l] += gv * v;
+            } else {
+              fa[l] += v;
+              fb[l] += v * v;
+            }
           }
+        for (int l = 0; l < L; ++l) {
+          a[l] += fa[l];
+          b[l] += fb[l];
         }
+      }
     }
     for (int l = 0; l < L; ++l) {
       sum_out[u * L + l] = a[l];
@@ -51,27 +62,36 @@ void channel_sums(const float* x, const float* y, const Slabs& s, const float* c
   });
 }
 
-// out = (x - center[c]) * k[c] + add[c] (+ (g - ...) forms via the lambda): elementwise per channel.
-template <int L, typename Fn>
-void per_channel(const Slabs& s, Fn&& fn) {
+// The elementwise pass, per channel c: Grad ? out = k (g - a - (x - m) b) : out = x k + a.
+template <int L, bool Grad>
+void affine_pass(const Slabs& s, const float* x, const float* g, float* out, const float* k, const float* a,
+                 const float* b, const float* m) {
   parallel_for(0, s.N * s.U, [&](int64_t nu) {
     const int64_t u = nu % s.U, base = nu * s.HW * L;
-    for (int64_t i = 0; i < s.HW; ++i)
-      for (int l = 0; l < L; ++l) fn(base + i * L + l, u * L + l);
+    float kk[L], aa[L], bb[L], mm[L];
+    for (int l = 0; l < L; ++l) {
+      kk[l] = k[u * L + l];
+      aa[l] = a[u * L + l];
+      bb[l] = Grad ? b[u * L + l] : 0.0f;
+      mm[l] = Grad ? m[u * L + l] : 0.0f;
+    }
+    const float* px = x + base;
+    float* po = out + base;
+    if constexpr (Grad) {
+      const float* pg = g + base;
+      for (int64_t i = 0; i < s.HW; ++i)
+        for (int l = 0; l < L; ++l)
+          po[i * L + l] = kk[l] * (pg[i * L + l] - aa[l] - (px[i * L + l] - mm[l]) * bb[l]);
+    } else {
+      for (int64_t i = 0; i < s.HW; ++i)
+        for (int l = 0; l < L; ++l) po[i * L + l] = px[i * L + l] * kk[l] + aa[l];
+    }
   });
 }
 
 Slabs slabs_of(const Tensor& x) {
   const bool blocked = x.layout() == Layout::nChw16c;
   return Slabs{x.dim(0), blocked ? x.dim(1) / kChannelBlock : x.dim(1), x.dim(2) * x.dim(3)};
-}
-
-template <int L>
-void normalize(const Tensor& x, Tensor& y, const std::vector<float>& scale, const std::vector<float>& shift) {
-  const float* px = x.data<float>();
-  float* py = y.data<float>();
-  const float *k = scale.data(), *a = shift.data();
-  per_channel<L>(slabs_of(x), [&](int64_t i, int64_t c) { py[i] = px[i] * k[c] + a[c]; });
 }
 
 void normalize_any(const Tensor& x, Tensor& y, const Tensor& weight, const Tensor& bias, const float* mean,
@@ -84,8 +104,11 @@ void normalize_any(const Tensor& x, Tensor& y, const Tensor& weight, const Tenso
     scale[static_cast<size_t>(c)] = static_cast<float>(k);
     shift[static_cast<size_t>(c)] = static_cast<float>((bias.defined() ? bias.data<float>()[c] : 0.0) - mean[c] * k);
   }
-  if (x.layout() == Layout::nChw16c) normalize<16>(x, y, scale, shift);
-  else normalize<1>(x, y, scale, shift);
+  const Slabs s = slabs_of(x);
+  if (x.layout() == Layout::nChw16c)
+    affine_pass<16, false>(s, x.data<float>(), nullptr, y.data<float>(), scale.data(), shift.data(), nullptr, nullptr);
+  else
+    affine_pass<1, false>(s, x.data<float>(), nullptr, y.data<float>(), scale.data(), shift.data(), nullptr, nullptr);
 }
 
 }  // namespace
@@ -94,16 +117,21 @@ void batchnorm_forward_training_loops(const Tensor& x, const Tensor& weight, con
                                       Tensor& mean, Tensor& var) {
   const int64_t C = x.dim(1);
   const Slabs s = slabs_of(x);
+  // Sums of x - K with K the channel's first value: no cancellation when |mean| >> std.
+  std::vector<float> shift(static_cast<size_t>(C));  // (C)
+  for (int64_t c = 0; c < C; ++c) shift[static_cast<size_t>(c)] = x.data<float>()[nchw_offset(x.layout(), C, x.dim(2), x.dim(3), 0, c, 0, 0)];
   std::vector<double> sum(static_cast<size_t>(C)), sum2(static_cast<size_t>(C));
-  if (x.layout() == Layout::nChw16c) channel_sums<16>(x.data<float>(), nullptr, s, nullptr, sum.data(), sum2.data());
-  else channel_sums<1>(x.data<float>(), nullptr, s, nullptr, sum.data(), sum2.data());
+  if (x.layout() == Layout::nChw16c)
+    channel_sums<16, false>(x.data<float>(), nullptr, s, shift.data(), sum.data(), sum2.data());
+  else
+    channel_sums<1, false>(x.data<float>(), nullptr, s, shift.data(), sum.data(), sum2.data());
   mean = Tensor::empty(Shape{C});  // (C)
   var = Tensor::empty(Shape{C});   // (C), biased
   const double n = static_cast<double>(s.count());
   for (int64_t c = 0; c < C; ++c) {
-    const double m = sum[static_cast<size_t>(c)] / n;
-    mean.data<float>()[c] = static_cast<float>(m);
-    var.data<float>()[c] = static_cast<float>(std::max(0.0, sum2[static_cast<size_t>(c)] / n - m * m));
+    const double d = sum[static_cast<size_t>(c)] / n;  // mean - K
+    mean.data<float>()[c] = static_cast<float>(shift[static_cast<size_t>(c)] + d);
+    var.data<float>()[c] = static_cast<float>(std::max(0.0, sum2[static_cast<size_t>(c)] / n - d * d));
   }
   y = Tensor::empty_like(x);  // (N, C, H, W), x's layout
   normalize_any(x, y, weight, bias, mean.data<float>(), var.data<float>(), eps);
@@ -125,8 +153,8 @@ void batchnorm_backward_loops(const Tensor& x, const Tensor& gy_any, const Tenso
   const bool blocked = x.layout() == Layout::nChw16c;
   const float* m = mean.data<float>();
   std::vector<double> sdy(static_cast<size_t>(C)), sdyx(static_cast<size_t>(C));  // sum dy, sum dy * (x - mean)
-  if (blocked) channel_sums<16>(x.data<float>(), gy.data<float>(), s, m, sdy.data(), sdyx.data());
-  else channel_sums<1>(x.data<float>(), gy.data<float>(), s, m, sdy.data(), sdyx.data());
+  if (blocked) channel_sums<16, true>(x.data<float>(), gy.data<float>(), s, m, sdy.data(), sdyx.data());
+  else channel_sums<1, true>(x.data<float>(), gy.data<float>(), s, m, sdy.data(), sdyx.data());
   const double n = static_cast<double>(s.count());
   // dx = k (dy - a - (x - mean) b): k = w invstd; training: a = sum dy / n, b = sum(dy (x - mean)) invstd^2 / n.
   std::vector<float> k(static_cast<size_t>(C)), a(static_cast<size_t>(C)), b(static_cast<size_t>(C));
@@ -142,11 +170,10 @@ void batchnorm_backward_loops(const Tensor& x, const Tensor& gy_any, const Tenso
     if (has_bias) dbias.data<float>()[c] = static_cast<float>(sdy[i]);
   }
   dx = Tensor::empty_like(x);  // (N, C, H, W), x's layout
-  const float *px = x.data<float>(), *pg = gy.data<float>();
-  float* pd = dx.data<float>();
-  auto fn = [&](int64_t e, int64_t c) { pd[e] = k[c] * (pg[e] - a[c] - (px[e] - m[c]) * b[c]); };
-  if (blocked) per_channel<16>(s, fn);
-  else per_channel<1>(s, fn);
+  if (blocked)
+    affine_pass<16, true>(s, x.data<float>(), gy.data<float>(), dx.data<float>(), k.data(), a.data(), b.data(), m);
+  else
+    affine_pass<1, true>(s, x.data<float>(), gy.data<float>(), dx.data<float>(), k.data(), a.data(), b.data(), m);
 }
 
 }  // namespace packrat::cpu

@@ -222,3 +222,21 @@ TEST(BatchNormOp, LoopAndOneDnnKernelsAgreeInBothLayouts) {
     close(a.dx_eval, b.dx_eval, "dx_eval");
   }
 }
+
+TEST(BatchNormOp, LargeMeanSmallSpreadKeepsItsVariance) {
+  // |mean| / std = 1e4: a naive E[x^2] - mean^2 in float would lose the variance entirely.
+  Tensor x = random_tensor({4, 16, 5, 5}, 11, 99.99f, 100.01f).to_layout(Layout::nChw16c);
+  Tensor rm = Tensor::zeros({16}), rv = Tensor::full({16}, 1.0f);
+  NoGradScope ng;
+  ops::batchnorm2d(x, Tensor(), Tensor(), rm, rv, true, 1.0f, 1e-12f);
+  const auto xv = x.to_vector(), var = rv.to_vector();
+  for (int64_t c = 0; c < 16; ++c) {
+    double m = 0, q = 0;
+    for (int64_t n = 0; n < 4; ++n)
+      for (int64_t i = 0; i < 25; ++i) m += xv[static_cast<size_t>((n * 16 + c) * 25 + i)];
+    m /= 100;
+    for (int64_t n = 0; n < 4; ++n)
+      for (int64_t i = 0; i < 25; ++i) q += std::pow(xv[static_cast<size_t>((n * 16 + c) * 25 + i)] - m, 2);
+    EXPECT_NEAR(var[static_cast<size_t>(c)], q / 99, 1e-3 * q / 99) << "channel " << c;  // unbiased, momentum 1
+  }
+}
