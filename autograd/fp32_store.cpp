@@ -1,5 +1,7 @@
 #include "autograd/fp32_store.h"
 
+#include <algorithm>
+
 #include "core/parallel.h"
 
 namespace packrat {
@@ -29,16 +31,48 @@ SavedHandle Fp32Store::save(const Tensor& x, const SaveRequest& r) {
   return {this, id};
 }
 
-Tensor Fp32Store::load(const SavedHandle& handle) {
-  auto it = entries_.find(handle.id);
-  PACKRAT_CHECK(it != entries_.end(), "fp32 store: saved tensor {} was already released (a second backward?)",
-                handle.id);
-  const Entry& e = it->second;
+const Tensor& Fp32Store::checked(const Entry& e) const {
   const Tensor& held = held_.at(e.key).tensor;
   if (held.version() != e.version)
     fail("{} {}: a tensor saved for backward was modified in place after it was saved (version {}, saved at {}); "
          "use an out-of-place op",
          e.request.op, e.request.name, held.version(), e.version);
+  return held;
+}
+
+Tensor Fp32Store::apply_derivative(const SavedHandle& handle, const Tensor& grad_out) {
+  auto it = entries_.find(handle.id);
+  PACKRAT_CHECK(it != entries_.end(), "fp32 store: saved tensor {} was already released (a second backward?)",
+                handle.id);
+  const Entry& e = it->second;
+  if (e.request.need != Need::Derivative || grad_out.dtype() != DType::f32 || e.dtype != DType::f32)
+    return SavedTensorStore::apply_derivative(handle, grad_out);
+  const Tensor& held = checked(e);
+  PACKRAT_CHECK(grad_out.numel() == held.numel(), "{} {}: gradient {} does not match the saved tensor {}",
+                e.request.op, e.request.name, grad_out.shape().str(), e.shape.str());
+  Tensor g = grad_out.to_layout(held.layout());
+  Tensor out = Tensor::empty_like(g);
+  const float *x = held.data<float>(), *gy = g.data<float>();
+  float* gx = out.data<float>();
+  auto kernel = e.request.fn->derivative_from_output ? e.request.fn->derivative_from_output : e.request.fn->derivative;
+  parallel_chunks(out.numel(), 1 << 14, [&](int64_t s, int64_t end) {
+    constexpr int64_t kChunk = 1024;
+    alignas(64) float d[kChunk];
+    for (int64_t i = s; i < end; i += kChunk) {
+      const int64_t n = std::min(kChunk, end - i);
+      kernel(x + i, d, n);
+      for (int64_t j = 0; j < n; ++j) gx[i + j] = gy[i + j] * d[j];
+    }
+  });
+  return out;
+}
+
+Tensor Fp32Store::load(const SavedHandle& handle) {
+  auto it = entries_.find(handle.id);
+  PACKRAT_CHECK(it != entries_.end(), "fp32 store: saved tensor {} was already released (a second backward?)",
+                handle.id);
+  const Entry& e = it->second;
+  const Tensor& held = checked(e);
   Tensor t = held.shape() == e.shape ? held : held.reshape(e.shape);
   if (e.request.need == Need::Derivative) {
     PACKRAT_CHECK(e.request.fn, "{} {}: derivative requested without a function", e.request.op, e.request.name);

@@ -15,6 +15,8 @@ class Fp32Store : public SavedTensorStore {
   SavedHandle save(const Tensor& x, const SaveRequest& r) override;
   Tensor load(const SavedHandle& h) override;
   void release(const SavedHandle& h) override;
+  // grad_out * f'(x) in one pass (f' computed chunk by chunk in a small stack buffer).
+  Tensor apply_derivative(const SavedHandle& h, const Tensor& grad_out) override;
   void describe(std::vector<SavedRecord>& out) const override;
   size_t live_count() const override { return entries_.size(); }
 
@@ -33,6 +35,7 @@ class Fp32Store : public SavedTensorStore {
     Layout layout;
     bool shared;  // not the first handle to its buffer
   };
+  const Tensor& checked(const Entry& e) const;  // the held tensor, after the in-place check
   std::unordered_map<const Storage*, Held> held_;
   std::map<uint64_t, Entry> entries_;  // by id: the order of saving
   uint64_t next_id_ = 1;

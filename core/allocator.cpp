@@ -1,5 +1,6 @@
 #include "core/allocator.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <memory>
 
@@ -11,6 +12,8 @@ namespace {
 thread_local MemTag t_tag = MemTag::Activation;
 thread_local std::string t_layer;
 constexpr size_t kAlignment = 64;  // a cache line, and what AVX-512 loads like
+constexpr size_t kCacheMinBytes = 64 * 1024;
+constexpr int64_t kCacheMaxBytes = int64_t{4} << 30;
 
 void raise_peak(std::atomic<int64_t>& peak, int64_t value) {
   int64_t p = peak.load(std::memory_order_relaxed);
@@ -26,8 +29,9 @@ std::string_view tag_name(MemTag t) {
 }
 
 Allocation::~Allocation() {
-  Allocator::cpu().account(tag_, layer_, -static_cast<int64_t>(bytes_));
-  std::free(data_);
+  auto& a = Allocator::cpu();
+  a.account(tag_, layer_, -static_cast<int64_t>(bytes_));
+  a.give_back(data_, rounded_);
 }
 
 void Allocation::retag(MemTag tag) {
@@ -51,11 +55,48 @@ std::shared_ptr<Allocation> Allocator::allocate(size_t bytes, MemTag tag) {
         "({} bytes held)",
         bytes, tag_name(tag), t_layer, limit, total_.load()));
   }
-  const size_t rounded = (bytes + kAlignment - 1) / kAlignment * kAlignment;
-  void* p = std::aligned_alloc(kAlignment, rounded == 0 ? kAlignment : rounded);
+  const size_t rounded = std::max<size_t>(kAlignment, (bytes + kAlignment - 1) / kAlignment * kAlignment);
+  void* p = take_cached(rounded);
+  if (!p) p = std::aligned_alloc(kAlignment, rounded);
+  if (!p) {
+    empty_cache();
+    p = std::aligned_alloc(kAlignment, rounded);
+  }
   if (!p) throw OutOfMemory(fmt::format("out of memory: the system refused {} bytes of {}", bytes, tag_name(tag)));
   account(tag, t_layer, static_cast<int64_t>(bytes));
-  return std::make_shared<Allocation>(p, bytes, tag, t_layer);
+  return std::make_shared<Allocation>(p, bytes, rounded, tag, t_layer);
+}
+
+void* Allocator::take_cached(size_t rounded) {
+  std::lock_guard lock(cache_mutex_);
+  auto it = free_blocks_.find(rounded);
+  if (it == free_blocks_.end() || it->second.empty()) return nullptr;
+  void* p = it->second.back();
+  it->second.pop_back();
+  cached_ -= static_cast<int64_t>(rounded);
+  return p;
+}
+
+void Allocator::give_back(void* p, size_t rounded) {
+  if (rounded < kCacheMinBytes) {  // small blocks: malloc's own bins are as good
+    std::free(p);
+    return;
+  }
+  std::lock_guard lock(cache_mutex_);
+  if (cached_.load() + static_cast<int64_t>(rounded) > kCacheMaxBytes) {
+    std::free(p);
+    return;
+  }
+  free_blocks_[rounded].push_back(p);
+  cached_ += static_cast<int64_t>(rounded);
+}
+
+void Allocator::empty_cache() {
+  std::lock_guard lock(cache_mutex_);
+  for (auto& [size, blocks] : free_blocks_)
+    for (void* p : blocks) std::free(p);
+  free_blocks_.clear();
+  cached_ = 0;
 }
 
 void Allocator::account(MemTag tag, const std::string& layer, int64_t delta) {

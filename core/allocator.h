@@ -10,6 +10,7 @@
 #include <mutex>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace packrat {
 
@@ -29,8 +30,8 @@ struct MemoryStats {
 // One block handed out by the allocator; freed (and un-accounted) by its destructor.
 class Allocation {
  public:
-  Allocation(void* data, size_t bytes, MemTag tag, std::string layer)
-      : data_(data), bytes_(bytes), tag_(tag), layer_(std::move(layer)) {}
+  Allocation(void* data, size_t bytes, size_t rounded, MemTag tag, std::string layer)
+      : data_(data), bytes_(bytes), rounded_(rounded), tag_(tag), layer_(std::move(layer)) {}
   ~Allocation();
   Allocation(const Allocation&) = delete;
   Allocation& operator=(const Allocation&) = delete;
@@ -45,7 +46,8 @@ class Allocation {
 
  private:
   void* data_;
-  size_t bytes_;
+  size_t bytes_;    // as requested: what the tags count
+  size_t rounded_;  // as allocated (a multiple of the alignment)
   MemTag tag_;
   std::string layer_;
 };
@@ -67,12 +69,27 @@ class Allocator {
   std::map<std::string, int64_t> current_by_layer(MemTag t) const;
 
   // 0 means no limit.
-  void set_limit(int64_t bytes) { limit_ = bytes; }
+  void set_limit(int64_t bytes) {
+    limit_ = bytes;
+    empty_cache();  // a limit is about to be probed (max-batch search): start from the OS
+  }
   int64_t limit() const { return limit_; }
+
+  // Freed blocks are kept for reuse by a later request of the same rounded size: a training
+  // step asks for the same sizes every time, and fresh memory from the OS costs a page fault
+  // per 4 KiB on first touch. The tags count live tensor bytes only; the cache is extra
+  // memory the process holds ("reserved"), reported separately and returned by empty_cache().
+  int64_t cached_bytes() const { return cached_.load(); }
+  void empty_cache();
 
  private:
   friend class Allocation;
   void account(MemTag tag, const std::string& layer, int64_t delta);
+  void* take_cached(size_t rounded);
+  void give_back(void* p, size_t rounded);
+  std::mutex cache_mutex_;
+  std::map<size_t, std::vector<void*>> free_blocks_;  // rounded size -> blocks
+  std::atomic<int64_t> cached_{0};
   std::array<std::atomic<int64_t>, kNumTags> current_{};
   std::array<std::atomic<int64_t>, kNumTags> peak_{};
   std::atomic<int64_t> total_{0}, total_peak_{0};
