@@ -56,3 +56,20 @@ TEST(Tensor, BlockedLayoutRoundTrips) {
             v[nchw_offset(Layout::Plain, 32, 3, 2, 1, 17, 2, 1)]);
   EXPECT_EQ(b.to_vector(), v);
 }
+
+TEST(Allocator, FreedBlocksAreReusedWithoutCountingThem) {
+  auto& a = Allocator::cpu();
+  a.empty_cache();
+  const int64_t before = a.current(MemTag::Workspace);
+  void* first;
+  {
+    Tensor t = Tensor::empty({1 << 18}, DType::f32, Layout::Plain, MemTag::Workspace);  // 1 MiB
+    first = t.raw();
+  }
+  EXPECT_EQ(a.current(MemTag::Workspace), before);  // freed as far as the tags are concerned
+  EXPECT_EQ(a.cached_bytes(), 1 << 20);              // but kept for the next step
+  Tensor again = Tensor::empty({1 << 18}, DType::f32, Layout::Plain, MemTag::Workspace);
+  EXPECT_EQ(again.raw(), first);
+  EXPECT_EQ(a.cached_bytes(), 0);
+  EXPECT_EQ(a.current(MemTag::Workspace) - before, 1 << 20);
+}
