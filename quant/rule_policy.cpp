@@ -8,6 +8,7 @@
 #include "autograd/pointwise.h"
 #include "core/error.h"
 #include "quant/fewbit_store.h"
+#include "quant/gact_policy.h"
 #include "quant/group_store.h"
 #include "quant/mixed_store.h"
 
@@ -43,6 +44,7 @@ std::map<std::string, Scheme>& schemes() {  // callers hold g_schemes_mutex
     t["fp32"] = {[](SchemeOptions&) { return std::make_unique<Fp32Store>(); }, false};
     t["fewbit"] = {make_fewbit_store, false};
     t["actnn"] = {make_group_store, true};
+    t["gact"] = {make_gact_store, true};
     t["mixed"] = {make_mixed_store, true};
     t["deterministic"] = {make_deterministic_store, false};
     return t;

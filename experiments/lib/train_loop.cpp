@@ -1,11 +1,13 @@
 #include "experiments/lib/train_loop.h"
 
 #include <cmath>
+#include <cstring>
 
 #include "autograd/ops.h"
 #include "autograd/tape.h"
 #include "core/philox.h"
 #include "optim/clip_grad.h"
+#include "quant/gact_policy.h"
 
 namespace packrat {
 
@@ -24,6 +26,42 @@ int64_t count_correct(const Tensor& logits, const Tensor& labels) {
   return hits;
 }
 
+namespace {
+
+// GACT's sensitivity refresh (quant/gact_policy.h): when due, gradient evaluations on this
+// step's batch that differ only in one tensor's quantization noise. They must not change the
+// model: the batchnorm running statistics they update are restored afterwards.
+void refresh_gact(Module& model, Optimizer& opt, StorePolicy& policy, const Tensor& images, const Tensor& labels,
+                  int64_t step, const StepOptions& o) {
+  const std::vector<GactStore*> gact = find_gact_stores(policy);
+  if (gact.empty()) return;
+  std::vector<std::pair<Tensor, Tensor>> buffers;  // (live buffer, copy)
+  for (auto& [name, b] : model.named_buffers()) {
+    TagScope tag(MemTag::Workspace);
+    buffers.emplace_back(b, b.clone());
+  }
+  const GradFn grads = [&]() {
+    opt.zero_grad();
+    {
+      TagScope tag(MemTag::Activation);
+      Tensor loss = ops::cross_entropy(model(images), labels, static_cast<float>(o.label_smoothing));
+      backward(loss);
+    }
+    std::vector<Tensor> out;
+    TagScope tag(MemTag::Workspace);
+    for (const Tensor& p : model.parameters()) out.push_back(p.grad().defined() ? p.grad().clone() : Tensor());
+    opt.zero_grad();
+    return out;
+  };
+  for (GactStore* g : gact) g->iterate(step, grads);
+  for (auto& [live, copy] : buffers) {
+    std::memcpy(live.raw(), copy.raw(), live.nbytes());
+    live.bump_version();
+  }
+}
+
+}  // namespace
+
 StepResult train_step(Module& model, Optimizer& opt, StorePolicy& policy, const Tensor& images, const Tensor& labels,
                       int64_t step, const StepOptions& o) {
   auto& alloc = Allocator::cpu();
@@ -32,6 +70,7 @@ StepResult train_step(Module& model, Optimizer& opt, StorePolicy& policy, const 
   PolicyScope scope(policy);
   policy.begin_step(step);
   model.train();
+  refresh_gact(model, opt, policy, images, labels, step, o);
   opt.zero_grad();
   const int64_t saved_before = alloc.current(MemTag::Saved);
   alloc.reset_peak();

@@ -164,7 +164,7 @@ TEST(RulePolicy, ActnnDefaultGetsTheRunSeedAndServesValues) {
   spec.seed = 1234;
   RulePolicy p(spec);
   EXPECT_EQ(p.store_for(request("conv2d", "layer1.0.conv1")).scheme(), "actnn");
-  for (const char* s : {"fp32", "fewbit", "actnn", "mixed", "deterministic"}) {
+  for (const char* s : {"fp32", "fewbit", "actnn", "gact", "mixed", "deterministic"}) {
     const auto all = available_schemes();
     EXPECT_NE(std::find(all.begin(), all.end(), s), all.end()) << s;
   }

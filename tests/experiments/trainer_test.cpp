@@ -179,3 +179,24 @@ TEST(Trainer, MaxBatchFitsInTheLimitAndGrowsWithIt) {
   EXPECT_GT(r2.batch_size, r.batch_size * 3 / 2);
   EXPECT_LE(r2.peak_bytes, limit + (int64_t{12} << 20));
 }
+
+TEST(Trainer, GactRefreshDoesNotTouchTheBatchnormStatistics) {
+  // The forward is the same under every storage scheme, so after one step the running
+  // statistics match FP32 storage exactly, although GACT ran extra gradient passes to measure
+  // its sensitivities.
+  const Config fp32 = tiny_config("/nonexistent", "/tmp/unused", {"saved_tensors.rules=[]"});
+  const Config gact = tiny_config("/nonexistent", "/tmp/unused",
+                                  {"saved_tensors.rules=[]", "saved_tensors.default={scheme: gact, avg_bits: 3, tensors_per_refresh: 2}"});
+  Session a = make_session(fp32, synthetic_input_spec(fp32));
+  Session b = make_session(gact, synthetic_input_spec(gact));
+  SyntheticBatch x = synthetic_batch(4, a.input.channels, a.input.height, a.input.width, a.input.classes, 2);
+  const StepResult ra = train_step(*a.model, *a.optimizer, *a.policy, x.images, x.labels, 0, {});
+  const StepResult rb = train_step(*b.model, *b.optimizer, *b.policy, x.images, x.labels, 0, {});
+  EXPECT_EQ(ra.loss, rb.loss);
+  const auto ba = a.model->named_buffers(), bb = b.model->named_buffers();
+  ASSERT_EQ(ba.size(), bb.size());
+  for (size_t i = 0; i < ba.size(); ++i) EXPECT_EQ(ba[i].second.to_vector(), bb[i].second.to_vector()) << ba[i].first;
+  ASSERT_EQ(b.policy->stores()[0]->scheme(), "gact");
+  EXPECT_LT(rb.saved_record_bytes, ra.saved_record_bytes / 4);
+  EXPECT_EQ(Allocator::cpu().current(MemTag::Saved), 0);
+}
