@@ -55,7 +55,7 @@ cpu::ConvGeometry check_conv(const Tensor& x, const Tensor& w, const Tensor& b, 
 Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const Conv2dOptions& o) {
   const cpu::ConvGeometry g = check_conv(x, weight, bias, o);
   // The primitive reads x in its src layout; keep that copy so that backward needs no reorder.
-  const Tensor src = cpu::to_layout(x, g.src_layout());
+  const Tensor src = cpu::to_layout(x, cpu::conv_layouts(g).src);
   // A weight that cannot change before the next call (eval, or frozen) keeps its reordered copy.
   const bool keep_weights = !grad_enabled() || !weight.requires_grad();
   Tensor y = cpu::conv_forward(src, weight, bias, g, keep_weights);  // (N, Cout, OH, OW)

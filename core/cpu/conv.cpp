@@ -21,6 +21,7 @@ std::string ConvGeometry::key() const {
 namespace {
 
 struct ConvPlan {
+  Layout src_layout, dst_layout;
   memory::desc src, dst, wplain, wany, bias;
   memory::dims strides, dilates, pad_l, pad_r;
   dnnl::convolution_forward::primitive_desc fwd_pd;
@@ -37,10 +38,25 @@ memory::dims weight_dims(const ConvGeometry& g) {
   return {g.groups, g.Cout / g.groups, g.Cin / g.groups, g.KH, g.KW};
 }
 
+void make_forward(ConvPlan& p, const ConvGeometry& g, Layout src_layout, Layout dst_layout) {
+  p.src_layout = src_layout;
+  p.dst_layout = dst_layout;
+  p.src = desc_for(Shape{g.N, g.Cin, g.H, g.W}, DType::f32, src_layout);
+  p.dst = desc_for(Shape{g.N, g.Cout, g.OH, g.OW}, DType::f32, dst_layout);
+  dnnl::convolution_forward::desc d =
+      g.has_bias ? dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training,
+                                                   dnnl::algorithm::convolution_direct, p.src, p.wany, p.bias, p.dst,
+                                                   p.strides, p.dilates, p.pad_l, p.pad_r)
+                 : dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training,
+                                                   dnnl::algorithm::convolution_direct, p.src, p.wany, p.dst,
+                                                   p.strides, p.dilates, p.pad_l, p.pad_r);
+  p.fwd_pd = dnnl::convolution_forward::primitive_desc(d, dnnl_attr(), dnnl_engine());
+}
+
+bool is_reference(const ConvPlan& p) { return std::string(p.fwd_pd.impl_info_str()).rfind("ref", 0) == 0; }
+
 std::shared_ptr<ConvPlan> make_plan(const ConvGeometry& g) {
   auto p = std::make_shared<ConvPlan>();
-  p->src = desc_for(Shape{g.N, g.Cin, g.H, g.W}, DType::f32, g.src_layout());
-  p->dst = desc_for(Shape{g.N, g.Cout, g.OH, g.OW}, DType::f32, g.dst_layout());
   const memory::dims wd = weight_dims(g);
   p->wplain = memory::desc(wd, memory::data_type::f32, g.groups == 1 ? tag::oihw : tag::goihw);
   p->wany = memory::desc(wd, memory::data_type::f32, tag::any);
@@ -50,14 +66,12 @@ std::shared_ptr<ConvPlan> make_plan(const ConvGeometry& g) {
   p->pad_l = {g.pad_h, g.pad_w};
   p->pad_r = {(g.OH - 1) * g.stride_h + (g.KH - 1) * g.dilation_h + 1 - g.H - g.pad_h,
               (g.OW - 1) * g.stride_w + (g.KW - 1) * g.dilation_w + 1 - g.W - g.pad_w};
-  dnnl::convolution_forward::desc d =
-      g.has_bias ? dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training,
-                                                   dnnl::algorithm::convolution_direct, p->src, p->wany, p->bias,
-                                                   p->dst, p->strides, p->dilates, p->pad_l, p->pad_r)
-                 : dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training,
-                                                   dnnl::algorithm::convolution_direct, p->src, p->wany, p->dst,
-                                                   p->strides, p->dilates, p->pad_l, p->pad_r);
-  p->fwd_pd = dnnl::convolution_forward::primitive_desc(d, dnnl_attr(), dnnl_engine());
+  make_forward(*p, g, g.preferred_src_layout(), g.preferred_dst_layout());
+  if (is_reference(*p) && g.preferred_src_layout() != g.preferred_dst_layout()) {
+    // A plain/blocked mix that only the reference kernel serves: plain on both sides instead.
+    make_forward(*p, g, Layout::Plain, Layout::Plain);
+    if (is_reference(*p)) make_forward(*p, g, g.preferred_src_layout(), g.preferred_dst_layout());
+  }
   p->fwd = dnnl::convolution_forward(p->fwd_pd);
   return p;
 }
@@ -101,11 +115,16 @@ ConvPlan& backward_weights_plan(const ConvGeometry& g, const std::shared_ptr<Con
 
 }  // namespace
 
+ConvLayouts conv_layouts(const ConvGeometry& g) {
+  auto p = plan_for(g);
+  return ConvLayouts{p->src_layout, p->dst_layout, p->fwd_pd.impl_info_str()};
+}
+
 Tensor conv_forward(const Tensor& x, const Tensor& w, const Tensor& b, const ConvGeometry& g, bool keep_weights) {
   auto plan = plan_for(g);
-  const Tensor src = to_layout(x, g.src_layout());
+  const Tensor src = to_layout(x, plan->src_layout);
   const Tensor wbuf = weights_as(w, plan->wplain, plan->fwd_pd.weights_desc(), keep_weights);
-  Tensor y = Tensor::empty(Shape{g.N, g.Cout, g.OH, g.OW}, DType::f32, g.dst_layout());  // (N, Cout, OH, OW)
+  Tensor y = Tensor::empty(Shape{g.N, g.Cout, g.OH, g.OW}, DType::f32, plan->dst_layout);  // (N, Cout, OH, OW)
   std::unordered_map<int, memory> args{{DNNL_ARG_SRC, memory_of(src, plan->src)},
                                        {DNNL_ARG_WEIGHTS, memory_of(wbuf, plan->fwd_pd.weights_desc())},
                                        {DNNL_ARG_DST, memory_of(y, plan->dst)}};
@@ -117,9 +136,9 @@ Tensor conv_forward(const Tensor& x, const Tensor& w, const Tensor& b, const Con
 Tensor conv_backward_data(const Tensor& gy, const Tensor& w, const ConvGeometry& g) {
   auto plan = plan_for(g);
   ConvPlan& p = backward_data_plan(g, plan);
-  const Tensor diff_dst = to_layout(gy, g.dst_layout());
+  const Tensor diff_dst = to_layout(gy, p.dst_layout);
   const Tensor wbuf = weights_as(w, p.wplain, p.bd_pd.weights_desc(), false);
-  Tensor dx = Tensor::empty(Shape{g.N, g.Cin, g.H, g.W}, DType::f32, g.src_layout());  // (N, Cin, H, W)
+  Tensor dx = Tensor::empty(Shape{g.N, g.Cin, g.H, g.W}, DType::f32, p.src_layout);  // (N, Cin, H, W)
   execute(p.bd, p.bd_pd,
           {{DNNL_ARG_DIFF_DST, memory_of(diff_dst, p.dst)},
            {DNNL_ARG_WEIGHTS, memory_of(wbuf, p.bd_pd.weights_desc())},
@@ -130,8 +149,8 @@ Tensor conv_backward_data(const Tensor& gy, const Tensor& w, const ConvGeometry&
 void conv_backward_weights(const Tensor& x, const Tensor& gy, const ConvGeometry& g, Tensor& gw, Tensor& gb) {
   auto plan = plan_for(g);
   ConvPlan& p = backward_weights_plan(g, plan);
-  const Tensor src = to_layout(x, g.src_layout());
-  const Tensor diff_dst = to_layout(gy, g.dst_layout());
+  const Tensor src = to_layout(x, plan->src_layout);
+  const Tensor diff_dst = to_layout(gy, p.dst_layout);
   gw = Tensor::empty(Shape{g.Cout, g.Cin / g.groups, g.KH, g.KW});  // (Cout, Cin/groups, KH, KW) plain OIHW
   const memory::desc dw_desc = p.bw_pd.diff_weights_desc();
   const bool direct = dw_desc == p.wplain;

@@ -4,6 +4,7 @@
 
 #include "autograd/ops.h"
 #include "autograd/tape.h"
+#include "core/cpu/conv.h"
 #include "core/cpu/weight_cache.h"
 #include "tests/golden/dnnl/golden.h"
 #include "tests/support/gradcheck.h"
@@ -77,7 +78,10 @@ TEST(Conv2dOp, ForwardMatchesDirectLoopsForEveryGeometry) {
   const std::vector<Case> cases = {{{2, 3, 6, 5}, {4, 3, 3, 3}, {1, 1, 1, 1, 1, 1, 1}},
                                    {{1, 16, 9, 9}, {32, 16, 3, 3}, {2, 2, 1, 1, 1, 1, 1}},
                                    {{1, 32, 8, 8}, {32, 1, 3, 3}, {1, 1, 2, 2, 2, 2, 32}},
-                                   {{1, 32, 6, 6}, {16, 8, 1, 1}, {2, 2, 0, 0, 1, 1, 4}}};
+                                   {{1, 32, 6, 6}, {16, 8, 1, 1}, {2, 2, 0, 0, 1, 1, 4}},
+                                   {{1, 40, 4, 4}, {80, 40, 1, 1}, {1, 1, 0, 0, 1, 1, 1}},
+                                   {{1, 16, 5, 5}, {8, 16, 3, 3}, {1, 1, 1, 1, 1, 1, 1}},
+                                   {{1, 40, 5, 5}, {40, 1, 3, 3}, {1, 1, 1, 1, 1, 1, 40}}};
   for (const auto& c : cases) {
     Tensor x = random_tensor(c.x, 7), w = random_tensor(c.w, 8), b = random_tensor(Shape{c.w[0]}, 9);
     Tensor y = ops::conv2d(x, w, b, c.o);
@@ -237,6 +241,25 @@ TEST(Conv2dOpGolden, MatchesPyTorchForwardAndGradientsInBothLayouts) {
       expect_matches_golden(x.grad(), golden(g, name + ".gx"), "dx");
       expect_matches_golden(w.grad(), golden(g, name + ".gw"), "dw");
       if (has_bias) expect_matches_golden(b.grad(), golden(g, name + ".gb"), "db");
+    }
+  }
+}
+
+TEST(Conv2dOp, NoGeometryOfACommonModelFallsToTheReferenceKernel) {
+  // EfficientNet-style channel counts mix multiples of 16 with others (24, 40): a plain/blocked
+  // mix that only ref:any serves must be avoided by running both sides plain.
+  struct Case {
+    int64_t cin, cout, k, groups;
+  };
+  for (const Case c : {Case{3, 64, 3, 1}, Case{64, 64, 3, 1}, Case{64, 128, 1, 1}, Case{40, 80, 1, 1},
+                       Case{16, 8, 3, 1}, Case{24, 144, 1, 1}, Case{144, 24, 1, 1}, Case{40, 40, 3, 40},
+                       Case{32, 32, 3, 32}}) {
+    cpu::ConvGeometry g{8, c.cin, 16, 16, c.cout, c.k, c.k, 16, 16, 1, 1, c.k / 2, c.k / 2, 1, 1, c.groups, false};
+    const cpu::ConvLayouts l = cpu::conv_layouts(g);
+    EXPECT_NE(l.implementation.rfind("ref", 0), 0u) << c.cin << " -> " << c.cout << ": " << l.implementation;
+    if (c.cin % 16 == 0 && c.cout % 16 == 0) {
+      EXPECT_EQ(l.src, Layout::nChw16c);
+      EXPECT_EQ(l.dst, Layout::nChw16c);
     }
   }
 }
