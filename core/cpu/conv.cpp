@@ -27,6 +27,10 @@ struct ConvPlan {
   dnnl::convolution_forward::primitive_desc fwd_pd;
   dnnl::convolution_forward fwd;
   std::once_flag bd_once, bw_once;
+  // The backward kernels' own src/dst layouts: the forward's, or plain where only the
+  // reference kernel serves the forward's mix.
+  Layout bd_src_layout, bd_dst_layout, bw_src_layout, bw_dst_layout;
+  memory::desc bd_src, bd_dst, bw_src, bw_dst;
   dnnl::convolution_backward_data::primitive_desc bd_pd;
   dnnl::convolution_backward_data bd;
   dnnl::convolution_backward_weights::primitive_desc bw_pd;
@@ -67,8 +71,8 @@ std::shared_ptr<ConvPlan> make_plan(const ConvGeometry& g) {
   p->pad_r = {(g.OH - 1) * g.stride_h + (g.KH - 1) * g.dilation_h + 1 - g.H - g.pad_h,
               (g.OW - 1) * g.stride_w + (g.KW - 1) * g.dilation_w + 1 - g.W - g.pad_w};
   make_forward(*p, g, g.preferred_src_layout(), g.preferred_dst_layout());
-  if (is_reference(*p) && g.preferred_src_layout() != g.preferred_dst_layout()) {
-    // A plain/blocked mix that only the reference kernel serves: plain on both sides instead.
+  if (is_reference(*p) && (g.preferred_src_layout() != Layout::Plain || g.preferred_dst_layout() != Layout::Plain)) {
+    // Layouts that only the reference kernel serves: plain on both sides instead.
     make_forward(*p, g, Layout::Plain, Layout::Plain);
     if (is_reference(*p)) make_forward(*p, g, g.preferred_src_layout(), g.preferred_dst_layout());
   }
@@ -89,11 +93,34 @@ std::shared_ptr<ConvPlan> plan_for(const ConvGeometry& g) {
   return p;
 }
 
+bool is_reference_impl(const dnnl::primitive_desc_base& pd) {
+  return std::string(pd.impl_info_str()).rfind("ref", 0) == 0;
+}
+
+// Creates a backward primitive descriptor with the forward's layouts, or with plain src and dst
+// when the former has only the reference kernel and the latter does not.
+template <typename PD, typename MakeDesc>
+PD backward_pd(const ConvGeometry& g, const ConvPlan& p, MakeDesc make_desc, Layout& src_layout, Layout& dst_layout,
+               memory::desc& src, memory::desc& dst) {
+  src_layout = p.src_layout, dst_layout = p.dst_layout, src = p.src, dst = p.dst;
+  PD pd(make_desc(src, dst), dnnl_attr(), dnnl_engine(), p.fwd_pd);
+  if (!is_reference_impl(pd) || (src_layout == Layout::Plain && dst_layout == Layout::Plain)) return pd;
+  const memory::desc psrc = desc_for(Shape{g.N, g.Cin, g.H, g.W}, DType::f32, Layout::Plain);
+  const memory::desc pdst = desc_for(Shape{g.N, g.Cout, g.OH, g.OW}, DType::f32, Layout::Plain);
+  PD plain(make_desc(psrc, pdst), dnnl_attr(), dnnl_engine(), p.fwd_pd);
+  if (is_reference_impl(plain)) return pd;
+  src_layout = dst_layout = Layout::Plain, src = psrc, dst = pdst;
+  return plain;
+}
+
 ConvPlan& backward_data_plan(const ConvGeometry& g, const std::shared_ptr<ConvPlan>& p) {
   std::call_once(p->bd_once, [&] {
-    dnnl::convolution_backward_data::desc d(dnnl::algorithm::convolution_direct, p->src, p->wany, p->dst, p->strides,
-                                            p->dilates, p->pad_l, p->pad_r);
-    p->bd_pd = dnnl::convolution_backward_data::primitive_desc(d, dnnl_attr(), dnnl_engine(), p->fwd_pd);
+    auto make = [&](const memory::desc& src, const memory::desc& dst) {
+      return dnnl::convolution_backward_data::desc(dnnl::algorithm::convolution_direct, src, p->wany, dst,
+                                                   p->strides, p->dilates, p->pad_l, p->pad_r);
+    };
+    p->bd_pd = backward_pd<dnnl::convolution_backward_data::primitive_desc>(g, *p, make, p->bd_src_layout,
+                                                                            p->bd_dst_layout, p->bd_src, p->bd_dst);
     p->bd = dnnl::convolution_backward_data(p->bd_pd);
   });
   return *p;
@@ -101,13 +128,15 @@ ConvPlan& backward_data_plan(const ConvGeometry& g, const std::shared_ptr<ConvPl
 
 ConvPlan& backward_weights_plan(const ConvGeometry& g, const std::shared_ptr<ConvPlan>& p) {
   std::call_once(p->bw_once, [&] {
-    dnnl::convolution_backward_weights::desc d =
-        g.has_bias ? dnnl::convolution_backward_weights::desc(dnnl::algorithm::convolution_direct, p->src, p->wany,
-                                                              p->bias, p->dst, p->strides, p->dilates, p->pad_l,
-                                                              p->pad_r)
-                   : dnnl::convolution_backward_weights::desc(dnnl::algorithm::convolution_direct, p->src, p->wany,
-                                                              p->dst, p->strides, p->dilates, p->pad_l, p->pad_r);
-    p->bw_pd = dnnl::convolution_backward_weights::primitive_desc(d, dnnl_attr(), dnnl_engine(), p->fwd_pd);
+    auto make = [&](const memory::desc& src, const memory::desc& dst) {
+      return g.has_bias ? dnnl::convolution_backward_weights::desc(dnnl::algorithm::convolution_direct, src, p->wany,
+                                                                   p->bias, dst, p->strides, p->dilates, p->pad_l,
+                                                                   p->pad_r)
+                        : dnnl::convolution_backward_weights::desc(dnnl::algorithm::convolution_direct, src, p->wany,
+                                                                   dst, p->strides, p->dilates, p->pad_l, p->pad_r);
+    };
+    p->bw_pd = backward_pd<dnnl::convolution_backward_weights::primitive_desc>(
+        g, *p, make, p->bw_src_layout, p->bw_dst_layout, p->bw_src, p->bw_dst);
     p->bw = dnnl::convolution_backward_weights(p->bw_pd);
   });
   return *p;
@@ -136,29 +165,29 @@ Tensor conv_forward(const Tensor& x, const Tensor& w, const Tensor& b, const Con
 Tensor conv_backward_data(const Tensor& gy, const Tensor& w, const ConvGeometry& g) {
   auto plan = plan_for(g);
   ConvPlan& p = backward_data_plan(g, plan);
-  const Tensor diff_dst = to_layout(gy, p.dst_layout);
+  const Tensor diff_dst = to_layout(gy, p.bd_dst_layout);
   const Tensor wbuf = weights_as(w, p.wplain, p.bd_pd.weights_desc(), false);
-  Tensor dx = Tensor::empty(Shape{g.N, g.Cin, g.H, g.W}, DType::f32, p.src_layout);  // (N, Cin, H, W)
+  Tensor dx = Tensor::empty(Shape{g.N, g.Cin, g.H, g.W}, DType::f32, p.bd_src_layout);  // (N, Cin, H, W)
   execute(p.bd, p.bd_pd,
-          {{DNNL_ARG_DIFF_DST, memory_of(diff_dst, p.dst)},
+          {{DNNL_ARG_DIFF_DST, memory_of(diff_dst, p.bd_dst)},
            {DNNL_ARG_WEIGHTS, memory_of(wbuf, p.bd_pd.weights_desc())},
-           {DNNL_ARG_DIFF_SRC, memory_of(dx, p.src)}});
+           {DNNL_ARG_DIFF_SRC, memory_of(dx, p.bd_src)}});
   return dx;
 }
 
 void conv_backward_weights(const Tensor& x, const Tensor& gy, const ConvGeometry& g, Tensor& gw, Tensor& gb) {
   auto plan = plan_for(g);
   ConvPlan& p = backward_weights_plan(g, plan);
-  const Tensor src = to_layout(x, plan->src_layout);
-  const Tensor diff_dst = to_layout(gy, p.dst_layout);
+  const Tensor src = to_layout(x, p.bw_src_layout);
+  const Tensor diff_dst = to_layout(gy, p.bw_dst_layout);
   gw = Tensor::empty(Shape{g.Cout, g.Cin / g.groups, g.KH, g.KW});  // (Cout, Cin/groups, KH, KW) plain OIHW
   const memory::desc dw_desc = p.bw_pd.diff_weights_desc();
   const bool direct = dw_desc == p.wplain;
   Tensor dw_buf = direct ? gw
                          : Tensor::empty(Shape{static_cast<int64_t>((dw_desc.get_size() + 3) / 4)}, DType::f32,
                                          Layout::Plain, MemTag::Workspace);  // blocked diff weights
-  std::unordered_map<int, memory> args{{DNNL_ARG_SRC, memory_of(src, p.src)},
-                                       {DNNL_ARG_DIFF_DST, memory_of(diff_dst, p.dst)},
+  std::unordered_map<int, memory> args{{DNNL_ARG_SRC, memory_of(src, p.bw_src)},
+                                       {DNNL_ARG_DIFF_DST, memory_of(diff_dst, p.bw_dst)},
                                        {DNNL_ARG_DIFF_WEIGHTS, memory_of(dw_buf, dw_desc)}};
   if (g.has_bias) {
     gb = Tensor::empty(Shape{g.Cout});  // (Cout)

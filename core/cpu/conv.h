@@ -37,7 +37,8 @@ ConvLayouts conv_layouts(const ConvGeometry& g);
 // y (N, Cout, OH, OW) in conv_layouts(g).dst. x in any layout; bias (Cout) or undefined.
 // keep_weights: the weight will be used again unchanged (eval, frozen): keep its reordered copy.
 Tensor conv_forward(const Tensor& x, const Tensor& w, const Tensor& b, const ConvGeometry& g, bool keep_weights);
-// dx (N, Cin, H, W) in conv_layouts(g).src, from gy (any layout) and the plain weight.
+// dx (N, Cin, H, W) in the backward kernel's layout (conv_layouts(g).src unless that mix had
+// only the reference kernel: plain), from gy (any layout) and the plain weight.
 Tensor conv_backward_data(const Tensor& gy, const Tensor& w, const ConvGeometry& g);
 // gw (Cout, Cin/groups, KH, KW) plain and gb (Cout) when has_bias, from x and gy (any layout).
 void conv_backward_weights(const Tensor& x, const Tensor& gy, const ConvGeometry& g, Tensor& gw, Tensor& gb);
