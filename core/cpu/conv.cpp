@@ -149,6 +149,11 @@ ConvLayouts conv_layouts(const ConvGeometry& g) {
   return ConvLayouts{p->src_layout, p->dst_layout, p->fwd_pd.impl_info_str()};
 }
 
+std::pair<std::string, std::string> conv_backward_implementations(const ConvGeometry& g) {
+  auto p = plan_for(g);
+  return {backward_data_plan(g, p).bd_pd.impl_info_str(), backward_weights_plan(g, p).bw_pd.impl_info_str()};
+}
+
 Tensor conv_forward(const Tensor& x, const Tensor& w, const Tensor& b, const ConvGeometry& g, bool keep_weights) {
   auto plan = plan_for(g);
   const Tensor src = to_layout(x, plan->src_layout);

@@ -11,6 +11,7 @@
 // format through the weight cache. Primitive descriptors and primitives are cached per geometry.
 #include <cstdint>
 #include <string>
+#include <utility>
 
 #include "core/tensor.h"
 
@@ -33,6 +34,8 @@ struct ConvLayouts {
 };
 // The layouts (and forward kernel) the primitive for this geometry uses.
 ConvLayouts conv_layouts(const ConvGeometry& g);
+// oneDNN's backward-data and backward-weights kernels for this geometry (creates them).
+std::pair<std::string, std::string> conv_backward_implementations(const ConvGeometry& g);
 
 // y (N, Cout, OH, OW) in conv_layouts(g).dst. x in any layout; bias (Cout) or undefined.
 // keep_weights: the weight will be used again unchanged (eval, frozen): keep its reordered copy.

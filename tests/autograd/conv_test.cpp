@@ -253,11 +253,14 @@ TEST(Conv2dOp, NoGeometryOfACommonModelFallsToTheReferenceKernel) {
   };
   for (const Case c : {Case{3, 64, 3, 1}, Case{64, 64, 3, 1}, Case{64, 128, 1, 1}, Case{40, 80, 1, 1},
                        Case{16, 8, 3, 1}, Case{24, 144, 1, 1}, Case{144, 24, 1, 1}, Case{40, 40, 3, 40},
-                       Case{32, 32, 3, 32}}) {
+                       Case{32, 32, 3, 32}, Case{3, 16, 3, 1}, Case{32, 16, 1, 4}}) {
     cpu::ConvGeometry g{8, c.cin, 16, 16, c.cout, c.k, c.k, 16, 16, 1, 1, c.k / 2, c.k / 2, 1, 1, c.groups, false};
     const cpu::ConvLayouts l = cpu::conv_layouts(g);
     EXPECT_NE(l.implementation.rfind("ref", 0), 0u) << c.cin << " -> " << c.cout << ": " << l.implementation;
-    if (c.cin % 16 == 0 && c.cout % 16 == 0) {
+    const auto [bwd_data, bwd_weights] = cpu::conv_backward_implementations(g);
+    EXPECT_NE(bwd_data.rfind("ref", 0), 0u) << c.cin << " -> " << c.cout << " backward data: " << bwd_data;
+    EXPECT_NE(bwd_weights.rfind("ref", 0), 0u) << c.cin << " -> " << c.cout << " backward weights: " << bwd_weights;
+    if (c.cin % 16 == 0 && c.cout % 16 == 0 && (c.groups == 1 || c.groups == c.cin)) {  // 8-channel groups run plain
       EXPECT_EQ(l.src, Layout::nChw16c);
       EXPECT_EQ(l.dst, Layout::nChw16c);
     }
