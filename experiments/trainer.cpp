@@ -4,13 +4,28 @@
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
+#include <unistd.h>
+
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
 
 #include "core/error.h"
 #include "experiments/lib/cli.h"
 
+// On a machine shared with other jobs, OpenMP threads that spin at barriers while a sibling
+// thread is descheduled slow every step several times over (quickstart --benchmark 20 on the
+// shared 2-core machine: 634-1208 img/s passive against 109-387 img/s with libgomp's default
+// spinning). libgomp reads OMP_WAIT_POLICY only when it is loaded, so the trainer re-executes
+// itself once with OMP_WAIT_POLICY=passive unless the caller chose a policy.
+static void prefer_passive_openmp_waiting(char** argv) {
+  if (std::getenv("OMP_WAIT_POLICY") != nullptr) return;
+  ::setenv("OMP_WAIT_POLICY", "passive", 1);
+  ::execv("/proc/self/exe", argv);  // returns only on failure: carry on with the default policy
+}
+
 int main(int argc, char** argv) {
+  prefer_passive_openmp_waiting(argv);
   spdlog::set_default_logger(spdlog::stderr_color_mt("trainer"));
   spdlog::set_pattern("[%H:%M:%S] %v");
   try {
