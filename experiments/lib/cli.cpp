@@ -116,7 +116,8 @@ int run_trainer(const TrainerArgs& a) {
     return 0;
   }
   std::filesystem::create_directories(c.output.dir);
-  auto file = std::make_shared<spdlog::sinks::basic_file_sink_mt>((std::filesystem::path(c.output.dir) / "train.log").string());
+  auto file = std::make_shared<spdlog::sinks::basic_file_sink_mt>(
+      (std::filesystem::path(c.output.dir) / "train.log").string(), /*truncate=*/a.resume.empty());
   spdlog::default_logger()->sinks().push_back(file);
   RunOptions o;
   o.resume = !a.resume.empty();

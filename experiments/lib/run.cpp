@@ -65,8 +65,20 @@ RunResult run_training(const Config& c, const RunOptions& o) {
     spdlog::info("resumed from {} at epoch {} step {}", *ckpt, pos.epoch, pos.step);
   } else {
     metrics.truncate_after(0);
+    // A fresh run starts the directory over (metrics, report, config): checkpoints of an earlier
+    // run there would otherwise be picked up by a later --resume.
+    int removed = 0;
+    while (auto stale = latest_checkpoint(c.output.dir)) {
+      fs::remove(*stale);
+      ++removed;
+    }
+    if (removed > 0)
+      spdlog::warn("{} held {} checkpoint(s) of an earlier run: removed, the run starts over (use --resume {} to "
+                   "continue a run instead)", c.output.dir, removed, c.output.dir);
   }
   result.start_epoch = pos.epoch;
+  if (pos.epoch >= c.train.epochs)
+    spdlog::info("the run already has its {} epochs (raise train.epochs with --set to train on)", c.train.epochs);
 
   StepOptions step_options;
   step_options.label_smoothing = c.train.label_smoothing;

@@ -85,6 +85,13 @@ TEST(Trainer, RunWritesConfigMetricsReportAndCheckpoints) {
   // The resolved config reads back to the same config.
   const Config back = load_config((out / "config.yaml").string());
   EXPECT_EQ(config_to_yaml(back), config_to_yaml(c));
+  // Running again into the same directory starts it over: one row, no stale checkpoint.
+  {
+    Session stale = make_session(c, synthetic_input_spec(c));
+    save_checkpoint(checkpoint_path(out.string(), 7), *stale.model, *stale.optimizer, {7, 0, c.seed}, "resnet20");
+  }
+  run_training(c, o);
+  EXPECT_EQ(latest_checkpoint(out.string()).value(), checkpoint_path(out.string(), 1));
   const Json row = Json::parse(read_text(out / "metrics.jsonl"));
   EXPECT_EQ(row.at("epoch").integer(), 1);
   EXPECT_TRUE(std::isfinite(row.at("train_loss").number()));
