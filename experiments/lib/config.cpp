@@ -267,6 +267,9 @@ SchemeSpec parse_scheme(YAML::Node n, const std::string& full_key, const Section
   SchemeSpec spec;
   const std::string where = parent.where(full_key, n.Mark());
   spec.where = where.rfind("--set", 0) == 0 ? where : fmt::format("{} (line {})", full_key, n.Mark().line + 1);
+  // Options of this scheme given on the command line are named as such.
+  for (const auto& o : parent.origin().overridden)
+    if (o.rfind(full_key + ".", 0) == 0) spec.where += fmt::format(" (--set {})", o);
   if (n.IsScalar() && !is_rule) {  // default: fp32
     spec.scheme = n.Scalar();
     return spec;

@@ -168,3 +168,12 @@ TEST(Config, ShippedConfigsParse) {
   EXPECT_EQ(r.saved_tensors.rules[0].spec.scheme, "fewbit");
   EXPECT_EQ(r.saved_tensors.rules[0].spec.options.at("bits"), "3");
 }
+
+TEST(Config, SetOnARuleOptionIsNamedInSchemeErrors) {
+  const std::string yaml = std::string(kMinimal) + "saved_tensors:\n  rules:\n    - {ops: [gelu], scheme: fewbit, bits: 3}\n";
+  const Config ok = parse_config(yaml, "test.yaml", {"saved_tensors.rules[0].bits=2"});
+  EXPECT_EQ(ok.saved_tensors.rules[0].spec.options.at("bits"), "2");
+  const std::string msg = error_of(yaml, {"saved_tensors.rules.0.bits=9"});
+  EXPECT_TRUE(contains(msg, "saved_tensors.rules[0] (line 10) (--set saved_tensors.rules[0].bits)")) << msg;
+  EXPECT_TRUE(contains(msg, "'bits' is 9")) << msg;
+}
