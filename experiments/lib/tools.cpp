@@ -36,9 +36,6 @@ Json BenchmarkResult::json() const {
   j["img_per_s"] = Json(img_per_s);
   j["peak_bytes"] = Json(peak_bytes);
   j["saved_bytes"] = Json(saved_bytes);
-  j["batch_size"] = Json(batch_size);
-  j["steps"] = Json(steps);
-  j["seconds"] = Json(seconds);
   return j;
 }
 

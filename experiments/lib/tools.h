@@ -21,7 +21,7 @@ struct BenchmarkResult {
   int64_t saved_bytes = 0;  // held after the forward of the last step
   int64_t steps = 0, batch_size = 0;
   double seconds = 0;
-  Json json() const;        // {"img_per_s": X, "peak_bytes": P, "saved_bytes": S}
+  Json json() const;        // exactly {"img_per_s": X, "peak_bytes": P, "saved_bytes": S}
 };
 // One untimed warm-up step (oneDNN primitive creation, optimizer state), then `steps` timed steps.
 BenchmarkResult benchmark(const Config& c, int64_t steps);

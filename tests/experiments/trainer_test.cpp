@@ -165,6 +165,8 @@ TEST(Trainer, BenchmarkReportsThroughputAndBytes) {
   const Json j = Json::parse(r.json().dump());
   EXPECT_TRUE(j.at("img_per_s").is_number());
   EXPECT_EQ(j.at("saved_bytes").integer(), r.saved_bytes);
+  EXPECT_EQ(j.at("peak_bytes").integer(), r.peak_bytes);
+  EXPECT_EQ(j.size(), 3u);
 }
 
 TEST(Trainer, MaxBatchFitsInTheLimitAndGrowsWithIt) {
