@@ -12,6 +12,7 @@
 #include "experiments/lib/safetensors.h"
 #include "experiments/lib/session.h"
 #include "experiments/lib/train_loop.h"
+#include "quant/gact_policy.h"
 
 namespace packrat {
 
@@ -45,6 +46,16 @@ RunResult run_training(const Config& c, const RunOptions& o) {
   const data::ImageShape shape = train->image_shape();
   InputSpec input{shape.c, shape.h, shape.w, c.model.classes > 0 ? c.model.classes : train_ds->num_classes()};
   Session s = make_session(c, input);
+  // GACT's bit allocations, one CSV block per refresh, go to the run directory unless the
+  // config names a file (saved_tensors: {scheme: gact, log_path: ...}).
+  int gact_index = 0;
+  for (GactStore* g : find_gact_stores(*s.policy)) {
+    if (g->gact_options().log_path.empty())
+      g->set_log_path((fs::path(c.output.dir) / (gact_index == 0 ? std::string("gact_bits.csv")
+                                                                 : fmt::format("gact_bits_{}.csv", gact_index)))
+                          .string());
+    ++gact_index;
+  }
   const int64_t steps_per_epoch = c.train.steps_per_epoch > 0
                                       ? std::min(c.train.steps_per_epoch, train->batches_per_epoch())
                                       : train->batches_per_epoch();

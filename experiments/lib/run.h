@@ -26,7 +26,8 @@ struct RunResult {
 };
 
 // Writes <dir>/config.yaml (the resolved config), train.log, metrics.csv/jsonl,
-// memory_report.json, checkpoints/epoch_NNNN.safetensors.
+// memory_report.json, checkpoints/epoch_NNNN.safetensors, and gact_bits.csv when a GACT store
+// is used.
 RunResult run_training(const Config& c, const RunOptions& o = {});
 
 }  // namespace packrat

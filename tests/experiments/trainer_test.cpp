@@ -100,6 +100,21 @@ TEST(Trainer, RunWritesConfigMetricsReportAndCheckpoints) {
   EXPECT_GT(row.at("img_per_s").number(), 0);
 }
 
+TEST(Trainer, GactRunLogsItsBitAllocationsInTheRunDirectory) {
+  const fs::path out = temp_dir("run_gact");
+  RunOptions o;
+  o.tty = 0;
+  o.print_report = false;
+  const Config c = tiny_config(fixture_data(), out,
+                               {"train.epochs=1", "train.steps_per_epoch=2", "saved_tensors.rules=[]",
+                                "saved_tensors.default={scheme: gact, avg_bits: 2, tensors_per_refresh: 2}"});
+  const RunResult r = run_training(c, o);
+  ASSERT_EQ(r.epochs.size(), 1u);
+  EXPECT_TRUE(std::isfinite(r.epochs[0].train_loss));
+  EXPECT_TRUE(fs::exists(out / "gact_bits.csv"));
+  EXPECT_LT(r.report.saved_bytes, r.report.saved_fp32_bytes / 8);
+}
+
 TEST(Trainer, QuickstartConfigEndToEndOnASubset) {
   const fs::path out = temp_dir("quickstart");
   const Config c = load_config(std::string(PACKRAT_SOURCE_DIR) + "/configs/quickstart.yaml",
