@@ -1,0 +1,76 @@
+// One full training step (forward, backward, SGD update) of ResNet-18 with the CIFAR stem and
+// GELU activations on random 3x32x32 images, under several saved-tensor schemes. Reports
+// images/s as items_per_second, and the bytes the store held after the forward (from the
+// allocator) as counters. bench/compare_torch.sh runs the PyTorch step beside it and prints
+// the ratio.
+#include <benchmark/benchmark.h>
+
+#include <chrono>
+
+#include "autograd/ops.h"
+#include "autograd/tape.h"
+#include "core/philox.h"
+#include "models/registry.h"
+#include "optim/sgd.h"
+#include "quant/rule_policy.h"
+
+namespace packrat {
+namespace {
+
+StorePolicySpec scheme_spec(const std::string& name) {
+  StorePolicySpec s;
+  if (name == "fewbit3") {  // 3-bit few-bit GELU derivatives, everything else FP32
+    s.rules.push_back({{"gelu"}, {}, {"fewbit", {{"bits", "3"}}, "bench"}});
+  } else if (name == "actnn2") {  // every saved tensor at 2 bits (masks and indices exact)
+    s.default_scheme = {"actnn", {{"bits", "2"}}, "bench"};
+  }
+  return s;
+}
+
+// Names stay exactly "TrainStep/<model>/<batch>": run with --benchmark_min_time=5 for steady figures.
+void TrainStep(benchmark::State& state, const std::string& scheme) {
+  const int64_t batch = state.range(0);
+  auto model = make_model({"resnet18", "cifar", "gelu", 3, 10, 0});
+  SGD opt(model->named_parameters(), SgdOptions{0.01, 0.9});
+  PhiloxStream rng(1, 1);
+  std::vector<float> pixels(static_cast<size_t>(batch * 3 * 32 * 32));
+  for (auto& p : pixels) p = rng.normal();
+  std::vector<int64_t> classes(static_cast<size_t>(batch));
+  for (auto& c : classes) c = static_cast<int64_t>(rng.below(10));
+  Tensor x = Tensor::from_vector({batch, 3, 32, 32}, pixels);
+  Tensor y = Tensor::empty({batch}, DType::i64);
+  std::copy(classes.begin(), classes.end(), y.data<int64_t>());
+
+  RulePolicy policy(scheme_spec(scheme));
+  PolicyScope scope(policy);
+  int64_t step = 0, saved_bytes = 0, saved_fp32_bytes = 0;
+  const auto start = std::chrono::steady_clock::now();
+  for (auto _ : state) {
+    policy.begin_step(step++);
+    opt.zero_grad();
+    Tensor loss = ops::cross_entropy((*model)(x), y);
+    saved_bytes = saved_fp32_bytes = 0;
+    for (const auto& r : policy.describe()) {
+      saved_bytes += r.bytes;
+      saved_fp32_bytes += r.fp32_bytes;
+    }
+    backward(loss);
+    opt.step();
+  }
+  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  state.SetItemsProcessed(state.iterations() * batch);
+  // items_per_second comes from the main thread's CPU time; img_per_s is wall-clock.
+  state.counters["img_per_s"] = static_cast<double>(state.iterations() * batch) / wall;
+  state.counters["saved_MB"] = static_cast<double>(saved_bytes) / 1e6;
+  state.counters["saved_vs_fp32"] = static_cast<double>(saved_bytes) / static_cast<double>(saved_fp32_bytes);
+}
+
+BENCHMARK_CAPTURE(TrainStep, resnet18_cifar_gelu, std::string("fp32"))
+    ->Name("TrainStep/resnet18_cifar_gelu")->Arg(64)->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(TrainStep, resnet18_cifar_gelu_fewbit3, std::string("fewbit3"))
+    ->Name("TrainStep/resnet18_cifar_gelu_fewbit3")->Arg(64)->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(TrainStep, resnet18_cifar_gelu_actnn2, std::string("actnn2"))
+    ->Name("TrainStep/resnet18_cifar_gelu_actnn2")->Arg(64)->Unit(benchmark::kMillisecond);
+
+}  // namespace
+}  // namespace packrat
