@@ -351,8 +351,8 @@ Config parse_root(YAML::Node root, const Origin& origin) {
     c.data.eval_batch_size = d.get_int("eval_batch_size", 256, 1, 1 << 20);
     c.data.train_transforms = d.get_strings("train_transforms", {});
     c.data.test_transforms = d.get_strings("test_transforms", {});
-    c.data.train_subset = d.get_int("train_subset", 0, 0, INT64_MAX);
-    c.data.test_subset = d.get_int("test_subset", 0, 0, INT64_MAX);
+    c.data.limit_train = d.get_int("limit_train", 0, 0, INT64_MAX);
+    c.data.limit_test = d.get_int("limit_test", 0, 0, INT64_MAX);
     c.data.workers = d.get_int("workers", 1, 1, 64);
     c.data.prefetch = d.get_int("prefetch", 2, 1, 64);
     c.data.download = d.get_bool("download", false);
@@ -361,8 +361,8 @@ Config parse_root(YAML::Node root, const Origin& origin) {
     c.data.width = d.get_int("width", 0, 0, 1 << 16);
     c.data.channels = d.get_int("channels", 3, 1, 3);
     if (c.data.channels == 2) d.error_at(d.key_path("channels"), d.node()["channels"].Mark(), "must be 1 or 3");
-    d.finish({"dataset", "root", "batch_size", "eval_batch_size", "train_transforms", "test_transforms", "train_subset",
-              "test_subset", "workers", "prefetch", "download", "label", "height", "width", "channels"});
+    d.finish({"dataset", "root", "batch_size", "eval_batch_size", "train_transforms", "test_transforms", "limit_train",
+              "limit_test", "workers", "prefetch", "download", "label", "height", "width", "channels"});
   }
   {
     Section m = top.child("model");
@@ -519,8 +519,8 @@ std::string config_to_yaml(const Config& c) {
   emit_list(e, c.data.train_transforms);
   e << YAML::Key << "test_transforms" << YAML::Value;
   emit_list(e, c.data.test_transforms);
-  e << YAML::Key << "train_subset" << YAML::Value << c.data.train_subset;
-  e << YAML::Key << "test_subset" << YAML::Value << c.data.test_subset;
+  e << YAML::Key << "limit_train" << YAML::Value << c.data.limit_train;
+  e << YAML::Key << "limit_test" << YAML::Value << c.data.limit_test;
   e << YAML::Key << "workers" << YAML::Value << c.data.workers;
   e << YAML::Key << "prefetch" << YAML::Value << c.data.prefetch;
   e << YAML::Key << "download" << YAML::Value << c.data.download;

@@ -18,8 +18,8 @@ struct DataConfig {
   int64_t eval_batch_size = 256;
   std::vector<std::string> train_transforms;  // data::parse_pipeline items, e.g. "random_crop(28, 2)"
   std::vector<std::string> test_transforms;
-  int64_t train_subset = 0;                   // use only the first N training images (0: all)
-  int64_t test_subset = 0;
+  int64_t limit_train = 0;                   // use only the first N training images (0: all)
+  int64_t limit_test = 0;
   int64_t workers = 1;                        // threads preparing a batch
   int64_t prefetch = 2;                       // batches prepared ahead
   bool download = false;                      // cifar10/100: fetch the archive when missing

@@ -23,7 +23,7 @@ std::unique_ptr<data::Loader> make_loader(const Config& c, std::shared_ptr<const
   o.batch_size = train ? c.data.batch_size : c.data.eval_batch_size;
   o.shuffle = train;
   o.seed = c.seed;
-  o.limit = train ? c.data.train_subset : c.data.test_subset;
+  o.limit = train ? c.data.limit_train : c.data.limit_test;
   o.prefetch = c.data.prefetch;
   o.threads = static_cast<int>(c.data.workers);
   return std::make_unique<data::Loader>(ds, data::parse_pipeline(train ? c.data.train_transforms : c.data.test_transforms), o);

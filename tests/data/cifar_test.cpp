@@ -20,14 +20,6 @@ void write_cifar10(const fs::path& dir) {
   write_bytes(dir / "test_batch.bin", cifar_records({{9}, {8}, {7}, {6}}, 100));
 }
 
-std::string message_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
 
 }  // namespace
 

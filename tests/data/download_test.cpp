@@ -13,15 +13,6 @@ using namespace packrat::data::testing;
 
 namespace {
 
-std::string message_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
-
 std::string as_string(const std::vector<uint8_t>& v) { return std::string(v.begin(), v.end()); }
 
 // A miniature cifar-10-binary.tar.gz: 2 records per train batch, 3 in the test batch.

@@ -9,16 +9,29 @@
 #include <fstream>
 #include <random>
 #include <stdexcept>
+#include <functional>
 #include <string>
 #include <vector>
 
 #include <unistd.h>
+
+#include "core/error.h"
 
 namespace packrat::data::testing {
 
 namespace fs = std::filesystem;
 
 // A fresh folder under the temp dir, removed with everything in it at the end of the test.
+// The message of the packrat::Error fn throws, or "(no error)".
+inline std::string message_of(const std::function<void()>& fn) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
 class TempDir {
  public:
   TempDir() {

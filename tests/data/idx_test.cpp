@@ -10,15 +10,6 @@ using namespace packrat::data::testing;
 
 namespace {
 
-std::string message_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
-
 // 5 images of 4 x 3 with pixel (n, y, x) = 16 n + 4 y + x, labels 0, 3, 9, 1, 7.
 std::vector<uint8_t> images5() {
   std::vector<uint8_t> px;

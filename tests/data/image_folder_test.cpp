@@ -19,15 +19,6 @@ using namespace packrat::data::testing;
 
 namespace {
 
-std::string message_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
-
 // An RGB PNG whose pixel (y, x) is (base + y, base + x, base + 100).
 void write_png(const fs::path& p, int h, int w, int base) {
   fs::create_directories(p.parent_path());

@@ -11,19 +11,6 @@ using namespace packrat;
 using namespace packrat::data;
 using namespace packrat::data::testing;
 
-namespace {
-
-std::string message_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
-
-}  // namespace
-
 TEST(DataRegistry, FashionMnistFromTheDebianPackage) {
   const std::string root = default_root("fashion_mnist");
   if (!std::filesystem::exists(idx_images_file(root, Split::Train)))

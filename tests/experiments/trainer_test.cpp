@@ -118,7 +118,7 @@ TEST(Trainer, GactRunLogsItsBitAllocationsInTheRunDirectory) {
 TEST(Trainer, QuickstartConfigEndToEndOnASubset) {
   const fs::path out = temp_dir("quickstart");
   const Config c = load_config(std::string(PACKRAT_SOURCE_DIR) + "/configs/quickstart.yaml",
-                               {"data.train_subset=512", "data.test_subset=500", "train.epochs=1",
+                               {"data.limit_train=512", "data.limit_test=500", "train.epochs=1",
                                 "output.dir=" + out.string()});
   RunOptions o;
   o.tty = 0;

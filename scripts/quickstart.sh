@@ -1,0 +1,7 @@
+#!/usr/bin/env bash
+# Builds packrat and runs the main job: ResNet-20 on Fashion-MNIST (configs/quickstart.yaml).
+# Extra arguments go to the trainer, e.g. --set train.epochs=1
+set -euo pipefail
+cd "$(dirname "$0")/.."
+./scripts/build.sh
+exec build/bin/trainer --config configs/quickstart.yaml "$@"
