@@ -104,9 +104,10 @@ void Fp32Store::describe(std::vector<SavedRecord>& out) const {
     rec.need = e.request.need;
     rec.bits = 8.0 * static_cast<double>(dtype_size(e.dtype));
     rec.numel = e.shape.numel();
-    rec.fp32_bytes = e.shared ? 0 : rec.numel * 4;  // counted once, at its first save
+    rec.fp32_bytes = e.shared ? 0 : rec.numel * static_cast<int64_t>(dtype_size(e.dtype));  // once, at its first save
     rec.shared = e.shared;
     rec.bytes = e.shared ? 0 : static_cast<int64_t>(h.tensor.storage()->allocation->bytes());
+    rec.fp32_key = h.tensor.storage()->id;
     out.push_back(std::move(rec));
   }
 }

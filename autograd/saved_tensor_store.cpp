@@ -1,5 +1,7 @@
 #include "autograd/saved_tensor_store.h"
 
+#include <unordered_set>
+
 #include "autograd/fp32_store.h"
 #include "core/parallel.h"
 
@@ -56,6 +58,15 @@ std::pair<Tensor, SavedHandle> SavedTensorStore::forward_and_save(const Tensor& 
 
 Tensor SavedTensorStore::apply_derivative(const SavedHandle& h, const Tensor& grad_out) {
   return multiply_elementwise(grad_out, load(h));
+}
+
+std::vector<SavedRecord> StorePolicy::describe() {
+  std::vector<SavedRecord> out;
+  for (auto* s : stores()) s->describe(out);
+  std::unordered_set<uint64_t> seen;
+  for (auto& r : out)
+    if (r.fp32_key != 0 && !seen.insert(r.fp32_key).second) r.fp32_bytes = 0;
+  return out;
 }
 
 namespace {

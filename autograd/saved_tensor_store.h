@@ -51,6 +51,11 @@ struct SavedRecord {
   int64_t fp32_bytes = 0;    // what the FP32 store would hold for it
   int64_t numel = 0;
   bool shared = false;       // a second save of a tensor already held: counted once
+  // Storage id of the tensor the FP32 store would hold for this request (x, or y where
+  // fn->derivative_from_output): records with the same key count their fp32_bytes once,
+  // as the FP32 store keeps a buffer saved by two ops once (relu's output, which the next
+  // conv saves too). 0: unknown, always counted.
+  uint64_t fp32_key = 0;
 };
 
 class SavedTensorStore {
@@ -96,11 +101,9 @@ class StorePolicy {
   virtual void begin_step(int64_t step) {
     for (auto* s : stores()) s->begin_step(step);
   }
-  std::vector<SavedRecord> describe() {
-    std::vector<SavedRecord> out;
-    for (auto* s : stores()) s->describe(out);
-    return out;
-  }
+  // Every live record of every store; fp32_bytes counted once per fp32_key across stores, so
+  // that totals compare against what the FP32 store would really hold.
+  std::vector<SavedRecord> describe();
 };
 
 // The thread's policy (an FP32 policy unless set); PolicyScope swaps it for a scope.

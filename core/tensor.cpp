@@ -1,5 +1,6 @@
 #include "core/tensor.h"
 
+#include <atomic>
 #include <cstring>
 
 #include "core/autograd_meta.h"
@@ -19,7 +20,9 @@ Tensor Tensor::empty(const Shape& shape, DType dtype, Layout layout, MemTag tag)
                   "tensor: layout nChw16c needs a 4-d shape with channels divisible by 16, got {}", shape.str());
   Tensor t;
   t.impl_ = std::make_shared<Impl>();
+  static std::atomic<uint64_t> next_storage_id{1};
   t.impl_->storage = std::make_shared<Storage>();
+  t.impl_->storage->id = next_storage_id++;
   t.impl_->storage->allocation =
       Allocator::cpu().allocate(static_cast<size_t>(shape.numel()) * dtype_size(dtype), tag);
   t.impl_->shape = shape;

@@ -19,6 +19,7 @@ struct AutogradMeta;  // autograd/tape.h
 struct Storage {
   std::shared_ptr<Allocation> allocation;
   int64_t version = 0;
+  uint64_t id = 0;  // unique for the process's lifetime (addresses are reused; ids are not)
 };
 
 class Tensor {

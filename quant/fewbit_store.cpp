@@ -233,6 +233,7 @@ SavedHandle FewbitStore::save(const Tensor& x, const SaveRequest& r) {
   else
     x.check_dtype(DType::f32, "fewbit store: an activation");
   e.packed = packed_buffer(x.numel(), e.coder.bits);
+  e.fp32_key = x.storage()->id;
   const size_t elem = dtype_size(x.dtype());
   dispatch_bits(e.coder.bits, [&](auto B) {
     encode<B()>(e.coder, r.fn, x.raw(), elem, nullptr, x.numel(), e.packed.data<uint8_t>());
@@ -251,6 +252,7 @@ std::pair<Tensor, SavedHandle> FewbitStore::forward_and_save(const Tensor& x, co
   dispatch_bits(e.coder.bits, [&](auto B) {
     encode<B()>(e.coder, r.fn, x.raw(), sizeof(float), y.data<float>(), x.numel(), e.packed.data<uint8_t>());
   });
+  e.fp32_key = (r.fn->derivative_from_output ? y : x).storage()->id;
   return {y, keep(std::move(e))};
 }
 
@@ -297,7 +299,9 @@ void FewbitStore::describe(std::vector<SavedRecord>& out) const {
     rec.bits = e.coder.bits;
     rec.numel = e.shape.numel();
     rec.bytes = static_cast<int64_t>(e.packed.storage()->allocation->bytes());
-    rec.fp32_bytes = rec.numel * 4;
+    // What the FP32 store holds: f32 activations, u8 masks (like PyTorch's bool masks).
+    rec.fp32_bytes = rec.numel * (e.coder.kind == Kind::Mask ? 1 : 4);
+    rec.fp32_key = e.fp32_key;
     out.push_back(std::move(rec));
   }
 }

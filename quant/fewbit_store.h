@@ -62,6 +62,7 @@ class FewbitStore : public SavedTensorStore {
     SaveRequest request;
     Shape shape;
     Layout layout;
+    uint64_t fp32_key = 0;  // storage id of what the FP32 store would hold (x, or y = f(x))
   };
   Coder coder_for(const SaveRequest& r, bool from_output) const;
   SavedHandle keep(Entry e);

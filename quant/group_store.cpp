@@ -259,7 +259,7 @@ SavedHandle GroupStore::save(const Tensor& x, const SaveRequest& r) {
   }
   ++held_.at(held).refs;
   const uint64_t id = next_id_++;
-  entries_.emplace(id, Entry{held, r, x.shape(), x.dtype(), x.layout(), shared});
+  entries_.emplace(id, Entry{held, r, x.shape(), x.dtype(), x.layout(), shared, x.storage()->id});
   return {this, id};
 }
 
@@ -352,6 +352,7 @@ void GroupStore::describe(std::vector<SavedRecord>& out) const {
     rec.bits = h.bits;
     rec.numel = e.shape.numel();
     rec.shared = e.shared;
+    rec.fp32_key = e.fp32_key;
     rec.fp32_bytes = e.shared ? 0 : rec.numel * static_cast<int64_t>(dtype_size(e.dtype));
     rec.bytes = e.shared ? 0
                          : static_cast<int64_t>(h.codes.storage()->allocation->bytes()) +

@@ -110,6 +110,7 @@ class GroupStore : public SavedTensorStore {
     DType dtype;
     Layout layout;
     bool shared;
+    uint64_t fp32_key;  // storage id of the tensor handed to save(): what FP32 would hold
   };
   uint64_t quantize(const Tensor& x, const SaveRequest& r);
   uint64_t pack_exact_bits(const Tensor& x, const SaveRequest& r, int bits);

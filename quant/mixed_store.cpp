@@ -174,7 +174,7 @@ SavedHandle MixedStore::save(const Tensor& x, const SaveRequest& r) {
   }
   ++held_.at(held).refs;
   const uint64_t id = next_id_++;
-  entries_.emplace(id, Entry{held, r, x.shape(), x.dtype(), x.layout(), shared, SavedHandle{}});
+  entries_.emplace(id, Entry{held, r, x.shape(), x.dtype(), x.layout(), shared, SavedHandle{}, x.storage()->id});
   return {this, id};
 }
 
@@ -266,6 +266,7 @@ void MixedStore::describe(std::vector<SavedRecord>& out) const {
     rec.numel = e.shape.numel();
     rec.bits = h.bits_per_element();  // realised: codes at their bucket's bits, metadata and flags included
     rec.shared = e.shared;
+    rec.fp32_key = e.fp32_key;
     rec.bytes = e.shared ? 0 : h.bytes();
     rec.fp32_bytes = e.shared ? 0 : rec.numel * static_cast<int64_t>(dtype_size(e.dtype));
     out.push_back(std::move(rec));

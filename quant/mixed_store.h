@@ -126,6 +126,7 @@ class MixedStore : public SavedTensorStore {
     Layout layout = Layout::Plain;
     bool shared = false;  // not the first handle to its held data
     SavedHandle exact;    // valid: kept by exact_ (held is 0)
+    uint64_t fp32_key = 0;  // storage id of the tensor handed to save(): what FP32 would hold
   };
 
   uint64_t find_held(const Key& k, const Tensor& x) const;
