@@ -10,11 +10,13 @@ std::string ImageShape::str() const { return fmt::format("({}, {}, {})", c, h, w
 
 InMemoryDataset::InMemoryDataset(std::string name, ImageShape shape, std::vector<std::string> class_names,
                                  std::vector<uint8_t> pixels, std::vector<int64_t> labels)
-    : name_(std::move(name)), shape_(shape), class_names_(std::move(class_names)), pixels_(std::move(pixels)),
-      labels_(std::move(labels)) {
-  PACKRAT_CHECK(static_cast<int64_t>(pixels_.size()) == size() * shape_.numel(),
-                "{}: {} pixel bytes for {} images of shape {} (expected {})", name_, pixels_.size(), size(),
+    : name_(std::move(name)), shape_(shape), class_names_(std::move(class_names)), labels_(std::move(labels)) {
+  PACKRAT_CHECK(static_cast<int64_t>(pixels.size()) == size() * shape_.numel(),
+                "{}: {} pixel bytes for {} images of shape {} (expected {})", name_, pixels.size(), size(),
                 shape_.str(), size() * shape_.numel());
+  // The decoded images are tensor memory like any other: the Data tag of reports counts them.
+  pixels_ = Tensor::empty(Shape{static_cast<int64_t>(pixels.size())}, DType::u8, Layout::Plain, MemTag::Data);
+  if (!pixels.empty()) std::memcpy(pixels_.raw(), pixels.data(), pixels.size());
   for (int64_t i = 0; i < size(); ++i)
     PACKRAT_CHECK(labels_[i] >= 0 && labels_[i] < num_classes(), "{}: sample {} has label {}, expected 0..{}", name_,
                   i, labels_[i], num_classes() - 1);

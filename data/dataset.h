@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "core/tensor.h"
+
 namespace packrat::data {
 
 struct ImageShape {
@@ -45,14 +47,14 @@ class InMemoryDataset : public Dataset {
   int64_t get(int64_t i, uint8_t* chw) const override;
   int64_t label(int64_t i) const override;
 
-  const uint8_t* pixels(int64_t i) const { return pixels_.data() + i * shape_.numel(); }
+  const uint8_t* pixels(int64_t i) const { return pixels_.data<uint8_t>() + i * shape_.numel(); }
   const std::vector<int64_t>& labels() const { return labels_; }
 
  private:
   std::string name_;
   ImageShape shape_;
   std::vector<std::string> class_names_;
-  std::vector<uint8_t> pixels_;  // (N, C, H, W)
+  Tensor pixels_;                // (N, C, H, W) u8, from the allocator under MemTag::Data
   std::vector<int64_t> labels_;  // (N)
 };
 
