@@ -106,9 +106,9 @@ void backward(const Tensor& output, const Tensor& seed) {
   }
   auto producer = meta->grad_fn.lock();
   if (!producer || producer->done || meta->consumed)
-    fail("backward: called a second time on a graph whose saved tensors were already released{}; "
+    fail("backward: called a second time on a graph whose saved tensors were already released (by {}); "
          "run the forward again before calling backward",
-         producer ? " (by " + producer->where() + ")" : std::string());
+         producer ? producer->where() : meta->consumed_by.empty() ? std::string("an earlier backward") : meta->consumed_by);
   meta->grad = seed;
 
   NoGradScope no_grad;
@@ -161,6 +161,7 @@ void backward(const Tensor& output, const Tensor& seed) {
       if (auto m = w.lock()) {
         m->grad = Tensor();  // non-leaf gradients are not kept
         m->consumed = true;
+        m->consumed_by = node.where();
       }
   }
   release_guard.completed = true;
