@@ -27,6 +27,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "quant/group_store.h"
@@ -108,6 +109,29 @@ class GactStore : public GroupStore, private BitsProvider {
   // Where every refresh appends its rows, e.g. "<run dir>/gact_bits.csv" ("" : no log).
   void set_log_path(std::string path) { gopts_.log_path = std::move(path); }
 
+  // The adaptive state that influences later steps, as named plain tensors (for checkpoints;
+  // a caller prefixes the names, e.g. "gact.0."):
+  //   tensors i64 (1)                  L, the tensors in the table
+  //   sensitivity f64 (L), bits i32 (L), numel i64 (L), estimated u8 (L)     when L > 0
+  //   names u8 (bytes)                 "layer\top\n" per tensor, when L > 0
+  //   last_refresh_step, refreshes, round_robin, salt_counter, last_passes, warned: i64 (1)
+  //   grad_count i64 (1), grad_m2 f64 (1), grad_mean f32 (P) when observed: sampling variance
+  //   pending_analytic f64 (L') when the analytic estimator has a finished step's estimate
+  // (what begin_step would harvest from the last step, so a resumed run refreshes as the
+  // uninterrupted one would). Timing (last_refresh_seconds) is not part of it.
+  std::vector<std::pair<std::string, Tensor>> export_state() const;
+  // Replaces the adaptive state by an export_state() result (names without the prefix).
+  // `where` starts every error (e.g. "<file>: gact store 0"); a missing, extra or malformed
+  // entry, or bits that are not candidates of this store, is an error naming it. The restored
+  // table is checked against the first step that quantizes tensors afterwards
+  // (check_restored_step).
+  void import_state(const std::vector<std::pair<std::string, Tensor>>& state, const std::string& where);
+  // After import_state: once tensors have been quantized since the last begin_step, compares
+  // them with the restored table (count, then layer and op of each) and throws naming the first
+  // difference (the checkpoint belongs to a config that quantizes other tensors with gact).
+  // A no-op before that and once checked.
+  void check_restored_step();
+
  private:
   int bits_for(int64_t index, const SaveRequest& r, const Tensor& x) override;
   void sync_table();  // layer/op/numel/bits from the tensors of the current step
@@ -120,6 +144,7 @@ class GactStore : public GroupStore, private BitsProvider {
   double last_seconds_ = 0;
   uint64_t salt_counter_ = 0;
   bool warned_ = false;
+  std::string restored_from_;  // import_state's `where` until check_restored_step has checked
   // Sampling variance (Welford over the flattened gradient).
   Tensor grad_mean_;  // (P,) f32, tagged OptimizerState
   int64_t grad_count_ = 0;

@@ -1,5 +1,7 @@
 #include "experiments/lib/checkpoint.h"
 
+#include <spdlog/spdlog.h>
+
 #include <cstring>
 #include <filesystem>
 #include <regex>
@@ -38,7 +40,7 @@ std::string checkpoint_path(const std::string& run_dir, int64_t epoch) {
 }
 
 void save_checkpoint(const std::string& path, const Module& model, const Optimizer& opt, const TrainingPosition& pos,
-                     const std::string& arch) {
+                     const std::string& arch, const std::vector<GactStore*>& gact) {
   NamedTensors all;
   for (auto& [n, t] : model.named_parameters()) all.emplace_back("model." + n, t);
   for (auto& [n, t] : model.named_buffers()) all.emplace_back("model." + n, t);
@@ -50,6 +52,11 @@ void save_checkpoint(const std::string& path, const Module& model, const Optimiz
   rng.data<int64_t>()[1] = pos.epoch;
   rng.data<int64_t>()[2] = pos.step;
   all.emplace_back("trainer.rng", rng);
+  if (!gact.empty()) {
+    all.emplace_back("gact.stores", scalar_i64(static_cast<int64_t>(gact.size())));
+    for (size_t i = 0; i < gact.size(); ++i)
+      for (auto& [n, t] : gact[i]->export_state()) all.emplace_back(fmt::format("gact.{}.{}", i, n), t);
+  }
   std::filesystem::create_directories(std::filesystem::path(path).parent_path());
   write_safetensors(path, all,
                     {{"format", "pt"},
@@ -59,7 +66,8 @@ void save_checkpoint(const std::string& path, const Module& model, const Optimiz
                      {"writer", "packrat trainer"}});
 }
 
-TrainingPosition load_checkpoint(const std::string& path, Module& model, Optimizer& opt) {
+TrainingPosition load_checkpoint(const std::string& path, Module& model, Optimizer& opt,
+                                 const std::vector<GactStore*>& gact) {
   const SafetensorsFile f = read_safetensors(path);
   std::set<std::string> used;
   auto restore = [&](const std::vector<std::pair<std::string, Tensor>>& named) {
@@ -83,6 +91,33 @@ TrainingPosition load_checkpoint(const std::string& path, Module& model, Optimiz
     }
   }
   opt.load_state_dict(state);
+  // GACT state: "gact.stores", then "gact.<i>.<entry>" per store.
+  std::vector<std::vector<std::pair<std::string, Tensor>>> gact_state;
+  bool has_gact = false;
+  for (const auto& [n, t] : f.tensors) has_gact = has_gact || n.rfind("gact.", 0) == 0;
+  if (has_gact) {
+    const int64_t stores = read_i64(f, "gact.stores", path);
+    PACKRAT_CHECK(stores == static_cast<int64_t>(gact.size()),
+                  "{}: the checkpoint holds the adaptive state of {} GACT store(s), but this config uses {} (the "
+                  "saved_tensors config differs from the checkpointed run's)",
+                  path, stores, gact.size());
+    gact_state.resize(gact.size());
+    for (const auto& [n, t] : f.tensors) {
+      if (n.rfind("gact.", 0) != 0 || n == "gact.stores") continue;
+      const size_t dot = n.find('.', 5);
+      size_t i = gact.size();
+      try {
+        if (dot != std::string::npos && dot > 5) i = std::stoul(n.substr(5, dot - 5));
+      } catch (const std::exception&) {
+      }
+      PACKRAT_CHECK(i < gact.size(), "{}: '{}' is not the state of one of its {} GACT store(s)", path, n, gact.size());
+      gact_state[i].emplace_back(n.substr(dot + 1), t);
+    }
+    for (size_t i = 0; i < gact.size(); ++i) gact[i]->import_state(gact_state[i], fmt::format("{}: gact store {}", path, i));
+  } else if (!gact.empty()) {
+    spdlog::warn("{}: the checkpoint has no GACT state (a run without gact, or an older checkpoint): the adaptive bit "
+                 "allocation starts afresh, so this run does not continue bit-identically", path);
+  }
   TrainingPosition pos;
   pos.epoch = read_i64(f, "trainer.epoch", path);
   pos.step = read_i64(f, "trainer.step", path);

@@ -6,15 +6,20 @@
 //   trainer.epoch, trainer.step    epochs and global steps completed (i64 scalars)
 //   trainer.rng                    (seed, epoch, step) as i64: every random draw of a run (init,
 //                                  shuffle, augmentation, stochastic rounding) is keyed by these
+//   gact.stores                    runs with GACT stores only: how many (i64 scalar), and per
+//   gact.<i>.<entry>               store i (find_gact_stores order) its adaptive state
+//                                  (GactStore::export_state: sensitivity, bits, refresh timing, ..)
 // and metadata {"format": "pt", "arch": .., "epoch": .., "step": ..}. In PyTorch:
 //   sd = {k[6:]: v for k, v in safetensors.torch.load_file(p).items() if k.startswith("model.")}
 // Files are <run>/checkpoints/epoch_0003.safetensors, written atomically.
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "layers/module.h"
 #include "optim/optimizer.h"
+#include "quant/gact_policy.h"
 
 namespace packrat {
 
@@ -26,10 +31,16 @@ struct TrainingPosition {
 
 std::string checkpoint_path(const std::string& run_dir, int64_t epoch);
 void save_checkpoint(const std::string& path, const Module& model, const Optimizer& opt, const TrainingPosition& pos,
-                     const std::string& arch);
+                     const std::string& arch, const std::vector<GactStore*>& gact = {});
 // Restores model parameters and buffers (exact names and shapes; a missing or extra tensor is an
-// error naming it) and the optimizer state; returns the position.
-TrainingPosition load_checkpoint(const std::string& path, Module& model, Optimizer& opt);
+// error naming it), the optimizer state and the state of the GACT stores `gact`; returns the
+// position. A checkpoint with GACT state for another number of stores than `gact` holds is an
+// error naming both counts (the tensors each store quantizes are checked against the first step:
+// GactStore::check_restored_step). A checkpoint without GACT state (a run without gact, or
+// written before packrat saved it) loads with a warning when `gact` is not empty: the adaptive
+// allocation then starts afresh and the run does not continue bit-identically.
+TrainingPosition load_checkpoint(const std::string& path, Module& model, Optimizer& opt,
+                                 const std::vector<GactStore*>& gact = {});
 // The checkpoint of the highest epoch in <run_dir>/checkpoints, if any.
 std::optional<std::string> latest_checkpoint(const std::string& run_dir);
 

@@ -69,7 +69,7 @@ RunResult run_training(const Config& c, const RunOptions& o) {
   if (o.resume) {
     auto ckpt = latest_checkpoint(c.output.dir);
     PACKRAT_CHECK(ckpt.has_value(), "--resume {}: no checkpoint in {}/checkpoints", c.output.dir, c.output.dir);
-    pos = load_checkpoint(*ckpt, *s.model, *s.optimizer);
+    pos = load_checkpoint(*ckpt, *s.model, *s.optimizer, find_gact_stores(*s.policy));  // before the first step
     PACKRAT_CHECK(pos.seed == c.seed, "--resume {}: the checkpoint was written with seed {}, the config has seed {}",
                   c.output.dir, pos.seed, c.seed);
     metrics.truncate_after(pos.epoch);
@@ -146,7 +146,7 @@ RunResult run_training(const Config& c, const RunOptions& o) {
     const bool stopping = o.stop_after_epoch > 0 && pos.epoch >= o.stop_after_epoch;
     if (last || stopping || (c.output.checkpoint_interval > 0 && pos.epoch % c.output.checkpoint_interval == 0)) {
       const std::string path = checkpoint_path(c.output.dir, pos.epoch);
-      save_checkpoint(path, *s.model, *s.optimizer, pos, c.model.arch);
+      save_checkpoint(path, *s.model, *s.optimizer, pos, c.model.arch, find_gact_stores(*s.policy));
       spdlog::info("checkpoint {}", path);
     }
   }

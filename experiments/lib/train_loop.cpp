@@ -82,6 +82,8 @@ StepResult train_step(Module& model, Optimizer& opt, StorePolicy& policy, const 
       loss = ops::cross_entropy(logits, labels, static_cast<float>(o.label_smoothing));
       r.correct = count_correct(logits, labels);
     }
+    // After a resume: the tensors this config quantizes with GACT are those of the checkpoint.
+    for (GactStore* g : find_gact_stores(policy)) g->check_restored_step();
     r.loss = loss.item();
     if (!std::isfinite(r.loss))
       fail("step {}: the loss is {} (not finite); try a lower optimizer.lr (now {:g}), gradient clipping "

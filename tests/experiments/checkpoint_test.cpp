@@ -77,3 +77,55 @@ TEST(Checkpoint, LatestIsTheHighestEpoch) {
   for (int64_t e : {2, 10, 9}) save_checkpoint(checkpoint_path(dir.string(), e), *a.model, *a.optimizer, {e, 0, 0}, "r");
   EXPECT_EQ(latest_checkpoint(dir.string()).value(), checkpoint_path(dir.string(), 10));
 }
+
+TEST(Checkpoint, GactStateIsSavedUnderItsOwnPrefixAndChecked) {
+  const auto dir = temp_dir("checkpoint_gact");
+  const std::vector<std::string> gact_sets = {"saved_tensors.rules=[]",
+                                              "saved_tensors.default={scheme: gact, avg_bits: 3, tensors_per_refresh: 2}"};
+  const Config c = tiny_config("/nonexistent", dir, gact_sets);
+  Session a = make_session(c, synthetic_input_spec(c));
+  SyntheticBatch b = synthetic_batch(4, a.input.channels, a.input.height, a.input.width, a.input.classes, 5);
+  for (int64_t step = 0; step < 2; ++step) train_step(*a.model, *a.optimizer, *a.policy, b.images, b.labels, step, {});
+  const auto ga = find_gact_stores(*a.policy);
+  ASSERT_EQ(ga.size(), 1u);
+  const std::string path = checkpoint_path(dir.string(), 1);
+  save_checkpoint(path, *a.model, *a.optimizer, {1, 2, c.seed}, "resnet20", ga);
+  const SafetensorsFile f = read_safetensors(path);
+  EXPECT_TRUE(f.find("model.layer1.0.conv1.weight"));
+  EXPECT_TRUE(f.find("optimizer.momentum_buffer.fc.weight"));
+  ASSERT_TRUE(f.find("gact.stores"));
+  const Tensor* c0 = f.find("gact.0.sensitivity");
+  ASSERT_TRUE(c0);
+  EXPECT_EQ(c0->dtype(), DType::f64);
+  EXPECT_EQ(c0->numel(), static_cast<int64_t>(ga[0]->tensors().size()));
+  EXPECT_EQ(f.find("gact.0.bits")->dtype(), DType::i32);
+  EXPECT_EQ(f.find("gact.0.round_robin")->data<int64_t>()[0], 2);
+
+  // Into the same config: the state comes back exactly.
+  Session s = make_session(c, synthetic_input_spec(c));
+  const auto gs = find_gact_stores(*s.policy);
+  load_checkpoint(path, *s.model, *s.optimizer, gs);
+  const auto ea = ga[0]->export_state(), es = gs[0]->export_state();
+  ASSERT_EQ(ea.size(), es.size());
+  for (size_t i = 0; i < ea.size(); ++i) {
+    EXPECT_EQ(ea[i].first, es[i].first);
+    EXPECT_TRUE(same_bytes(ea[i].second, es[i].second)) << ea[i].first;
+  }
+  // Into a config without gact: an error naming both counts.
+  const Config fp32 = tiny_config("/nonexistent", dir, {"saved_tensors.rules=[]"});
+  Session p = make_session(fp32, synthetic_input_spec(fp32));
+  try {
+    load_checkpoint(path, *p.model, *p.optimizer, find_gact_stores(*p.policy));
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("1 GACT store(s), but this config uses 0"), std::string::npos) << e.what();
+  }
+  // A checkpoint without GACT state still loads, into either config.
+  const std::string plain = checkpoint_path(dir.string(), 2);
+  save_checkpoint(plain, *p.model, *p.optimizer, {2, 0, c.seed}, "resnet20", find_gact_stores(*p.policy));
+  EXPECT_FALSE(read_safetensors(plain).find("gact.stores"));
+  EXPECT_NO_THROW(load_checkpoint(plain, *p.model, *p.optimizer, find_gact_stores(*p.policy)));
+  Session fresh = make_session(c, synthetic_input_spec(c));
+  EXPECT_NO_THROW(load_checkpoint(plain, *fresh.model, *fresh.optimizer, find_gact_stores(*fresh.policy)));
+  EXPECT_EQ(find_gact_stores(*fresh.policy)[0]->refreshes(), 0);
+}

@@ -70,6 +70,67 @@ TEST(Trainer, ResumeIsBitIdentical) {
   EXPECT_EQ(std::count(csv.begin(), csv.end(), '\n'), 3) << csv;
 }
 
+// GACT's adaptive state (sensitivities, bits, refresh timing, round-robin position, noise
+// salts, sampling variance) is in the checkpoint: 2 epochs straight and 1 + resume + 1 give
+// byte-identical checkpoints. 3 steps per epoch with a refresh every 2 steps: the resumed run
+// must refresh at step 4 (not at its first step, 3) and quantize step 3 with the bits of step 2;
+// 4 tensors re-measured per refresh (which also keeps the test fast): it must continue the
+// round robin where it stopped.
+TEST(Trainer, GactResumeIsBitIdentical) {
+  RunOptions quiet;
+  quiet.tty = 0;
+  quiet.print_report = false;
+  const std::vector<std::string> gact = {"saved_tensors.rules=[]", "train.steps_per_epoch=3",
+                                         "saved_tensors.default={scheme: gact, avg_bits: 3, adapt_interval: 2, tensors_per_refresh: 4}"};
+  const fs::path straight = temp_dir("gact_straight"), resumed = temp_dir("gact_resumed");
+  const RunResult a = run_training(tiny_config(fixture_data(), straight, gact), quiet);
+  ASSERT_EQ(a.epochs.size(), 2u);
+
+  RunOptions first = quiet;
+  first.stop_after_epoch = 1;
+  run_training(tiny_config(fixture_data(), resumed, gact), first);
+  RunOptions again = quiet;
+  again.resume = true;
+  const RunResult b2 = run_training(tiny_config(fixture_data(), resumed, gact), again);
+  ASSERT_EQ(b2.start_epoch, 1);
+  ASSERT_EQ(b2.epochs.size(), 1u);
+
+  const SafetensorsFile fa = read_safetensors(checkpoint_path(straight.string(), 2));
+  const SafetensorsFile fb = read_safetensors(checkpoint_path(resumed.string(), 2));
+  ASSERT_TRUE(fa.find("gact.0.sensitivity"));
+  ASSERT_TRUE(fa.find("gact.0.bits"));
+  EXPECT_EQ(fa.find("gact.0.refreshes")->data<int64_t>()[0], 3);  // steps 0, 2, 4
+  EXPECT_EQ(fa.find("gact.0.round_robin")->data<int64_t>()[0], 12 % fa.find("gact.0.sensitivity")->numel());
+  ASSERT_EQ(fa.tensors.size(), fb.tensors.size());
+  for (size_t i = 0; i < fa.tensors.size(); ++i) {
+    const Tensor& x = fa.tensors[i].second;
+    const Tensor* y = fb.find(fa.tensors[i].first);
+    ASSERT_TRUE(y) << fa.tensors[i].first;
+    ASSERT_EQ(x.nbytes(), y->nbytes()) << fa.tensors[i].first;
+    EXPECT_EQ(std::memcmp(x.raw(), y->raw(), x.nbytes()), 0) << fa.tensors[i].first << " differs after resume";
+  }
+  EXPECT_EQ(a.epochs[1].train_loss, b2.epochs[0].train_loss);
+
+  // Resuming that run under a config that quantizes other tensors with gact is an error naming
+  // the difference: no GACT store at all, or fewer tensors (layer3's convolutions kept in FP32).
+  auto resume_error = [&](std::vector<std::string> sets) {
+    sets.push_back("train.epochs=3");
+    try {
+      run_training(tiny_config(fixture_data(), resumed, sets), again);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  const std::string none = resume_error({"saved_tensors.rules=[]", "train.steps_per_epoch=3"});
+  EXPECT_NE(none.find("1 GACT store(s), but this config uses 0"), std::string::npos) << none;
+  std::vector<std::string> fewer = gact;
+  fewer[0] = "saved_tensors.rules=[{ops: [conv2d], layers: [\"layer3.*\"], scheme: fp32}]";
+  const std::string fewer_msg = resume_error(fewer);
+  EXPECT_NE(fewer_msg.find("gact store 0"), std::string::npos) << fewer_msg;
+  EXPECT_NE(fewer_msg.find("quantized tensors, but this config quantizes"), std::string::npos) << fewer_msg;
+}
+
 TEST(Trainer, RunWritesConfigMetricsReportAndCheckpoints) {
   const fs::path out = temp_dir("run_files");
   RunOptions o;

@@ -5,7 +5,9 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
+#include <map>
 #include <numeric>
 
 #include "autograd/ops.h"
@@ -283,6 +285,127 @@ TEST(GactLog, WritesSensitivityAndBitsPerTensor) {
   EXPECT_EQ(lines[0], "step,index,layer,op,numel,sensitivity,bits");
   EXPECT_EQ(lines[1].rfind("0,0,,linear,1024,", 0), 0u) << lines[1];
   EXPECT_EQ(lines[4].rfind("10,1,,linear,1024,", 0), 0u) << lines[4];
+}
+
+using GactState = std::vector<std::pair<std::string, Tensor>>;
+
+bool same_state(const GactState& a, const GactState& b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    const Tensor &x = a[i].second, &y = b[i].second;
+    if (a[i].first != b[i].first || x.dtype() != y.dtype() || x.shape() != y.shape() ||
+        std::memcmp(x.raw(), y.raw(), x.nbytes()) != 0)
+      return false;
+  }
+  return true;
+}
+
+// One training step of the toy net under the GACT protocol: begin_step, iterate, forward + backward.
+void toy_step(ToyNet& net, GactPolicy& policy, int64_t step) {
+  policy.begin_step(step);
+  policy.gact().iterate(step, [&] { return net.grads(policy); });
+  net.grads(policy);
+}
+
+// A store restored from export_state continues exactly as the one it was exported from:
+// sensitivities, bits, refresh timing, round-robin position, noise salts, sampling variance,
+// and (analytic) the estimate harvested from the last finished step.
+TEST(GactState, ExportImportRoundTripContinuesIdentically) {
+  for (GactEstimator e : {GactEstimator::Measured, GactEstimator::Analytic}) {
+    SCOPED_TRACE(e == GactEstimator::Measured ? "measured" : "analytic");
+    ToyNet net;
+    GactOptions o = toy_options(e);
+    o.tensors_per_refresh = 1;  // the round-robin position matters
+    o.adapt_interval = 2;
+    GactPolicy a(o);
+    for (int64_t step = 0; step < 5; ++step) toy_step(net, a, step);
+    ASSERT_EQ(a.gact().tensors().size(), 2u);
+    const GactState saved = a.gact().export_state();
+    std::map<std::string, const Tensor*> by_name;
+    for (const auto& [n, t] : saved) by_name[n] = &t;
+    ASSERT_TRUE(by_name.count("sensitivity") && by_name.count("bits") && by_name.count("refreshes"));
+    EXPECT_EQ(by_name["sensitivity"]->dtype(), DType::f64);
+    EXPECT_EQ(by_name["sensitivity"]->numel(), 2);
+    EXPECT_EQ(by_name["bits"]->dtype(), DType::i32);
+    // Measured: refreshes at steps 0, 2, 4; analytic: at 1, 3 (step 0 has no finished step yet).
+    const int64_t refreshed = e == GactEstimator::Measured ? 3 : 2;
+    EXPECT_EQ(by_name["refreshes"]->data<int64_t>()[0], refreshed);
+    EXPECT_EQ(by_name.count("pending_analytic"), e == GactEstimator::Analytic ? 1u : 0u);
+    if (e == GactEstimator::Measured) EXPECT_TRUE(by_name.count("grad_mean"));
+
+    GactPolicy b(o);
+    b.gact().import_state(saved, "test");
+    EXPECT_TRUE(same_state(b.gact().export_state(), saved));
+    EXPECT_EQ(b.gact().refreshes(), refreshed);
+    for (size_t l = 0; l < 2; ++l) {
+      EXPECT_EQ(b.gact().tensors()[l].bits, a.gact().tensors()[l].bits);
+      EXPECT_EQ(b.gact().tensors()[l].sensitivity, a.gact().tensors()[l].sensitivity);
+    }
+    if (e == GactEstimator::Measured) EXPECT_EQ(b.gact().sampling_variance(), a.gact().sampling_variance());
+    for (int64_t step = 5; step < 9; ++step) {
+      toy_step(net, a, step);
+      toy_step(net, b, step);
+    }
+    EXPECT_EQ(a.gact().refreshes(), refreshed + 2);
+    EXPECT_TRUE(same_state(a.gact().export_state(), b.gact().export_state()));
+    // A fresh store (no import) diverges: the state is what makes the difference.
+    GactPolicy c(o);
+    for (int64_t step = 5; step < 9; ++step) toy_step(net, c, step);
+    EXPECT_FALSE(same_state(a.gact().export_state(), c.gact().export_state()));
+  }
+}
+
+TEST(GactState, ImportErrorsNameWhatDiffers) {
+  ToyNet net;
+  GactOptions o = toy_options(GactEstimator::Measured);
+  GactPolicy a(o);
+  toy_step(net, a, 0);
+  const GactState saved = a.gact().export_state();
+  auto message = [&](const GactState& st) {
+    GactPolicy b(o);
+    try {
+      b.gact().import_state(st, "ckpt.safetensors: gact store 0");
+    } catch (const Error& err) {
+      return std::string(err.what());
+    }
+    return std::string("no error");
+  };
+  GactState missing;
+  for (const auto& [n, t] : saved)
+    if (n != "bits") missing.emplace_back(n, t);
+  EXPECT_NE(message(missing).find("no 'bits'"), std::string::npos) << message(missing);
+  GactState extra = saved;
+  extra.emplace_back("bogus", saved[0].second);
+  EXPECT_NE(message(extra).find("'bogus'"), std::string::npos) << message(extra);
+  GactState wrong = saved;
+  for (auto& [n, t] : wrong)
+    if (n == "sensitivity") t = Tensor::zeros({3}, DType::f64);
+  EXPECT_NE(message(wrong).find("'sensitivity'"), std::string::npos) << message(wrong);
+
+  // The restored table is checked against the first step that quantizes: here one tensor
+  // where the checkpoint had two.
+  GactPolicy b(o);
+  b.gact().import_state(saved, "ckpt.safetensors: gact store 0");
+  b.begin_step(1);
+  {
+    PolicyScope scope(b);
+    Tensor y = ops::linear(net.xa, net.wa, Tensor());
+    try {
+      b.gact().check_restored_step();
+      ADD_FAILURE() << "no error";
+    } catch (const Error& err) {
+      const std::string m = err.what();
+      EXPECT_NE(m.find("ckpt.safetensors: gact store 0"), std::string::npos) << m;
+      EXPECT_NE(m.find("has 2 quantized tensors"), std::string::npos) << m;
+      EXPECT_NE(m.find("quantizes 1"), std::string::npos) << m;
+    }
+    clear_tape();
+  }
+  // With the same tensors it passes, and later steps are not checked again.
+  GactPolicy ok(o);
+  ok.gact().import_state(saved, "x");
+  for (int64_t step = 1; step < 3; ++step) toy_step(net, ok, step);
+  ok.gact().check_restored_step();
 }
 
 TEST(GactConfig, OptionsPresetsAndErrors) {
