@@ -142,7 +142,10 @@ void GactStore::begin_step(int64_t step) {
   check_restored_step();
   if (gopts_.estimator == GactEstimator::Analytic) {
     std::vector<double> c = analytic_from_step();
-    if (!c.empty()) pending_analytic_ = std::move(c);
+    if (!c.empty()) {
+      pending_analytic_ = std::move(c);
+      sync_table();  // the finished step's sizes and names, before begin_step forgets them
+    }
   }
   GroupStore::begin_step(step);
 }

@@ -190,6 +190,25 @@ TEST(GactAnalytic, SensitiveTensorGetsMoreBitsWithoutExtraPasses) {
   EXPECT_TRUE(g.iterate(10, nullptr));
 }
 
+// The trainer's order: a step begins (forgetting the last step's tensors), then the refresh runs.
+// The harvested estimate must come with the tensors' sizes, or the allocator sees empty tensors.
+TEST(GactAnalytic, RefreshAfterTheNextStepBeganKnowsTheTensorSizes) {
+  ToyNet net;
+  GactPolicy policy(toy_options(GactEstimator::Analytic));
+  GactStore& g = policy.gact();
+  policy.begin_step(0);
+  EXPECT_FALSE(g.iterate(0, nullptr));
+  net.grads(policy);
+  policy.begin_step(1);
+  ASSERT_TRUE(g.iterate(1, nullptr));
+  const auto& t = g.tensors();
+  ASSERT_EQ(t.size(), 2u);
+  for (const auto& s : t) EXPECT_EQ(s.numel, 16 * 64);
+  EXPECT_GT(t[1].bits, t[0].bits);
+  EXPECT_GT(g.average_bits(), 2.0);
+  EXPECT_LE(g.average_bits(), 3.0);
+}
+
 // The analytic estimate is normalised per op kind so that conv and linear inputs are comparable:
 // its ratio to the measured sensitivity is similar for both (both are upper bounds, range^2/4
 // per element against the realised rounding variance).
