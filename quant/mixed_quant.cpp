@@ -176,6 +176,15 @@ void fill_rounding_noise(const QuantNoise& noise, int64_t e0, int64_t n, uint16_
   r.fill(e0, n, out);
 }
 
+// GCC 12 warns about the undefined pass-through operand inside AVX-512 intrinsics.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#if defined(__AVX512F__)
+namespace {
+inline void philox16_v(uint64_t seed, uint64_t stream, uint64_t counter0, __m512i out[4]);
+}  // namespace
+#endif
+
 void decide_buckets(const BucketGeometry& g, const MixedQuantConfig& c, const QuantNoise& noise, uint8_t* flags) {
   const uint64_t stream = mix_decision_stream(noise.stream);
   const float p = static_cast<float>(c.mix_prob);
@@ -185,7 +194,30 @@ void decide_buckets(const BucketGeometry& g, const MixedQuantConfig& c, const Qu
     const uint8_t f = mix_decision_uniform(noise.seed, stream, 0) < p ? 1 : 0;
     std::fill(flags, flags + g.buckets, f);
   } else {
-    for (int64_t b = 0; b < g.buckets; b += 4) {
+    int64_t b = 0;
+#if defined(__AVX512F__)
+    // 16 counters (64 buckets) at once: bucket 4 (c0 + lane) + k takes word k of lane.
+    const __m512 vp = _mm512_set1_ps(p), scale = _mm512_set1_ps(1.0f / 16777216.0f);
+    for (; b + 64 <= g.buckets; b += 64) {
+      __m512i w[4];
+      philox16_v(noise.seed, stream, static_cast<uint64_t>(b) >> 2, w);
+      uint64_t bits = 0;  // bit 4 lane + k: bucket b + 4 lane + k
+      for (int k = 0; k < 4; ++k) {
+        const uint64_t m = _mm512_cmp_ps_mask(_mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_srli_epi32(w[k], 8)), scale), vp, _CMP_LT_OQ);
+#if defined(__BMI2__)
+        bits |= _pdep_u64(m, 0x1111111111111111ull << k);
+#else
+        for (int l = 0; l < 16; ++l) bits |= ((m >> l) & 1) << (4 * l + k);
+#endif
+      }
+#if defined(__AVX512BW__)
+      _mm512_storeu_si512(flags + b, _mm512_maskz_set1_epi8(bits, 1));
+#else
+      for (int j = 0; j < 64; ++j) flags[b + j] = static_cast<uint8_t>((bits >> j) & 1);
+#endif
+    }
+#endif
+    for (; b < g.buckets; b += 4) {
       uint32_t w[4];
       Philox4x32::generate(noise.seed, stream, static_cast<uint64_t>(b) >> 2, w);
       for (int64_t k = 0; k < 4 && b + k < g.buckets; ++k) flags[b + k] = Philox4x32::to_uniform(w[k]) < p ? 1 : 0;
@@ -398,6 +430,195 @@ void dispatch_code_bits(int bits, Fn&& fn) {
   }
 }
 
+// ---- fused affine kernel ------------------------------------------------------------------
+// Affine buckets at the widths per-group quantization packs: the same codes and bytes as
+// quantize_groups on a one-group geometry with the bucket's own Philox stream (the range,
+// metadata, per-element rule and packing below are per-group quantization's), without the
+// per-call setup and with the bucket's noise drawn in registers.
+
+void affine_range(const float* x, int64_t n, float& mn_out, float& mx_out) {
+  // As quant/group_quant.cpp's group_range (same reduction order, hence same NaN behaviour).
+  float mn = x[0], mx = x[0];
+  int64_t i = 0;
+#if defined(__AVX512F__)
+  if (n >= 16) {
+    __m512 vmn = _mm512_loadu_ps(x), vmx = vmn;
+    for (i = 16; i + 16 <= n; i += 16) {
+      const __m512 v = _mm512_loadu_ps(x + i);
+      vmn = _mm512_min_ps(vmn, v);
+      vmx = _mm512_max_ps(vmx, v);
+    }
+    alignas(64) float lo[16], hi[16];
+    _mm512_store_ps(lo, vmn);
+    _mm512_store_ps(hi, vmx);
+    mn = lo[0];
+    mx = hi[0];
+    for (int k = 1; k < 16; ++k) {
+      mn = lo[k] < mn ? lo[k] : mn;
+      mx = hi[k] > mx ? hi[k] : mx;
+    }
+  }
+#endif
+  for (; i < n; ++i) {
+    mn = x[i] < mn ? x[i] : mn;
+    mx = x[i] > mx ? x[i] : mx;
+  }
+  mn_out = mn;
+  mx_out = mx;
+}
+
+#if defined(__AVX512F__)
+inline void mulhilo32_v(__m512i a, __m512i m, __m512i& hi, __m512i& lo) {
+  const __m512i even = _mm512_mul_epu32(a, m);
+  const __m512i odd = _mm512_mul_epu32(_mm512_srli_epi64(a, 32), m);
+  hi = _mm512_mask_blend_epi32(0xAAAA, _mm512_srli_epi64(even, 32), odd);
+  lo = _mm512_mask_blend_epi32(0xAAAA, even, _mm512_slli_epi64(odd, 32));
+}
+// Philox-4x32-10 at counters counter0 + lane (no carry out of the low word: counter0 % 16 == 0).
+inline void philox16_v(uint64_t seed, uint64_t stream, uint64_t counter0, __m512i out[4]) {
+  const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+  __m512i c0 = _mm512_add_epi32(_mm512_set1_epi32(static_cast<int>(static_cast<uint32_t>(counter0))), lane);
+  __m512i c1 = _mm512_set1_epi32(static_cast<int>(static_cast<uint32_t>(counter0 >> 32)));
+  __m512i c2 = _mm512_set1_epi32(static_cast<int>(static_cast<uint32_t>(stream)));
+  __m512i c3 = _mm512_set1_epi32(static_cast<int>(static_cast<uint32_t>(stream >> 32)));
+  uint32_t k0 = static_cast<uint32_t>(seed), k1 = static_cast<uint32_t>(seed >> 32);
+  const __m512i m0 = _mm512_set1_epi32(static_cast<int>(Philox4x32::kMul0));
+  const __m512i m1 = _mm512_set1_epi32(static_cast<int>(Philox4x32::kMul1));
+  for (int round = 0; round < 10; ++round) {
+    __m512i hi0, lo0, hi1, lo1;
+    mulhilo32_v(c0, m0, hi0, lo0);
+    mulhilo32_v(c2, m1, hi1, lo1);
+    c0 = _mm512_xor_si512(_mm512_xor_si512(hi1, c1), _mm512_set1_epi32(static_cast<int>(k0)));
+    c1 = lo1;
+    c2 = _mm512_xor_si512(_mm512_xor_si512(hi0, c3), _mm512_set1_epi32(static_cast<int>(k1)));
+    c3 = lo0;
+    k0 += Philox4x32::kWeyl0;
+    k1 += Philox4x32::kWeyl1;
+  }
+  out[0] = c0;
+  out[1] = c1;
+  out[2] = c2;
+  out[3] = c3;
+}
+
+// 16 codes of x[0..16) with 16-bit noise lanes h (in 32-bit lanes), as quantize_value.
+inline __m128i quantize16(const float* x, __m512 vmin, __m512 vinv, __m512i h, __m512i vlev, bool stochastic) {
+  const __m512 zero = _mm512_setzero_ps(), half = _mm512_set1_ps(0.5f);
+  const __m512 u = _mm512_max_ps(_mm512_mul_ps(_mm512_sub_ps(_mm512_loadu_ps(x), vmin), vinv), zero);
+  const __m512 fl = _mm512_roundscale_ps(u, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+  const __m512 frac = _mm512_sub_ps(u, fl);
+  const __m512 r =
+      stochastic ? _mm512_mul_ps(_mm512_add_ps(_mm512_cvtepi32_ps(h), half), _mm512_set1_ps(1.0f / 65536.0f)) : half;
+  __m512i code = _mm512_cvttps_epi32(fl);
+  code = _mm512_mask_add_epi32(code, _mm512_cmp_ps_mask(r, frac, _CMP_LT_OQ), code, _mm512_set1_epi32(1));
+  return _mm512_cvtepi32_epi8(_mm512_min_epi32(code, vlev));
+}
+#endif
+
+// n codes at a byte boundary, quant/bitpack.h's layout (fast paths for 2 and 4 bits).
+template <int B>
+inline void pack_codes_fast(const uint8_t* codes, int64_t n, uint8_t* dst) {
+  if constexpr (B == 8) {
+    std::memcpy(dst, codes, static_cast<size_t>(n));
+  } else if constexpr (B == 2 || B == 4) {
+    int64_t i = 0;
+#if defined(__AVX512BW__)
+    for (; i + 64 <= n; i += 64) {  // 64 codes -> 8*B bytes
+      const __m512i w = _mm512_loadu_si512(codes + i);
+      if constexpr (B == 2) {
+        const __m512i p = _mm512_or_si512(_mm512_or_si512(w, _mm512_srli_epi32(w, 6)),
+                                          _mm512_or_si512(_mm512_srli_epi32(w, 12), _mm512_srli_epi32(w, 18)));
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i / 4), _mm512_cvtepi32_epi8(p));
+      } else {
+        const __m512i p = _mm512_or_si512(w, _mm512_srli_epi16(w, 4));
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i / 2), _mm512_cvtepi16_epi8(p));
+      }
+    }
+#endif
+    constexpr int per = 8 / B;
+    for (; i + per <= n; i += per) {
+      uint8_t b = 0;
+      for (int k = 0; k < per; ++k) b = static_cast<uint8_t>(b | (codes[i + k] << (B * k)));
+      dst[i / per] = b;
+    }
+    if (i < n) pack_group_codes(codes + i, n - i, B, dst + i / per);
+  } else {
+    pack_group_codes(codes, n, B, dst);
+  }
+}
+
+template <int B>
+void quantize_affine_bucket(const float* xb, int64_t len, bool stochastic, MetaType meta, uint64_t seed,
+                            uint64_t stream, uint8_t* meta_dst, uint8_t* dst) {
+  constexpr uint32_t levels = (1u << B) - 1u;
+  float mn, mx;
+  affine_range(xb, len, mn, mx);
+  const GroupParams p = group_params(mn, mx, B, meta);
+  store_group_meta(p, meta, meta_dst);
+  alignas(64) uint8_t code_buf[kChunk];  // (kChunk,)
+  alignas(64) uint16_t rnd[128];         // (128,) one block's noise, for a partial block
+#if defined(__AVX512F__)
+  const __m512 vmin = _mm512_set1_ps(p.min), vinv = _mm512_set1_ps(p.inv_step);
+  const __m512i vlev = _mm512_set1_epi32(static_cast<int>(levels)), lo16 = _mm512_set1_epi32(0xFFFF);
+#endif
+  for (int64_t c = 0; c < len; c += kChunk) {
+    const int64_t n = std::min(kChunk, len - c);
+    for (int64_t k = 0; k < n; k += 128) {
+      const int64_t e = c + k, m = std::min<int64_t>(128, n - k);
+      const float* xk = xb + e;
+      uint8_t* ck = code_buf + k;
+#if defined(__AVX512F__)
+      __m512i w[4] = {lo16, lo16, lo16, lo16};
+      if (stochastic) philox16_v(seed, stream, static_cast<uint64_t>(e >> 7) << 4, w);
+      if (m == 128) {
+        // Element 16 h + lane takes half-word h of its lane: word h / 2, low half for even h.
+        for (int h = 0; h < 8; ++h) {
+          const __m512i word = w[h >> 1];
+          const __m512i hv = (h & 1) ? _mm512_srli_epi32(word, 16) : _mm512_and_si512(word, lo16);
+          _mm_store_si128(reinterpret_cast<__m128i*>(ck + 16 * h), quantize16(xk + 16 * h, vmin, vinv, hv, vlev, stochastic));
+        }
+        continue;
+      }
+      int64_t i = 0;
+      for (; i + 16 <= m; i += 16) {
+        const int h = static_cast<int>(i >> 4);
+        const __m512i word = w[h >> 1];
+        const __m512i hv = (h & 1) ? _mm512_srli_epi32(word, 16) : _mm512_and_si512(word, lo16);
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(ck + i), quantize16(xk + i, vmin, vinv, hv, vlev, stochastic));
+      }
+      if (i < m) {
+        if (stochastic) {
+          for (int j = 0; j < 4; ++j) {
+            _mm256_storeu_si256(reinterpret_cast<__m256i*>(rnd + 32 * j), _mm512_cvtepi32_epi16(_mm512_and_si512(w[j], lo16)));
+            _mm256_storeu_si256(reinterpret_cast<__m256i*>(rnd + 32 * j + 16), _mm512_cvtepi32_epi16(_mm512_srli_epi32(w[j], 16)));
+          }
+        }
+        for (; i < m; ++i) ck[i] = static_cast<uint8_t>(quantize_value(xk[i], p, levels, stochastic ? uniform16(rnd[i]) : 0.5f));
+      }
+#else
+      if (stochastic) fill_rounding_noise(QuantNoise{seed, stream}, e, m, rnd);
+      for (int64_t i = 0; i < m; ++i)
+        ck[i] = static_cast<uint8_t>(quantize_value(xk[i], p, levels, stochastic ? uniform16(rnd[i]) : 0.5f));
+#endif
+    }
+    pack_codes_fast<B>(code_buf, n, dst + c * B / 8);  // c is a multiple of 8: byte aligned
+  }
+}
+
+template <typename Fn>
+void dispatch_group_bits(int bits, Fn&& fn) {
+  switch (bits) {
+    case 1: fn(std::integral_constant<int, 1>{}); break;
+    case 2: fn(std::integral_constant<int, 2>{}); break;
+    case 3: fn(std::integral_constant<int, 3>{}); break;
+    case 4: fn(std::integral_constant<int, 4>{}); break;
+    case 8: fn(std::integral_constant<int, 8>{}); break;
+    default: fail("mixed quantization: {} bits is not a per-group width", bits);
+  }
+}
+
+#pragma GCC diagnostic pop
+
 int64_t bucket_grain(int64_t bucket_size) { return std::max<int64_t>(1, (int64_t{1} << 15) / bucket_size); }
 
 }  // namespace
@@ -437,13 +658,30 @@ MixedPacked quantize_mixed(const float* x, int64_t numel, const MixedQuantConfig
 
   std::vector<uint8_t> flags(static_cast<size_t>(g.buckets));  // (buckets,) 1 = mix width
   decide_buckets(g, c, noise, flags.data());
-  for (uint8_t f : flags) p.mix_buckets += f;
+  // Buckets are quantized in ranges of `grain`; the code offset of each range's first bucket
+  // (all buckets before the last are full, so a range's bytes follow from its mix count).
+  const int64_t grain = bucket_grain(g.bucket_size);
+  const int64_t ranges = (g.buckets + grain - 1) / grain;
+  const int64_t base_bytes = packed_bytes(g.bucket_size, c.base.code_bits);
+  const int64_t mix_bytes = packed_bytes(g.bucket_size, c.mix.code_bits);
+  std::vector<int64_t> range_off(static_cast<size_t>(ranges + 1), 0);  // (ranges + 1,)
+  for (int64_t r = 0; r < ranges; ++r) {
+    const int64_t b0 = r * grain, b1 = std::min(g.buckets, b0 + grain);
+    int64_t mixes = 0;
+    for (int64_t b = b0; b < b1; ++b) mixes += flags[static_cast<size_t>(b)];
+    p.mix_buckets += mixes;
+    range_off[static_cast<size_t>(r + 1)] = range_off[static_cast<size_t>(r)] + mixes * mix_bytes + (b1 - b0 - mixes) * base_bytes;
+  }
+  if (g.buckets > 0) {  // the tail bucket: its own length
+    const bool last_mix = flags[static_cast<size_t>(g.buckets - 1)] != 0;
+    range_off.back() += packed_bytes(g.tail_len, last_mix ? c.mix.code_bits : c.base.code_bits) -
+                        (last_mix ? mix_bytes : base_bytes);
+  }
   p.uniform = p.mix_buckets == 0 || p.mix_buckets == g.buckets;
   p.uniform_is_mix = g.buckets > 0 && p.mix_buckets == g.buckets;
-  const std::vector<int64_t> off = code_offsets(g, c.base.code_bits, c.mix.code_bits, flags.data());  // (buckets + 1,)
 
   const int mb = bucket_meta_bytes(c.scale, c.meta);
-  p.codes = Tensor::empty(Shape{off.back()}, DType::u8);        // (code bytes,)
+  p.codes = Tensor::empty(Shape{range_off.back()}, DType::u8);    // (code bytes,)
   p.meta_data = Tensor::empty(Shape{g.buckets * mb}, DType::u8);  // (buckets, meta bytes)
   if (!p.uniform) {
     p.flags = Tensor::empty(Shape{packed_bytes(g.buckets, 1)}, DType::u8);  // (buckets bits,)
@@ -452,16 +690,38 @@ MixedPacked quantize_mixed(const float* x, int64_t numel, const MixedQuantConfig
   uint8_t* codes = p.codes.data<uint8_t>();
   uint8_t* meta = p.meta_data.data<uint8_t>();
   const BucketJob job{c.scale, c.rounding, c.meta};
-  parallel_chunks(g.buckets, bucket_grain(g.bucket_size), [&](int64_t b0, int64_t b1) {
+  const bool stochastic = c.rounding == Rounding::Stochastic;
+  const bool fast_base = per_group_kernel(c.scale, c.base), fast_mix = per_group_kernel(c.scale, c.mix);
+  auto run_range = [&](int64_t r) {
+    const int64_t b0 = r * grain, b1 = std::min(g.buckets, b0 + grain);
+    int64_t off = range_off[static_cast<size_t>(r)];
     for (int64_t b = b0; b < b1; ++b) {
-      const BucketWidth& w = flags[static_cast<size_t>(b)] ? c.mix : c.base;
-      dispatch_code_bits(w.code_bits, [&](auto cb) {
-        quantize_bucket<decltype(cb)::value>(x + g.start(b), g.len(b), w, job,
-                                             QuantNoise{noise.seed, bucket_stream(noise.stream, static_cast<uint64_t>(b))}, meta + b * mb,
-                                             codes + off[static_cast<size_t>(b)]);
-      });
+      const bool is_mix = flags[static_cast<size_t>(b)] != 0;
+      const BucketWidth& w = is_mix ? c.mix : c.base;
+      const int64_t len = g.len(b);
+      const uint64_t stream = bucket_stream(noise.stream, static_cast<uint64_t>(b));
+      if (is_mix ? fast_mix : fast_base) {
+        dispatch_group_bits(w.bits, [&](auto cb) {
+          quantize_affine_bucket<decltype(cb)::value>(x + g.start(b), len, stochastic, c.meta, noise.seed, stream,
+                                                      meta + b * mb, codes + off);
+        });
+      } else {
+        dispatch_code_bits(w.code_bits, [&](auto cb) {
+          quantize_bucket<decltype(cb)::value>(x + g.start(b), len, w, job, QuantNoise{noise.seed, stream}, meta + b * mb,
+                                               codes + off);
+        });
+      }
+      off += packed_bytes(len, w.code_bits);
     }
-  });
+  };
+  // Dynamic scheduling (as per-group quantization): a descheduled thread on a shared machine does
+  // not hold the other at the end with a whole static half of the work.
+  if (ranges <= 1 || omp_get_max_threads() == 1) {
+    for (int64_t r = 0; r < ranges; ++r) run_range(r);
+  } else {
+#pragma omp parallel for schedule(dynamic, 1)
+    for (int64_t r = 0; r < ranges; ++r) run_range(r);
+  }
   return p;
 }
 
