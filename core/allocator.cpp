@@ -56,24 +56,29 @@ std::shared_ptr<Allocation> Allocator::allocate(size_t bytes, MemTag tag) {
         bytes, tag_name(tag), t_layer, limit, total_.load()));
   }
   const size_t rounded = std::max<size_t>(kAlignment, (bytes + kAlignment - 1) / kAlignment * kAlignment);
-  void* p = take_cached(rounded);
-  if (!p) p = std::aligned_alloc(kAlignment, rounded);
+  size_t held = rounded;  // the block's real size: a cached block may be a little larger
+  void* p = take_cached(held);
+  if (!p) p = std::aligned_alloc(kAlignment, held = rounded);
   if (!p) {
     empty_cache();
     p = std::aligned_alloc(kAlignment, rounded);
   }
   if (!p) throw OutOfMemory(fmt::format("out of memory: the system refused {} bytes of {}", bytes, tag_name(tag)));
   account(tag, t_layer, static_cast<int64_t>(bytes));
-  return std::make_shared<Allocation>(p, bytes, rounded, tag, t_layer);
+  return std::make_shared<Allocation>(p, bytes, held, tag, t_layer);
 }
 
-void* Allocator::take_cached(size_t rounded) {
+void* Allocator::take_cached(size_t& size) {
   std::lock_guard lock(cache_mutex_);
-  auto it = free_blocks_.find(rounded);
-  if (it == free_blocks_.end() || it->second.empty()) return nullptr;
+  // Best fit among blocks at most 1/8 larger: sizes that vary a little from step to step
+  // (a mixed-precision code buffer) still reuse memory, without wasting much of a block.
+  auto it = free_blocks_.lower_bound(size);
+  if (it == free_blocks_.end() || it->first > size + size / 8) return nullptr;
   void* p = it->second.back();
   it->second.pop_back();
-  cached_ -= static_cast<int64_t>(rounded);
+  size = it->first;
+  if (it->second.empty()) free_blocks_.erase(it);
+  cached_ -= static_cast<int64_t>(size);
   return p;
 }
 

@@ -75,7 +75,7 @@ class Allocator {
   }
   int64_t limit() const { return limit_; }
 
-  // Freed blocks are kept for reuse by a later request of the same rounded size: a training
+  // Freed blocks are kept for reuse by a later request of the same size (or up to 1/8 less): a training
   // step asks for the same sizes every time, and fresh memory from the OS costs a page fault
   // per 4 KiB on first touch. The tags count live tensor bytes only; the cache is extra
   // memory the process holds ("reserved"), reported separately and returned by empty_cache().
@@ -85,7 +85,7 @@ class Allocator {
  private:
   friend class Allocation;
   void account(MemTag tag, const std::string& layer, int64_t delta);
-  void* take_cached(size_t rounded);
+  void* take_cached(size_t& size);  // size in: wanted; out: the block's
   void give_back(void* p, size_t rounded);
   std::mutex cache_mutex_;
   std::map<size_t, std::vector<void*>> free_blocks_;  // rounded size -> blocks

@@ -73,3 +73,15 @@ TEST(Allocator, FreedBlocksAreReusedWithoutCountingThem) {
   EXPECT_EQ(a.cached_bytes(), 0);
   EXPECT_EQ(a.current(MemTag::Workspace) - before, 1 << 20);
 }
+
+TEST(Allocator, ASlightlySmallerRequestReusesACachedBlock) {
+  auto& a = Allocator::cpu();
+  a.empty_cache();
+  void* first;
+  { first = Tensor::empty({1 << 18}, DType::u8, Layout::Plain, MemTag::Workspace).raw(); }  // 256 KiB
+  Tensor smaller = Tensor::empty({(1 << 18) - 4096}, DType::u8, Layout::Plain, MemTag::Workspace);
+  EXPECT_EQ(smaller.raw(), first);
+  EXPECT_EQ(a.cached_bytes(), 0);
+  Tensor much_smaller = Tensor::empty({1 << 17}, DType::u8, Layout::Plain, MemTag::Workspace);
+  EXPECT_NE(much_smaller.raw(), first);
+}
