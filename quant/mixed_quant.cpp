@@ -1,5 +1,7 @@
 #include "quant/mixed_quant.h"
 
+#include "quant/group_quant_simd.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -179,11 +181,6 @@ void fill_rounding_noise(const QuantNoise& noise, int64_t e0, int64_t n, uint16_
 // GCC 12 warns about the undefined pass-through operand inside AVX-512 intrinsics.
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#if defined(__AVX512F__)
-namespace {
-inline void philox16_v(uint64_t seed, uint64_t stream, uint64_t counter0, __m512i out[4]);
-}  // namespace
-#endif
 
 void decide_buckets(const BucketGeometry& g, const MixedQuantConfig& c, const QuantNoise& noise, uint8_t* flags) {
   const uint64_t stream = mix_decision_stream(noise.stream);
@@ -200,7 +197,7 @@ void decide_buckets(const BucketGeometry& g, const MixedQuantConfig& c, const Qu
     const __m512 vp = _mm512_set1_ps(p), scale = _mm512_set1_ps(1.0f / 16777216.0f);
     for (; b + 64 <= g.buckets; b += 64) {
       __m512i w[4];
-      philox16_v(noise.seed, stream, static_cast<uint64_t>(b) >> 2, w);
+      group_simd::philox16(noise.seed, stream, static_cast<uint64_t>(b) >> 2, w);
       uint64_t bits = 0;  // bit 4 lane + k: bucket b + 4 lane + k
       for (int k = 0; k < 4; ++k) {
         const uint64_t m = _mm512_cmp_ps_mask(_mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_srli_epi32(w[k], 8)), scale), vp, _CMP_LT_OQ);
@@ -436,70 +433,8 @@ void dispatch_code_bits(int bits, Fn&& fn) {
 // metadata, per-element rule and packing below are per-group quantization's), without the
 // per-call setup and with the bucket's noise drawn in registers.
 
-void affine_range(const float* x, int64_t n, float& mn_out, float& mx_out) {
-  // As quant/group_quant.cpp's group_range (same reduction order, hence same NaN behaviour).
-  float mn = x[0], mx = x[0];
-  int64_t i = 0;
-#if defined(__AVX512F__)
-  if (n >= 16) {
-    __m512 vmn = _mm512_loadu_ps(x), vmx = vmn;
-    for (i = 16; i + 16 <= n; i += 16) {
-      const __m512 v = _mm512_loadu_ps(x + i);
-      vmn = _mm512_min_ps(vmn, v);
-      vmx = _mm512_max_ps(vmx, v);
-    }
-    alignas(64) float lo[16], hi[16];
-    _mm512_store_ps(lo, vmn);
-    _mm512_store_ps(hi, vmx);
-    mn = lo[0];
-    mx = hi[0];
-    for (int k = 1; k < 16; ++k) {
-      mn = lo[k] < mn ? lo[k] : mn;
-      mx = hi[k] > mx ? hi[k] : mx;
-    }
-  }
-#endif
-  for (; i < n; ++i) {
-    mn = x[i] < mn ? x[i] : mn;
-    mx = x[i] > mx ? x[i] : mx;
-  }
-  mn_out = mn;
-  mx_out = mx;
-}
 
 #if defined(__AVX512F__)
-inline void mulhilo32_v(__m512i a, __m512i m, __m512i& hi, __m512i& lo) {
-  const __m512i even = _mm512_mul_epu32(a, m);
-  const __m512i odd = _mm512_mul_epu32(_mm512_srli_epi64(a, 32), m);
-  hi = _mm512_mask_blend_epi32(0xAAAA, _mm512_srli_epi64(even, 32), odd);
-  lo = _mm512_mask_blend_epi32(0xAAAA, even, _mm512_slli_epi64(odd, 32));
-}
-// Philox-4x32-10 at counters counter0 + lane (no carry out of the low word: counter0 % 16 == 0).
-inline void philox16_v(uint64_t seed, uint64_t stream, uint64_t counter0, __m512i out[4]) {
-  const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-  __m512i c0 = _mm512_add_epi32(_mm512_set1_epi32(static_cast<int>(static_cast<uint32_t>(counter0))), lane);
-  __m512i c1 = _mm512_set1_epi32(static_cast<int>(static_cast<uint32_t>(counter0 >> 32)));
-  __m512i c2 = _mm512_set1_epi32(static_cast<int>(static_cast<uint32_t>(stream)));
-  __m512i c3 = _mm512_set1_epi32(static_cast<int>(static_cast<uint32_t>(stream >> 32)));
-  uint32_t k0 = static_cast<uint32_t>(seed), k1 = static_cast<uint32_t>(seed >> 32);
-  const __m512i m0 = _mm512_set1_epi32(static_cast<int>(Philox4x32::kMul0));
-  const __m512i m1 = _mm512_set1_epi32(static_cast<int>(Philox4x32::kMul1));
-  for (int round = 0; round < 10; ++round) {
-    __m512i hi0, lo0, hi1, lo1;
-    mulhilo32_v(c0, m0, hi0, lo0);
-    mulhilo32_v(c2, m1, hi1, lo1);
-    c0 = _mm512_xor_si512(_mm512_xor_si512(hi1, c1), _mm512_set1_epi32(static_cast<int>(k0)));
-    c1 = lo1;
-    c2 = _mm512_xor_si512(_mm512_xor_si512(hi0, c3), _mm512_set1_epi32(static_cast<int>(k1)));
-    c3 = lo0;
-    k0 += Philox4x32::kWeyl0;
-    k1 += Philox4x32::kWeyl1;
-  }
-  out[0] = c0;
-  out[1] = c1;
-  out[2] = c2;
-  out[3] = c3;
-}
 
 // 16 codes of x[0..16) with 16-bit noise lanes h (in 32-bit lanes), as quantize_value.
 inline __m128i quantize16(const float* x, __m512 vmin, __m512 vinv, __m512i h, __m512i vlev, bool stochastic) {
@@ -515,44 +450,13 @@ inline __m128i quantize16(const float* x, __m512 vmin, __m512 vinv, __m512i h, _
 }
 #endif
 
-// n codes at a byte boundary, quant/bitpack.h's layout (fast paths for 2 and 4 bits).
-template <int B>
-inline void pack_codes_fast(const uint8_t* codes, int64_t n, uint8_t* dst) {
-  if constexpr (B == 8) {
-    std::memcpy(dst, codes, static_cast<size_t>(n));
-  } else if constexpr (B == 2 || B == 4) {
-    int64_t i = 0;
-#if defined(__AVX512BW__)
-    for (; i + 64 <= n; i += 64) {  // 64 codes -> 8*B bytes
-      const __m512i w = _mm512_loadu_si512(codes + i);
-      if constexpr (B == 2) {
-        const __m512i p = _mm512_or_si512(_mm512_or_si512(w, _mm512_srli_epi32(w, 6)),
-                                          _mm512_or_si512(_mm512_srli_epi32(w, 12), _mm512_srli_epi32(w, 18)));
-        _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i / 4), _mm512_cvtepi32_epi8(p));
-      } else {
-        const __m512i p = _mm512_or_si512(w, _mm512_srli_epi16(w, 4));
-        _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i / 2), _mm512_cvtepi16_epi8(p));
-      }
-    }
-#endif
-    constexpr int per = 8 / B;
-    for (; i + per <= n; i += per) {
-      uint8_t b = 0;
-      for (int k = 0; k < per; ++k) b = static_cast<uint8_t>(b | (codes[i + k] << (B * k)));
-      dst[i / per] = b;
-    }
-    if (i < n) pack_group_codes(codes + i, n - i, B, dst + i / per);
-  } else {
-    pack_group_codes(codes, n, B, dst);
-  }
-}
 
 template <int B>
 void quantize_affine_bucket(const float* xb, int64_t len, bool stochastic, MetaType meta, uint64_t seed,
                             uint64_t stream, uint8_t* meta_dst, uint8_t* dst) {
   constexpr uint32_t levels = (1u << B) - 1u;
   float mn, mx;
-  affine_range(xb, len, mn, mx);
+  group_simd::group_range(xb, len, mn, mx);
   const GroupParams p = group_params(mn, mx, B, meta);
   store_group_meta(p, meta, meta_dst);
   alignas(64) uint8_t code_buf[kChunk];  // (kChunk,)
@@ -569,7 +473,7 @@ void quantize_affine_bucket(const float* xb, int64_t len, bool stochastic, MetaT
       uint8_t* ck = code_buf + k;
 #if defined(__AVX512F__)
       __m512i w[4] = {lo16, lo16, lo16, lo16};
-      if (stochastic) philox16_v(seed, stream, static_cast<uint64_t>(e >> 7) << 4, w);
+      if (stochastic) group_simd::philox16(seed, stream, static_cast<uint64_t>(e >> 7) << 4, w);
       if (m == 128) {
         // Element 16 h + lane takes half-word h of its lane: word h / 2, low half for even h.
         for (int h = 0; h < 8; ++h) {
@@ -601,7 +505,7 @@ void quantize_affine_bucket(const float* xb, int64_t len, bool stochastic, MetaT
         ck[i] = static_cast<uint8_t>(quantize_value(xk[i], p, levels, stochastic ? uniform16(rnd[i]) : 0.5f));
 #endif
     }
-    pack_codes_fast<B>(code_buf, n, dst + c * B / 8);  // c is a multiple of 8: byte aligned
+    group_simd::pack_chunk<B>(code_buf, n, dst + c * B / 8);  // c is a multiple of 8: byte aligned
   }
 }
 

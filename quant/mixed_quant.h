@@ -195,8 +195,9 @@ void unpack_wide_codes(const uint8_t* src, int64_t n, int bits, uint16_t* codes)
 
 // Quantizes x (numel floats, the buffer as it lies) in one parallel pass over the buckets.
 // The widths are chosen by decide_buckets with the same noise; Tensors under the current TagScope.
-// Affine buckets at 1, 2, 3, 4 or 8 bits go through per-group quantization's kernels
-// (quantize_groups / dequantize_groups on a one-group geometry), the others through this file's.
+// Affine buckets at 1, 2, 3, 4 or 8 bits are quantized by a fused kernel built from per-group
+// quantization's SIMD pieces (quant/group_quant_simd.h: noise, range, packing) and dequantized by
+// dequantize_groups; the other widths and the sign-magnitude rules by this file's own loops.
 MixedPacked quantize_mixed(const float* x, int64_t numel, const MixedQuantConfig& c, const QuantNoise& noise);
 // Dequantizes into out (p.numel floats).
 void dequantize_mixed(const MixedPacked& p, float* out);

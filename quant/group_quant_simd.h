@@ -1,0 +1,119 @@
+#pragma once
+// The SIMD building blocks of per-group quantization, shared by the per-group kernels
+// (group_quant.cpp) and the mixed-precision bucket kernels (mixed_quant.cpp) so that both draw
+// the same noise, reduce ranges in the same order and pack the same layout. Internal: included
+// by those two .cpp files only (it includes immintrin.h).
+#include <cstdint>
+#include <cstring>
+
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
+
+#include "core/philox.h"
+#include "quant/group_quant.h"
+
+namespace packrat::group_simd {
+
+#if defined(__AVX512F__)
+// 16 Philox-4x32-10 evaluations at once (lanes = counters c_lo + lane, high word c_hi),
+// bit-identical to Philox4x32::generate.
+// hi and lo 32 bits of the 32x32-bit products a * m, lane by lane.
+inline void mulhilo32(__m512i a, __m512i m, __m512i& hi, __m512i& lo) {
+  const __m512i even = _mm512_mul_epu32(a, m);
+  const __m512i odd = _mm512_mul_epu32(_mm512_srli_epi64(a, 32), m);
+  hi = _mm512_mask_blend_epi32(0xAAAA, _mm512_srli_epi64(even, 32), odd);
+  lo = _mm512_mask_blend_epi32(0xAAAA, even, _mm512_slli_epi64(odd, 32));
+}
+inline void philox16(uint64_t seed, uint64_t stream, uint64_t counter0, __m512i out[4]) {
+  const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+  __m512i c0 = _mm512_add_epi32(_mm512_set1_epi32(static_cast<int>(static_cast<uint32_t>(counter0))), lane);
+  __m512i c1 = _mm512_set1_epi32(static_cast<int>(static_cast<uint32_t>(counter0 >> 32)));
+  __m512i c2 = _mm512_set1_epi32(static_cast<int>(static_cast<uint32_t>(stream)));
+  __m512i c3 = _mm512_set1_epi32(static_cast<int>(static_cast<uint32_t>(stream >> 32)));
+  uint32_t k0 = static_cast<uint32_t>(seed), k1 = static_cast<uint32_t>(seed >> 32);
+  const __m512i m0 = _mm512_set1_epi32(static_cast<int>(Philox4x32::kMul0));
+  const __m512i m1 = _mm512_set1_epi32(static_cast<int>(Philox4x32::kMul1));
+  for (int round = 0; round < 10; ++round) {
+    __m512i hi0, lo0, hi1, lo1;
+    mulhilo32(c0, m0, hi0, lo0);
+    mulhilo32(c2, m1, hi1, lo1);
+    c0 = _mm512_xor_si512(_mm512_xor_si512(hi1, c1), _mm512_set1_epi32(static_cast<int>(k0)));
+    c1 = lo1;
+    c2 = _mm512_xor_si512(_mm512_xor_si512(hi0, c3), _mm512_set1_epi32(static_cast<int>(k1)));
+    c3 = lo0;
+    k0 += Philox4x32::kWeyl0;
+    k1 += Philox4x32::kWeyl1;
+  }
+  out[0] = c0;
+  out[1] = c1;
+  out[2] = c2;
+  out[3] = c3;
+}
+#endif
+
+// min and max of x[0..n), n >= 1: 16 lanes, then the lanes in order, then the tail (the order
+// fixes NaN behaviour, which the bit-exact tests rely on).
+inline void group_range(const float* x, int64_t n, float& mn_out, float& mx_out) {
+  float mn = x[0], mx = x[0];
+  int64_t i = 0;
+#if defined(__AVX512F__)
+  if (n >= 16) {
+    __m512 vmn = _mm512_loadu_ps(x), vmx = vmn;
+    for (i = 16; i + 16 <= n; i += 16) {
+      const __m512 v = _mm512_loadu_ps(x + i);
+      vmn = _mm512_min_ps(vmn, v);
+      vmx = _mm512_max_ps(vmx, v);
+    }
+    alignas(64) float lo[16], hi[16];
+    _mm512_store_ps(lo, vmn);
+    _mm512_store_ps(hi, vmx);
+    mn = lo[0];
+    mx = hi[0];
+    for (int k = 1; k < 16; ++k) {
+      mn = lo[k] < mn ? lo[k] : mn;
+      mx = hi[k] > mx ? hi[k] : mx;
+    }
+  }
+#endif
+  for (; i < n; ++i) {
+    mn = x[i] < mn ? x[i] : mn;
+    mx = x[i] > mx ? x[i] : mx;
+  }
+  mn_out = mn;
+  mx_out = mx;
+}
+
+// Packs n codes at a byte boundary; fast paths for 2 and 4 bits, same layout as pack_group_codes.
+template <int B>
+inline void pack_chunk(const uint8_t* codes, int64_t n, uint8_t* dst) {
+  if constexpr (B == 8) {
+    std::memcpy(dst, codes, static_cast<size_t>(n));
+  } else if constexpr (B == 2 || B == 4) {
+    int64_t i = 0;
+#if defined(__AVX512BW__)
+    for (; i + 64 <= n; i += 64) {  // 64 codes -> 8*B bytes
+      const __m512i w = _mm512_loadu_si512(codes + i);
+      if constexpr (B == 2) {  // 32-bit lane c0|c1<<8|c2<<16|c3<<24 -> c0|c1<<2|c2<<4|c3<<6
+        const __m512i p = _mm512_or_si512(_mm512_or_si512(w, _mm512_srli_epi32(w, 6)),
+                                          _mm512_or_si512(_mm512_srli_epi32(w, 12), _mm512_srli_epi32(w, 18)));
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i / 4), _mm512_cvtepi32_epi8(p));
+      } else {  // 16-bit lane c0|c1<<8 -> c0|c1<<4
+        const __m512i p = _mm512_or_si512(w, _mm512_srli_epi16(w, 4));
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i / 2), _mm512_cvtepi16_epi8(p));
+      }
+    }
+#endif
+    constexpr int per = 8 / B;
+    for (; i + per <= n; i += per) {
+      uint8_t b = 0;
+      for (int k = 0; k < per; ++k) b = static_cast<uint8_t>(b | (codes[i + k] << (B * k)));
+      dst[i / per] = b;
+    }
+    if (i < n) pack_group_codes(codes + i, n - i, B, dst + i / per);
+  } else {
+    pack_group_codes(codes, n, B, dst);
+  }
+}
+
+}  // namespace packrat::group_simd
