@@ -7,19 +7,21 @@
 #include "core/cpu/dnnl_context.h"
 #include "core/cpu/weight_cache.h"
 
+#include <atomic>
 #include <cstdlib>
 
 namespace packrat::cpu {
 namespace {
-// convolution_auto lets oneDNN pick Winograd F(4x4, 3x3) for 3x3 stride-1 convolutions with
-// enough channels: the ResNet-18 step runs ~1.4x faster with it on this CPU, and every conv test
-// (gradient checks, PyTorch goldens) passes. PACKRAT_CONV_DIRECT=1 forces direct convolutions,
-// e.g. to compare numerics.
+std::atomic<ConvAlgorithm> g_algorithm{std::getenv("PACKRAT_CONV_DIRECT") ? ConvAlgorithm::Direct : ConvAlgorithm::Auto};
+
 dnnl::algorithm conv_algorithm() {
-  static const bool direct = std::getenv("PACKRAT_CONV_DIRECT") != nullptr;
-  return direct ? dnnl::algorithm::convolution_direct : dnnl::algorithm::convolution_auto;
+  return g_algorithm.load() == ConvAlgorithm::Direct ? dnnl::algorithm::convolution_direct
+                                                      : dnnl::algorithm::convolution_auto;
 }
 }  // namespace
+
+void set_conv_algorithm(ConvAlgorithm a) { g_algorithm = a; }
+ConvAlgorithm conv_algorithm_setting() { return g_algorithm.load(); }
 
 
 using dnnl::memory;
@@ -28,7 +30,7 @@ using tag = dnnl::memory::format_tag;
 std::string ConvGeometry::key() const {
   return fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}", N, Cin, H, W, Cout, KH, KW, OH, OW, stride_h,
                      stride_w, pad_h, pad_w, dilation_h, dilation_w, groups) +
-         (has_bias ? ",b" : "");
+         (has_bias ? ",b" : "") + (conv_algorithm_setting() == ConvAlgorithm::Direct ? ",direct" : ",auto");
 }
 
 namespace {

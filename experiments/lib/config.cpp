@@ -341,6 +341,7 @@ Config parse_root(YAML::Node root, const Origin& origin) {
   c.device = top.get_string("device", "cpu", {"cpu", "cuda"});
   if (c.device == "cuda")
     top.error_at("device", root["device"].Mark(), "cuda is not built yet in this version of packrat; use device: cpu");
+  c.conv_algorithm = top.get_string("conv_algorithm", "auto", {"auto", "direct"});
 
   {
     Section d = top.child("data");
@@ -451,7 +452,7 @@ Config parse_root(YAML::Node root, const Origin& origin) {
     c.output.checkpoint_interval = o.get_int("checkpoint_interval", 1, 0, 100000);
     o.finish({"dir", "checkpoint_interval"});
   }
-  top.finish({"seed", "threads", "device", "data", "model", "saved_tensors", "optimizer", "schedule", "train", "output"});
+  top.finish({"seed", "threads", "device", "conv_algorithm", "data", "model", "saved_tensors", "optimizer", "schedule", "train", "output"});
 
   // Build the store policy once so that an unknown scheme or a bad scheme option is reported now.
   try {
@@ -509,6 +510,7 @@ std::string config_to_yaml(const Config& c) {
   e << YAML::Key << "seed" << YAML::Value << c.seed;
   e << YAML::Key << "threads" << YAML::Value << c.threads;
   e << YAML::Key << "device" << YAML::Value << c.device;
+  e << YAML::Key << "conv_algorithm" << YAML::Value << c.conv_algorithm;
 
   e << YAML::Key << "data" << YAML::Value << YAML::BeginMap;
   e << YAML::Key << "dataset" << YAML::Value << c.data.dataset;

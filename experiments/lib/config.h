@@ -72,6 +72,9 @@ struct Config {
   uint64_t seed = 0;
   int64_t threads = 0;          // OpenMP threads; 0 = OpenMP's default
   std::string device = "cpu";  // cpu (cuda is not built yet)
+  // auto: oneDNN may pick Winograd for 3x3 convolutions (faster, more Workspace memory);
+  // direct: direct convolutions only (less memory at the peak). See core/cpu/conv.h.
+  std::string conv_algorithm = "auto";
   DataConfig data;
   ModelConfig model;
   StorePolicySpec saved_tensors;
