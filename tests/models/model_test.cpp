@@ -142,10 +142,12 @@ TEST(ModelRegistry, TorchvisionInitConvention) {
       for (float v : t.to_vector()) s2 += double(v) * v;
       EXPECT_NEAR(std::sqrt(s2 / t.numel()), std::sqrt(2.0 / (64 * 9)), 0.003);
     }
-    if (name == "layer1.0.bn1.weight")
+    if (name == "layer1.0.bn1.weight") {
       for (float v : t.to_vector()) EXPECT_EQ(v, 1.0f);
-    if (name == "fc.weight")  // nn.Linear default: |w| <= 1/sqrt(512)
+    }
+    if (name == "fc.weight") {  // nn.Linear default: |w| <= 1/sqrt(512)
       for (float v : t.to_vector()) EXPECT_LE(std::abs(v), 1.0f / std::sqrt(512.0f));
+    }
   }
 }
 
@@ -243,7 +245,9 @@ TEST(ModelTrain, EvalModeIsDeterministicAndLeavesRunningStats) {
   EXPECT_EQ(a, b);
   size_t k = 0;
   for (auto& [n, t] : m->named_buffers())
-    if (t.dtype() == DType::f32) EXPECT_EQ(t.to_vector(), saved[k++]) << n;
+    if (t.dtype() == DType::f32) {
+      EXPECT_EQ(t.to_vector(), saved[k++]) << n;
+    }
 }
 
 TEST(ModelTrain, SavedTensorsCarryDottedLayerNames) {

@@ -55,7 +55,9 @@ TEST(GactAllocator, StaysWithinBudgetAndFavoursSensitiveTensors) {
     EXPECT_LE(avg_bits(bits, m), budget + 1e-9);
     for (size_t i = 0; i < c.size(); ++i)
       for (size_t j = 0; j < c.size(); ++j)
-        if (c[i] > c[j]) EXPECT_GE(bits[i], bits[j]) << "trial " << trial;
+        if (c[i] > c[j]) {
+          EXPECT_GE(bits[i], bits[j]) << "trial " << trial;
+        }
   }
   EXPECT_THROW(allocate_bits({1}, {10}, 0.5, cand), Error);
 }
@@ -350,7 +352,9 @@ TEST(GactState, ExportImportRoundTripContinuesIdentically) {
     const int64_t refreshed = e == GactEstimator::Measured ? 3 : 2;
     EXPECT_EQ(by_name["refreshes"]->data<int64_t>()[0], refreshed);
     EXPECT_EQ(by_name.count("pending_analytic"), e == GactEstimator::Analytic ? 1u : 0u);
-    if (e == GactEstimator::Measured) EXPECT_TRUE(by_name.count("grad_mean"));
+    if (e == GactEstimator::Measured) {
+      EXPECT_TRUE(by_name.count("grad_mean"));
+    }
 
     GactPolicy b(o);
     b.gact().import_state(saved, "test");
@@ -360,7 +364,9 @@ TEST(GactState, ExportImportRoundTripContinuesIdentically) {
       EXPECT_EQ(b.gact().tensors()[l].bits, a.gact().tensors()[l].bits);
       EXPECT_EQ(b.gact().tensors()[l].sensitivity, a.gact().tensors()[l].sensitivity);
     }
-    if (e == GactEstimator::Measured) EXPECT_EQ(b.gact().sampling_variance(), a.gact().sampling_variance());
+    if (e == GactEstimator::Measured) {
+      EXPECT_EQ(b.gact().sampling_variance(), a.gact().sampling_variance());
+    }
     for (int64_t step = 5; step < 9; ++step) {
       toy_step(net, a, step);
       toy_step(net, b, step);

@@ -274,7 +274,9 @@ TEST(GroupStore, ServesLinearLayerThroughAutograd) {
     if (quantized) scope = std::make_unique<PolicyScope>(policy);
     const int64_t before = saved_bytes();
     Tensor y = ops::linear(x, w, Tensor());
-    if (quantized) EXPECT_EQ(saved_bytes() - before, formula_bytes(16, 96, 64, 4, 4));
+    if (quantized) {
+      EXPECT_EQ(saved_bytes() - before, formula_bytes(16, 96, 64, 4, 4));
+    }
     backward(y, testing::random_tensor({16, 8}, 6));
     EXPECT_EQ(saved_bytes(), before);
     return std::make_pair(w.grad().to_vector(), x.grad().to_vector());
