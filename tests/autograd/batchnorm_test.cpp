@@ -10,8 +10,12 @@
 #include "core/cpu/batchnorm.h"
 #include "tests/golden/dnnl/golden.h"
 #include "tests/support/gradcheck.h"
+#include "tests/support/errors.h"
+#include "tests/support/recording_policy.h"
 
 using namespace packrat;
+using packrat::testing::message_of;
+using packrat::testing::RecordingPolicy;
 using packrat::testing::gradcheck;
 using packrat::testing::random_tensor;
 
@@ -22,32 +26,6 @@ Tensor param(const Shape& s, uint64_t seed, float lo = -1.0f, float hi = 1.0f) {
   return t;
 }
 
-// An FP32 policy that remembers every request it served.
-class RecordingPolicy : public StorePolicy {
- public:
-  class Store : public Fp32Store {
-   public:
-    SavedHandle save(const Tensor& x, const SaveRequest& r) override {
-      requests.push_back(r);
-      dtypes.push_back(x.dtype());
-      return Fp32Store::save(x, r);
-    }
-    std::vector<SaveRequest> requests;
-    std::vector<DType> dtypes;
-  };
-  SavedTensorStore& store_for(const SaveRequest&) override { return store; }
-  std::vector<SavedTensorStore*> stores() override { return {&store}; }
-  Store store;
-};
-
-std::string message_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "no error";
-}
 }  // namespace
 
 TEST(BatchNormOpGrad, TrainingMode) {

@@ -6,8 +6,10 @@
 #include "autograd/tape.h"
 #include "tests/golden/dnnl/golden.h"
 #include "tests/support/gradcheck.h"
+#include "tests/support/errors.h"
 
 using namespace packrat;
+using packrat::testing::message_of;
 using packrat::testing::gradcheck;
 using packrat::testing::random_tensor;
 
@@ -18,14 +20,6 @@ Tensor param(const Shape& s, uint64_t seed) {
   return t;
 }
 
-std::string message_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "no error";
-}
 }  // namespace
 
 TEST(LinearOpGrad, WithBias) {

@@ -9,8 +9,12 @@
 #include "autograd/tape.h"
 #include "tests/golden/dnnl/golden.h"
 #include "tests/support/gradcheck.h"
+#include "tests/support/errors.h"
+#include "tests/support/recording_policy.h"
 
 using namespace packrat;
+using packrat::testing::message_of;
+using packrat::testing::RecordingPolicy;
 using packrat::testing::gradcheck;
 using packrat::testing::random_tensor;
 
@@ -49,32 +53,6 @@ std::vector<float> naive_pool(const Tensor& x, const ops::Pool2dOptions& o, bool
         y.push_back(max ? m : static_cast<float>(s / static_cast<double>(o.kernel_h * o.kernel_w)));
       }
   return y;
-}
-
-class RecordingPolicy : public StorePolicy {
- public:
-  class Store : public Fp32Store {
-   public:
-    SavedHandle save(const Tensor& x, const SaveRequest& r) override {
-      requests.push_back(r);
-      dtypes.push_back(x.dtype());
-      return Fp32Store::save(x, r);
-    }
-    std::vector<SaveRequest> requests;
-    std::vector<DType> dtypes;
-  };
-  SavedTensorStore& store_for(const SaveRequest&) override { return store; }
-  std::vector<SavedTensorStore*> stores() override { return {&store}; }
-  Store store;
-};
-
-std::string message_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "no error";
 }
 
 void expect_close(const std::vector<float>& a, const std::vector<float>& b, float tol = 1e-5f) {

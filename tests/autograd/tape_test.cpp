@@ -11,8 +11,10 @@
 #include "autograd/tape.h"
 #include "core/allocator.h"
 #include "tests/support/gradcheck.h"
+#include "tests/support/errors.h"
 
 using namespace packrat;
+using packrat::testing::message_of;
 using packrat::testing::random_tensor;
 
 namespace {
@@ -25,15 +27,6 @@ Tensor probe(const Tensor& x, std::vector<int64_t>* saved_bytes) {
     return {g[0]};
   });
   return y;
-}
-
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
 }
 
 }  // namespace
@@ -64,7 +57,7 @@ TEST(Tape, ASecondBackwardThrowsSayingSo) {
   Tensor t = Tensor::zeros({3}, DType::i64);
   Tensor loss = ops::cross_entropy(ops::gelu(x), t);
   backward(loss);
-  const std::string m = error_of([&] { backward(loss); });
+  const std::string m = message_of([&] { backward(loss); });
   EXPECT_NE(m.find("second time"), std::string::npos) << m;
   EXPECT_NE(m.find("already released"), std::string::npos) << m;
   EXPECT_NE(m.find("(by cross_entropy"), std::string::npos) << m;  // names the op whose graph was consumed
@@ -76,7 +69,7 @@ TEST(Tape, LoadingATensorModifiedInPlaceThrowsNamingTheOp) {
   Tensor x = random_tensor({5}, 3).set_requires_grad(true);
   Tensor y = ops::activation(x, "silu");  // saves x
   x.bump_version();         // an in-place update after the save
-  const std::string m = error_of([&] { backward(y, Tensor::full({5}, 1.0f)); });
+  const std::string m = message_of([&] { backward(y, Tensor::full({5}, 1.0f)); });
   EXPECT_NE(m.find("silu block2"), std::string::npos) << m;
   EXPECT_NE(m.find("modified in place"), std::string::npos) << m;
   clear_tape();

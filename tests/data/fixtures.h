@@ -16,21 +16,14 @@
 #include <unistd.h>
 
 #include "core/error.h"
+#include "tests/support/errors.h"
 
 namespace packrat::data::testing {
 
 namespace fs = std::filesystem;
 
 // A fresh folder under the temp dir, removed with everything in it at the end of the test.
-// The message of the packrat::Error fn throws, or "(no error)".
-inline std::string message_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+using packrat::testing::message_of;  // the message of the packrat::Error fn throws
 
 class TempDir {
  public:
