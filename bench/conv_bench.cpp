@@ -54,8 +54,8 @@ Tensor random(const Shape& s, uint64_t seed, MemTag tag = MemTag::Activation) {
   return t;
 }
 
-cpu::ConvGeometry geometry() {
-  return cpu::ConvGeometry{kN, kC, kHW, kHW, kC, kK, kK, kHW, kHW, 1, 1, 1, 1, 1, 1, 1, false};
+ConvGeometry geometry() {
+  return ConvGeometry{kN, kC, kHW, kHW, kC, kK, kK, kHW, kHW, 1, 1, 1, 1, 1, 1, 1, false};
 }
 
 void set_gflops(benchmark::State& state, double flops_per_iteration) {

@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <memory>
 
+#include "core/backend.h"
 #include "core/error.h"
 
 namespace packrat {
@@ -12,7 +13,6 @@ namespace {
 thread_local MemTag t_tag = MemTag::Activation;
 thread_local std::string t_layer;
 constexpr size_t kAlignment = 64;  // a cache line, and what AVX-512 loads like
-constexpr size_t kCacheMinBytes = 64 * 1024;
 constexpr int64_t kCacheMaxBytes = int64_t{4} << 30;
 
 void raise_peak(std::atomic<int64_t>& peak, int64_t value) {
@@ -20,6 +20,13 @@ void raise_peak(std::atomic<int64_t>& peak, int64_t value) {
   while (value > p && !peak.compare_exchange_weak(p, value, std::memory_order_relaxed)) {
   }
 }
+// The CPU's memory: 64-byte aligned blocks from the C heap.
+class HostMemory final : public MemorySource {
+ public:
+  void* allocate(size_t bytes) override { return std::aligned_alloc(kAlignment, bytes); }
+  void release(void* p, size_t) override { std::free(p); }
+  size_t min_cached_bytes() const override { return 64 * 1024; }  // malloc's own bins are as good below
+};
 }  // namespace
 
 std::string_view tag_name(MemTag t) {
@@ -29,43 +36,54 @@ std::string_view tag_name(MemTag t) {
 }
 
 Allocation::~Allocation() {
-  auto& a = Allocator::cpu();
-  a.account(tag_, layer_, -static_cast<int64_t>(bytes_));
-  a.give_back(data_, rounded_);
+  owner_->account(tag_, layer_, -static_cast<int64_t>(bytes_));
+  owner_->give_back(data_, rounded_);
 }
+
+Device Allocation::device() const { return owner_->device(); }
 
 void Allocation::retag(MemTag tag) {
   if (tag == tag_) return;
-  auto& a = Allocator::cpu();
+  auto& a = *owner_;
   a.account(tag_, layer_, -static_cast<int64_t>(bytes_));
   tag_ = tag;
   a.account(tag_, layer_, static_cast<int64_t>(bytes_));
 }
 
+Allocator::Allocator(Device device, std::unique_ptr<MemorySource> source)
+    : device_(device), source_(std::move(source)) {}
+
+Allocator::~Allocator() { empty_cache(); }
+
 Allocator& Allocator::cpu() {
-  static Allocator instance;
-  return instance;
+  // Never destroyed: tensors held by other statics may be freed after this would be.
+  static Allocator* instance = new Allocator(Device::cpu(), std::make_unique<HostMemory>());
+  return *instance;
 }
+
+Allocator& Allocator::of(Device device) { return device.is_cpu() ? cpu() : backend(device).allocator(); }
 
 std::shared_ptr<Allocation> Allocator::allocate(size_t bytes, MemTag tag) {
   const int64_t limit = limit_.load();
   if (limit > 0 && total_.load() + static_cast<int64_t>(bytes) > limit) {
     throw OutOfMemory(fmt::format(
-        "out of memory: allocating {} bytes of {} for layer '{}' would exceed the limit of {} bytes "
+        "out of memory on {}: allocating {} bytes of {} for layer '{}' would exceed the limit of {} bytes "
         "({} bytes held)",
-        bytes, tag_name(tag), t_layer, limit, total_.load()));
+        device_.str(), bytes, tag_name(tag), t_layer, limit, total_.load()));
   }
   const size_t rounded = std::max<size_t>(kAlignment, (bytes + kAlignment - 1) / kAlignment * kAlignment);
   size_t held = rounded;  // the block's real size: a cached block may be a little larger
   void* p = take_cached(held);
-  if (!p) p = std::aligned_alloc(kAlignment, held = rounded);
+  if (!p) p = source_->allocate(held = rounded);
   if (!p) {
     empty_cache();
-    p = std::aligned_alloc(kAlignment, rounded);
+    p = source_->allocate(rounded);
   }
-  if (!p) throw OutOfMemory(fmt::format("out of memory: the system refused {} bytes of {}", bytes, tag_name(tag)));
+  if (!p)
+    throw OutOfMemory(fmt::format("out of memory on {}: the device refused {} bytes of {} for layer '{}'",
+                                  device_.str(), bytes, tag_name(tag), t_layer));
   account(tag, t_layer, static_cast<int64_t>(bytes));
-  return std::make_shared<Allocation>(p, bytes, held, tag, t_layer);
+  return std::make_shared<Allocation>(this, p, bytes, held, tag, t_layer);
 }
 
 void* Allocator::take_cached(size_t& size) {
@@ -83,13 +101,13 @@ void* Allocator::take_cached(size_t& size) {
 }
 
 void Allocator::give_back(void* p, size_t rounded) {
-  if (rounded < kCacheMinBytes) {  // small blocks: malloc's own bins are as good
-    std::free(p);
+  if (rounded < source_->min_cached_bytes()) {
+    source_->release(p, rounded);
     return;
   }
   std::lock_guard lock(cache_mutex_);
   if (cached_.load() + static_cast<int64_t>(rounded) > kCacheMaxBytes) {
-    std::free(p);
+    source_->release(p, rounded);
     return;
   }
   free_blocks_[rounded].push_back(p);
@@ -99,7 +117,7 @@ void Allocator::give_back(void* p, size_t rounded) {
 void Allocator::empty_cache() {
   std::lock_guard lock(cache_mutex_);
   for (auto& [size, blocks] : free_blocks_)
-    for (void* p : blocks) std::free(p);
+    for (void* p : blocks) source_->release(p, size);
   free_blocks_.clear();
   cached_ = 0;
 }

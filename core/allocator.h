@@ -1,6 +1,8 @@
 #pragma once
-// The device allocator: every byte of tensor memory comes from here, tagged with what it
-// is for and the layer it belongs to. It is the single source of truth for memory reports.
+// The device allocators: every byte of tensor memory comes from one, tagged with what it is
+// for and the layer it belongs to. They are the single source of truth for memory reports.
+// One Allocator per device, all with the same accounting (tags, layer scopes, peaks, byte
+// limit, block cache); only where raw memory comes from differs (a MemorySource).
 #include <array>
 #include <atomic>
 #include <cstddef>
@@ -11,6 +13,8 @@
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include "core/device.h"
 
 namespace packrat {
 
@@ -27,17 +31,31 @@ struct MemoryStats {
   int64_t peak_at(MemTag t) const { return peak[static_cast<size_t>(t)]; }
 };
 
-// One block handed out by the allocator; freed (and un-accounted) by its destructor.
+class Allocator;
+
+// Raw memory of one device: the CPU's aligned heap, cudaMalloc for a GPU.
+class MemorySource {
+ public:
+  virtual ~MemorySource() = default;
+  virtual void* allocate(size_t bytes) = 0;  // nullptr when the device has no more
+  virtual void release(void* p, size_t bytes) = 0;
+  // Blocks below this size go straight back to the source instead of the allocator's cache
+  // (the CPU heap has its own bins for small blocks; cudaMalloc has none).
+  virtual size_t min_cached_bytes() const = 0;
+};
+
+// One block handed out by an allocator; freed (and un-accounted) by its destructor.
 class Allocation {
  public:
-  Allocation(void* data, size_t bytes, size_t rounded, MemTag tag, std::string layer)
-      : data_(data), bytes_(bytes), rounded_(rounded), tag_(tag), layer_(std::move(layer)) {}
+  Allocation(Allocator* owner, void* data, size_t bytes, size_t rounded, MemTag tag, std::string layer)
+      : owner_(owner), data_(data), bytes_(bytes), rounded_(rounded), tag_(tag), layer_(std::move(layer)) {}
   ~Allocation();
   Allocation(const Allocation&) = delete;
   Allocation& operator=(const Allocation&) = delete;
 
   void* data() const { return data_; }
   size_t bytes() const { return bytes_; }
+  Device device() const;
   MemTag tag() const { return tag_; }
   const std::string& layer() const { return layer_; }
   // Moves the bytes to another tag's account, e.g. Activation -> Saved when the FP32 store
@@ -45,6 +63,7 @@ class Allocation {
   void retag(MemTag tag);
 
  private:
+  Allocator* owner_;
   void* data_;
   size_t bytes_;    // as requested: what the tags count
   size_t rounded_;  // as allocated (a multiple of the alignment)
@@ -54,7 +73,13 @@ class Allocation {
 
 class Allocator {
  public:
+  Allocator(Device device, std::unique_ptr<MemorySource> source);
+  ~Allocator();
   static Allocator& cpu();
+  // The allocator of any device (its backend's); throws packrat::Error when the device is not
+  // available (CUDA not built, no such GPU).
+  static Allocator& of(Device device);
+  Device device() const { return device_; }
 
   // Throws OutOfMemory (naming tag, layer, request and limit) when the byte limit would be exceeded.
   std::shared_ptr<Allocation> allocate(size_t bytes, MemTag tag);
@@ -85,6 +110,8 @@ class Allocator {
  private:
   friend class Allocation;
   void account(MemTag tag, const std::string& layer, int64_t delta);
+  Device device_;
+  std::unique_ptr<MemorySource> source_;
   void* take_cached(size_t& size);  // size in: wanted; out: the block's
   void give_back(void* p, size_t rounded);
   std::mutex cache_mutex_;

@@ -36,14 +36,11 @@ template <> constexpr DType dtype_of<uint8_t>() { return DType::u8; }
 template <> constexpr DType dtype_of<int32_t>() { return DType::i32; }
 template <> constexpr DType dtype_of<int64_t>() { return DType::i64; }
 
-enum class Device : uint8_t { CPU, CUDA };
-constexpr std::string_view device_name(Device d) { return d == Device::CPU ? "cpu" : "cuda"; }
-
-// Memory layout of a 4-d (N, C, H, W) tensor. The logical shape is always NCHW.
-// nChw16c: channels in blocks of 16 innermost (oneDNN's fast layout on AVX-512);
-// only used when C % 16 == 0, so no padding is ever held.
+// Memory layout of a 4-d (N, C, H, W) tensor. The logical shape is always NCHW. Plain is
+// row-major; any other layout is a backend's own (the CPU's nChw16c, see core/cpu/layout.h):
+// only that backend creates it, ops and stores keep a tensor's layout as it comes and ask the
+// backend for plain data where they need it (Tensor::to_plain).
 enum class Layout : uint8_t { Plain, nChw16c };
 constexpr std::string_view layout_name(Layout l) { return l == Layout::Plain ? "plain" : "nChw16c"; }
-constexpr int64_t kChannelBlock = 16;
 
 }  // namespace packrat

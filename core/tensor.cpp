@@ -4,27 +4,32 @@
 #include <cstring>
 
 #include "core/autograd_meta.h"
-#include "core/parallel.h"
+#include "core/backend.h"
 
 namespace packrat {
 
 Tensor Tensor::empty(const Shape& shape, DType dtype, Layout layout) {
-  return empty(shape, dtype, layout, TagScope::current());
+  return empty(shape, dtype, layout, TagScope::current(), DeviceScope::current());
 }
 
 Tensor Tensor::empty(const Shape& shape, DType dtype, Layout layout, MemTag tag) {
+  return empty(shape, dtype, layout, tag, DeviceScope::current());
+}
+
+Tensor Tensor::empty(const Shape& shape, DType dtype, Layout layout, MemTag tag, Device device) {
   for (int64_t d : shape.dims())
     PACKRAT_CHECK(d >= 0, "tensor: negative dimension in shape {}", shape.str());
   if (layout == Layout::nChw16c)
-    PACKRAT_CHECK(shape.rank() == 4 && shape[1] % kChannelBlock == 0,
+    PACKRAT_CHECK(shape.rank() == 4 && shape[1] % 16 == 0,
                   "tensor: layout nChw16c needs a 4-d shape with channels divisible by 16, got {}", shape.str());
   Tensor t;
   t.impl_ = std::make_shared<Impl>();
   static std::atomic<uint64_t> next_storage_id{1};
   t.impl_->storage = std::make_shared<Storage>();
   t.impl_->storage->id = next_storage_id++;
+  t.impl_->storage->device = device;
   t.impl_->storage->allocation =
-      Allocator::cpu().allocate(static_cast<size_t>(shape.numel()) * dtype_size(dtype), tag);
+      Allocator::of(device).allocate(static_cast<size_t>(shape.numel()) * dtype_size(dtype), tag);
   t.impl_->shape = shape;
   t.impl_->dtype = dtype;
   t.impl_->layout = layout;
@@ -33,37 +38,40 @@ Tensor Tensor::empty(const Shape& shape, DType dtype, Layout layout, MemTag tag)
 
 Tensor Tensor::zeros(const Shape& shape, DType dtype, Layout layout) {
   Tensor t = empty(shape, dtype, layout);
-  std::memset(t.raw(), 0, t.nbytes());
+  backend_of(t).fill(t, 0.0);
   return t;
 }
 
 Tensor Tensor::full(const Shape& shape, float value) {
   Tensor t = empty(shape);
-  float* p = t.data<float>();
-  const int64_t n = t.numel();
-  for (int64_t i = 0; i < n; ++i) p[i] = value;
+  backend_of(t).fill(t, value);
   return t;
 }
 
-Tensor Tensor::from_vector(const Shape& shape, const std::vector<float>& values) {
+namespace {
+template <typename T>
+Tensor from_host(const Shape& shape, const std::vector<T>& values) {
   PACKRAT_CHECK(static_cast<int64_t>(values.size()) == shape.numel(),
                 "tensor: {} values given for shape {} ({} elements)", values.size(), shape.str(), shape.numel());
-  Tensor t = empty(shape);
-  std::memcpy(t.raw(), values.data(), t.nbytes());
-  return t;
+  Tensor host = Tensor::empty(shape, dtype_of<T>(), Layout::Plain, TagScope::current(), Device::cpu());
+  std::memcpy(host.raw(), values.data(), host.nbytes());
+  return host.to(DeviceScope::current());
+}
+}  // namespace
+
+Tensor Tensor::from_vector(const Shape& shape, const std::vector<float>& values) { return from_host(shape, values); }
+
+Tensor Tensor::from_vector(const Shape& shape, const std::vector<double>& values) { return from_host(shape, values); }
+
+Tensor Tensor::empty_like(const Tensor& t) {
+  return empty(t.shape(), t.dtype(), t.layout(), TagScope::current(), t.device());
 }
 
-Tensor Tensor::from_vector(const Shape& shape, const std::vector<double>& values) {
-  PACKRAT_CHECK(static_cast<int64_t>(values.size()) == shape.numel(),
-                "tensor: {} values given for shape {} ({} elements)", values.size(), shape.str(), shape.numel());
-  Tensor t = empty(shape, DType::f64);
-  std::memcpy(t.raw(), values.data(), t.nbytes());
-  return t;
+Tensor Tensor::zeros_like(const Tensor& t) {
+  Tensor z = empty_like(t);
+  backend_of(z).fill(z, 0.0);
+  return z;
 }
-
-Tensor Tensor::empty_like(const Tensor& t) { return empty(t.shape(), t.dtype(), t.layout()); }
-
-Tensor Tensor::zeros_like(const Tensor& t) { return zeros(t.shape(), t.dtype(), t.layout()); }
 
 Tensor Tensor::reshape(const Shape& shape) const {
   PACKRAT_CHECK(shape.numel() == numel(), "reshape: cannot view {} ({} elements) as {}", this->shape().str(), numel(),
@@ -85,66 +93,40 @@ Tensor Tensor::flatten(int64_t start_dim) const {
 }
 
 Tensor Tensor::clone() const {
-  Tensor t = empty(shape(), dtype(), layout());
-  std::memcpy(t.raw(), raw(), nbytes());
+  Tensor t = empty_like(*this);
+  backend_of(t).copy(*this, t);
   return t;
 }
 
 Tensor Tensor::to_layout(Layout target) const {
   if (target == layout()) return *this;
   PACKRAT_CHECK(rank() == 4, "to_layout: only 4-d tensors have a blocked layout, got {}", shape().str());
-  Tensor out = empty(shape(), dtype(), target);
-  const int64_t N = dim(0), C = dim(1), HW = dim(2) * dim(3), CB = C / kChannelBlock;
-  const size_t es = dtype_size(dtype());
-  const auto* src = static_cast<const char*>(raw());
-  auto* dst = static_cast<char*>(out.raw());
-  const bool to_blocked = target == Layout::nChw16c;
-  // One (n, channel block) slab at a time: 16 planes of HW elements <-> HW groups of 16.
-  parallel_for(0, N * CB, [&](int64_t nb) {
-    const int64_t base = nb * kChannelBlock * HW;
-    for (int64_t s = 0; s < HW; ++s)
-      for (int64_t c = 0; c < kChannelBlock; ++c) {
-        const int64_t plain = base + c * HW + s, blocked = base + s * kChannelBlock + c;
-        const int64_t from = to_blocked ? plain : blocked, to = to_blocked ? blocked : plain;
-        std::memcpy(dst + to * es, src + from * es, es);
-      }
-  });
-  return out;
+  return backend_of(*this).to_layout(*this, target);
 }
 
 Tensor Tensor::to(DType target) const {
   if (target == dtype()) return *this;
-  Tensor out = empty(shape(), target, layout());
-  const int64_t n = numel();
-  auto convert = [&](auto* src) {
-    auto go = [&](auto* dst) {
-      using D = std::remove_pointer_t<decltype(dst)>;
-      for (int64_t i = 0; i < n; ++i) dst[i] = static_cast<D>(src[i]);
-    };
-    switch (target) {
-      case DType::f32: go(out.data<float>()); break;
-      case DType::f64: go(out.data<double>()); break;
-      case DType::u8: go(out.data<uint8_t>()); break;
-      case DType::i32: go(out.data<int32_t>()); break;
-      case DType::i64: go(out.data<int64_t>()); break;
-    }
-  };
-  switch (dtype()) {
-    case DType::f32: convert(data<float>()); break;
-    case DType::f64: convert(data<double>()); break;
-    case DType::u8: convert(data<uint8_t>()); break;
-    case DType::i32: convert(data<int32_t>()); break;
-    case DType::i64: convert(data<int64_t>()); break;
-  }
+  Tensor out = empty(shape(), target, layout(), TagScope::current(), device());
+  backend_of(out).convert(*this, out);
+  return out;
+}
+
+Tensor Tensor::to(Device target) const {
+  if (target == device()) return *this;
+  Tensor out = empty(shape(), dtype(), layout(), TagScope::current(), target);
+  // The non-CPU side's backend knows how to move bytes to and from the host.
+  backend(target.is_cpu() ? device() : target).copy(*this, out);
   return out;
 }
 
 std::vector<float> Tensor::to_vector() const {
+  check_host("to_vector()");
   Tensor t = to_plain().to(DType::f32);
   return {t.data<float>(), t.data<float>() + t.numel()};
 }
 
 float Tensor::item() const {
+  check_host("item()");
   PACKRAT_CHECK(numel() == 1, "item: tensor of shape {} has {} elements, not one", shape().str(), numel());
   return to_vector()[0];
 }
@@ -170,7 +152,12 @@ void Tensor::check_dtype(DType expected, const char* where) const {
 
 std::string Tensor::describe() const {
   if (!defined()) return "(undefined tensor)";
-  return fmt::format("{} {} {}", shape().str(), dtype_name(dtype()), layout_name(layout()));
+  if (is_cpu()) return fmt::format("{} {} {}", shape().str(), dtype_name(dtype()), layout_name(layout()));
+  return fmt::format("{} {} {} on {}", shape().str(), dtype_name(dtype()), layout_name(layout()), device().str());
+}
+
+void Tensor::fail_not_host(const char* where) const {
+  fail("{}: the tensor is on {}; host access needs a CPU tensor (.to(Device::cpu()) first)", where, device().str());
 }
 
 }  // namespace packrat

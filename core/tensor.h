@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "core/allocator.h"
+#include "core/device.h"
 #include "core/dtype.h"
 #include "core/error.h"
 #include "core/shape.h"
@@ -15,9 +16,11 @@ namespace packrat {
 
 struct AutogradMeta;  // autograd/tape.h
 
-// The buffer and its in-place version counter; shared by a tensor and its views.
+// The buffer, the device it lives on and its in-place version counter; shared by a tensor and
+// its views.
 struct Storage {
   std::shared_ptr<Allocation> allocation;
+  Device device;
   int64_t version = 0;
   uint64_t id = 0;  // unique for the process's lifetime (addresses are reused; ids are not)
 };
@@ -26,14 +29,17 @@ class Tensor {
  public:
   Tensor() = default;
 
-  // New uninitialised tensor; tag defaults to the thread's TagScope (Activation in forward).
+  // New uninitialised tensor on the thread's DeviceScope device (the CPU unless set), tagged
+  // with the thread's TagScope (Activation in forward) unless a tag is given.
   static Tensor empty(const Shape& shape, DType dtype = DType::f32, Layout layout = Layout::Plain);
   static Tensor empty(const Shape& shape, DType dtype, Layout layout, MemTag tag);
+  static Tensor empty(const Shape& shape, DType dtype, Layout layout, MemTag tag, Device device);
   static Tensor zeros(const Shape& shape, DType dtype = DType::f32, Layout layout = Layout::Plain);
   static Tensor full(const Shape& shape, float value);
+  // Values from the host, placed on the DeviceScope device.
   static Tensor from_vector(const Shape& shape, const std::vector<float>& values);
   static Tensor from_vector(const Shape& shape, const std::vector<double>& values);
-  static Tensor empty_like(const Tensor& t);  // same shape, dtype, layout
+  static Tensor empty_like(const Tensor& t);  // same shape, dtype, layout and device
   static Tensor zeros_like(const Tensor& t);
 
   bool defined() const { return impl_ != nullptr; }
@@ -42,16 +48,25 @@ class Tensor {
   int64_t rank() const { return impl_->shape.rank(); }
   int64_t numel() const { return impl_->shape.numel(); }
   DType dtype() const { return impl_->dtype; }
-  Device device() const { return Device::CPU; }
+  Device device() const { return impl_->storage->device; }
+  bool is_cpu() const { return impl_->storage->device.is_cpu(); }
   Layout layout() const { return impl_->layout; }
   size_t nbytes() const { return static_cast<size_t>(numel()) * dtype_size(dtype()); }
 
+  // Host access: the buffer of a CPU tensor. On another device it throws, naming the call
+  // (copy with .to(Device::cpu()) first).
   template <typename T> T* data() const {
     check_dtype(dtype_of<T>(), "data<T>()");
+    check_host("data<T>()");
     return static_cast<T*>(raw());
   }
-  void* raw() const { return impl_->storage->allocation->data(); }
   template <typename T> std::span<T> span() const { return {data<T>(), static_cast<size_t>(numel())}; }
+  // The buffer on its own device, for backends and kernels: no host check.
+  void* raw() const { return impl_->storage->allocation->data(); }
+  template <typename T> T* device_data() const {
+    check_dtype(dtype_of<T>(), "device_data<T>()");
+    return static_cast<T*>(raw());
+  }
 
   // In-place version counter (shared with views): bumped by every in-place op.
   int64_t version() const { return impl_->storage->version; }
@@ -62,12 +77,13 @@ class Tensor {
   // A view with another shape over the same plain data (no copy).
   Tensor reshape(const Shape& shape) const;
   Tensor flatten(int64_t start_dim = 1) const;  // (N, ...) -> (N, prod(rest)); plain data only
-  Tensor clone() const;                          // deep copy, same layout, current TagScope tag
+  Tensor clone() const;                          // deep copy, same layout and device, current TagScope tag
   Tensor to_layout(Layout layout) const;         // reorder (a copy) or *this when already there
   Tensor to_plain() const { return to_layout(Layout::Plain); }
   Tensor to(DType dtype) const;                  // conversion copy
-  std::vector<float> to_vector() const;          // logical NCHW order, any layout, f32/f64 data
-  float item() const;
+  Tensor to(Device device) const;                // copy to another device, or *this when already there
+  std::vector<float> to_vector() const;          // logical NCHW order, any layout, f32/f64 data; CPU only
+  float item() const;                            // CPU only
 
   // Autograd: leaves that require grad accumulate into grad().
   bool requires_grad() const;
@@ -78,9 +94,14 @@ class Tensor {
   std::shared_ptr<AutogradMeta>& autograd_meta() { return impl_->meta; }
 
   void check_dtype(DType expected, const char* where) const;
+  // Throws "<where>: the tensor is on cuda:0; host access needs a CPU tensor (.to(Device::cpu()))".
+  void check_host(const char* where) const {
+    if (!is_cpu()) fail_not_host(where);
+  }
   std::string describe() const;  // "(64, 3, 32, 32) f32 plain"
 
  private:
+  [[noreturn]] void fail_not_host(const char* where) const;
   struct Impl {
     std::shared_ptr<Storage> storage;
     Shape shape;
@@ -90,12 +111,5 @@ class Tensor {
   };
   std::shared_ptr<Impl> impl_;
 };
-
-// Element offset of logical (n, c, h, w) in a 4-d buffer of the given layout.
-inline int64_t nchw_offset(Layout l, int64_t C, int64_t H, int64_t W, int64_t n, int64_t c, int64_t h, int64_t w) {
-  if (l == Layout::Plain) return ((n * C + c) * H + h) * W + w;
-  const int64_t cb = c / kChannelBlock, ci = c % kChannelBlock;
-  return (((n * (C / kChannelBlock) + cb) * H + h) * W + w) * kChannelBlock + ci;
-}
 
 }  // namespace packrat

@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "autograd/tape.h"
+#include "core/cpu/layout.h"
 #include "core/parallel.h"
 
 namespace packrat {
@@ -22,8 +23,8 @@ void gather(const Geometry& g, const Tensor& src, Tensor& dst) {
     const int64_t n = nc / g.Cin, c = nc % g.Cin;
     for (int64_t ho = 0; ho < g.Ho; ++ho)
       for (int64_t wo = 0; wo < g.Wo; ++wo)
-        d[nchw_offset(ld, g.Cout, g.Ho, g.Wo, n, c + g.front, ho, wo)] =
-            s[nchw_offset(ls, g.Cin, g.H, g.W, n, c, ho * g.stride, wo * g.stride)];
+        d[cpu::nchw_offset(ld, g.Cout, g.Ho, g.Wo, n, c + g.front, ho, wo)] =
+            s[cpu::nchw_offset(ls, g.Cin, g.H, g.W, n, c, ho * g.stride, wo * g.stride)];
   });
 }
 
@@ -36,8 +37,8 @@ void scatter(const Geometry& g, const Tensor& src, Tensor& dst) {
     const int64_t n = nc / g.Cin, c = nc % g.Cin;
     for (int64_t ho = 0; ho < g.Ho; ++ho)
       for (int64_t wo = 0; wo < g.Wo; ++wo)
-        d[nchw_offset(ld, g.Cin, g.H, g.W, n, c, ho * g.stride, wo * g.stride)] =
-            s[nchw_offset(ls, g.Cout, g.Ho, g.Wo, n, c + g.front, ho, wo)];
+        d[cpu::nchw_offset(ld, g.Cin, g.H, g.W, n, c, ho * g.stride, wo * g.stride)] =
+            s[cpu::nchw_offset(ls, g.Cout, g.Ho, g.Wo, n, c + g.front, ho, wo)];
   });
 }
 
@@ -52,7 +53,7 @@ Tensor pad_channels_subsample(const Tensor& x, int64_t out_channels, int64_t str
   Geometry g{x.dim(0), x.dim(1), x.dim(2), x.dim(3), out_channels, (x.dim(2) + stride - 1) / stride,
              (x.dim(3) + stride - 1) / stride, stride, (out_channels - x.dim(1)) / 2};
   const Layout out_layout =
-      x.layout() == Layout::nChw16c && out_channels % kChannelBlock == 0 ? Layout::nChw16c : Layout::Plain;
+      x.layout() == Layout::nChw16c && out_channels % cpu::kChannelBlock == 0 ? Layout::nChw16c : Layout::Plain;
   Tensor y = Tensor::zeros({g.N, g.Cout, g.Ho, g.Wo}, DType::f32, out_layout);  // (N, Cout, Ho, Wo)
   gather(g, x, y);
   if (needs_grad({&x})) {

@@ -10,7 +10,7 @@ namespace packrat::ops {
 
 namespace {
 
-cpu::ConvGeometry check_conv(const Tensor& x, const Tensor& w, const Tensor& b, const Conv2dOptions& o) {
+ConvGeometry check_conv(const Tensor& x, const Tensor& w, const Tensor& b, const Conv2dOptions& o) {
   const std::string where = cpu::op_where("conv2d");
   PACKRAT_CHECK(x.defined() && w.defined(), "{}: input and weight must be defined", where);
   PACKRAT_CHECK(x.rank() == 4, "{}: input must be 4-d (N, C, H, W), got {}", where, x.shape().str());
@@ -24,7 +24,7 @@ cpu::ConvGeometry check_conv(const Tensor& x, const Tensor& w, const Tensor& b, 
   PACKRAT_CHECK(o.dilation_h >= 1 && o.dilation_w >= 1, "{}: dilation must be >= 1, got ({}, {})", where,
                 o.dilation_h, o.dilation_w);
   PACKRAT_CHECK(o.pad_h >= 0 && o.pad_w >= 0, "{}: padding must be >= 0, got ({}, {})", where, o.pad_h, o.pad_w);
-  cpu::ConvGeometry g{};
+  ConvGeometry g{};
   g.N = x.dim(0), g.Cin = x.dim(1), g.H = x.dim(2), g.W = x.dim(3);
   g.Cout = w.dim(0), g.KH = w.dim(2), g.KW = w.dim(3);
   g.stride_h = o.stride_h, g.stride_w = o.stride_w, g.pad_h = o.pad_h, g.pad_w = o.pad_w;
@@ -53,7 +53,7 @@ cpu::ConvGeometry check_conv(const Tensor& x, const Tensor& w, const Tensor& b, 
 }  // namespace
 
 Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const Conv2dOptions& o) {
-  const cpu::ConvGeometry g = check_conv(x, weight, bias, o);
+  const ConvGeometry g = check_conv(x, weight, bias, o);
   // The primitive reads x in its src layout; keep that copy so that backward needs no reorder.
   const Tensor src = cpu::to_layout(x, cpu::conv_layouts(g).src);
   // A weight that cannot change before the next call (eval, or frozen) keeps its reordered copy.

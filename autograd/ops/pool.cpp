@@ -59,8 +59,8 @@ Tensor adaptive_forward_loops(const Tensor& x, int64_t OH, int64_t OW) {
         const int64_t w0 = window_begin(j, W, OW), w1 = window_end(j, W, OW);
         double s = 0;
         for (int64_t h = h0; h < h1; ++h)
-          for (int64_t w = w0; w < w1; ++w) s += src[nchw_offset(l, C, H, W, n, c, h, w)];
-        dst[nchw_offset(l, C, OH, OW, n, c, i, j)] = static_cast<float>(s / static_cast<double>((h1 - h0) * (w1 - w0)));
+          for (int64_t w = w0; w < w1; ++w) s += src[cpu::nchw_offset(l, C, H, W, n, c, h, w)];
+        dst[cpu::nchw_offset(l, C, OH, OW, n, c, i, j)] = static_cast<float>(s / static_cast<double>((h1 - h0) * (w1 - w0)));
       }
   });
   return y;
@@ -78,9 +78,9 @@ Tensor adaptive_backward_loops(const Tensor& gy_in, const Shape& xs, Layout l) {
       for (int64_t j = 0; j < OW; ++j) {
         const int64_t h0 = window_begin(i, H, OH), h1 = window_end(i, H, OH);
         const int64_t w0 = window_begin(j, W, OW), w1 = window_end(j, W, OW);
-        const float v = g[nchw_offset(l, C, OH, OW, n, c, i, j)] / static_cast<float>((h1 - h0) * (w1 - w0));
+        const float v = g[cpu::nchw_offset(l, C, OH, OW, n, c, i, j)] / static_cast<float>((h1 - h0) * (w1 - w0));
         for (int64_t h = h0; h < h1; ++h)
-          for (int64_t w = w0; w < w1; ++w) d[nchw_offset(l, C, H, W, n, c, h, w)] += v;
+          for (int64_t w = w0; w < w1; ++w) d[cpu::nchw_offset(l, C, H, W, n, c, h, w)] += v;
       }
   });
   return dx;

@@ -7,31 +7,18 @@
 #include "core/cpu/dnnl_context.h"
 #include "core/cpu/weight_cache.h"
 
-#include <atomic>
-#include <cstdlib>
-
 namespace packrat::cpu {
 namespace {
-std::atomic<ConvAlgorithm> g_algorithm{std::getenv("PACKRAT_CONV_DIRECT") ? ConvAlgorithm::Direct : ConvAlgorithm::Auto};
 
 dnnl::algorithm conv_algorithm() {
-  return g_algorithm.load() == ConvAlgorithm::Direct ? dnnl::algorithm::convolution_direct
+  return conv_algorithm_setting() == ConvAlgorithm::Direct ? dnnl::algorithm::convolution_direct
                                                       : dnnl::algorithm::convolution_auto;
 }
 }  // namespace
 
-void set_conv_algorithm(ConvAlgorithm a) { g_algorithm = a; }
-ConvAlgorithm conv_algorithm_setting() { return g_algorithm.load(); }
-
-
 using dnnl::memory;
 using tag = dnnl::memory::format_tag;
 
-std::string ConvGeometry::key() const {
-  return fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}", N, Cin, H, W, Cout, KH, KW, OH, OW, stride_h,
-                     stride_w, pad_h, pad_w, dilation_h, dilation_w, groups) +
-         (has_bias ? ",b" : "") + (conv_algorithm_setting() == ConvAlgorithm::Direct ? ",direct" : ",auto");
-}
 
 namespace {
 
@@ -85,11 +72,11 @@ std::shared_ptr<ConvPlan> make_plan(const ConvGeometry& g) {
   p->pad_l = {g.pad_h, g.pad_w};
   p->pad_r = {(g.OH - 1) * g.stride_h + (g.KH - 1) * g.dilation_h + 1 - g.H - g.pad_h,
               (g.OW - 1) * g.stride_w + (g.KW - 1) * g.dilation_w + 1 - g.W - g.pad_w};
-  make_forward(*p, g, g.preferred_src_layout(), g.preferred_dst_layout());
-  if (is_reference(*p) && (g.preferred_src_layout() != Layout::Plain || g.preferred_dst_layout() != Layout::Plain)) {
+  make_forward(*p, g, blocked_if_aligned(g.Cin), blocked_if_aligned(g.Cout));
+  if (is_reference(*p) && (blocked_if_aligned(g.Cin) != Layout::Plain || blocked_if_aligned(g.Cout) != Layout::Plain)) {
     // Layouts that only the reference kernel serves: plain on both sides instead.
     make_forward(*p, g, Layout::Plain, Layout::Plain);
-    if (is_reference(*p)) make_forward(*p, g, g.preferred_src_layout(), g.preferred_dst_layout());
+    if (is_reference(*p)) make_forward(*p, g, blocked_if_aligned(g.Cin), blocked_if_aligned(g.Cout));
   }
   p->fwd = dnnl::convolution_forward(p->fwd_pd);
   return p;

@@ -13,29 +13,17 @@
 #include <string>
 #include <utility>
 
+#include "core/backend.h"
+#include "core/cpu/layout.h"
 #include "core/tensor.h"
 
 namespace packrat::cpu {
 
-// Auto lets oneDNN pick Winograd F(4x4, 3x3) for 3x3 stride-1 convolutions where it is faster
-// (ResNet-18 step ~1.3x faster here) at the price of a larger scratchpad (Workspace tag: ResNet-18
-// at batch 128 peaks 143 MiB of Workspace instead of 9). Direct keeps memory lowest. The default
-// is Auto, or Direct when the environment sets PACKRAT_CONV_DIRECT. Plans are cached per geometry
-// and algorithm, so switching is safe at any time.
-enum class ConvAlgorithm { Auto, Direct };
-void set_conv_algorithm(ConvAlgorithm a);
-ConvAlgorithm conv_algorithm_setting();
-
-struct ConvGeometry {
-  int64_t N, Cin, H, W, Cout, KH, KW, OH, OW;
-  int64_t stride_h, stride_w, pad_h, pad_w, dilation_h, dilation_w, groups;
-  bool has_bias;
-
-  Layout preferred_src_layout() const { return Cin % kChannelBlock == 0 ? Layout::nChw16c : Layout::Plain; }
-  Layout preferred_dst_layout() const { return Cout % kChannelBlock == 0 ? Layout::nChw16c : Layout::Plain; }
-  double flops() const { return 2.0 * N * Cout * OH * OW * (Cin / groups) * KH * KW; }  // per pass
-  std::string key() const;
-};
+// ConvGeometry and the ConvAlgorithm setting are device-agnostic: core/backend.h. Auto lets
+// oneDNN pick Winograd F(4x4, 3x3) for 3x3 stride-1 convolutions where it is faster (ResNet-18
+// step ~1.3x faster here) at the price of a larger scratchpad (Workspace tag: ResNet-18 at batch
+// 128 peaks 143 MiB of Workspace instead of 9); Direct keeps memory lowest. Plans are cached per
+// geometry and algorithm, so switching is safe at any time.
 
 struct ConvLayouts {
   Layout src, dst;

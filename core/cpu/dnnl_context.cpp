@@ -61,7 +61,7 @@ std::optional<Layout> layout_of(const memory::desc& d) {
 
 Tensor to_layout(const Tensor& t, Layout layout) {
   if (t.layout() == layout) return t;
-  if (t.rank() != 4 || t.dtype() == DType::f64 || t.dtype() == DType::i64) return t.to_layout(layout);
+  if (t.rank() != 4 || t.dtype() == DType::f64 || t.dtype() == DType::i64) return reorder_loop(t, layout);
   Tensor out = Tensor::empty(t.shape(), t.dtype(), layout);  // (N, C, H, W) in `layout`
   reorder(memory_of(t), memory_of(out));
   return out;

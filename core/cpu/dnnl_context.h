@@ -9,6 +9,7 @@
 #include <string>
 #include <unordered_map>
 
+#include "core/cpu/layout.h"
 #include "core/tensor.h"
 
 namespace packrat::cpu {
@@ -35,6 +36,8 @@ std::optional<Layout> layout_of(const dnnl::memory::desc& d);
 // t in `layout` (t itself when already there): like Tensor::to_layout, but with oneDNN's
 // vectorised, threaded reorder. The result's tag follows the current TagScope.
 Tensor to_layout(const Tensor& t, Layout layout);
+// The same with a plain loop, for dtypes oneDNN does not reorder (f64, i64).
+Tensor reorder_loop(const Tensor& t, Layout layout);
 
 // Reorders `src` (described by src_desc) into a new tensor laid out as `want`. The result is
 // a 1-d f32 tensor of want.get_size()/4 elements (an opaque buffer) tagged `tag`.

@@ -1,6 +1,6 @@
 #include "experiments/lib/session.h"
 
-#include "core/cpu/conv.h"
+#include "core/backend.h"
 
 #include "core/parallel.h"
 #include "data/transforms.h"
@@ -59,7 +59,7 @@ data::DatasetSpec dataset_spec(const Config& c, data::Split split) {
 void apply_process_settings(const Config& c) {
   PACKRAT_CHECK(c.device == "cpu", "{}: device '{}': only cpu is built in this version of packrat", c.source, c.device);
   if (c.threads > 0) set_num_threads(static_cast<int>(c.threads));
-  cpu::set_conv_algorithm(c.conv_algorithm == "direct" ? cpu::ConvAlgorithm::Direct : cpu::ConvAlgorithm::Auto);
+  set_conv_algorithm(c.conv_algorithm == "direct" ? ConvAlgorithm::Direct : ConvAlgorithm::Auto);
   set_dropout_seed(c.seed);
 }
 

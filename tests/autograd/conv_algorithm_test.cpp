@@ -8,21 +8,21 @@
 using namespace packrat;
 
 TEST(Conv2dOpAlgorithm, AutoMayUseWinogradDirectNeverAndTheyAgree) {
-  const cpu::ConvAlgorithm before = cpu::conv_algorithm_setting();
-  cpu::ConvGeometry g{16, 64, 32, 32, 64, 3, 3, 32, 32, 1, 1, 1, 1, 1, 1, 1, false};
+  const ConvAlgorithm before = conv_algorithm_setting();
+  ConvGeometry g{16, 64, 32, 32, 64, 3, 3, 32, 32, 1, 1, 1, 1, 1, 1, 1, false};
   Tensor x = packrat::testing::random_tensor({16, 64, 32, 32}, 1);
   Tensor w = packrat::testing::random_tensor({64, 64, 3, 3}, 2, -0.05f, 0.05f);
   ops::Conv2dOptions o;
   o.pad_h = o.pad_w = 1;
 
-  cpu::set_conv_algorithm(cpu::ConvAlgorithm::Direct);
+  set_conv_algorithm(ConvAlgorithm::Direct);
   EXPECT_EQ(cpu::conv_layouts(g).implementation.find("wino"), std::string::npos) << cpu::conv_layouts(g).implementation;
   const std::vector<float> direct = ops::conv2d(x, w, Tensor(), o).to_vector();
 
-  cpu::set_conv_algorithm(cpu::ConvAlgorithm::Auto);
+  set_conv_algorithm(ConvAlgorithm::Auto);
   const std::string impl = cpu::conv_layouts(g).implementation;
   const std::vector<float> automatic = ops::conv2d(x, w, Tensor(), o).to_vector();
-  cpu::set_conv_algorithm(before);
+  set_conv_algorithm(before);
 
   EXPECT_NE(impl.find("wino"), std::string::npos) << "oneDNN chose " << impl;
   ASSERT_EQ(direct.size(), automatic.size());

@@ -254,7 +254,7 @@ TEST(Conv2dOp, NoGeometryOfACommonModelFallsToTheReferenceKernel) {
   for (const Case c : {Case{3, 64, 3, 1}, Case{64, 64, 3, 1}, Case{64, 128, 1, 1}, Case{40, 80, 1, 1},
                        Case{16, 8, 3, 1}, Case{24, 144, 1, 1}, Case{144, 24, 1, 1}, Case{40, 40, 3, 40},
                        Case{32, 32, 3, 32}, Case{3, 16, 3, 1}, Case{32, 16, 1, 4}}) {
-    cpu::ConvGeometry g{8, c.cin, 16, 16, c.cout, c.k, c.k, 16, 16, 1, 1, c.k / 2, c.k / 2, 1, 1, c.groups, false};
+    ConvGeometry g{8, c.cin, 16, 16, c.cout, c.k, c.k, 16, 16, 1, 1, c.k / 2, c.k / 2, 1, 1, c.groups, false};
     const cpu::ConvLayouts l = cpu::conv_layouts(g);
     EXPECT_NE(l.implementation.rfind("ref", 0), 0u) << c.cin << " -> " << c.cout << ": " << l.implementation;
     const auto [bwd_data, bwd_weights] = cpu::conv_backward_implementations(g);

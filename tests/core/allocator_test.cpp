@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 
 #include "core/allocator.h"
+#include "core/cpu/layout.h"
 #include "core/tensor.h"
 
 using namespace packrat;
@@ -52,8 +53,8 @@ TEST(Tensor, BlockedLayoutRoundTrips) {
   for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>(i);
   Tensor t = Tensor::from_vector({2, 32, 3, 2}, v);
   Tensor b = t.to_layout(Layout::nChw16c);
-  EXPECT_EQ(b.data<float>()[nchw_offset(Layout::nChw16c, 32, 3, 2, 1, 17, 2, 1)],
-            v[nchw_offset(Layout::Plain, 32, 3, 2, 1, 17, 2, 1)]);
+  EXPECT_EQ(b.data<float>()[cpu::nchw_offset(Layout::nChw16c, 32, 3, 2, 1, 17, 2, 1)],
+            v[cpu::nchw_offset(Layout::Plain, 32, 3, 2, 1, 17, 2, 1)]);
   EXPECT_EQ(b.to_vector(), v);
 }
 

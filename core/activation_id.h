@@ -1,0 +1,13 @@
+#pragma once
+// The built-in pointwise activations by id: what a backend's pointwise primitives dispatch on.
+// Their math (f, f' and the vectorised CPU loops) lives in autograd/pointwise_math.h.
+#include <cstdint>
+
+namespace packrat {
+
+enum class ActivationId : uint8_t {
+  relu, leaky_relu, relu6, hardswish, gelu, silu, sigmoid, tanh, selu, softplus, elu, mish
+};
+constexpr int kNumActivations = 12;
+
+}  // namespace packrat

@@ -1,0 +1,52 @@
+#include "core/backend.h"
+
+#include <atomic>
+#include <cstdlib>
+
+#include "core/build_config.h"
+#include "core/cpu/cpu_backend.h"
+#include "core/error.h"
+
+namespace packrat {
+
+namespace {
+std::atomic<ConvAlgorithm> g_conv_algorithm{std::getenv("PACKRAT_CONV_DIRECT") ? ConvAlgorithm::Direct
+                                                                              : ConvAlgorithm::Auto};
+}  // namespace
+
+void set_conv_algorithm(ConvAlgorithm a) { g_conv_algorithm = a; }
+ConvAlgorithm conv_algorithm_setting() { return g_conv_algorithm.load(); }
+
+std::string ConvGeometry::key() const {
+  return fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}", N, Cin, H, W, Cout, KH, KW, OH, OW, stride_h,
+                     stride_w, pad_h, pad_w, dilation_h, dilation_w, groups) +
+         (has_bias ? ",b" : "") + (conv_algorithm_setting() == ConvAlgorithm::Direct ? ",direct" : ",auto");
+}
+
+Backend& backend(Device device) {
+  if (device.is_cpu()) return cpu::cpu_backend();
+  fail("device {}: packrat was built without CUDA (configure with the CUDA toolkit and cuDNN to train on a GPU)",
+       device.str());
+}
+
+std::vector<Backend*> available_backends() { return {&cpu::cpu_backend()}; }
+
+void check_same_device(std::string_view op, std::initializer_list<const Tensor*> tensors) {
+  const Tensor* first = nullptr;
+  size_t first_index = 0, i = 0;
+  for (const Tensor* t : tensors) {
+    if (t && t->defined()) {
+      if (!first) {
+        first = t;
+        first_index = i;
+      } else if (t->device() != first->device()) {
+        const std::string& layer = LayerScope::current();
+        fail("{}{}{}: input {} is on {}, input {} on {}", op, layer.empty() ? "" : " ", layer, first_index,
+             first->device().str(), i, t->device().str());
+      }
+    }
+    ++i;
+  }
+}
+
+}  // namespace packrat

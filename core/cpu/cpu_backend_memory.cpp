@@ -1,0 +1,94 @@
+// CpuBackend: copy, fill, reorder and dtype conversion.
+#include <cstring>
+#include <type_traits>
+
+#include "core/cpu/cpu_backend.h"
+#include "core/cpu/dnnl_context.h"
+#include "core/cpu/layout.h"
+#include "core/parallel.h"
+
+namespace packrat::cpu {
+
+CpuBackend& cpu_backend() {
+  static CpuBackend* instance = new CpuBackend();  // never destroyed, like the CPU allocator
+  return *instance;
+}
+
+void CpuBackend::copy(const Tensor& src, Tensor& dst) {
+  PACKRAT_CHECK(src.is_cpu() && dst.is_cpu(), "copy: the CPU backend copies between CPU tensors, got {} -> {}",
+                src.device().str(), dst.device().str());
+  PACKRAT_CHECK(src.nbytes() == dst.nbytes() && src.layout() == dst.layout(), "copy: {} into {}", src.describe(),
+                dst.describe());
+  std::memcpy(dst.raw(), src.raw(), src.nbytes());
+}
+
+void CpuBackend::fill(Tensor& t, double value) {
+  const int64_t n = t.numel();
+  if (value == 0.0) {
+    std::memset(t.raw(), 0, t.nbytes());
+    return;
+  }
+  auto go = [&](auto* p) {
+    using T = std::remove_pointer_t<decltype(p)>;
+    const T v = static_cast<T>(value);
+    for (int64_t i = 0; i < n; ++i) p[i] = v;
+  };
+  switch (t.dtype()) {
+    case DType::f32: go(t.data<float>()); break;
+    case DType::f64: go(t.data<double>()); break;
+    case DType::u8: go(t.data<uint8_t>()); break;
+    case DType::i32: go(t.data<int32_t>()); break;
+    case DType::i64: go(t.data<int64_t>()); break;
+  }
+}
+
+Tensor CpuBackend::to_layout(const Tensor& t, Layout layout) { return cpu::to_layout(t, layout); }
+
+void CpuBackend::convert(const Tensor& src, Tensor& dst) {
+  PACKRAT_CHECK(src.numel() == dst.numel() && src.layout() == dst.layout(), "convert: {} into {}", src.describe(),
+                dst.describe());
+  const int64_t n = src.numel();
+  auto from = [&](auto* s) {
+    auto go = [&](auto* d) {
+      using D = std::remove_pointer_t<decltype(d)>;
+      for (int64_t i = 0; i < n; ++i) d[i] = static_cast<D>(s[i]);
+    };
+    switch (dst.dtype()) {
+      case DType::f32: go(dst.data<float>()); break;
+      case DType::f64: go(dst.data<double>()); break;
+      case DType::u8: go(dst.data<uint8_t>()); break;
+      case DType::i32: go(dst.data<int32_t>()); break;
+      case DType::i64: go(dst.data<int64_t>()); break;
+    }
+  };
+  switch (src.dtype()) {
+    case DType::f32: from(src.data<float>()); break;
+    case DType::f64: from(src.data<double>()); break;
+    case DType::u8: from(src.data<uint8_t>()); break;
+    case DType::i32: from(src.data<int32_t>()); break;
+    case DType::i64: from(src.data<int64_t>()); break;
+  }
+}
+
+// The reorder for dtypes oneDNN does not move (f64, i64): one (n, channel block) slab at a
+// time, 16 planes of HW elements <-> HW groups of 16.
+Tensor reorder_loop(const Tensor& t, Layout target) {
+  Tensor out = Tensor::empty(t.shape(), t.dtype(), target);
+  const int64_t N = t.dim(0), C = t.dim(1), HW = t.dim(2) * t.dim(3), CB = C / kChannelBlock;
+  const size_t es = dtype_size(t.dtype());
+  const auto* src = static_cast<const char*>(t.raw());
+  auto* dst = static_cast<char*>(out.raw());
+  const bool to_blocked = target == Layout::nChw16c;
+  parallel_for(0, N * CB, [&](int64_t nb) {
+    const int64_t base = nb * kChannelBlock * HW;
+    for (int64_t s = 0; s < HW; ++s)
+      for (int64_t c = 0; c < kChannelBlock; ++c) {
+        const int64_t plain = base + c * HW + s, blocked = base + s * kChannelBlock + c;
+        const int64_t from = to_blocked ? plain : blocked, to = to_blocked ? blocked : plain;
+        std::memcpy(dst + to * es, src + from * es, es);
+      }
+  });
+  return out;
+}
+
+}  // namespace packrat::cpu
