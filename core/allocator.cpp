@@ -171,4 +171,8 @@ LayerScope::LayerScope(std::string_view name) : previous_size_(t_layer.size()) {
 LayerScope::~LayerScope() { t_layer.resize(previous_size_); }
 const std::string& LayerScope::current() { return t_layer; }
 
+std::string op_where(std::string_view op) {
+  return t_layer.empty() ? std::string(op) : std::string(op) + " " + t_layer;
+}
+
 }  // namespace packrat

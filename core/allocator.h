@@ -146,4 +146,7 @@ class LayerScope {
   size_t previous_size_;
 };
 
+// "conv2d layer1.0.conv1" (or "conv2d" outside any layer): the prefix of every op's error message.
+std::string op_where(std::string_view op);
+
 }  // namespace packrat

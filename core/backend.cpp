@@ -40,9 +40,8 @@ void check_same_device(std::string_view op, std::initializer_list<const Tensor*>
         first = t;
         first_index = i;
       } else if (t->device() != first->device()) {
-        const std::string& layer = LayerScope::current();
-        fail("{}{}{}: input {} is on {}, input {} on {}", op, layer.empty() ? "" : " ", layer, first_index,
-             first->device().str(), i, t->device().str());
+        fail("{}: input {} is on {}, input {} on {}", op_where(op), first_index, first->device().str(), i,
+             t->device().str());
       }
     }
     ++i;

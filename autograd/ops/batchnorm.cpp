@@ -28,7 +28,7 @@ void update_running(Tensor& running, const Tensor& batch, float momentum, double
 
 Tensor batchnorm2d(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor& running_mean,
                    Tensor& running_var, bool training, float momentum, float eps) {
-  const std::string where = cpu::op_where("batchnorm2d");
+  const std::string where = op_where("batchnorm2d");
   PACKRAT_CHECK(x.defined(), "{}: input must be defined", where);
   PACKRAT_CHECK(x.rank() == 4, "{}: input must be 4-d (N, C, H, W), got {}", where, x.shape().str());
   PACKRAT_CHECK(x.dtype() == DType::f32, "{}: input has dtype {}, expected f32", where, dtype_name(x.dtype()));

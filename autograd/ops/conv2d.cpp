@@ -11,7 +11,7 @@ namespace packrat::ops {
 namespace {
 
 ConvGeometry check_conv(const Tensor& x, const Tensor& w, const Tensor& b, const Conv2dOptions& o) {
-  const std::string where = cpu::op_where("conv2d");
+  const std::string where = op_where("conv2d");
   PACKRAT_CHECK(x.defined() && w.defined(), "{}: input and weight must be defined", where);
   PACKRAT_CHECK(x.rank() == 4, "{}: input must be 4-d (N, C, H, W), got {}", where, x.shape().str());
   PACKRAT_CHECK(w.rank() == 4, "{}: weight must be 4-d (Cout, Cin/groups, KH, KW), got {}", where, w.shape().str());

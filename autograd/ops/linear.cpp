@@ -17,7 +17,7 @@ Tensor back_to_layout(const Tensor& plain, const Shape& shape, Layout layout) {
 }  // namespace
 
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
-  const std::string where = cpu::op_where("linear");
+  const std::string where = op_where("linear");
   PACKRAT_CHECK(x.defined() && weight.defined(), "{}: input and weight must be defined", where);
   PACKRAT_CHECK(weight.rank() == 2, "{}: weight must be 2-d (out, in), got {}", where, weight.shape().str());
   PACKRAT_CHECK(x.rank() >= 1, "{}: input must have at least one dimension", where);
@@ -71,7 +71,7 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
 }
 
 Tensor matmul(const Tensor& a, const Tensor& b) {
-  const std::string where = cpu::op_where("matmul");
+  const std::string where = op_where("matmul");
   PACKRAT_CHECK(a.defined() && b.defined(), "{}: both operands must be defined", where);
   PACKRAT_CHECK(a.rank() >= 2 && b.rank() == a.rank(), "{}: operands must have the same rank >= 2, got {} and {}",
                 where, a.shape().str(), b.shape().str());

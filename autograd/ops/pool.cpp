@@ -14,7 +14,7 @@ namespace packrat::ops {
 namespace {
 
 cpu::PoolGeometry check_pool(std::string_view op, const Tensor& x, const Pool2dOptions& o) {
-  const std::string where = cpu::op_where(op);
+  const std::string where = op_where(op);
   PACKRAT_CHECK(x.defined(), "{}: input must be defined", where);
   PACKRAT_CHECK(x.rank() == 4, "{}: input must be 4-d (N, C, H, W), got {}", where, x.shape().str());
   PACKRAT_CHECK(x.dtype() == DType::f32, "{}: input has dtype {}, expected f32", where, dtype_name(x.dtype()));
@@ -123,7 +123,7 @@ Tensor avgpool2d(const Tensor& x, const Pool2dOptions& o) {
 }
 
 Tensor adaptive_avgpool2d(const Tensor& x, int64_t out_h, int64_t out_w) {
-  const std::string where = cpu::op_where("adaptive_avgpool2d");
+  const std::string where = op_where("adaptive_avgpool2d");
   PACKRAT_CHECK(x.defined() && x.rank() == 4, "{}: input must be 4-d (N, C, H, W), got {}", where,
                 x.defined() ? x.shape().str() : std::string("an undefined tensor"));
   PACKRAT_CHECK(x.dtype() == DType::f32, "{}: input has dtype {}, expected f32", where, dtype_name(x.dtype()));

@@ -105,9 +105,5 @@ void execute(const dnnl::primitive& p, const dnnl::primitive_desc_base& pd, std:
   dnnl_stream().wait();
 }
 
-std::string op_where(std::string_view op) {
-  const std::string& layer = LayerScope::current();
-  return layer.empty() ? std::string(op) : std::string(op) + " " + layer;
-}
 
 }  // namespace packrat::cpu

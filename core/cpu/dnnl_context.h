@@ -54,8 +54,6 @@ void execute(const dnnl::primitive& p, const dnnl::primitive_desc_base& pd,
 // scratchpad, if any, is a packrat tensor.
 void reorder(const dnnl::memory& from, const dnnl::memory& to);
 
-// "conv2d layer1.0.conv1" (or "conv2d" outside any layer): the prefix of every error message.
-std::string op_where(std::string_view op);
 
 // oneDNN dims from int64.
 inline dnnl::memory::dims dims_of(const Shape& s) { return dnnl::memory::dims(s.dims().begin(), s.dims().end()); }
