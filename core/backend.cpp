@@ -6,6 +6,9 @@
 #include "core/build_config.h"
 #include "core/cpu/cpu_backend.h"
 #include "core/error.h"
+#if PACKRAT_HAVE_CUDA
+#include "core/cuda/cuda_backend.h"
+#endif
 
 namespace packrat {
 
@@ -25,11 +28,21 @@ std::string ConvGeometry::key() const {
 
 Backend& backend(Device device) {
   if (device.is_cpu()) return cpu::cpu_backend();
+#if PACKRAT_HAVE_CUDA
+  return cuda::cuda_backend(device.index);
+#else
   fail("device {}: packrat was built without CUDA (configure with the CUDA toolkit and cuDNN to train on a GPU)",
        device.str());
+#endif
 }
 
-std::vector<Backend*> available_backends() { return {&cpu::cpu_backend()}; }
+std::vector<Backend*> available_backends() {
+  std::vector<Backend*> all{&cpu::cpu_backend()};
+#if PACKRAT_HAVE_CUDA
+  for (int i = 0; i < cuda::device_count(); ++i) all.push_back(&cuda::cuda_backend(i));
+#endif
+  return all;
+}
 
 void check_same_device(std::string_view op, std::initializer_list<const Tensor*> tensors) {
   const Tensor* first = nullptr;

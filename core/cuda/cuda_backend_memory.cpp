@@ -1,0 +1,49 @@
+// CudaBackend: copy (host <-> device, device <-> device), fill, reorder, dtype conversion.
+#include <cuda_runtime.h>
+
+#include "core/cuda/cuda_backend_impl.h"
+#include "core/cuda/cuda_check.h"
+#include "core/cuda/memory_kernels.h"
+
+namespace packrat::cuda {
+
+void CudaBackend::copy(const Tensor& src, Tensor& dst) {
+  PACKRAT_CHECK(src.nbytes() == dst.nbytes() && src.layout() == dst.layout(), "copy: {} into {}", src.describe(),
+                dst.describe());
+  // Unified addressing: the runtime knows which side each pointer is on. A copy to the host is
+  // synchronous, so host code may read dst right after.
+  PACKRAT_CUDA_CHECK(cudaMemcpy(dst.raw(), src.raw(), src.nbytes(), cudaMemcpyDefault));
+}
+
+void CudaBackend::fill(Tensor& t, double value) {
+  if (t.numel() == 0) return;
+  if (value == 0.0) {
+    PACKRAT_CUDA_CHECK(cudaMemset(t.raw(), 0, t.nbytes()));
+    return;
+  }
+  launch_fill(t.raw(), t.dtype(), t.numel(), value);
+  PACKRAT_CUDA_CHECK(cudaGetLastError());
+}
+
+Tensor CudaBackend::to_layout(const Tensor& t, Layout layout) {
+  if (t.layout() == layout) return t;
+  PACKRAT_CHECK(t.rank() == 4 && t.dim(1) % 16 == 0, "to_layout: {} cannot be laid out as {}", t.describe(),
+                layout_name(layout));
+  Tensor out = Tensor::empty(t.shape(), t.dtype(), layout, TagScope::current(), t.device());
+  if (t.numel() > 0) {
+    launch_reorder_nchw16c(t.raw(), out.raw(), t.dim(0), t.dim(1), t.dim(2) * t.dim(3),
+                           static_cast<int>(dtype_size(t.dtype())), layout == Layout::nChw16c);
+    PACKRAT_CUDA_CHECK(cudaGetLastError());
+  }
+  return out;
+}
+
+void CudaBackend::convert(const Tensor& src, Tensor& dst) {
+  PACKRAT_CHECK(src.numel() == dst.numel() && src.layout() == dst.layout(), "convert: {} into {}", src.describe(),
+                dst.describe());
+  if (src.numel() == 0) return;
+  launch_convert(src.raw(), src.dtype(), dst.raw(), dst.dtype(), src.numel());
+  PACKRAT_CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace packrat::cuda

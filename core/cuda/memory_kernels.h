@@ -1,0 +1,16 @@
+#pragma once
+// Launchers of the memory section's kernels (memory_kernels.cu). Kept free of CUDA and fmt
+// types so that host code compiled by g++ calls them; the caller checks cudaGetLastError().
+#include <cstdint>
+
+#include "core/dtype.h"
+
+namespace packrat::cuda {
+
+void launch_fill(void* p, DType dtype, int64_t n, double value);
+void launch_convert(const void* src, DType src_dtype, void* dst, DType dst_dtype, int64_t n);
+// (N, C, H, W) plain <-> nChw16c, C % 16 == 0; elements of `element_size` bytes.
+void launch_reorder_nchw16c(const void* src, void* dst, int64_t N, int64_t C, int64_t HW, int element_size,
+                            bool to_blocked);
+
+}  // namespace packrat::cuda
