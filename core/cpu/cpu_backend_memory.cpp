@@ -42,7 +42,10 @@ void CpuBackend::fill(Tensor& t, double value) {
   }
 }
 
-Tensor CpuBackend::to_layout(const Tensor& t, Layout layout) { return cpu::to_layout(t, layout); }
+Tensor CpuBackend::to_layout(const Tensor& t, Layout layout) {
+  const DeviceScope on_cpu(Device::cpu());  // the result lives on the CPU whatever the caller's scope
+  return cpu::to_layout(t, layout);
+}
 
 void CpuBackend::convert(const Tensor& src, Tensor& dst) {
   PACKRAT_CHECK(src.numel() == dst.numel() && src.layout() == dst.layout(), "convert: {} into {}", src.describe(),
