@@ -22,7 +22,7 @@ void CpuBackend::batchnorm_backward(const Tensor& x, const Tensor& gy, const Ten
 }
 
 void CpuBackend::batchnorm_update_running(Tensor& running, const Tensor& batch, float momentum, double correction) {
-  float* r = running.data<float>();  // (C)
+  float* r = running.data<float>();      // (C)
   const float* b = batch.data<float>();  // (C)
   for (int64_t c = 0; c < running.numel(); ++c)
     r[c] = static_cast<float>((1.0 - momentum) * r[c] + momentum * correction * b[c]);

@@ -5,9 +5,7 @@
 
 namespace packrat::cpu {
 
-Tensor CpuBackend::conv_input(const Tensor& x, const ConvGeometry& g) {
-  return cpu::to_layout(x, conv_layouts(g).src);
-}
+Tensor CpuBackend::conv_input(const Tensor& x, const ConvGeometry& g) { return cpu::to_layout(x, conv_layouts(g).src); }
 
 Tensor CpuBackend::conv_forward(const Tensor& x, const Tensor& w, const Tensor& b, const ConvGeometry& g,
                                 bool keep_weights) {

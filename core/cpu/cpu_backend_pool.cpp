@@ -43,7 +43,7 @@ Tensor CpuBackend::adaptive_avgpool_forward(const Tensor& x, int64_t OH, int64_t
 Tensor CpuBackend::adaptive_avgpool_backward(const Tensor& gy_in, const Shape& x_shape, Layout l) {
   const int64_t N = x_shape[0], C = x_shape[1], H = x_shape[2], W = x_shape[3];
   const int64_t OH = gy_in.dim(2), OW = gy_in.dim(3);
-  const Tensor gy = cpu::to_layout(gy_in, l);  // (N, C, OH, OW) in l
+  const Tensor gy = cpu::to_layout(gy_in, l);         // (N, C, OH, OW) in l
   Tensor dx = Tensor::zeros(x_shape, DType::f32, l);  // (N, C, H, W) in l
   const float* g = gy.data<float>();
   float* d = dx.data<float>();

@@ -66,7 +66,8 @@ TEST(BackendPool, MaxAndAveragePoolingMatchNaiveLoopsOnEveryBackend) {
     PoolKind kind;
   };
   const std::vector<Case> cases = {
-      {geometry(2, 16, 7, 7, 3, 2, 1), PoolKind::Max},  {geometry(1, 3, 6, 5, 2, 2, 0), PoolKind::Max},
+      {geometry(2, 16, 7, 7, 3, 2, 1), PoolKind::Max},
+      {geometry(1, 3, 6, 5, 2, 2, 0), PoolKind::Max},
       {geometry(1, 2, 16, 16, 16, 1, 0), PoolKind::Max},  // a 256-element window: wider indices
       {geometry(2, 16, 6, 6, 3, 1, 1), PoolKind::AvgIncludePadding},
       {geometry(1, 3, 7, 6, 3, 2, 1), PoolKind::AvgExcludePadding},

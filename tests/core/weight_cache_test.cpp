@@ -2,11 +2,12 @@
 // its version changes, kept only when the caller says the weight will be reused, never kept for
 // a non-parameter, dropped when the weight is freed. (Conv2dOp.WeightCacheReordersOncePerVersion
 // checks the same through conv2d where the kernel wants blocked weights, i.e. on AVX-512.)
+#include "core/cpu/weight_cache.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
 
-#include "core/cpu/weight_cache.h"
 #include "tests/support/gradcheck.h"
 
 namespace packrat {
