@@ -1,6 +1,7 @@
 #include "layers/batchnorm2d.h"
 
 #include "autograd/ops.h"
+#include "core/backend.h"
 #include "layers/init.h"
 
 namespace packrat {
@@ -16,7 +17,9 @@ BatchNorm2d::BatchNorm2d(int64_t channels, float momentum, float eps)
   num_batches_tracked_ = register_buffer("num_batches_tracked", Tensor::zeros(Shape{}, DType::i64));
 }
 
-int64_t BatchNorm2d::num_batches_tracked() const { return num_batches_tracked_.data<int64_t>()[0]; }
+int64_t BatchNorm2d::num_batches_tracked() const {
+  return num_batches_tracked_.to(Device::cpu()).data<int64_t>()[0];
+}
 
 Tensor BatchNorm2d::forward(const Tensor& x) {
   PACKRAT_CHECK(x.defined() && x.rank() == 4, "batchnorm2d {}: expects a 4-d input (N, C, H, W), got {}",
@@ -24,7 +27,7 @@ Tensor BatchNorm2d::forward(const Tensor& x) {
   PACKRAT_CHECK(x.dim(1) == channels_, "batchnorm2d {}: input has {} channels, the layer has {}",
                 LayerScope::current(), x.dim(1), channels_);
   if (training()) {
-    ++num_batches_tracked_.data<int64_t>()[0];
+    backend_of(num_batches_tracked_).batchnorm_count_batch(num_batches_tracked_);
     num_batches_tracked_.bump_version();
   }
   return ops::batchnorm2d(x, weight_, bias_, running_mean_, running_var_, training(), momentum_, eps_);

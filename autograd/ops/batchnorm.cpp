@@ -1,10 +1,9 @@
-// batchnorm2d on oneDNN (core/cpu/batchnorm.h), on plain or nChw16c input (layout kept).
+// batchnorm2d on the input's backend (Backend's batchnorm section), in any layout (kept).
 // Training saves x (Need::Value, compressible) and the batch mean and biased variance (exact),
 // and updates the running statistics in place as PyTorch does (bumping their versions).
 #include "autograd/ops.h"
 #include "autograd/tape.h"
-#include "core/cpu/batchnorm.h"
-#include "core/cpu/dnnl_context.h"
+#include "core/backend.h"
 
 namespace packrat::ops {
 
@@ -18,16 +17,14 @@ void check_channel_tensor(const std::string& where, const char* what, const Tens
 
 // running = (1 - m) * running + m * batch; the variance estimate is unbiased (n / (n - 1)).
 void update_running(Tensor& running, const Tensor& batch, float momentum, double correction) {
-  float* r = running.data<float>();
-  const float* b = batch.data<float>();
-  for (int64_t c = 0; c < running.numel(); ++c)
-    r[c] = static_cast<float>((1.0 - momentum) * r[c] + momentum * correction * b[c]);
+  backend_of(running).batchnorm_update_running(running, batch, momentum, correction);
   running.bump_version();
 }
 }  // namespace
 
 Tensor batchnorm2d(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor& running_mean,
                    Tensor& running_var, bool training, float momentum, float eps) {
+  check_same_device("batchnorm2d", {&x, &weight, &bias, &running_mean, &running_var});
   const std::string where = op_where("batchnorm2d");
   PACKRAT_CHECK(x.defined(), "{}: input must be defined", where);
   PACKRAT_CHECK(x.rank() == 4, "{}: input must be 4-d (N, C, H, W), got {}", where, x.shape().str());
@@ -44,14 +41,14 @@ Tensor batchnorm2d(const Tensor& x, const Tensor& weight, const Tensor& bias, Te
   const bool global_stats = !training;
   if (training) {
     PACKRAT_CHECK(n > 1, "{}: training needs more than one value per channel, input is {}", where, x.shape().str());
-    cpu::batchnorm_forward_training(x, weight, bias, eps, y, mean, var);
+    backend_of(x).batchnorm_forward_training(x, weight, bias, eps, y, mean, var);
     if (running_mean.defined()) {
       update_running(running_mean, mean, momentum, 1.0);
       update_running(running_var, var, momentum, static_cast<double>(n) / static_cast<double>(n - 1));
     }
   } else {
     PACKRAT_CHECK(running_mean.defined(), "{}: eval mode needs running statistics", where);
-    y = cpu::batchnorm_forward_inference(x, weight, bias, running_mean, running_var, eps);
+    y = backend_of(x).batchnorm_forward_inference(x, weight, bias, running_mean, running_var, eps);
     if (needs_grad({&x, &weight, &bias})) {
       mean = running_mean.clone();  // constants of this forward: later updates must not reach backward
       var = running_var.clone();
@@ -71,11 +68,11 @@ Tensor batchnorm2d(const Tensor& x, const Tensor& weight, const Tensor& bias, Te
   const Layout x_layout = x.layout();
   record("batchnorm2d", {&x, &weight, &bias}, {&y}, std::move(saved),
          [=](Node& nd, const std::vector<Tensor>& grads) -> std::vector<Tensor> {
-           const Tensor xs = cpu::to_layout(nd.load(0), x_layout);
+           const Tensor xs = nd.load(0).to_layout(x_layout);
            const Tensor m = nd.load(1), v = nd.load(2);
            const Tensor w = has_weight ? nd.load(3) : Tensor();
            Tensor dx, dw, db;
-           cpu::batchnorm_backward(xs, grads[0], w, has_bias, m, v, eps, global_stats, dx, dw, db);
+           backend_of(xs).batchnorm_backward(xs, grads[0], w, has_bias, m, v, eps, global_stats, dx, dw, db);
            std::vector<Tensor> r(3);
            if (nd.inputs[0]) r[0] = dx;
            if (nd.inputs[1]) r[1] = dw;

@@ -1,10 +1,9 @@
-// conv2d: forward and both backwards on oneDNN (core/cpu/conv.h).
+// conv2d: forward and both backwards on the input's backend (Backend's convolution section).
 // Saves x (for the weight gradient) and the weight (for the input gradient), each only when
 // the gradient that needs it is wanted.
 #include "autograd/ops.h"
 #include "autograd/tape.h"
-#include "core/cpu/conv.h"
-#include "core/cpu/dnnl_context.h"
+#include "core/backend.h"
 
 namespace packrat::ops {
 
@@ -53,12 +52,14 @@ ConvGeometry check_conv(const Tensor& x, const Tensor& w, const Tensor& b, const
 }  // namespace
 
 Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const Conv2dOptions& o) {
+  check_same_device("conv2d", {&x, &weight, &bias});
   const ConvGeometry g = check_conv(x, weight, bias, o);
-  // The primitive reads x in its src layout; keep that copy so that backward needs no reorder.
-  const Tensor src = cpu::to_layout(x, cpu::conv_layouts(g).src);
-  // A weight that cannot change before the next call (eval, or frozen) keeps its reordered copy.
+  Backend& be = backend_of(x);
+  // The kernel reads x in its own layout; keep that copy so that backward needs no reorder.
+  const Tensor src = be.conv_input(x, g);
+  // A weight that cannot change before the next call (eval, or frozen) keeps its prepared copy.
   const bool keep_weights = !grad_enabled() || !weight.requires_grad();
-  Tensor y = cpu::conv_forward(src, weight, bias, g, keep_weights);  // (N, Cout, OH, OW)
+  Tensor y = be.conv_forward(src, weight, bias, g, keep_weights);  // (N, Cout, OH, OW)
   if (!needs_grad({&x, &weight, &bias})) return y;
 
   const bool want_dx = x.requires_grad();
@@ -80,12 +81,12 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const C
            std::vector<Tensor> out(3);
            if (n.inputs[0] && iw >= 0) {
              Tensor w = n.load(static_cast<size_t>(iw)).to_plain();
-             out[0] = cpu::to_layout(cpu::conv_backward_data(gy, w, g), x_layout);  // (N, Cin, H, W)
+             out[0] = backend_of(gy).conv_backward_data(gy, w, g).to_layout(x_layout);  // (N, Cin, H, W)
            }
            if (ix >= 0 && (n.inputs[1] || n.inputs[2])) {
              Tensor xs = n.load(static_cast<size_t>(ix));
              Tensor gw, gb;
-             cpu::conv_backward_weights(xs, gy, g, gw, gb);
+             backend_of(gy).conv_backward_weights(xs, gy, g, gw, gb);
              if (n.inputs[1]) out[1] = gw;
              if (n.inputs[2]) out[2] = gb;
            }

@@ -1,9 +1,8 @@
-// linear and matmul on oneDNN's matmul (core/cpu/matmul.h). Both work on plain data: blocked
-// 4-d inputs are reordered first, and their input gradients go back to the input's layout.
+// linear and matmul on the backend's matmul (Backend's matmul section). Both work on plain data:
+// blocked 4-d inputs are reordered first, and their input gradients go back to the input's layout.
 #include "autograd/ops.h"
 #include "autograd/tape.h"
-#include "core/cpu/dnnl_context.h"
-#include "core/cpu/matmul.h"
+#include "core/backend.h"
 
 namespace packrat::ops {
 
@@ -11,12 +10,12 @@ namespace {
 SaveRequest value_request(std::string_view op) { return SaveRequest{Need::Value, nullptr, op, LayerScope::current()}; }
 
 Tensor back_to_layout(const Tensor& plain, const Shape& shape, Layout layout) {
-  Tensor t = plain.reshape(shape);
-  return cpu::to_layout(t, layout);
+  return plain.reshape(shape).to_layout(layout);
 }
 }  // namespace
 
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  check_same_device("linear", {&x, &weight, &bias});
   const std::string where = op_where("linear");
   PACKRAT_CHECK(x.defined() && weight.defined(), "{}: input and weight must be defined", where);
   PACKRAT_CHECK(weight.rank() == 2, "{}: weight must be 2-d (out, in), got {}", where, weight.shape().str());
@@ -32,11 +31,11 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
     PACKRAT_CHECK(bias.dtype() == DType::f32, "{}: bias has dtype {}, expected f32", where, dtype_name(bias.dtype()));
   }
   const int64_t M = x.numel() / std::max<int64_t>(in, 1);
-  const Tensor x2 = cpu::to_layout(x, Layout::Plain).reshape(Shape{M, in});  // (M, in) (a copy only when x is blocked)
+  const Tensor x2 = x.to_plain().reshape(Shape{M, in});  // (M, in) (a copy only when x is blocked)
   std::vector<int64_t> ydims = x.shape().dims();
   ydims.back() = out;
   // y = x2 @ weight^T + bias: weight (out, in) read transposed as (in, out).
-  Tensor y = cpu::matmul(x2, false, weight, true, 1, M, in, out, bias, Shape(ydims));  // (..., out)
+  Tensor y = backend_of(x).matmul(x2, false, weight, true, 1, M, in, out, bias, Shape(ydims));  // (..., out)
   if (!needs_grad({&x, &weight, &bias})) return y;
 
   std::vector<SavedHandle> saved;
@@ -53,24 +52,26 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   const Layout x_layout = x.layout();
   record("linear", {&x, &weight, &bias}, {&y}, std::move(saved),
          [=](Node& n, const std::vector<Tensor>& grads) -> std::vector<Tensor> {
-           const Tensor g = cpu::to_layout(grads[0], Layout::Plain).reshape(Shape{M, out});  // (M, out)
+           const Tensor g = grads[0].to_plain().reshape(Shape{M, out});  // (M, out)
+           Backend& be = backend_of(g);
            std::vector<Tensor> r(3);
            if (n.inputs[0]) {
              Tensor w = n.load(static_cast<size_t>(iw)).to_plain();
-             r[0] = back_to_layout(cpu::matmul(g, false, w, false, 1, M, out, in, Tensor(), Shape{M, in}), x_shape,
+             r[0] = back_to_layout(be.matmul(g, false, w, false, 1, M, out, in, Tensor(), Shape{M, in}), x_shape,
                                    x_layout);  // (M, out) @ (out, in)
            }
            if (n.inputs[1]) {
              Tensor xs = n.load(static_cast<size_t>(ix)).to_plain();
-             r[1] = cpu::matmul(g, true, xs, false, 1, out, M, in, Tensor(), Shape{out, in});  // (out, M) @ (M, in)
+             r[1] = be.matmul(g, true, xs, false, 1, out, M, in, Tensor(), Shape{out, in});  // (out, M) @ (M, in)
            }
-           if (n.inputs[2]) r[2] = cpu::column_sums(g, M, out);  // (out)
+           if (n.inputs[2]) r[2] = be.column_sums(g, M, out);  // (out)
            return r;
          });
   return y;
 }
 
 Tensor matmul(const Tensor& a, const Tensor& b) {
+  check_same_device("matmul", {&a, &b});
   const std::string where = op_where("matmul");
   PACKRAT_CHECK(a.defined() && b.defined(), "{}: both operands must be defined", where);
   PACKRAT_CHECK(a.rank() >= 2 && b.rank() == a.rank(), "{}: operands must have the same rank >= 2, got {} and {}",
@@ -88,8 +89,8 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
                 a.shape().str(), b.shape().str(), K, b.dim(-2));
   std::vector<int64_t> cdims = a.shape().dims();
   cdims.back() = N;
-  const Tensor ap = cpu::to_layout(a, Layout::Plain), bp = cpu::to_layout(b, Layout::Plain);
-  Tensor c = cpu::matmul(ap, false, bp, false, batch, M, K, N, Tensor(), Shape(cdims));  // (B..., M, N)
+  const Tensor ap = a.to_plain(), bp = b.to_plain();
+  Tensor c = backend_of(a).matmul(ap, false, bp, false, batch, M, K, N, Tensor(), Shape(cdims));  // (B..., M, N)
   if (!needs_grad({&a, &b})) return c;
 
   std::vector<SavedHandle> saved;
@@ -106,16 +107,17 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
   const Layout a_layout = a.layout(), b_layout = b.layout();
   record("matmul", {&a, &b}, {&c}, std::move(saved),
          [=](Node& n, const std::vector<Tensor>& grads) -> std::vector<Tensor> {
-           const Tensor g = cpu::to_layout(grads[0], Layout::Plain);  // (B..., M, N)
+           const Tensor g = grads[0].to_plain();  // (B..., M, N)
+           Backend& be = backend_of(g);
            std::vector<Tensor> r(2);
            if (n.inputs[0]) {  // da = g @ b^T: (M, N) @ (N, K)
              Tensor bs = n.load(static_cast<size_t>(ib)).to_plain();
-             r[0] = back_to_layout(cpu::matmul(g, false, bs, true, batch, M, N, K, Tensor(), a_shape), a_shape,
+             r[0] = back_to_layout(be.matmul(g, false, bs, true, batch, M, N, K, Tensor(), a_shape), a_shape,
                                    a_layout);
            }
            if (n.inputs[1]) {  // db = a^T @ g: (K, M) @ (M, N)
              Tensor as = n.load(static_cast<size_t>(ia)).to_plain();
-             r[1] = back_to_layout(cpu::matmul(as, true, g, false, batch, K, M, N, Tensor(), b_shape), b_shape,
+             r[1] = back_to_layout(be.matmul(as, true, g, false, batch, K, M, N, Tensor(), b_shape), b_shape,
                                    b_layout);
            }
            return r;

@@ -1,19 +1,17 @@
-// Pooling on oneDNN (core/cpu/pooling.h), on plain or nChw16c input (layout kept).
-// maxpool2d saves only the argmax within each window (Need::Index, a few bits: oneDNN's
-// workspace is exactly that); avgpool2d and adaptive_avgpool2d save nothing.
+// Pooling on the input's backend (Backend's pooling section), in any layout (kept).
+// maxpool2d saves only the argmax within each window (Need::Index, a few bits); avgpool2d and
+// adaptive_avgpool2d save nothing.
 #include <bit>
 
 #include "autograd/ops.h"
 #include "autograd/tape.h"
-#include "core/cpu/dnnl_context.h"
-#include "core/cpu/pooling.h"
-#include "core/parallel.h"
+#include "core/backend.h"
 
 namespace packrat::ops {
 
 namespace {
 
-cpu::PoolGeometry check_pool(std::string_view op, const Tensor& x, const Pool2dOptions& o) {
+PoolGeometry check_pool(std::string_view op, const Tensor& x, const Pool2dOptions& o) {
   const std::string where = op_where(op);
   PACKRAT_CHECK(x.defined(), "{}: input must be defined", where);
   PACKRAT_CHECK(x.rank() == 4, "{}: input must be 4-d (N, C, H, W), got {}", where, x.shape().str());
@@ -25,7 +23,7 @@ cpu::PoolGeometry check_pool(std::string_view op, const Tensor& x, const Pool2dO
   PACKRAT_CHECK(o.pad_h >= 0 && o.pad_w >= 0 && 2 * o.pad_h <= o.kernel_h && 2 * o.pad_w <= o.kernel_w,
                 "{}: padding ({}, {}) must be between 0 and half the kernel {}x{}", where, o.pad_h, o.pad_w,
                 o.kernel_h, o.kernel_w);
-  cpu::PoolGeometry g{};
+  PoolGeometry g{};
   g.N = x.dim(0), g.C = x.dim(1), g.H = x.dim(2), g.W = x.dim(3);
   g.KH = o.kernel_h, g.KW = o.kernel_w, g.stride_h = o.stride_h, g.stride_w = o.stride_w;
   g.pad_h = o.pad_h, g.pad_w = o.pad_w;
@@ -40,86 +38,41 @@ cpu::PoolGeometry check_pool(std::string_view op, const Tensor& x, const Pool2dO
 // Bits the largest index within a window of n elements needs (at least 1).
 int64_t index_bits(int64_t n) { return std::max<int64_t>(1, std::bit_width(static_cast<uint64_t>(n - 1))); }
 
-// PyTorch's adaptive windows: [floor(i * in / out), ceil((i + 1) * in / out)).
-int64_t window_begin(int64_t i, int64_t in, int64_t out) { return i * in / out; }
-int64_t window_end(int64_t i, int64_t in, int64_t out) { return ((i + 1) * in + out - 1) / out; }
-
-// Adaptive average pooling when the windows are uneven: direct loops over either layout.
-Tensor adaptive_forward_loops(const Tensor& x, int64_t OH, int64_t OW) {
-  const int64_t N = x.dim(0), C = x.dim(1), H = x.dim(2), W = x.dim(3);
-  const Layout l = x.layout();
-  Tensor y = Tensor::empty(Shape{N, C, OH, OW}, DType::f32, l);  // (N, C, OH, OW), x's layout
-  const float* src = x.data<float>();
-  float* dst = y.data<float>();
-  parallel_for(0, N * C, [&](int64_t nc) {
-    const int64_t n = nc / C, c = nc % C;
-    for (int64_t i = 0; i < OH; ++i)
-      for (int64_t j = 0; j < OW; ++j) {
-        const int64_t h0 = window_begin(i, H, OH), h1 = window_end(i, H, OH);
-        const int64_t w0 = window_begin(j, W, OW), w1 = window_end(j, W, OW);
-        double s = 0;
-        for (int64_t h = h0; h < h1; ++h)
-          for (int64_t w = w0; w < w1; ++w) s += src[cpu::nchw_offset(l, C, H, W, n, c, h, w)];
-        dst[cpu::nchw_offset(l, C, OH, OW, n, c, i, j)] = static_cast<float>(s / static_cast<double>((h1 - h0) * (w1 - w0)));
-      }
-  });
-  return y;
-}
-
-Tensor adaptive_backward_loops(const Tensor& gy_in, const Shape& xs, Layout l) {
-  const int64_t N = xs[0], C = xs[1], H = xs[2], W = xs[3], OH = gy_in.dim(2), OW = gy_in.dim(3);
-  const Tensor gy = cpu::to_layout(gy_in, l);
-  Tensor dx = Tensor::zeros(xs, DType::f32, l);  // (N, C, H, W), x's layout
-  const float* g = gy.data<float>();
-  float* d = dx.data<float>();
-  parallel_for(0, N * C, [&](int64_t nc) {
-    const int64_t n = nc / C, c = nc % C;
-    for (int64_t i = 0; i < OH; ++i)
-      for (int64_t j = 0; j < OW; ++j) {
-        const int64_t h0 = window_begin(i, H, OH), h1 = window_end(i, H, OH);
-        const int64_t w0 = window_begin(j, W, OW), w1 = window_end(j, W, OW);
-        const float v = g[cpu::nchw_offset(l, C, OH, OW, n, c, i, j)] / static_cast<float>((h1 - h0) * (w1 - w0));
-        for (int64_t h = h0; h < h1; ++h)
-          for (int64_t w = w0; w < w1; ++w) d[cpu::nchw_offset(l, C, H, W, n, c, h, w)] += v;
-      }
-  });
-  return dx;
-}
-
 }  // namespace
 
 Tensor maxpool2d(const Tensor& x, const Pool2dOptions& o) {
-  const cpu::PoolGeometry g = check_pool("maxpool2d", x, o);
-  if (!needs_grad({&x})) return cpu::pool_forward(x, g, cpu::PoolKind::Max, nullptr);
-  Tensor argmax;  // (N, C, OH, OW) u8/i32, index within the window, y's layout
-  Tensor y = cpu::pool_forward(x, g, cpu::PoolKind::Max, &argmax);
+  const PoolGeometry g = check_pool("maxpool2d", x, o);
+  Backend& be = backend_of(x);
+  if (!needs_grad({&x})) return be.pool_forward(x, g, PoolKind::Max, nullptr);
+  Tensor argmax;  // (N, C, OH, OW) pool_index_dtype(KH * KW), index within the window, y's layout
+  Tensor y = be.pool_forward(x, g, PoolKind::Max, &argmax);
   SaveRequest r{Need::Index, nullptr, "maxpool2d", LayerScope::current()};
   r.index_bits = index_bits(g.KH * g.KW);
   const Layout layout = x.layout();
   const DType idx_dtype = argmax.dtype();
   record("maxpool2d", {&x}, {&y}, {save_for_backward(argmax, r)},
          [g, layout, idx_dtype](Node& n, const std::vector<Tensor>& grads) -> std::vector<Tensor> {
-           const Tensor idx = cpu::to_layout(n.load(0).to(idx_dtype), layout);
-           return {cpu::pool_backward(grads[0], idx, g, cpu::PoolKind::Max, layout)};
+           const Tensor idx = n.load(0).to(idx_dtype).to_layout(layout);
+           return {backend_of(idx).pool_backward(grads[0], idx, g, PoolKind::Max, layout)};
          });
   return y;
 }
 
 namespace {
-Tensor average_pool(const Tensor& x, const cpu::PoolGeometry& g, cpu::PoolKind kind, std::string_view op) {
-  Tensor y = cpu::pool_forward(x, g, kind, nullptr);
+Tensor average_pool(const Tensor& x, const PoolGeometry& g, PoolKind kind, std::string_view op) {
+  Tensor y = backend_of(x).pool_forward(x, g, kind, nullptr);
   if (!needs_grad({&x})) return y;
   const Layout layout = x.layout();
   record(std::string(op), {&x}, {&y}, {},
          [g, kind, layout](Node&, const std::vector<Tensor>& grads) -> std::vector<Tensor> {
-           return {cpu::pool_backward(grads[0], Tensor(), g, kind, layout)};
+           return {backend_of(grads[0]).pool_backward(grads[0], Tensor(), g, kind, layout)};
          });
   return y;
 }
 }  // namespace
 
 Tensor avgpool2d(const Tensor& x, const Pool2dOptions& o) {
-  return average_pool(x, check_pool("avgpool2d", x, o), cpu::PoolKind::AvgIncludePadding, "avgpool2d");
+  return average_pool(x, check_pool("avgpool2d", x, o), PoolKind::AvgIncludePadding, "avgpool2d");
 }
 
 Tensor adaptive_avgpool2d(const Tensor& x, int64_t out_h, int64_t out_w) {
@@ -131,15 +84,15 @@ Tensor adaptive_avgpool2d(const Tensor& x, int64_t out_h, int64_t out_w) {
   const int64_t H = x.dim(2), W = x.dim(3);
   if (H % out_h == 0 && W % out_w == 0) {  // even windows: a plain average pool
     const Pool2dOptions o{H / out_h, W / out_w, H / out_h, W / out_w, 0, 0};
-    return average_pool(x, check_pool("adaptive_avgpool2d", x, o), cpu::PoolKind::AvgExcludePadding,
+    return average_pool(x, check_pool("adaptive_avgpool2d", x, o), PoolKind::AvgExcludePadding,
                         "adaptive_avgpool2d");
   }
-  Tensor y = adaptive_forward_loops(x, out_h, out_w);
+  Tensor y = backend_of(x).adaptive_avgpool_forward(x, out_h, out_w);
   if (!needs_grad({&x})) return y;
   const Shape xs = x.shape();
   const Layout layout = x.layout();
   record("adaptive_avgpool2d", {&x}, {&y}, {}, [xs, layout](Node&, const std::vector<Tensor>& grads) -> std::vector<Tensor> {
-    return {adaptive_backward_loops(grads[0], xs, layout)};
+    return {backend_of(grads[0]).adaptive_avgpool_backward(grads[0], xs, layout)};
   });
   return y;
 }

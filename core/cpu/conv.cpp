@@ -148,7 +148,7 @@ ConvPlan& backward_weights_plan(const ConvGeometry& g, const std::shared_ptr<Con
 
 ConvLayouts conv_layouts(const ConvGeometry& g) {
   auto p = plan_for(g);
-  return ConvLayouts{p->src_layout, p->dst_layout, p->fwd_pd.impl_info_str()};
+  return ConvLayouts{p->src_layout, p->dst_layout, p->fwd_pd.impl_info_str(), p->fwd_pd.weights_desc() == p->wplain};
 }
 
 std::pair<std::string, std::string> conv_backward_implementations(const ConvGeometry& g) {

@@ -3,10 +3,12 @@
 // Shape checks belong to the op (autograd/ops/conv2d.cpp); these assume a valid geometry.
 //
 // Layouts: the primitive reads src in nChw16c when Cin % 16 == 0 (plain otherwise) and writes
-// dst in nChw16c when Cout % 16 == 0 (plain otherwise) -- what format_tag::any picks on this
+// dst in nChw16c when Cout % 16 == 0 (plain otherwise) -- what format_tag::any picks on an
 // AVX-512 CPU wherever it is representable without padding. Where that mix has only oneDNN's
 // reference kernel (e.g. 40 -> 80 channels, plain src and blocked dst: ref:any, ~100x slower),
-// src and dst are both plain instead (gemm kernels). conv_layouts() says what was chosen; x is
+// src and dst are both plain instead (gemm kernels). Without AVX-512 (an AVX2 machine) oneDNN
+// has no jit kernel for nChw16c at all, so every convolution runs plain on gemm kernels, which
+// read the plain OIHW weights in place (no reorder, nothing cached) and never use Winograd. conv_layouts() says what was chosen; x is
 // reordered only when it is not already in the src layout. Weights are plain OIHW tensors, reordered to the primitive's
 // format through the weight cache. Primitive descriptors and primitives are cached per geometry.
 #include <cstdint>
@@ -28,6 +30,7 @@ namespace packrat::cpu {
 struct ConvLayouts {
   Layout src, dst;
   std::string implementation;  // oneDNN's forward kernel, e.g. "jit:avx512_core"
+  bool plain_weights;          // the forward kernel reads the plain OIHW weight (no reorder, no cache)
 };
 // The layouts (and forward kernel) the primitive for this geometry uses.
 ConvLayouts conv_layouts(const ConvGeometry& g);

@@ -11,6 +11,11 @@ dnnl::engine& dnnl_engine() {
   return engine;
 }
 
+bool avx512_kernels() {
+  const auto isa = static_cast<unsigned>(dnnl::get_effective_cpu_isa());
+  return (isa & dnnl_cpu_isa_avx512_core) == dnnl_cpu_isa_avx512_core;
+}
+
 dnnl::stream& dnnl_stream() {
   thread_local dnnl::stream stream(dnnl_engine());
   return stream;

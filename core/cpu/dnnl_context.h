@@ -15,6 +15,9 @@
 namespace packrat::cpu {
 
 dnnl::engine& dnnl_engine();
+// Whether oneDNN runs AVX-512 kernels here (dnnl::get_effective_cpu_isa()). Its nChw16c jit
+// kernels and Winograd convolutions need them; on AVX2 convolutions run plain (gemm kernels).
+bool avx512_kernels();
 dnnl::stream& dnnl_stream();  // one per thread
 
 // Attributes every packrat primitive uses: strict fp32 math (no bf16 down-conversion) and

@@ -3,15 +3,12 @@
 // Max pooling in training mode also returns oneDNN's workspace: for each output, the index of
 // the maximum within its window (u8 for windows under 256 elements, i32 otherwise), shaped and
 // laid out like the output.
+#include "core/backend.h"
 #include "core/tensor.h"
 
 namespace packrat::cpu {
 
-enum class PoolKind { Max, AvgIncludePadding, AvgExcludePadding };
-
-struct PoolGeometry {
-  int64_t N, C, H, W, OH, OW, KH, KW, stride_h, stride_w, pad_h, pad_w;
-};
+// PoolGeometry and PoolKind are device-agnostic: core/backend.h.
 
 // y (N, C, OH, OW) in x's layout; when `workspace` is non-null (max pooling for training) it
 // receives the argmax-within-window tensor.

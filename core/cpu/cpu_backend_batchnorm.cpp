@@ -1,0 +1,33 @@
+// CpuBackend: batch normalization (core/cpu/batchnorm.h: OpenMP loops by default, or oneDNN)
+// and the running-statistics updates.
+#include "core/cpu/batchnorm.h"
+#include "core/cpu/cpu_backend.h"
+
+namespace packrat::cpu {
+
+void CpuBackend::batchnorm_forward_training(const Tensor& x, const Tensor& weight, const Tensor& bias, float eps,
+                                            Tensor& y, Tensor& mean, Tensor& var) {
+  cpu::batchnorm_forward_training(x, weight, bias, eps, y, mean, var);
+}
+
+Tensor CpuBackend::batchnorm_forward_inference(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                                               const Tensor& mean, const Tensor& var, float eps) {
+  return cpu::batchnorm_forward_inference(x, weight, bias, mean, var, eps);
+}
+
+void CpuBackend::batchnorm_backward(const Tensor& x, const Tensor& gy, const Tensor& weight, bool has_bias,
+                                    const Tensor& mean, const Tensor& var, float eps, bool global_stats, Tensor& dx,
+                                    Tensor& dweight, Tensor& dbias) {
+  cpu::batchnorm_backward(x, gy, weight, has_bias, mean, var, eps, global_stats, dx, dweight, dbias);
+}
+
+void CpuBackend::batchnorm_update_running(Tensor& running, const Tensor& batch, float momentum, double correction) {
+  float* r = running.data<float>();      // (C)
+  const float* b = batch.data<float>();  // (C)
+  for (int64_t c = 0; c < running.numel(); ++c)
+    r[c] = static_cast<float>((1.0 - momentum) * r[c] + momentum * correction * b[c]);
+}
+
+void CpuBackend::batchnorm_count_batch(Tensor& num_batches_tracked) { ++num_batches_tracked.data<int64_t>()[0]; }
+
+}  // namespace packrat::cpu

@@ -1,0 +1,64 @@
+// CpuBackend: pooling on oneDNN (core/cpu/pooling.h), and adaptive average pooling with uneven
+// windows as direct loops over plain or nChw16c buffers.
+#include "core/cpu/cpu_backend.h"
+#include "core/cpu/dnnl_context.h"
+#include "core/cpu/layout.h"
+#include "core/cpu/pooling.h"
+#include "core/parallel.h"
+
+namespace packrat::cpu {
+
+Tensor CpuBackend::pool_forward(const Tensor& x, const PoolGeometry& g, PoolKind kind, Tensor* argmax) {
+  return cpu::pool_forward(x, g, kind, argmax);
+}
+
+Tensor CpuBackend::pool_backward(const Tensor& gy, const Tensor& argmax, const PoolGeometry& g, PoolKind kind,
+                                 Layout layout) {
+  return cpu::pool_backward(gy, argmax, g, kind, layout);
+}
+
+DType CpuBackend::pool_index_dtype(int64_t window) { return pool_workspace_dtype(window); }
+
+Tensor CpuBackend::adaptive_avgpool_forward(const Tensor& x, int64_t OH, int64_t OW) {
+  const int64_t N = x.dim(0), C = x.dim(1), H = x.dim(2), W = x.dim(3);
+  const Layout l = x.layout();
+  Tensor y = Tensor::empty(Shape{N, C, OH, OW}, DType::f32, l);  // (N, C, OH, OW), x's layout
+  const float* src = x.data<float>();
+  float* dst = y.data<float>();
+  parallel_for(0, N * C, [&](int64_t nc) {
+    const int64_t n = nc / C, c = nc % C;
+    for (int64_t i = 0; i < OH; ++i)
+      for (int64_t j = 0; j < OW; ++j) {
+        const int64_t h0 = adaptive_window_begin(i, H, OH), h1 = adaptive_window_end(i, H, OH);
+        const int64_t w0 = adaptive_window_begin(j, W, OW), w1 = adaptive_window_end(j, W, OW);
+        double s = 0;
+        for (int64_t h = h0; h < h1; ++h)
+          for (int64_t w = w0; w < w1; ++w) s += src[nchw_offset(l, C, H, W, n, c, h, w)];
+        dst[nchw_offset(l, C, OH, OW, n, c, i, j)] = static_cast<float>(s / static_cast<double>((h1 - h0) * (w1 - w0)));
+      }
+  });
+  return y;
+}
+
+Tensor CpuBackend::adaptive_avgpool_backward(const Tensor& gy_in, const Shape& x_shape, Layout l) {
+  const int64_t N = x_shape[0], C = x_shape[1], H = x_shape[2], W = x_shape[3];
+  const int64_t OH = gy_in.dim(2), OW = gy_in.dim(3);
+  const Tensor gy = cpu::to_layout(gy_in, l);         // (N, C, OH, OW) in l
+  Tensor dx = Tensor::zeros(x_shape, DType::f32, l);  // (N, C, H, W) in l
+  const float* g = gy.data<float>();
+  float* d = dx.data<float>();
+  parallel_for(0, N * C, [&](int64_t nc) {
+    const int64_t n = nc / C, c = nc % C;
+    for (int64_t i = 0; i < OH; ++i)
+      for (int64_t j = 0; j < OW; ++j) {
+        const int64_t h0 = adaptive_window_begin(i, H, OH), h1 = adaptive_window_end(i, H, OH);
+        const int64_t w0 = adaptive_window_begin(j, W, OW), w1 = adaptive_window_end(j, W, OW);
+        const float v = g[nchw_offset(l, C, OH, OW, n, c, i, j)] / static_cast<float>((h1 - h0) * (w1 - w0));
+        for (int64_t h = h0; h < h1; ++h)
+          for (int64_t w = w0; w < w1; ++w) d[nchw_offset(l, C, H, W, n, c, h, w)] += v;
+      }
+  });
+  return dx;
+}
+
+}  // namespace packrat::cpu

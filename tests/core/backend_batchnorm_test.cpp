@@ -1,0 +1,141 @@
+// The backend test, batchnorm section: training and inference forward, backward with batch or
+// global statistics, the running-statistics update and the batch counter, on every backend
+// against a two-pass reference in double, plain and blocked.
+#include <cmath>
+
+#include "tests/core/backend_test_support.h"
+
+namespace packrat {
+namespace {
+
+using testing::expect_close;
+using testing::host_random;
+using testing::host_values;
+
+struct BnReference {
+  std::vector<float> y, mean, var, dx, dw, db;
+};
+
+// x, gy (N, C, HW) plain. Training: statistics from x (two passes); otherwise the given ones.
+BnReference reference(const std::vector<float>& x, const std::vector<float>& gy, const std::vector<float>& w,
+                      const std::vector<float>& b, int64_t N, int64_t C, int64_t HW, float eps, bool training,
+                      const std::vector<float>& given_mean, const std::vector<float>& given_var) {
+  BnReference r;
+  r.y.resize(x.size()), r.dx.resize(x.size());
+  const double n = static_cast<double>(N * HW);
+  auto at = [&](int64_t i, int64_t c, int64_t s) { return static_cast<size_t>((i * C + c) * HW + s); };
+  for (int64_t c = 0; c < C; ++c) {
+    const size_t ci = static_cast<size_t>(c);
+    double mean = 0, var = 0;
+    if (training) {
+      for (int64_t i = 0; i < N; ++i)
+        for (int64_t s = 0; s < HW; ++s) mean += x[at(i, c, s)];
+      mean /= n;
+      for (int64_t i = 0; i < N; ++i)
+        for (int64_t s = 0; s < HW; ++s) var += (x[at(i, c, s)] - mean) * (x[at(i, c, s)] - mean);
+      var /= n;
+    } else {
+      mean = given_mean[ci], var = given_var[ci];
+    }
+    const double invstd = 1.0 / std::sqrt(var + eps), wc = w.empty() ? 1.0 : w[ci], bc = b.empty() ? 0.0 : b[ci];
+    double sdy = 0, sdyx = 0;
+    for (int64_t i = 0; i < N; ++i)
+      for (int64_t s = 0; s < HW; ++s) {
+        sdy += gy[at(i, c, s)];
+        sdyx += gy[at(i, c, s)] * (x[at(i, c, s)] - mean);
+      }
+    for (int64_t i = 0; i < N; ++i)
+      for (int64_t s = 0; s < HW; ++s) {
+        const double xc = x[at(i, c, s)] - mean;
+        r.y[at(i, c, s)] = static_cast<float>(xc * invstd * wc + bc);
+        const double g = training ? gy[at(i, c, s)] - sdy / n - xc * sdyx * invstd * invstd / n : gy[at(i, c, s)];
+        r.dx[at(i, c, s)] = static_cast<float>(wc * invstd * g);
+      }
+    r.mean.push_back(static_cast<float>(mean));
+    r.var.push_back(static_cast<float>(var));
+    r.dw.push_back(static_cast<float>(sdyx * invstd));
+    r.db.push_back(static_cast<float>(sdy));
+  }
+  return r;
+}
+
+TEST(BackendBatchnorm, ForwardAndBackwardMatchTwoPassDoublesOnEveryBackend) {
+  const float eps = 1e-5f;
+  PACKRAT_FOR_EACH_BACKEND(b) {
+    DeviceScope on(b->device());
+    for (const int64_t C : {3, 32}) {
+      const int64_t N = 2, H = 3, W = 5;
+      const Tensor hx = host_random({N, C, H, W}, 1 + C, -1.0f, 3.0f), hgy = host_random({N, C, H, W}, 2 + C);
+      const Tensor hw = host_random({C}, 3 + C, 0.5f, 1.5f), hb = host_random({C}, 4 + C);
+      const Tensor hmean = host_random({C}, 5 + C), hvar = host_random({C}, 6 + C, 0.5f, 2.0f);
+      for (Layout l : {Layout::Plain, Layout::nChw16c}) {
+        if (l == Layout::nChw16c && C % 16 != 0) continue;
+        for (const bool affine : {true, false}) {
+          SCOPED_TRACE(fmt::format("C={} {} affine={}", C, layout_name(l), affine));
+          const Tensor x = b->to_layout(hx.to(b->device()), l), gy = b->to_layout(hgy.to(b->device()), l);
+          const Tensor w = affine ? hw.to(b->device()) : Tensor(), bias = affine ? hb.to(b->device()) : Tensor();
+          const std::vector<float> wv = affine ? hw.to_vector() : std::vector<float>();
+          const std::vector<float> bv = affine ? hb.to_vector() : std::vector<float>();
+
+          // Training: batch statistics.
+          const BnReference t = reference(hx.to_vector(), hgy.to_vector(), wv, bv, N, C, H * W, eps, true, {}, {});
+          Tensor y, mean, var;
+          b->batchnorm_forward_training(x, w, bias, eps, y, mean, var);
+          EXPECT_EQ(y.layout(), l);
+          expect_close(host_values(y), t.y, 1e-4f, 1e-4f, "y");
+          expect_close(host_values(mean), t.mean, 1e-5f, 1e-5f, "mean");
+          expect_close(host_values(var), t.var, 1e-5f, 1e-5f, "var");
+          Tensor dx, dw, db;
+          b->batchnorm_backward(x, gy, w, affine, mean, var, eps, false, dx, dw, db);
+          EXPECT_EQ(dx.layout(), l);
+          expect_close(host_values(dx), t.dx, 1e-4f, 1e-4f, "dx");
+          EXPECT_EQ(dw.defined(), affine);
+          EXPECT_EQ(db.defined(), affine);
+          if (affine) {
+            expect_close(host_values(dw), t.dw, 1e-4f, 1e-4f, "dweight");
+            expect_close(host_values(db), t.db, 1e-4f, 1e-4f, "dbias");
+          }
+
+          // Inference: given statistics, constants for backward.
+          const BnReference e = reference(hx.to_vector(), hgy.to_vector(), wv, bv, N, C, H * W, eps, false,
+                                          hmean.to_vector(), hvar.to_vector());
+          const Tensor m = hmean.to(b->device()), v = hvar.to(b->device());
+          const Tensor ye = b->batchnorm_forward_inference(x, w, bias, m, v, eps);
+          EXPECT_EQ(ye.layout(), l);
+          expect_close(host_values(ye), e.y, 1e-4f, 1e-4f, "inference y");
+          Tensor edx, edw, edb;
+          b->batchnorm_backward(x, gy, w, affine, m, v, eps, true, edx, edw, edb);
+          expect_close(host_values(edx), e.dx, 1e-4f, 1e-4f, "global-stats dx");
+          if (affine) {
+            expect_close(host_values(edw), e.dw, 1e-4f, 1e-4f, "global-stats dweight");
+            expect_close(host_values(edb), e.db, 1e-4f, 1e-4f, "global-stats dbias");
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(BackendBatchnorm, RunningStatisticsAndTheBatchCounterUpdateInPlaceOnEveryBackend) {
+  PACKRAT_FOR_EACH_BACKEND(b) {
+    DeviceScope on(b->device());
+    const int64_t C = 19;
+    const Tensor hr = host_random({C}, 1), hbatch = host_random({C}, 2);
+    const float momentum = 0.1f;
+    const double correction = 30.0 / 29.0;
+    std::vector<float> want;
+    for (int64_t c = 0; c < C; ++c)
+      want.push_back(static_cast<float>((1.0 - momentum) * hr.to_vector()[static_cast<size_t>(c)] +
+                                        momentum * correction * hbatch.to_vector()[static_cast<size_t>(c)]));
+    Tensor running = hr.to(b->device()).clone();
+    b->batchnorm_update_running(running, hbatch.to(b->device()), momentum, correction);
+    expect_close(host_values(running), want, 1e-7f, 0.0f, "running");
+
+    Tensor count = Tensor::zeros(Shape{}, DType::i64);
+    for (int i = 0; i < 3; ++i) b->batchnorm_count_batch(count);
+    EXPECT_EQ(host_values(count), std::vector<float>{3.0f});
+  }
+}
+
+}  // namespace
+}  // namespace packrat

@@ -1,0 +1,65 @@
+// The CPU weight cache's own rules, on any ISA: a parameter's reordered copy is reused until
+// its version changes, kept only when the caller says the weight will be reused, never kept for
+// a non-parameter, dropped when the weight is freed. (Conv2dOp.WeightCacheReordersOncePerVersion
+// checks the same through conv2d where the kernel wants blocked weights, i.e. on AVX-512.)
+#include "core/cpu/weight_cache.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+
+#include "tests/support/gradcheck.h"
+
+namespace packrat {
+namespace {
+
+using tag = dnnl::memory::format_tag;
+
+TEST(WeightCache, ReordersOncePerVersion) {
+  const dnnl::memory::dims dims{32, 16, 3, 3};
+  const dnnl::memory::desc plain(dims, dnnl::memory::data_type::f32, tag::oihw);
+  const dnnl::memory::desc blocked(dims, dnnl::memory::data_type::f32, tag::OIhw8i8o);
+  cpu::clear_weight_cache();
+  Tensor w = Tensor::empty({32, 16, 3, 3}, DType::f32, Layout::Plain, MemTag::Parameter);  // a model parameter
+  std::ranges::copy(testing::random_tensor({32, 16, 3, 3}, 2).span<float>(), w.span<float>().begin());
+
+  const int64_t r0 = cpu::weight_cache_reorders();
+  EXPECT_EQ(cpu::weights_as(w, plain, plain, true).raw(), w.raw()) << "a plain kernel reads the weight in place";
+  EXPECT_EQ(cpu::weight_cache_reorders(), r0);
+  EXPECT_EQ(cpu::weight_cache_bytes(), 0);
+
+  const Tensor a = cpu::weights_as(w, plain, blocked, true);
+  EXPECT_EQ(cpu::weight_cache_reorders(), r0 + 1);
+  EXPECT_EQ(cpu::weight_cache_bytes(), static_cast<int64_t>(blocked.get_size()));
+  EXPECT_EQ(cpu::weights_as(w, plain, blocked, true).raw(), a.raw()) << "an unchanged weight comes from the cache";
+  EXPECT_EQ(cpu::weight_cache_reorders(), r0 + 1);
+  // OIhw8i8o: element (o, i, h, w) at ((o/8 * 2 + i/8) * 9 + h*3 + w) * 64 + (i%8) * 8 + o%8.
+  EXPECT_EQ(a.data<float>()[((1 * 2 + 1) * 9 + 4) * 64 + 3 * 8 + 5], w.data<float>()[((13 * 16 + 11) * 3 + 1) * 3 + 1]);
+
+  // An in-place update bumps the version: reordered again, from the new values.
+  for (float& v : w.span<float>()) v *= 2.0f;
+  w.bump_version();
+  const Tensor b = cpu::weights_as(w, plain, blocked, true);
+  EXPECT_EQ(cpu::weight_cache_reorders(), r0 + 2);
+  EXPECT_EQ(b.data<float>()[7], 2.0f * a.data<float>()[7]);
+  // Not to be kept (training): reordered, and the stale copy is freed.
+  w.bump_version();
+  cpu::weights_as(w, plain, blocked, false);
+  EXPECT_EQ(cpu::weight_cache_reorders(), r0 + 3);
+  EXPECT_EQ(cpu::weight_cache_bytes(), 0);
+  // A tensor that is not a parameter is never kept.
+  const Tensor other = testing::random_tensor({32, 16, 3, 3}, 3);
+  cpu::weights_as(other, plain, blocked, true);
+  cpu::weights_as(other, plain, blocked, true);
+  EXPECT_EQ(cpu::weight_cache_reorders(), r0 + 5);
+  EXPECT_EQ(cpu::weight_cache_bytes(), 0);
+  // Kept again, then the weight is freed: its entry no longer counts.
+  cpu::weights_as(w, plain, blocked, true);
+  EXPECT_GT(cpu::weight_cache_bytes(), 0);
+  w = Tensor();
+  EXPECT_EQ(cpu::weight_cache_bytes(), 0);
+  cpu::clear_weight_cache();
+}
+
+}  // namespace
+}  // namespace packrat
