@@ -80,7 +80,10 @@ std::unique_ptr<SavedTensorStore> make_store(const SchemeSpec& spec, uint64_t se
   const StoreFactory& factory = scheme.factory;
   if (!factory) {
     std::string list;
-    for (const auto& s : available_schemes()) list += (list.empty() ? "" : ", ") + s;
+    for (const auto& s : available_schemes()) {
+      const StoragePreset* p = find_storage_preset(s);
+      if (!p || !p->scheme.empty()) list += (list.empty() ? "" : ", ") + s;  // not the levels packrat lacks
+    }
     fail("{}: unknown scheme '{}'; available: {}", spec.where, spec.scheme, list);
   }
   auto values = spec.options;

@@ -125,6 +125,7 @@ TEST(Presets, LevelsPackratCannotReproduceAreErrorsThatSaySo) {
     FAIL() << "L2 accepted";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("gact-L1"), std::string::npos) << e.what();
+    EXPECT_EQ(std::string(e.what()).find("gact-L2"), std::string::npos) << e.what();  // not offered
   }
 }
 
