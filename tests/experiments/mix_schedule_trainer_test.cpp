@@ -19,15 +19,15 @@ TEST(MixSchedule, TrainerMovesTheRealisedMixProbabilityAsScheduled) {
   quiet.tty = 0;
   quiet.print_report = false;
   const fs::path data = make_idx_dataset("mix_schedule", 64, 16);
-  auto run = [&](const std::string& scheme) {
+  auto run = [&](const std::string& scheme, int epochs) {
     const std::vector<std::string> sets = {"saved_tensors.rules=[]", "saved_tensors.default=" + scheme,
-                                           "train.epochs=3", "train.steps_per_epoch=2"};
+                                           "train.epochs=" + std::to_string(epochs), "train.steps_per_epoch=2"};
     return run_training(tiny_config(data, temp_dir("mix_schedule"), sets), quiet);
   };
   // The saved bytes at each epoch's first step, against the constant stores at either end.
-  const RunResult r = run("{scheme: mixed, base_bits: 2, mix_bits: 4, mix_prob: 0, mix_prob_end: 1}");
-  const RunResult lo = run("{scheme: mixed, base_bits: 2, mix_bits: 4, mix_prob: 0}");
-  const RunResult hi = run("{scheme: mixed, base_bits: 2, mix_bits: 4, mix_prob: 1}");
+  const RunResult r = run("{scheme: mixed, base_bits: 2, mix_bits: 4, mix_prob: 0, mix_prob_end: 1}", 3);
+  const RunResult lo = run("{scheme: mixed, base_bits: 2, mix_bits: 4, mix_prob: 0}", 1);
+  const RunResult hi = run("{scheme: mixed, base_bits: 2, mix_bits: 4, mix_prob: 1}", 1);
   ASSERT_EQ(r.epochs.size(), 3u);
   const double b0 = static_cast<double>(lo.epochs[0].saved_bytes), b1 = static_cast<double>(hi.epochs[0].saved_bytes);
   ASSERT_GT(b1, b0);
