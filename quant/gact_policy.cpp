@@ -20,14 +20,15 @@ void GactOptions::check(std::string_view where) const {
   store.quant.check(where);
   PACKRAT_CHECK(!candidate_bits.empty(), "{}: GACT needs at least one candidate bit-width", where);
   for (int b : candidate_bits)
-    PACKRAT_CHECK(group_bits_supported(b), "{}: GACT candidate bit-width {} is not one of 1, 2, 3, 4, 8", where, b);
+    PACKRAT_CHECK(group_bits_supported(b) || b == kPassThroughBits,
+                  "{}: GACT candidate bit-width {} is not one of 1, 2, 3, 4, 8, 32", where, b);
   const int lowest = *std::min_element(candidate_bits.begin(), candidate_bits.end());
   PACKRAT_CHECK(avg_bits >= lowest && avg_bits >= 1.0,
                 "{}: 'avg_bits' is {}; the budget must be at least {} bit per element", where, avg_bits, lowest);
   PACKRAT_CHECK(adapt_interval >= 1, "{}: 'adapt_interval' must be at least 1, got {}", where, adapt_interval);
   PACKRAT_CHECK(tensors_per_refresh >= 0, "{}: 'tensors_per_refresh' must be >= 0, got {}", where, tensors_per_refresh);
-  PACKRAT_CHECK(initial_bits == 0 || group_bits_supported(initial_bits),
-                "{}: 'initial_bits' is {}, must be 1, 2, 3, 4 or 8", where, initial_bits);
+  PACKRAT_CHECK(initial_bits == 0 || group_bits_supported(initial_bits) || initial_bits == kPassThroughBits,
+                "{}: 'initial_bits' is {}, must be 1, 2, 3, 4, 8 or 32 (FP32)", where, initial_bits);
 }
 
 std::vector<int> allocate_bits(const std::vector<double>& sensitivity, const std::vector<int64_t>& numel,
@@ -107,7 +108,7 @@ GactOptions GactStore::parse_options(SchemeOptions& o, const GactOptions& base) 
                                        {"measured", "analytic"});
   g.estimator = est == "measured" ? GactEstimator::Measured : GactEstimator::Analytic;
   g.tensors_per_refresh = o.get_int("tensors_per_refresh", base.tensors_per_refresh, 0, INT64_MAX);
-  g.initial_bits = static_cast<int>(o.get_int("initial_bits", base.initial_bits, 0, 8));
+  g.initial_bits = static_cast<int>(o.get_int("initial_bits", base.initial_bits, 0, kPassThroughBits));
   g.warn_ratio = o.get_double("warn_ratio", base.warn_ratio, 0.0, 1e9);
   g.log_path = o.get_string("log_path", base.log_path, {});
   // The per-group store's keys except bits (GACT chooses them).
@@ -132,10 +133,118 @@ std::vector<GactStore*> find_gact_stores(StorePolicy& p) {
   return out;
 }
 
-int GactStore::bits_for(int64_t index, const SaveRequest&, const Tensor&) {
-  if (index < static_cast<int64_t>(table_.size()) && table_[static_cast<size_t>(index)].bits > 0)
-    return table_[static_cast<size_t>(index)].bits;
-  return gopts_.initial_bits;
+double analytic_jacobian_factor(std::string_view op, const Tensor& grad_out, int64_t kernel_elements,
+                                int64_t input_pixels) {
+  if (op == "conv2d" && kernel_elements > 0 && input_pixels > 0)
+    return static_cast<double>(kernel_elements) / static_cast<double>(input_pixels);
+  return jacobian_factor(op == "conv2d" ? std::string_view() : op, grad_out);  // no kernel: per element
+}
+
+std::map<std::string, int64_t> conv_kernel_elements(const std::vector<std::pair<std::string, Tensor>>& named_parameters) {
+  static const std::string suffix = ".weight";
+  std::map<std::string, int64_t> out;
+  for (const auto& [name, p] : named_parameters)
+    if (p.rank() == 4 && name.size() > suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0)
+      out[name.substr(0, name.size() - suffix.size())] = p.dim(2) * p.dim(3);
+  return out;
+}
+
+int GactStore::bits_for(int64_t, const SaveRequest&, const Tensor&) { return pending_bits_; }
+
+int GactStore::bits_to_save(int64_t l) const {
+  int b = gopts_.initial_bits;
+  if (l < static_cast<int64_t>(table_.size()) && table_[static_cast<size_t>(l)].bits > 0) b = table_[static_cast<size_t>(l)].bits;
+  // A tensor kept in FP32 has no quantization noise to measure: quantized at 8 bits for the passes.
+  return measuring_ && b == kPassThroughBits ? 8 : b;
+}
+
+SavedHandle GactStore::save(const Tensor& x, const SaveRequest& r) {
+  // The requests the per-group store quantizes (its save's rule); the others go to it unchanged.
+  const bool adaptive = (r.need == Need::Value || r.need == Need::Derivative) && x.dtype() == DType::f32 && !r.exact &&
+                        !(r.need == Need::Derivative && r.fn && r.fn->derivative_is_step);
+  if (!adaptive) return GroupStore::save(x, r);
+  int64_t l = -1;
+  bool first = false;
+  if (auto it = seen_.find(x.storage()->id); it != seen_.end() && it->second.second == x.version()) {
+    l = it->second.first;  // a buffer saved by two ops: held once, one tensor of the table
+  } else {
+    l = static_cast<int64_t>(step_.size());
+    first = true;
+    StepTensor t;
+    t.layer = r.name;
+    t.op = std::string(r.op);
+    t.numel = x.numel();
+    t.samples = x.rank() >= 2 ? x.dim(0) : 1;
+    t.bits = bits_to_save(l);
+    step_.push_back(std::move(t));
+    seen_[x.storage()->id] = {l, x.version()};
+  }
+  StepTensor& t = step_[static_cast<size_t>(l)];
+  SavedHandle h;
+  if (t.bits == kPassThroughBits) {
+    h = passthrough_.save(x, r);
+    if (first && gopts_.estimator == GactEstimator::Analytic) {
+      // The group ranges the quantizer would have seen, for the sensitivity (scratch buffers).
+      GroupQuantConfig cfg = options().quant;
+      cfg.bits = 8;
+      const GroupGeometry geo = group_geometry(x.numel(), t.samples, cfg);
+      TagScope tag(MemTag::Workspace);
+      Tensor codes = Tensor::empty({geo.code_bytes()}, DType::u8), meta = Tensor::empty({geo.meta_bytes()}, DType::u8);
+      std::vector<double> group_range_sq;  // (groups,)
+      quantize_groups(x.data<float>(), geo, Rounding::Nearest, QuantNoise{0, 0}, codes.data<uint8_t>(),
+                      meta.data<uint8_t>(), &group_range_sq);
+      t.range_sq.assign(static_cast<size_t>(t.samples), 0.0);
+      const int64_t per_sample = std::max<int64_t>(1, x.numel() / t.samples);
+      for (int64_t g = 0; g < geo.groups(); ++g)
+        t.range_sq[static_cast<size_t>(std::min(t.samples - 1, geo.group_start(g) / per_sample))] +=
+            group_range_sq[static_cast<size_t>(g)];
+    }
+  } else {
+    pending_bits_ = t.bits;
+    const size_t before = step_tensors().size();
+    h = GroupStore::save(x, r);
+    if (step_tensors().size() > before) t.group_index = static_cast<int64_t>(before);
+  }
+  if (gopts_.estimator == GactEstimator::Analytic) {
+    Consumer c;
+    c.index = l;
+    c.op = std::string(r.op);
+    if (r.op == "conv2d" && x.rank() == 4) {
+      c.input_pixels = x.dim(2) * x.dim(3);
+      auto k = kernels_.find(r.name);
+      if (k != kernels_.end()) c.kernel_elements = k->second;
+      else if (unknown_kernel_.empty()) unknown_kernel_ = r.name.empty() ? "(unnamed)" : r.name;
+    }
+    consumers_[{h.store, h.id}] = std::move(c);
+  }
+  return h;
+}
+
+void GactStore::release(const SavedHandle& h) {
+  consumers_.erase({h.store, h.id});
+  GroupStore::release(h);
+}
+
+void GactStore::PassThrough::release(const SavedHandle& h) {
+  owner_.consumers_.erase({h.store, h.id});
+  Fp32Store::release(h);
+}
+
+void GactStore::PassThrough::note_backward(const SavedHandle& h, const std::vector<Tensor>& grad_outputs) {
+  owner_.note_consumer({h.store, h.id}, grad_outputs);
+}
+
+void GactStore::describe(std::vector<SavedRecord>& out) const {
+  GroupStore::describe(out);
+  passthrough_.describe(out);
+}
+
+size_t GactStore::live_count() const { return GroupStore::live_count() + passthrough_.live_count(); }
+
+void GactStore::forget_step() {
+  step_.clear();
+  seen_.clear();
+  consumers_.clear();
 }
 
 void GactStore::begin_step(int64_t step) {
@@ -147,44 +256,65 @@ void GactStore::begin_step(int64_t step) {
       sync_table();  // the finished step's sizes and names, before begin_step forgets them
     }
   }
+  forget_step();
   GroupStore::begin_step(step);
 }
 
 void GactStore::note_backward(const SavedHandle& h, const std::vector<Tensor>& grad_outputs) {
-  if (gopts_.estimator == GactEstimator::Analytic && !grad_outputs.empty() && grad_outputs[0].defined())
-    note_grad_output(h, grad_outputs[0]);
+  note_consumer({h.store, h.id}, grad_outputs);
+}
+
+void GactStore::note_consumer(const HandleKey& k, const std::vector<Tensor>& grad_outputs) {
+  if (gopts_.estimator != GactEstimator::Analytic || grad_outputs.empty() || !grad_outputs[0].defined()) return;
+  auto it = consumers_.find(k);
+  if (it == consumers_.end() || it->second.index >= static_cast<int64_t>(step_.size())) return;
+  const Consumer& c = it->second;
+  StepTensor& t = step_[static_cast<size_t>(c.index)];
+  std::vector<double> g = per_sample_sq_norms(grad_outputs[0]);  // (N,)
+  const double factor = analytic_jacobian_factor(c.op, grad_outputs[0], c.kernel_elements, c.input_pixels);
+  for (double& v : g) v *= factor;
+  if (static_cast<int64_t>(g.size()) != t.samples) {  // another batch layout: spread the total evenly
+    double total = 0;
+    for (double v : g) total += v;
+    g.assign(static_cast<size_t>(t.samples), total / static_cast<double>(t.samples));
+  }
+  if (t.grad_sq.empty())
+    t.grad_sq = std::move(g);
+  else
+    for (size_t i = 0; i < g.size(); ++i) t.grad_sq[i] += g[i];  // a tensor read by two ops
 }
 
 void GactStore::sync_table() {
-  const auto& st = step_tensors();
-  if (table_.size() < st.size()) table_.resize(st.size());
-  for (const auto& info : st) {
-    TensorSensitivity& t = table_[static_cast<size_t>(info.index)];
-    t.index = info.index;
-    t.layer = info.layer;
-    t.op = info.op;
-    t.numel = info.numel;
-    if (t.bits == 0) t.bits = info.bits;
+  if (table_.size() < step_.size()) table_.resize(step_.size());
+  for (size_t l = 0; l < step_.size(); ++l) {
+    TensorSensitivity& t = table_[l];
+    t.index = static_cast<int64_t>(l);
+    t.layer = step_[l].layer;
+    t.op = step_[l].op;
+    t.numel = step_[l].numel;
+    if (t.bits == 0) t.bits = step_[l].bits;
   }
 }
 
 std::vector<double> GactStore::analytic_from_step() const {
-  const auto& st = step_tensors();
-  if (st.empty()) return {};
-  // Output-gradient norms per sample where the store saw them; elsewhere (a Value save whose
-  // consumer's gradient was not observed) the mean per-sample norm of the observed tensors.
+  if (step_.empty()) return {};
+  // Output-gradient terms per sample where the store saw them; elsewhere (a Value save whose
+  // consumer's gradient was not observed) the mean per-sample term of the observed tensors.
   double sum = 0;
   int64_t count = 0;
-  for (const auto& info : st)
-    for (double g : info.sample_grad_sq) sum += g, ++count;
+  for (const auto& t : step_)
+    for (double g : t.grad_sq) sum += g, ++count;
   if (count == 0) return {};  // no backward seen yet
   const double fallback = sum / static_cast<double>(count);
-  std::vector<double> c(st.size(), 0.0);
-  for (const auto& info : st) {
+  const auto& quantized = step_tensors();
+  std::vector<double> c(step_.size(), 0.0);
+  for (size_t l = 0; l < step_.size(); ++l) {
+    const StepTensor& t = step_[l];
+    const std::vector<double>& range =
+        t.group_index >= 0 ? quantized[static_cast<size_t>(t.group_index)].sample_range_sq : t.range_sq;
     double v = 0;
-    for (size_t n = 0; n < info.sample_range_sq.size(); ++n)
-      v += info.sample_range_sq[n] * (info.sample_grad_sq.empty() ? fallback : info.sample_grad_sq[n]);
-    c[static_cast<size_t>(info.index)] = v;
+    for (size_t n = 0; n < range.size(); ++n) v += range[n] * (t.grad_sq.empty() ? fallback : t.grad_sq[n]);
+    c[l] = v;
   }
   return c;
 }
@@ -227,39 +357,64 @@ double squared_distance(const std::vector<Tensor>& a, const std::vector<Tensor>&
 
 void GactStore::estimate_measured(const GradFn& fn) {
   const int64_t now = step();
+  auto restart = [&] {  // a pass starts its step over: same step, same tensor numbering
+    forget_step();
+    GroupStore::begin_step(now);
+  };
   clear_noise_salts();
-  GroupStore::begin_step(now);
-  const std::vector<Tensor> g0 = fn();  // baseline, shared by every tensor's pair
+  measuring_ = true;
+  restart();
+  std::vector<Tensor> g0;
+  try {
+    g0 = fn();  // baseline, shared by every tensor's pair
+  } catch (...) {
+    measuring_ = false;
+    throw;
+  }
   int64_t passes = 1;
   check_restored_step();
   sync_table();
-  observe_gradient(g0);
-  const int64_t L = static_cast<int64_t>(step_tensors().size());
+  const int64_t L = static_cast<int64_t>(step_.size());
   std::vector<int> pass_bits(static_cast<size_t>(L));
-  for (const auto& info : step_tensors()) pass_bits[static_cast<size_t>(info.index)] = info.bits;
-  const int64_t k = gopts_.tensors_per_refresh > 0 ? std::min(gopts_.tensors_per_refresh, L) : L;
-  for (int64_t j = 0; j < k; ++j) {
-    const int64_t l = (round_robin_ + j) % std::max<int64_t>(L, 1);
-    set_noise_salt(l, ++salt_counter_);  // only tensor l's noise changes
-    GroupStore::begin_step(now);
-    const std::vector<Tensor> gl = fn();
-    ++passes;
-    set_noise_salt(l, 0);
-    const double d = squared_distance(g0, gl);
-    TensorSensitivity& t = table_[static_cast<size_t>(l)];
-    t.sensitivity = d / (2.0 * quant_variance_factor(pass_bits[static_cast<size_t>(l)]));
-    t.estimated = true;
+  std::vector<int64_t> group_index(static_cast<size_t>(L));
+  for (int64_t l = 0; l < L; ++l) {
+    pass_bits[static_cast<size_t>(l)] = step_[static_cast<size_t>(l)].bits;
+    group_index[static_cast<size_t>(l)] = step_[static_cast<size_t>(l)].group_index;
   }
+  const int64_t k = gopts_.tensors_per_refresh > 0 ? std::min(gopts_.tensors_per_refresh, L) : L;
+  try {
+    for (int64_t j = 0; j < k; ++j) {
+      const int64_t l = (round_robin_ + j) % std::max<int64_t>(L, 1);
+      const int64_t gi = group_index[static_cast<size_t>(l)];
+      set_noise_salt(gi, ++salt_counter_);  // only tensor l's noise changes
+      restart();
+      const std::vector<Tensor> gl = fn();
+      ++passes;
+      set_noise_salt(gi, 0);
+      const double d = squared_distance(g0, gl);
+      TensorSensitivity& t = table_[static_cast<size_t>(l)];
+      t.sensitivity = d / (2.0 * quant_variance_factor(pass_bits[static_cast<size_t>(l)]));
+      t.estimated = true;
+    }
+  } catch (...) {
+    measuring_ = false;
+    throw;
+  }
+  measuring_ = false;
   if (L > 0) round_robin_ = (round_robin_ + k) % L;
-  GroupStore::begin_step(now);
+  restart();
   last_passes_ = passes;
 }
 
 void GactStore::estimate_analytic() {
+  PACKRAT_CHECK(unknown_kernel_.empty(),
+                "gact (analytic estimator): the kernel size of conv2d layer '{}' is unknown; the estimate scales a "
+                "convolution's input by KH*KW / (H*W): give the kernels with GactStore::set_conv_kernels "
+                "(the trainer does, from the model's parameters)", unknown_kernel_);
   std::vector<double> c = analytic_from_step();
   if (c.empty()) c = pending_analytic_;
   if (c.empty()) return;
-  if (!step_tensors().empty()) sync_table();
+  if (!step_.empty()) sync_table();
   if (table_.size() < c.size()) table_.resize(c.size());
   for (size_t l = 0; l < c.size(); ++l) {
     table_[l].index = static_cast<int64_t>(l);
@@ -279,8 +434,9 @@ void GactStore::reallocate() {
   const std::vector<int> bits = allocate_bits(c, numel, gopts_.avg_bits, gopts_.candidate_bits);
   for (size_t l = 0; l < table_.size(); ++l) table_[l].bits = bits[l];
   const double predicted = predicted_variance(), sampling = sampling_variance();
+  const bool was_warned = warned_;
   warned_ = std::isfinite(sampling) && predicted > gopts_.warn_ratio * sampling;
-  if (warned_)
+  if (warned_ && !was_warned)  // once when it starts, not at every refresh
     spdlog::warn("gact: the predicted quantization variance of the gradient ({:.4g}) exceeds {} of its sampling "
                  "variance ({:.4g}) at {:.2f} bits per element on average; raise avg_bits",
                  predicted, gopts_.warn_ratio, sampling, average_bits());
@@ -501,20 +657,19 @@ void GactStore::import_state(const std::vector<std::pair<std::string, Tensor>>& 
 
 void GactStore::check_restored_step() {
   if (restored_from_.empty()) return;
-  const auto& st = step_tensors();
-  if (st.empty()) return;
+  if (step_.empty()) return;
   const std::string where = std::move(restored_from_);
   restored_from_.clear();
-  PACKRAT_CHECK(st.size() == table_.size(),
+  PACKRAT_CHECK(step_.size() == table_.size(),
                 "{}: the checkpoint's GACT store has {} quantized tensors, but this config quantizes {} with it "
                 "(the saved_tensors config or the model differs from the checkpointed run's)",
-                where, table_.size(), st.size());
-  for (const auto& info : st) {
-    const TensorSensitivity& t = table_[static_cast<size_t>(info.index)];
+                where, table_.size(), step_.size());
+  for (size_t l = 0; l < step_.size(); ++l) {
+    const TensorSensitivity& t = table_[l];
     // (A table the analytic estimator filled between steps has no names: nothing to compare.)
-    PACKRAT_CHECK(t.op.empty() || (t.layer == info.layer && t.op == info.op),
-                  "{}: GACT tensor {} is {} '{}' in the checkpoint but {} '{}' in this config", where, info.index,
-                  t.op, t.layer, info.op, info.layer);
+    PACKRAT_CHECK(t.op.empty() || (t.layer == step_[l].layer && t.op == step_[l].op),
+                  "{}: GACT tensor {} is {} '{}' in the checkpoint but {} '{}' in this config", where, l, t.op,
+                  t.layer, step_[l].op, step_[l].layer);
   }
 }
 

@@ -3,28 +3,42 @@
 // by its order of saving within a step) has a sensitivity c_l: the gradient variance its
 // quantization causes per unit of S(b) = 1/(2^b - 1)^2 (GACT, Thm. 2). Every adapt_interval
 // steps the sensitivities are re-estimated and the bits re-assigned to minimise
-// sum_l c_l S(b_l) subject to sum_l b_l D_l <= avg_bits * sum_l D_l (greedy, as ActNN).
+// sum_l c_l S(b_l) subject to sum_l b_l D_l <= avg_bits * sum_l D_l (greedy, as ActNN). The
+// candidates are 1, 2, 3, 4 and 8 bits of per-group quantization and 32: the tensor passes
+// through in FP32 (GACT's max_bits; S(32) ~ 0), for the few tensors too sensitive to compress.
 //
 // Estimators:
 //  - measured (GACT Alg. 1): gradient evaluations that differ only in tensor l's quantization
 //    noise; c_l = ||g0 - g_l||^2 / (2 S(b_l)). One shared baseline g0 makes it L + 1 passes per
 //    refresh instead of 2L, and `tensors_per_refresh` = k spreads the tensors round-robin over
 //    refreshes (k + 1 passes each).
-//  - analytic (ActNN): c_l = sum_n ||dL/d(output of l's consumer)_n||^2 * sum_{i in n} R_i,
-//    R_i = (range of i's group)^2 / 4, from the group ranges the quantizer already computed
-//    and the per-sample output-gradient norms the store observes in backward; no extra passes
-//    (exact for a linear layer's weight gradient, up to a constant per op kind otherwise).
+//    A tensor held at 32 bits is quantized at 8 bits during these passes, so that it has noise
+//    to measure.
+//  - analytic (ActNN): c_l = sum_n J_n * sum_{i in n} R_i, R_i = (range of i's group)^2 / 4,
+//    from the group ranges the quantizer computes, and J_n = ||dL/d(output of l's consumer)_n||^2
+//    times the squared norm of a weight-gradient Jacobian column per input element of sample n,
+//    relative to that output gradient (analytic_jacobian_factor): exact for a linear layer,
+//    KH*KW / (H*W) for a convolution with a KH x KW kernel over an H x W input (ActNN's
+//    num_locations; the kernel sizes come from the model, set_conv_kernels), 1 / (elements per
+//    sample) for other ops. No extra passes.
+//
+// The compression-variance warning: predicted_variance() against the sampling variance of the
+// gradient, which observe_gradient() estimates from the gradients of the training steps (the
+// trainer feeds every step's gradient, whichever the estimator).
 //
 // Trainer protocol (like GACT's controller.iterate):
 //   GactPolicy policy(options);  PolicyScope scope(policy);
 //   for each step: policy.begin_step(step);
 //                  policy.gact().iterate(step, compute_param_grads);  // refreshes when due
-//                  forward, backward, optimizer step as usual
-//                  policy.gact().observe_gradient(grads)  // optional: sampling variance
+//                  forward, backward as usual
+//                  policy.gact().observe_gradient(grads)  // sampling variance, for the warning
+//                  optimizer step
 // compute_param_grads runs forward + backward on one fixed batch with the current policy and
 // returns copies of the parameter gradients; it must not update the parameters (it may
 // overwrite .grad). The policy resets the store's tensor counter before each call.
+#include <cmath>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <utility>
@@ -42,18 +56,35 @@ struct GactOptions {
   int64_t adapt_interval = 1000;    // steps between refreshes of the sensitivities
   GactEstimator estimator = GactEstimator::Measured;
   int64_t tensors_per_refresh = 0;  // measured: tensors re-estimated per refresh, round-robin (0: all)
-  std::vector<int> candidate_bits = {1, 2, 3, 4, 8};
-  int initial_bits = 0;             // bits before the first estimate (0: largest candidate <= avg_bits)
+  std::vector<int> candidate_bits = {1, 2, 3, 4, 8, 32};  // 32: kept in FP32 (kPassThroughBits)
+  int initial_bits = 0;             // bits before the first estimate (0: largest candidate <= avg_bits; 32: FP32)
   double warn_ratio = 0.1;          // warn when predicted variance > warn_ratio * sampling variance
   std::string log_path;             // CSV appended at every refresh ("" : none)
   void check(std::string_view where) const;
 };
 
-// S(b) = 1 / (2^b - 1)^2: variance of stochastic rounding per unit of R (GACT, A.4).
+// The candidate that keeps a tensor unquantized, in FP32.
+inline constexpr int kPassThroughBits = 32;
+
+// S(b) = 1 / (2^b - 1)^2: variance of stochastic rounding per unit of R (GACT, A.4); ~0 at 32.
 inline double quant_variance_factor(int bits) {
-  const double levels = static_cast<double>((1 << bits) - 1);
+  const double levels = std::ldexp(1.0, bits) - 1.0;
   return 1.0 / (levels * levels);
 }
+
+// The analytic estimator's ||d(weight grad)/d x_j||^2 / ||grad_out_n||^2 for an input element
+// x_j of sample n (grad_out: the consumer's output gradient):
+//   linear, matmul: 1 / (rows of grad_out per sample)    (exact: x_j meets one row of grad_out)
+//   conv2d:         kernel_elements / input_pixels       (the OH*OW output positions meet KH*KW
+//                   input positions each, so x_j meets OH*OW*KH*KW/(H*W) of them on average, each
+//                   carrying ||grad_out_n||^2 / (OH*OW): ActNN's num_locations / num_pixels)
+//   otherwise:      1 / (grad_out elements per sample)   (elementwise and normalisation ops)
+double analytic_jacobian_factor(std::string_view op, const Tensor& grad_out, int64_t kernel_elements,
+                                int64_t input_pixels);
+
+// KH*KW of every convolution of a model, by layer name ("layer1.0.conv1"), from its named
+// parameters (a rank-4 "<layer>.weight").
+std::map<std::string, int64_t> conv_kernel_elements(const std::vector<std::pair<std::string, Tensor>>& named_parameters);
 
 // Greedy allocation: starting from the smallest candidate everywhere, repeatedly takes the
 // upgrade with the largest variance reduction per added bit that still fits the budget
@@ -80,9 +111,17 @@ class GactStore : public GroupStore, private BitsProvider {
   // meta, rounding, seed. `base` supplies the defaults (a preset).
   static GactOptions parse_options(SchemeOptions& o, const GactOptions& base = {});
 
+  // Quantizes at the tensor's assigned bits, or passes it through in FP32 at 32 bits.
+  SavedHandle save(const Tensor& x, const SaveRequest& r) override;
+  void release(const SavedHandle& h) override;
+  void describe(std::vector<SavedRecord>& out) const override;
+  size_t live_count() const override;
   void begin_step(int64_t step) override;
   // Analytic estimator: records the consumer's output-gradient norms per sample.
   void note_backward(const SavedHandle& h, const std::vector<Tensor>& grad_outputs) override;
+  // KH*KW per conv2d layer name (conv_kernel_elements); the analytic estimator needs the kernel
+  // of every convolution whose input it quantizes (the trainer sets it from the model).
+  void set_conv_kernels(std::map<std::string, int64_t> kernel_elements) { kernels_ = std::move(kernel_elements); }
 
   // Refreshes sensitivities and bits when due (first call, then every adapt_interval steps).
   // Returns true when it did. The measured estimator calls compute_param_grads; the analytic
@@ -96,7 +135,7 @@ class GactStore : public GroupStore, private BitsProvider {
   void observe_gradient(const std::vector<Tensor>& grads);
   double sampling_variance() const;         // NaN until two gradients were observed
   double predicted_variance() const;        // sum_l c_l S(b_l)
-  bool warned() const { return warned_; }   // the last refresh warned
+  bool warned() const { return warned_; }   // the last refresh warned (logged when it starts warning)
 
   const std::vector<TensorSensitivity>& tensors() const { return table_; }
   double average_bits() const;              // realised, weighted by numel
@@ -133,11 +172,49 @@ class GactStore : public GroupStore, private BitsProvider {
   void check_restored_step();
 
  private:
+  // The FP32 store of the tensors held at 32 bits: tells its owner about backward and release.
+  class PassThrough : public Fp32Store {
+   public:
+    explicit PassThrough(GactStore& owner) : owner_(owner) {}
+    void release(const SavedHandle& h) override;
+    void note_backward(const SavedHandle& h, const std::vector<Tensor>& grad_outputs) override;
+
+   private:
+    GactStore& owner_;
+  };
+  // One adaptive tensor (a Value or Derivative request the per-group store would quantize) of
+  // the current step, numbered l in order of first saving.
+  struct StepTensor {
+    int64_t group_index = -1;         // its index in step_tensors() when quantized, -1 when passed through
+    std::string layer, op;
+    int64_t numel = 0, samples = 1;
+    int bits = 0;                     // as saved this step
+    std::vector<double> range_sq;     // (samples,) passed-through tensors under the analytic estimator
+    std::vector<double> grad_sq;      // (samples,) J_n summed over its consumers (analytic)
+  };
+  struct Consumer {  // a live handle to an adaptive tensor (analytic estimator)
+    int64_t index = 0;                // l
+    std::string op;
+    int64_t kernel_elements = 0, input_pixels = 0;  // conv2d
+  };
+  using HandleKey = std::pair<const SavedTensorStore*, uint64_t>;
+
   int bits_for(int64_t index, const SaveRequest& r, const Tensor& x) override;
+  int bits_to_save(int64_t l) const;  // assigned bits, 8 for a 32-bit tensor during measurement passes
+  void note_consumer(const HandleKey& k, const std::vector<Tensor>& grad_outputs);
   void sync_table();  // layer/op/numel/bits from the tensors of the current step
   std::vector<double> analytic_from_step() const;  // c_l per tensor of the current step, or empty
+  void forget_step();  // the per-step records, at begin_step
 
   GactOptions gopts_;
+  PassThrough passthrough_{*this};
+  std::vector<StepTensor> step_;                   // this step's adaptive tensors, by l
+  std::map<uint64_t, std::pair<int64_t, int64_t>> seen_;  // storage id -> (l, version) this step
+  std::map<HandleKey, Consumer> consumers_;        // analytic: live handles to adaptive tensors
+  std::map<std::string, int64_t> kernels_;         // conv2d layer -> KH*KW
+  std::string unknown_kernel_;                     // a conv2d layer whose kernel was not given
+  int pending_bits_ = 0;                           // bits_for's answer for the save in progress
+  bool measuring_ = false;                         // inside estimate_measured's passes
   std::vector<TensorSensitivity> table_;
   std::vector<double> pending_analytic_;  // harvested at begin_step from the finished step
   int64_t last_refresh_step_ = 0, refreshes_ = 0, round_robin_ = 0, last_passes_ = 0;

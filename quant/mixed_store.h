@@ -25,7 +25,9 @@
 //
 // Randomness: Philox keyed by (seed, step, index of the save within the step), as the per-group
 // store's; begin_step(step) sets the step. Progress through training (for the mix_prob schedule)
-// comes from set_progress(fraction), or from begin_step when total_steps is configured.
+// comes from set_progress(fraction), which the trainer calls before every step with
+// step / (epochs x steps per epoch), or from begin_step when total_steps is configured (which
+// then takes precedence).
 //
 // Config examples (the rule policy matches layer-name patterns, so one stage at a time can be
 // quantized, the thesis's layer-wise study):

@@ -11,6 +11,7 @@
 #include "quant/gact_policy.h"
 #include "quant/group_store.h"
 #include "quant/mixed_store.h"
+#include "quant/presets.h"
 
 namespace packrat {
 
@@ -47,6 +48,10 @@ std::map<std::string, Scheme>& schemes() {  // callers hold g_schemes_mutex
     t["gact"] = {make_gact_store, true};
     t["mixed"] = {make_mixed_store, true};
     t["deterministic"] = {make_deterministic_store, false};
+    // ActNN's and GACT's levels (quant/presets.h); a preset kept in FP32 reads no seed.
+    for (const StoragePreset& p : storage_presets())
+      t[p.name] = {[name = p.name](SchemeOptions& o) { return make_preset_store(name, o); },
+                   p.scheme == "actnn" || p.scheme == "gact"};
     return t;
   }();
   return table;
@@ -75,7 +80,10 @@ std::unique_ptr<SavedTensorStore> make_store(const SchemeSpec& spec, uint64_t se
   const StoreFactory& factory = scheme.factory;
   if (!factory) {
     std::string list;
-    for (const auto& s : available_schemes()) list += (list.empty() ? "" : ", ") + s;
+    for (const auto& s : available_schemes()) {
+      const StoragePreset* p = find_storage_preset(s);
+      if (!p || !p->scheme.empty()) list += (list.empty() ? "" : ", ") + s;  // not the levels packrat lacks
+    }
     fail("{}: unknown scheme '{}'; available: {}", spec.where, spec.scheme, list);
   }
   auto values = spec.options;

@@ -51,8 +51,10 @@ bool is_op_kind(std::string_view op);
 // '*' matches any run of characters (dots included), '?' one character, [..] a class.
 bool glob_match(std::string_view pattern, std::string_view text);
 
-// Scheme factories by name. The built-in schemes are registered on first use; a new scheme
-// (a research store of your own) registers itself with register_scheme before the config is read.
+// Scheme factories by name. The built-in schemes and the ActNN/GACT presets (quant/presets.h)
+// are registered on first use; a scheme of your own is registered by your program's main with
+// register_scheme before it hands over to the trainer (experiments/lib/trainer_main.h; see
+// examples/my_scheme/).
 // A factory reads its options with the SchemeOptions getters; unread options are an error.
 using StoreFactory = std::function<std::unique_ptr<SavedTensorStore>(SchemeOptions&)>;
 // seeded: the factory reads a `seed` option, which make_store fills with the run seed.

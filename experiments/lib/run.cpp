@@ -13,6 +13,7 @@
 #include "experiments/lib/session.h"
 #include "experiments/lib/train_loop.h"
 #include "quant/gact_policy.h"
+#include "quant/mixed_store.h"
 
 namespace packrat {
 
@@ -60,6 +61,7 @@ RunResult run_training(const Config& c, const RunOptions& o) {
                                       ? std::min(c.train.steps_per_epoch, train->batches_per_epoch())
                                       : train->batches_per_epoch();
   const LrSchedule schedule = make_schedule(c, steps_per_epoch);
+  const int64_t total_steps = std::max<int64_t>(1, c.train.epochs * steps_per_epoch);
   spdlog::info("run {}: {} ({} parameters), {} train / {} test images of {}x{}x{}, batch {}, {} steps per epoch, {} "
                "threads", c.output.dir, c.model.arch, s.model->num_parameters(), train->size(), test->size(), shape.c,
                shape.h, shape.w, c.data.batch_size, steps_per_epoch, num_threads());
@@ -105,6 +107,9 @@ RunResult run_training(const Config& c, const RunOptions& o) {
     data::Batch b;
     for (int64_t i = 0; i < steps_per_epoch && train->next(b); ++i) {
       s.optimizer->set_lr(schedule.lr(epoch, i));
+      // The fraction of the run done, for scheduled stores (mixed's mix_prob_end); a store's own
+      // total_steps, when configured, takes precedence at its begin_step.
+      set_training_progress(*s.policy, std::min(1.0, static_cast<double>(pos.step) / static_cast<double>(total_steps)));
       step_options.capture_saved = first_step;
       StepResult r = train_step(*s.model, *s.optimizer, *s.policy, b.images, b.labels, pos.step, step_options);
       ++pos.step;

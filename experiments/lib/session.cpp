@@ -8,6 +8,7 @@
 #include "models/registry.h"
 #include "optim/adamw.h"
 #include "optim/sgd.h"
+#include "quant/gact_policy.h"
 
 namespace packrat {
 
@@ -91,6 +92,9 @@ Session make_session(const Config& c, const InputSpec& input) {
     s.optimizer = std::make_unique<AdamW>(s.model->named_parameters(), o);
   }
   s.policy = std::make_unique<RulePolicy>(c.saved_tensors);
+  // GACT's analytic estimator scales a convolution's input by its kernel size.
+  const auto kernels = conv_kernel_elements(s.model->named_parameters());
+  for (GactStore* g : find_gact_stores(*s.policy)) g->set_conv_kernels(kernels);
   return s;
 }
 

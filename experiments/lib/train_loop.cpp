@@ -94,6 +94,13 @@ StepResult train_step(Module& model, Optimizer& opt, StorePolicy& policy, const 
     if (o.capture_saved) r.saved = policy.describe();
     for (const auto& rec : o.capture_saved ? r.saved : policy.describe()) r.saved_record_bytes += rec.bytes;
     backward(loss);
+    // GACT's warning compares its predicted compression variance with the gradient's sampling
+    // variance, estimated from every step's gradient.
+    if (const std::vector<GactStore*> gact = find_gact_stores(policy); !gact.empty()) {
+      std::vector<Tensor> grads;
+      for (const Tensor& p : model.parameters()) grads.push_back(p.grad());
+      for (GactStore* g : gact) g->observe_gradient(grads);
+    }
   } catch (...) {
     clear_tape();  // releases whatever the stores still hold for this step
     opt.zero_grad();

@@ -238,6 +238,7 @@ TEST(GactAnalytic, ConvAndLinearEstimatesAgreeWithMeasuredUpToACommonScale) {
   }
   o.estimator = GactEstimator::Analytic;
   GactPolicy analytic(o);
+  analytic.gact().set_conv_kernels({{"", 9}});  // the 3x3 convolution (no layer name here)
   analytic.begin_step(0);
   grads(analytic);
   ASSERT_TRUE(analytic.gact().iterate(0, nullptr));
@@ -252,6 +253,123 @@ TEST(GactAnalytic, ConvAndLinearEstimatesAgreeWithMeasuredUpToACommonScale) {
   EXPECT_GT(r_lin, 1.0);
   EXPECT_LT(r_conv / r_lin, 4.0) << r_conv << " " << r_lin;
   EXPECT_GT(r_conv / r_lin, 0.25) << r_conv << " " << r_lin;
+}
+
+// The convolution's normalisation comes from its kernel (KH*KW / (H*W), ActNN's
+// num_locations), not a 3x3 constant: 1x1 and 7x7 convolutions and a linear layer get
+// analytic estimates in the same proportion to the measured sensitivity.
+TEST(GactAnalytic, ConvolutionNormalisationFollowsTheKernelSize) {
+  Tensor w1 = ToyNet::param({8, 8, 1, 1}, 21), w7 = ToyNet::param({8, 8, 7, 7}, 22), wl = ToyNet::param({10, 512}, 23);
+  Tensor x = random_tensor({4, 8, 8, 8}, 24), seed = random_tensor({4, 10}, 25);
+  ops::Conv2dOptions pad3;
+  pad3.pad_h = pad3.pad_w = 3;
+  auto grads = [&](StorePolicy& p) {
+    PolicyScope scope(p);
+    for (Tensor* w : {&w1, &w7, &wl}) w->zero_grad();
+    Tensor h;
+    {
+      LayerScope l("c1");
+      h = ops::conv2d(x, w1, Tensor(), {});
+    }
+    {
+      LayerScope l("c7");
+      h = ops::conv2d(h, w7, Tensor(), pad3);
+    }
+    Tensor out;
+    {
+      LayerScope l("fc");
+      out = ops::linear(ops::flatten(h), wl, Tensor());
+    }
+    backward(out, seed);
+    return std::vector<Tensor>{w1.grad().clone(), w7.grad().clone(), wl.grad().clone()};
+  };
+  GactOptions o = toy_options(GactEstimator::Measured);
+  o.avg_bits = 8;
+  o.candidate_bits = {1, 2, 3, 4, 8};
+  GactPolicy measured(o);
+  double mc[3] = {0, 0, 0};
+  for (int step = 0; step < 4; ++step) {
+    measured.begin_step(step * 10);
+    measured.gact().iterate(step * 10, [&] { return grads(measured); });
+    for (int l = 0; l < 3; ++l) mc[l] += measured.gact().tensors()[static_cast<size_t>(l)].sensitivity;
+  }
+  o.estimator = GactEstimator::Analytic;
+  GactPolicy analytic(o);
+  analytic.gact().set_conv_kernels(conv_kernel_elements({{"c1.weight", w1}, {"c7.weight", w7}, {"fc.weight", wl}}));
+  analytic.begin_step(0);
+  grads(analytic);
+  ASSERT_TRUE(analytic.gact().iterate(0, nullptr));
+  const auto& t = analytic.gact().tensors();
+  ASSERT_EQ(t.size(), 3u);
+  EXPECT_EQ(t[0].layer, "c1");
+  EXPECT_EQ(t[1].layer, "c7");
+  double r[3];
+  for (int l = 0; l < 3; ++l) r[l] = t[static_cast<size_t>(l)].sensitivity / (mc[l] / 4);
+  for (int l = 0; l < 2; ++l) {
+    EXPECT_GT(r[l] / r[2], 0.5) << "conv " << l << ": " << r[l] << " linear " << r[2];
+    EXPECT_LT(r[l] / r[2], 2.0) << "conv " << l << ": " << r[l] << " linear " << r[2];
+  }
+  EXPECT_EQ(conv_kernel_elements({{"c7.weight", w7}, {"fc.weight", wl}, {"c1.bias", Tensor::zeros({8})}}),
+            (std::map<std::string, int64_t>{{"c7", 49}}));
+  // A convolution whose kernel was not given is an error naming the layer, not a guess.
+  GactPolicy unknown(o);
+  unknown.begin_step(0);
+  grads(unknown);
+  try {
+    unknown.gact().iterate(0, nullptr);
+    FAIL() << "no error without the kernel sizes";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("'c1'"), std::string::npos) << e.what();
+  }
+}
+
+// GACT's 32-bit candidate: a tensor too sensitive to compress passes through in FP32.
+TEST(GactAllocator, KeepsTheMostSensitiveTensorInFp32) {
+  const GactOptions defaults;
+  EXPECT_EQ(defaults.candidate_bits.back(), kPassThroughBits);
+  const std::vector<int64_t> n = {10, 1000, 1000};
+  const auto b = allocate_bits({1e12, 1.0, 1.0}, n, 4.0, defaults.candidate_bits);
+  EXPECT_EQ(b[0], 32);
+  EXPECT_LE(avg_bits(b, n), 4.0);
+  EXPECT_EQ(allocate_bits({1.0, 1.0}, {10, 10}, 3.0, defaults.candidate_bits), (std::vector<int>{3, 3}));
+  EXPECT_GT(quant_variance_factor(32), 0.0);
+  EXPECT_LT(quant_variance_factor(32), 1e-18);
+}
+
+TEST(GactStore, ThirtyTwoBitTensorsPassThroughAndAreStillMeasured) {
+  ToyNet net;
+  GactOptions o = toy_options(GactEstimator::Measured);
+  o.initial_bits = 32;  // FP32 until the first estimate
+  GactPolicy policy(o);
+  GactStore& g = policy.gact();
+  // The first step holds both inputs in FP32: exactly the FP32 gradients, FP32 bytes.
+  Fp32Policy fp32;
+  const std::vector<Tensor> exact = net.grads(fp32);
+  policy.begin_step(0);
+  {
+    PolicyScope scope(policy);
+    Tensor ya = ops::linear(net.xa, net.wa, Tensor());
+    std::vector<SavedRecord> records = policy.describe();
+    ASSERT_EQ(records.size(), 1u);
+    EXPECT_EQ(records[0].scheme, "fp32");
+    EXPECT_EQ(records[0].bits, 32);
+    EXPECT_EQ(records[0].bytes, records[0].fp32_bytes);
+    clear_tape();
+  }
+  EXPECT_EQ(g.live_count(), 0u);
+  policy.begin_step(0);
+  const std::vector<Tensor> first = net.grads(policy);
+  for (size_t k = 0; k < 2; ++k) EXPECT_EQ(first[k].to_vector(), exact[k].to_vector());
+  // The refresh measures them (quantized at 8 bits during its passes) and allocates the budget.
+  policy.begin_step(1);
+  ASSERT_TRUE(g.iterate(1, [&] { return net.grads(policy); }));
+  ASSERT_EQ(g.tensors().size(), 2u);
+  for (const auto& t : g.tensors()) {
+    EXPECT_TRUE(std::isfinite(t.sensitivity));
+    EXPECT_GT(t.sensitivity, 0.0);
+  }
+  EXPECT_GT(g.tensors()[1].bits, g.tensors()[0].bits);
+  EXPECT_LE(g.average_bits(), 3.0);
 }
 
 TEST(GactWarning, WarnsWhenCompressionVarianceDominates) {
@@ -321,11 +439,12 @@ bool same_state(const GactState& a, const GactState& b) {
   return true;
 }
 
-// One training step of the toy net under the GACT protocol: begin_step, iterate, forward + backward.
+// One training step of the toy net under the GACT protocol: begin_step, iterate, forward +
+// backward, the gradient observed (the sampling variance).
 void toy_step(ToyNet& net, GactPolicy& policy, int64_t step) {
   policy.begin_step(step);
   policy.gact().iterate(step, [&] { return net.grads(policy); });
-  net.grads(policy);
+  policy.gact().observe_gradient(net.grads(policy));
 }
 
 // A store restored from export_state continues exactly as the one it was exported from:
@@ -460,27 +579,27 @@ TEST(GactConfig, OptionsPresetsAndErrors) {
   // Presets: fixed 4-bit, adaptive 4/3/2; keys written next to a preset override it.
   {
     auto o = opts({});
-    auto s = make_group_scheme_store("L1", o);
+    auto s = make_preset_store("gact-fix4", o);
     EXPECT_EQ(s->scheme(), "actnn");
     EXPECT_EQ(dynamic_cast<GroupStore&>(*s).options().quant.bits, 4);
   }
-  for (auto [name, bits] : std::vector<std::pair<std::string, double>>{{"L2", 4}, {"L2.3", 3}, {"L2.2", 2}}) {
+  for (auto [name, bits] : std::vector<std::pair<std::string, double>>{
+           {"gact-L1", 4}, {"gact-adapt3", 3}, {"gact-adapt2", 2}, {"actnn-L3", 2}}) {
     auto o = opts({{"adapt_interval", "50"}});
-    auto s = make_group_scheme_store(name, o);
+    auto s = make_preset_store(name, o);
     auto& g = dynamic_cast<GactStore&>(*s);
     EXPECT_EQ(g.gact_options().avg_bits, bits) << name;
     EXPECT_EQ(g.gact_options().adapt_interval, 50) << name;
   }
   {
     auto o = opts({{"bits", "8"}});
-    EXPECT_EQ(dynamic_cast<GroupStore&>(*make_group_scheme_store("L3", o)).options().quant.bits, 8);
+    EXPECT_EQ(dynamic_cast<GroupStore&>(*make_preset_store("actnn-L2", o)).options().quant.bits, 8);
   }
   auto o = opts({});
-  EXPECT_THROW(make_group_scheme_store("L9", o), Error);
-  // Through the rule policy's registry.
-  register_group_schemes();
+  EXPECT_THROW(make_preset_store("L9", o), Error);
+  // Through the rule policy's registry, with no registration call.
   StorePolicySpec spec;
-  spec.default_scheme.scheme = "L2.2";
+  spec.default_scheme.scheme = "gact-adapt2";
   spec.default_scheme.options = {{"estimator", "analytic"}};
   RulePolicy rp(spec);
   auto found = find_gact_stores(rp);
