@@ -5,17 +5,16 @@
 #include "autograd/ops.h"
 #include "autograd/saved_tensor_store.h"
 #include "autograd/tape.h"
-#include "core/parallel.h"
+#include "core/backend.h"
 
 namespace packrat::ops {
 
 namespace {
 
-constexpr int64_t kGrain = 1 << 15;
-
 void check_pair(const char* op, const Tensor& a, const Tensor& b) {
   const std::string& layer = LayerScope::current();
   PACKRAT_CHECK(a.defined() && b.defined(), "{} {}: an operand is undefined", op, layer);
+  check_same_device(op, {&a, &b});
   PACKRAT_CHECK(a.shape() == b.shape(), "{} {}: operand shapes {} and {} differ (no broadcasting)", op, layer,
                 a.shape().str(), b.shape().str());
   PACKRAT_CHECK(a.dtype() == b.dtype(), "{} {}: operand dtypes {} and {} differ", op, layer, dtype_name(a.dtype()),
@@ -24,49 +23,15 @@ void check_pair(const char* op, const Tensor& a, const Tensor& b) {
                 layer, dtype_name(a.dtype()));
 }
 
-// out[i] = f(a[i], b[i]) over equal-layout f32/f64 buffers.
-template <typename F>
-Tensor binary(const Tensor& a, const Tensor& b_any, F f) {
-  Tensor b = b_any.to_layout(a.layout());
-  Tensor out = Tensor::empty_like(a);
-  const int64_t n = a.numel();
-  auto run = [&](auto* tag) {
-    using T = std::remove_pointer_t<decltype(tag)>;
-    const T* __restrict x = a.data<T>();
-    const T* __restrict y = b.data<T>();
-    T* __restrict o = out.data<T>();
-    parallel_chunks(n, kGrain, [&](int64_t s, int64_t e) {
-      for (int64_t i = s; i < e; ++i) o[i] = f(x[i], y[i]);
-    });
-  };
-  if (a.dtype() == DType::f64) run(static_cast<double*>(nullptr));
-  else run(static_cast<float*>(nullptr));
-  return out;
-}
+Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b) { return backend_of(a).binary(op, a, b); }
 
-Tensor scaled(const Tensor& a, double s) {
-  Tensor out = Tensor::empty_like(a);
-  const int64_t n = a.numel();
-  if (a.dtype() == DType::f64) {
-    const double* x = a.data<double>();
-    double* o = out.data<double>();
-    for (int64_t i = 0; i < n; ++i) o[i] = x[i] * s;
-  } else {
-    const float* __restrict x = a.data<float>();
-    float* __restrict o = out.data<float>();
-    const float sf = static_cast<float>(s);
-    parallel_chunks(n, kGrain, [&](int64_t b, int64_t e) {
-      for (int64_t i = b; i < e; ++i) o[i] = x[i] * sf;
-    });
-  }
-  return out;
-}
+Tensor scaled(const Tensor& a, double s) { return backend_of(a).scale(a, s); }
 
 }  // namespace
 
 Tensor add(const Tensor& a, const Tensor& b) {
   check_pair("add", a, b);
-  Tensor y = binary(a, b, [](auto x, auto z) { return x + z; });
+  Tensor y = binary(BinaryOp::Add, a, b);
   if (needs_grad({&a, &b})) {
     const Layout la = a.layout(), lb = b.layout();
     record("add", {&a, &b}, {&y}, {}, [la, lb](Node&, const std::vector<Tensor>& g) -> std::vector<Tensor> {
@@ -78,7 +43,7 @@ Tensor add(const Tensor& a, const Tensor& b) {
 
 Tensor mul(const Tensor& a, const Tensor& b) {
   check_pair("mul", a, b);
-  Tensor y = binary(a, b, [](auto x, auto z) { return x * z; });
+  Tensor y = binary(BinaryOp::Mul, a, b);
   if (needs_grad({&a, &b})) {
     // d/da = g * b, d/db = g * a: keep each operand only if the other one needs its gradient.
     const bool ga = a.requires_grad(), gb = b.requires_grad();
@@ -94,8 +59,8 @@ Tensor mul(const Tensor& a, const Tensor& b) {
            [ga, gb, la, lb](Node& n, const std::vector<Tensor>& g) -> std::vector<Tensor> {
              std::vector<Tensor> out(2);
              size_t k = 0;
-             if (ga) out[0] = binary(g[0], n.load(k++), [](auto x, auto z) { return x * z; }).to_layout(la);
-             if (gb) out[1] = binary(g[0], n.load(k++), [](auto x, auto z) { return x * z; }).to_layout(lb);
+             if (ga) out[0] = binary(BinaryOp::Mul, g[0], n.load(k++)).to_layout(la);
+             if (gb) out[1] = binary(BinaryOp::Mul, g[0], n.load(k++)).to_layout(lb);
              return out;
            });
   }
@@ -107,6 +72,7 @@ Tensor scale(const Tensor& a, float s) {
   PACKRAT_CHECK(a.defined(), "scale {}: the operand is undefined", layer);
   PACKRAT_CHECK(a.dtype() == DType::f32 || a.dtype() == DType::f64, "scale {}: expects f32 or f64, got {}", layer,
                 dtype_name(a.dtype()));
+  check_same_device("scale", {&a});
   Tensor y = scaled(a, s);
   if (needs_grad({&a})) {
     record("scale", {&a}, {&y}, {}, [s](Node&, const std::vector<Tensor>& g) -> std::vector<Tensor> {
