@@ -100,9 +100,9 @@ class Backend {
   // sum x[i] and sum x[i]^2 over all elements of an f32 tensor (any layout), in double.
   virtual double reduce_sum(const Tensor& x) = 0;
   virtual double reduce_sum_squares(const Tensor& x) = 0;
-  // The reverse of broadcasting: x f32 summed over the dims where `shape` (which x broadcasts
+  // The reverse of broadcasting: x f32 or f64 summed over the dims where `shape` (which x broadcasts
   // from) has size 1 or is missing, e.g. (R, D) -> (D) column sums, (N, C, H, W) -> (N, C, 1, 1).
-  // Plain out of `shape`; double accumulators.
+  // Plain out of `shape` in x's dtype; double accumulators.
   virtual Tensor reduce_sum_to(const Tensor& x, const Shape& shape) = 0;
 
   // ---- softmax, cross-entropy, layernorm (ops/softmax, ops/cross_entropy, ops/layernorm)

@@ -217,7 +217,8 @@ double CpuBackend::reduce_sum_squares(const Tensor& x) {
 }
 
 Tensor CpuBackend::reduce_sum_to(const Tensor& x_any, const Shape& shape) {
-  x_any.check_dtype(DType::f32, "reduce_sum_to");
+  PACKRAT_CHECK(x_any.dtype() == DType::f32 || x_any.dtype() == DType::f64, "{}: expects f32 or f64, got {}",
+                op_where("reduce_sum_to"), dtype_name(x_any.dtype()));
   const Tensor x = x_any.to_plain();
   const auto& dx = x.shape().dims();
   const auto& ds = shape.dims();
@@ -231,17 +232,20 @@ Tensor CpuBackend::reduce_sum_to(const Tensor& x_any, const Shape& shape) {
   const Broadcast bc = broadcast_dims(dx, {dx, ds});
   const int64_t inner = bc.size.back(), rows = inner == 0 ? 0 : x.numel() / inner;
   const int64_t so = bc.stride[1].back();
-  const float* xp = x.data<float>();
-  for (int64_t row = 0; row < rows; ++row) {
-    int64_t off[2];
-    row_offsets(bc, row, off);
-    const float* xr = xp + off[0];
-    double* ar = acc.data() + off[1];
-    for (int64_t j = 0; j < inner; ++j) ar[j * so] += xr[j];
-  }
-  Tensor out = empty_cpu(shape);  // (shape), plain
-  float* o = out.data<float>();
-  for (size_t i = 0; i < acc.size(); ++i) o[i] = static_cast<float>(acc[i]);
+  Tensor out = empty_cpu(shape, x.dtype());  // (shape), plain
+  with_float_type(x.dtype(), [&](auto* tag) {
+    using T = std::remove_pointer_t<decltype(tag)>;
+    const T* xp = x.data<T>();
+    for (int64_t row = 0; row < rows; ++row) {
+      int64_t off[2];
+      row_offsets(bc, row, off);
+      const T* xr = xp + off[0];
+      double* ar = acc.data() + off[1];
+      for (int64_t j = 0; j < inner; ++j) ar[j * so] += xr[j];
+    }
+    T* o = out.data<T>();
+    for (size_t i = 0; i < acc.size(); ++i) o[i] = static_cast<T>(acc[i]);
+  });
   return out;
 }
 

@@ -221,6 +221,9 @@ TEST(BackendElementwise, ScaleAccumulateAndReductionsMatchTheReference) {
       expect_close(host_values(r), std::vector<float>(want.begin(), want.end()), 1e-5f, 1e-6f, "reduce_sum_to " + to.str());
     }
     EXPECT_THROW(b->reduce_sum_to(x, Shape{3, 4}), Error);
+    const Tensor r64 = b->reduce_sum_to(hx.to(DType::f64).to(b->device()), Shape{1});
+    EXPECT_EQ(r64.dtype(), DType::f64);
+    EXPECT_NEAR(host_values(r64)[0], s, 1e-9 * xv.size());
   }
 }
 
