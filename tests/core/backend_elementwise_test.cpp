@@ -188,7 +188,7 @@ TEST(BackendElementwise, ScaleAccumulateAndReductionsMatchTheReference) {
     expect_close(host_values(b->scale(x, 0.3)), map(xv, [](double v) { return v * 0.3f; }), 1e-6f, 0.0f, "scale");
     EXPECT_EQ(b->scale(x, 0.3).layout(), Layout::nChw16c);
 
-    Tensor acc = hx.to(b->device());
+    Tensor acc = hx.to(b->device()).clone();  // to() is hx itself on the CPU
     const int64_t version = acc.version();
     b->accumulate(acc, b->to_layout(hy.to(b->device()), Layout::nChw16c));
     std::vector<float> sum(xv.size());
