@@ -223,7 +223,7 @@ TEST(BackendElementwise, ScaleAccumulateAndReductionsMatchTheReference) {
     EXPECT_THROW(b->reduce_sum_to(x, Shape{3, 4}), Error);
     const Tensor r64 = b->reduce_sum_to(hx.to(DType::f64).to(b->device()), Shape{1});
     EXPECT_EQ(r64.dtype(), DType::f64);
-    EXPECT_NEAR(host_values(r64)[0], s, 1e-9 * xv.size());
+    EXPECT_NEAR(host_values(r64)[0], s, 1e-5);  // host_values rounds to f32
   }
 }
 
