@@ -1,19 +1,12 @@
 #include "autograd/fp32_store.h"
 
-#include <algorithm>
-
-#include "core/parallel.h"
+#include "core/backend.h"
 
 namespace packrat {
 
 Tensor pointwise_derivative(const Pointwise& fn, const Tensor& saved) {
   saved.check_dtype(DType::f32, fn.name.data());
-  Tensor d = Tensor::empty_like(saved);
-  const float* src = saved.data<float>();
-  float* dst = d.data<float>();
-  auto kernel = fn.derivative_from_output ? fn.derivative_from_output : fn.derivative;
-  parallel_chunks(saved.numel(), 1 << 14, [&](int64_t s, int64_t e) { kernel(src + s, dst + s, e - s); });
-  return d;
+  return backend_of(saved).pointwise_derivative(fn.id, saved, fn.derivative_from_output != nullptr);
 }
 
 SavedHandle Fp32Store::save(const Tensor& x, const SaveRequest& r) {
@@ -50,21 +43,10 @@ Tensor Fp32Store::apply_derivative(const SavedHandle& handle, const Tensor& grad
   const Tensor& held = checked(e);
   PACKRAT_CHECK(grad_out.numel() == held.numel(), "{} {}: gradient {} does not match the saved tensor {}",
                 e.request.op, e.request.name, grad_out.shape().str(), e.shape.str());
-  Tensor g = grad_out.to_layout(held.layout());
-  Tensor out = Tensor::empty_like(g);
-  const float *x = held.data<float>(), *gy = g.data<float>();
-  float* gx = out.data<float>();
-  auto kernel = e.request.fn->derivative_from_output ? e.request.fn->derivative_from_output : e.request.fn->derivative;
-  parallel_chunks(out.numel(), 1 << 14, [&](int64_t s, int64_t end) {
-    constexpr int64_t kChunk = 1024;
-    alignas(64) float d[kChunk];
-    for (int64_t i = s; i < end; i += kChunk) {
-      const int64_t n = std::min(kChunk, end - i);
-      kernel(x + i, d, n);
-      for (int64_t j = 0; j < n; ++j) gx[i + j] = gy[i + j] * d[j];
-    }
-  });
-  return out;
+  check_same_device(e.request.op, {&held, &grad_out});
+  const Tensor g = grad_out.to_layout(held.layout());
+  const Pointwise& fn = *e.request.fn;
+  return backend_of(g).pointwise_backward(fn.id, held, g, fn.derivative_from_output != nullptr);
 }
 
 Tensor Fp32Store::load(const SavedHandle& handle) {

@@ -171,7 +171,7 @@ PACKRAT_LOOP(relu_derivative_y, relu_df)  // y > 0 exactly where x > 0
 PACKRAT_LOOP(sigmoid_derivative_y, sigmoid_df_from_y)
 PACKRAT_LOOP(tanh_derivative_y, tanh_df_from_y)
 
-#define PACKRAT_ENTRY(ID) #ID, ID##_scalar_f, ID##_scalar_df, ID##_forward, ID##_derivative
+#define PACKRAT_ENTRY(ID) #ID, ActivationId::ID, ID##_scalar_f, ID##_scalar_df, ID##_forward, ID##_derivative
 
 const Pointwise kRelu{PACKRAT_ENTRY(relu), relu_derivative_y, false, true};
 const Pointwise kLeakyRelu{PACKRAT_ENTRY(leaky_relu), nullptr, false, true};
@@ -205,5 +205,12 @@ const Pointwise& pointwise_by_name(std::string_view name) {
 }
 
 bool is_pointwise_name(std::string_view name) { return find(name) != nullptr; }
+
+const Pointwise& pointwise_by_id(ActivationId id) {
+  static_assert(sizeof(kAll) / sizeof(kAll[0]) == kNumActivations);
+  const auto i = static_cast<size_t>(id);
+  PACKRAT_CHECK(i < static_cast<size_t>(kNumActivations) && kAll[i]->id == id, "activation: unknown id {}", i);
+  return *kAll[i];
+}
 
 }  // namespace packrat

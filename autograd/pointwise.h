@@ -4,10 +4,13 @@
 #include <cstdint>
 #include <string_view>
 
+#include "core/activation_id.h"
+
 namespace packrat {
 
 struct Pointwise {
   std::string_view name;
+  ActivationId id;  // what the backends' pointwise primitives dispatch on
   float (*f)(float);
   float (*df)(float);
   void (*forward)(const float* x, float* y, int64_t n);     // y = f(x)
@@ -25,5 +28,6 @@ struct Pointwise {
 // selu, softplus, elu, mish. Throws packrat::Error naming the function when unknown.
 const Pointwise& pointwise_by_name(std::string_view name);
 bool is_pointwise_name(std::string_view name);
+const Pointwise& pointwise_by_id(ActivationId id);
 
 }  // namespace packrat

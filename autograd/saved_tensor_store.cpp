@@ -3,7 +3,7 @@
 #include <unordered_set>
 
 #include "autograd/fp32_store.h"
-#include "core/parallel.h"
+#include "core/backend.h"
 
 namespace packrat {
 
@@ -20,39 +20,18 @@ std::string_view need_name(Need n) {
 Tensor multiply_elementwise(const Tensor& grad_out, const Tensor& d) {
   PACKRAT_CHECK(grad_out.shape() == d.shape(), "backward: gradient {} and saved derivative {} differ in shape",
                 grad_out.shape().str(), d.shape().str());
+  check_same_device("backward", {&grad_out, &d});
+  Backend& b = backend_of(grad_out);
   Tensor dd = d.to_layout(grad_out.layout());
-  Tensor out = Tensor::empty_like(grad_out);
-  const int64_t n = out.numel();
-  if (grad_out.dtype() == DType::f64) {
-    Tensor d64 = dd.to(DType::f64);
-    const double *g = grad_out.data<double>(), *x = d64.data<double>();
-    double* o = out.data<double>();
-    for (int64_t i = 0; i < n; ++i) o[i] = g[i] * x[i];
-    return out;
-  }
-  const float* g = grad_out.data<float>();
-  float* o = out.data<float>();
-  if (dd.dtype() == DType::u8) {
-    const uint8_t* m = dd.data<uint8_t>();
-    parallel_chunks(n, 1 << 15, [&](int64_t s, int64_t e) {
-      for (int64_t i = s; i < e; ++i) o[i] = m[i] ? g[i] : 0.0f;
-    });
-  } else {
-    const float* x = dd.data<float>();
-    parallel_chunks(n, 1 << 15, [&](int64_t s, int64_t e) {
-      for (int64_t i = s; i < e; ++i) o[i] = g[i] * x[i];
-    });
-  }
-  return out;
+  if (grad_out.dtype() == DType::f64) return b.binary(BinaryOp::Mul, grad_out, dd.to(DType::f64));
+  if (dd.dtype() == DType::u8) return b.mask_scale(grad_out, dd, 1.0f);
+  return b.binary(BinaryOp::Mul, grad_out, dd);
 }
 
 std::pair<Tensor, SavedHandle> SavedTensorStore::forward_and_save(const Tensor& x, const SaveRequest& r) {
   PACKRAT_CHECK(r.fn != nullptr, "{} {}: a pointwise save needs the function", r.op, r.name);
   x.check_dtype(DType::f32, "pointwise forward");
-  Tensor y = Tensor::empty_like(x);
-  const float* src = x.data<float>();
-  float* dst = y.data<float>();
-  parallel_chunks(x.numel(), 1 << 14, [&](int64_t s, int64_t e) { r.fn->forward(src + s, dst + s, e - s); });
+  Tensor y = backend_of(x).pointwise_forward(r.fn->id, x);
   return {y, save(r.fn->derivative_from_output ? y : x, r)};
 }
 

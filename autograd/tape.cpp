@@ -1,8 +1,6 @@
 #include "autograd/tape.h"
 
-#include <cstring>
-
-#include "core/parallel.h"
+#include "core/backend.h"
 
 namespace packrat {
 
@@ -14,24 +12,6 @@ void release_saved(Node& n) {
   for (auto& h : n.saved)
     if (h.valid()) h.store->release(h);
   n.saved.clear();
-}
-
-Tensor add_out_of_place(const Tensor& a, const Tensor& b) {
-  Tensor bb = b.to_layout(a.layout());
-  Tensor out = Tensor::empty_like(a);
-  const int64_t n = a.numel();
-  if (a.dtype() == DType::f64) {
-    const double *x = a.data<double>(), *y = bb.data<double>();
-    double* o = out.data<double>();
-    for (int64_t i = 0; i < n; ++i) o[i] = x[i] + y[i];
-  } else {
-    const float *x = a.data<float>(), *y = bb.data<float>();
-    float* o = out.data<float>();
-    parallel_chunks(n, 1 << 15, [&](int64_t s, int64_t e) {
-      for (int64_t i = s; i < e; ++i) o[i] = x[i] + y[i];
-    });
-  }
-  return out;
 }
 }  // namespace
 
@@ -79,7 +59,9 @@ void accumulate_into(Tensor& dst, const Tensor& src) {
   }
   PACKRAT_CHECK(dst.shape() == src.shape(), "backward: gradient of shape {} cannot accumulate into {}",
                 src.shape().str(), dst.shape().str());
-  dst = add_out_of_place(dst, src);  // out of place: gradients may share buffers (add passes one through)
+  check_same_device("backward", {&dst, &src});
+  // Out of place: gradients may share buffers (add passes one through).
+  dst = backend_of(dst).binary(BinaryOp::Add, dst, src);
 }
 
 void backward(const Tensor& loss) {

@@ -140,16 +140,112 @@ class Backend {
   }
 
   // ---- pointwise activations (ops/activation, stores)
+  // y = f(x): x f32 (any shape, any layout) -> y, same shape and layout.
+  virtual Tensor pointwise_forward(ActivationId fn, const Tensor& x) = 0;
+  // d = f'(x) from the saved x, or with from_output from the saved y = f(x) (relu, sigmoid and
+  // tanh only: Pointwise::derivative_from_output): saved f32 any layout -> d, same shape and layout.
+  virtual Tensor pointwise_derivative(ActivationId fn, const Tensor& saved, bool from_output) = 0;
+  // gx = grad * f'(x), fused (f' never stored): saved (x, or y with from_output) and grad f32 of
+  // the same numel and layout -> gx like grad.
+  virtual Tensor pointwise_backward(ActivationId fn, const Tensor& saved, const Tensor& grad, bool from_output) = 0;
 
   // ---- elementwise and reductions (ops/elementwise, tape, stores, optimizers)
+  // out = a op b, f32 or f64 (both the same dtype). Same shape: over the buffers as they lie,
+  // b reordered to a's layout first, out in a's layout. Other shapes broadcast numpy-style
+  // (trailing dims aligned, size-1 dims stretched: (N, C, 1, 1) x (N, C, H, W)); blocked
+  // operands are read as plain and out is plain, of the broadcast shape.
+  virtual Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b) = 0;
+  // out = a * s: a f32 or f64, any layout -> out like a.
+  virtual Tensor scale(const Tensor& a, double s) = 0;
+  // dst += src in place: same shape and dtype (f32 or f64); src reordered to dst's layout.
+  virtual void accumulate(Tensor& dst, const Tensor& src) = 0;
+  // sum x[i] and sum x[i]^2 over all elements of an f32 tensor (any layout), in double.
+  virtual double reduce_sum(const Tensor& x) = 0;
+  virtual double reduce_sum_squares(const Tensor& x) = 0;
+  // The reverse of broadcasting: x f32 or f64 summed over the dims where `shape` (which x broadcasts
+  // from) has size 1 or is missing, e.g. (R, D) -> (D) column sums, (N, C, H, W) -> (N, C, 1, 1).
+  // Plain out of `shape` in x's dtype; double accumulators.
+  virtual Tensor reduce_sum_to(const Tensor& x, const Shape& shape) = 0;
 
   // ---- softmax, cross-entropy, layernorm (ops/softmax, ops/cross_entropy, ops/layernorm)
+  // Every row primitive works on the last dim of plain f32 tensors (..., D) (R rows of D).
+  // y = softmax(x) per row: x (..., D) -> y (..., D).
+  virtual Tensor softmax_forward(const Tensor& x) = 0;
+  // dx = y * (g - sum(g * y)) per row: y, grad (..., D) -> dx (..., D).
+  virtual Tensor softmax_backward(const Tensor& y, const Tensor& grad) = 0;
+  // Cross-entropy from logits (N, C) and targets (N) i64, label smoothing eps:
+  // loss = mean_n [(1 - eps) (-log p[n, t_n]) + eps mean_c(-log p[n, c])], a scalar () f32;
+  // probs (N, C) = softmax(logits) when want_probs. Throws "cross_entropy <layer>: target .. of
+  // sample .. is out of range [0, C)" on a bad target.
+  struct CrossEntropyOut {
+    Tensor loss, probs;
+  };
+  virtual CrossEntropyOut cross_entropy_forward(const Tensor& logits, const Tensor& targets, float label_smoothing,
+                                                bool want_probs) = 0;
+  // dlogits = (probs - q) * grad_loss / N, q = (1 - eps) onehot(t) + eps / C: probs (N, C),
+  // targets (N) i64, grad_loss a one-element f32 or f64 -> (N, C).
+  virtual Tensor cross_entropy_backward(const Tensor& probs, const Tensor& targets, float label_smoothing,
+                                        const Tensor& grad_loss) = 0;
+  // y = (x - mean) * rstd * weight + bias per row (biased variance, rstd = 1 / sqrt(var + eps));
+  // x (..., D), weight and bias (D) or undefined -> y (..., D), mean and rstd (R).
+  struct LayerNormOut {
+    Tensor y, mean, rstd;
+  };
+  virtual LayerNormOut layernorm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, float eps) = 0;
+  // With xhat = (x - mean) * rstd, gh = grad * weight: dx = rstd (gh - mean(gh) - xhat mean(gh xhat))
+  // (..., D); dweight = sum_rows grad * xhat and dbias = sum_rows grad (D) when asked for.
+  struct LayerNormGrads {
+    Tensor dx, dweight, dbias;
+  };
+  virtual LayerNormGrads layernorm_backward(const Tensor& x, const Tensor& mean, const Tensor& rstd,
+                                            const Tensor& weight, const Tensor& grad, bool want_dweight,
+                                            bool want_dbias) = 0;
 
   // ---- dropout and embedding (ops/dropout, ops/embedding)
+  // Inverted dropout: element i = 256 b + r is kept where the uniform of word r / 64 of
+  // Philox(seed, stream, counter 64 b + r % 64) is >= p; y = keep ? x * scale : 0. x f32 any
+  // layout -> y like x; *mask (when mask is non-null) = keep as u8 0/1, like x.
+  virtual Tensor dropout_forward(const Tensor& x, float p, float scale, uint64_t seed, uint64_t stream,
+                                 Tensor* mask) = 0;
+  // out = mask ? grad * scale : 0: grad f32 and mask u8 of the same numel and layout -> out like grad.
+  virtual Tensor mask_scale(const Tensor& grad, const Tensor& mask, float scale) = 0;
+  // Fills plain f32 t from Philox(seed, stream): block b (4 values) from counter + b; uniform in
+  // [lo, hi), or normal(mean, std) by Box-Muller on word pairs. Returns the blocks used.
+  virtual int64_t fill_uniform(Tensor& t, float lo, float hi, uint64_t seed, uint64_t stream, uint64_t counter) = 0;
+  virtual int64_t fill_normal(Tensor& t, float mean, float std, uint64_t seed, uint64_t stream, uint64_t counter) = 0;
+  // y[i, :] = weight[ids[i], :]: weight (num, D) f32, ids (N...) i64 -> y (N..., D). Throws
+  // "embedding <layer>: id .. at position .. is out of range [0, num)" on a bad id.
+  virtual Tensor embedding_forward(const Tensor& weight, const Tensor& ids) = 0;
+  // dweight[ids[i], :] += grad[i, :] (ids may repeat): grad (N..., D), ids (N...) -> (num, D).
+  virtual Tensor embedding_backward(const Tensor& grad, const Tensor& ids, int64_t num) = 0;
 
   // ---- shape ops (ops/shape_ops, layers)
+  // x (..., M, N) any dtype -> (..., N, M) plain (a copy; a blocked x is read as plain).
+  virtual Tensor transpose_last2(const Tensor& x) = 0;
+  // The option-A shortcut: y[n, c + (Cout - Cin) / 2, h, w] = x[n, c, h * stride, w * stride],
+  // zero in the padded channels: x (N, Cin, H, W) f32 any layout -> y (N, Cout, ceil(H / stride),
+  // ceil(W / stride)) in a layout of the backend's choosing.
+  virtual Tensor pad_channels_subsample(const Tensor& x, int64_t out_channels, int64_t stride) = 0;
+  // Its backward: grad (N, Cout, Ho, Wo) -> gx of x_shape (N, Cin, H, W) in x_layout, zero where
+  // the forward did not read.
+  virtual Tensor pad_channels_subsample_backward(const Tensor& grad, const Shape& x_shape, Layout x_layout,
+                                                 int64_t stride) = 0;
 
   // ---- optimizer updates (optim)
+  // One fused SGD step over param, grad (and the momentum buffer), f32 of one layout, as PyTorch:
+  // d = g + wd p; buf = first ? d : momentum buf + (1 - dampening) d; p -= lr (nesterov ?
+  // d + momentum buf : buf). With momentum 0 (buf undefined): p -= lr d.
+  struct SgdStep {
+    float lr, weight_decay, momentum, dampening;
+    bool nesterov, first;
+  };
+  virtual void sgd_update(Tensor& param, const Tensor& grad, Tensor& momentum_buffer, const SgdStep& s) = 0;
+  // One fused AdamW step, as PyTorch: p *= decay; m += (g - m)(1 - b1); v = b2 v + (1 - b2) g^2;
+  // p -= step_size m / (sqrt(v) / bc2_sqrt + eps). param, grad, m, v f32 of one layout.
+  struct AdamWStep {
+    float decay, beta1, beta2, step_size, bc2_sqrt, eps;
+  };
+  virtual void adamw_update(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const AdamWStep& s) = 0;
 };
 
 // The backend of a device. The CPU's always exists; asking for a device that this build or

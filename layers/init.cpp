@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "core/parallel.h"
+#include "core/backend.h"
 
 namespace packrat::init {
 
@@ -29,48 +29,24 @@ int64_t fan_out(const Shape& s) {
   return s[0] * receptive_field(s);
 }
 
-// Fills t in parallel from the stream's counter on, four values per Philox block (block b of
-// the tensor uses counter base + b), then advances the stream past the blocks used.
-template <typename Block>
-void fill_blocks(Tensor& t, PhiloxStream& rng, Block block) {
-  const auto st = rng.state();  // (seed, stream, counter, used words)
-  const int64_t n = t.numel(), blocks = (n + 3) / 4;
-  float* p = t.data<float>();
-  parallel_chunks(blocks, 1 << 12, [&](int64_t b0, int64_t b1) {
-    for (int64_t b = b0; b < b1; ++b) {
-      uint32_t w[4];
-      Philox4x32::generate(st[0], st[1], st[2] + static_cast<uint64_t>(b), w);
-      float v[4];
-      block(w, v);
-      for (int64_t k = 0; k < 4 && 4 * b + k < n; ++k) p[4 * b + k] = v[k];
-    }
-  });
-  rng.set_state({st[0], st[1], st[2] + static_cast<uint64_t>(blocks), 4});
-  t.bump_version();
-}
-
 void uniform(Tensor& t, float lo, float hi, PhiloxStream& rng) {
   check_f32_plain(t, "uniform");
-  fill_blocks(t, rng, [lo, hi](const uint32_t* w, float* v) {
-    for (int k = 0; k < 4; ++k) v[k] = lo + (hi - lo) * Philox4x32::to_uniform(w[k]);
-  });
+  // Block b of the tensor takes counter + b; the stream then moves past the blocks used.
+  const auto st = rng.state();  // (seed, stream, counter, used words)
+  const int64_t blocks = backend_of(t).fill_uniform(t, lo, hi, st[0], st[1], st[2]);
+  rng.set_state({st[0], st[1], st[2] + static_cast<uint64_t>(blocks), 4});
 }
 
 void normal(Tensor& t, float mean, float std, PhiloxStream& rng) {
   check_f32_plain(t, "normal");
-  fill_blocks(t, rng, [mean, std](const uint32_t* w, float* v) {
-    for (int k = 0; k < 4; k += 2) {  // Box-Muller: two normals from two uniforms
-      const float u1 = std::max(Philox4x32::to_uniform(w[k]), 1e-7f), u2 = Philox4x32::to_uniform(w[k + 1]);
-      const float r = std::sqrt(-2.0f * std::log(u1)), a = 6.28318530717958647f * u2;
-      v[k] = mean + std * r * std::cos(a);
-      v[k + 1] = mean + std * r * std::sin(a);
-    }
-  });
+  const auto st = rng.state();  // (seed, stream, counter, used words)
+  const int64_t blocks = backend_of(t).fill_normal(t, mean, std, st[0], st[1], st[2]);
+  rng.set_state({st[0], st[1], st[2] + static_cast<uint64_t>(blocks), 4});
 }
 
 void constant(Tensor& t, float value) {
   check_f32_plain(t, "constant");
-  for (float& v : t.span<float>()) v = value;
+  backend_of(t).fill(t, value);
   t.bump_version();
 }
 

@@ -2,7 +2,7 @@
 
 #include <cmath>
 
-#include "core/parallel.h"
+#include "core/backend.h"
 
 namespace packrat {
 
@@ -24,28 +24,17 @@ void AdamW::update(size_t i, Tensor& param, const Tensor& grad) {
   }
   const int64_t t = ++param_steps_[i];
   const double rate = lr();
-  const float decay = static_cast<float>(1.0 - rate * o_.weight_decay);
-  const float b1 = static_cast<float>(o_.beta1), b2 = static_cast<float>(o_.beta2);
   const double bc1 = 1.0 - std::pow(o_.beta1, static_cast<double>(t));
   const double bc2 = 1.0 - std::pow(o_.beta2, static_cast<double>(t));
-  const float step_size = static_cast<float>(rate / bc1);
-  const float bc2_sqrt = static_cast<float>(std::sqrt(bc2));
-  const float eps = static_cast<float>(o_.eps);
-  float* p = param.data<float>();
-  const float* g = grad.data<float>();
-  float* m = m_t.data<float>();
-  float* v = v_t.data<float>();
-  parallel_chunks(param.numel(), 1 << 14, [&](int64_t b, int64_t e) {
-    for (int64_t k = b; k < e; ++k) {
-      p[k] *= decay;
-      m[k] += (g[k] - m[k]) * (1.0f - b1);  // lerp, as PyTorch
-      v[k] = b2 * v[k] + (1.0f - b2) * g[k] * g[k];
-      const float denom = std::sqrt(v[k]) / bc2_sqrt + eps;
-      p[k] -= step_size * m[k] / denom;
-    }
-  });
-  m_t.bump_version();
-  v_t.bump_version();
+  Backend::AdamWStep st;
+  st.decay = static_cast<float>(1.0 - rate * o_.weight_decay);
+  st.beta1 = static_cast<float>(o_.beta1);
+  st.beta2 = static_cast<float>(o_.beta2);
+  st.step_size = static_cast<float>(rate / bc1);
+  st.bc2_sqrt = static_cast<float>(std::sqrt(bc2));
+  st.eps = static_cast<float>(o_.eps);
+  check_same_device("adamw", {&param, &grad, &m_t, &v_t});
+  backend_of(param).adamw_update(param, grad, m_t, v_t, st);
 }
 
 void AdamW::save_extra(NamedTensors& out) const {

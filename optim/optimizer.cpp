@@ -2,8 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <set>
+
+#include "core/backend.h"
 
 namespace packrat {
 
@@ -105,7 +106,7 @@ void Optimizer::load_state_dict(const NamedTensors& state) {
     TagScope tag(MemTag::OptimizerState);
     Tensor copy = Tensor::empty(p.shape(), DType::f32, p.layout());
     const Tensor src = t.to_layout(p.layout());
-    std::memcpy(copy.raw(), src.raw(), copy.nbytes());
+    backend_of(copy).copy(src, copy);
     v[it->second] = copy;
   }
   PACKRAT_CHECK(steps >= 0, "optimizer state: the 'step' entry is missing");

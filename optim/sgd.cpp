@@ -1,6 +1,6 @@
 #include "optim/sgd.h"
 
-#include "core/parallel.h"
+#include "core/backend.h"
 
 namespace packrat {
 
@@ -14,33 +14,21 @@ SGD::SGD(NamedTensors params, const SgdOptions& o) : Optimizer(std::move(params)
 }
 
 void SGD::update(size_t i, Tensor& param, const Tensor& grad) {
-  float* p = param.data<float>();
-  const float* g = grad.data<float>();
-  const int64_t n = param.numel();
-  const float rate = static_cast<float>(lr()), wd = static_cast<float>(o_.weight_decay);
-  const float mom = static_cast<float>(o_.momentum), damp = 1.0f - static_cast<float>(o_.dampening);
+  check_same_device("sgd", {&param, &grad});
+  Backend::SgdStep st{static_cast<float>(lr()), static_cast<float>(o_.weight_decay), static_cast<float>(o_.momentum),
+                      static_cast<float>(o_.dampening), o_.nesterov, false};
   if (o_.momentum == 0.0) {
-    parallel_chunks(n, 1 << 14, [&](int64_t b, int64_t e) {
-      for (int64_t k = b; k < e; ++k) p[k] -= rate * (g[k] + wd * p[k]);
-    });
+    Tensor none;
+    backend_of(param).sgd_update(param, grad, none, st);
     return;
   }
-  Tensor& buf_t = state("momentum_buffer", i);
-  const bool first = !buf_t.defined();
-  if (first) {
+  Tensor& buf = state("momentum_buffer", i);
+  st.first = !buf.defined();
+  if (st.first) {
     TagScope tag(MemTag::OptimizerState);
-    buf_t = new_state(i);
+    buf = new_state(i);
   }
-  float* buf = buf_t.data<float>();
-  const bool nesterov = o_.nesterov;
-  parallel_chunks(n, 1 << 14, [&](int64_t b, int64_t e) {
-    for (int64_t k = b; k < e; ++k) {
-      const float d = g[k] + wd * p[k];
-      buf[k] = first ? d : mom * buf[k] + damp * d;
-      p[k] -= rate * (nesterov ? d + mom * buf[k] : buf[k]);
-    }
-  });
-  buf_t.bump_version();
+  backend_of(param).sgd_update(param, grad, buf, st);
 }
 
 }  // namespace packrat

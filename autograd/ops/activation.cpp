@@ -6,23 +6,11 @@
 #include "autograd/pointwise.h"
 #include "autograd/saved_tensor_store.h"
 #include "autograd/tape.h"
-#include "core/parallel.h"
+#include "core/backend.h"
 
 #include <tuple>
 
 namespace packrat::ops {
-
-namespace {
-
-Tensor apply_forward(const Pointwise& fn, const Tensor& x) {
-  Tensor y = Tensor::empty_like(x);
-  const float* src = x.data<float>();
-  float* dst = y.data<float>();
-  parallel_chunks(x.numel(), 1 << 14, [&](int64_t s, int64_t e) { fn.forward(src + s, dst + s, e - s); });
-  return y;
-}
-
-}  // namespace
 
 Tensor activation(const Tensor& x, std::string_view name) {
   const Pointwise& fn = pointwise_by_name(name);
@@ -30,7 +18,7 @@ Tensor activation(const Tensor& x, std::string_view name) {
   PACKRAT_CHECK(x.defined(), "{} {}: the input is undefined", fn.name, layer);
   PACKRAT_CHECK(x.dtype() == DType::f32, "{} {}: expects an f32 input, got {} {}", fn.name, layer,
                 x.shape().str(), dtype_name(x.dtype()));
-  if (!needs_grad({&x})) return apply_forward(fn, x);
+  if (!needs_grad({&x})) return backend_of(x).pointwise_forward(fn.id, x);
 
   SaveRequest req;
   req.need = Need::Derivative;
@@ -41,7 +29,7 @@ Tensor activation(const Tensor& x, std::string_view name) {
   SavedHandle h;
   if (x.storage()->allocation->tag() == MemTag::Parameter) {
     // A parameter goes through the pass-through store (never compressed): save it plainly.
-    y = apply_forward(fn, x);
+    y = backend_of(x).pointwise_forward(fn.id, x);
     h = save_for_backward(fn.derivative_from_output ? y : x, req);
   } else {
     std::tie(y, h) = current_policy().store_for(req).forward_and_save(x, req);

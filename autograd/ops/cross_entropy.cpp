@@ -4,14 +4,12 @@
 // (exact: the most sensitive tensor in GACT's study) and the targets; backward is
 // dlogits = (p - q) / N * g.
 #include <bit>
-#include <cmath>
 #include <string>
 
 #include "autograd/ops.h"
 #include "autograd/saved_tensor_store.h"
 #include "autograd/tape.h"
-#include "autograd/ops/eltwise_common.h"
-#include "core/parallel.h"
+#include "core/backend.h"
 
 namespace packrat::ops {
 
@@ -30,40 +28,9 @@ Tensor cross_entropy(const Tensor& logits_any, const Tensor& targets, float labe
   PACKRAT_CHECK(N > 0 && C > 0, "cross_entropy {}: empty logits {}", layer, logits_any.shape().str());
   PACKRAT_CHECK(label_smoothing >= 0.0f && label_smoothing <= 1.0f,
                 "cross_entropy {}: label_smoothing must be in [0, 1], got {}", layer, label_smoothing);
-  const int64_t* t = targets.data<int64_t>();
-  for (int64_t i = 0; i < N; ++i)
-    PACKRAT_CHECK(t[i] >= 0 && t[i] < C, "cross_entropy {}: target {} of sample {} is out of range [0, {})", layer,
-                  t[i], i, C);
-
-  const Tensor logits = logits_any.to_plain();
-  const float* x = logits.data<float>();
+  check_same_device("cross_entropy", {&logits_any, &targets});
   const bool grad = needs_grad({&logits_any});
-  Tensor probs = grad ? Tensor::empty(Shape{N, C}) : Tensor();  // (N, C)
-  std::vector<double> row_loss(static_cast<size_t>(N));
-  const double eps = label_smoothing;
-  detail::rows_for(N, 4 * C, [&](int64_t n) {
-    const float* r = x + n * C;
-    float mx = r[0];
-    for (int64_t c = 1; c < C; ++c) mx = std::max(mx, r[c]);
-    double sum = 0, sum_shifted = 0;  // sum exp(x - max), sum (x - max)
-    for (int64_t c = 0; c < C; ++c) {
-      const double s = static_cast<double>(r[c]) - mx;
-      sum += std::exp(s);
-      sum_shifted += s;
-    }
-    const double lse = std::log(sum);  // log p[c] = (x[c] - max) - lse
-    const double nll = lse - (static_cast<double>(r[t[n]]) - mx);
-    const double smooth = lse - sum_shifted / static_cast<double>(C);  // mean_c(-log p[c])
-    row_loss[static_cast<size_t>(n)] = (1.0 - eps) * nll + eps * smooth;
-    if (grad) {
-      float* p = probs.data<float>() + n * C;
-      for (int64_t c = 0; c < C; ++c) p[c] = static_cast<float>(std::exp(static_cast<double>(r[c]) - mx - lse));
-    }
-  });
-  double total = 0;
-  for (double l : row_loss) total += l;
-  Tensor loss = Tensor::empty(Shape());  // scalar
-  loss.data<float>()[0] = static_cast<float>(total / static_cast<double>(N));
+  auto [loss, probs] = backend_of(logits_any).cross_entropy_forward(logits_any, targets, label_smoothing, grad);
 
   if (grad) {
     SaveRequest req;
@@ -77,20 +44,10 @@ Tensor cross_entropy(const Tensor& logits_any, const Tensor& targets, float labe
     std::vector<SavedHandle> saved{save_for_backward(probs, req), save_for_backward(targets, treq)};
     const float eps_f = label_smoothing;
     record("cross_entropy", {&logits_any, &targets}, {&loss}, std::move(saved),
-           [N, C, eps_f](Node& node, const std::vector<Tensor>& g) -> std::vector<Tensor> {
+           [eps_f](Node& node, const std::vector<Tensor>& g) -> std::vector<Tensor> {
              const Tensor p = node.load(0);
              const Tensor tg = node.load(1);
-             const float gscale = g[0].to(DType::f32).data<float>()[0] / static_cast<float>(N);
-             const float off = eps_f / static_cast<float>(C), on = 1.0f - eps_f + off;
-             Tensor gx = Tensor::empty(Shape{N, C});  // (N, C)
-             const float* pp = p.data<float>();
-             const int64_t* tp = tg.data<int64_t>();
-             float* out = gx.data<float>();
-             detail::rows_for(N, C, [&](int64_t n) {
-               for (int64_t c = 0; c < C; ++c) out[n * C + c] = (pp[n * C + c] - off) * gscale;
-               out[n * C + tp[n]] = (pp[n * C + tp[n]] - on) * gscale;
-             });
-             return {gx, Tensor()};
+             return {backend_of(p).cross_entropy_backward(p, tg, eps_f, g[0]), Tensor()};
            });
   }
   return loss;

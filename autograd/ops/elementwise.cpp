@@ -1,76 +1,58 @@
-// add, mul, scale: elementwise over the buffers as they lie. The output keeps the first
-// operand's layout; a second operand in another layout is reordered to it first.
+// add, mul, scale. Operands of one shape go elementwise over the buffers as they lie: the
+// output keeps the first operand's layout, a second operand in another layout is reordered to
+// it first. Other shapes broadcast numpy-style ((N, C, 1, 1) * (N, C, H, W), as in
+// squeeze-and-excitation) into a plain output; the gradient of a stretched operand is summed
+// back to its shape.
+#include <algorithm>
 #include <string>
 
 #include "autograd/ops.h"
 #include "autograd/saved_tensor_store.h"
 #include "autograd/tape.h"
-#include "core/parallel.h"
+#include "core/backend.h"
 
 namespace packrat::ops {
 
 namespace {
 
-constexpr int64_t kGrain = 1 << 15;
-
 void check_pair(const char* op, const Tensor& a, const Tensor& b) {
   const std::string& layer = LayerScope::current();
   PACKRAT_CHECK(a.defined() && b.defined(), "{} {}: an operand is undefined", op, layer);
-  PACKRAT_CHECK(a.shape() == b.shape(), "{} {}: operand shapes {} and {} differ (no broadcasting)", op, layer,
-                a.shape().str(), b.shape().str());
+  check_same_device(op, {&a, &b});
+  const auto &da = a.shape().dims(), &db = b.shape().dims();
+  for (size_t i = 0; i < std::min(da.size(), db.size()); ++i) {
+    const int64_t x = da[da.size() - 1 - i], y = db[db.size() - 1 - i];
+    PACKRAT_CHECK(x == y || x == 1 || y == 1, "{} {}: operand shapes {} and {} do not broadcast", op, layer,
+                  a.shape().str(), b.shape().str());
+  }
   PACKRAT_CHECK(a.dtype() == b.dtype(), "{} {}: operand dtypes {} and {} differ", op, layer, dtype_name(a.dtype()),
                 dtype_name(b.dtype()));
   PACKRAT_CHECK(a.dtype() == DType::f32 || a.dtype() == DType::f64, "{} {}: expects f32 or f64 operands, got {}", op,
                 layer, dtype_name(a.dtype()));
 }
 
-// out[i] = f(a[i], b[i]) over equal-layout f32/f64 buffers.
-template <typename F>
-Tensor binary(const Tensor& a, const Tensor& b_any, F f) {
-  Tensor b = b_any.to_layout(a.layout());
-  Tensor out = Tensor::empty_like(a);
-  const int64_t n = a.numel();
-  auto run = [&](auto* tag) {
-    using T = std::remove_pointer_t<decltype(tag)>;
-    const T* __restrict x = a.data<T>();
-    const T* __restrict y = b.data<T>();
-    T* __restrict o = out.data<T>();
-    parallel_chunks(n, kGrain, [&](int64_t s, int64_t e) {
-      for (int64_t i = s; i < e; ++i) o[i] = f(x[i], y[i]);
-    });
-  };
-  if (a.dtype() == DType::f64) run(static_cast<double*>(nullptr));
-  else run(static_cast<float*>(nullptr));
-  return out;
-}
+Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b) { return backend_of(a).binary(op, a, b); }
 
-Tensor scaled(const Tensor& a, double s) {
-  Tensor out = Tensor::empty_like(a);
-  const int64_t n = a.numel();
-  if (a.dtype() == DType::f64) {
-    const double* x = a.data<double>();
-    double* o = out.data<double>();
-    for (int64_t i = 0; i < n; ++i) o[i] = x[i] * s;
-  } else {
-    const float* __restrict x = a.data<float>();
-    float* __restrict o = out.data<float>();
-    const float sf = static_cast<float>(s);
-    parallel_chunks(n, kGrain, [&](int64_t b, int64_t e) {
-      for (int64_t i = b; i < e; ++i) o[i] = x[i] * sf;
-    });
-  }
-  return out;
+Tensor scaled(const Tensor& a, double s) { return backend_of(a).scale(a, s); }
+
+// The gradient of an operand of `shape` in `layout` from g of the output's shape: g summed over
+// the dims the operand was stretched along, or g itself in the operand's layout.
+Tensor to_operand(const Tensor& g, const Shape& shape, Layout layout) {
+  if (g.shape() == shape) return g.to_layout(layout);
+  return backend_of(g).reduce_sum_to(g, shape).to_layout(layout);
 }
 
 }  // namespace
 
 Tensor add(const Tensor& a, const Tensor& b) {
   check_pair("add", a, b);
-  Tensor y = binary(a, b, [](auto x, auto z) { return x + z; });
+  Tensor y = binary(BinaryOp::Add, a, b);
   if (needs_grad({&a, &b})) {
     const Layout la = a.layout(), lb = b.layout();
-    record("add", {&a, &b}, {&y}, {}, [la, lb](Node&, const std::vector<Tensor>& g) -> std::vector<Tensor> {
-      return {g[0].to_layout(la), g[0].to_layout(lb)};  // passed through (accumulation is out of place)
+    const Shape sa = a.shape(), sb = b.shape();
+    record("add", {&a, &b}, {&y}, {}, [la, lb, sa, sb](Node&, const std::vector<Tensor>& g) -> std::vector<Tensor> {
+      // Passed through where the shapes agree (accumulation is out of place).
+      return {to_operand(g[0], sa, la), to_operand(g[0], sb, lb)};
     });
   }
   return y;
@@ -78,7 +60,7 @@ Tensor add(const Tensor& a, const Tensor& b) {
 
 Tensor mul(const Tensor& a, const Tensor& b) {
   check_pair("mul", a, b);
-  Tensor y = binary(a, b, [](auto x, auto z) { return x * z; });
+  Tensor y = binary(BinaryOp::Mul, a, b);
   if (needs_grad({&a, &b})) {
     // d/da = g * b, d/db = g * a: keep each operand only if the other one needs its gradient.
     const bool ga = a.requires_grad(), gb = b.requires_grad();
@@ -90,12 +72,13 @@ Tensor mul(const Tensor& a, const Tensor& b) {
     if (ga) saved.push_back(save_for_backward(b, req));
     if (gb) saved.push_back(save_for_backward(a, req));
     const Layout la = a.layout(), lb = b.layout();
+    const Shape sa = a.shape(), sb = b.shape();
     record("mul", {&a, &b}, {&y}, std::move(saved),
-           [ga, gb, la, lb](Node& n, const std::vector<Tensor>& g) -> std::vector<Tensor> {
+           [ga, gb, la, lb, sa, sb](Node& n, const std::vector<Tensor>& g) -> std::vector<Tensor> {
              std::vector<Tensor> out(2);
              size_t k = 0;
-             if (ga) out[0] = binary(g[0], n.load(k++), [](auto x, auto z) { return x * z; }).to_layout(la);
-             if (gb) out[1] = binary(g[0], n.load(k++), [](auto x, auto z) { return x * z; }).to_layout(lb);
+             if (ga) out[0] = to_operand(binary(BinaryOp::Mul, g[0], n.load(k++)), sa, la);
+             if (gb) out[1] = to_operand(binary(BinaryOp::Mul, g[0], n.load(k++)), sb, lb);
              return out;
            });
   }
@@ -107,6 +90,7 @@ Tensor scale(const Tensor& a, float s) {
   PACKRAT_CHECK(a.defined(), "scale {}: the operand is undefined", layer);
   PACKRAT_CHECK(a.dtype() == DType::f32 || a.dtype() == DType::f64, "scale {}: expects f32 or f64, got {}", layer,
                 dtype_name(a.dtype()));
+  check_same_device("scale", {&a});
   Tensor y = scaled(a, s);
   if (needs_grad({&a})) {
     record("scale", {&a}, {&y}, {}, [s](Node&, const std::vector<Tensor>& g) -> std::vector<Tensor> {

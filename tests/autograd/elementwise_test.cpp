@@ -31,6 +31,24 @@ TEST(ElementwiseOpGrad, CentralDifferencesForAddMulScale) {
   gradcheck([](const std::vector<Tensor>& in) { return ops::add(ops::mul(in[0], in[1]), in[0]); }, {a, b});
 }
 
+TEST(ElementwiseOpGrad, BroadcastingOperandsGetGradientsSummedToTheirShape) {
+  // Squeeze-and-excitation's gate: (N, C, 1, 1) * (N, C, H, W); a bias row; both stretched.
+  Tensor gate = random_tensor({2, 3, 1, 1}, 1).set_requires_grad(true);
+  Tensor x = random_tensor({2, 3, 4, 5}, 2).set_requires_grad(true);
+  Tensor row = random_tensor({5}, 3).set_requires_grad(true);
+  Tensor col = random_tensor({4, 1}, 4).set_requires_grad(true);
+  gradcheck([](const std::vector<Tensor>& in) { return ops::mul(in[0], in[1]); }, {gate, x});
+  gradcheck([](const std::vector<Tensor>& in) { return ops::mul(in[1], in[0]); }, {gate, x});
+  gradcheck([](const std::vector<Tensor>& in) { return ops::add(in[0], in[1]); }, {x, row});
+  gradcheck([](const std::vector<Tensor>& in) { return ops::add(in[0], in[1]); }, {col, row});
+  gradcheck([](const std::vector<Tensor>& in) { return ops::mul(in[0], in[1]); }, {col, row});
+  Tensor y = ops::mul(gate, x);
+  EXPECT_EQ(y.shape(), Shape({2, 3, 4, 5}));
+  const std::vector<float> g = gate.to_vector(), xv = x.to_vector(), yv = y.to_vector();
+  for (size_t i = 0; i < yv.size(); ++i) EXPECT_EQ(yv[i], g[i / 20] * xv[i]);
+  EXPECT_EQ(ops::add(col, row).shape(), Shape({4, 5}));
+}
+
 TEST(ElementwiseOpGrad, MulSavesOnlyTheOperandTheOtherGradientNeeds) {
   Fp32Policy policy;
   PolicyScope scope(policy);

@@ -1,0 +1,186 @@
+// CpuBackend: dropout masks from Philox, masked scaling, Philox fills for initialisation,
+// embedding gather / scatter-add.
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "core/cpu/cpu_backend.h"
+#include "core/cpu/loops.h"
+#include "core/philox.h"
+
+namespace packrat::cpu {
+
+namespace {
+
+constexpr int64_t kLanes = 64;          // Philox counters per dropout block
+constexpr int64_t kBlock = 4 * kLanes;  // elements per dropout block
+
+// One Philox-4x32-10 round (Philox4x32::generate, unrolled by hand so the lane loop vectorises).
+#define PACKRAT_PHILOX_ROUND(R)                                                            \
+  {                                                                                        \
+    const uint64_t p0 = static_cast<uint64_t>(Philox4x32::kMul0) * c0;                     \
+    const uint64_t p1 = static_cast<uint64_t>(Philox4x32::kMul1) * c2;                     \
+    const uint32_t k0 = key0 + (R) * Philox4x32::kWeyl0, k1 = key1 + (R) * Philox4x32::kWeyl1; \
+    c0 = static_cast<uint32_t>(p1 >> 32) ^ c1 ^ k0;                                        \
+    c1 = static_cast<uint32_t>(p1);                                                        \
+    c2 = static_cast<uint32_t>(p0 >> 32) ^ c3 ^ k1;                                        \
+    c3 = static_cast<uint32_t>(p0);                                                        \
+  }
+
+// The four words of counters [counter0, counter0 + 64), word-major: w[k][j]; the same numbers
+// as Philox4x32::generate (checked by the tests).
+void philox_block(uint64_t seed, uint64_t stream, uint64_t counter0, uint32_t (&w)[4][kLanes]) {
+  const uint32_t key0 = static_cast<uint32_t>(seed), key1 = static_cast<uint32_t>(seed >> 32);
+  const uint32_t s0 = static_cast<uint32_t>(stream), s1 = static_cast<uint32_t>(stream >> 32);
+  const uint32_t hi = static_cast<uint32_t>(counter0 >> 32), lo0 = static_cast<uint32_t>(counter0);
+  // counter0 is a multiple of 64, so counter0 + j never carries into the high word.
+  for (uint32_t j = 0; j < kLanes; ++j) {
+    uint32_t c0 = lo0 + j, c1 = hi, c2 = s0, c3 = s1;
+    PACKRAT_PHILOX_ROUND(0) PACKRAT_PHILOX_ROUND(1) PACKRAT_PHILOX_ROUND(2) PACKRAT_PHILOX_ROUND(3)
+    PACKRAT_PHILOX_ROUND(4) PACKRAT_PHILOX_ROUND(5) PACKRAT_PHILOX_ROUND(6) PACKRAT_PHILOX_ROUND(7)
+    PACKRAT_PHILOX_ROUND(8) PACKRAT_PHILOX_ROUND(9)
+    w[0][j] = c0;
+    w[1][j] = c1;
+    w[2][j] = c2;
+    w[3][j] = c3;
+  }
+}
+#undef PACKRAT_PHILOX_ROUND
+
+// mask[i] = 1 where element i is kept; y[i] = x[i] * scale there, 0 elsewhere. mask may be null.
+void dropout_loop(const float* x, float* y, uint8_t* mask, int64_t n, float p, float scale, uint64_t seed,
+                  uint64_t stream) {
+  const int64_t blocks = (n + kBlock - 1) / kBlock;
+  parallel_chunks(blocks, 16, [&](int64_t bb, int64_t be) {
+    // Locals and restrict pointers: loads through the closure would block vectorisation.
+    const float* __restrict xs = x;
+    float* __restrict ys = y;
+    uint8_t* __restrict ms = mask;
+    const float pl = p, sl = scale;
+    alignas(64) uint32_t w[4][kLanes];
+    for (int64_t b = bb; b < be; ++b) {
+      philox_block(seed, stream, static_cast<uint64_t>(b * kLanes), w);
+      const int64_t base = b * kBlock;
+      const int64_t count = std::min<int64_t>(kBlock, n - base);
+      for (int64_t k = 0; k < 4; ++k) {
+        const int64_t off = base + k * kLanes;
+        const int64_t len = std::min<int64_t>(kLanes, count - k * kLanes);
+        const uint32_t* wk = w[k];
+        for (int64_t j = 0; j < len; ++j)
+          ys[off + j] = Philox4x32::to_uniform(wk[j]) >= pl ? xs[off + j] * sl : 0.0f;
+        if (ms)
+          for (int64_t j = 0; j < len; ++j) ms[off + j] = Philox4x32::to_uniform(wk[j]) >= pl ? 1 : 0;
+      }
+    }
+  });
+}
+
+// Fills t in parallel, four values per Philox block (block b uses counter + b); returns the
+// blocks used.
+template <typename Block>
+int64_t fill_blocks(Tensor& t, uint64_t seed, uint64_t stream, uint64_t counter, Block block) {
+  PACKRAT_CHECK(t.dtype() == DType::f32 && t.layout() == Layout::Plain, "init: needs a plain f32 tensor, got {}",
+                t.describe());
+  const int64_t n = t.numel(), blocks = (n + 3) / 4;
+  float* p = t.data<float>();
+  parallel_chunks(blocks, 1 << 12, [&](int64_t b0, int64_t b1) {
+    for (int64_t b = b0; b < b1; ++b) {
+      uint32_t w[4];
+      Philox4x32::generate(seed, stream, counter + static_cast<uint64_t>(b), w);
+      float v[4];
+      block(w, v);
+      for (int64_t k = 0; k < 4 && 4 * b + k < n; ++k) p[4 * b + k] = v[k];
+    }
+  });
+  t.bump_version();
+  return blocks;
+}
+
+}  // namespace
+
+Tensor CpuBackend::dropout_forward(const Tensor& x, float p, float scale, uint64_t seed, uint64_t stream,
+                                   Tensor* mask) {
+  x.check_dtype(DType::f32, "dropout");
+  Tensor y = Tensor::empty_like(x);
+  if (mask) *mask = empty_cpu(x.shape(), DType::u8, x.layout());  // like x, 0/1
+  dropout_loop(x.data<float>(), y.data<float>(), mask ? mask->data<uint8_t>() : nullptr, x.numel(), p, scale, seed,
+               stream);
+  return y;
+}
+
+Tensor CpuBackend::mask_scale(const Tensor& grad, const Tensor& mask, float scale) {
+  grad.check_dtype(DType::f32, "mask_scale");
+  mask.check_dtype(DType::u8, "mask_scale");
+  PACKRAT_CHECK(grad.numel() == mask.numel() && grad.layout() == mask.layout(), "{}: gradient {} and mask {}",
+                op_where("mask_scale"), grad.describe(), mask.describe());
+  Tensor gx = Tensor::empty_like(grad);
+  const uint8_t* __restrict keep = mask.data<uint8_t>();
+  const float* __restrict src = grad.data<float>();
+  float* __restrict dst = gx.data<float>();
+  parallel_chunks(gx.numel(), kBinaryGrain, [&](int64_t s, int64_t e) {
+    const uint8_t* __restrict k = keep;
+    const float* __restrict in = src;
+    float* __restrict out = dst;
+    const float sc = scale;
+    for (int64_t i = s; i < e; ++i) out[i] = k[i] ? in[i] * sc : 0.0f;
+  });
+  return gx;
+}
+
+int64_t CpuBackend::fill_uniform(Tensor& t, float lo, float hi, uint64_t seed, uint64_t stream, uint64_t counter) {
+  return fill_blocks(t, seed, stream, counter, [lo, hi](const uint32_t* w, float* v) {
+    for (int k = 0; k < 4; ++k) v[k] = lo + (hi - lo) * Philox4x32::to_uniform(w[k]);
+  });
+}
+
+int64_t CpuBackend::fill_normal(Tensor& t, float mean, float std, uint64_t seed, uint64_t stream, uint64_t counter) {
+  return fill_blocks(t, seed, stream, counter, [mean, std](const uint32_t* w, float* v) {
+    for (int k = 0; k < 4; k += 2) {  // Box-Muller: two normals from two uniforms
+      const float u1 = std::max(Philox4x32::to_uniform(w[k]), 1e-7f), u2 = Philox4x32::to_uniform(w[k + 1]);
+      const float r = std::sqrt(-2.0f * std::log(u1)), a = 6.28318530717958647f * u2;
+      v[k] = mean + std * r * std::cos(a);
+      v[k + 1] = mean + std * r * std::sin(a);
+    }
+  });
+}
+
+Tensor CpuBackend::embedding_forward(const Tensor& weight, const Tensor& ids) {
+  const std::string& layer = LayerScope::current();
+  const int64_t num = weight.dim(0), D = weight.dim(1), n = ids.numel();
+  const int64_t* id = ids.data<int64_t>();
+  for (int64_t i = 0; i < n; ++i)
+    PACKRAT_CHECK(id[i] >= 0 && id[i] < num, "embedding {}: id {} at position {} is out of range [0, {})", layer, id[i],
+                  i, num);
+  std::vector<int64_t> dims = ids.shape().dims();
+  dims.push_back(D);
+  Tensor y = empty_cpu(Shape(dims));  // (N..., D)
+  const float* w = weight.data<float>();
+  float* out = y.data<float>();
+  rows_for(n, D, [&](int64_t i) {
+    const float* row = w + id[i] * D;
+    for (int64_t j = 0; j < D; ++j) out[i * D + j] = row[j];
+  });
+  return y;
+}
+
+Tensor CpuBackend::embedding_backward(const Tensor& grad, const Tensor& ids, int64_t num) {
+  const Tensor go = grad.to_plain();
+  const int64_t count = ids.numel(), D = go.dim(-1);
+  Tensor gw = empty_cpu(Shape{num, D});  // (num, D)
+  fill(gw, 0.0);
+  const int64_t* idp = ids.data<int64_t>();
+  const float* gp = go.data<float>();
+  float* gwp = gw.data<float>();
+  // Rows may repeat: split over columns so that no two threads touch one element.
+  parallel_chunks(D, std::max<int64_t>(16, kMinParallelWork / std::max<int64_t>(count, 1)), [&](int64_t jb, int64_t je) {
+    for (int64_t i = 0; i < count; ++i) {
+      float* dst = gwp + idp[i] * D;
+      const float* src = gp + i * D;
+      for (int64_t j = jb; j < je; ++j) dst[j] += src[j];
+    }
+  });
+  return gw;
+}
+
+}  // namespace packrat::cpu

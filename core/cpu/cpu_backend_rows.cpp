@@ -1,0 +1,194 @@
+// CpuBackend: per-row primitives over the last dim: softmax, cross-entropy with label
+// smoothing, layernorm. One row per OpenMP iteration (rows_for); exp is the vectorisable one of
+// autograd/pointwise_math.h.
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "autograd/pointwise_math.h"
+#include "core/cpu/cpu_backend.h"
+#include "core/cpu/loops.h"
+
+namespace packrat::cpu {
+
+Tensor CpuBackend::softmax_forward(const Tensor& x_any) {
+  x_any.check_dtype(DType::f32, "softmax");
+  const Tensor x = x_any.to_plain();
+  const int64_t D = x.dim(-1), rows = x.numel() / D;
+  Tensor y = empty_cpu(x.shape());  // (..., D)
+  const float* src = x.data<float>();
+  float* dst = y.data<float>();
+  rows_for(rows, 3 * D, [&](int64_t r) {
+    const float* in = src + r * D;
+    float* out = dst + r * D;
+    float mx = in[0];
+    for (int64_t j = 1; j < D; ++j) mx = std::max(mx, in[j]);
+    float sum = 0.0f;  // lane-wise partial sums (vectorised reduction)
+#pragma omp simd reduction(+ : sum)
+    for (int64_t j = 0; j < D; ++j) {
+      const float e = pwmath::fast_exp(in[j] - mx);
+      out[j] = e;
+      sum += e;
+    }
+    const float inv = 1.0f / sum;
+    for (int64_t j = 0; j < D; ++j) out[j] *= inv;
+  });
+  return y;
+}
+
+Tensor CpuBackend::softmax_backward(const Tensor& y_any, const Tensor& grad) {
+  const Tensor yv = y_any.to_plain();
+  const Tensor go = grad.to_plain();
+  PACKRAT_CHECK(yv.shape() == go.shape(), "{} backward: gradient {} for output {}", op_where("softmax"),
+                go.shape().str(), yv.shape().str());
+  const int64_t D = yv.dim(-1);
+  Tensor gx = empty_cpu(yv.shape());  // (..., D)
+  const float* yp = yv.data<float>();
+  const float* gp = go.data<float>();
+  float* out = gx.data<float>();
+  rows_for(yv.numel() / D, 2 * D, [&](int64_t r) {
+    const float *yr = yp + r * D, *gr = gp + r * D;
+    double dot = 0;
+    for (int64_t j = 0; j < D; ++j) dot += static_cast<double>(gr[j]) * yr[j];
+    const float d = static_cast<float>(dot);
+    for (int64_t j = 0; j < D; ++j) out[r * D + j] = yr[j] * (gr[j] - d);
+  });
+  return gx;
+}
+
+Backend::CrossEntropyOut CpuBackend::cross_entropy_forward(const Tensor& logits_any, const Tensor& targets,
+                                                           float label_smoothing, bool want_probs) {
+  const std::string& layer = LayerScope::current();
+  const int64_t N = logits_any.dim(0), C = logits_any.dim(1);
+  const int64_t* t = targets.data<int64_t>();
+  for (int64_t i = 0; i < N; ++i)
+    PACKRAT_CHECK(t[i] >= 0 && t[i] < C, "cross_entropy {}: target {} of sample {} is out of range [0, {})", layer,
+                  t[i], i, C);
+  const Tensor logits = logits_any.to_plain();
+  const float* x = logits.data<float>();
+  CrossEntropyOut res;
+  if (want_probs) res.probs = empty_cpu(Shape{N, C});  // (N, C)
+  float* probs = want_probs ? res.probs.data<float>() : nullptr;
+  std::vector<double> row_loss(static_cast<size_t>(N));  // (N)
+  const double eps = label_smoothing;
+  rows_for(N, 4 * C, [&](int64_t n) {
+    const float* r = x + n * C;
+    float mx = r[0];
+    for (int64_t c = 1; c < C; ++c) mx = std::max(mx, r[c]);
+    double sum = 0, sum_shifted = 0;  // sum exp(x - max), sum (x - max)
+    for (int64_t c = 0; c < C; ++c) {
+      const double s = static_cast<double>(r[c]) - mx;
+      sum += std::exp(s);
+      sum_shifted += s;
+    }
+    const double lse = std::log(sum);  // log p[c] = (x[c] - max) - lse
+    const double nll = lse - (static_cast<double>(r[t[n]]) - mx);
+    const double smooth = lse - sum_shifted / static_cast<double>(C);  // mean_c(-log p[c])
+    row_loss[static_cast<size_t>(n)] = (1.0 - eps) * nll + eps * smooth;
+    if (probs) {
+      float* p = probs + n * C;
+      for (int64_t c = 0; c < C; ++c) p[c] = static_cast<float>(std::exp(static_cast<double>(r[c]) - mx - lse));
+    }
+  });
+  double total = 0;
+  for (double l : row_loss) total += l;
+  res.loss = empty_cpu(Shape());  // scalar
+  res.loss.data<float>()[0] = static_cast<float>(total / static_cast<double>(N));
+  return res;
+}
+
+Tensor CpuBackend::cross_entropy_backward(const Tensor& probs, const Tensor& targets, float label_smoothing,
+                                          const Tensor& grad_loss) {
+  const int64_t N = probs.dim(0), C = probs.dim(1);
+  const float gscale = grad_loss.to(DType::f32).data<float>()[0] / static_cast<float>(N);
+  const float off = label_smoothing / static_cast<float>(C), on = 1.0f - label_smoothing + off;
+  Tensor gx = empty_cpu(Shape{N, C});  // (N, C)
+  const float* pp = probs.data<float>();
+  const int64_t* tp = targets.data<int64_t>();
+  float* out = gx.data<float>();
+  rows_for(N, C, [&](int64_t n) {
+    for (int64_t c = 0; c < C; ++c) out[n * C + c] = (pp[n * C + c] - off) * gscale;
+    out[n * C + tp[n]] = (pp[n * C + tp[n]] - on) * gscale;
+  });
+  return gx;
+}
+
+Backend::LayerNormOut CpuBackend::layernorm_forward(const Tensor& x_any, const Tensor& weight, const Tensor& bias,
+                                                    float eps) {
+  const Tensor x = x_any.to_plain();
+  const int64_t D = x.dim(-1), rows = x.numel() / D;
+  LayerNormOut res{empty_cpu(x.shape()), empty_cpu(Shape{rows}), empty_cpu(Shape{rows})};  // (..., D), (R), (R)
+  const float* xp = x.data<float>();
+  const float* wp = weight.defined() ? weight.data<float>() : nullptr;
+  const float* bp = bias.defined() ? bias.data<float>() : nullptr;
+  float* yp = res.y.data<float>();
+  float* mp = res.mean.data<float>();
+  float* rp = res.rstd.data<float>();
+  rows_for(rows, 3 * D, [&](int64_t r) {
+    const float* xr = xp + r * D;
+    double s = 0;
+    for (int64_t j = 0; j < D; ++j) s += xr[j];
+    const double m = s / static_cast<double>(D);
+    double v = 0;
+    for (int64_t j = 0; j < D; ++j) v += (xr[j] - m) * (xr[j] - m);
+    const float rs = static_cast<float>(1.0 / std::sqrt(v / static_cast<double>(D) + eps));
+    const float mf = static_cast<float>(m);
+    mp[r] = mf;
+    rp[r] = rs;
+    float* yr = yp + r * D;
+    for (int64_t j = 0; j < D; ++j) {
+      float h = (xr[j] - mf) * rs;
+      if (wp) h *= wp[j];
+      if (bp) h += bp[j];
+      yr[j] = h;
+    }
+  });
+  return res;
+}
+
+Backend::LayerNormGrads CpuBackend::layernorm_backward(const Tensor& x_any, const Tensor& mean, const Tensor& rstd,
+                                                       const Tensor& weight, const Tensor& grad, bool want_dweight,
+                                                       bool want_dbias) {
+  const Tensor xs = x_any.to_plain();
+  const Tensor go = grad.to_plain();
+  const int64_t D = xs.dim(-1), R = xs.numel() / D;
+  LayerNormGrads res;
+  res.dx = empty_cpu(xs.shape());  // (..., D)
+  const float *xp = xs.data<float>(), *mp = mean.data<float>(), *rp = rstd.data<float>();
+  const float* wp = weight.defined() ? weight.data<float>() : nullptr;
+  const float* gp = go.data<float>();
+  float* gxp = res.dx.data<float>();
+  rows_for(R, 3 * D, [&](int64_t r) {
+    const float *xr = xp + r * D, *gr = gp + r * D;
+    double sum_gh = 0, sum_ghx = 0;
+    for (int64_t j = 0; j < D; ++j) {
+      const float gh = wp ? gr[j] * wp[j] : gr[j];
+      const float xh = (xr[j] - mp[r]) * rp[r];
+      sum_gh += gh;
+      sum_ghx += static_cast<double>(gh) * xh;
+    }
+    const float a = static_cast<float>(sum_gh / D), b = static_cast<float>(sum_ghx / D);
+    for (int64_t j = 0; j < D; ++j) {
+      const float gh = wp ? gr[j] * wp[j] : gr[j];
+      const float xh = (xr[j] - mp[r]) * rp[r];
+      gxp[r * D + j] = rp[r] * (gh - a - xh * b);
+    }
+  });
+  if (want_dweight || want_dbias) {
+    std::vector<double> sw(static_cast<size_t>(D), 0.0), sb(static_cast<size_t>(D), 0.0);  // (D), (D)
+    for (int64_t r = 0; r < R; ++r)
+      for (int64_t j = 0; j < D; ++j) {
+        const float gv = gp[r * D + j];
+        sw[static_cast<size_t>(j)] += static_cast<double>(gv) * ((xp[r * D + j] - mp[r]) * rp[r]);
+        sb[static_cast<size_t>(j)] += gv;
+      }
+    std::vector<float> fw(sw.begin(), sw.end()), fb(sb.begin(), sb.end());
+    DeviceScope on_cpu(Device::cpu());
+    if (want_dweight) res.dweight = Tensor::from_vector(Shape{D}, fw);
+    if (want_dbias) res.dbias = Tensor::from_vector(Shape{D}, fb);
+  }
+  return res;
+}
+
+}  // namespace packrat::cpu
