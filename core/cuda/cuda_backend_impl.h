@@ -1,6 +1,7 @@
 #pragma once
-// CudaBackend: one per visible GPU. Each section of the primitive table is implemented in its
-// own core/cuda/cuda_backend_<section>.cu, as the CPU backend does.
+// CudaBackend: one per visible GPU. Each section of the primitive table is
+// implemented in its own core/cuda/cuda_backend_<section>.cu, as the CPU
+// backend does.
 #include <memory>
 
 #include "core/backend.h"
@@ -20,14 +21,14 @@ class CudaBackend final : public Backend {
   Tensor to_layout(const Tensor& t, Layout layout) override;
   void convert(const Tensor& src, Tensor& dst) override;
 
-  // ---- primitives without CUDA kernels yet (cuda_backend_pending.cpp): each throws a
-  // packrat::Error naming itself and the device. The CUDA backend issue replaces them one by one.
+  // ---- primitives without CUDA kernels yet (cuda_backend_pending.cpp): each
+  // throws a packrat::Error naming itself and the device. The CUDA backend
+  // issue replaces them one by one.
   Tensor conv_input(const Tensor& x, const ConvGeometry& g) override;
   Tensor conv_forward(const Tensor& x, const Tensor& w, const Tensor& b, const ConvGeometry& g,
                       bool keep_weights) override;
   Tensor conv_backward_data(const Tensor& gy, const Tensor& w, const ConvGeometry& g) override;
-  void conv_backward_weights(const Tensor& x, const Tensor& gy, const ConvGeometry& g, Tensor& gw,
-                             Tensor& gb) override;
+  void conv_backward_weights(const Tensor& x, const Tensor& gy, const ConvGeometry& g, Tensor& gw, Tensor& gb) override;
   Tensor matmul(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, int64_t batch, int64_t M, int64_t K,
                 int64_t N, const Tensor& bias, const Shape& out) override;
   Tensor column_sums(const Tensor& m, int64_t M, int64_t N) override;
@@ -46,6 +47,36 @@ class CudaBackend final : public Backend {
   DType pool_index_dtype(int64_t window) override;
   Tensor adaptive_avgpool_forward(const Tensor& x, int64_t OH, int64_t OW) override;
   Tensor adaptive_avgpool_backward(const Tensor& gy, const Shape& x_shape, Layout layout) override;
+  Tensor pointwise_forward(ActivationId fn, const Tensor& x) override;
+  Tensor pointwise_derivative(ActivationId fn, const Tensor& saved, bool from_output) override;
+  Tensor pointwise_backward(ActivationId fn, const Tensor& saved, const Tensor& grad, bool from_output) override;
+  Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b) override;
+  Tensor scale(const Tensor& a, double s) override;
+  void accumulate(Tensor& dst, const Tensor& src) override;
+  double reduce_sum(const Tensor& x) override;
+  double reduce_sum_squares(const Tensor& x) override;
+  Tensor reduce_sum_to(const Tensor& x, const Shape& shape) override;
+  Tensor softmax_forward(const Tensor& x) override;
+  Tensor softmax_backward(const Tensor& y, const Tensor& grad) override;
+  CrossEntropyOut cross_entropy_forward(const Tensor& logits, const Tensor& targets, float label_smoothing,
+                                        bool want_probs) override;
+  Tensor cross_entropy_backward(const Tensor& probs, const Tensor& targets, float label_smoothing,
+                                const Tensor& grad_loss) override;
+  LayerNormOut layernorm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, float eps) override;
+  LayerNormGrads layernorm_backward(const Tensor& x, const Tensor& mean, const Tensor& rstd, const Tensor& weight,
+                                    const Tensor& grad, bool want_dweight, bool want_dbias) override;
+  Tensor dropout_forward(const Tensor& x, float p, float scale, uint64_t seed, uint64_t stream, Tensor* mask) override;
+  Tensor mask_scale(const Tensor& grad, const Tensor& mask, float scale) override;
+  int64_t fill_uniform(Tensor& t, float lo, float hi, uint64_t seed, uint64_t stream, uint64_t counter) override;
+  int64_t fill_normal(Tensor& t, float mean, float std, uint64_t seed, uint64_t stream, uint64_t counter) override;
+  Tensor embedding_forward(const Tensor& weight, const Tensor& ids) override;
+  Tensor embedding_backward(const Tensor& grad, const Tensor& ids, int64_t num) override;
+  Tensor transpose_last2(const Tensor& x) override;
+  Tensor pad_channels_subsample(const Tensor& x, int64_t out_channels, int64_t stride) override;
+  Tensor pad_channels_subsample_backward(const Tensor& grad, const Shape& x_shape, Layout x_layout,
+                                         int64_t stride) override;
+  void sgd_update(Tensor& param, const Tensor& grad, Tensor& momentum_buffer, const SgdStep& s) override;
+  void adamw_update(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const AdamWStep& s) override;
 
  private:
   [[noreturn]] void pending(const char* primitive) const;
