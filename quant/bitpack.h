@@ -5,7 +5,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "core/philox.h"  // PACKRAT_HD
+#include "core/hd.h"
 
 namespace packrat {
 
