@@ -11,6 +11,9 @@
 // indexed with the table's borders mapped through f (f must be increasing there), which selects
 // the same interval as x up to float rounding at a border.
 //
+// The codec (make and read the codes, CPU kernels, device dispatch) is quant/fewbit_codec.h; the
+// bookkeeping (entries, dedup, the in-place check, describe) quant/compressing_store.h's.
+//
 // Config: `{ops: [gelu], scheme: fewbit, bits: 3, weight: uniform, refine: true}`.
 #include <cstdint>
 #include <memory>

@@ -25,6 +25,7 @@
 // are inline and PACKRAT_HD: the CPU kernels (group_quant_cpu.cpp) write exactly their bytes
 // (tests/quant/codec_bitexact_test.cpp) and a CUDA kernel calls them, so a code written on one
 // device decodes bit-identically on the other. The Tensor entry points dispatch by device.
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <string_view>
@@ -156,7 +157,7 @@ struct GroupParams {
 };
 
 // From the group's f32 range: min rounded down and step rounded up to the metadata precision,
-// so that [min, min + levels*step] covers [mn, mx].
+// so that [min, min + levels*step] (dequantize_value's fused multiply-add) covers [mn, mx].
 PACKRAT_HD inline GroupParams group_params(float mn, float mx, int bits, MetaType meta) {
   const float levels = static_cast<float>((1 << bits) - 1);
   GroupParams p;
@@ -164,7 +165,7 @@ PACKRAT_HD inline GroupParams group_params(float mn, float mx, int bits, MetaTyp
   float step = (mx - p.min) / levels;
   if (meta == MetaType::BF16) {
     step = bf16_to_f32(f32_to_bf16_up(step));
-  } else if (step > 0.0f && p.min + levels * step < mx) {
+  } else if (step > 0.0f && std::fma(levels, step, p.min) < mx) {
     step = f32_from_bits(f32_bits(step) + 1);  // one ulp up so that the grid covers mx
   }
   p.step = step;
@@ -209,8 +210,9 @@ PACKRAT_HD inline uint32_t quantize_value(float x, const GroupParams& p, uint32_
   const uint32_t code = static_cast<uint32_t>(fl) + (r < frac ? 1u : 0u);
   return code < levels ? code : levels;
 }
+// One fused multiply-add, written out so that no compiler (gcc, nvcc) chooses differently.
 PACKRAT_HD inline float dequantize_value(uint32_t code, const GroupParams& p) {
-  return p.min + static_cast<float>(code) * p.step;
+  return std::fma(static_cast<float>(code), p.step, p.min);
 }
 
 // Packs n codes (< 2^bits) starting on a byte boundary at dst, quant/bitpack.h's layout;

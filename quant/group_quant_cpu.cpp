@@ -114,7 +114,7 @@ inline void dequantize_run(const uint8_t* codes, int64_t n, const GroupParams& p
   const __m512 vmin = _mm512_set1_ps(p.min), vstep = _mm512_set1_ps(p.step);
   for (; i + 16 <= n; i += 16) {
     const __m512 c = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(codes + i))));
-    _mm512_storeu_ps(out + i, _mm512_add_ps(vmin, _mm512_mul_ps(c, vstep)));
+    _mm512_storeu_ps(out + i, _mm512_fmadd_ps(c, vstep, vmin));  // as dequantize_value
   }
 #endif
   for (; i < n; ++i) out[i] = dequantize_value(codes[i], p);

@@ -194,17 +194,28 @@ void unpack_wide_codes(const uint8_t* src, int64_t n, int bits, uint16_t* codes)
 
 // The sign-magnitude scale of a bucket, before rounding to the metadata: max|x|, or for the L2
 // rule max(||x||_2, max|x|) (equal in exact arithmetic; the max absorbs f32 rounding of the
-// norm). The sum of squares is one fused multiply-add per element in element order, the
-// order every kernel keeps so the scale is bit-identical across devices.
+// norm). The sum of squares has one canonical order, which every kernel keeps so the scale is
+// bit-identical across devices: when n >= 16, 16 lane sums (lane l: a fused multiply-add of each
+// x[i], i = l mod 16, i < 16 * floor(n / 16), in order), added lane 0 to 15; then the remaining
+// elements in order, one fused multiply-add each.
 PACKRAT_HD inline float bucket_scale_ref(const float* x, int64_t n, ScaleRule rule) {
-  float amax = 0.0f, sumsq = 0.0f;
+  float amax = 0.0f;
   for (int64_t i = 0; i < n; ++i) {
     const float a = std::fabs(x[i]);
     amax = amax < a ? a : amax;
-    sumsq = std::fma(x[i], x[i], sumsq);
   }
+  if (rule != ScaleRule::L2) return amax;
+  float sumsq = 0.0f;
+  const int64_t lanes_end = n >= 16 ? n / 16 * 16 : 0;
+  if (lanes_end) {
+    float lane[16] = {};
+    for (int64_t i0 = 0; i0 < lanes_end; i0 += 16)
+      for (int l = 0; l < 16; ++l) lane[l] = std::fma(x[i0 + l], x[i0 + l], lane[l]);
+    for (int l = 0; l < 16; ++l) sumsq += lane[l];
+  }
+  for (int64_t i = lanes_end; i < n; ++i) sumsq = std::fma(x[i], x[i], sumsq);
   const float norm = std::sqrt(sumsq);
-  return rule == ScaleRule::L2 ? (norm < amax ? amax : norm) : amax;
+  return norm < amax ? amax : norm;
 }
 
 // Whether bucket g takes the mix width: a per-bucket draw u_g < mix_prob, or for a per-tensor

@@ -167,28 +167,30 @@ void bucket_min_max(const float* x, int64_t n, float& mn_out, float& mx_out) {
   mx_out = mx;
 }
 
-// The sign-magnitude scale of a bucket: max|x|, or max(||x||_2, max|x|) (equal in exact
-// arithmetic; the max only absorbs f32 rounding of the norm).
+// The sign-magnitude scale of a bucket: bucket_scale_ref's value and order of operations
+// (16 lane sums added lane 0 to 15, then the tail), with AVX-512 where the build has it.
 float bucket_scale(const float* x, int64_t n, ScaleRule rule) {
-  float amax = 0.0f, sumsq = 0.0f;
-  int64_t i = 0;
 #if defined(__AVX512F__)
   if (n >= 16) {
     __m512 va = _mm512_setzero_ps(), vs = _mm512_setzero_ps();
+    int64_t i = 0;
     for (; i + 16 <= n; i += 16) {
       const __m512 v = _mm512_loadu_ps(x + i);
       va = _mm512_max_ps(va, _mm512_abs_ps(v));
       vs = _mm512_fmadd_ps(v, v, vs);
     }
-    amax = _mm512_reduce_max_ps(va);
-    sumsq = _mm512_reduce_add_ps(vs);
+    alignas(64) float lane[16];  // (16,) the lane sums
+    _mm512_store_ps(lane, vs);
+    float amax = _mm512_reduce_max_ps(va), sumsq = 0.0f;
+    for (int l = 0; l < 16; ++l) sumsq += lane[l];
+    for (; i < n; ++i) {
+      amax = std::max(amax, std::fabs(x[i]));
+      sumsq = std::fma(x[i], x[i], sumsq);
+    }
+    return rule == ScaleRule::L2 ? std::max(std::sqrt(sumsq), amax) : amax;
   }
 #endif
-  for (; i < n; ++i) {  // as bucket_scale_ref: one fused multiply-add per element
-    amax = std::max(amax, std::fabs(x[i]));
-    sumsq = std::fma(x[i], x[i], sumsq);
-  }
-  return rule == ScaleRule::L2 ? std::max(std::sqrt(sumsq), amax) : amax;
+  return bucket_scale_ref(x, n, rule);
 }
 #pragma GCC diagnostic pop
 

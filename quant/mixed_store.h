@@ -33,9 +33,7 @@
 //   default: {scheme: mixed, preset: "2/4@0.5", bucket_size: 512}
 //   rules:   - {layers: ["layer3.*"], scheme: deterministic, bits: 2, bucket_size: 128}
 #include <cstdint>
-#include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 
 #include "autograd/saved_tensor_store.h"
