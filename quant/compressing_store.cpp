@@ -163,9 +163,7 @@ SavedHandle CompressingStore::save(const Tensor& x, const SaveRequest& r) {
   std::lock_guard lock(mutex_);
   const Form form = form_for(x, r);
   if (form == Form::Exact) return keep_exact(x, r);
-  check_codec_device(scheme(), x.device(),
-                     fmt::format("{} {} cannot be compressed there (save it with the fp32 scheme, or run on the CPU)",
-                                 r.op, r.name));
+  check_device(x, r);
   const int bits = r.need == Need::Mask ? 1 : static_cast<int>(r.index_bits);
   Key key{x.storage().get(), form, nullptr, 0};
   if (form == Form::Codec) std::tie(key.fn, key.variant) = codec_key(r);
@@ -186,6 +184,13 @@ SavedHandle CompressingStore::save(const Tensor& x, const SaveRequest& r) {
     held = keep(std::move(h), x);
   }
   return add_entry(held, x, r, shared, x.storage()->id);
+}
+
+void CompressingStore::check_device(const Tensor& x, const SaveRequest& r) const {
+  if (x.is_cpu()) return;
+  check_codec_device(scheme(), x.device(),
+                     fmt::format("{} {} cannot be compressed there (save it with the fp32 scheme, or run on the CPU)",
+                                 r.op, r.name));
 }
 
 SavedHandle CompressingStore::keep_encoded(const Tensor& x, const Tensor& fp32_of, const SaveRequest& r,
@@ -314,6 +319,11 @@ Tensor CompressingStore::apply_derivative(const SavedHandle& handle, const Tenso
     }
   }
   return SavedTensorStore::apply_derivative(handle, grad_out);
+}
+
+std::pair<Tensor, SavedHandle> CompressingStore::forward_and_save(const Tensor& x, const SaveRequest& r) {
+  if (x.defined() && r.fn && form_for(x, r) != Form::Exact) check_device(x, r);
+  return SavedTensorStore::forward_and_save(x, r);
 }
 
 // ---- release, describe ------------------------------------------------------------------------

@@ -48,6 +48,9 @@ class CompressingStore : public SavedTensorStore {
   Tensor load(const SavedHandle& h) override;
   void release(const SavedHandle& h) override;
   Tensor apply_derivative(const SavedHandle& h, const Tensor& grad_out) override;
+  // The default y = f(x) then save, after the device check (nothing is made on a device
+  // without kernels).
+  std::pair<Tensor, SavedHandle> forward_and_save(const Tensor& x, const SaveRequest& r) override;
   void describe(std::vector<SavedRecord>& out) const override;
   size_t live_count() const override;
 
@@ -109,6 +112,9 @@ class CompressingStore : public SavedTensorStore {
   // FP32 store would hold). The codec key takes `variant`.
   SavedHandle keep_encoded(const Tensor& x, const Tensor& fp32_of, const SaveRequest& r,
                            std::unique_ptr<Encoded> enc, int variant);
+  // Throws "<scheme>: no CUDA kernels yet for cuda:0 (issue 11); <op> <layer> cannot be
+  // compressed there ..." unless x is on the CPU (the codecs' device dispatch, quant/codec_device.h).
+  void check_device(const Tensor& x, const SaveRequest& r) const;
   // The held buffer of a live, non-exact handle (no in-place check), or null; the entry, or null.
   const Held* held_of(const SavedHandle& h) const;
   const Entry* entry_of(const SavedHandle& h) const;

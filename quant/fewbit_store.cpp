@@ -118,6 +118,7 @@ std::pair<Tensor, SavedHandle> FewbitStore::forward_and_save(const Tensor& x, co
   PACKRAT_CHECK(r.need == Need::Derivative && r.fn, "fewbit store {} {}: forward_and_save needs a derivative request",
                 r.op, r.name);
   PACKRAT_CHECK(!r.exact, "fewbit store {} {}: cannot keep an exact request", r.op, r.name);
+  check_device(x, r);
   x.check_dtype(DType::f32, "fewbit store: an activation");
   auto c = std::make_unique<Codes>();
   c->coder = coder_for(r, false);

@@ -307,6 +307,8 @@ TEST(CodecDevice, StoresNameTheSchemeOpAndLayerAndStillPassExactRequestsThrough)
                      ": no CUDA kernels yet for cuda:0 (issue 11); gelu layer1.act cannot be compressed there (save it "
                      "with the fp32 scheme, or run on the CPU)");
     EXPECT_EQ(s->live_count(), 0u);
+    EXPECT_EQ(testing::message_of([&] { s->forward_and_save(x, r); }).substr(0, m.size()), m)
+        << "the fused forward too, before anything is allocated on the device";
     if (s == &fewbit) continue;  // the few-bit store takes no exact requests
     SaveRequest er{Need::Value, nullptr, "batchnorm2d", "bn1"};
     er.exact = true;
