@@ -6,11 +6,7 @@
 #include <array>
 #include <cstdint>
 
-#if defined(__CUDACC__)
-#define PACKRAT_HD __host__ __device__
-#else
-#define PACKRAT_HD
-#endif
+#include "core/hd.h"
 
 namespace packrat {
 

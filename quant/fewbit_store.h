@@ -11,13 +11,16 @@
 // indexed with the table's borders mapped through f (f must be increasing there), which selects
 // the same interval as x up to float rounding at a border.
 //
+// The codec (make and read the codes, CPU kernels, device dispatch) is quant/fewbit_codec.h; the
+// bookkeeping (entries, dedup, the in-place check, describe) quant/compressing_store.h's.
+//
 // Config: `{ops: [gelu], scheme: fewbit, bits: 3, weight: uniform, refine: true}`.
 #include <cstdint>
-#include <map>
 #include <memory>
-#include <mutex>
 
 #include "autograd/saved_tensor_store.h"
+#include "quant/compressing_store.h"
+#include "quant/fewbit_codec.h"
 #include "quant/fewbit_table.h"
 #include "quant/scheme_options.h"
 
@@ -28,50 +31,35 @@ struct FewbitStoreOptions {
   FewbitTableOptions table;     // weight and refinement of the tables (default: the shipped ones)
 };
 
-class FewbitStore : public SavedTensorStore {
+class FewbitStore : public CompressingStore {
  public:
   explicit FewbitStore(FewbitStoreOptions o = {});
   std::string_view scheme() const override { return "fewbit"; }
   // Need::Derivative of a pointwise fn, and Need::Mask; never an `exact` request.
   bool accepts(const SaveRequest& r) const override;
 
-  SavedHandle save(const Tensor& x, const SaveRequest& r) override;
-  Tensor load(const SavedHandle& h) override;  // f32 q(x) for a Derivative, u8 0/1 for a Mask
-  void release(const SavedHandle& h) override;
+  SavedHandle save(const Tensor& x, const SaveRequest& r) override;  // f32 q(x) / u8 0/1 back from load
   std::pair<Tensor, SavedHandle> forward_and_save(const Tensor& x, const SaveRequest& r) override;
-  Tensor apply_derivative(const SavedHandle& h, const Tensor& grad_out) override;
-  void describe(std::vector<SavedRecord>& out) const override;
-  size_t live_count() const override;
 
   const FewbitStoreOptions& options() const { return options_; }
 
-  // How an element's code is made and what it means in backward.
-  enum class Kind : uint8_t { Table, Step, Mask };
-  struct Coder {
-    Kind kind = Kind::Table;
-    int bits = 1;
-    FewbitLut lut;          // Table: interval lookup (on x, or on y when from_output)
-    float step_hi = 1.0f;   // Step: code 1 where f'(x) == step_hi; levels in lut.levels[0..1]
-    bool from_output = false;  // the tensor indexed is y = f(x)
-  };
+  // How an element's code is made and what it means in backward (quant/fewbit_codec.h).
+  using Kind = FewbitKind;
+  using Coder = FewbitCoder;
+
+ protected:
+  // The codec: every request it accepts is encoded (never exact, never the base's step masks).
+  Form form_for(const Tensor& x, const SaveRequest& r) const override;
+  std::pair<const Pointwise*, int> codec_key(const SaveRequest& r) const override;
+  std::unique_ptr<Encoded> encode(const Tensor& x, const SaveRequest& r) override;
+  Tensor decode(const Encoded& enc, const Entry& e) override;
+  Tensor apply_encoded(const Encoded& enc, const Entry& e, const Tensor& grad_out) override;
 
  private:
-  struct Entry {
-    Coder coder;
-    Tensor packed;  // (packed_bytes(numel, bits),) u8, tagged Saved
-    SaveRequest request;
-    Shape shape;
-    Layout layout;
-    uint64_t fp32_key = 0;  // storage id of what the FP32 store would hold (x, or y = f(x))
-  };
+  struct Codes;  // the Encoded of one tensor
   Coder coder_for(const SaveRequest& r, bool from_output) const;
-  SavedHandle keep(Entry e);
-  const Entry& entry(const SavedHandle& h) const;
 
   FewbitStoreOptions options_;
-  mutable std::mutex mutex_;
-  std::map<uint64_t, Entry> entries_;  // by id: the order of saving
-  uint64_t next_id_ = 1;
 };
 
 // The config factory. Keys: bits (1..4, default 3), weight (uniform|normal), refine (true|false).

@@ -12,7 +12,7 @@
 #include <string_view>
 #include <vector>
 
-#include "core/philox.h"  // PACKRAT_HD
+#include "core/hd.h"
 #include "quant/fewbit_solver.h"
 
 namespace packrat {

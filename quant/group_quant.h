@@ -21,7 +21,11 @@
 //          [i*b, (i+1)*b) (quant/bitpack.h's layout). Group bytes = packed_bytes(len, b).
 //   meta:  per group {min, step}, two bf16 (4 bytes) or two f32 (8 bytes), group after group.
 //
-// The per-element helpers below are inline and host/device so a CUDA kernel can share them.
+// The per-element helpers and the one-group reference (quantize_group / dequantize_group) below
+// are inline and PACKRAT_HD: the CPU kernels (group_quant_cpu.cpp) write exactly their bytes
+// (tests/quant/codec_bitexact_test.cpp) and a CUDA kernel calls them, so a code written on one
+// device decodes bit-identically on the other. The Tensor entry points dispatch by device.
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <string_view>
@@ -117,6 +121,11 @@ GroupGeometry group_geometry(int64_t numel, int64_t samples, const GroupQuantCon
 
 // ---- per-element helpers (host and device) -------------------------------------------------
 
+// Randomness of one quantization: Philox key and stream (see quant_stream).
+struct QuantNoise {
+  uint64_t seed = 0, stream = 0;
+};
+
 // The Philox stream of one saved tensor: (step, tensor index within the step).
 PACKRAT_HD constexpr uint64_t quant_stream(uint64_t step, uint64_t tensor) { return (step << 20) ^ tensor; }
 
@@ -148,7 +157,7 @@ struct GroupParams {
 };
 
 // From the group's f32 range: min rounded down and step rounded up to the metadata precision,
-// so that [min, min + levels*step] covers [mn, mx].
+// so that [min, min + levels*step] (dequantize_value's fused multiply-add) covers [mn, mx].
 PACKRAT_HD inline GroupParams group_params(float mn, float mx, int bits, MetaType meta) {
   const float levels = static_cast<float>((1 << bits) - 1);
   GroupParams p;
@@ -156,7 +165,7 @@ PACKRAT_HD inline GroupParams group_params(float mn, float mx, int bits, MetaTyp
   float step = (mx - p.min) / levels;
   if (meta == MetaType::BF16) {
     step = bf16_to_f32(f32_to_bf16_up(step));
-  } else if (step > 0.0f && p.min + levels * step < mx) {
+  } else if (step > 0.0f && std::fma(levels, step, p.min) < mx) {
     step = f32_from_bits(f32_bits(step) + 1);  // one ulp up so that the grid covers mx
   }
   p.step = step;
@@ -193,7 +202,7 @@ PACKRAT_HD inline GroupParams load_group_meta(const uint8_t* src, MetaType meta)
 
 // Code of one value: stochastic with uniform r in (0, 1), round-to-nearest (ties down) with
 // r = 0.5. x must lie in the group's range; NaN gives code 0.
-// (The CPU loops in group_quant.cpp compute the same codes with AVX-512 where available.)
+// (The CPU loops in group_quant_cpu.cpp compute the same codes with AVX-512 where available.)
 PACKRAT_HD inline uint32_t quantize_value(float x, const GroupParams& p, uint32_t levels, float r) {
   const float u = (x - p.min) * p.inv_step;
   const float fl = u >= 0.0f ? static_cast<float>(static_cast<int32_t>(u)) : 0.0f;
@@ -201,8 +210,9 @@ PACKRAT_HD inline uint32_t quantize_value(float x, const GroupParams& p, uint32_
   const uint32_t code = static_cast<uint32_t>(fl) + (r < frac ? 1u : 0u);
   return code < levels ? code : levels;
 }
+// One fused multiply-add, written out so that no compiler (gcc, nvcc) chooses differently.
 PACKRAT_HD inline float dequantize_value(uint32_t code, const GroupParams& p) {
-  return p.min + static_cast<float>(code) * p.step;
+  return std::fma(static_cast<float>(code), p.step, p.min);
 }
 
 // Packs n codes (< 2^bits) starting on a byte boundary at dst, quant/bitpack.h's layout;
@@ -232,15 +242,61 @@ PACKRAT_HD inline void unpack_group_codes(const uint8_t* src, int64_t n, int bit
   }
 }
 
-// ---- whole-tensor CPU kernels ----------------------------------------------------------------
+// ---- one group, element by element: the reference of every kernel --------------------------
 
-// Randomness of one quantization: Philox key and stream (see quant_stream).
-struct QuantNoise {
-  uint64_t seed = 0, stream = 0;
-};
+// Quantizes one group of len >= 1 values x[0..len) whose first element has index e0 in its
+// Philox stream (its noise is rounding_uniform(seed, stream, e0 + i)): the range (a plain
+// min/max scan), the metadata record at meta_dst, and packed_bytes(len, bits) code bytes at
+// code_dst, 8 codes (one block) at a time. Returns len * (stored range)^2 / 4 (see
+// quantize_groups' group_range_sq).
+PACKRAT_HD inline double quantize_group(const float* x, int64_t len, uint64_t e0, int bits, MetaType meta,
+                                        Rounding rounding, const QuantNoise& noise, uint8_t* meta_dst,
+                                        uint8_t* code_dst) {
+  float mn = x[0], mx = x[0];
+  for (int64_t i = 1; i < len; ++i) {
+    mn = x[i] < mn ? x[i] : mn;
+    mx = x[i] > mx ? x[i] : mx;
+  }
+  const GroupParams p = group_params(mn, mx, bits, meta);
+  store_group_meta(p, meta, meta_dst);
+  const uint32_t levels = (1u << bits) - 1u;
+  for (int64_t b = 0; b < len; b += 8, code_dst += bits) {
+    const int n = len - b < 8 ? static_cast<int>(len - b) : 8;
+    uint64_t w = 0;
+    for (int k = 0; k < n; ++k) {
+      const float r = rounding == Rounding::Stochastic ? rounding_uniform(noise.seed, noise.stream, e0 + b + k) : 0.5f;
+      w |= block_put(quantize_value(x[b + k], p, levels, r), k, bits);
+    }
+    store_block8(w, static_cast<int>(packed_bytes(n, bits)), code_dst);
+  }
+  const double range = static_cast<double>(p.step) * levels;
+  return static_cast<double>(len) * range * range / 4.0;
+}
 
-// One pass: for every group, its range, its metadata, its codes, packed. x holds g.numel
-// floats; codes holds g.code_bytes(), meta g.meta_bytes(). Parallel over groups.
+// Dequantizes one group written by quantize_group: out[0..len).
+PACKRAT_HD inline void dequantize_group(const uint8_t* codes, const uint8_t* meta_src, int64_t len, int bits,
+                                        MetaType meta, float* out) {
+  const GroupParams p = load_group_meta(meta_src, meta);
+  for (int64_t i = 0; i < len; ++i) out[i] = dequantize_value(packed_code_at(codes, i, bits), p);
+}
+
+// ---- entry points: dispatched by the device of their tensors ---------------------------------
+
+class Tensor;
+
+// Quantizes x (g.numel f32, the buffer as it lies) into codes (g.code_bytes(),) u8 and meta
+// (g.meta_bytes(),) u8 on x's device. CPU: the kernel below. Another device: packrat::Error
+// (no CUDA kernels yet, issue 11).
+void quantize_groups(const Tensor& x, const GroupGeometry& g, Rounding rounding, const QuantNoise& noise,
+                     const Tensor& codes, const Tensor& meta, std::vector<double>* group_range_sq = nullptr);
+// Dequantizes into out (g.numel f32, any shape) on the codes' device.
+void dequantize_groups(const Tensor& codes, const Tensor& meta, const GroupGeometry& g, const Tensor& out);
+
+// ---- the CPU kernels (group_quant_cpu.cpp), on host pointers ----------------------------------
+
+// One pass: for every group, its range, its metadata, its codes, packed (the bytes of
+// quantize_group). x holds g.numel floats; codes holds g.code_bytes(), meta g.meta_bytes().
+// Parallel over groups.
 // group_range_sq, when given, receives per group len * (stored range)^2 / 4: the group's summed
 // per-element variance bound of stochastic rounding divided by S(b) = 1/(2^b-1)^2, for
 // ActNN's analytic sensitivity.

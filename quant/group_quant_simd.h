@@ -1,6 +1,6 @@
 #pragma once
 // The SIMD building blocks of per-group quantization, shared by the per-group kernels
-// (group_quant.cpp) and the mixed-precision bucket kernels (mixed_quant.cpp) so that both draw
+// (group_quant_cpu.cpp) and the mixed-precision bucket kernels (mixed_quant_cpu.cpp) so that both draw
 // the same noise, reduce ranges in the same order and pack the same layout. Internal: included
 // by those two .cpp files only (it includes immintrin.h).
 #include <cstdint>

@@ -3,9 +3,9 @@
 // requests are quantized per group to b bits (quant/group_quant.h) and backward gets the
 // dequantized value, or f' of it; the derivative of a step function (relu family) is kept as an
 // exact 1-bit mask instead; masks are packed exactly to 1 bit, indices to r.index_bits bits, and
-// exact requests (and non-f32 data) stay FP32. A tensor saved by two ops
-// is quantized once. Packed codes and metadata are u8 tensors allocated under the Saved tag,
-// so the allocator counts every byte and describe() reports exactly those.
+// exact requests (and non-f32 data) stay FP32. A tensor saved by two ops is quantized once (the
+// bookkeeping is quant/compressing_store.h's). Packed codes and metadata are u8 tensors
+// allocated under the Saved tag, so the allocator counts every byte and describe() reports them.
 //
 // Randomness: the tensor quantized n-th since begin_step(step) draws its rounding noise from
 // Philox(seed, quant_stream(step, n), element); set_noise_salt re-draws one tensor's noise.
@@ -14,8 +14,8 @@
 #include <memory>
 #include <vector>
 
-#include "autograd/fp32_store.h"
 #include "autograd/saved_tensor_store.h"
+#include "quant/compressing_store.h"
 #include "quant/group_quant.h"
 #include "quant/scheme_options.h"
 
@@ -47,7 +47,7 @@ class BitsProvider {
   virtual int bits_for(int64_t index, const SaveRequest& r, const Tensor& x) = 0;
 };
 
-class GroupStore : public SavedTensorStore {
+class GroupStore : public CompressingStore {
  public:
   explicit GroupStore(GroupStoreOptions o = {});
   // Options: bits {1,2,3,4,8} (2), group_size >= 1 (256), grouping per_sample|flat
@@ -56,11 +56,6 @@ class GroupStore : public SavedTensorStore {
   static GroupStoreOptions parse_options(SchemeOptions& o, const GroupStoreOptions& base = {});
 
   std::string_view scheme() const override { return provider_ ? "gact" : "actnn"; }
-  SavedHandle save(const Tensor& x, const SaveRequest& r) override;
-  Tensor load(const SavedHandle& h) override;
-  void release(const SavedHandle& h) override;
-  void describe(std::vector<SavedRecord>& out) const override;
-  size_t live_count() const override { return entries_.size() + exact_.live_count(); }
   void begin_step(int64_t step) override;
 
   // Records the per-sample ||grad_out||^2 of the op that consumes handle h in the tensor's
@@ -79,52 +74,17 @@ class GroupStore : public SavedTensorStore {
   const GroupStoreOptions& options() const { return opts_; }
   int64_t step() const { return step_; }
 
+ protected:
+  // The codec: per-group codes + metadata (quant/group_quant.h) of an f32 Value or Derivative.
+  std::unique_ptr<Encoded> encode(const Tensor& x, const SaveRequest& r) override;
+  Tensor decode(const Encoded& enc, const Entry& e) override;
+
  private:
-  // How a buffer is held; a tensor saved twice in the same form is held once.
-  enum class Form : uint8_t { Quantized, Packed, StepMask };
-  struct Key {
-    const Storage* storage;
-    Form form;
-    const Pointwise* fn;
-    auto operator<=>(const Key&) const = default;
-  };
-  struct Held {  // one quantized (or packed) buffer, however many handles refer to it
-    Form form = Form::Quantized;  // per-group codes + metadata; exact codes at `bits`; or
-                                  // a step derivative's 1-bit mask (f' = hi where set, lo elsewhere)
-    int bits = 0;
-    float lo = 0, hi = 0;
-    const Pointwise* fn = nullptr;  // StepMask: the function
-    Tensor codes, meta;     // u8 (code bytes,), u8 (meta bytes,) or undefined when packed exactly
-    GroupGeometry geometry;
-    int64_t index = -1;  // position in step_tensors_ (quantized tensors only), -1 otherwise
-    int64_t step = 0;
-    Key key{};
-    std::weak_ptr<Storage> source;
-    int64_t version = 0;
-    int refs = 0;
-  };
-  struct Entry {
-    uint64_t held;
-    SaveRequest request;
-    Shape shape;
-    DType dtype;
-    Layout layout;
-    bool shared;
-    uint64_t fp32_key;  // storage id of the tensor handed to save(): what FP32 would hold
-  };
-  uint64_t quantize(const Tensor& x, const SaveRequest& r);
-  uint64_t pack_exact_bits(const Tensor& x, const SaveRequest& r, int bits);
-  uint64_t pack_step_derivative(const Tensor& x, const SaveRequest& r);
-  uint64_t find_held(const Key& k, const Tensor& x) const;
+  struct Quantized;  // the Encoded of one tensor
   uint64_t noise_seed(int64_t index) const;
 
   GroupStoreOptions opts_;
   BitsProvider* provider_ = nullptr;
-  Fp32Store exact_;  // r.exact requests
-  std::map<uint64_t, Held> held_;
-  std::map<Key, uint64_t> by_key_;  // latest held buffer per (storage, form)
-  std::map<uint64_t, Entry> entries_;                        // by handle id: the order of saving
-  uint64_t next_id_ = 1, next_held_ = 1;
   int64_t step_ = 0, next_index_ = 0;
   std::map<int64_t, uint64_t> salts_;
   std::vector<QuantizedTensorInfo> step_tensors_;

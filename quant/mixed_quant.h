@@ -32,6 +32,7 @@
 // The bucket code offsets are recomputed from the flags when loading: nothing else is stored.
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <string_view>
 #include <vector>
 
@@ -44,7 +45,7 @@ enum class ScaleRule : uint8_t { Affine, MaxAbs, L2 };
 enum class MixDecision : uint8_t { PerBucket, PerTensor };
 std::string_view scale_rule_name(ScaleRule s);
 std::string_view mix_decision_name(MixDecision d);
-constexpr bool is_sign_magnitude(ScaleRule s) { return s != ScaleRule::Affine; }
+PACKRAT_HD constexpr bool is_sign_magnitude(ScaleRule s) { return s != ScaleRule::Affine; }
 
 // Largest code width the packer here handles.
 constexpr int kMaxCodeBits = 16;
@@ -85,7 +86,7 @@ struct MixedQuantConfig {
 };
 
 // Bytes of one bucket's metadata.
-constexpr int bucket_meta_bytes(ScaleRule s, MetaType m) {
+PACKRAT_HD constexpr int bucket_meta_bytes(ScaleRule s, MetaType m) {
   return (is_sign_magnitude(s) ? 1 : 2) * (m == MetaType::BF16 ? 2 : 4);
 }
 
@@ -191,9 +192,125 @@ PACKRAT_HD inline float sign_magnitude_scale(float s, MetaType meta) {
 void pack_wide_codes(const uint16_t* codes, int64_t n, int bits, uint8_t* dst);
 void unpack_wide_codes(const uint8_t* src, int64_t n, int bits, uint16_t* codes);
 
-// ---- whole-tensor CPU kernels -------------------------------------------------------------
+// The sign-magnitude scale of a bucket, before rounding to the metadata: max|x|, or for the L2
+// rule max(||x||_2, max|x|) (equal in exact arithmetic; the max absorbs f32 rounding of the
+// norm). The sum of squares has one canonical order, which every kernel keeps so the scale is
+// bit-identical across devices: when n >= 16, 16 lane sums (lane l: a fused multiply-add of each
+// x[i], i = l mod 16, i < 16 * floor(n / 16), in order), added lane 0 to 15; then the remaining
+// elements in order, one fused multiply-add each.
+PACKRAT_HD inline float bucket_scale_ref(const float* x, int64_t n, ScaleRule rule) {
+  float amax = 0.0f;
+  for (int64_t i = 0; i < n; ++i) {
+    const float a = std::fabs(x[i]);
+    amax = amax < a ? a : amax;
+  }
+  if (rule != ScaleRule::L2) return amax;
+  float sumsq = 0.0f;
+  const int64_t lanes_end = n >= 16 ? n / 16 * 16 : 0;
+  if (lanes_end) {
+    float lane[16] = {};
+    for (int64_t i0 = 0; i0 < lanes_end; i0 += 16)
+      for (int l = 0; l < 16; ++l) lane[l] = std::fma(x[i0 + l], x[i0 + l], lane[l]);
+    for (int l = 0; l < 16; ++l) sumsq += lane[l];
+  }
+  for (int64_t i = lanes_end; i < n; ++i) sumsq = std::fma(x[i], x[i], sumsq);
+  const float norm = std::sqrt(sumsq);
+  return norm < amax ? amax : norm;
+}
 
-// Quantizes x (numel floats, the buffer as it lies) in one parallel pass over the buckets.
+// Whether bucket g takes the mix width: a per-bucket draw u_g < mix_prob, or for a per-tensor
+// decision u_0 < mix_prob for all; never when both widths are equal. `stream` is the tensor's
+// quantization stream.
+PACKRAT_HD inline bool bucket_takes_mix(const MixedQuantConfig& c, uint64_t seed, uint64_t stream, uint64_t g) {
+  if (c.base == c.mix) return false;
+  const uint64_t k = c.decision == MixDecision::PerTensor ? 0 : g;
+  return mix_decision_uniform(seed, mix_decision_stream(stream), k) < static_cast<float>(c.mix_prob);
+}
+
+// ---- one bucket, element by element: the reference of every kernel -------------------------
+
+// Quantizes one bucket x[0..len), len >= 1, at width w: its metadata record at meta_dst
+// (bucket_meta_bytes) and packed_bytes(len, w.code_bits) code bytes at dst in this file's
+// layout, 8 codes (one block) at a time. `noise` is the bucket's own stream (bucket_stream):
+// element i draws rounding_uniform(seed, stream, i).
+PACKRAT_HD inline void quantize_bucket_ref(const float* x, int64_t len, const BucketWidth& w, ScaleRule scale,
+                                           Rounding rounding, MetaType meta, const QuantNoise& noise,
+                                           uint8_t* meta_dst, uint8_t* dst) {
+  GroupParams p{0.0f, 0.0f, 0.0f};
+  float los = 0.0f;  // sign-magnitude: L / s
+  if (!is_sign_magnitude(scale)) {
+    float mn = x[0], mx = x[0];
+    for (int64_t i = 1; i < len; ++i) {
+      mn = x[i] < mn ? x[i] : mn;
+      mx = x[i] > mx ? x[i] : mx;
+    }
+    p = group_params(mn, mx, w.bits, meta);
+    store_group_meta(p, meta, meta_dst);
+  } else {
+    const float s = sign_magnitude_scale(bucket_scale_ref(x, len, scale), meta);
+    if (meta == MetaType::BF16) {
+      const uint16_t h = f32_to_bf16_up(s);  // exact: s is already a bf16 value
+      std::memcpy(meta_dst, &h, 2);
+    } else {
+      std::memcpy(meta_dst, &s, 4);
+    }
+    los = safe_inverse(s) * static_cast<float>(w.levels);
+  }
+  const int lo_bits = w.code_bits < 8 ? w.code_bits : 8, hi_bits = w.code_bits - lo_bits;
+  for (int64_t b = 0; b < len; b += 8) {
+    const int n = len - b < 8 ? static_cast<int>(len - b) : 8;
+    uint64_t lo = 0, hi = 0;
+    for (int k = 0; k < n; ++k) {
+      const float r = rounding == Rounding::Stochastic ? rounding_uniform(noise.seed, noise.stream, b + k) : 0.5f;
+      const uint32_t code = is_sign_magnitude(scale) ? quantize_sign_magnitude(x[b + k], los, w.levels, r)
+                                                     : quantize_value(x[b + k], p, w.levels, r);
+      lo |= block_put(code & 0xFFu, k, lo_bits);
+      if (hi_bits) hi |= block_put(code >> 8, k, hi_bits);
+    }
+    store_block8(lo, static_cast<int>(packed_bytes(n, lo_bits)), dst + (b / 8) * lo_bits);
+    if (hi_bits) store_block8(hi, static_cast<int>(packed_bytes(n, hi_bits)), dst + len + (b / 8) * hi_bits);
+  }
+}
+
+// Dequantizes one bucket written by quantize_bucket_ref: out[0..len).
+PACKRAT_HD inline void dequantize_bucket_ref(const uint8_t* src, int64_t len, const BucketWidth& w, ScaleRule scale,
+                                             MetaType meta, const uint8_t* meta_src, float* out) {
+  const int lo_bits = w.code_bits < 8 ? w.code_bits : 8, hi_bits = w.code_bits - lo_bits;
+  GroupParams p{0.0f, 0.0f, 0.0f};
+  float sol = 0.0f;  // sign-magnitude: s / L
+  if (!is_sign_magnitude(scale)) {
+    p = load_group_meta(meta_src, meta);
+  } else {
+    float s;
+    if (meta == MetaType::BF16) {
+      uint16_t h;
+      std::memcpy(&h, meta_src, 2);
+      s = bf16_to_f32(h);
+    } else {
+      std::memcpy(&s, meta_src, 4);
+    }
+    sol = s / static_cast<float>(w.levels);
+  }
+  for (int64_t i = 0; i < len; ++i) {
+    uint32_t code = packed_code_at(src, i, lo_bits);
+    if (hi_bits) code |= packed_code_at(src + len, i, hi_bits) << 8;
+    out[i] = is_sign_magnitude(scale) ? dequantize_sign_magnitude(code, sol, w.levels) : dequantize_value(code, p);
+  }
+}
+
+// ---- entry points: dispatched by the device of their tensors -------------------------------
+
+// Quantizes x (any shape, f32, the buffer as it lies); the result's Tensors on x's device under
+// the current TagScope. CPU: the kernel below. Another device: packrat::Error (no CUDA kernels
+// yet, issue 11).
+MixedPacked quantize_mixed(const Tensor& x, const MixedQuantConfig& c, const QuantNoise& noise);
+// Dequantizes into out (p.numel f32, any shape) on the codes' device.
+void dequantize_mixed(const MixedPacked& p, const Tensor& out);
+
+// ---- the CPU kernels (mixed_quant_cpu.cpp), on host pointers ------------------------------
+
+// Quantizes x (numel floats, the buffer as it lies) in one parallel pass over the buckets (the
+// bytes of quantize_bucket_ref, bucket by bucket, with the widths of bucket_takes_mix).
 // The widths are chosen by decide_buckets with the same noise; Tensors under the current TagScope.
 // Affine buckets at 1, 2, 3, 4 or 8 bits are quantized by a fused kernel built from per-group
 // quantization's SIMD pieces (quant/group_quant_simd.h: noise, range, packing) and dequantized by

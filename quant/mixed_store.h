@@ -15,7 +15,8 @@
 //                       as are non-f32 values
 //   Mask                exact, 1 bit per element (u8/i32/i64 0/1 in, the same dtype out)
 //   Index               packed at index_bits (1..16); kept exactly when a value does not fit
-// A buffer saved twice (same storage and version, same form) is held once and counted once.
+// A buffer saved twice (same storage and version, same form) is held once and counted once
+// (the bookkeeping is quant/compressing_store.h's).
 // Every byte held is a packrat Tensor allocated under TagScope(MemTag::Saved).
 //
 // Modes: save_quantized quantizes at save (the memory-saving mode); quantize_on_backward keeps
@@ -34,13 +35,11 @@
 //   default: {scheme: mixed, preset: "2/4@0.5", bucket_size: 512}
 //   rules:   - {layers: ["layer3.*"], scheme: deterministic, bits: 2, bucket_size: 128}
 #include <cstdint>
-#include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 
-#include "autograd/fp32_store.h"
 #include "autograd/saved_tensor_store.h"
+#include "quant/compressing_store.h"
 #include "quant/mixed_presets.h"
 #include "quant/mixed_quant.h"
 #include "quant/scheme_options.h"
@@ -70,16 +69,10 @@ struct MixedStoreStats {
   double bits() const { return elements ? 8.0 * static_cast<double>(bytes) / static_cast<double>(elements) : 0.0; }
 };
 
-class MixedStore : public SavedTensorStore {
+class MixedStore : public CompressingStore {
  public:
   explicit MixedStore(MixedStoreOptions o);
   std::string_view scheme() const override { return options_.scheme; }
-
-  SavedHandle save(const Tensor& x, const SaveRequest& r) override;
-  Tensor load(const SavedHandle& h) override;
-  void release(const SavedHandle& h) override;
-  void describe(std::vector<SavedRecord>& out) const override;
-  size_t live_count() const override;
   void begin_step(int64_t step) override;
 
   // Fraction of training done, in [0, 1], for the mix_prob schedule (the trainer calls it,
@@ -94,56 +87,17 @@ class MixedStore : public SavedTensorStore {
   std::string summary() const;
   const MixedStoreOptions& options() const { return options_; }
 
- private:
-  // How a buffer is held; a tensor saved twice in the same form is held once.
-  enum class Form : uint8_t { Quantized, StepMask, Packed };
-  struct Key {
-    const Storage* storage;
-    Form form;
-    const Pointwise* fn;  // StepMask: the function
-    int bits;             // Packed: the code bits
-    auto operator<=>(const Key&) const = default;
-  };
-  struct Held {  // one kept form of one buffer, however many handles refer to it
-    Key key{};
-    std::weak_ptr<Storage> source;  // the buffer saved: keeps its address unique while held; in-place checks
-    int64_t version = 0;
-    int64_t numel = 0;
-    MixedPacked packed;        // Quantized under save_quantized
-    Tensor reference;          // Quantized under quantize_on_backward: the f32 tensor itself, tagged Saved
-    MemTag original_tag = MemTag::Activation;
-    Tensor bits;               // StepMask, Packed: (packed_bytes(numel, bits),) u8 (mixed_quant's wide layout above 8 bits)
-    float lo = 0, hi = 0;      // StepMask: f' where the bit is 0 / 1
-    MixedQuantConfig quant;    // as drawn at save (mix_prob included)
-    QuantNoise noise;
-    int refs = 0;
-    int64_t bytes() const;
-    double bits_per_element() const;  // what the report shows: everything held over the elements
-  };
-  struct Entry {
-    uint64_t held = 0;
-    SaveRequest request;
-    Shape shape;
-    DType dtype = DType::f32;
-    Layout layout = Layout::Plain;
-    bool shared = false;  // not the first handle to its held data
-    SavedHandle exact;    // valid: kept by exact_ (held is 0)
-    uint64_t fp32_key = 0;  // storage id of the tensor handed to save(): what FP32 would hold
-  };
+ protected:
+  // The codec: per-bucket codes (quant/mixed_quant.h) of an f32 Value or Derivative, or under
+  // quantize_on_backward the f32 tensor itself, quantized when loaded.
+  std::unique_ptr<Encoded> encode(const Tensor& x, const SaveRequest& r) override;
+  Tensor decode(const Encoded& enc, const Entry& e) override;
 
-  uint64_t find_held(const Key& k, const Tensor& x) const;
-  uint64_t keep(Held h, const Tensor& x);
-  void quantize(Held& h, const Tensor& x);
-  Tensor dequantized(const Held& h, const Entry& e);  // counts a quantize_on_backward quantization
+ private:
+  struct Quantized;  // the Encoded of one tensor
   void count(const MixedPacked& p);
 
   MixedStoreOptions options_;
-  mutable std::mutex mutex_;
-  Fp32Store exact_;  // exact requests, non-f32 values, indices their bits cannot hold
-  std::map<uint64_t, Held> held_;
-  std::map<Key, uint64_t> by_key_;  // latest held buffer per key
-  std::map<uint64_t, Entry> entries_;  // by id: the order of saving
-  uint64_t next_id_ = 1, next_held_ = 1;
   int64_t step_ = 0;
   uint64_t tensor_index_ = 0;  // saves since begin_step: the Philox stream's tensor part
   double progress_ = 0.0;

@@ -1,3 +1,5 @@
+// The CPU kernels of bit packing (quant/bitpack.h): BMI2 pext/pdep where the build has it,
+// OpenMP over blocks of 8 codes; the same layout as the per-block helpers of the header.
 #include "quant/bitpack.h"
 
 #include <cstring>

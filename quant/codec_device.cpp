@@ -1,0 +1,12 @@
+#include "quant/codec_device.h"
+
+#include "core/error.h"
+
+namespace packrat {
+
+void check_codec_device(std::string_view codec, Device d, std::string_view what) {
+  if (d.is_cpu()) return;
+  fail("{}: no CUDA kernels yet for {} (issue 11); {}", codec, d.str(), what);
+}
+
+}  // namespace packrat

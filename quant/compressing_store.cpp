@@ -1,0 +1,376 @@
+#include "quant/compressing_store.h"
+
+#include <fmt/format.h>
+
+#include "core/error.h"
+#include "quant/bitpack.h"
+#include "quant/codec_device.h"
+#include "quant/mixed_quant.h"  // pack_wide_codes / unpack_wide_codes (masks and indices above 8 bits)
+
+namespace packrat {
+
+namespace {
+
+bool integer_dtype(DType d) { return d == DType::u8 || d == DType::i32 || d == DType::i64; }
+
+// Index of the first of n values outside [0, limit), or -1.
+template <typename T>
+int64_t first_unfit(const T* x, int64_t n, int64_t limit) {
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t v = static_cast<int64_t>(x[i]);
+    if (v < 0 || v >= limit) return i;
+  }
+  return -1;
+}
+
+template <typename T, typename C>
+void copy_values(const T* x, int64_t n, C* out) {
+  for (int64_t i = 0; i < n; ++i) out[i] = static_cast<C>(x[i]);
+}
+
+// out (n integers, u8, i32 or i64) = codes.
+template <typename C>
+void copy_to(const C* codes, int64_t n, const Tensor& out) {
+  switch (out.dtype()) {
+    case DType::u8: copy_values(codes, n, out.data<uint8_t>()); break;
+    case DType::i32: copy_values(codes, n, out.data<int32_t>()); break;
+    default: copy_values(codes, n, out.data<int64_t>()); break;
+  }
+}
+
+// Calls fn(p) with p the integer tensor's typed host pointer (u8, i32 or i64).
+template <typename Fn>
+void with_integers(const Tensor& x, Fn&& fn) {
+  switch (x.dtype()) {
+    case DType::u8: fn(x.data<uint8_t>()); break;
+    case DType::i32: fn(x.data<int32_t>()); break;
+    default: fn(x.data<int64_t>()); break;
+  }
+}
+
+// A transient host buffer of n elements of T: a Workspace tensor the allocator counts, or a
+// host vector it does not see (CompressingStore::Rules::counted_scratch).
+template <typename T>
+class Scratch {
+ public:
+  Scratch(int64_t n, bool counted) {
+    if (counted) {
+      TagScope tag(MemTag::Workspace);
+      tensor_ = Tensor::empty(Shape{n}, dtype_of<T>());  // (n,)
+      p_ = tensor_.data<T>();
+    } else {
+      vec_.resize(static_cast<size_t>(n));  // (n,)
+      p_ = vec_.data();
+    }
+  }
+  T* data() { return p_; }
+
+ private:
+  Tensor tensor_;
+  std::vector<T> vec_;
+  T* p_ = nullptr;
+};
+
+}  // namespace
+
+// ---- routing --------------------------------------------------------------------------------
+
+CompressingStore::Form CompressingStore::form_for(const Tensor& x, const SaveRequest& r) const {
+  const bool encodable = (r.need == Need::Value || r.need == Need::Derivative) && x.dtype() == DType::f32;
+  const int bits = r.need == Need::Mask ? 1 : r.need == Need::Index ? static_cast<int>(r.index_bits) : 0;
+  const bool packable =
+      bits >= 1 && bits <= rules_.max_packed_bits && (!rules_.unfit_kept_exact || integer_dtype(x.dtype()));
+  if (r.exact || (!encodable && !packable)) return Form::Exact;
+  if (encodable) return r.need == Need::Derivative && r.fn->derivative_is_step ? Form::StepMask : Form::Codec;
+  return Form::Packed;
+}
+
+std::pair<const Pointwise*, int> CompressingStore::codec_key(const SaveRequest&) const { return {nullptr, 0}; }
+
+Tensor CompressingStore::apply_encoded(const Encoded&, const Entry&, const Tensor&) { return Tensor(); }
+
+// ---- the entry table ------------------------------------------------------------------------
+
+const CompressingStore::Entry& CompressingStore::entry(const SavedHandle& h) const {
+  auto it = entries_.find(h.id);
+  PACKRAT_CHECK(it != entries_.end(), "{} store: saved tensor {} was already released (a second backward?)", scheme(),
+                h.id);
+  return it->second;
+}
+
+const CompressingStore::Held& CompressingStore::checked(const Entry& e) const {
+  const Held& h = held_.at(e.held);
+  if (auto src = h.source.lock(); src && src->version != h.version)
+    fail("{} {}: a tensor saved for backward was modified in place after it was saved (version {}, saved at {}); "
+         "use an out-of-place op",
+         e.request.op, e.request.name, src->version, h.version);
+  return h;
+}
+
+const CompressingStore::Entry* CompressingStore::entry_of(const SavedHandle& h) const {
+  std::lock_guard lock(mutex_);
+  auto it = entries_.find(h.id);
+  return it == entries_.end() ? nullptr : &it->second;
+}
+
+const CompressingStore::Held* CompressingStore::held_of(const SavedHandle& h) const {
+  std::lock_guard lock(mutex_);
+  auto it = entries_.find(h.id);
+  if (it == entries_.end() || it->second.exact.valid()) return nullptr;
+  return &held_.at(it->second.held);
+}
+
+uint64_t CompressingStore::find_held(const Key& k, const Tensor& x) const {
+  auto it = by_key_.find(k);
+  if (it == by_key_.end()) return 0;
+  const Held& h = held_.at(it->second);
+  // The same live buffer at the same version: not a new tensor at a recycled address.
+  if (h.source.lock() != x.storage() || h.version != x.version() || h.numel != x.numel()) return 0;
+  return it->second;
+}
+
+uint64_t CompressingStore::keep(Held h, const Tensor& source) {
+  h.source = source.storage();
+  h.version = source.version();
+  h.numel = source.numel();
+  const uint64_t id = next_held_++;
+  by_key_[h.key] = id;
+  held_.emplace(id, std::move(h));
+  return id;
+}
+
+SavedHandle CompressingStore::add_entry(uint64_t held, const Tensor& x, const SaveRequest& r, bool shared,
+                                        uint64_t fp32_key) {
+  ++held_.at(held).refs;
+  const uint64_t id = next_id_++;
+  entries_.emplace(id, Entry{held, r, x.shape(), x.dtype(), x.layout(), shared, SavedHandle{}, fp32_key});
+  return {this, id};
+}
+
+SavedHandle CompressingStore::keep_exact(const Tensor& x, const SaveRequest& r) {
+  // Kept in f32 by exact_ (and counted by it); the handle stays ours so that any caller can load it.
+  const uint64_t id = next_id_++;
+  entries_.emplace(id, Entry{0, r, x.shape(), x.dtype(), x.layout(), false, exact_.save(x, r), x.storage()->id});
+  return {this, id};
+}
+
+// ---- save -------------------------------------------------------------------------------------
+
+SavedHandle CompressingStore::save(const Tensor& x, const SaveRequest& r) {
+  PACKRAT_CHECK(x.defined(), "{} store {} {}: cannot save an undefined tensor", scheme(), r.op, r.name);
+  PACKRAT_CHECK(r.need != Need::Derivative || r.fn != nullptr, "{} {}: a derivative request needs its pointwise function",
+                r.op, r.name);
+  std::lock_guard lock(mutex_);
+  const Form form = form_for(x, r);
+  if (form == Form::Exact) return keep_exact(x, r);
+  check_device(x, r);
+  const int bits = r.need == Need::Mask ? 1 : static_cast<int>(r.index_bits);
+  Key key{x.storage().get(), form, nullptr, 0};
+  if (form == Form::Codec) std::tie(key.fn, key.variant) = codec_key(r);
+  if (form == Form::StepMask) key.fn = r.fn;
+  if (form == Form::Packed) key.variant = bits;
+  uint64_t held = find_held(key, x);
+  const bool shared = held != 0;
+  if (!shared) {
+    Held h;
+    h.key = key;
+    switch (form) {
+      case Form::Codec: h.encoded = encode(x, r); break;
+      case Form::StepMask: pack_step_mask(h, x, r); break;
+      default:
+        if (!pack_exact(h, x, r, bits)) return keep_exact(x, r);  // a mask or index its bits cannot hold
+        break;
+    }
+    held = keep(std::move(h), x);
+  }
+  return add_entry(held, x, r, shared, x.storage()->id);
+}
+
+void CompressingStore::check_device(const Tensor& x, const SaveRequest& r) const {
+  if (x.is_cpu()) return;
+  check_codec_device(scheme(), x.device(),
+                     fmt::format("{} {} cannot be compressed there (save it with the fp32 scheme, or run on the CPU)",
+                                 r.op, r.name));
+}
+
+SavedHandle CompressingStore::keep_encoded(const Tensor& x, const Tensor& fp32_of, const SaveRequest& r,
+                                           std::unique_ptr<Encoded> enc, int variant) {
+  std::lock_guard lock(mutex_);
+  Held h;
+  h.key = Key{x.storage().get(), Form::Codec, codec_key(r).first, variant};
+  h.encoded = std::move(enc);
+  const uint64_t held = keep(std::move(h), fp32_of);
+  return add_entry(held, x, r, false, fp32_of.storage()->id);
+}
+
+void CompressingStore::pack_step_mask(Held& h, const Tensor& x, const SaveRequest& r) {
+  const Pointwise& fn = *r.fn;
+  h.packed_bits = 1;
+  h.lo = fn.df(-1.0f);  // the two values a step derivative takes (relu: 0, 1; leaky_relu: slope, 1)
+  h.hi = fn.df(1.0f);
+  const int64_t n = x.numel();
+  Tensor mask;  // (n,) u8, 1 where f' is hi
+  {
+    TagScope tag(MemTag::Workspace);
+    const Tensor d = pointwise_derivative(fn, x);  // from y where fn->derivative_from_output is set
+    mask = Tensor::empty(Shape{n}, DType::u8);
+    const float* dp = d.data<float>();
+    uint8_t* m = mask.data<uint8_t>();
+    for (int64_t i = 0; i < n; ++i) m[i] = dp[i] == h.hi ? 1 : 0;
+  }
+  TagScope tag(MemTag::Saved);
+  h.bits = Tensor::empty(Shape{packed_bytes(n, 1)}, DType::u8);  // (ceil(n / 8),)
+  pack_bits(mask.data<uint8_t>(), n, 1, h.bits.data<uint8_t>());
+}
+
+bool CompressingStore::pack_exact(Held& h, const Tensor& x, const SaveRequest& r, int bits) {
+  const int64_t n = x.numel(), limit = int64_t{1} << bits;
+  if (!integer_dtype(x.dtype())) {
+    if (rules_.unfit_kept_exact) return false;
+    fail("{} {}: a {} request must hold integers (u8, i32, i64), got {}", r.op, r.name, need_name(r.need),
+         dtype_name(x.dtype()));
+  }
+  int64_t bad = -1;
+  with_integers(x, [&](const auto* p) { bad = first_unfit(p, n, limit); });
+  if (bad >= 0) {
+    if (rules_.unfit_kept_exact) return false;
+    fail("{} {}: {} element {} does not fit in {} bit(s) (a {} request must hold values in [0, {}))", r.op, r.name,
+         need_name(r.need), bad, bits, need_name(r.need), limit);
+  }
+  h.packed_bits = bits;
+  if (bits > 8) {  // 16-bit codes, mixed_quant's wide layout
+    std::vector<uint16_t> codes(static_cast<size_t>(n));  // (n,)
+    with_integers(x, [&](const auto* p) { copy_values(p, n, codes.data()); });
+    TagScope tag(MemTag::Saved);
+    h.bits = Tensor::empty(Shape{packed_bytes(n, bits)}, DType::u8);  // (ceil(n * bits / 8),)
+    pack_wide_codes(codes.data(), n, bits, h.bits.data<uint8_t>());
+    return true;
+  }
+  std::unique_ptr<Scratch<uint8_t>> scratch;  // (n,) u8 codes of a non-u8 tensor
+  const uint8_t* codes = nullptr;
+  if (x.dtype() == DType::u8) {
+    codes = x.data<uint8_t>();
+  } else {
+    scratch = std::make_unique<Scratch<uint8_t>>(n, rules_.counted_scratch);
+    with_integers(x, [&](const auto* p) { copy_values(p, n, scratch->data()); });
+    codes = scratch->data();
+  }
+  TagScope tag(MemTag::Saved);
+  h.bits = Tensor::empty(Shape{packed_bytes(n, bits)}, DType::u8);  // (ceil(n * bits / 8),)
+  pack_bits(codes, n, bits, h.bits.data<uint8_t>());
+  return true;
+}
+
+// ---- load ---------------------------------------------------------------------------------------
+
+Tensor CompressingStore::load_step_mask(const Held& h, const Entry& e) const {
+  const int64_t n = h.numel;
+  Scratch<uint8_t> m(n, rules_.counted_scratch);  // (n,) the mask's bits
+  unpack_bits(h.bits.data<uint8_t>(), n, 1, m.data());
+  Tensor out = Tensor::empty(e.shape, DType::f32, e.layout);  // f'(x), the saved tensor's shape and layout
+  const uint8_t* mp = m.data();
+  float* o = out.data<float>();
+  for (int64_t i = 0; i < n; ++i) o[i] = mp[i] ? h.hi : h.lo;
+  return out;
+}
+
+Tensor CompressingStore::load_packed(const Held& h, const Entry& e) const {
+  const int64_t n = h.numel;
+  const int bits = h.packed_bits;
+  const uint8_t* src = h.bits.data<uint8_t>();
+  if (bits > 8) {
+    std::vector<uint16_t> codes(static_cast<size_t>(n));  // (n,)
+    unpack_wide_codes(src, n, bits, codes.data());
+    Tensor out = Tensor::empty(e.shape, e.dtype, e.layout);  // the saved tensor's shape, dtype and layout
+    copy_to(codes.data(), n, out);
+    return out;
+  }
+  if (e.dtype == DType::u8) {
+    Tensor out = Tensor::empty(e.shape, e.dtype, e.layout);
+    unpack_bits(src, n, bits, out.data<uint8_t>());
+    return out;
+  }
+  Tensor out = Tensor::empty(e.shape, e.dtype, e.layout);
+  Scratch<uint8_t> codes(n, rules_.counted_scratch);  // (n,)
+  unpack_bits(src, n, bits, codes.data());
+  copy_to(codes.data(), n, out);
+  return out;
+}
+
+Tensor CompressingStore::load(const SavedHandle& handle) {
+  std::lock_guard lock(mutex_);
+  const Entry& e = entry(handle);
+  if (e.exact.valid()) return exact_.load(e.exact);
+  const Held& h = checked(e);
+  if (h.encoded) return decode(*h.encoded, e);
+  TagScope tag(MemTag::Workspace);  // a transient copy for the backward of one op
+  return h.key.form == Form::StepMask ? load_step_mask(h, e) : load_packed(h, e);
+}
+
+Tensor CompressingStore::apply_derivative(const SavedHandle& handle, const Tensor& grad_out) {
+  {
+    std::lock_guard lock(mutex_);
+    const Entry& e = entry(handle);
+    if (e.exact.valid()) return exact_.apply_derivative(e.exact, grad_out);
+    const Held& h = checked(e);
+    if (h.encoded) {
+      Tensor fused = apply_encoded(*h.encoded, e, grad_out);
+      if (fused.defined()) return fused;
+    }
+  }
+  return SavedTensorStore::apply_derivative(handle, grad_out);
+}
+
+std::pair<Tensor, SavedHandle> CompressingStore::forward_and_save(const Tensor& x, const SaveRequest& r) {
+  if (x.defined() && r.fn && form_for(x, r) != Form::Exact) check_device(x, r);
+  return SavedTensorStore::forward_and_save(x, r);
+}
+
+// ---- release, describe ------------------------------------------------------------------------
+
+void CompressingStore::release(const SavedHandle& handle) {
+  std::lock_guard lock(mutex_);
+  auto it = entries_.find(handle.id);
+  if (it == entries_.end()) return;
+  if (it->second.exact.valid()) {
+    exact_.release(it->second.exact);
+    entries_.erase(it);
+    return;
+  }
+  auto hit = held_.find(it->second.held);
+  if (--hit->second.refs == 0) {
+    if (auto k = by_key_.find(hit->second.key); k != by_key_.end() && k->second == hit->first) by_key_.erase(k);
+    held_.erase(hit);
+  }
+  entries_.erase(it);
+}
+
+void CompressingStore::describe(std::vector<SavedRecord>& out) const {
+  std::lock_guard lock(mutex_);
+  for (const auto& [id, e] : entries_) {
+    if (e.exact.valid()) continue;  // described by exact_ below
+    const Held& h = held_.at(e.held);
+    SavedRecord rec;
+    rec.layer = e.request.name;
+    rec.op = std::string(e.request.op);
+    rec.scheme = std::string(scheme());
+    rec.need = e.request.need;
+    rec.numel = e.shape.numel();
+    const int64_t bytes = h.bytes();
+    rec.bits = rules_.realised_bits ? (h.numel ? 8.0 * static_cast<double>(bytes) / static_cast<double>(h.numel) : 0.0)
+                                    : (h.encoded ? h.encoded->bits : h.packed_bits);
+    rec.shared = e.shared;
+    rec.fp32_key = e.fp32_key;
+    rec.bytes = e.shared ? 0 : bytes;
+    rec.fp32_bytes = e.shared ? 0 : rec.numel * static_cast<int64_t>(dtype_size(e.dtype));
+    out.push_back(std::move(rec));
+  }
+  exact_.describe(out);
+}
+
+size_t CompressingStore::live_count() const {
+  std::lock_guard lock(mutex_);
+  return entries_.size();
+}
+
+}  // namespace packrat

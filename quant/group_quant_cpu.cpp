@@ -1,0 +1,221 @@
+// The CPU kernels of per-group quantization: AVX-512 where the build has it, OpenMP over
+// groups. They write the same bytes as the per-group reference in quant/group_quant.h
+// (quantize_group / dequantize_group), which tests/quant/codec_bitexact_test.cpp checks for every
+// width, rounding mode and metadata type.
+#include <algorithm>
+
+#include "core/error.h"
+#include "core/parallel.h"
+#include "quant/group_quant.h"
+#include "quant/group_quant_simd.h"
+
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
+
+namespace packrat {
+
+// GCC 12 warns about the undefined pass-through operand inside the AVX-512 intrinsics (a false
+// positive of its headers, as in mixed_quant.cpp).
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
+namespace {
+
+using namespace group_simd;
+
+constexpr int64_t kChunk = 256;  // elements quantized per inner pass (a multiple of 128)
+
+
+// Noise of the whole 128-element blocks covering [e0, e0 + n): out[i] = rounding_noise16 of
+// element (e0 & ~127) + i. Returns e0 & 127, the index in out of element e0.
+int64_t fill_noise16(const QuantNoise& noise, int64_t e0, int64_t n, uint16_t* out) {
+  const int64_t b0 = e0 >> 7, b1 = (e0 + n - 1) >> 7;
+  for (int64_t b = b0; b <= b1; ++b) {
+    uint16_t* o = out + (b - b0) * 128;
+#if defined(__AVX512F__)
+    __m512i w[4];
+    philox16(noise.seed, noise.stream, static_cast<uint64_t>(b) << 4, w);
+    const __m512i lo16 = _mm512_set1_epi32(0xFFFF);
+    for (int j = 0; j < 4; ++j) {
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(o + 32 * j), _mm512_cvtepi32_epi16(_mm512_and_si512(w[j], lo16)));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(o + 32 * j + 16), _mm512_cvtepi32_epi16(_mm512_srli_epi32(w[j], 16)));
+    }
+#else
+    for (int64_t i = 0; i < 128; ++i)
+      o[i] = static_cast<uint16_t>(rounding_noise16(noise.seed, noise.stream, static_cast<uint64_t>(b * 128 + i)));
+#endif
+  }
+  return e0 & 127;
+}
+
+
+
+template <int B>
+inline void unpack_chunk(const uint8_t* src, int64_t n, uint8_t* codes) {
+  if constexpr (B == 8) {
+    std::memcpy(codes, src, static_cast<size_t>(n));
+  } else if constexpr (B == 2 || B == 4) {
+    int64_t i = 0;
+#if defined(__AVX512BW__)
+    for (; i + 64 <= n; i += 64) {
+      if constexpr (B == 2) {  // byte b -> 32-bit lane (b&3) | (b>>2&3)<<8 | (b>>4&3)<<16 | (b>>6)<<24
+        const __m512i b = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i / 4)));
+        const __m512i w = _mm512_or_si512(_mm512_or_si512(b, _mm512_slli_epi32(b, 6)),
+                                          _mm512_or_si512(_mm512_slli_epi32(b, 12), _mm512_slli_epi32(b, 18)));
+        _mm512_storeu_si512(codes + i, _mm512_and_si512(w, _mm512_set1_epi32(0x03030303)));
+      } else {  // byte b -> 16-bit lane (b&15) | (b>>4)<<8
+        const __m512i b = _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i / 2)));
+        const __m512i w = _mm512_or_si512(b, _mm512_slli_epi16(b, 4));
+        _mm512_storeu_si512(codes + i, _mm512_and_si512(w, _mm512_set1_epi16(0x0F0F)));
+      }
+    }
+#endif
+    constexpr int per = 8 / B;
+    constexpr uint8_t mask = (1u << B) - 1u;
+    for (; i + per <= n; i += per)
+      for (int k = 0; k < per; ++k) codes[i + k] = static_cast<uint8_t>((src[i / per] >> (B * k)) & mask);
+    if (i < n) unpack_group_codes(src + i / per, n - i, B, codes + i);
+  } else {
+    unpack_group_codes(src, n, B, codes);
+  }
+}
+
+// codes[i] = quantize_value(x[i], p, levels, uniform16(rnd[i])) (rnd null: nearest), n elements.
+inline void quantize_run(const float* x, int64_t n, const GroupParams& p, uint32_t levels, const uint16_t* rnd,
+                         uint8_t* codes) {
+  int64_t i = 0;
+#if defined(__AVX512F__)
+  const __m512 vmin = _mm512_set1_ps(p.min), vinv = _mm512_set1_ps(p.inv_step), zero = _mm512_setzero_ps();
+  const __m512 half = _mm512_set1_ps(0.5f), scale = _mm512_set1_ps(1.0f / 65536.0f);
+  const __m512i one = _mm512_set1_epi32(1), vlev = _mm512_set1_epi32(static_cast<int>(levels));
+  for (; i + 16 <= n; i += 16) {
+    const __m512 u = _mm512_max_ps(_mm512_mul_ps(_mm512_sub_ps(_mm512_loadu_ps(x + i), vmin), vinv), zero);
+    const __m512 fl = _mm512_roundscale_ps(u, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+    const __m512 frac = _mm512_sub_ps(u, fl);
+    __m512 r = half;
+    if (rnd) {
+      const __m512i h = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(rnd + i)));
+      r = _mm512_mul_ps(_mm512_add_ps(_mm512_cvtepi32_ps(h), half), scale);
+    }
+    __m512i code = _mm512_cvttps_epi32(fl);
+    code = _mm512_mask_add_epi32(code, _mm512_cmp_ps_mask(r, frac, _CMP_LT_OQ), code, one);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(codes + i), _mm512_cvtepi32_epi8(_mm512_min_epi32(code, vlev)));
+  }
+#endif
+  for (; i < n; ++i)
+    codes[i] = static_cast<uint8_t>(quantize_value(x[i], p, levels, rnd ? uniform16(rnd[i]) : 0.5f));
+}
+
+// out[i] = dequantize_value(codes[i], p), n elements.
+inline void dequantize_run(const uint8_t* codes, int64_t n, const GroupParams& p, float* out) {
+  int64_t i = 0;
+#if defined(__AVX512F__)
+  const __m512 vmin = _mm512_set1_ps(p.min), vstep = _mm512_set1_ps(p.step);
+  for (; i + 16 <= n; i += 16) {
+    const __m512 c = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(codes + i))));
+    _mm512_storeu_ps(out + i, _mm512_fmadd_ps(c, vstep, vmin));  // as dequantize_value
+  }
+#endif
+  for (; i < n; ++i) out[i] = dequantize_value(codes[i], p);
+}
+
+// Calls fn(g0, g1) over ranges of about `grain` groups. Dynamic scheduling: on a machine shared
+// with other jobs, a thread that gets descheduled does not hold the others at the barrier with
+// a whole static share of the work.
+template <typename Fn>
+void for_group_ranges(int64_t groups, int64_t grain, Fn&& fn) {
+  const int64_t ranges = (groups + grain - 1) / grain;
+  if (ranges <= 1 || omp_get_max_threads() == 1) {
+    fn(int64_t{0}, groups);
+    return;
+  }
+#pragma omp parallel for schedule(dynamic, 1)
+  for (int64_t r = 0; r < ranges; ++r) fn(r * grain, std::min(groups, (r + 1) * grain));
+}
+
+template <int B>
+void quantize_impl(const float* x, const GroupGeometry& g, Rounding rounding, const QuantNoise& noise, uint8_t* codes,
+                   uint8_t* meta, double* group_range_sq) {
+  constexpr uint32_t levels = (1u << B) - 1u;
+  const bool stochastic = rounding == Rounding::Stochastic;
+  const int meta_size = meta_bytes_per_group(g.meta);
+  const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 15) / g.group_size);
+  for_group_ranges(g.groups(), grain, [&](int64_t g0, int64_t g1) {
+    alignas(64) uint8_t code_buf[kChunk];       // (kChunk,)
+    alignas(64) uint16_t rnd[kChunk + 2 * 128];  // (blocks covering a chunk, 128)
+    for (int64_t gi = g0; gi < g1; ++gi) {
+      const int64_t start = g.group_start(gi), len = g.group_len(gi);
+      const float* xg = x + start;
+      float mn, mx;
+      group_range(xg, len, mn, mx);
+      const GroupParams p = group_params(mn, mx, B, g.meta);
+      store_group_meta(p, g.meta, meta + gi * meta_size);
+      if (group_range_sq) {
+        const double range = static_cast<double>(p.step) * levels;
+        group_range_sq[gi] = static_cast<double>(len) * range * range / 4.0;
+      }
+      uint8_t* dst = codes + g.group_code_offset(gi);
+      for (int64_t c = 0; c < len; c += kChunk) {
+        const int64_t n = std::min(kChunk, len - c);
+        const float* xc = xg + c;
+        const uint16_t* r = stochastic ? rnd + fill_noise16(noise, start + c, n, rnd) : nullptr;
+        quantize_run(xc, n, p, levels, r, code_buf);
+        pack_chunk<B>(code_buf, n, dst + c * B / 8);  // c is a multiple of 8: byte aligned
+      }
+    }
+  });
+}
+
+template <int B>
+void dequantize_impl(const uint8_t* codes, const uint8_t* meta, const GroupGeometry& g, float* out) {
+  const int meta_size = meta_bytes_per_group(g.meta);
+  const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 15) / g.group_size);
+  for_group_ranges(g.groups(), grain, [&](int64_t g0, int64_t g1) {
+    alignas(64) uint8_t code_buf[kChunk];  // (kChunk,)
+    for (int64_t gi = g0; gi < g1; ++gi) {
+      const int64_t start = g.group_start(gi), len = g.group_len(gi);
+      const GroupParams p = load_group_meta(meta + gi * meta_size, g.meta);
+      const uint8_t* src = codes + g.group_code_offset(gi);
+      float* og = out + start;
+      for (int64_t c = 0; c < len; c += kChunk) {
+        const int64_t n = std::min(kChunk, len - c);
+        unpack_chunk<B>(src + c * B / 8, n, code_buf);
+        dequantize_run(code_buf, n, p, og + c);
+      }
+    }
+  });
+}
+
+template <typename Fn>
+void dispatch_bits(int bits, Fn&& fn) {
+  switch (bits) {
+    case 1: fn(std::integral_constant<int, 1>{}); break;
+    case 2: fn(std::integral_constant<int, 2>{}); break;
+    case 3: fn(std::integral_constant<int, 3>{}); break;
+    case 4: fn(std::integral_constant<int, 4>{}); break;
+    case 8: fn(std::integral_constant<int, 8>{}); break;
+    default: fail("per-group quantization: {} bits is not supported (1, 2, 3, 4 or 8)", bits);
+  }
+}
+
+}  // namespace
+
+void quantize_groups(const float* x, const GroupGeometry& g, Rounding rounding, const QuantNoise& noise,
+                     uint8_t* codes, uint8_t* meta, std::vector<double>* group_range_sq) {
+  if (group_range_sq) group_range_sq->assign(static_cast<size_t>(g.groups()), 0.0);
+  if (g.groups() == 0) return;
+  dispatch_bits(g.bits, [&](auto b) {
+    quantize_impl<decltype(b)::value>(x, g, rounding, noise, codes, meta,
+                                      group_range_sq ? group_range_sq->data() : nullptr);
+  });
+}
+
+void dequantize_groups(const uint8_t* codes, const uint8_t* meta, const GroupGeometry& g, float* out) {
+  if (g.groups() == 0) return;
+  dispatch_bits(g.bits, [&](auto b) { dequantize_impl<decltype(b)::value>(codes, meta, g, out); });
+}
+
+}  // namespace packrat
+
+#pragma GCC diagnostic pop

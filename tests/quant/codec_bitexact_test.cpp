@@ -1,0 +1,323 @@
+// The per-element reference of each codec (the PACKRAT_HD functions of quant/group_quant.h,
+// quant/mixed_quant.h, quant/fewbit_codec.h, run element by element, as a CUDA kernel runs them)
+// and the CPU fast kernels write byte-identical codes and metadata and decode to bit-identical
+// floats: for every per-group width, rounding mode, metadata type and grouping, for the mixed and
+// deterministic bucket quantizers of both scale rules, and for the few-bit index of every
+// shipped table, on sizes with tails. That is what makes the CUDA kernels (issue 11) bit-identical.
+// Also: a codec handed a tensor on another device is a clear error, never a copy to the host.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "core/philox.h"
+#include "core/tensor.h"
+#include "quant/bitpack.h"
+#include "autograd/pointwise.h"
+#include "quant/fewbit_codec.h"
+#include "quant/fewbit_store.h"
+#include "quant/group_quant.h"
+#include "quant/group_store.h"
+#include "quant/mixed_quant.h"
+#include "quant/mixed_store.h"
+#include "tests/support/errors.h"
+
+namespace packrat {
+namespace {
+
+// Values in [lo, hi), with a run of equal values (a constant group: step 0) and exact zeros.
+std::vector<float> values(int64_t n, uint64_t seed, float lo = -3.0f, float hi = 5.0f) {
+  PhiloxStream s(seed, 11);
+  std::vector<float> v(static_cast<size_t>(n));
+  for (auto& x : v) x = lo + (hi - lo) * s.uniform();
+  for (int64_t i = 0; i < n && i < 300; ++i) v[static_cast<size_t>(i)] = 0.75f;
+  for (int64_t i = 400; i < n && i < 420; ++i) v[static_cast<size_t>(i)] = 0.0f;
+  return v;
+}
+
+bool same_floats(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+// Index of the first differing byte, or -1.
+int64_t first_difference(const uint8_t* a, const uint8_t* b, int64_t n) {
+  for (int64_t i = 0; i < n; ++i)
+    if (a[i] != b[i]) return i;
+  return -1;
+}
+
+TEST(CodecBitExact, PerGroupKernelWritesTheReferenceBytesForEveryConfig) {
+  // (samples, span): spans that are not multiples of 8, 128 or the 256-element chunk.
+  const std::vector<std::pair<int64_t, int64_t>> shapes = {{3, 1013}, {1, 77}, {4, 2051}};
+  for (int bits : {1, 2, 3, 4, 8})
+    for (Rounding rounding : {Rounding::Stochastic, Rounding::Nearest})
+      for (MetaType meta : {MetaType::BF16, MetaType::F32})
+        for (Grouping grouping : {Grouping::PerSample, Grouping::Flat})
+          for (int64_t G : {int64_t{7}, int64_t{256}, int64_t{300}, int64_t{1000}})
+            for (const auto& [samples, span] : shapes) {
+              const std::string what = "bits " + std::to_string(bits) + " " + std::string(rounding_name(rounding)) +
+                                       " " + std::string(meta_name(meta)) + " " + std::string(grouping_name(grouping)) +
+                                       " G " + std::to_string(G) + " numel " + std::to_string(samples * span);
+              GroupQuantConfig c;
+              c.bits = bits;
+              c.group_size = G;
+              c.grouping = grouping;
+              c.meta = meta;
+              c.rounding = rounding;
+              const int64_t n = samples * span;
+              const std::vector<float> x = values(n, static_cast<uint64_t>(bits * 131 + G));
+              const GroupGeometry g = group_geometry(n, samples, c);
+              const QuantNoise noise{0x1234ABCDull, quant_stream(5, 3)};
+              std::vector<uint8_t> codes(static_cast<size_t>(g.code_bytes())), meta_b(static_cast<size_t>(g.meta_bytes()));
+              std::vector<double> range_sq;
+              quantize_groups(x.data(), g, rounding, noise, codes.data(), meta_b.data(), &range_sq);
+
+              std::vector<uint8_t> ref_codes(codes.size(), 0xEE), ref_meta(meta_b.size(), 0xEE);
+              const int mb = meta_bytes_per_group(meta);
+              for (int64_t gi = 0; gi < g.groups(); ++gi) {
+                const double rs =
+                    quantize_group(x.data() + g.group_start(gi), g.group_len(gi), static_cast<uint64_t>(g.group_start(gi)),
+                                   bits, meta, rounding, noise, ref_meta.data() + gi * mb,
+                                   ref_codes.data() + g.group_code_offset(gi));
+                ASSERT_EQ(rs, range_sq[static_cast<size_t>(gi)]) << what << " group " << gi;
+              }
+              ASSERT_EQ(first_difference(codes.data(), ref_codes.data(), g.code_bytes()), -1) << what << ": codes";
+              ASSERT_EQ(first_difference(meta_b.data(), ref_meta.data(), g.meta_bytes()), -1) << what << ": metadata";
+
+              std::vector<float> out(static_cast<size_t>(n)), ref_out(static_cast<size_t>(n));
+              dequantize_groups(codes.data(), meta_b.data(), g, out.data());
+              for (int64_t gi = 0; gi < g.groups(); ++gi)
+                dequantize_group(codes.data() + g.group_code_offset(gi), meta_b.data() + gi * mb, g.group_len(gi), bits,
+                                 meta, ref_out.data() + g.group_start(gi));
+              ASSERT_TRUE(same_floats(out, ref_out)) << what << ": dequantized values";
+            }
+}
+
+// One mixed config and its name in failure messages.
+struct MixedCase {
+  std::string name;
+  MixedQuantConfig c;
+};
+
+std::vector<MixedCase> mixed_cases() {
+  std::vector<MixedCase> out;
+  auto add = [&](ScaleRule rule, BucketWidth base, BucketWidth mix, double p, MixDecision d, Rounding r, MetaType m,
+                 int64_t bucket) {
+    MixedQuantConfig c;
+    c.scale = rule;
+    c.base = base;
+    c.mix = mix;
+    c.mix_prob = p;
+    c.decision = d;
+    c.rounding = r;
+    c.meta = m;
+    c.bucket_size = bucket;
+    const std::string name = std::string(scale_rule_name(rule)) + " " + std::to_string(base.code_bits) + "/" +
+                             std::to_string(mix.code_bits) + "-bit codes @" + std::to_string(p) + " " +
+                             std::string(mix_decision_name(d)) + " " + std::string(rounding_name(r)) + " " +
+                             std::string(meta_name(m)) + " bucket " + std::to_string(bucket);
+    out.push_back({name, c});
+  };
+  for (Rounding r : {Rounding::Stochastic, Rounding::Nearest})
+    for (MetaType m : {MetaType::BF16, MetaType::F32})
+      for (int64_t bucket : {int64_t{64}, int64_t{100}, int64_t{512}}) {
+        // Affine: per-group widths (the fused kernel), other widths up to 8 bits, wide codes.
+        add(ScaleRule::Affine, affine_width(2), affine_width(4), 0.5, MixDecision::PerBucket, r, m, bucket);
+        add(ScaleRule::Affine, affine_width(1), affine_width(8), 0.3, MixDecision::PerBucket, r, m, bucket);
+        add(ScaleRule::Affine, affine_width(3), affine_width(6), 0.4, MixDecision::PerBucket, r, m, bucket);
+        add(ScaleRule::Affine, affine_width(4), affine_width(12), 0.5, MixDecision::PerTensor, r, m, bucket);
+        add(ScaleRule::Affine, affine_width(5), affine_width(5), 0.0, MixDecision::PerBucket, r, m, bucket);
+        // Sign-magnitude, both scales: 2 bits (3-bit codes) / 4 bits (6-bit codes), ternary, wide codes.
+        for (ScaleRule rule : {ScaleRule::MaxAbs, ScaleRule::L2}) {
+          add(rule, width_for_bits(rule, 2), width_for_bits(rule, 4), 0.5, MixDecision::PerBucket, r, m, bucket);
+          add(rule, sign_magnitude_width(1), sign_magnitude_width(1000), 0.5, MixDecision::PerBucket, r, m, bucket);
+          add(rule, width_for_bits(rule, 3), width_for_bits(rule, 3), 0.0, MixDecision::PerTensor, r, m, bucket);
+        }
+      }
+  return out;
+}
+
+TEST(CodecBitExact, MixedAndDeterministicBucketKernelsWriteTheReferenceBytes) {
+  for (const MixedCase& mc : mixed_cases())
+    for (int64_t n : {int64_t{1}, int64_t{3037}, int64_t{20000}}) {
+      const MixedQuantConfig& c = mc.c;
+      const std::string what = mc.name + " numel " + std::to_string(n);
+      const std::vector<float> x = values(n, static_cast<uint64_t>(n) + c.base.code_bits);
+      const QuantNoise noise{99, quant_stream(7, 2)};
+      const MixedPacked p = quantize_mixed(x.data(), n, c, noise);
+
+      const BucketGeometry g = bucket_geometry(n, c.bucket_size);
+      std::vector<uint8_t> flags(static_cast<size_t>(g.buckets));  // (buckets,)
+      for (int64_t b = 0; b < g.buckets; ++b)
+        flags[static_cast<size_t>(b)] = bucket_takes_mix(c, noise.seed, noise.stream, static_cast<uint64_t>(b)) ? 1 : 0;
+      std::vector<uint8_t> held(static_cast<size_t>(g.buckets), p.uniform_is_mix ? 1 : 0);
+      if (!p.uniform) unpack_bits(p.flags.data<uint8_t>(), g.buckets, 1, held.data());
+      ASSERT_EQ(held, flags) << what << ": bucket decisions";
+
+      const int mb = bucket_meta_bytes(c.scale, c.meta);
+      std::vector<uint8_t> ref_codes(static_cast<size_t>(p.codes.numel()), 0xEE);
+      std::vector<uint8_t> ref_meta(static_cast<size_t>(g.buckets * mb), 0xEE);
+      std::vector<int64_t> off(static_cast<size_t>(g.buckets + 1), 0);  // (buckets + 1,) code offsets
+      for (int64_t b = 0; b < g.buckets; ++b) {
+        const BucketWidth& w = flags[static_cast<size_t>(b)] ? c.mix : c.base;
+        off[static_cast<size_t>(b + 1)] = off[static_cast<size_t>(b)] + packed_bytes(g.len(b), w.code_bits);
+        ASSERT_LE(off[static_cast<size_t>(b + 1)], p.codes.numel()) << what;
+        quantize_bucket_ref(x.data() + g.start(b), g.len(b), w, c.scale, c.rounding, c.meta,
+                            QuantNoise{noise.seed, bucket_stream(noise.stream, static_cast<uint64_t>(b))},
+                            ref_meta.data() + b * mb, ref_codes.data() + off[static_cast<size_t>(b)]);
+      }
+      ASSERT_EQ(off.back(), p.codes.numel()) << what;
+      ASSERT_EQ(first_difference(p.codes.data<uint8_t>(), ref_codes.data(), p.codes.numel()), -1) << what << ": codes";
+      ASSERT_EQ(first_difference(p.meta_data.data<uint8_t>(), ref_meta.data(), p.meta_data.numel()), -1)
+          << what << ": metadata";
+
+      std::vector<float> out(static_cast<size_t>(n)), ref_out(static_cast<size_t>(n));
+      dequantize_mixed(p, out.data());
+      for (int64_t b = 0; b < g.buckets; ++b)
+        dequantize_bucket_ref(p.codes.data<uint8_t>() + off[static_cast<size_t>(b)], g.len(b),
+                              flags[static_cast<size_t>(b)] ? c.mix : c.base, c.scale, c.meta,
+                              p.meta_data.data<uint8_t>() + b * mb, ref_out.data() + g.start(b));
+      ASSERT_TRUE(same_floats(out, ref_out)) << what << ": dequantized values";
+    }
+}
+
+// Packs codes[0..n) at `bits` block by block with the per-block helpers (the reference layout).
+std::vector<uint8_t> pack_reference(const std::vector<uint32_t>& codes, int bits) {
+  const int64_t n = static_cast<int64_t>(codes.size());
+  std::vector<uint8_t> out(static_cast<size_t>(packed_bytes(n, bits)));
+  for (int64_t b = 0; b < n; b += 8) {
+    const int m = static_cast<int>(std::min<int64_t>(8, n - b));
+    uint64_t w = 0;
+    for (int k = 0; k < m; ++k) w |= block_put(codes[static_cast<size_t>(b + k)], k, bits);
+    store_block8(w, static_cast<int>(packed_bytes(m, bits)), out.data() + (b / 8) * bits);
+  }
+  return out;
+}
+
+TEST(CodecBitExact, FewBitIndexAndBackwardMatchTheReferenceForEveryShippedTable) {
+  for (const FewbitTable& t : shipped_fewbit_tables())
+    for (int64_t n : {int64_t{1}, int64_t{13}, int64_t{513}, int64_t{40003}}) {
+      const std::string what = t.fn + " " + std::to_string(t.bits) + "-bit numel " + std::to_string(n);
+      FewbitCoder c;
+      c.kind = FewbitKind::Table;
+      c.bits = t.bits;
+      c.lut = t.lut();
+      const std::vector<float> x = values(n, static_cast<uint64_t>(n) * 7 + t.bits, -12.0f, 12.0f);
+      std::vector<uint8_t> packed(static_cast<size_t>(packed_bytes(n, c.bits)));
+      fewbit_encode(c, nullptr, x.data(), sizeof(float), nullptr, n, packed.data());
+      std::vector<uint32_t> codes(static_cast<size_t>(n));
+      for (int64_t i = 0; i < n; ++i) codes[static_cast<size_t>(i)] = fewbit_index(c.lut, x[static_cast<size_t>(i)]);
+      ASSERT_EQ(packed, pack_reference(codes, c.bits)) << what << ": codes";
+
+      const std::vector<float> g = values(n, 5, -1.0f, 1.0f);
+      std::vector<float> out(static_cast<size_t>(n)), ref(static_cast<size_t>(n));
+      fewbit_decode(c, packed.data(), g.data(), out.data(), n);
+      for (int64_t i = 0; i < n; ++i)
+        ref[static_cast<size_t>(i)] =
+            fewbit_apply(c.kind, c.lut.levels, packed_code_at(packed.data(), i, c.bits), g[static_cast<size_t>(i)]);
+      ASSERT_TRUE(same_floats(out, ref)) << what << ": backward";
+      fewbit_decode(c, packed.data(), nullptr, out.data(), n);
+      for (int64_t i = 0; i < n; ++i) ref[static_cast<size_t>(i)] = c.lut.levels[packed_code_at(packed.data(), i, c.bits)];
+      ASSERT_TRUE(same_floats(out, ref)) << what << ": load";
+    }
+}
+
+TEST(CodecBitExact, FewBitMaskCodesMatchTheReference) {
+  for (int64_t n : {int64_t{1}, int64_t{13}, int64_t{40003}}) {
+    FewbitCoder c;
+    c.kind = FewbitKind::Mask;
+    c.bits = 1;
+    std::vector<uint8_t> m(static_cast<size_t>(n));
+    PhiloxStream s(3, 1);
+    for (auto& v : m) v = static_cast<uint8_t>(s.below(3));  // 0, 1 or 2: nonzero is kept
+    std::vector<uint8_t> packed(static_cast<size_t>(packed_bytes(n, 1)));
+    fewbit_encode(c, nullptr, m.data(), 1, nullptr, n, packed.data());
+    std::vector<uint32_t> codes(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) codes[static_cast<size_t>(i)] = m[static_cast<size_t>(i)] != 0 ? 1 : 0;
+    ASSERT_EQ(packed, pack_reference(codes, 1)) << n;
+    const std::vector<float> g = values(n, 6, -1.0f, 1.0f);
+    std::vector<float> out(static_cast<size_t>(n)), ref(static_cast<size_t>(n));
+    fewbit_decode(c, packed.data(), g.data(), out.data(), n);
+    for (int64_t i = 0; i < n; ++i)
+      ref[static_cast<size_t>(i)] = fewbit_apply(c.kind, c.lut.levels, codes[static_cast<size_t>(i)], g[static_cast<size_t>(i)]);
+    ASSERT_TRUE(same_floats(out, ref)) << n;
+  }
+}
+
+// ---- device dispatch ----------------------------------------------------------------------------
+
+// A CPU tensor relabelled as living on cuda:0: reaches the codecs' device dispatch without a GPU
+// (its bytes stay on the host, so nothing can crash if a check were missing). Restored on exit.
+class OnCuda {
+ public:
+  explicit OnCuda(const Tensor& t) : t_(t) { t_.storage()->device = Device::cuda(0); }
+  ~OnCuda() { t_.storage()->device = Device::cpu(); }
+
+ private:
+  Tensor t_;
+};
+
+bool starts_with(const std::string& s, const std::string& prefix) { return s.rfind(prefix, 0) == 0; }
+
+TEST(CodecDevice, CodecEntryPointsOnAnotherDeviceAreAClearError) {
+  Tensor x = Tensor::from_vector(Shape{4, 64}, values(256, 1));
+  GroupQuantConfig c;
+  const GroupGeometry g = group_geometry(x.numel(), 4, c);
+  Tensor codes = Tensor::empty(Shape{g.code_bytes()}, DType::u8), meta = Tensor::empty(Shape{g.meta_bytes()}, DType::u8);
+  quantize_groups(x, g, Rounding::Stochastic, {1, 2}, codes, meta);  // the CPU: runs
+  {
+    OnCuda on(x);
+    const std::string m = testing::message_of([&] { quantize_groups(x, g, Rounding::Stochastic, {1, 2}, codes, meta); });
+    EXPECT_TRUE(starts_with(m, "per-group quantization: no CUDA kernels yet for cuda:0 (issue 11); ")) << m;
+  }
+  {
+    OnCuda on(codes);
+    const std::string m = testing::message_of([&] { dequantize_groups(codes, meta, g, Tensor::empty_like(x)); });
+    EXPECT_TRUE(starts_with(m, "per-group quantization: no CUDA kernels yet for cuda:0 (issue 11); ")) << m;
+  }
+  {
+    OnCuda on(x);
+    const std::string m = testing::message_of([&] { quantize_mixed(x, MixedQuantConfig{}, {1, 2}); });
+    EXPECT_TRUE(starts_with(m, "mixed quantization: no CUDA kernels yet for cuda:0 (issue 11); ")) << m;
+  }
+  {
+    FewbitCoder fc;
+    fc.lut = fewbit_table("gelu", 1).lut();
+    Tensor packed = Tensor::empty(Shape{packed_bytes(x.numel(), 1)}, DType::u8);
+    OnCuda on(x);
+    const std::string m = testing::message_of([&] { fewbit_encode(fc, nullptr, x, Tensor(), packed); });
+    EXPECT_TRUE(starts_with(m, "fewbit: no CUDA kernels yet for cuda:0 (issue 11); ")) << m;
+  }
+}
+
+TEST(CodecDevice, StoresNameTheSchemeOpAndLayerAndStillPassExactRequestsThrough) {
+  GroupStoreOptions go;
+  MixedStoreOptions mo;
+  GroupStore actnn(go);
+  MixedStore mixed(mo);
+  FewbitStore fewbit;
+  const Pointwise& gelu = pointwise_by_name("gelu");
+  for (SavedTensorStore* s : std::vector<SavedTensorStore*>{&actnn, &mixed, &fewbit}) {
+    Tensor x = Tensor::from_vector(Shape{4, 64}, values(256, 2));
+    OnCuda on(x);
+    SaveRequest r{Need::Derivative, &gelu, "gelu", "layer1.act"};
+    const std::string m = testing::message_of([&] { s->save(x, r); });
+    EXPECT_EQ(m, std::string(s->scheme()) +
+                     ": no CUDA kernels yet for cuda:0 (issue 11); gelu layer1.act cannot be compressed there (save it "
+                     "with the fp32 scheme, or run on the CPU)");
+    EXPECT_EQ(s->live_count(), 0u);
+    EXPECT_EQ(testing::message_of([&] { s->forward_and_save(x, r); }).substr(0, m.size()), m)
+        << "the fused forward too, before anything is allocated on the device";
+    if (s == &fewbit) continue;  // the few-bit store takes no exact requests
+    SaveRequest er{Need::Value, nullptr, "batchnorm2d", "bn1"};
+    er.exact = true;
+    const SavedHandle h = s->save(x, er);  // a reference, on any device
+    EXPECT_EQ(s->live_count(), 1u);
+    h.store->release(h);
+    EXPECT_EQ(s->live_count(), 0u);
+  }
+}
+
+}  // namespace
+}  // namespace packrat
