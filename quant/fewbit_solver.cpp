@@ -96,6 +96,9 @@ double FewbitProblem::interval_error(double a, double b, double y) const {
 }
 
 FewbitProblem make_fewbit_problem(RealFn df, const FewbitSolverOptions& o) {
+  PACKRAT_CHECK(std::isfinite(o.A) && std::isfinite(o.B) && o.A >= -kFewbitMaxRange && o.B <= kFewbitMaxRange,
+                "fewbit solver: the weight interval [{}, {}] must be finite and within [{}, {}]", o.A, o.B,
+                -kFewbitMaxRange, kFewbitMaxRange);
   PACKRAT_CHECK(o.B > o.A, "fewbit solver: the weight interval [{}, {}] is empty", o.A, o.B);
   PACKRAT_CHECK(o.sigma > 0, "fewbit solver: sigma must be positive, got {}", o.sigma);
   FewbitProblem p;
