@@ -64,8 +64,12 @@ class Section {
     used_.insert(key);
     if (!node_.IsMap()) return YAML::Node(YAML::NodeType::Undefined);  // the whole section is absent
     YAML::Node n = node_[key];
-    if (n.IsDefined() && n.IsNull())
-      error_at(key_path(key), n.Mark(), "has no value: give one, or leave the key out to use the default");
+    if (n.IsDefined() && n.IsNull()) {
+      YAML::Mark at = n.Mark();  // an empty value's own mark is where the next token starts
+      for (auto it = node_.begin(); it != node_.end(); ++it)
+        if (it->first.IsScalar() && it->first.Scalar() == key) at = it->first.Mark();
+      error_at(key_path(key), at, "has no value: give one, or leave the key out to use the default");
+    }
     return n;
   }
   YAML::Mark mark() const { return node_.IsDefined() && !node_.Mark().is_null() ? node_.Mark() : fallback_; }

@@ -142,17 +142,18 @@ RunResult run_training(const Config& c, const RunOptions& o) {
       m.test_acc = e.accuracy;
     }
     metrics.append(m);
-    // After the row is written (it shows the epoch), before a checkpoint of a diverged model.
-    if ((epoch + 1) % c.train.eval_interval == 0 || last)
-      PACKRAT_CHECK(std::isfinite(m.test_loss),
-                    "epoch {}: the test loss is {} (not finite; train loss {:.4g}): the model diverged, so no "
-                    "checkpoint is written for this epoch. Try a lower optimizer.lr (now {:g}), a warm-up "
-                    "(schedule.warmup_epochs), gradient clipping (train.clip_grad_norm: 1.0), or FP32 storage for the "
-                    "saved tensors (saved_tensors.default: fp32)",
-                    epoch + 1, m.test_loss, m.train_loss, c.optimizer.lr);
     spdlog::info("epoch {}/{}: train loss {:.4f} acc {:.2f}% | test loss {:.4f} acc {:.2f}% | lr {:.4g} | {:.0f} img/s | "
                  "{} | peak {}", m.epoch, c.train.epochs, m.train_loss, 100 * m.train_acc, m.test_loss,
                  100 * m.test_acc, m.lr, m.img_per_s, Progress::format_duration(m.seconds), format_bytes(m.peak_bytes));
+    // After the row is written and logged, before a checkpoint of a diverged model.
+    if ((epoch + 1) % c.train.eval_interval == 0 || last)
+      PACKRAT_CHECK(std::isfinite(m.test_loss),
+                    "epoch {}: the test loss is {} (not finite; train loss {:.4g}): the model diverged (or the test "
+                    "inputs overflow it: check data.test_transforms), so no checkpoint is written for this epoch. "
+                    "Try a lower optimizer.lr (now {:g}), a warm-up "
+                    "(schedule.warmup_epochs), gradient clipping (train.clip_grad_norm: 1.0), or FP32 storage for the "
+                    "saved tensors (saved_tensors.default: fp32)",
+                    epoch + 1, m.test_loss, m.train_loss, c.optimizer.lr);
     result.epochs.push_back(m);
     pos.epoch = epoch + 1;
     const bool stopping = o.stop_after_epoch > 0 && pos.epoch >= o.stop_after_epoch;
