@@ -47,6 +47,11 @@ void make_directory(const fs::path& dir, const std::string& what) {
 
 }  // namespace
 
+void make_writable_directory(const std::string& dir, const std::string& what) {
+  make_directory(dir, what);
+  check_writable(dir, what);
+}
+
 std::vector<std::string> earlier_run_files(const std::string& dir) {
   std::vector<std::string> found;
   std::error_code ec;
@@ -66,8 +71,7 @@ void prepare_output_dir(const std::string& dir, bool resume, bool overwrite) {
   PACKRAT_CHECK(!(resume && overwrite), "output.dir {}: --resume continues a run, --overwrite replaces it; give one",
                 dir);
   const fs::path root(dir), ckpt = root / "checkpoints";
-  make_directory(root, "output.dir");
-  check_writable(root, "output.dir");
+  make_writable_directory(dir, "output.dir");
   std::error_code ec;
   if (fs::exists(ckpt, ec) && !fs::is_directory(ckpt, ec))
     fail("{} is a file, not a directory: the run writes its checkpoints there (move the file away)", ckpt.string());
@@ -99,8 +103,7 @@ void prepare_output_dir(const std::string& dir, bool resume, bool overwrite) {
       spdlog::warn("output.dir {}: --overwrite: removed the earlier run ({} files)", dir, earlier.size());
     }
   }
-  make_directory(ckpt, "the checkpoint directory");
-  check_writable(ckpt, "the checkpoint directory");
+  make_writable_directory(ckpt.string(), "the checkpoint directory");
 }
 
 }  // namespace packrat

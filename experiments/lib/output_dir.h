@@ -11,6 +11,10 @@ namespace packrat {
 // its checkpoints ("metrics.csv", "checkpoints/epoch_0002.safetensors", ...); empty if none.
 std::vector<std::string> earlier_run_files(const std::string& dir);
 
+// Creates `dir` if needed; throws packrat::Error naming it when it is a file or cannot be
+// created or written to. `what` names it in the message ("output.dir").
+void make_writable_directory(const std::string& dir, const std::string& what);
+
 // Throws packrat::Error naming the path when `dir` is a file or cannot be created or written to,
 // when its `checkpoints` is not a directory or a checkpoint name there is not a regular file,
 // when `resume` finds no checkpoint, and when a fresh run (not `resume`) finds an earlier run

@@ -12,6 +12,7 @@
 #include "experiments/lib/output_dir.h"
 #include "experiments/lib/run.h"
 #include "experiments/lib/session.h"
+#include "experiments/lib/tools.h"
 #include "tests/experiments/fixture.h"
 #include "tests/experiments/tiny_config.h"
 #include "tests/support/errors.h"
@@ -128,6 +129,11 @@ TEST(BadInputs, OutputDirectoryProblemsNameThePathBeforeTraining) {
   fs::create_directories(checkpoint_path(dir_ckpt.string(), 1));
   m = error(dir_ckpt, {}, true);
   EXPECT_TRUE(contains(m, checkpoint_path(dir_ckpt.string(), 1) + " is not a regular file")) << m;
+
+  // --memory-report-only writes there too: checked before its training step.
+  const Config report = tiny_config("/nonexistent", base / "a_file");
+  m = message_of([&] { memory_report_only(report); });
+  EXPECT_TRUE(contains(m, (base / "a_file").string() + " is a file, not a directory")) << m;
 
   fs::create_directories(base / "empty_run");
   m = error(base / "empty_run", {}, true);

@@ -122,6 +122,7 @@ expect "--set key=~"                          2 "data.batch_size: has no value" 
 expect "--set path blamed on the --set"       2 "--set data.nope.x: data.nope: unknown key" "$T" "${Q[@]}" --set data.nope.x=1
 expect "bad transform named with its key"     2 "data.train_transforms: transform 'bogus'" "$T" "${Q[@]}" --set 'data.train_transforms=[bogus]'
 expect "threads: 1024"                        2 "threads is 1024" "$T" "${Q[@]}" --set threads=1024 --memory-report-only --set output.dir="$W/t1"
+expect "--memory-report-only, dir is a file"  2 "$W/a_file is a file, not a directory" "$T" "${Q[@]}" --memory-report-only --set output.dir="$W/a_file"
 F=$BIN/fewbit
 expect "fewbit table [-1e308, 1e308]"         2 "must be a finite number in [-100, 100]" "$F" table --fn gelu --bits 2 --A -1e308 --B 1e308
 expect "fewbit table [-inf, inf]"             2 "must be a finite number in [-100, 100]" "$F" table --fn gelu --bits 2 --A -inf --B inf
