@@ -3,6 +3,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <set>
@@ -535,6 +536,8 @@ Config parse_config(const std::string& yaml_text, const std::string& source, con
 }
 
 Config load_config(const std::string& path, const std::vector<std::string>& overrides) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) fail("{}: is a directory, not a config file", path);
   std::ifstream in(path);
   if (!in) fail("{}: cannot read the config file", path);
   std::stringstream ss;

@@ -9,6 +9,7 @@
 #include "core/error.h"
 #include "experiments/lib/checkpoint.h"
 #include "experiments/lib/cli.h"
+#include "experiments/lib/metrics.h"
 #include "experiments/lib/output_dir.h"
 #include "experiments/lib/run.h"
 #include "experiments/lib/session.h"
@@ -192,4 +193,21 @@ TEST(BadInputs, ByteSizesThatOverflowAreRefused) {
   }
   EXPECT_EQ(parse_byte_size("4294967296G", "f"), int64_t{1} << 62);  // the largest accepted
   EXPECT_THROW(parse_byte_size("4294967297G", "f"), Error);
+}
+
+// A damaged metrics.csv ended a resume in an internal std::stoll error; a directory given as the
+// config read as an empty config.
+TEST(BadInputs, DamagedMetricsAndADirectoryAsConfig) {
+  const fs::path out = temp_dir("bad_metrics");
+  {
+    MetricsWriter w(out.string());
+    EpochMetrics m;
+    m.epoch = 1;
+    w.append(m);
+  }
+  std::ofstream(out / "metrics.csv", std::ios::app) << "garbage,line\n";
+  MetricsWriter w(out.string());
+  const std::string m = message_of([&] { w.truncate_after(1); });
+  EXPECT_TRUE(contains(m, (out / "metrics.csv").string() + ": line 3 is not a metrics row")) << m;
+  EXPECT_TRUE(contains(message_of([&] { load_config(out.string()); }), "is a directory, not a config file"));
 }

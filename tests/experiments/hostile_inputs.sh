@@ -103,6 +103,10 @@ expect "output.dir not writable (/proc)"      2 "/proc/packrat_run" "$T" "${Q[@]
 expect "checkpoints is a file"                2 "$W/ckpt_file/checkpoints is a file" "$T" "${Q[@]}" --set output.dir="$W/ckpt_file"
 expect "checkpoint path is a directory"       2 "epoch_0001.safetensors is not a regular file" "$T" "${Q[@]}" --set output.dir="$W/ckpt_dir"
 expect "--resume without a checkpoint"        2 "no checkpoint in" "$T" --config configs/quickstart.yaml --resume "$W/no_ckpt"
+cp -r "$W/earlier" "$W/r_metrics"; sed -i "s|$W/earlier|$W/r_metrics|" "$W/r_metrics/config.yaml"
+echo "garbage,line" >>"$W/r_metrics/metrics.csv"
+expect "--resume, damaged metrics.csv"        2 "metrics.csv: line 3 is not a metrics row" "$T" --resume "$W/r_metrics" --set train.epochs=2
+expect "--config DIRECTORY"                   2 "is a directory, not a config file" "$T" --config "$W"
 expect "NaN test loss"                        2 "the test loss is" "$T" "${Q[@]}" --set output.dir="$W/nan" --set 'data.test_transforms=["normalize(-3e38 / 1)"]'
 expect "NaN weight in a checkpoint"           2 "'model.fc.weight' holds nan at element 3" "$T" --resume "$W/r_nan" --set train.epochs=2
 expect "negative step in a checkpoint"        2 "trainer.step is -5" "$T" --resume "$W/r_step" --set train.epochs=2
