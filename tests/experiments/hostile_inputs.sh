@@ -131,6 +131,7 @@ F=$BIN/fewbit
 expect "fewbit table [-1e308, 1e308]"         2 "must be a finite number in [-100, 100]" "$F" table --fn gelu --bits 2 --A -1e308 --B 1e308
 expect "fewbit table [-inf, inf]"             2 "must be a finite number in [-100, 100]" "$F" table --fn gelu --bits 2 --A -inf --B inf
 expect "fewbit table --A nan"                 2 "must be a finite number" "$F" table --fn gelu --bits 2 --A nan
+expect "fewbit table [-100, -99.9999999999999]" 2 "is narrower than 0.001" "$F" table --fn gelu --bits 2 --A -100 --B -99.9999999999999
 expect "fewbit table [-1000, 1000]"           2 "must be a finite number in [-100, 100]" "$F" table --fn gelu --bits 4 --A -1000 --B 1000
 
 echo "$tried hostile inputs tried, $ok got the expected exit code and message"

@@ -10,6 +10,7 @@
 #include "autograd/pointwise.h"
 #include "core/error.h"
 #include "core/philox.h"
+#include "tests/support/errors.h"
 
 namespace packrat {
 namespace {
@@ -141,6 +142,11 @@ TEST(FewBitTables, WeightIntervalMustBeFiniteAndBounded) {
       EXPECT_NE(std::string(e.what()).find("must be finite and within [-100, 100]"), std::string::npos) << e.what();
     }
   }
+  // So narrow that the borders coincided ([-100, -100, -100]).
+  FewbitTableOptions narrow;
+  narrow.A = -100;
+  narrow.B = -99.9999999999999;
+  EXPECT_NE(testing::message_of([&] { fewbit_table("gelu", 2, narrow); }).find("is narrower than 0.001"), std::string::npos);
 }
 
 }  // namespace
