@@ -71,6 +71,11 @@ ImageFolderDataset::ImageFolderDataset(const fs::path& root, ImageFolderOptions 
                 options_.channels);
   PACKRAT_CHECK((options_.height > 0) == (options_.width > 0), "image_folder: give both height and width to resize, not {}x{}",
                 options_.height, options_.width);
+  PACKRAT_CHECK(options_.height <= kMaxImageSide && options_.width <= kMaxImageSide &&
+                    options_.channels * options_.height * options_.width <= kMaxImageValues,
+                "image_folder: a resize to {}x{} with {} channel(s) is larger than the loader takes (sides up to {}, {} "
+                "values per image)",
+                options_.height, options_.width, options_.channels, kMaxImageSide, kMaxImageValues);
   if (!fs::is_directory(root)) fail("image_folder: {} is not a directory", root.string());
 
   std::vector<std::pair<fs::path, std::string>> found;  // (file, class name)

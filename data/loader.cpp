@@ -1,6 +1,7 @@
 #include "data/loader.h"
 
 #include <algorithm>
+#include <new>
 #include <numeric>
 
 #include "core/error.h"
@@ -19,6 +20,9 @@ Loader::Loader(std::shared_ptr<const Dataset> dataset, Pipeline pipeline, Loader
   PACKRAT_CHECK(size_ > 0, "loader {}: the dataset is empty", dataset_->name());
   in_shape_ = dataset_->image_shape();
   out_shape_ = pipeline_.output_shape(in_shape_);
+  PACKRAT_CHECK(out_shape_.numel() <= kMaxImageValues,
+                "loader {}: the transforms ({}) make images of {} = {} values, more than {} (1 GiB of f32) per image",
+                dataset_->name(), pipeline_.describe(), out_shape_.str(), out_shape_.numel(), kMaxImageValues);
 }
 
 Loader::~Loader() { stop(); }
@@ -63,6 +67,10 @@ Batch Loader::make_batch(const std::vector<int64_t>& order, int64_t epoch, int64
         labels[i] = dataset_->get(k, pixels.data());
         pipeline_.run(pixels.data(), in_shape_, images + i * per, options_.seed, epoch, k, scratch);
       }
+    } catch (const std::bad_alloc&) {
+      errors[t] = std::make_exception_ptr(Error(fmt::format(
+          "loader {}: out of host memory preparing images of {} through {}", dataset_->name(), in_shape_.str(),
+          pipeline_.describe())));
     } catch (...) {
       errors[t] = std::current_exception();
     }

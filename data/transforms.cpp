@@ -19,6 +19,8 @@ int64_t below(uint32_t word, int64_t n) { return static_cast<int64_t>((static_ca
 RandomCrop::RandomCrop(int64_t height, int64_t width, int64_t padding) : height_(height), width_(width), padding_(padding) {
   PACKRAT_CHECK(height > 0 && width > 0 && padding >= 0, "random_crop: size {}x{} and padding {} must be positive",
                 height, width, padding);
+  PACKRAT_CHECK(height <= kMaxImageSide && width <= kMaxImageSide && padding <= kMaxImageSide,
+                "random_crop: size {}x{} and padding {} must be at most {}", height, width, padding, kMaxImageSide);
 }
 
 std::string RandomCrop::describe() const { return fmt::format("random_crop({}, {}, padding={})", height_, width_, padding_); }
@@ -82,7 +84,8 @@ void RandomHorizontalFlip::apply(const float* in, const ImageShape& s, float* ou
 // ---- Resize ----
 
 Resize::Resize(int64_t height, int64_t width) : height_(height), width_(width) {
-  PACKRAT_CHECK(height > 0 && width > 0, "resize: size {}x{} must be positive", height, width);
+  PACKRAT_CHECK(height > 0 && width > 0 && height <= kMaxImageSide && width <= kMaxImageSide,
+                "resize: size {}x{} must be in [1, {}]", height, width, kMaxImageSide);
 }
 
 std::string Resize::describe() const { return fmt::format("resize({}, {})", height_, width_); }
@@ -255,8 +258,12 @@ std::vector<double> numbers(const std::string& item, const std::string& args) {
   return v;
 }
 
+// Sizes and paddings: whole numbers up to kMaxImageSide (beyond it an int64 could overflow, or
+// a resize allocate terabytes per image).
 int64_t whole(const std::string& item, double x) {
   if (x != std::floor(x) || x < 0) fail("transform '{}': {} is not a whole number", item, x);
+  if (x > static_cast<double>(kMaxImageSide))
+    fail("transform '{}': {} is larger than {}, the largest image side or padding", item, x, kMaxImageSide);
   return static_cast<int64_t>(x);
 }
 

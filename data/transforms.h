@@ -19,6 +19,11 @@
 
 namespace packrat::data {
 
+// The largest image side, crop size or padding a transform accepts, and the most values one
+// image may have after the transforms (2^28 f32 = 1 GiB; the loader refuses more when made).
+constexpr int64_t kMaxImageSide = int64_t{1} << 16;
+constexpr int64_t kMaxImageValues = int64_t{1} << 28;
+
 class Transform {
  public:
   virtual ~Transform() = default;

@@ -2,7 +2,8 @@
 //   fewbit table --fn gelu --bits 3 [--weight uniform|normal] [--refine true|false] [--A -10] [--B 10]
 //       borders, levels and the approximation error as JSON (other options than the defaults
 //       solve a table now instead of printing the shipped one)
-//   fewbit errors              CSV `fn,bits,error`: eq. 3, uniform weight on [-10, 10], bits 1..4
+//   fewbit errors              CSV `fn,bits,error`: eq. 3 integrated from each shipped table and f'
+//                              (uniform weight on [-10, 10], bits 1..4)
 //   fewbit generate [--out quant/fewbit_tables_data.cpp]   (re)solve every shipped table
 //   fewbit check-tables        re-solve every shipped table; exit 1 when one has drifted
 //   fewbit help
@@ -10,6 +11,7 @@
 //       whitespace columns x, f'(x), q_1bit(x) .. q_4bit(x), for scripts/plot_fewbit.sh
 // Bad input: one line on stderr and exit code 2.
 #include <charconv>
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <map>
@@ -90,6 +92,11 @@ FewbitTableOptions table_options(Args& a) {
   o.refine = r == "true";
   o.A = a.number("A", -10);
   o.B = a.number("B", 10);
+  for (const auto& [flag, v] : {std::pair{"A", o.A}, std::pair{"B", o.B}})
+    PACKRAT_CHECK(std::isfinite(v) && std::abs(v) <= kFewbitMaxRange,
+                  "fewbit {}: --{} is {}, must be a finite number in [{}, {}] (every built-in f' is constant beyond "
+                  "|x| = 40)",
+                  a.command, flag, v, -kFewbitMaxRange, kFewbitMaxRange);
   PACKRAT_CHECK(o.B > o.A, "fewbit {}: the weight interval [{}, {}] is empty", a.command, o.A, o.B);
   return o;
 }
@@ -120,9 +127,12 @@ int run(int argc, char** argv) {
   }
   if (a.command == "errors") {
     a.check_all_used();
+    // Integrated now from each table's borders and levels against f' (not the error the solver
+    // stored beside them).
     std::printf("fn,bits,error\n");
     for (const auto& f : fewbit_functions())
-      for (int b = 1; b <= 4; ++b) std::printf("%s,%d,%.6g\n", std::string(f.name).c_str(), b, fewbit_table(f.name, b).error);
+      for (int b = 1; b <= 4; ++b)
+        std::printf("%s,%d,%.6g\n", std::string(f.name).c_str(), b, fewbit_table_error(fewbit_table(f.name, b), f.df));
     return 0;
   }
   if (a.command == "generate") {

@@ -1,5 +1,6 @@
 #include "optim/lr_schedule.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "core/error.h"
@@ -25,7 +26,9 @@ double LrSchedule::lr(int64_t epoch, int64_t step_in_epoch) const {
   const double spe = static_cast<double>(c_.steps_per_epoch);
   const double global = static_cast<double>(epoch) * spe + static_cast<double>(step_in_epoch);
   const double warmup_steps = c_.warmup_epochs * spe;
-  if (global < warmup_steps) return c_.base_lr * (global + 1.0) / warmup_steps;
+  // Capped at 1: a warm-up shorter than one step (warmup_epochs * steps_per_epoch < 1) ends at
+  // the first step instead of multiplying the learning rate.
+  if (global < warmup_steps) return c_.base_lr * std::min(1.0, (global + 1.0) / warmup_steps);
   const double t = global / spe;  // fractional epoch
   if (c_.kind == "step") return c_.base_lr * std::pow(c_.gamma, std::floor(static_cast<double>(epoch) / c_.step_size));
   if (c_.kind == "multistep") {

@@ -5,9 +5,10 @@
 //
 // Time is t = epoch + step / steps_per_epoch (fractional epochs), so the cosine and the warmup
 // move every step; step and multistep decay change at epoch boundaries.
-// Warmup: for the first warmup_epochs, lr = base * (g + 1) / warmup_steps with g the global
-// step index (never 0); the main schedule then runs on the remaining time (cosine over
-// [warmup, epochs]; step/multistep keep their absolute epochs).
+// Warmup: for the first warmup_epochs, lr = base * min(1, (g + 1) / warmup_steps) with g the
+// global step index (never 0, never above base, also when the warm-up is shorter than a step);
+// the main schedule then runs on the remaining time (cosine over [warmup, epochs];
+// step/multistep keep their absolute epochs).
 #include <cstdint>
 #include <string>
 #include <vector>

@@ -96,7 +96,13 @@ double FewbitProblem::interval_error(double a, double b, double y) const {
 }
 
 FewbitProblem make_fewbit_problem(RealFn df, const FewbitSolverOptions& o) {
+  PACKRAT_CHECK(std::isfinite(o.A) && std::isfinite(o.B) && o.A >= -kFewbitMaxRange && o.B <= kFewbitMaxRange,
+                "fewbit solver: the weight interval [{}, {}] must be finite and within [{}, {}]", o.A, o.B,
+                -kFewbitMaxRange, kFewbitMaxRange);
   PACKRAT_CHECK(o.B > o.A, "fewbit solver: the weight interval [{}, {}] is empty", o.A, o.B);
+  // Narrower, the grid's cells fall below the spacing of doubles there and borders coincide.
+  PACKRAT_CHECK(o.B - o.A >= kFewbitMinWidth, "fewbit solver: the weight interval [{}, {}] is narrower than {}", o.A,
+                o.B, kFewbitMinWidth);
   PACKRAT_CHECK(o.sigma > 0, "fewbit solver: sigma must be positive, got {}", o.sigma);
   FewbitProblem p;
   p.df = std::move(df);

@@ -24,6 +24,12 @@ FewbitWeight fewbit_weight_by_name(std::string_view name);  // "uniform" | "norm
 
 using RealFn = std::function<double(double)>;
 
+// The weight interval [A, B] must be finite and inside [-kFewbitMaxRange, kFewbitMaxRange]:
+// every built-in f' is constant to double precision beyond |x| = 40, and the solver's cost grows
+// with the width (a table on [-100, 100] takes ~15 s on 2 cores, on [-1000, 1000] minutes).
+constexpr double kFewbitMaxRange = 100.0;
+constexpr double kFewbitMinWidth = 1e-3;  // B - A at least this
+
 struct FewbitSolverOptions {
   FewbitWeight weight = FewbitWeight::Uniform;  // uniform: w = 1 on [A, B]; normal: N(0, sigma^2) density on [A, B]
   double A = -10.0, B = 10.0;

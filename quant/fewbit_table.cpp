@@ -135,6 +135,30 @@ std::vector<FewbitTable> solve_builtin_tables(std::string_view name, const std::
   return out;
 }
 
+double fewbit_table_error(const FewbitTable& t, const RealFn& df) {
+  FewbitSolverOptions o;
+  o.weight = t.weight;
+  o.A = t.A;
+  o.B = t.B;
+  // Where q jumps, in x.
+  for (double b : t.borders) {
+    o.breakpoints.push_back(t.symmetric ? t.center + b : b);
+    if (t.symmetric) o.breakpoints.push_back(t.center - b);
+  }
+  if (const FewbitFunction* f = find_fewbit_function(t.fn))
+    o.breakpoints.insert(o.breakpoints.end(), f->breakpoints.begin(), f->breakpoints.end());
+  const FewbitProblem p = make_fewbit_problem(df, o);  // not folded: the whole [A, B]
+  // Between consecutive split points q is one level: integrate (f' - q)^2 w piece by piece.
+  std::vector<double> edges = {p.lo};
+  for (double b : p.options.breakpoints)
+    if (b > p.lo && b < p.hi) edges.push_back(b);
+  edges.push_back(p.hi);
+  double error = 0;
+  for (size_t i = 0; i + 1 < edges.size(); ++i)
+    error += p.interval_error(edges[i], edges[i + 1], t(0.5 * (edges[i] + edges[i + 1])));
+  return error;
+}
+
 const std::vector<FewbitTable>& shipped_fewbit_tables() {
   static const std::vector<FewbitTable> tables = [] {
     std::vector<FewbitTable> v;

@@ -88,6 +88,12 @@ std::vector<FewbitTable> solve_builtin_tables(std::string_view fn, const std::ve
 // The exact two-valued table of a step derivative.
 FewbitTable exact_step_table(const FewbitFunction& f);
 
+// eq. 3 recomputed from the table alone: int_A^B (f'(x) - q(x))^2 w(x) dx over the table's weight
+// and interval, q from its borders and levels, by Gauss-Legendre panels split where q jumps (both
+// sides of the centre for a symmetric table) and at f''s breakpoints (built-in functions). For a
+// solved table it agrees with the stored `error` to ~1e-12; the `fewbit errors` command prints it.
+double fewbit_table_error(const FewbitTable& t, const RealFn& df);
+
 // The tables compiled into the library (continuous built-ins, 1..4 bits, shipped options).
 const std::vector<FewbitTable>& shipped_fewbit_tables();
 // Source text of quant/fewbit_tables_data.cpp for these tables.

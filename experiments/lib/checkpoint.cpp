@@ -2,6 +2,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <regex>
@@ -22,6 +23,62 @@ int64_t read_i64(const SafetensorsFile& f, const std::string& name, const std::s
   const Tensor* t = f.find(name);
   PACKRAT_CHECK(t && t->dtype() == DType::i64 && t->numel() == 1, "{}: checkpoint has no i64 scalar '{}'", path, name);
   return t->data<int64_t>()[0];
+}
+
+// Every f32/f64 value of the file is finite: a NaN or inf weight, moment or sensitivity means
+// the run had diverged when it was written (or the file is damaged) and would poison the resume.
+void check_finite(const SafetensorsFile& f, const std::string& path) {
+  for (const auto& [name, t] : f.tensors) {
+    if (t.dtype() != DType::f32 && t.dtype() != DType::f64) continue;
+    const int64_t n = t.numel();
+    for (int64_t i = 0; i < n; ++i) {
+      const double v = t.dtype() == DType::f32 ? static_cast<double>(t.data<float>()[i]) : t.data<double>()[i];
+      PACKRAT_CHECK(std::isfinite(v),
+                    "{}: '{}' holds {} at element {}: the run had diverged when this checkpoint was written (or the "
+                    "file is damaged); resume from an earlier checkpoint or start a fresh run",
+                    path, name, v, i);
+    }
+  }
+}
+
+// The position must be one a run can have written: epochs within train.epochs' range, steps not
+// negative, the file name's epoch and trainer.rng agreeing.
+void check_position(const TrainingPosition& pos, const int64_t* rng, const std::string& path) {
+  PACKRAT_CHECK(pos.epoch >= 0 && pos.epoch <= kMaxCheckpointEpoch,
+                "{}: trainer.epoch is {}, outside [0, {}]: not a checkpoint this trainer wrote", path, pos.epoch,
+                kMaxCheckpointEpoch);
+  PACKRAT_CHECK(pos.step >= 0 && pos.step <= kMaxCheckpointStep,
+                "{}: trainer.step is {}, outside [0, 2^53]: not a checkpoint this trainer wrote", path, pos.step);
+  PACKRAT_CHECK(rng[1] == pos.epoch && rng[2] == pos.step,
+                "{}: trainer.rng holds epoch {} step {} but trainer.epoch/step are {}/{}: the checkpoint is inconsistent",
+                path, rng[1], rng[2], pos.epoch, pos.step);
+  const auto named = checkpoint_epoch(std::filesystem::path(path).filename().string());
+  PACKRAT_CHECK(!named || *named == pos.epoch,
+                "{}: the file is named for epoch {} but holds epoch {}: rename it or resume from the right file", path,
+                *named, pos.epoch);
+}
+
+// Sizes in the GACT state of store i that the store would trust: the number of tensors agrees
+// with its sensitivities, element counts are positive and bounded, and the running gradient mean
+// has one entry per model parameter.
+void check_gact_sizes(const SafetensorsFile& f, size_t i, int64_t parameters, const std::string& path) {
+  const std::string p = fmt::format("gact.{}.", i);
+  const Tensor* L = f.find(p + "tensors");
+  if (L == nullptr || L->dtype() != DType::i64 || L->numel() != 1) return;  // import_state names what is missing
+  const Tensor* sens = f.find(p + "sensitivity");
+  const int64_t n = L->data<int64_t>()[0], have = sens ? sens->numel() : 0;
+  PACKRAT_CHECK(n >= 0 && n == have, "{}: '{}tensors' is {} but '{}sensitivity' has {} entries: the GACT state is corrupt",
+                path, p, n, p, have);
+  if (const Tensor* numel = f.find(p + "numel"); numel && numel->dtype() == DType::i64)
+    for (int64_t k = 0; k < numel->numel(); ++k) {
+      const int64_t v = numel->data<int64_t>()[k];
+      PACKRAT_CHECK(v >= 0 && v <= (int64_t{1} << 40), "{}: '{}numel' entry {} is {}, not an element count", path, p,
+                    k, v);
+    }
+  if (const Tensor* mean = f.find(p + "grad_mean"))
+    PACKRAT_CHECK(mean->numel() == parameters,
+                  "{}: '{}grad_mean' has {} entries but the model has {} parameters: the GACT state is of another model",
+                  path, p, mean->numel(), parameters);
 }
 
 // Copies src (plain, from the file) into dst in place, whatever dst's layout.
@@ -69,6 +126,15 @@ void save_checkpoint(const std::string& path, const Module& model, const Optimiz
 TrainingPosition load_checkpoint(const std::string& path, Module& model, Optimizer& opt,
                                  const std::vector<GactStore*>& gact) {
   const SafetensorsFile f = read_safetensors(path);
+  // The position and the values are checked before anything is restored.
+  TrainingPosition pos;
+  pos.epoch = read_i64(f, "trainer.epoch", path);
+  pos.step = read_i64(f, "trainer.step", path);
+  const Tensor* rng = f.find("trainer.rng");
+  PACKRAT_CHECK(rng && rng->dtype() == DType::i64 && rng->numel() == 3, "{}: checkpoint has no trainer.rng", path);
+  pos.seed = static_cast<uint64_t>(rng->data<int64_t>()[0]);
+  check_position(pos, rng->data<int64_t>(), path);
+  check_finite(f, path);
   std::set<std::string> used;
   auto restore = [&](const std::vector<std::pair<std::string, Tensor>>& named) {
     for (auto [n, t] : named) {
@@ -101,6 +167,9 @@ TrainingPosition load_checkpoint(const std::string& path, Module& model, Optimiz
                   "{}: the checkpoint holds the adaptive state of {} GACT store(s), but this config uses {} (the "
                   "saved_tensors config differs from the checkpointed run's)",
                   path, stores, gact.size());
+    int64_t parameters = 0;
+    for (const auto& [n, t] : model.named_parameters()) parameters += t.numel();
+    for (size_t i = 0; i < gact.size(); ++i) check_gact_sizes(f, i, parameters, path);
     gact_state.resize(gact.size());
     for (const auto& [n, t] : f.tensors) {
       if (n.rfind("gact.", 0) != 0 || n == "gact.stores") continue;
@@ -118,27 +187,26 @@ TrainingPosition load_checkpoint(const std::string& path, Module& model, Optimiz
     spdlog::warn("{}: the checkpoint has no GACT state (a run without gact, or an older checkpoint): the adaptive bit "
                  "allocation starts afresh, so this run does not continue bit-identically", path);
   }
-  TrainingPosition pos;
-  pos.epoch = read_i64(f, "trainer.epoch", path);
-  pos.step = read_i64(f, "trainer.step", path);
-  const Tensor* rng = f.find("trainer.rng");
-  PACKRAT_CHECK(rng && rng->dtype() == DType::i64 && rng->numel() == 3, "{}: checkpoint has no trainer.rng", path);
-  pos.seed = static_cast<uint64_t>(rng->data<int64_t>()[0]);
   return pos;
+}
+
+std::optional<int64_t> checkpoint_epoch(const std::string& filename) {
+  static const std::regex name(R"(epoch_(\d{1,9})\.safetensors)");
+  std::smatch m;
+  if (!std::regex_match(filename, m, name)) return std::nullopt;
+  return std::stoll(m[1]);
 }
 
 std::optional<std::string> latest_checkpoint(const std::string& run_dir) {
   namespace fs = std::filesystem;
   const fs::path dir = fs::path(run_dir) / "checkpoints";
   if (!fs::is_directory(dir)) return std::nullopt;
-  static const std::regex name(R"(epoch_(\d+)\.safetensors)");
   int64_t best = -1;
   std::string best_path;
   for (const auto& e : fs::directory_iterator(dir)) {
-    std::smatch m;
-    const std::string fn = e.path().filename().string();
-    if (std::regex_match(fn, m, name) && std::stoll(m[1]) > best) {
-      best = std::stoll(m[1]);
+    const auto epoch = checkpoint_epoch(e.path().filename().string());
+    if (epoch && *epoch > best) {
+      best = *epoch;
       best_path = e.path().string();
     }
   }

@@ -23,6 +23,10 @@
 
 namespace packrat {
 
+// A checkpoint's trainer.epoch is at most train.epochs' maximum; trainer.step at most 2^53.
+constexpr int64_t kMaxCheckpointEpoch = 100000;
+constexpr int64_t kMaxCheckpointStep = int64_t{1} << 53;
+
 struct TrainingPosition {
   int64_t epoch = 0;  // epochs completed
   int64_t step = 0;   // global training steps completed
@@ -32,7 +36,11 @@ struct TrainingPosition {
 std::string checkpoint_path(const std::string& run_dir, int64_t epoch);
 void save_checkpoint(const std::string& path, const Module& model, const Optimizer& opt, const TrainingPosition& pos,
                      const std::string& arch, const std::vector<GactStore*>& gact = {});
-// Restores model parameters and buffers (exact names and shapes; a missing or extra tensor is an
+// Checks first that the checkpoint is one a run can have written (throws packrat::Error naming
+// the file and the entry otherwise): every f32/f64 value finite, trainer.epoch in
+// [0, kMaxCheckpointEpoch], trainer.step in [0, kMaxCheckpointStep], trainer.rng and the
+// file name agreeing with them, GACT sizes consistent (tensor counts, element counts, one
+// gradient-mean entry per model parameter). Then restores model parameters and buffers (exact names and shapes; a missing or extra tensor is an
 // error naming it), the optimizer state and the state of the GACT stores `gact`; returns the
 // position. A checkpoint with GACT state for another number of stores than `gact` holds is an
 // error naming both counts (the tensors each store quantizes are checked against the first step:
@@ -41,6 +49,8 @@ void save_checkpoint(const std::string& path, const Module& model, const Optimiz
 // allocation then starts afresh and the run does not continue bit-identically.
 TrainingPosition load_checkpoint(const std::string& path, Module& model, Optimizer& opt,
                                  const std::vector<GactStore*>& gact = {});
+// The epoch of a checkpoint file name "epoch_0003.safetensors" (1 to 9 digits); nullopt otherwise.
+std::optional<int64_t> checkpoint_epoch(const std::string& filename);
 // The checkpoint of the highest epoch in <run_dir>/checkpoints, if any.
 std::optional<std::string> latest_checkpoint(const std::string& run_dir);
 

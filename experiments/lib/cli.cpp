@@ -10,6 +10,7 @@
 
 #include "core/error.h"
 #include "experiments/lib/config.h"
+#include "experiments/lib/output_dir.h"
 #include "experiments/lib/run.h"
 #include "experiments/lib/tools.h"
 
@@ -17,7 +18,7 @@ namespace packrat {
 
 std::string trainer_usage() {
   return "usage: trainer --config FILE [--set key=value ...] [--resume RUN_DIR] [--memory-report-only]\n"
-         "               [--benchmark STEPS] [--find-max-batch BYTES] [--stop-after-epoch N]\n"
+         "               [--benchmark STEPS] [--find-max-batch BYTES] [--stop-after-epoch N] [--overwrite]\n"
          "  --config FILE          YAML experiment config (configs/quickstart.yaml)\n"
          "  --set key=value        override any config key, e.g. --set data.batch_size=256 (repeatable)\n"
          "  --resume RUN_DIR       continue the run in RUN_DIR from its latest checkpoint\n"
@@ -25,7 +26,9 @@ std::string trainer_usage() {
          "  --memory-report-only   one training step on synthetic inputs; write memory_report.json and exit\n"
          "  --benchmark STEPS      time STEPS training steps on synthetic inputs; last line is JSON\n"
          "  --find-max-batch BYTES largest batch whose training step fits in BYTES (e.g. 2G, 512M)\n"
-         "  --stop-after-epoch N   stop after N epochs (a checkpoint is written), as if interrupted\n";
+         "  --stop-after-epoch N   stop after N epochs (a checkpoint is written), as if interrupted\n"
+         "  --overwrite            replace the earlier run in output.dir (its checkpoints, metrics and log);\n"
+         "                         without it a fresh run refuses a directory that holds one\n";
 }
 
 namespace {
@@ -47,11 +50,17 @@ int64_t parse_byte_size(const std::string& s, const std::string& flag) {
     mult = last == 'K' ? 1024 : last == 'M' ? 1024 * 1024 : int64_t{1024} * 1024 * 1024;
     digits = s.substr(0, s.size() - 1);
   }
+  int64_t v = 0;
   try {
-    return parse_int(digits, flag) * mult;
+    v = parse_int(digits, flag);
   } catch (const Error&) {
     fail("{}: expected a byte count such as 2G, 512M or 1000000, got '{}'", flag, s);
   }
+  // 2^62 bytes (4 EiB) is more than any machine holds, and far from int64 overflow.
+  constexpr int64_t kMaxBytes = int64_t{1} << 62;
+  PACKRAT_CHECK(v <= kMaxBytes / mult, "{}: {} is more than 4 EiB (2^62 bytes); give a byte count such as 2G or 512M",
+                flag, s);
+  return v * mult;
 }
 
 TrainerArgs parse_trainer_args(const std::vector<std::string>& argv) {
@@ -69,6 +78,7 @@ TrainerArgs parse_trainer_args(const std::vector<std::string>& argv) {
     else if (f == "--benchmark") a.benchmark_steps = parse_int(value(), f);
     else if (f == "--find-max-batch") a.max_batch_bytes = parse_byte_size(value(), f);
     else if (f == "--stop-after-epoch") a.stop_after_epoch = parse_int(value(), f);
+    else if (f == "--overwrite") a.overwrite = true;
     else if (f == "--help" || f == "-h") a.help = true;
     else fail("unknown argument '{}'\n{}", f, trainer_usage());
   }
@@ -76,6 +86,8 @@ TrainerArgs parse_trainer_args(const std::vector<std::string>& argv) {
   PACKRAT_CHECK(!a.config.empty() || !a.resume.empty(), "--config FILE is required\n{}", trainer_usage());
   const int modes = a.memory_report_only + (a.benchmark_steps > 0) + (a.max_batch_bytes > 0) + !a.resume.empty();
   PACKRAT_CHECK(modes <= 1, "--resume, --memory-report-only, --benchmark and --find-max-batch exclude each other");
+  PACKRAT_CHECK(!a.overwrite || modes == 0, "--overwrite applies to a fresh training run only (not with --resume, "
+                "--memory-report-only, --benchmark or --find-max-batch)");
   return a;
 }
 
@@ -115,13 +127,16 @@ int run_trainer(const TrainerArgs& a) {
                 static_cast<long long>(r.peak_bytes), static_cast<long long>(r.limit));
     return 0;
   }
-  std::filesystem::create_directories(c.output.dir);
+  RunOptions o;
+  o.resume = !a.resume.empty();
+  o.overwrite = a.overwrite;
+  o.stop_after_epoch = a.stop_after_epoch;
+  // Before train.log is opened (and truncated): refuses a directory holding an earlier run, or
+  // one that cannot be written.
+  prepare_output_dir(c.output.dir, o.resume, o.overwrite);
   auto file = std::make_shared<spdlog::sinks::basic_file_sink_mt>(
       (std::filesystem::path(c.output.dir) / "train.log").string(), /*truncate=*/a.resume.empty());
   spdlog::default_logger()->sinks().push_back(file);
-  RunOptions o;
-  o.resume = !a.resume.empty();
-  o.stop_after_epoch = a.stop_after_epoch;
   run_training(c, o);
   return 0;
 }

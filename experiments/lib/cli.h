@@ -14,6 +14,7 @@ struct TrainerArgs {
   int64_t benchmark_steps = 0;       // --benchmark STEPS
   int64_t max_batch_bytes = 0;       // --find-max-batch BYTES (suffixes K, M, G: powers of 1024)
   int64_t stop_after_epoch = 0;      // --stop-after-epoch N
+  bool overwrite = false;            // --overwrite: replace an earlier run in output.dir
   bool help = false;
 };
 

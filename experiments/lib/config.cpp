@@ -3,12 +3,15 @@
 #include <yaml-cpp/yaml.h>
 
 #include <cmath>
+#include <filesystem>
 #include <fstream>
+#include <map>
 #include <set>
 #include <sstream>
 
 #include "autograd/pointwise.h"
 #include "core/error.h"
+#include "data/transforms.h"
 
 namespace packrat {
 
@@ -39,22 +42,36 @@ class Section {
   std::string key_path(const std::string& key) const { return path_.empty() ? key : path_ + "." + key; }
 
   // "file: key (line N): " or "--set key=...: " for values replaced on the command line.
-  std::string where(const std::string& full_key, const YAML::Mark& mark) const {
+  // The key was set on the command line, lies inside a value that was, or (with `holding`) holds
+  // one that was: --set data.nope.x=1 makes the unknown key data.nope.
+  std::string where(const std::string& full_key, const YAML::Mark& mark, bool holding = false) const {
+    auto inside = [](const std::string& a, const std::string& b) {
+      return a == b || a.rfind(b + ".", 0) == 0 || a.rfind(b + "[", 0) == 0;
+    };
     for (const auto& o : origin_.overridden)
-      if (full_key == o || full_key.rfind(o + ".", 0) == 0 || full_key.rfind(o + "[", 0) == 0)
-        return fmt::format("--set {}: {}", o, full_key);
+      if (inside(full_key, o) || (holding && inside(o, full_key))) return fmt::format("--set {}: {}", o, full_key);
     const YAML::Mark m = mark.is_null() ? fallback_ : mark;
     if (m.is_null()) return fmt::format("{}: {}", origin_.file, full_key);
     return fmt::format("{}: {} (line {})", origin_.file, full_key, m.line + 1);
   }
-  [[noreturn]] void error_at(const std::string& full_key, const YAML::Mark& mark, const std::string& msg) const {
-    fail("{}: {}", where(full_key, mark), msg);
+  [[noreturn]] void error_at(const std::string& full_key, const YAML::Mark& mark, const std::string& msg,
+                             bool holding = false) const {
+    fail("{}: {}", where(full_key, mark, holding), msg);
   }
 
   bool has(const std::string& key) const { return node_.IsMap() && node_[key].IsDefined() && !node_[key].IsNull(); }
+  // A key written with no value ("batch_size:" or "~") is an error, not the default.
   YAML::Node raw(const std::string& key) {
     used_.insert(key);
-    return node_.IsMap() ? node_[key] : YAML::Node();
+    if (!node_.IsMap()) return YAML::Node(YAML::NodeType::Undefined);  // the whole section is absent
+    YAML::Node n = node_[key];
+    if (n.IsDefined() && n.IsNull()) {
+      YAML::Mark at = n.Mark();  // an empty value's own mark is where the next token starts
+      for (auto it = node_.begin(); it != node_.end(); ++it)
+        if (it->first.IsScalar() && it->first.Scalar() == key) at = it->first.Mark();
+      error_at(key_path(key), at, "has no value: give one, or leave the key out to use the default");
+    }
+    return n;
   }
   YAML::Mark mark() const { return node_.IsDefined() && !node_.Mark().is_null() ? node_.Mark() : fallback_; }
   const std::string& path() const { return path_; }
@@ -152,7 +169,8 @@ class Section {
       const std::string k = it->first.Scalar();
       if (!used_.count(k)) {
         error_at(key_path(k), it->first.Mark(),
-                 fmt::format("unknown key '{}'{}", k, known.empty() ? "" : "; known keys here: " + join(known)));
+                 fmt::format("unknown key '{}'{}", k, known.empty() ? "" : "; known keys here: " + join(known)),
+                 /*holding=*/true);
       }
     }
   }
@@ -166,6 +184,29 @@ class Section {
   YAML::Mark fallback_;
   std::set<std::string> used_;
 };
+
+// ---- duplicate keys ----------------------------------------------------------------------
+
+// YAML parsers keep one of two equal keys in a mapping (yaml-cpp the first): a second `data:`
+// section or a repeated key would be dropped without a word. Throws naming both lines.
+void check_duplicate_keys(const YAML::Node& n, const std::string& path, const std::string& file) {
+  if (n.IsSequence()) {
+    for (size_t i = 0; i < n.size(); ++i) check_duplicate_keys(n[i], fmt::format("{}[{}]", path, i), file);
+    return;
+  }
+  if (!n.IsMap()) return;
+  std::map<std::string, int> first_line;
+  for (auto it = n.begin(); it != n.end(); ++it) {
+    const std::string k = it->first.IsScalar() ? it->first.Scalar() : std::string("?");
+    const std::string full = path.empty() ? k : path + "." + k;
+    const int line = it->first.Mark().line + 1;
+    auto [seen, fresh] = first_line.emplace(k, line);
+    if (!fresh)
+      fail("{}: {} (line {}): duplicate key '{}', first given on line {}; write each key once (merge the two)", file,
+           full, line, k, seen->second);
+    check_duplicate_keys(it->second, full, file);
+  }
+}
 
 // ---- --set overrides -------------------------------------------------------------------
 
@@ -206,6 +247,7 @@ std::vector<PathPart> split_path(const std::string& dotted, const std::string& a
       ++i;
     }
   }
+  if (!dotted.empty() && dotted.back() == '.') fail("--set {}: empty key component after the last '.'", arg);
   flush();
   PACKRAT_CHECK(!parts.empty(), "--set {}: empty key", arg);
   return parts;
@@ -222,13 +264,15 @@ void apply_override(YAML::Node& root, const std::string& arg, Origin& origin) {
   PACKRAT_CHECK(eq != std::string::npos && eq > 0, "--set {}: expected key=value, e.g. --set data.batch_size=256", arg);
   const std::string key = arg.substr(0, eq), text = arg.substr(eq + 1);
   const auto parts = split_path(key, arg);
+  PACKRAT_CHECK(text.find_first_not_of(" \t") != std::string::npos,
+                "--set {}: no value after '=' (leave the --set out to keep the config's value)", arg);
   YAML::Node value;
   try {
     value = YAML::Load(text);
   } catch (const YAML::Exception&) {
     value = YAML::Node(text);  // not valid YAML on its own: take it as a plain string
   }
-  if (!value.IsDefined() || text.empty()) value = YAML::Node(YAML::NodeType::Null);
+  if (!value.IsDefined()) value = YAML::Node(YAML::NodeType::Null);
 
   YAML::Node cur = root;
   for (size_t i = 0; i + 1 < parts.size(); ++i) {
@@ -352,6 +396,13 @@ Config parse_root(YAML::Node root, const Origin& origin) {
     c.data.eval_batch_size = d.get_int("eval_batch_size", 256, 1, 1 << 20);
     c.data.train_transforms = d.get_strings("train_transforms", {});
     c.data.test_transforms = d.get_strings("test_transforms", {});
+    for (const char* k : {"train_transforms", "test_transforms"}) {
+      try {
+        data::parse_pipeline(std::string(k) == "train_transforms" ? c.data.train_transforms : c.data.test_transforms);
+      } catch (const Error& e) {
+        d.error_at(d.key_path(k), d.node()[k].Mark(), e.what());
+      }
+    }
     c.data.limit_train = d.get_int("limit_train", 0, 0, INT64_MAX);
     c.data.limit_test = d.get_int("limit_test", 0, 0, INT64_MAX);
     c.data.workers = d.get_int("workers", 1, 1, 64);
@@ -475,6 +526,7 @@ Config parse_config(const std::string& yaml_text, const std::string& source, con
   } catch (const YAML::Exception& e) {
     fail("{}: YAML syntax error at line {}, column {}: {}", source, e.mark.line + 1, e.mark.column + 1, e.msg);
   }
+  check_duplicate_keys(root, "", source);
   if (!overrides.empty()) {
     if (!root.IsDefined() || root.IsNull()) root = YAML::Node(YAML::NodeType::Map);
     PACKRAT_CHECK(root.IsMap(), "{}: the config must be a mapping of sections", source);
@@ -484,6 +536,8 @@ Config parse_config(const std::string& yaml_text, const std::string& source, con
 }
 
 Config load_config(const std::string& path, const std::vector<std::string>& overrides) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) fail("{}: is a directory, not a config file", path);
   std::ifstream in(path);
   if (!in) fail("{}: cannot read the config file", path);
   std::stringstream ss;

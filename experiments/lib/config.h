@@ -33,7 +33,7 @@ struct ModelConfig {
   std::string stem;                 // cifar | imagenet; "" = the architecture's own
   std::string activation = "relu";  // any built-in pointwise activation
   int64_t classes = 0;              // 0: the dataset's number of classes
-  int64_t in_channels = 0;          // 0: the dataset's channels
+  int64_t in_channels = 0;          // 0: the dataset's channels; otherwise it must equal them
 };
 
 struct OptimizerConfig {

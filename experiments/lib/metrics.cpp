@@ -1,5 +1,6 @@
 #include "experiments/lib/metrics.h"
 
+#include <charconv>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -65,8 +66,16 @@ std::vector<std::string> read_lines(const std::string& path) {
 void MetricsWriter::truncate_after(int64_t epoch) {
   std::string csv = metrics_csv_header() + "\n", jsonl;
   auto lines = read_lines(csv_);
-  for (size_t i = 1; i < lines.size(); ++i)
-    if (std::stoll(lines[i].substr(0, lines[i].find(','))) <= epoch) csv += lines[i] + "\n";
+  for (size_t i = 1; i < lines.size(); ++i) {
+    const std::string& l = lines[i];
+    int64_t row_epoch = 0;
+    const auto [end, ec] = std::from_chars(l.data(), l.data() + l.size(), row_epoch);
+    PACKRAT_CHECK(ec == std::errc() && end != l.data() + l.size() && *end == ',',
+                  "{}: line {} is not a metrics row (it starts '{}'): the file was edited or damaged; fix or remove "
+                  "the line to resume",
+                  csv_, i + 1, l.substr(0, 40));
+    if (row_epoch <= epoch) csv += l + "\n";
+  }
   for (const auto& l : read_lines(jsonl_))
     if (Json::parse(l, jsonl_).at("epoch").integer() <= epoch) jsonl += l + "\n";
   write_file_atomic(csv_, csv);

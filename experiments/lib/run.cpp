@@ -2,12 +2,14 @@
 
 #include <spdlog/spdlog.h>
 
+#include <cmath>
 #include <filesystem>
 
 #include "core/parallel.h"
 #include "data/loader.h"
 #include "data/transforms.h"
 #include "experiments/lib/checkpoint.h"
+#include "experiments/lib/output_dir.h"
 #include "experiments/lib/progress.h"
 #include "experiments/lib/safetensors.h"
 #include "experiments/lib/session.h"
@@ -18,6 +20,16 @@
 namespace packrat {
 
 namespace {
+
+// The model is built for the training images' shape; test images of another size would pass
+// through its global pooling silently and measure something else.
+void check_test_shape(const Config& c, const data::ImageShape& train, const data::ImageShape& test) {
+  PACKRAT_CHECK(train == test,
+                "{}: the test images are {} but the training images are {} (C, H, W), after data.test_transforms and "
+                "data.train_transforms: make both end at the same size (resize(...) or random_crop(...) in "
+                "data.test_transforms; for image_folder, data.height and data.width resize every image)",
+                c.source, test.str(), train.str());
+}
 
 std::unique_ptr<data::Loader> make_loader(const Config& c, std::shared_ptr<const data::Dataset> ds, bool train) {
   data::LoaderOptions o;
@@ -34,10 +46,10 @@ std::unique_ptr<data::Loader> make_loader(const Config& c, std::shared_ptr<const
 
 RunResult run_training(const Config& c, const RunOptions& o) {
   namespace fs = std::filesystem;
+  prepare_output_dir(c.output.dir, o.resume, o.overwrite);
   apply_process_settings(c);
   RunResult result;
   result.run_dir = c.output.dir;
-  fs::create_directories(c.output.dir);
   write_file_atomic((fs::path(c.output.dir) / "config.yaml").string(), config_to_yaml(c));
 
   auto train_ds = data::open_dataset(dataset_spec(c, data::Split::Train));
@@ -45,6 +57,8 @@ RunResult run_training(const Config& c, const RunOptions& o) {
   auto train = make_loader(c, train_ds, true);
   auto test = make_loader(c, test_ds, false);
   const data::ImageShape shape = train->image_shape();
+  check_test_shape(c, shape, test->image_shape());
+  check_in_channels(c, shape.c);
   InputSpec input{shape.c, shape.h, shape.w, c.model.classes > 0 ? c.model.classes : train_ds->num_classes()};
   Session s = make_session(c, input);
   // GACT's bit allocations, one CSV block per refresh, go to the run directory unless the
@@ -78,16 +92,6 @@ RunResult run_training(const Config& c, const RunOptions& o) {
     spdlog::info("resumed from {} at epoch {} step {}", *ckpt, pos.epoch, pos.step);
   } else {
     metrics.truncate_after(0);
-    // A fresh run starts the directory over (metrics, report, config): checkpoints of an earlier
-    // run there would otherwise be picked up by a later --resume.
-    int removed = 0;
-    while (auto stale = latest_checkpoint(c.output.dir)) {
-      fs::remove(*stale);
-      ++removed;
-    }
-    if (removed > 0)
-      spdlog::warn("{} held {} checkpoint(s) of an earlier run: removed, the run starts over (use --resume {} to "
-                   "continue a run instead)", c.output.dir, removed, c.output.dir);
   }
   result.start_epoch = pos.epoch;
   if (pos.epoch >= c.train.epochs)
@@ -146,6 +150,15 @@ RunResult run_training(const Config& c, const RunOptions& o) {
     spdlog::info("epoch {}/{}: train loss {:.4f} acc {:.2f}% | test loss {:.4f} acc {:.2f}% | lr {:.4g} | {:.0f} img/s | "
                  "{} | peak {}", m.epoch, c.train.epochs, m.train_loss, 100 * m.train_acc, m.test_loss,
                  100 * m.test_acc, m.lr, m.img_per_s, Progress::format_duration(m.seconds), format_bytes(m.peak_bytes));
+    // After the row is written and logged, before a checkpoint of a diverged model.
+    if ((epoch + 1) % c.train.eval_interval == 0 || last)
+      PACKRAT_CHECK(std::isfinite(m.test_loss),
+                    "epoch {}: the test loss is {} (not finite; train loss {:.4g}): the model diverged (or the test "
+                    "inputs overflow it: check data.test_transforms), so no checkpoint is written for this epoch. "
+                    "Try a lower optimizer.lr (now {:g}), a warm-up "
+                    "(schedule.warmup_epochs), gradient clipping (train.clip_grad_norm: 1.0), or FP32 storage for the "
+                    "saved tensors (saved_tensors.default: fp32)",
+                    epoch + 1, m.test_loss, m.train_loss, c.optimizer.lr);
     result.epochs.push_back(m);
     pos.epoch = epoch + 1;
     const bool stopping = o.stop_after_epoch > 0 && pos.epoch >= o.stop_after_epoch;

@@ -13,6 +13,7 @@ namespace packrat {
 
 struct RunOptions {
   bool resume = false;          // continue from the latest checkpoint in config.output.dir
+  bool overwrite = false;       // a fresh run may replace an earlier run in config.output.dir
   int64_t stop_after_epoch = 0; // stop (as if interrupted) once this many epochs are done; 0: never
   int tty = -1;                 // progress bar: -1 = isatty(stderr), 0 = plain lines, 1 = bar
   bool print_report = true;     // print the memory report table to stdout
@@ -25,7 +26,8 @@ struct RunResult {
   int64_t start_epoch = 0;           // epochs already done when it started (resume)
 };
 
-// Writes <dir>/config.yaml (the resolved config), train.log, metrics.csv/jsonl,
+// Checks and prepares the directory first (prepare_output_dir: a fresh run refuses one holding
+// an earlier run unless o.overwrite). Writes <dir>/config.yaml (the resolved config), train.log, metrics.csv/jsonl,
 // memory_report.json, checkpoints/epoch_NNNN.safetensors, and gact_bits.csv when a GACT store
 // is used.
 RunResult run_training(const Config& c, const RunOptions& o = {});

@@ -1,5 +1,9 @@
 #include "experiments/lib/session.h"
 
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+
 #include "core/backend.h"
 
 #include "core/parallel.h"
@@ -14,10 +18,17 @@ namespace packrat {
 
 InputSpec input_spec(const Config& c, const data::ImageShape& raw, int64_t classes) {
   const data::ImageShape s = data::parse_pipeline(c.data.train_transforms).output_shape(raw);
+  check_in_channels(c, s.c);
   InputSpec in{s.c, s.h, s.w, classes};
-  if (c.model.in_channels > 0) in.channels = c.model.in_channels;
   if (c.model.classes > 0) in.classes = c.model.classes;
   return in;
+}
+
+void check_in_channels(const Config& c, int64_t data_channels) {
+  PACKRAT_CHECK(c.model.in_channels == 0 || c.model.in_channels == data_channels,
+                "{}: model.in_channels is {}, but the {} images have {} channel(s): remove model.in_channels (the "
+                "model takes the data's channels) or set it to {}",
+                c.source, c.model.in_channels, c.data.dataset, data_channels, data_channels);
 }
 
 InputSpec synthetic_input_spec(const Config& c) {
@@ -59,7 +70,22 @@ data::DatasetSpec dataset_spec(const Config& c, data::Split split) {
 
 void apply_process_settings(const Config& c) {
   PACKRAT_CHECK(c.device == "cpu", "{}: device '{}': only cpu is built in this version of packrat", c.source, c.device);
-  if (c.threads > 0) set_num_threads(static_cast<int>(c.threads));
+  if (c.threads > 0) {
+    // More OpenMP threads than processors wait on each other at every barrier: a few too many
+    // (a config from a bigger machine) cost some speed and get a warning; far too many (threads:
+    // 1024 on 2 cores ran 50x slower) are refused.
+    const int procs = std::max(1, omp_get_num_procs());
+    PACKRAT_CHECK(c.threads <= int64_t{kMaxThreadsPerProcessor} * procs,
+                  "{}: threads is {}, but this process can use {} processor(s): that many OpenMP threads wait on each "
+                  "other and run many times slower (more than {}x the processors is refused); use threads: 0 (OpenMP's "
+                  "default) or at most {}",
+                  c.source, c.threads, procs, kMaxThreadsPerProcessor, procs);
+    if (c.threads > procs)
+      spdlog::warn("{}: threads is {}, more than the {} processor(s) this process can use: expect a slower run (threads: "
+                   "0 takes OpenMP's default)",
+                   c.source, c.threads, procs);
+    set_num_threads(static_cast<int>(c.threads));
+  }
   set_conv_algorithm(c.conv_algorithm == "direct" ? ConvAlgorithm::Direct : ConvAlgorithm::Auto);
   set_dropout_seed(c.seed);
 }

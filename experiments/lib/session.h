@@ -20,14 +20,20 @@ struct InputSpec {
 };
 
 // Without opening any data file (for synthetic inputs): the dataset's published shape and class
-// count, through the configured train transforms; model.classes / model.in_channels override.
+// count, through the configured train transforms; model.classes overrides the class count,
+// model.in_channels must agree with the data's channels (check_in_channels).
 InputSpec synthetic_input_spec(const Config& c);
 // From an opened dataset's image shape and classes, through the train transforms.
 InputSpec input_spec(const Config& c, const data::ImageShape& raw, int64_t classes);
 
+// Throws naming the config when model.in_channels is set and differs from the data's channels.
+void check_in_channels(const Config& c, int64_t data_channels);
+
 data::DatasetSpec dataset_spec(const Config& c, data::Split split);
 
-// OpenMP threads, the dropout seed; throws for device: cuda.
+// OpenMP threads, the dropout seed; throws for device: cuda. threads above the processors this
+// process may use get a warning, above kMaxThreadsPerProcessor times them an error.
+constexpr int kMaxThreadsPerProcessor = 4;
 void apply_process_settings(const Config& c);
 
 struct Session {

@@ -5,6 +5,7 @@
 #include <chrono>
 
 #include "autograd/tape.h"
+#include "experiments/lib/output_dir.h"
 #include "experiments/lib/session.h"
 #include "experiments/lib/train_loop.h"
 
@@ -21,6 +22,7 @@ StepOptions step_options(const Config& c, bool capture) {
 }  // namespace
 
 MemoryReport memory_report_only(const Config& c) {
+  make_writable_directory(c.output.dir, "output.dir");  // before the step, not after it
   apply_process_settings(c);
   const InputSpec in = synthetic_input_spec(c);
   Session s = make_session(c, in);

@@ -54,6 +54,16 @@ class Failing : public Dataset {
   std::vector<std::string> names_ = {"x"};
 };
 
+// Runs out of host memory on sample 3.
+class Exhausting : public Failing {
+ public:
+  int64_t get(int64_t i, uint8_t* chw) const override {
+    if (i == 3) throw std::bad_alloc();
+    chw[0] = 1;
+    return 0;
+  }
+};
+
 }  // namespace
 
 TEST(DataLoader, DeliversEverySampleExactlyOncePerEpoch) {
@@ -185,4 +195,26 @@ TEST(DataLoader, StopsCleanlyMidEpochAndRestarts) {
   Batch b;
   EXPECT_THROW(l.next(b), Error);  // before start_epoch
   EXPECT_THROW(Loader(ds, Pipeline(), {.batch_size = 0}), Error);
+}
+
+// Host memory running out while a batch is prepared is a packrat::Error naming the loader (exit 2),
+// not an internal std::bad_alloc; images larger than kMaxImageValues are refused up front.
+TEST(DataLoader, HostMemoryAndImageSizeLimitsAreErrors) {
+  Loader l(std::make_shared<Exhausting>(), Pipeline(), {.batch_size = 10, .shuffle = false});
+  l.start_epoch(0);
+  Batch b;
+  try {
+    while (l.next(b)) {
+    }
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("loader failing: out of host memory"), std::string::npos) << e.what();
+  }
+  try {
+    Loader big(numbered(4), parse_pipeline({"resize(65536)"}), {.batch_size = 2});
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("loader numbered: the transforms"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("(1, 65536, 65536)"), std::string::npos) << e.what();
+  }
 }

@@ -165,3 +165,21 @@ TEST(DataTransforms, ParsePipelineAcceptsTheDocumentedFormsAndRejectsOthers) {
     EXPECT_STREQ(e.what(), "transform 'resize(3.5)': 3.5 is not a whole number");
   }
 }
+
+// Sizes beyond kMaxImageSide used to overflow int64 (resize(1e30) became a negative size) or
+// allocate terabytes (resize(1e10)); they are refused naming the transform.
+TEST(DataTransforms, SizesThatWouldOverflowAreRefused) {
+  for (const char* item : {"resize(1e10)", "resize(1e30)", "resize(8, 65537)", "random_crop(28, 1e19)",
+                           "random_crop(100000, 2)"}) {
+    try {
+      parse_pipeline({item});
+      FAIL() << item << ": no error";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(std::string("transform '") + item + "'"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("larger than 65536"), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_THROW(Resize(1 << 17, 4), Error);
+  EXPECT_THROW(RandomCrop(4, 4, int64_t{1} << 40), Error);
+  EXPECT_EQ(parse_pipeline({"resize(65536, 2)"}).output_shape({1, 3, 3}), (ImageShape{1, 65536, 2}));
+}

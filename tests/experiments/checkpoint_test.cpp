@@ -1,6 +1,9 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <filesystem>
+#include <functional>
+#include <limits>
 
 #include "core/error.h"
 #include "experiments/lib/checkpoint.h"
@@ -11,6 +14,7 @@
 
 using namespace packrat;
 using namespace packrat::testing;
+namespace fs = std::filesystem;
 
 namespace {
 bool same_bytes(const Tensor& a, const Tensor& b) {
@@ -128,4 +132,97 @@ TEST(Checkpoint, GactStateIsSavedUnderItsOwnPrefixAndChecked) {
   Session fresh = make_session(c, synthetic_input_spec(c));
   EXPECT_NO_THROW(load_checkpoint(plain, *fresh.model, *fresh.optimizer, find_gact_stores(*fresh.policy)));
   EXPECT_EQ(find_gact_stores(*fresh.policy)[0]->refreshes(), 0);
+}
+
+namespace {
+// A copy of checkpoint `from` at `to` with `edit` applied to its tensors.
+void rewrite(const std::string& from, const std::string& to, const std::function<void(NamedTensors&)>& edit) {
+  SafetensorsFile f = read_safetensors(from);
+  edit(f.tensors);
+  write_safetensors(to, f.tensors, f.metadata);
+}
+Tensor& entry(NamedTensors& all, const std::string& name) {
+  for (auto& [n, t] : all)
+    if (n == name) return t;
+  throw std::runtime_error("no tensor " + name);
+}
+std::string load_error(const std::string& path, const std::vector<std::string>& sets = {}) {
+  const Config c = tiny_config("/nonexistent", "/tmp/unused", sets);
+  Session s = make_session(c, synthetic_input_spec(c));
+  try {
+    load_checkpoint(path, *s.model, *s.optimizer, find_gact_stores(*s.policy));
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+}  // namespace
+
+// A checkpoint a diverged run wrote, or one with implausible values, is refused on resume with
+// the file and the entry named (NaN weights were restored, a negative step accepted, an absurd
+// GACT tensor count ended in std::length_error).
+TEST(Checkpoint, NonFiniteAndImplausibleValuesAreRefused) {
+  const auto dir = temp_dir("checkpoint_hostile");
+  const Config c = tiny_config("/nonexistent", dir);
+  Session a = make_session(c, synthetic_input_spec(c));
+  SyntheticBatch x = synthetic_batch(4, a.input.channels, a.input.height, a.input.width, a.input.classes, 5);
+  train_step(*a.model, *a.optimizer, *a.policy, x.images, x.labels, 0, {});  // optimizer state to corrupt
+  const std::string good = checkpoint_path(dir.string(), 2), bad = checkpoint_path(dir.string(), 3);
+  save_checkpoint(good, *a.model, *a.optimizer, {2, 6, c.seed}, "resnet20");
+  ASSERT_EQ(load_error(good), "(no error)");
+  auto set_position = [](NamedTensors& t, int64_t epoch, int64_t step) {
+    entry(t, "trainer.epoch").data<int64_t>()[0] = epoch;
+    entry(t, "trainer.step").data<int64_t>()[0] = step;
+    entry(t, "trainer.rng").data<int64_t>()[1] = epoch;
+    entry(t, "trainer.rng").data<int64_t>()[2] = step;
+  };
+
+  rewrite(good, bad, [&](NamedTensors& t) {
+    set_position(t, 3, 9);
+    entry(t, "model.fc.weight").data<float>()[5] = std::numeric_limits<float>::quiet_NaN();
+  });
+  std::string m = load_error(bad);
+  EXPECT_NE(m.find(bad + ": 'model.fc.weight' holds nan at element 5"), std::string::npos) << m;
+  rewrite(good, bad, [&](NamedTensors& t) {
+    set_position(t, 3, 9);
+    entry(t, "optimizer.momentum_buffer.fc.weight").data<float>()[0] = std::numeric_limits<float>::infinity();
+  });
+  m = load_error(bad);
+  EXPECT_NE(m.find("'optimizer.momentum_buffer.fc.weight' holds inf"), std::string::npos) << m;
+
+  rewrite(good, bad, [&](NamedTensors& t) { set_position(t, 3, -5); });
+  m = load_error(bad);
+  EXPECT_NE(m.find("trainer.step is -5"), std::string::npos) << m;
+  const std::string far = checkpoint_path(dir.string(), 999999999);
+  rewrite(good, far, [&](NamedTensors& t) { set_position(t, 999999999, 10); });
+  m = load_error(far);
+  EXPECT_NE(m.find("trainer.epoch is 999999999, outside [0, 100000]"), std::string::npos) << m;
+  fs::remove(far);
+  rewrite(good, bad, [&](NamedTensors& t) {
+    set_position(t, 3, 9);
+    entry(t, "trainer.rng").data<int64_t>()[2] = 4;
+  });
+  m = load_error(bad);
+  EXPECT_NE(m.find("trainer.rng holds epoch 3 step 4"), std::string::npos) << m;
+  rewrite(good, bad, [](NamedTensors&) {});  // epoch 2's content under epoch 3's name
+  m = load_error(bad);
+  EXPECT_NE(m.find("named for epoch 3 but holds epoch 2"), std::string::npos) << m;
+
+  // GACT sizes.
+  const std::vector<std::string> gact = {"saved_tensors.rules=[]",
+                                         "saved_tensors.default={scheme: gact, avg_bits: 3, tensors_per_refresh: 2}"};
+  const Config g = tiny_config("/nonexistent", dir, gact);
+  Session gs = make_session(g, synthetic_input_spec(g));
+  SyntheticBatch b = synthetic_batch(4, gs.input.channels, gs.input.height, gs.input.width, gs.input.classes, 5);
+  train_step(*gs.model, *gs.optimizer, *gs.policy, b.images, b.labels, 0, {});
+  save_checkpoint(good, *gs.model, *gs.optimizer, {2, 1, g.seed}, "resnet20", find_gact_stores(*gs.policy));
+  ASSERT_EQ(load_error(good, gact), "(no error)");
+  rewrite(good, checkpoint_path(dir.string(), 2),
+          [](NamedTensors& t) { entry(t, "gact.0.tensors").data<int64_t>()[0] = int64_t{1} << 60; });
+  m = load_error(good, gact);
+  EXPECT_NE(m.find("'gact.0.tensors' is 1152921504606846976 but 'gact.0.sensitivity' has"), std::string::npos) << m;
+  save_checkpoint(good, *gs.model, *gs.optimizer, {2, 1, g.seed}, "resnet20", find_gact_stores(*gs.policy));
+  rewrite(good, good, [](NamedTensors& t) { entry(t, "gact.0.numel").data<int64_t>()[0] = -7; });
+  m = load_error(good, gact);
+  EXPECT_NE(m.find("'gact.0.numel' entry 0 is -7"), std::string::npos) << m;
 }

@@ -177,3 +177,48 @@ TEST(Config, SetOnARuleOptionIsNamedInSchemeErrors) {
   EXPECT_TRUE(contains(msg, "saved_tensors.rules[0] (line 10) (--set saved_tensors.rules[0].bits)")) << msg;
   EXPECT_TRUE(contains(msg, "'bits' is 9")) << msg;
 }
+
+// YAML keeps one of two equal keys without a word (yaml-cpp the first): a repeated key or a
+// second section is an error naming both lines.
+TEST(Config, DuplicateKeysAndSectionsNameBothLines) {
+  std::string msg = error_of(std::string(kMinimal) + "train:\n  epochs: 2\n  epochs: 3\n");
+  EXPECT_TRUE(contains(msg, "test.yaml: train.epochs (line 10): duplicate key 'epochs', first given on line 9")) << msg;
+  msg = error_of(std::string(kMinimal) + "data:\n  dataset: mnist\n");
+  EXPECT_TRUE(contains(msg, "test.yaml: data (line 8): duplicate key 'data', first given on line 3")) << msg;
+  msg = error_of(std::string(kMinimal) + "saved_tensors:\n  rules:\n    - {ops: [relu], scheme: fewbit, bits: 1, bits: 2}\n");
+  EXPECT_TRUE(contains(msg, "saved_tensors.rules[0].bits (line 10): duplicate key 'bits'")) << msg;
+}
+
+// "batch_size:" with nothing after it is not the default but a mistake.
+TEST(Config, KeysWithNoValueAreErrors) {
+  std::string msg = error_of(std::string(kMinimal) + "train:\n  epochs:\n");
+  EXPECT_TRUE(contains(msg, "test.yaml: train.epochs (line 9): has no value")) << msg;
+  msg = error_of(std::string(kMinimal) + "optimizer:\n");
+  EXPECT_TRUE(contains(msg, "optimizer (line 8): has no value")) << msg;
+  msg = error_of(std::string(kMinimal) + "schedule: {name: ~}\n");
+  EXPECT_TRUE(contains(msg, "schedule.name (line 8): has no value")) << msg;
+  msg = error_of(kMinimal, {"data.batch_size=null"});
+  EXPECT_TRUE(contains(msg, "--set data.batch_size: data.batch_size: has no value")) << msg;
+}
+
+TEST(Config, MalformedSetArgumentsAreErrors) {
+  std::string msg = error_of(kMinimal, {"data.batch_size="});
+  EXPECT_TRUE(contains(msg, "--set data.batch_size=: no value after '='")) << msg;
+  msg = error_of(kMinimal, {"data.batch_size.=5"});
+  EXPECT_TRUE(contains(msg, "--set data.batch_size.=5: empty key component")) << msg;
+  msg = error_of(kMinimal, {"train.=5"});
+  EXPECT_TRUE(contains(msg, "empty key component")) << msg;
+  // A key a --set made up is blamed on the --set, not on a line of the file.
+  msg = error_of(kMinimal, {"data.nope.x=1"});
+  EXPECT_TRUE(contains(msg, "--set data.nope.x: data.nope: unknown key 'nope'")) << msg;
+  EXPECT_FALSE(contains(msg, "line")) << msg;
+}
+
+// Transform items are checked with the config: the message names the key and its line.
+TEST(Config, BadTransformsNameTheKey) {
+  std::string msg = error_of("data:\n  dataset: mnist\n  train_transforms: [\"resize(1e10)\"]\nmodel: {arch: resnet20}\n");
+  EXPECT_TRUE(contains(msg, "test.yaml: data.train_transforms (line 3)")) << msg;
+  EXPECT_TRUE(contains(msg, "larger than 65536")) << msg;
+  msg = error_of(kMinimal, {"data.test_transforms=[bogus]"});
+  EXPECT_TRUE(contains(msg, "--set data.test_transforms: data.test_transforms: transform 'bogus'")) << msg;
+}

@@ -146,12 +146,29 @@ TEST(Trainer, RunWritesConfigMetricsReportAndCheckpoints) {
   // The resolved config reads back to the same config.
   const Config back = load_config((out / "config.yaml").string());
   EXPECT_EQ(config_to_yaml(back), config_to_yaml(c));
-  // Running again into the same directory starts it over: one row, no stale checkpoint.
+  // Running again into the same directory is refused, naming it and the ways out, and leaves
+  // the earlier run's files alone (tests/experiments/bad_inputs_test.cpp checks every byte).
   {
     Session stale = make_session(c, synthetic_input_spec(c));
     save_checkpoint(checkpoint_path(out.string(), 7), *stale.model, *stale.optimizer, {7, 0, c.seed}, "resnet20");
   }
-  run_training(c, o);
+  const std::string metrics_before = read_text(out / "metrics.csv");
+  try {
+    run_training(c, o);
+    FAIL() << "a fresh run overwrote an earlier run";
+  } catch (const Error& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find(out.string() + " holds an earlier run"), std::string::npos) << m;
+    EXPECT_NE(m.find("--resume"), std::string::npos) << m;
+    EXPECT_NE(m.find("--overwrite"), std::string::npos) << m;
+  }
+  EXPECT_EQ(read_text(out / "metrics.csv"), metrics_before);
+  EXPECT_TRUE(fs::exists(checkpoint_path(out.string(), 1)));
+  EXPECT_TRUE(fs::exists(checkpoint_path(out.string(), 7)));
+  // With overwrite it starts over: one row, no stale checkpoint.
+  RunOptions replace = o;
+  replace.overwrite = true;
+  run_training(c, replace);
   EXPECT_EQ(latest_checkpoint(out.string()).value(), checkpoint_path(out.string(), 1));
   const Json row = Json::parse(read_text(out / "metrics.jsonl"));
   EXPECT_EQ(row.at("epoch").integer(), 1);

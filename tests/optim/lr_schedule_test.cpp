@@ -60,3 +60,14 @@ TEST(Schedule, BadConfigsThrow) {
   EXPECT_THROW(LrSchedule(LrScheduleConfig{.kind = "step", .step_size = 0}), Error);
   EXPECT_THROW(LrSchedule(LrScheduleConfig{.kind = "cosine", .epochs = 0}), Error);
 }
+
+// A warm-up shorter than one step (0.1 epochs of 2 steps = 0.2 steps) ends at the first step:
+// the learning rate is capped at the base, not multiplied by 1 / 0.2 = 5.
+TEST(Schedule, WarmupShorterThanAStepIsCappedAtTheBase) {
+  for (const char* kind : {"constant", "cosine", "step"}) {
+    LrSchedule s(LrScheduleConfig{.kind = kind, .base_lr = 0.1, .epochs = 4, .steps_per_epoch = 2, .warmup_epochs = 0.1});
+    EXPECT_NEAR(s.lr(0, 0), 0.1, 1e-12) << kind;
+    for (int64_t e = 0; e < 4; ++e)
+      for (int64_t i = 0; i < 2; ++i) EXPECT_LE(s.lr(e, i), 0.1 + 1e-12) << kind << " epoch " << e << " step " << i;
+  }
+}

@@ -2,11 +2,15 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <limits>
+#include <utility>
 
 #include "autograd/pointwise.h"
 #include "core/error.h"
 #include "core/philox.h"
+#include "tests/support/errors.h"
 
 namespace packrat {
 namespace {
@@ -99,6 +103,50 @@ TEST(FewBitTables, JsonNamesEverything) {
   const std::string j = fewbit_table("gelu", 3).json();
   for (const char* key : {"\"fn\": \"gelu\"", "\"bits\": 3", "\"borders\": [", "\"levels\": [", "\"error\": "})
     EXPECT_NE(j.find(key), std::string::npos) << key << " in " << j;
+}
+
+
+// `fewbit errors` integrates eq. 3 from the table itself: for every shipped table it agrees with
+// the error the solver stored, exact step tables have none, and a table whose levels are moved
+// gets a larger error (so it is computed, not read back).
+TEST(FewBitTables, ErrorIsIntegratedFromTheTable) {
+  for (const auto& f : fewbit_functions())
+    for (int b = 1; b <= 4; ++b) {
+      const FewbitTable& t = fewbit_table(f.name, b);
+      const double e = fewbit_table_error(t, f.df);
+      if (t.exact) {
+        EXPECT_EQ(e, 0.0) << f.name;
+        continue;
+      }
+      EXPECT_NEAR(e, t.error, 1e-9 * std::max(1.0, t.error)) << f.name << " " << b << "-bit";
+      FewbitTable moved = t;
+      moved.levels[0] += 0.01;
+      moved.error = t.error;  // the stored number is not what is reported
+      // Interval 0 has weight w0 = its length (uniform weight): the error grows by w0 * 0.01^2.
+      EXPECT_GT(fewbit_table_error(moved, f.df), t.error + 1e-5 * 0.9 * 1e-2) << f.name << " " << b << "-bit";
+    }
+}
+
+// [-1e308, 1e308] ran for minutes and [-inf, inf] printed NaN borders as a success.
+TEST(FewBitTables, WeightIntervalMustBeFiniteAndBounded) {
+  const double inf = std::numeric_limits<double>::infinity();
+  for (auto [a, b] : {std::pair{-inf, inf}, std::pair{-1e308, 1e308}, std::pair{-10.0, 101.0},
+                      std::pair{std::nan(""), 1.0}}) {
+    FewbitTableOptions o;
+    o.A = a;
+    o.B = b;
+    try {
+      fewbit_table("gelu", 2, o);
+      FAIL() << "no error for [" << a << ", " << b << "]";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("must be finite and within [-100, 100]"), std::string::npos) << e.what();
+    }
+  }
+  // So narrow that the borders coincided ([-100, -100, -100]).
+  FewbitTableOptions narrow;
+  narrow.A = -100;
+  narrow.B = -99.9999999999999;
+  EXPECT_NE(testing::message_of([&] { fewbit_table("gelu", 2, narrow); }).find("is narrower than 0.001"), std::string::npos);
 }
 
 }  // namespace
