@@ -3,6 +3,7 @@
 #include <atomic>
 
 #include "core/cpu/dnnl_context.h"
+#include "core/cpu/loops.h"
 
 namespace packrat::cpu {
 
@@ -45,8 +46,8 @@ void batchnorm_forward_training(const Tensor& x, const Tensor& weight, const Ten
   const memory::desc data = desc_of(x);
   auto pd = forward_pd(data, eps, flags_for(weight.defined(), bias.defined(), false), dnnl::prop_kind::forward_training);
   y = Tensor::empty_like(x);            // (N, C, H, W), x's layout
-  mean = Tensor::empty(Shape{C});       // (C)
-  var = Tensor::empty(Shape{C});        // (C), biased
+  mean = empty_cpu(Shape{C});           // (C)
+  var = empty_cpu(Shape{C});            // (C), biased
   std::unordered_map<int, memory> args{{DNNL_ARG_SRC, memory_of(x, data)},
                                        {DNNL_ARG_DST, memory_of(y, data)},
                                        {DNNL_ARG_MEAN, memory_of(mean, channel_desc(C))},
@@ -90,14 +91,14 @@ void batchnorm_backward(const Tensor& x, const Tensor& gy, const Tensor& weight,
                                        {DNNL_ARG_VARIANCE, memory_of(var, channel_desc(C))},
                                        {DNNL_ARG_DIFF_SRC, memory_of(dx, data)}};
   if (weight.defined()) {
-    dweight = Tensor::empty(Shape{C});  // (C)
+    dweight = empty_cpu(Shape{C});  // (C)
     args.emplace(DNNL_ARG_SCALE, memory_of(weight, channel_desc(C)));
     args.emplace(DNNL_ARG_DIFF_SCALE, memory_of(dweight, channel_desc(C)));
   }
   Tensor shift;  // (C) the shift's value does not enter the gradients, but oneDNN asks for the argument
   if (has_bias) {
-    dbias = Tensor::empty(Shape{C});  // (C)
-    shift = Tensor::zeros(Shape{C}, DType::f32, Layout::Plain);
+    dbias = empty_cpu(Shape{C});  // (C)
+    shift = zeros_cpu(Shape{C}, DType::f32, Layout::Plain);
     args.emplace(DNNL_ARG_SHIFT, memory_of(shift, channel_desc(C)));
     args.emplace(DNNL_ARG_DIFF_SHIFT, memory_of(dbias, channel_desc(C)));
   }

@@ -7,6 +7,7 @@
 
 #include "core/cpu/batchnorm.h"
 #include "core/cpu/dnnl_context.h"
+#include "core/cpu/loops.h"
 #include "core/parallel.h"
 
 namespace packrat::cpu {
@@ -125,8 +126,8 @@ void batchnorm_forward_training_loops(const Tensor& x, const Tensor& weight, con
     channel_sums<16, false>(x.data<float>(), nullptr, s, shift.data(), sum.data(), sum2.data());
   else
     channel_sums<1, false>(x.data<float>(), nullptr, s, shift.data(), sum.data(), sum2.data());
-  mean = Tensor::empty(Shape{C});  // (C)
-  var = Tensor::empty(Shape{C});   // (C), biased
+  mean = empty_cpu(Shape{C});  // (C)
+  var = empty_cpu(Shape{C});   // (C), biased
   const double n = static_cast<double>(s.count());
   for (int64_t c = 0; c < C; ++c) {
     const double d = sum[static_cast<size_t>(c)] / n;  // mean - K
@@ -158,8 +159,8 @@ void batchnorm_backward_loops(const Tensor& x, const Tensor& gy_any, const Tenso
   const double n = static_cast<double>(s.count());
   // dx = k (dy - a - (x - mean) b): k = w invstd; training: a = sum dy / n, b = sum(dy (x - mean)) invstd^2 / n.
   std::vector<float> k(static_cast<size_t>(C)), a(static_cast<size_t>(C)), b(static_cast<size_t>(C));
-  if (weight.defined()) dweight = Tensor::empty(Shape{C});  // (C)
-  if (has_bias) dbias = Tensor::empty(Shape{C});            // (C)
+  if (weight.defined()) dweight = empty_cpu(Shape{C});  // (C)
+  if (has_bias) dbias = empty_cpu(Shape{C});            // (C)
   for (int64_t c = 0; c < C; ++c) {
     const size_t i = static_cast<size_t>(c);
     const double invstd = 1.0 / std::sqrt(static_cast<double>(var.data<float>()[c]) + eps);

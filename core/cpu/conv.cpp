@@ -5,6 +5,7 @@
 #include <unordered_map>
 
 #include "core/cpu/dnnl_context.h"
+#include "core/cpu/loops.h"
 #include "core/cpu/weight_cache.h"
 
 namespace packrat::cpu {
@@ -160,7 +161,7 @@ Tensor conv_forward(const Tensor& x, const Tensor& w, const Tensor& b, const Con
   auto plan = plan_for(g);
   const Tensor src = to_layout(x, plan->src_layout);
   const Tensor wbuf = weights_as(w, plan->wplain, plan->fwd_pd.weights_desc(), keep_weights);
-  Tensor y = Tensor::empty(Shape{g.N, g.Cout, g.OH, g.OW}, DType::f32, plan->dst_layout);  // (N, Cout, OH, OW)
+  Tensor y = empty_cpu(Shape{g.N, g.Cout, g.OH, g.OW}, DType::f32, plan->dst_layout);  // (N, Cout, OH, OW)
   std::unordered_map<int, memory> args{{DNNL_ARG_SRC, memory_of(src, plan->src)},
                                        {DNNL_ARG_WEIGHTS, memory_of(wbuf, plan->fwd_pd.weights_desc())},
                                        {DNNL_ARG_DST, memory_of(y, plan->dst)}};
@@ -174,7 +175,7 @@ Tensor conv_backward_data(const Tensor& gy, const Tensor& w, const ConvGeometry&
   ConvPlan& p = backward_data_plan(g, plan);
   const Tensor diff_dst = to_layout(gy, p.bd_dst_layout);
   const Tensor wbuf = weights_as(w, p.wplain, p.bd_pd.weights_desc(), false);
-  Tensor dx = Tensor::empty(Shape{g.N, g.Cin, g.H, g.W}, DType::f32, p.bd_src_layout);  // (N, Cin, H, W)
+  Tensor dx = empty_cpu(Shape{g.N, g.Cin, g.H, g.W}, DType::f32, p.bd_src_layout);  // (N, Cin, H, W)
   execute(p.bd, p.bd_pd,
           {{DNNL_ARG_DIFF_DST, memory_of(diff_dst, p.bd_dst)},
            {DNNL_ARG_WEIGHTS, memory_of(wbuf, p.bd_pd.weights_desc())},
@@ -187,17 +188,17 @@ void conv_backward_weights(const Tensor& x, const Tensor& gy, const ConvGeometry
   ConvPlan& p = backward_weights_plan(g, plan);
   const Tensor src = to_layout(x, p.bw_src_layout);
   const Tensor diff_dst = to_layout(gy, p.bw_dst_layout);
-  gw = Tensor::empty(Shape{g.Cout, g.Cin / g.groups, g.KH, g.KW});  // (Cout, Cin/groups, KH, KW) plain OIHW
+  gw = empty_cpu(Shape{g.Cout, g.Cin / g.groups, g.KH, g.KW});  // (Cout, Cin/groups, KH, KW) plain OIHW
   const memory::desc dw_desc = p.bw_pd.diff_weights_desc();
   const bool direct = dw_desc == p.wplain;
   Tensor dw_buf = direct ? gw
                          : Tensor::empty(Shape{static_cast<int64_t>((dw_desc.get_size() + 3) / 4)}, DType::f32,
-                                         Layout::Plain, MemTag::Workspace);  // blocked diff weights
+                                         Layout::Plain, MemTag::Workspace, Device::cpu());  // blocked diff weights
   std::unordered_map<int, memory> args{{DNNL_ARG_SRC, memory_of(src, p.bw_src)},
                                        {DNNL_ARG_DIFF_DST, memory_of(diff_dst, p.bw_dst)},
                                        {DNNL_ARG_DIFF_WEIGHTS, memory_of(dw_buf, dw_desc)}};
   if (g.has_bias) {
-    gb = Tensor::empty(Shape{g.Cout});  // (Cout)
+    gb = empty_cpu(Shape{g.Cout});  // (Cout)
     args.emplace(DNNL_ARG_DIFF_BIAS, memory_of(gb, p.bias));
   }
   execute(p.bw, p.bw_pd, std::move(args));

@@ -5,6 +5,7 @@
 #include "core/cpu/cpu_backend.h"
 #include "core/cpu/dnnl_context.h"
 #include "core/cpu/layout.h"
+#include "core/cpu/loops.h"
 #include "core/parallel.h"
 
 namespace packrat::cpu {
@@ -76,7 +77,7 @@ void CpuBackend::convert(const Tensor& src, Tensor& dst) {
 // The reorder for dtypes oneDNN does not move (f64, i64): one (n, channel block) slab at a
 // time, 16 planes of HW elements <-> HW groups of 16.
 Tensor reorder_loop(const Tensor& t, Layout target) {
-  Tensor out = Tensor::empty(t.shape(), t.dtype(), target);
+  Tensor out = empty_cpu(t.shape(), t.dtype(), target);
   const int64_t N = t.dim(0), C = t.dim(1), HW = t.dim(2) * t.dim(3), CB = C / kChannelBlock;
   const size_t es = dtype_size(t.dtype());
   const auto* src = static_cast<const char*>(t.raw());

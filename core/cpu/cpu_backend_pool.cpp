@@ -3,6 +3,7 @@
 #include "core/cpu/cpu_backend.h"
 #include "core/cpu/dnnl_context.h"
 #include "core/cpu/layout.h"
+#include "core/cpu/loops.h"
 #include "core/cpu/pooling.h"
 #include "core/parallel.h"
 
@@ -22,7 +23,7 @@ DType CpuBackend::pool_index_dtype(int64_t window) { return pool_workspace_dtype
 Tensor CpuBackend::adaptive_avgpool_forward(const Tensor& x, int64_t OH, int64_t OW) {
   const int64_t N = x.dim(0), C = x.dim(1), H = x.dim(2), W = x.dim(3);
   const Layout l = x.layout();
-  Tensor y = Tensor::empty(Shape{N, C, OH, OW}, DType::f32, l);  // (N, C, OH, OW), x's layout
+  Tensor y = empty_cpu(Shape{N, C, OH, OW}, DType::f32, l);  // (N, C, OH, OW), x's layout
   const float* src = x.data<float>();
   float* dst = y.data<float>();
   parallel_for(0, N * C, [&](int64_t nc) {
@@ -44,7 +45,7 @@ Tensor CpuBackend::adaptive_avgpool_backward(const Tensor& gy_in, const Shape& x
   const int64_t N = x_shape[0], C = x_shape[1], H = x_shape[2], W = x_shape[3];
   const int64_t OH = gy_in.dim(2), OW = gy_in.dim(3);
   const Tensor gy = cpu::to_layout(gy_in, l);         // (N, C, OH, OW) in l
-  Tensor dx = Tensor::zeros(x_shape, DType::f32, l);  // (N, C, H, W) in l
+  Tensor dx = zeros_cpu(x_shape, DType::f32, l);      // (N, C, H, W) in l
   const float* g = gy.data<float>();
   float* d = dx.data<float>();
   parallel_for(0, N * C, [&](int64_t nc) {

@@ -2,6 +2,8 @@
 
 #include <omp.h>
 
+#include "core/cpu/loops.h"
+
 namespace packrat::cpu {
 
 using dnnl::memory;
@@ -67,13 +69,14 @@ std::optional<Layout> layout_of(const memory::desc& d) {
 Tensor to_layout(const Tensor& t, Layout layout) {
   if (t.layout() == layout) return t;
   if (t.rank() != 4 || t.dtype() == DType::f64 || t.dtype() == DType::i64) return reorder_loop(t, layout);
-  Tensor out = Tensor::empty(t.shape(), t.dtype(), layout);  // (N, C, H, W) in `layout`
+  Tensor out = empty_cpu(t.shape(), t.dtype(), layout);  // (N, C, H, W) in `layout`
   reorder(memory_of(t), memory_of(out));
   return out;
 }
 
 Tensor reorder_into_buffer(const Tensor& src, const memory::desc& src_desc, const memory::desc& want, MemTag tag) {
-  Tensor out = Tensor::empty(Shape{static_cast<int64_t>((want.get_size() + 3) / 4)}, DType::f32, Layout::Plain, tag);
+  Tensor out = Tensor::empty(Shape{static_cast<int64_t>((want.get_size() + 3) / 4)}, DType::f32, Layout::Plain, tag,
+                             Device::cpu());
   reorder(memory_of(src, src_desc), memory(want, dnnl_engine(), out.raw()));
   return out;
 }
@@ -103,7 +106,8 @@ void execute(const dnnl::primitive& p, const dnnl::primitive_desc_base& pd, std:
   const memory::desc sd = pd.scratchpad_desc();
   Tensor scratch;  // (bytes,) u8, alive until the primitive has run
   if (sd.get_size() > 0) {
-    scratch = Tensor::empty(Shape{static_cast<int64_t>(sd.get_size())}, DType::u8, Layout::Plain, MemTag::Workspace);
+    scratch = Tensor::empty(Shape{static_cast<int64_t>(sd.get_size())}, DType::u8, Layout::Plain, MemTag::Workspace,
+                            Device::cpu());
     args.emplace(DNNL_ARG_SCRATCHPAD, memory(sd, dnnl_engine(), scratch.raw()));
   }
   p.execute(dnnl_stream(), args);

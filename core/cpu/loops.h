@@ -1,6 +1,7 @@
 #pragma once
 // Loop helpers shared by the CPU backend's elementwise, row, dropout and shape primitives.
 #include <cstdint>
+#include <cstring>
 
 #include "core/allocator.h"
 #include "core/parallel.h"
@@ -20,6 +21,11 @@ constexpr int64_t kBinaryGrain = 1 << 15;
 // A new CPU tensor under the thread's TagScope, whatever the DeviceScope says.
 inline Tensor empty_cpu(const Shape& shape, DType dtype = DType::f32, Layout layout = Layout::Plain) {
   return Tensor::empty(shape, dtype, layout, TagScope::current(), Device::cpu());
+}
+inline Tensor zeros_cpu(const Shape& shape, DType dtype = DType::f32, Layout layout = Layout::Plain) {
+  Tensor t = empty_cpu(shape, dtype, layout);
+  std::memset(t.raw(), 0, t.nbytes());
+  return t;
 }
 
 // fn(i) for i in [0, n); parallel only when n * work_per_item is large enough.

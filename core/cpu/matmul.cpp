@@ -3,6 +3,7 @@
 #include <vector>
 
 #include "core/cpu/dnnl_context.h"
+#include "core/cpu/loops.h"
 #include "core/parallel.h"
 
 namespace packrat::cpu {
@@ -20,7 +21,7 @@ memory::desc view(int64_t batch, int64_t rows, int64_t cols, bool transposed) {
 
 Tensor matmul(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, int64_t batch, int64_t M, int64_t K,
               int64_t N, const Tensor& bias, const Shape& out) {
-  Tensor c = Tensor::empty(out);  // (batch, M, N) as `out`
+  Tensor c = empty_cpu(out);  // (batch, M, N) as `out`
   if (c.numel() == 0) return c;
   if (K == 0) {
     std::fill(c.data<float>(), c.data<float>() + c.numel(), 0.0f);
@@ -40,7 +41,7 @@ Tensor matmul(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, int6
 }
 
 Tensor column_sums(const Tensor& m, int64_t M, int64_t N) {
-  Tensor s = Tensor::empty(Shape{N});  // (N)
+  Tensor s = empty_cpu(Shape{N});  // (N)
   const float* src = m.data<float>();
   float* dst = s.data<float>();
   parallel_chunks(N, 16, [&](int64_t b, int64_t e) {

@@ -1,6 +1,7 @@
 #include "core/cpu/pooling.h"
 
 #include "core/cpu/dnnl_context.h"
+#include "core/cpu/loops.h"
 
 namespace packrat::cpu {
 
@@ -32,12 +33,12 @@ Tensor pool_forward(const Tensor& x, const PoolGeometry& g, PoolKind kind, Tenso
   const Layout layout = x.layout();
   const auto prop = workspace ? dnnl::prop_kind::forward_training : dnnl::prop_kind::forward_inference;
   const dnnl::pooling_forward::primitive_desc pd(forward_desc(g, kind, layout, prop), dnnl_attr(), dnnl_engine());
-  Tensor y = Tensor::empty(Shape{g.N, g.C, g.OH, g.OW}, DType::f32, layout);  // (N, C, OH, OW), x's layout
+  Tensor y = empty_cpu(Shape{g.N, g.C, g.OH, g.OW}, DType::f32, layout);  // (N, C, OH, OW), x's layout
   std::unordered_map<int, memory> args{{DNNL_ARG_SRC, memory_of(x)}, {DNNL_ARG_DST, memory_of(y)}};
   if (workspace) {
     const memory::desc wd = pd.workspace_desc();
     const DType wdt = pool_workspace_dtype(g.KH * g.KW);
-    *workspace = Tensor::empty(y.shape(), wdt, layout);  // (N, C, OH, OW) argmax within the window
+    *workspace = empty_cpu(y.shape(), wdt, layout);  // (N, C, OH, OW) argmax within the window
     PACKRAT_CHECK(wd == desc_of(*workspace), "maxpool2d: oneDNN's workspace is not laid out like the output ({})",
                   workspace->describe());
     args.emplace(DNNL_ARG_WORKSPACE, memory_of(*workspace));
@@ -58,7 +59,7 @@ Tensor pool_backward(const Tensor& gy, const Tensor& workspace, const PoolGeomet
                                        {g.pad_h, g.pad_w}, pad_r);
   const dnnl::pooling_backward::primitive_desc pd(d, dnnl_attr(), dnnl_engine(), hint);
   const Tensor diff_dst = to_layout(gy, layout);
-  Tensor dx = Tensor::empty(Shape{g.N, g.C, g.H, g.W}, DType::f32, layout);  // (N, C, H, W)
+  Tensor dx = empty_cpu(Shape{g.N, g.C, g.H, g.W}, DType::f32, layout);  // (N, C, H, W)
   std::unordered_map<int, memory> args{{DNNL_ARG_DIFF_DST, memory_of(diff_dst)}, {DNNL_ARG_DIFF_SRC, memory_of(dx)}};
   if (kind == PoolKind::Max) args.emplace(DNNL_ARG_WORKSPACE, memory_of(workspace));
   execute(dnnl::pooling_backward(pd), pd, std::move(args));
