@@ -48,7 +48,7 @@ TEST(FuzzRegression, EveryCrasherIsNowAnErrorOrSuccess) {
 // Found by idx_fuzz: dimensions whose product overflows int64 (UBSan: signed overflow in read_idx).
 TEST(FuzzRegression, IdxDimensionsThatOverflowAreACorruptFile) {
   const fs::path f = kCrashers / "idx" / "dims-overflow-int64";
-  const std::string m = testing::message_of([&] { data::read_idx(f, 3, "fuzz"); });
+  const std::string m = packrat::testing::message_of([&] { data::read_idx(f, 3, "fuzz"); });
   EXPECT_NE(m.find("fuzz: " + f.string() + " is corrupt: its dimensions promise more than 2^48 data bytes"),
             std::string::npos) << m;
 }
