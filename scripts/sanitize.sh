@@ -7,7 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/setup.sh
 flags="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined -O1 -g"
-cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPACKRAT_NATIVE=ON \
+cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPACKRAT_NATIVE=ON -DPACKRAT_SANITIZE=ON \
   -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="$flags" \
   -DCMAKE_EXE_LINKER_FLAGS="-fsanitize=address,undefined" >/dev/null
 cmake --build build-asan --target packrat_tests -j"$(nproc)"

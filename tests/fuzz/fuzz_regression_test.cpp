@@ -25,24 +25,38 @@ std::string read_file(const fs::path& p) {
   return ss.str();
 }
 
-}  // namespace
-
-TEST(FuzzRegression, EveryCrasherIsNowAnErrorOrSuccess) {
+// Replays every file under root/<target>/ through that fuzz target; returns how many.
+int replay_all(const fs::path& root) {
   const std::map<std::string, std::function<void(const uint8_t*, size_t)>> targets = {
       {"config", fuzz::config_target},           {"idx", fuzz::idx_target},
       {"cifar", fuzz::cifar_target},             {"image_folder", fuzz::image_folder_target},
       {"safetensors", fuzz::safetensors_target}, {"tar", fuzz::tar_target}};
   int replayed = 0;
-  for (const auto& dir : fs::directory_iterator(kCrashers)) {
+  for (const auto& dir : fs::directory_iterator(root)) {
     const std::string target = dir.path().filename().string();
-    ASSERT_TRUE(targets.count(target)) << "no fuzz target named " << target << " for " << dir.path();
+    EXPECT_TRUE(targets.count(target)) << "no fuzz target named " << target << " for " << dir.path();
+    if (!targets.count(target)) continue;
     for (const auto& f : fs::directory_iterator(dir.path())) {
       const std::string bytes = read_file(f.path());
       EXPECT_NO_THROW(targets.at(target)(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size())) << f.path();
       ++replayed;
     }
   }
-  EXPECT_GT(replayed, 0);
+  return replayed;
+}
+
+}  // namespace
+
+TEST(FuzzRegression, EveryCrasherIsNowAnErrorOrSuccess) { EXPECT_GT(replay_all(kCrashers), 0); }
+
+// Found by the fuzzers, NOT FIXED yet (in code other work owns), kept under tests/fuzz/open/:
+//  - config/set-index-out-of-range-stoll: `--set 'saved_tensors.rules[666...6].bits=2'` (an index
+//    past int64) makes split_path in experiments/lib/config.cpp (std::stoll at lines 184 and 202)
+//    throw std::out_of_range: "internal error", exit 1, instead of exit 2 naming the --set.
+//  - image_folder/*.bmp: see ImagesWhoseHeaderPromisesMoreThanTheFileHoldsAreRefused below.
+// Enable with the fixes and move the inputs to tests/fuzz/crashers/.
+TEST(FuzzRegression, DISABLED_OpenFindingsAreNowAnErrorOrSuccess) {
+  EXPECT_GT(replay_all(fs::path(PACKRAT_SOURCE_DIR) / "tests" / "fuzz" / "open"), 0);
 }
 
 // Found by idx_fuzz: dimensions whose product overflows int64 (UBSan: signed overflow in read_idx).
