@@ -22,6 +22,8 @@ Json parse_json(std::string_view text, std::string_view what) {
     return Json::parse(text.begin(), text.end(), depth_limit);
   } catch (const Json::parse_error& e) {
     fail("{}: invalid JSON at byte {}: {}", what, e.byte, e.what());
+  } catch (const Json::exception& e) {  // e.g. out_of_range 406: a number too large for a double
+    fail("{}: invalid JSON: {}", what, e.what());
   }
 }
 
