@@ -2,11 +2,23 @@
 """Side-by-side: packrat's TrainStep/resnet18_cifar_gelu/64 against the same step in PyTorch,
 interleaved in one run (these machines are noisy), and the ratio of their images/s.
 
+    scripts/setup.sh --torch      # once: Debian's python3-torch and python3-torchvision
     /usr/bin/python3 bench/compare_torch.py [--rounds 3] [--bench build/bin/packrat_bench]
 """
-import argparse, json, os, statistics, subprocess, sys
+import argparse, importlib.util, json, os, statistics, subprocess, sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def check_prerequisites(bench):
+    """Exits with what to install or build when the PyTorch reference or packrat_bench is missing."""
+    missing = [m for m in ("torch", "torchvision") if importlib.util.find_spec(m) is None]
+    if missing:
+        sys.exit(f"compare_torch: {sys.executable} cannot import {' and '.join(missing)}, which the PyTorch "
+                 "reference (bench/torch_train_step.py) needs. Install Debian's python3-torch and "
+                 "python3-torchvision with `scripts/setup.sh --torch`, then run this with /usr/bin/python3.")
+    if not os.access(bench, os.X_OK):
+        sys.exit(f"compare_torch: {bench} is missing: build it with scripts/build.sh (or pass --bench)")
 
 
 def packrat_img_per_s(bench, name, min_time):
@@ -32,6 +44,7 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--threads", type=int, default=2)
     a = ap.parse_args()
+    check_prerequisites(a.bench)
     os.environ["OMP_NUM_THREADS"] = str(a.threads)
     ours, theirs = [], []
     for r in range(a.rounds):

@@ -2,8 +2,13 @@
 """PyTorch reference for TrainStep/resnet18_cifar_gelu/64: one SGD training step of ResNet-18
 (CIFAR stem: 3x3 stride-1 conv, no max-pool; GELU activations) on 64 random 3x32x32 images.
 Prints one JSON line {"img_per_s": X, "threads": T}. Run with Debian's /usr/bin/python3."""
-import argparse, json, time
-import torch, torch.nn as nn, torchvision
+import argparse, json, sys, time
+
+try:
+    import torch, torch.nn as nn, torchvision
+except ImportError as e:
+    sys.exit(f"torch_train_step: {e}: install Debian's python3-torch and python3-torchvision "
+             "with `scripts/setup.sh --torch`, then run this with /usr/bin/python3")
 
 
 def resnet18_cifar_gelu(num_classes=10):

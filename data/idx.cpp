@@ -27,6 +27,8 @@ IdxArray read_idx(const fs::path& path, int expected_rank, std::string_view who)
     const uint8_t* p = bytes.data() + 4 + 4 * d;
     const int64_t dim = (int64_t{p[0]} << 24) | (int64_t{p[1]} << 16) | (int64_t{p[2]} << 8) | int64_t{p[3]};
     if (dim == 0) fail("{}: {} has dimension {} of size 0", who, file, d);
+    if (count > (int64_t{1} << 48) / dim)  // no real IDX file comes near 2^48 bytes; the product would overflow
+      fail("{}: {} is corrupt: its dimensions promise more than 2^48 data bytes (dimension {} is {})", who, file, d, dim);
     a.dims.push_back(dim);
     count *= dim;
   }

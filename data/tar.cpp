@@ -1,12 +1,10 @@
 #include "data/tar.h"
 
-#include <zlib.h>
+#include <archive.h>
+#include <archive_entry.h>
 
-#include <algorithm>
-#include <cerrno>
-#include <cstdio>
-#include <cstring>
 #include <memory>
+#include <string_view>
 
 #include "core/error.h"
 
@@ -15,143 +13,108 @@ namespace fs = std::filesystem;
 
 namespace {
 
-class GzReader {
- public:
-  explicit GzReader(const fs::path& path) : path_(path.string()), gz_(gzopen(path.c_str(), "rb")) {
-    if (!gz_) fail("tar: cannot open {}: {}", path_, errno ? std::strerror(errno) : "out of memory");
-    gzbuffer(gz_, 1 << 17);
-  }
-  ~GzReader() { gzclose(gz_); }
-  // Reads exactly n bytes; returns the count read (less only at the end of the data).
-  size_t read(void* dst, size_t n) {
-    size_t total = 0;
-    while (total < n) {
-      const int got = gzread(gz_, static_cast<char*>(dst) + total, static_cast<unsigned>(std::min<size_t>(n - total, 1u << 30)));
-      if (got > 0) total += static_cast<size_t>(got);
-      int code = 0;
-      const char* msg = gzerror(gz_, &code);
-      if (code == Z_BUF_ERROR) fail("tar: {} is truncated: the gzip stream ends early", path_);
-      if (got < 0 || (code != Z_OK && code != Z_STREAM_END))
-        fail("tar: {} is corrupt: zlib says '{}'", path_, msg ? msg : "error");
-      if (got == 0) break;
-    }
-    return total;
-  }
-  const std::string& path() const { return path_; }
+using ArchivePtr = std::unique_ptr<archive, int (*)(archive*)>;
 
- private:
-  std::string path_;
-  gzFile gz_;
-};
-
-int64_t octal(const char* p, size_t n, const std::string& archive, const char* field) {
-  // GNU base-256 for large values: the first byte has its top bit set.
-  if (static_cast<unsigned char>(p[0]) & 0x80) {
-    int64_t v = static_cast<unsigned char>(p[0]) & 0x7f;
-    for (size_t i = 1; i < n; ++i) v = (v << 8) | static_cast<unsigned char>(p[i]);
-    return v;
-  }
-  int64_t v = 0;
-  size_t i = 0;
-  while (i < n && (p[i] == ' ' || p[i] == '\0')) ++i;
-  for (; i < n && p[i] >= '0' && p[i] <= '7'; ++i) v = v * 8 + (p[i] - '0');
-  for (; i < n; ++i)
-    if (p[i] != ' ' && p[i] != '\0') fail("tar: {} is corrupt: a header's {} field is not an octal number", archive, field);
-  return v;
+std::string error_of(archive* a) {
+  const char* s = archive_error_string(a);
+  return s ? s : "unknown error";
 }
 
-std::string field(const char* p, size_t n) { return std::string(p, strnlen(p, n)); }
+bool says_truncated(std::string_view msg) {
+  return msg.find("runcated") != std::string_view::npos || msg.find("remature end") != std::string_view::npos;
+}
 
-// A relative path that stays inside the destination.
-fs::path safe_relative(const std::string& name, const std::string& archive) {
+// The member's path relative to the destination; refuses absolute paths and "..".
+fs::path safe_relative(const std::string& name, const std::string& a) {
   const fs::path p(name);
-  if (p.is_absolute()) fail("tar: {} holds an absolute path '{}'; refusing to unpack it", archive, name);
+  if (name.empty()) fail("tar: {} holds a member with an empty path; refusing to unpack it", a);
+  if (p.is_absolute() || p.has_root_name() || p.has_root_directory())
+    fail("tar: {} holds an absolute path '{}'; refusing to unpack it", a, name);
   for (const auto& part : p)
-    if (part == "..") fail("tar: {} holds a path '{}' that climbs out with '..'; refusing to unpack it", archive, name);
+    if (part == "..") fail("tar: {} holds a path '{}' that climbs out with '..'; refusing to unpack it", a, name);
   return p.lexically_normal();
 }
 
 }  // namespace
 
-std::vector<TarEntry> extract_tar_gz(const fs::path& archive, const fs::path& dest) {
-  GzReader in(archive);
-  const std::string& a = in.path();
-  std::vector<TarEntry> entries;
-  std::string long_name;  // from a GNU 'L' or pax 'x' record, for the next entry
-  std::vector<char> data;
-  fs::create_directories(dest);
-  for (int64_t offset = 0;; offset += 512) {
-    char h[512];
-    const size_t got = in.read(h, 512);
-    if (got == 0) fail("tar: {} is truncated: it ends at byte {} without the end-of-archive blocks", a, offset);
-    if (got < 512) fail("tar: {} is truncated: the header at byte {} has {} of 512 bytes", a, offset, got);
-    if (std::all_of(h, h + 512, [](char c) { return c == 0; })) break;  // end of archive
-    // Checksum: the sum of the header bytes with the checksum field read as spaces.
-    int64_t sum = 0;
-    for (int i = 0; i < 512; ++i) sum += (i >= 148 && i < 156) ? ' ' : static_cast<unsigned char>(h[i]);
-    const int64_t stored = octal(h + 148, 8, a, "checksum");
-    if (stored != sum)
-      fail("tar: {} is corrupt: the header at byte {} has checksum {} but its bytes sum to {}", a, offset, stored, sum);
-    const char type = h[156];
-    const int64_t size = octal(h + 124, 12, a, "size");
-    std::string name = field(h, 100);
-    if (std::memcmp(h + 257, "ustar", 5) == 0 && h[345] != 0) name = field(h + 345, 155) + "/" + name;
-    if (!long_name.empty()) name = std::move(long_name), long_name.clear();
-
-    const int64_t padded = (size + 511) / 512 * 512;
-    const bool regular = type == '0' || type == '\0' || type == '7';
-    const bool keep = regular || type == 'L' || type == 'x';
-    data.resize(keep ? static_cast<size_t>(padded) : 0);
-    if (keep) {
-      const size_t body = in.read(data.data(), static_cast<size_t>(padded));
-      if (static_cast<int64_t>(body) < padded)
-        fail("tar: {} is truncated: entry '{}' should have {} bytes, the archive ends after {}", a, name, size,
-             std::min<int64_t>(static_cast<int64_t>(body), size));
-    } else {
-      std::vector<char> skip(static_cast<size_t>(std::min<int64_t>(padded, 1 << 20)));
-      for (int64_t left = padded; left > 0;) {
-        const size_t want = static_cast<size_t>(std::min<int64_t>(left, static_cast<int64_t>(skip.size())));
-        if (in.read(skip.data(), want) < want) fail("tar: {} is truncated inside entry '{}'", a, name);
-        left -= static_cast<int64_t>(want);
-      }
-    }
-    offset += padded;
-
-    if (type == 'L') {  // GNU long name: the data is the next entry's name
-      long_name = std::string(data.data(), strnlen(data.data(), static_cast<size_t>(size)));
-      continue;
-    }
-    if (type == 'x') {  // pax extended header: "<len> key=value\n" records; only path matters
-      const std::string recs(data.data(), static_cast<size_t>(size));
-      for (size_t pos = 0; pos < recs.size();) {
-        const size_t space = recs.find(' ', pos);
-        if (space == std::string::npos) break;
-        const int64_t len = std::atoll(recs.c_str() + pos);
-        if (len <= 0 || pos + static_cast<size_t>(len) > recs.size()) fail("tar: {} is corrupt: a bad pax record", a);
-        const std::string kv = recs.substr(space + 1, pos + static_cast<size_t>(len) - space - 2);
-        if (kv.starts_with("path=")) long_name = kv.substr(5);
-        pos += static_cast<size_t>(len);
-      }
-      continue;
-    }
-    if (type == 'g') continue;  // pax global header
-    if (type == '5') {
-      const fs::path rel = safe_relative(name, a);
-      fs::create_directories(dest / rel);
-      entries.push_back({rel.generic_string(), 0, true});
-      continue;
-    }
-    if (!regular) continue;  // links, devices, FIFOs: not needed for datasets
-    const fs::path rel = safe_relative(name, a);
-    const fs::path out = dest / rel;
-    fs::create_directories(out.parent_path());
-    std::unique_ptr<FILE, int (*)(FILE*)> f(std::fopen(out.c_str(), "wb"), &std::fclose);
-    if (!f) fail("tar: cannot create {} while unpacking {}: {}", out.string(), a, std::strerror(errno));
-    if (size > 0 && std::fwrite(data.data(), 1, static_cast<size_t>(size), f.get()) != static_cast<size_t>(size))
-      fail("tar: cannot write {} while unpacking {}: {}", out.string(), a, std::strerror(errno));
-    if (std::fclose(f.release()) != 0) fail("tar: cannot write {} while unpacking {}: {}", out.string(), a, std::strerror(errno));
-    entries.push_back({rel.generic_string(), size, false});
+std::vector<TarEntry> extract_tar_gz(const fs::path& archive_path, const fs::path& dest) {
+  const std::string a = archive_path.string();
+  ArchivePtr in(archive_read_new(), archive_read_free);
+  if (!in) fail("tar: cannot unpack {}: out of memory", a);
+  archive_read_support_filter_gzip(in.get());  // and uncompressed tar: the "none" filter is always on
+  archive_read_support_format_tar(in.get());   // ustar, GNU tar, pax
+  if (archive_read_open_filename(in.get(), a.c_str(), 1 << 17) != ARCHIVE_OK) {
+    // Opening reads the first header to recognise the format.
+    const std::string msg = error_of(in.get());
+    std::error_code ec;
+    if (!fs::is_regular_file(archive_path, ec)) fail("tar: cannot open {}: {}", a, msg);
+    if (says_truncated(msg)) fail("tar: {} is truncated: {}", a, msg);
+    fail("tar: {} is corrupt: the header at byte 0 is not a tar header ({})", a, msg);
   }
+
+  fs::create_directories(dest);
+  // Members are written under dest's real path: no symbolic link on the way to dest trips the
+  // symlink check, and the path libarchive sees has no "..".
+  const fs::path base = fs::canonical(dest);
+  ArchivePtr out(archive_write_disk_new(), archive_write_free);
+  if (!out) fail("tar: cannot unpack {}: out of memory", a);
+  // Secure extraction: refuse ".." and writing through symbolic links. Absolute member paths are
+  // refused above (ARCHIVE_EXTRACT_SECURE_NOABSOLUTEPATHS cannot be set: the paths given to
+  // libarchive are dest's absolute path joined with the member's).
+  archive_write_disk_set_options(out.get(), ARCHIVE_EXTRACT_SECURE_NODOTDOT | ARCHIVE_EXTRACT_SECURE_SYMLINKS);
+
+  std::vector<TarEntry> entries;
+  std::string last = "(none)";
+  for (;;) {
+    archive_entry* e = nullptr;
+    const int r = archive_read_next_header(in.get(), &e);
+    if (r == ARCHIVE_EOF) break;
+    if (r < ARCHIVE_WARN || r == ARCHIVE_RETRY) {
+      const std::string msg = error_of(in.get());
+      const int64_t at = archive_read_header_position(in.get());
+      if (says_truncated(msg)) fail("tar: {} is truncated: it ends in the header at byte {}, after member '{}' ({})", a, at, last, msg);
+      fail("tar: {} is corrupt: the header at byte {} is unreadable ({})", a, at, msg);
+    }
+    const char* raw_name = archive_entry_pathname(e);
+    const std::string name = raw_name ? raw_name : "";
+    const mode_t type = archive_entry_filetype(e);
+    const bool dir = type == AE_IFDIR;
+    // Hard links come as regular files with a link target: skipped, like symbolic links and devices.
+    if ((type != AE_IFREG && !dir) || archive_entry_hardlink(e) != nullptr) {
+      archive_read_data_skip(in.get());
+      continue;
+    }
+    const fs::path rel = safe_relative(name, a);
+    const int64_t size = dir ? 0 : archive_entry_size(e);
+    archive_entry_set_pathname(e, (base / rel).c_str());
+    archive_entry_set_perm(e, dir ? 0755 : 0644);
+    if (archive_write_header(out.get(), e) < ARCHIVE_WARN)
+      fail("tar: cannot unpack member '{}' of {} into {}: {}", name, a, base.string(), error_of(out.get()));
+    int64_t written = 0;
+    for (;;) {
+      const void* buf = nullptr;
+      size_t n = 0;
+      la_int64_t offset = 0;
+      const int rd = archive_read_data_block(in.get(), &buf, &n, &offset);
+      if (rd == ARCHIVE_EOF) break;
+      if (rd < ARCHIVE_WARN) {
+        const std::string msg = error_of(in.get());
+        if (says_truncated(msg))
+          fail("tar: {} is truncated: entry '{}' should have {} bytes, the archive ends after {} ({})", a, name, size,
+               written, msg);
+        fail("tar: {} is corrupt inside member '{}': {}", a, name, msg);
+      }
+      if (archive_write_data_block(out.get(), buf, n, offset) < ARCHIVE_WARN)
+        fail("tar: cannot write member '{}' of {} to {}: {}", name, a, (base / rel).string(), error_of(out.get()));
+      written = offset + static_cast<int64_t>(n);
+    }
+    if (archive_write_finish_entry(out.get()) < ARCHIVE_WARN)
+      fail("tar: cannot write member '{}' of {} to {}: {}", name, a, (base / rel).string(), error_of(out.get()));
+    entries.push_back({rel.generic_string(), size, dir});
+    last = name;
+  }
+  if (archive_write_close(out.get()) < ARCHIVE_WARN)
+    fail("tar: cannot finish unpacking {}: {}", a, error_of(out.get()));
   return entries;
 }
 

@@ -1,6 +1,6 @@
 #pragma once
-// A small reader for (gzipped) tar archives: ustar and GNU tar, with GNU long names ('L') and
-// pax 'path' records. Enough to unpack the CIFAR archives without libarchive.
+// Unpacking (gzipped) tar archives through libarchive (Debian libarchive-dev): ustar, GNU tar and
+// pax, with long names.
 #include <cstdint>
 #include <filesystem>
 #include <string>
@@ -14,10 +14,12 @@ struct TarEntry {
   bool directory = false;
 };
 
-// Unpacks `archive` (.tar.gz, or a plain .tar: zlib reads it as is) under `dest`, creating
-// folders as needed, and returns the entries written. Throws naming the archive when it is
-// truncated, a header checksum is wrong, the gzip data is corrupt, or an entry's path is absolute
-// or climbs out with "..". Symbolic links and devices are skipped.
+// Unpacks `archive` (.tar.gz, or a plain .tar) under `dest`, creating folders as needed, and
+// returns the entries written. Throws packrat::Error naming the archive (and the member, where
+// there is one) when it is truncated or corrupt, or a member's path is absolute or climbs out with
+// "..". Nothing is written through a symbolic link already under `dest` (libarchive's secure
+// extraction). Symbolic links, hard links and devices in the archive are skipped; files get mode
+// 0644 and folders 0755 (less the umask), whatever the archive says.
 std::vector<TarEntry> extract_tar_gz(const std::filesystem::path& archive, const std::filesystem::path& dest);
 
 }  // namespace packrat::data

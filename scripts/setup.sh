@@ -1,9 +1,18 @@
 #!/usr/bin/env bash
 # Installs the Debian packages packrat needs; does nothing when all are present.
+#   scripts/setup.sh           # build, test and train
+#   scripts/setup.sh --torch   # also the PyTorch reference for bench/compare_torch.py
+#                              # (Debian's python3-torch and python3-torchvision)
 set -euo pipefail
 packages=(build-essential cmake pkg-config libdnnl-dev libyaml-cpp-dev libspdlog-dev libfmt-dev
           libgtest-dev libgmock-dev libbenchmark-dev zlib1g-dev libstb-dev libcurl4-openssl-dev
-          gnuplot-nox dataset-fashion-mnist)
+          nlohmann-json3-dev libarchive-dev gnuplot-nox dataset-fashion-mnist)
+for arg in "$@"; do
+  case "$arg" in
+    --torch) packages+=(python3-torch python3-torchvision) ;;
+    *) echo "setup: unknown option '$arg' (known: --torch)" >&2; exit 2 ;;
+  esac
+done
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

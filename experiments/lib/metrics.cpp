@@ -77,7 +77,7 @@ void MetricsWriter::truncate_after(int64_t epoch) {
     if (row_epoch <= epoch) csv += l + "\n";
   }
   for (const auto& l : read_lines(jsonl_))
-    if (Json::parse(l, jsonl_).at("epoch").integer() <= epoch) jsonl += l + "\n";
+    if (json_integer(parse_json(l, jsonl_).at("epoch")) <= epoch) jsonl += l + "\n";
   write_file_atomic(csv_, csv);
   write_file_atomic(jsonl_, jsonl);
 }

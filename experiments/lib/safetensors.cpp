@@ -88,8 +88,7 @@ void write_safetensors(const std::string& path, const NamedTensors& tensors,
   int64_t offset = 0;
   for (const auto& [name, t] : tensors) {
     PACKRAT_CHECK(t.defined(), "{}: tensor '{}' is undefined", path, name);
-    PACKRAT_CHECK(name != "__metadata__" && header.find(name) == nullptr, "{}: tensor name '{}' is used twice", path,
-                  name);
+    PACKRAT_CHECK(name != "__metadata__" && !header.contains(name), "{}: tensor name '{}' is used twice", path, name);
     Tensor p = t.to_plain();
     Json e = Json::object();
     e["dtype"] = Json(st_dtype(p.dtype()));
@@ -104,7 +103,8 @@ void write_safetensors(const std::string& path, const NamedTensors& tensors,
     offset += static_cast<int64_t>(p.nbytes());
     plain.push_back(p);
   }
-  std::string h = header.dump();
+  // Metadata strings may come from users: bytes that are not UTF-8 are replaced, not thrown on.
+  std::string h = header.dump(-1, ' ', false, Json::error_handler_t::replace);
   h.append((8 - h.size() % 8) % 8, ' ');  // the data starts 8-byte aligned
   std::string bytes;
   bytes.reserve(8 + h.size() + static_cast<size_t>(offset));
@@ -134,7 +134,7 @@ SafetensorsFile read_safetensors(const std::string& path, MemTag tag) {
   const std::string_view header_text(bytes.data() + 8, n);
   Json header;
   try {
-    header = Json::parse(header_text, path + " header");
+    header = parse_json(header_text, path + " header");
   } catch (const Error& e) {
     fail("{}: corrupt safetensors file: {}", path, e.what());
   }
@@ -149,41 +149,44 @@ SafetensorsFile read_safetensors(const std::string& path, MemTag tag) {
   };
   std::vector<Span> spans;
   std::vector<std::pair<int64_t, std::pair<std::string, Tensor>>> ordered;
-  for (const auto& [name, e] : header.members()) {
+  for (const auto& [name, e] : header.items()) {
     if (name == "__metadata__") {
       PACKRAT_CHECK(e.is_object(), "{}: __metadata__ must be an object of strings", path);
-      for (const auto& [k, v] : e.members()) {
+      for (const auto& [k, v] : e.items()) {
         PACKRAT_CHECK(v.is_string(), "{}: __metadata__ value of '{}' is not a string", path, k);
-        out.metadata[k] = v.str();
+        out.metadata[k] = v.get<std::string>();
       }
       continue;
     }
     try {
       PACKRAT_CHECK(e.is_object(), "entry is not an object");
       DType dt{};
-      PACKRAT_CHECK(parse_dtype(e.at("dtype").str(), dt), "unsupported dtype '{}' (F32, F64, I64, I32, U8)",
-                    e.at("dtype").str());
+      const std::string dtype = e.at("dtype").get<std::string>();
+      PACKRAT_CHECK(parse_dtype(dtype, dt), "unsupported dtype '{}' (F32, F64, I64, I32, U8)", dtype);
       std::vector<int64_t> dims;
       int64_t numel = 1;
-      for (const Json& d : e.at("shape").items()) {
-        const int64_t v = d.integer();
+      PACKRAT_CHECK(e.at("shape").is_array(), "shape is not an array");
+      for (const Json& d : e.at("shape")) {
+        const int64_t v = json_integer(d);
         PACKRAT_CHECK(v >= 0 && v < (int64_t{1} << 40), "bad dimension {}", v);
         dims.push_back(v);
         numel *= v;
         PACKRAT_CHECK(numel < (int64_t{1} << 40), "shape too large");
       }
-      const auto& offs = e.at("data_offsets").items();
-      PACKRAT_CHECK(offs.size() == 2, "data_offsets must have 2 entries");
-      const int64_t b = offs[0].integer(), en = offs[1].integer();
+      const Json& offs = e.at("data_offsets");
+      PACKRAT_CHECK(offs.is_array() && offs.size() == 2, "data_offsets must be an array of 2 entries");
+      const int64_t b = json_integer(offs[0]), en = json_integer(offs[1]);
       PACKRAT_CHECK(b >= 0 && b <= en && en <= data_size, "data_offsets [{}, {}] outside the {} data bytes", b, en,
                     data_size);
       PACKRAT_CHECK(en - b == numel * static_cast<int64_t>(dtype_size(dt)),
-                    "{} bytes for a {} tensor of {} elements", en - b, e.at("dtype").str(), numel);
+                    "{} bytes for a {} tensor of {} elements", en - b, dtype, numel);
       Tensor t = Tensor::empty(Shape(dims), dt, Layout::Plain, tag);
       if (en > b) std::memcpy(t.raw(), bytes.data() + data_start + b, static_cast<size_t>(en - b));
       spans.push_back({b, en, name});
       ordered.push_back({b, {name, t}});
     } catch (const Error& err) {
+      fail("{}: corrupt safetensors file: tensor '{}': {}", path, name, err.what());
+    } catch (const Json::exception& err) {  // a missing key or a value of the wrong type
       fail("{}: corrupt safetensors file: tensor '{}': {}", path, name, err.what());
     }
   }

@@ -91,24 +91,24 @@ TEST(MemoryReport, JsonHasTheDocumentedShapeAndTableTheTotals) {
   std::ifstream in(dir / "memory_report.json");
   std::stringstream ss;
   ss << in.rdbuf();
-  const Json j = Json::parse(ss.str());
-  EXPECT_EQ(j.at("batch_size").integer(), 4);
+  const Json j = parse_json(ss.str());
+  EXPECT_EQ(j.at("batch_size").get<int64_t>(), 4);
   const Json& totals = j.at("totals");
-  EXPECT_EQ(totals.at("saved_bytes").integer(), r.saved_bytes);
-  EXPECT_EQ(totals.at("saved_fp32_bytes").integer(), r.saved_fp32_bytes);
-  EXPECT_EQ(totals.at("peak_bytes").integer(), r.step.total_peak);
-  EXPECT_EQ(totals.at("peak_by_tag").at("Saved").integer(), r.step.peak_at(MemTag::Saved));
-  EXPECT_TRUE(totals.at("peak_by_tag").find("Activation"));
+  EXPECT_EQ(totals.at("saved_bytes").get<int64_t>(), r.saved_bytes);
+  EXPECT_EQ(totals.at("saved_fp32_bytes").get<int64_t>(), r.saved_fp32_bytes);
+  EXPECT_EQ(totals.at("peak_bytes").get<int64_t>(), r.step.total_peak);
+  EXPECT_EQ(totals.at("peak_by_tag").at("Saved").get<int64_t>(), r.step.peak_at(MemTag::Saved));
+  EXPECT_TRUE(totals.at("peak_by_tag").contains("Activation"));
   int64_t sum = 0, sum32 = 0;
-  for (const Json& t : j.at("tensors").items()) {
+  for (const Json& t : j.at("tensors")) {
     for (const char* k : {"layer", "op", "scheme"}) EXPECT_TRUE(t.at(k).is_string()) << k;
-    EXPECT_GT(t.at("bits").number(), 0);
-    sum += t.at("bytes").integer();
-    sum32 += t.at("fp32_bytes").integer();
+    EXPECT_GT(t.at("bits").get<double>(), 0);
+    sum += t.at("bytes").get<int64_t>();
+    sum32 += t.at("fp32_bytes").get<int64_t>();
   }
   EXPECT_EQ(sum, r.saved_bytes);
   EXPECT_EQ(sum32, r.saved_fp32_bytes);
-  EXPECT_EQ(j.at("tensors").items().front().at("layer").str(), "conv1");
+  EXPECT_EQ(j.at("tensors").front().at("layer").get<std::string>(), "conv1");
   EXPECT_TRUE(std::filesystem::exists(dir / "saved_by_scheme.tsv"));
 
   const std::string table = memory_report_table(r);

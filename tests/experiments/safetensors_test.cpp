@@ -7,8 +7,10 @@
 #include "core/error.h"
 #include "experiments/lib/json.h"
 #include "experiments/lib/safetensors.h"
+#include "tests/support/errors.h"
 
 using namespace packrat;
+using packrat::testing::message_of;
 namespace fs = std::filesystem;
 
 namespace {
@@ -83,9 +85,9 @@ TEST(Safetensors, LayoutIsStandard) {
   for (int i = 0; i < 8; ++i) n |= static_cast<uint64_t>(static_cast<unsigned char>(b[static_cast<size_t>(i)])) << (8 * i);
   EXPECT_EQ((8 + n) % 8, 0u);
   EXPECT_EQ(b.size(), 8 + n + 8);
-  Json h = Json::parse(b.substr(8, n));
-  EXPECT_EQ(h.at("w").at("dtype").str(), "F32");
-  EXPECT_EQ(h.at("w").at("data_offsets").items()[1].integer(), 8);
+  Json h = parse_json(b.substr(8, n));
+  EXPECT_EQ(h.at("w").at("dtype").get<std::string>(), "F32");
+  EXPECT_EQ(json_integer(h.at("w").at("data_offsets")[1]), 8);
   float v[2];
   std::memcpy(v, b.data() + 8 + n, 8);
   EXPECT_EQ(v[1], 2.0f);
@@ -129,14 +131,27 @@ TEST(Safetensors, CorruptFilesGiveClearErrors) {
 }
 
 TEST(Safetensors, JsonParsesAndDumpsExactly) {
-  Json j = Json::parse(R"({"a": [1, -2.5, "x\"\u00e9"], "b": {"c": null, "d": true}, "big": 9007199254740993})");
-  EXPECT_EQ(j.at("a").items()[0].integer(), 1);
-  EXPECT_EQ(j.at("a").items()[1].number(), -2.5);
-  EXPECT_EQ(j.at("a").items()[2].str(), "x\"\xc3\xa9");
-  EXPECT_EQ(j.at("big").integer(), 9007199254740993);
+  Json j = parse_json(R"({"a": [1, -2.5, "x\"\u00e9"], "b": {"c": null, "d": true}, "big": 9007199254740993})");
+  EXPECT_EQ(json_integer(j.at("a")[0]), 1);
+  EXPECT_EQ(j.at("a")[1].get<double>(), -2.5);
+  EXPECT_EQ(j.at("a")[2].get<std::string>(), "x\"\xc3\xa9");
+  EXPECT_EQ(json_integer(j.at("big")), 9007199254740993);
   EXPECT_TRUE(j.at("b").at("c").is_null());
-  EXPECT_EQ(Json::parse(j.dump()).dump(), j.dump());
-  EXPECT_EQ(Json::parse(j.dump(2)).dump(), j.dump());
-  EXPECT_THROW(Json::parse("{\"a\": 1,}"), Error);
-  EXPECT_THROW(Json::parse("[1] x"), Error);
+  EXPECT_EQ(parse_json(j.dump()).dump(), j.dump());
+  EXPECT_EQ(parse_json(j.dump(2)).dump(), j.dump());
+  EXPECT_EQ(j.dump().substr(0, 6), R"({"a":[)");  // members keep their order
+  EXPECT_THROW(parse_json("{\"a\": 1,}"), Error);
+  EXPECT_THROW(parse_json("[1] x"), Error);
+  const std::string m = message_of([] { parse_json("[1] x", "h.json"); });
+  EXPECT_NE(m.find("h.json: invalid JSON at byte 5"), std::string::npos) << m;
+  EXPECT_NE(message_of([] { parse_json(std::string(65, '[') + std::string(65, ']'), "deep"); }).find("deeper than 64"),
+            std::string::npos);
+  EXPECT_NO_THROW(parse_json(std::string(64, '[') + std::string(64, ']')));
+  // Found by safetensors_fuzz: a number past double's range is nlohmann's out_of_range, not a parse_error.
+  EXPECT_NE(message_of([] { parse_json("[995E07382263761063757596]", "big.json"); }).find("big.json: invalid JSON"),
+            std::string::npos);
+  EXPECT_THROW(json_integer(Json(2.5)), Error);
+  EXPECT_THROW(json_integer(parse_json("18446744073709551615")), Error);
+  EXPECT_THROW(json_integer(Json("3")), Error);
+  EXPECT_EQ(json_integer(Json(3.0)), 3);
 }

@@ -28,7 +28,8 @@ struct GradcheckOptions {
 };
 
 // fn maps the inputs to one output tensor (any shape, any layout). Checks d(sum(out*W))/d(input)
-// for every input that requires grad.
+// for every input that requires grad; fails when it probed no element at all (no input requires
+// grad, or the inputs are empty), so a check that checks nothing cannot pass.
 inline void gradcheck(const std::function<Tensor(const std::vector<Tensor>&)>& fn, std::vector<Tensor> inputs,
                       const GradcheckOptions& o = {}) {
   auto weighted_sum = [&](const Tensor& out, const std::vector<float>& w) {
@@ -45,6 +46,7 @@ inline void gradcheck(const std::function<Tensor(const std::vector<Tensor>&)>& f
   Tensor seed = Tensor::from_vector(out.shape(), w).to_layout(out.layout());
   backward(out, seed);
 
+  int64_t probed = 0;
   for (size_t k = 0; k < inputs.size(); ++k) {
     Tensor& in = inputs[k];
     if (!in.requires_grad()) continue;
@@ -68,8 +70,10 @@ inline void gradcheck(const std::function<Tensor(const std::vector<Tensor>&)>& f
       const double numeric = (plus - minus) / (2 * o.eps);
       EXPECT_NEAR(analytic[static_cast<size_t>(i)], numeric, o.atol + o.rtol * std::abs(numeric))
           << "input " << k << " element " << i;
+      ++probed;
     }
   }
+  EXPECT_GT(probed, 0) << "gradcheck probed no element: no input requires grad";
 }
 
 }  // namespace packrat::testing
