@@ -47,7 +47,10 @@ std::vector<uint8_t> decode_image(const fs::path& file, int64_t channels, int64_
   const std::vector<uint8_t> bytes = read_file(file, "image_folder");
   int w = 0, h = 0, n = 0;
   uint8_t* hwc = stbi_load_from_memory(bytes.data(), static_cast<int>(bytes.size()), &w, &h, &n, static_cast<int>(channels));
-  if (!hwc) fail("image_folder: {} cannot be decoded: {}", file.string(), stbi_failure_reason());
+  if (!hwc) {
+    const char* why = stbi_failure_reason();  // may be null for some corrupt files
+    fail("image_folder: {} cannot be decoded: {}", file.string(), why ? why : "corrupt or unsupported image");
+  }
   const int64_t C = channels, H = h, W = w;
   std::vector<uint8_t> chw(static_cast<size_t>(C * H * W));  // (C, H, W)
   for (int64_t y = 0; y < H; ++y)

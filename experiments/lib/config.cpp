@@ -215,6 +215,12 @@ struct PathPart {
   int64_t index = -1;  // sequence index
 };
 
+// A sequence index from its digits; an index past any list length is an error naming the --set.
+int64_t parse_index(const std::string& digits, const std::string& arg) {
+  PACKRAT_CHECK(digits.size() <= 9, "--set {}: index {} is too large", arg, digits);
+  return std::stoll(digits);
+}
+
 std::vector<PathPart> split_path(const std::string& dotted, const std::string& arg) {
   std::vector<PathPart> parts;
   size_t i = 0;
@@ -222,7 +228,7 @@ std::vector<PathPart> split_path(const std::string& dotted, const std::string& a
   auto flush = [&]() {
     if (cur.empty()) return;
     const bool numeric = cur.find_first_not_of("0123456789") == std::string::npos;
-    if (numeric && !parts.empty()) parts.push_back({"", std::stoll(cur)});
+    if (numeric && !parts.empty()) parts.push_back({"", parse_index(cur, arg)});
     else parts.push_back({cur, -1});
     cur.clear();
   };
@@ -240,7 +246,7 @@ std::vector<PathPart> split_path(const std::string& dotted, const std::string& a
       PACKRAT_CHECK(num.find_first_not_of("0123456789") == std::string::npos, "--set {}: index '{}' is not a number", arg,
                     num);
       PACKRAT_CHECK(!parts.empty(), "--set {}: an index needs a key before it", arg);
-      parts.push_back({"", std::stoll(num)});
+      parts.push_back({"", parse_index(num, arg)});
       i = close + 1;
     } else {
       cur += c;

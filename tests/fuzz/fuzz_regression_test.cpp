@@ -49,14 +49,12 @@ int replay_all(const fs::path& root) {
 
 TEST(FuzzRegression, EveryCrasherIsNowAnErrorOrSuccess) { EXPECT_GT(replay_all(kCrashers), 0); }
 
-// Found by the fuzzers, NOT FIXED yet (in code other work owns), kept under tests/fuzz/open/:
-//  - config/set-index-out-of-range-stoll: `--set 'saved_tensors.rules[666...6].bits=2'` (an index
-//    past int64) makes split_path in experiments/lib/config.cpp (std::stoll at lines 184 and 202)
-//    throw std::out_of_range: "internal error", exit 1, instead of exit 2 naming the --set.
-//  - image_folder/png-null-failure-reason.png: stb_image fails without a reason, and
-//    data/image_folder.cpp:50 formats stbi_failure_reason()'s nullptr: fmt throws format_error
-//    "string pointer is null" (internal error, exit 1) instead of a packrat::Error naming the file.
-//  - image_folder/*.bmp: see ImagesWhoseHeaderPromisesMoreThanTheFileHoldsAreRefused below.
+// Fixed and replayed from tests/fuzz/crashers/ by the test above: config/set-index-out-of-range-stoll
+// (an index past int64 in a --set path threw std::out_of_range, exit 1) and
+// image_folder/png-null-failure-reason.png (stb_image failed without a reason; formatting the null
+// pointer threw fmt::format_error, exit 1).
+// Still open, kept under tests/fuzz/open/: image_folder/*.bmp, see
+// ImagesWhoseHeaderPromisesMoreThanTheFileHoldsAreRefused below.
 // Enable with the fixes and move the inputs to tests/fuzz/crashers/.
 TEST(FuzzRegression, DISABLED_OpenFindingsAreNowAnErrorOrSuccess) {
   EXPECT_GT(replay_all(fs::path(PACKRAT_SOURCE_DIR) / "tests" / "fuzz" / "open"), 0);
