@@ -43,17 +43,17 @@ TEST(MySchemeExample, RegistersItsSchemeAndTrainsWithIt) {
                           " --set 'saved_tensors.default={scheme: bf16}' --set 'saved_tensors.rules=[]'" +
                           " --memory-report-only > " + (dir / "out.txt").string() + " 2>&1";
   ASSERT_EQ(std::system(cmd.c_str()), 0) << read_text(dir / "out.txt");
-  const Json report = Json::parse(read_text(dir / "run" / "memory_report.json"), "memory_report.json");
+  const Json report = parse_json(read_text(dir / "run" / "memory_report.json"), "memory_report.json");
   int64_t bf16_tensors = 0, bf16_bytes = 0, bf16_fp32 = 0;
-  for (const Json& t : report.at("tensors").items()) {
-    if (t.at("scheme").str() != "bf16") continue;
+  for (const Json& t : report.at("tensors")) {
+    if (t.at("scheme").get<std::string>() != "bf16") continue;
     ++bf16_tensors;
-    const int64_t bytes = t.at("bytes").integer(), fp32 = t.at("fp32_bytes").integer();
-    EXPECT_EQ(t.at("bits").number(), 16.0);
+    const int64_t bytes = json_integer(t.at("bytes")), fp32 = json_integer(t.at("fp32_bytes"));
+    EXPECT_EQ(t.at("bits").get<double>(), 16.0);
     if (fp32 == 0) continue;  // a buffer saved by two ops counts once
     // 2 bytes per element, plus at most the allocator's rounding of one block.
-    EXPECT_GE(bytes, fp32 / 2) << t.at("layer").str();
-    EXPECT_LT(bytes, fp32 / 2 + 256) << t.at("layer").str();
+    EXPECT_GE(bytes, fp32 / 2) << t.at("layer").get<std::string>();
+    EXPECT_LT(bytes, fp32 / 2 + 256) << t.at("layer").get<std::string>();
     bf16_bytes += bytes;
     bf16_fp32 += fp32;
   }
