@@ -189,14 +189,8 @@ void dequantize_impl(const uint8_t* codes, const uint8_t* meta, const GroupGeome
 
 template <typename Fn>
 void dispatch_bits(int bits, Fn&& fn) {
-  switch (bits) {
-    case 1: fn(std::integral_constant<int, 1>{}); break;
-    case 2: fn(std::integral_constant<int, 2>{}); break;
-    case 3: fn(std::integral_constant<int, 3>{}); break;
-    case 4: fn(std::integral_constant<int, 4>{}); break;
-    case 8: fn(std::integral_constant<int, 8>{}); break;
-    default: fail("per-group quantization: {} bits is not supported (1, 2, 3, 4 or 8)", bits);
-  }
+  if (!group_simd::dispatch_group_width(bits, fn))
+    fail("per-group quantization: {} bits is not supported (1, 2, 3, 4 or 8)", bits);
 }
 
 }  // namespace

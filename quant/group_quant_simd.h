@@ -5,6 +5,7 @@
 // by those two .cpp files only (it includes immintrin.h).
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #if defined(__AVX512F__)
 #include <immintrin.h>
@@ -113,6 +114,20 @@ inline void pack_chunk(const uint8_t* codes, int64_t n, uint8_t* dst) {
     if (i < n) pack_group_codes(codes + i, n - i, B, dst + i / per);
   } else {
     pack_group_codes(codes, n, B, dst);
+  }
+}
+
+// Calls fn(std::integral_constant<int, B>) for the per-group widths B in {1, 2, 3, 4, 8};
+// false (fn not called) for any other width, so that each caller names its own error.
+template <typename Fn>
+bool dispatch_group_width(int bits, Fn&& fn) {
+  switch (bits) {
+    case 1: fn(std::integral_constant<int, 1>{}); return true;
+    case 2: fn(std::integral_constant<int, 2>{}); return true;
+    case 3: fn(std::integral_constant<int, 3>{}); return true;
+    case 4: fn(std::integral_constant<int, 4>{}); return true;
+    case 8: fn(std::integral_constant<int, 8>{}); return true;
+    default: return false;
   }
 }
 

@@ -428,14 +428,7 @@ void quantize_affine_bucket(const float* xb, int64_t len, bool stochastic, MetaT
 
 template <typename Fn>
 void dispatch_group_bits(int bits, Fn&& fn) {
-  switch (bits) {
-    case 1: fn(std::integral_constant<int, 1>{}); break;
-    case 2: fn(std::integral_constant<int, 2>{}); break;
-    case 3: fn(std::integral_constant<int, 3>{}); break;
-    case 4: fn(std::integral_constant<int, 4>{}); break;
-    case 8: fn(std::integral_constant<int, 8>{}); break;
-    default: fail("mixed quantization: {} bits is not a per-group width", bits);
-  }
+  if (!group_simd::dispatch_group_width(bits, fn)) fail("mixed quantization: {} bits is not a per-group width", bits);
 }
 
 #pragma GCC diagnostic pop
