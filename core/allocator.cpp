@@ -136,6 +136,7 @@ void Allocator::account(MemTag tag, const std::string& layer, int64_t delta) {
 
 MemoryStats Allocator::stats() const {
   MemoryStats s;
+  s.device = device_;
   for (size_t i = 0; i < kNumTags; ++i) {
     s.current[i] = current_[i].load();
     s.peak[i] = peak_[i].load();

@@ -23,6 +23,7 @@ constexpr size_t kNumTags = 7;
 std::string_view tag_name(MemTag t);
 
 struct MemoryStats {
+  Device device;                            // the device whose allocator measured these bytes
   std::array<int64_t, kNumTags> current{};  // bytes held now, per tag
   std::array<int64_t, kNumTags> peak{};     // highest `current` per tag since reset_peak()
   int64_t total_current = 0;

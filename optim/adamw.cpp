@@ -38,10 +38,10 @@ void AdamW::update(size_t i, Tensor& param, const Tensor& grad) {
 }
 
 void AdamW::save_extra(NamedTensors& out) const {
-  TagScope tag(MemTag::OptimizerState);
   for (size_t i = 0; i < param_steps_.size(); ++i) {
     if (param_steps_[i] == 0) continue;
-    Tensor t = Tensor::empty(Shape{}, DType::i64);
+    // A host counter, on the CPU whatever device the parameters live on.
+    Tensor t = Tensor::empty(Shape{}, DType::i64, Layout::Plain, MemTag::OptimizerState, Device::cpu());
     t.data<int64_t>()[0] = param_steps_[i];
     out.emplace_back("param_step." + params()[i].first, t);
   }
@@ -52,7 +52,7 @@ bool AdamW::load_extra(const std::string& name, const Tensor& t) {
   if (name.rfind(prefix, 0) != 0) return false;
   PACKRAT_CHECK(t.defined() && t.dtype() == DType::i64 && t.numel() == 1,
                 "optimizer state: '{}' must be one i64 value, got {}", name, t.describe());
-  param_steps_[param_index(name.substr(prefix.size()))] = t.data<int64_t>()[0];
+  param_steps_[param_index(name.substr(prefix.size()))] = t.to(Device::cpu()).data<int64_t>()[0];
   return true;
 }
 

@@ -67,11 +67,8 @@ NamedTensors Optimizer::state_dict() const {
       if (it->second[i].defined()) out.emplace_back(kind + "." + params_[i].first, it->second[i]);
   }
   save_extra(out);
-  Tensor step;
-  {
-    TagScope tag(MemTag::OptimizerState);
-    step = Tensor::empty(Shape{}, DType::i64);
-  }
+  // A host counter, on the CPU whatever device the parameters live on.
+  Tensor step = Tensor::empty(Shape{}, DType::i64, Layout::Plain, MemTag::OptimizerState, Device::cpu());
   step.data<int64_t>()[0] = steps_;
   out.emplace_back("step", step);
   return out;
@@ -88,7 +85,7 @@ void Optimizer::load_state_dict(const NamedTensors& state) {
     if (name == "step") {
       PACKRAT_CHECK(t.defined() && t.dtype() == DType::i64 && t.numel() == 1,
                     "optimizer state: 'step' must be one i64 value, got {}", t.describe());
-      steps = t.data<int64_t>()[0];
+      steps = t.to(Device::cpu()).data<int64_t>()[0];
       continue;
     }
     if (load_extra(name, t)) continue;

@@ -47,7 +47,6 @@ double jacobian_factor(std::string_view op, const Tensor& grad_out) {
     const int64_t last = grad_out.rank() >= 2 ? grad_out.dim(-1) : per;
     return 1.0 / static_cast<double>(std::max<int64_t>(1, per / std::max<int64_t>(1, last)));
   }
-  if (op == "conv2d" && grad_out.rank() == 4) return 9.0 / static_cast<double>(std::max<int64_t>(1, grad_out.dim(2) * grad_out.dim(3)));
   return 1.0 / static_cast<double>(per);
 }
 
@@ -156,28 +155,6 @@ Tensor GroupStore::decode(const Encoded& enc, const Entry& e) {
   dequantize_groups(q.codes, q.meta, q.geometry, out);
   if (e.request.need == Need::Derivative) return pointwise_derivative(*e.request.fn, out);
   return out;
-}
-
-void GroupStore::note_grad_output(const SavedHandle& handle, const Tensor& grad_out) {
-  if (!grad_out.defined()) return;
-  const Entry* e = entry_of(handle);
-  const Held* held = held_of(handle);  // null for a released or exact handle
-  if (!e || !held || !held->encoded) return;
-  const auto& h = static_cast<const Quantized&>(*held->encoded);
-  if (h.step != step_ || h.index < 0 || h.index >= static_cast<int64_t>(step_tensors_.size())) return;
-  QuantizedTensorInfo& info = step_tensors_[static_cast<size_t>(h.index)];
-  std::vector<double> g = per_sample_sq_norms(grad_out);  // (N,)
-  const double factor = jacobian_factor(e->request.op, grad_out);
-  for (double& v : g) v *= factor;
-  if (static_cast<int64_t>(g.size()) != info.samples) {  // another batch layout: spread the total evenly
-    double total = 0;
-    for (double v : g) total += v;
-    g.assign(static_cast<size_t>(info.samples), total / static_cast<double>(info.samples));
-  }
-  if (info.sample_grad_sq.empty())
-    info.sample_grad_sq = std::move(g);
-  else
-    for (size_t i = 0; i < g.size(); ++i) info.sample_grad_sq[i] += g[i];  // a tensor read by two ops
 }
 
 }  // namespace packrat

@@ -35,9 +35,6 @@ struct QuantizedTensorInfo {
   int bits = 0;
   int64_t bytes = 0;                    // codes + metadata
   std::vector<double> sample_range_sq;  // (samples,) sum over the sample's elements of range^2/4 of their group
-  // (samples,) ||grad_out_n||^2 of the consumer times jacobian_factor: the squared norm of a
-  // parameter-gradient Jacobian column per input element of sample n; empty until observed.
-  std::vector<double> sample_grad_sq;
 };
 
 // Chooses the bits of each quantized tensor (GACT). Called at save time.
@@ -57,10 +54,6 @@ class GroupStore : public CompressingStore {
 
   std::string_view scheme() const override { return provider_ ? "gact" : "actnn"; }
   void begin_step(int64_t step) override;
-
-  // Records the per-sample ||grad_out||^2 of the op that consumes handle h in the tensor's
-  // QuantizedTensorInfo (for ActNN's analytic estimator; GactStore calls it from note_backward).
-  void note_grad_output(const SavedHandle& h, const Tensor& grad_out);
 
   // GACT: bits per tensor come from the provider (null: the configured bits).
   void set_bits_provider(BitsProvider* p) { provider_ = p; }
@@ -96,8 +89,8 @@ std::unique_ptr<SavedTensorStore> make_group_store(SchemeOptions& o);
 // ActNN-style analytic estimate, per op kind, of ||d(param grad)/d x_j||^2 / ||grad_out_n||^2
 // for an input element x_j of sample n (grad_out: the consumer's output gradient):
 //   linear, matmul: 1 / (rows of grad_out per sample)   (exact: x_j meets one row of grad_out)
-//   conv2d:         9 / (OH * OW)                        (a 3x3 kernel's fan-out; an estimate)
-//   otherwise:      1 / (grad_out elements per sample)   (elementwise and normalisation ops)
+//   otherwise:      1 / (grad_out elements per sample)   (elementwise and normalisation ops;
+//                   conv2d's kernel-aware factor is analytic_jacobian_factor in gact_policy.h)
 double jacobian_factor(std::string_view op, const Tensor& grad_out);
 
 // Per-sample squared L2 norms of a tensor whose leading dimension is the batch (any layout:

@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "autograd/pointwise.h"
+#include "core/device.h"
 #include "core/error.h"
 #include "data/transforms.h"
 
@@ -388,9 +389,12 @@ Config parse_root(YAML::Node root, const Origin& origin) {
   Section top(root, "", origin, root.Mark());
   c.seed = static_cast<uint64_t>(top.get_int("seed", 0, 0, INT64_MAX));
   c.threads = top.get_int("threads", 0, 0, 1024);
-  c.device = top.get_string("device", "cpu", {"cpu", "cuda"});
-  if (c.device == "cuda")
-    top.error_at("device", root["device"].Mark(), "cuda is not built yet in this version of packrat; use device: cpu");
+  c.device = top.get_string("device", "cpu");
+  try {
+    c.device = Device::parse(c.device).str();  // "cuda" -> "cuda:0"
+  } catch (const Error&) {
+    top.error_at("device", root["device"].Mark(), fmt::format("is '{}', must be cpu, cuda or cuda:N", c.device));
+  }
   c.conv_algorithm = top.get_string("conv_algorithm", "auto", {"auto", "direct"});
 
   {

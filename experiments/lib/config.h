@@ -71,7 +71,7 @@ struct OutputConfig {
 struct Config {
   uint64_t seed = 0;
   int64_t threads = 0;          // OpenMP threads; 0 = OpenMP's default
-  std::string device = "cpu";  // cpu (cuda is not built yet)
+  std::string device = "cpu";  // cpu | cuda:N ("cuda" is read as cuda:0); apply_process_settings checks it
   // auto: oneDNN may pick Winograd for 3x3 convolutions (faster, more Workspace memory);
   // direct: direct convolutions only (less memory at the peak). See core/cpu/conv.h.
   std::string conv_algorithm = "auto";

@@ -52,6 +52,7 @@ std::vector<std::pair<std::string, int64_t>> MemoryReport::per_scheme() const {
 
 Json memory_report_json(const MemoryReport& r) {
   Json j = Json::object();
+  j["device"] = Json(r.step.device.str());
   j["batch_size"] = Json(r.batch_size);
   Json& totals = j["totals"];
   totals = Json::object();
@@ -104,7 +105,8 @@ std::string ratio(int64_t fp32, int64_t held) {
 std::string memory_report_table(const MemoryReport& r) {
   size_t w = 5;
   for (const auto& t : r.tensors) w = std::max(w, t.layer.size());
-  std::string s = fmt::format("Saved tensors after the forward of one training step (batch {}):\n", r.batch_size);
+  std::string s = fmt::format("Saved tensors after the forward of one training step (batch {}, on {}):\n", r.batch_size,
+                              r.step.device.str());
   s += fmt::format("  {:<{}}  {:<14} {:<8} {:>5}  {:>12}  {:>12}  {:>7}\n", "layer", w, "op", "scheme", "bits", "bytes",
                    "fp32 bytes", "ratio");
   for (const auto& t : r.tensors) {
@@ -121,7 +123,8 @@ std::string memory_report_table(const MemoryReport& r) {
   s += "\n";
   s += fmt::format("Total saved: {} ({} bytes) instead of {} in FP32: {} smaller\n", format_bytes(r.saved_bytes),
                    r.saved_bytes, format_bytes(r.saved_fp32_bytes), ratio(r.saved_fp32_bytes, r.saved_bytes));
-  s += fmt::format("Peak over the step: {} ({} bytes); by tag:", format_bytes(r.step.total_peak), r.step.total_peak);
+  s += fmt::format("Peak over the step on {}: {} ({} bytes); by tag:", r.step.device.str(), format_bytes(r.step.total_peak),
+                   r.step.total_peak);
   for (size_t i = 0; i < kNumTags; ++i)
     s += fmt::format(" {} {}{}", tag_name(static_cast<MemTag>(i)), format_bytes(r.step.peak[i]), i + 1 < kNumTags ? "," : "");
   return s + "\n";

@@ -2,7 +2,7 @@
 // The memory report of one training step: every saved tensor (layer, op, scheme, bits, bytes
 // really held, the FP32 bytes it replaces), totals per layer and overall, and the peak bytes
 // per allocator tag over the step. Printed as a table and written as memory_report.json:
-//   {"batch_size": N, "totals": {"saved_bytes": B, "saved_fp32_bytes": B32, "peak_bytes": P,
+//   {"device": "cpu", "batch_size": N, "totals": {"saved_bytes": B, "saved_fp32_bytes": B32, "peak_bytes": P,
 //    "peak_by_tag": {"Parameter": .., ...}, ...}, "layers": [...], "tensors": [{"layer": ..,
 //    "op": .., "scheme": .., "bits": .., "bytes": .., "fp32_bytes": ..}, ...]}
 #include <cstdint>
@@ -26,7 +26,7 @@ struct MemoryReport {
   int64_t saved_bytes = 0;           // sum of tensors[].bytes
   int64_t saved_fp32_bytes = 0;      // sum of tensors[].fp32_bytes
   int64_t allocator_saved_bytes = 0; // the allocator's Saved tag at the same moment
-  MemoryStats step;                  // peaks over the whole step (forward, backward, update)
+  MemoryStats step;                  // peaks over the whole step (forward, backward, update), and its device
 
   std::vector<LayerTotals> per_layer() const;  // in order of first appearance
   // Saved bytes per scheme name (fp32, fewbit, actnn, ...), sorted by name.

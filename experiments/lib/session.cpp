@@ -68,8 +68,22 @@ data::DatasetSpec dataset_spec(const Config& c, data::Split split) {
   return s;
 }
 
+void check_device_can_train(const Config& c) {
+  const Device device = Device::parse(c.device);
+  if (device.is_cpu()) return;
+  try {
+    const Backend& b = backend(device);  // throws: CUDA not built, no GPU visible, no such GPU
+    PACKRAT_CHECK(b.complete(),
+                  "the {} backend of this version has memory kernels only (convolution, matmul and the other "
+                  "primitives come with the CUDA backend issue); use device: cpu",
+                  b.name());
+  } catch (const Error& e) {
+    fail("{}: device: {}", c.source, e.what());
+  }
+}
+
 void apply_process_settings(const Config& c) {
-  PACKRAT_CHECK(c.device == "cpu", "{}: device '{}': only cpu is built in this version of packrat", c.source, c.device);
+  check_device_can_train(c);
   if (c.threads > 0) {
     // More OpenMP threads than processors wait on each other at every barrier: a few too many
     // (a config from a bigger machine) cost some speed and get a warning; far too many (threads:

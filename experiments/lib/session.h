@@ -31,7 +31,11 @@ void check_in_channels(const Config& c, int64_t data_channels);
 
 data::DatasetSpec dataset_spec(const Config& c, data::Split split);
 
-// OpenMP threads, the dropout seed; throws for device: cuda. threads above the processors this
+// Throws packrat::Error naming the config and the reason when c.device cannot train here: CUDA
+// not built, no GPU visible, no such GPU, or a backend without the kernels training needs.
+void check_device_can_train(const Config& c);
+
+// The device check above, OpenMP threads, the dropout seed. threads above the processors this
 // process may use get a warning, above kMaxThreadsPerProcessor times them an error.
 constexpr int kMaxThreadsPerProcessor = 4;
 void apply_process_settings(const Config& c);

@@ -6,6 +6,8 @@
 #include <filesystem>
 #include <fstream>
 
+#include "core/backend.h"
+#include "core/build_config.h"
 #include "core/error.h"
 #include "experiments/lib/checkpoint.h"
 #include "experiments/lib/cli.h"
@@ -182,6 +184,24 @@ TEST(BadInputs, FarTooManyThreadsAreRefused) {
   EXPECT_TRUE(contains(m, "threads is " + std::to_string(too_many))) << m;
   EXPECT_TRUE(contains(m, "threads: 0")) << m;
   EXPECT_EQ(omp_get_max_threads(), before);
+}
+
+// device: cuda is a config any build reads; whether it can train is decided, with the reason,
+// before anything is built: CUDA not compiled in, no GPU visible, or a backend still incomplete.
+TEST(BadInputs, ADeviceThatCannotTrainSaysWhy) {
+  const Config c = tiny_config("/nonexistent", "/tmp/unused", {"device=cuda"});
+  EXPECT_EQ(c.device, "cuda:0");
+  const std::string m = message_of([&] { apply_process_settings(c); });
+  EXPECT_TRUE(contains(m, "device: ")) << m;
+#if !PACKRAT_HAVE_CUDA
+  EXPECT_TRUE(contains(m, "built without CUDA")) << m;
+#else
+  if (available_backends().size() == 1)
+    EXPECT_TRUE(contains(m, "no GPU is visible")) << m;
+  else
+    EXPECT_TRUE(contains(m, "memory kernels only")) << m;
+#endif
+  EXPECT_TRUE(contains(message_of([] { tiny_config("/nonexistent", "/tmp/unused", {"device=tpu"}); }), "cpu, cuda or cuda:N"));
 }
 
 // --find-max-batch 9000000000G wrapped around to a negative number and started a training run.

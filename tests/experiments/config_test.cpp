@@ -74,7 +74,9 @@ TEST(Config, OutOfRangeNamesKeyAndLine) {
 
 TEST(Config, BadChoicesAndMissingKeys) {
   EXPECT_TRUE(contains(error_of(std::string(kMinimal) + "optimizer: {name: rmsprop}\n"), "sgd, adamw"));
-  EXPECT_TRUE(contains(error_of(std::string(kMinimal) + "device: cuda\n"), "not built yet"));
+  const std::string dev = error_of(std::string(kMinimal) + "device: gpu\n");
+  EXPECT_TRUE(contains(dev, "device (line 8)")) << dev;
+  EXPECT_TRUE(contains(dev, "cpu, cuda or cuda:N")) << dev;
   EXPECT_TRUE(contains(error_of("model: {arch: resnet20}\n"), "data"));
   EXPECT_TRUE(contains(error_of("data: {dataset: cifar10}\nmodel: {stem: cifar}\n"), "model.arch"));
   EXPECT_TRUE(contains(error_of(std::string(kMinimal) + "schedule: {name: multistep}\n"), "milestones"));

@@ -93,6 +93,7 @@ TEST(MemoryReport, JsonHasTheDocumentedShapeAndTableTheTotals) {
   ss << in.rdbuf();
   const Json j = parse_json(ss.str());
   EXPECT_EQ(j.at("batch_size").get<int64_t>(), 4);
+  EXPECT_EQ(j.at("device").get<std::string>(), "cpu");  // the allocator that measured the step
   const Json& totals = j.at("totals");
   EXPECT_EQ(totals.at("saved_bytes").get<int64_t>(), r.saved_bytes);
   EXPECT_EQ(totals.at("saved_fp32_bytes").get<int64_t>(), r.saved_fp32_bytes);
@@ -116,4 +117,15 @@ TEST(MemoryReport, JsonHasTheDocumentedShapeAndTableTheTotals) {
   EXPECT_NE(table.find("Total saved"), std::string::npos);
   EXPECT_NE(table.find(std::to_string(r.saved_bytes) + " bytes"), std::string::npos);
   EXPECT_NE(table.find("Per layer"), std::string::npos);
+  EXPECT_NE(table.find("(batch 4, on cpu)"), std::string::npos);
+  EXPECT_NE(table.find("Peak over the step on cpu"), std::string::npos);
+}
+
+TEST(MemoryReport, NamesTheDeviceWhoseAllocatorMeasuredTheStep) {
+  MemoryStats stats;  // as a GPU's allocator would hand them over
+  stats.device = Device::cuda(1);
+  stats.total_peak = 1234;
+  const MemoryReport r = make_memory_report(2, {}, 0, stats);
+  EXPECT_EQ(memory_report_json(r).at("device").get<std::string>(), "cuda:1");
+  EXPECT_NE(memory_report_table(r).find("Peak over the step on cuda:1: "), std::string::npos);
 }
