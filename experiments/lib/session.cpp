@@ -74,11 +74,11 @@ void check_device_can_train(const Config& c) {
   try {
     const Backend& b = backend(device);  // throws: CUDA not built, no GPU visible, no such GPU
     PACKRAT_CHECK(b.complete(),
-                  "the {} backend of this version has memory kernels only (convolution, matmul and the other "
-                  "primitives come with the CUDA backend issue); use device: cpu",
-                  b.name());
+                  "device {}: the {} backend of this version has memory kernels only (convolution, matmul and the "
+                  "other primitives come with the CUDA backend issue); use device: cpu",
+                  device.str(), b.name());
   } catch (const Error& e) {
-    fail("{}: device: {}", c.source, e.what());
+    fail("{}: {}", c.source, e.what());  // every reason above starts with "device cuda:N:"
   }
 }
 

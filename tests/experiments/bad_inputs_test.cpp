@@ -192,7 +192,7 @@ TEST(BadInputs, ADeviceThatCannotTrainSaysWhy) {
   const Config c = tiny_config("/nonexistent", "/tmp/unused", {"device=cuda"});
   EXPECT_EQ(c.device, "cuda:0");
   const std::string m = message_of([&] { apply_process_settings(c); });
-  EXPECT_TRUE(contains(m, "device: ")) << m;
+  EXPECT_TRUE(contains(m, "device cuda:0: ")) << m;
 #if !PACKRAT_HAVE_CUDA
   EXPECT_TRUE(contains(m, "built without CUDA")) << m;
 #else
