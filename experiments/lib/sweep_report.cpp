@@ -206,6 +206,7 @@ std::string plot_script(const SweepSpec& s, const SweepPlot& pl, const std::vect
                     gnuplot_quote(pl.title.empty() ? fmt::format("{}: {} by {}", s.name, title_of(pl.y), pl.x) : pl.title),
                     gnuplot_quote(pl.x), gnuplot_quote(title_of(pl.y)));
   if (pl.logx && numeric) gp += "set logscale x 2\n";
+  gp += "set offsets graph 0.04, graph 0.04, graph 0.05, graph 0.05\n";  // no point on the frame
   if (!numeric) {
     gp += "set xtics (";
     for (size_t i = 0; i < xa.values.size(); ++i) gp += fmt::format("{}{} {}", i ? ", " : "", gnuplot_quote(xa.values[i].label), i);
