@@ -184,7 +184,7 @@ SweepSpec parse_sweep(const std::string& yaml_text_in, const std::string& file) 
     PACKRAT_CHECK(pl.IsSequence(), "{}: must be a list of plots", at(file, "plots", pl));
     for (size_t i = 0; i < pl.size(); ++i) {
       const std::string where = fmt::format("plots[{}]", i);
-      check_keys(pl[i], file, where, {"x", "y", "series", "title", "logx"});
+      check_keys(pl[i], file, where, {"x", "y", "series", "title", "logx", "logy"});
       SweepPlot p;
       PACKRAT_CHECK(pl[i]["x"] && pl[i]["y"], "{}: needs 'x' (an axis) and 'y' (a results.csv column)",
                     at(file, where, pl[i]));
@@ -197,7 +197,16 @@ SweepSpec parse_sweep(const std::string& yaml_text_in, const std::string& file) 
                       at(file, where + ".series", pl[i]["series"]), p.series);
       }
       if (pl[i]["title"]) p.title = scalar(pl[i]["title"], file, where + ".title");
-      if (pl[i]["logx"]) p.logx = pl[i]["logx"].as<bool>();
+      for (const char* k : {"logx", "logy"}) {
+        if (!pl[i][k]) continue;
+        bool v = false;
+        try {
+          v = pl[i][k].as<bool>();
+        } catch (const YAML::Exception&) {
+          fail("{}: must be true or false", at(file, where + "." + k, pl[i][k]));
+        }
+        (std::string(k) == "logx" ? p.logx : p.logy) = v;
+      }
       s.plots.push_back(p);
     }
   }

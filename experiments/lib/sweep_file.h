@@ -24,7 +24,7 @@
 //     metric: final_test_acc                 # results.csv column they compare with
 //     values: {"bits=2+rounding=stochastic": 0.90}
 //   plots:
-//     - {x: bits, y: final_test_acc, series: rounding, logx: true, title: "..."}
+//     - {x: bits, y: final_test_acc, series: rounding, logx: true, logy: false, title: "..."}
 //
 // Every key is checked; errors name the file, the key and its line.
 #include <cstdint>
@@ -52,7 +52,7 @@ struct SweepPoint {
 
 struct SweepPlot {
   std::string x, y, series, title;
-  bool logx = false;
+  bool logx = false, logy = false;
 };
 
 struct PaperFigures {

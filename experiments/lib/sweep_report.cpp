@@ -206,6 +206,7 @@ std::string plot_script(const SweepSpec& s, const SweepPlot& pl, const std::vect
                     gnuplot_quote(pl.title.empty() ? fmt::format("{}: {} by {}", s.name, title_of(pl.y), pl.x) : pl.title),
                     gnuplot_quote(pl.x), gnuplot_quote(title_of(pl.y)));
   if (pl.logx && numeric) gp += "set logscale x 2\n";
+  if (pl.logy) gp += "set logscale y\nset format y '%g'\n";
   gp += "set offsets graph 0.04, graph 0.04, graph 0.05, graph 0.05\n";  // no point on the frame
   if (!numeric) {
     gp += "set xtics (";
@@ -237,6 +238,7 @@ std::string plot_script(const SweepSpec& s, const SweepPlot& pl, const std::vect
   int ref = 0;
   for (const auto& p : pts) {
     if (!(p.labels.empty() || p.labels[xi].empty()) || p.metrics[k].n == 0) continue;
+    if (pl.logy && !(p.metrics[k].mean > 0)) continue;  // no place on a log axis
     plots.push_back(fmt::format("{:.9g} with lines dt 2 lw 2 lc {} title {}", display(pl.y, p.metrics[k].mean),
                                 series.size() + 1 + ref++, gnuplot_quote(p.id + " (mean)")));
   }

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The thesis's Table 4.1: saved-activation memory per block, FP32 against 4-bit (and 2-bit),
-# measured by the allocator on one training step (trainer --memory-report-only), never from
+# measured by the allocator on one training step (bytes per saved tensor, a tensor two ops save
+# counted once) (trainer --memory-report-only), never from
 # nominal sizes: the quantized columns include the per-bucket scales.
 #   experiments/thesis/block_memory.sh [OUT_DIR] [ARCH] [BATCH]
 #     defaults: experiments/thesis/results, efficientnet_v2_s (from the efficientnet branch),
@@ -23,21 +24,21 @@ for s in fp32 4bit 2bit; do
     --set 'data.train_transforms=[]' --set "data.batch_size=$batch" --set "saved_tensors.default=${schemes[$s]}" \
     --set "output.dir=$out/scratch/$s" --memory-report-only >/dev/null 2>"$out/scratch/log" ||
     { echo "block_memory.sh: $(tail -n 1 "$out/scratch/log")" >&2; exit 2; }
-  jq -r '.tensors[] | [(.layer | split(".") | .[0:2] | join(".")), .numel, .bytes] | @tsv' \
-    "$out/scratch/$s/memory_report.json" | awk -v s="$s" -F'\t' '{ print $1 "\t" s "\t" $2 "\t" $3 }'
+  jq -r '.tensors[] | [(if .layer == "" then "(loss)" else (.layer | split(".") | .[0:2] | join(".")) end), .bytes] | @tsv' \
+    "$out/scratch/$s/memory_report.json" | awk -v s="$s" -F'\t' '{ print $1 "\t" s "\t" $2 }'
 done >"$out/scratch/all.tsv"
 {
   echo "# Saved-activation memory by block: $arch, batch $batch, CIFAR-10 shape (MiB, allocator bytes)"
   echo
-  echo "| block | elements | FP32 | 4-bit | 2-bit | saved at 4-bit |"
-  echo "|---|---|---|---|---|---|"
+  echo "| block | FP32 | 4-bit | 2-bit | saved at 4-bit |"
+  echo "|---|---|---|---|---|"
   awk -F'\t' '{ if (!($1 in seen)) { seen[$1] = 1; order[++n] = $1 }
-                b[$1, $2] += $4; if ($2 == "fp32") e[$1] += $3; tb[$2] += $4; if ($2 == "fp32") te += $3 }
+                b[$1, $2] += $3; tb[$2] += $3 }
               END { m = 1048576
                     for (i = 1; i <= n; ++i) { k = order[i]
-                      printf "| %s | %d | %.2f | %.2f | %.2f | %.2f |\n", k, e[k], b[k, "fp32"] / m, b[k, "4bit"] / m,
+                      printf "| %s | %.2f | %.2f | %.2f | %.2f |\n", k, b[k, "fp32"] / m, b[k, "4bit"] / m,
                              b[k, "2bit"] / m, (b[k, "fp32"] - b[k, "4bit"]) / m }
-                    printf "| **total** | %d | %.2f | %.2f | %.2f | %.2f |\n", te, tb["fp32"] / m, tb["4bit"] / m,
+                    printf "| **total** | %.2f | %.2f | %.2f | %.2f |\n", tb["fp32"] / m, tb["4bit"] / m,
                            tb["2bit"] / m, (tb["fp32"] - tb["4bit"]) / m }' "$out/scratch/all.tsv"
 } >"$out/block_memory_$arch.md"
 rm -rf "$out/scratch"
