@@ -1,5 +1,6 @@
 #include "experiments/lib/csv_table.h"
 
+#include <cmath>
 #include <fstream>
 #include <sstream>
 
@@ -82,6 +83,25 @@ CsvTable read_csv(const std::string& path) {
   std::stringstream ss;
   ss << in.rdbuf();
   return parse_csv(ss.str(), path);
+}
+
+double csv_number(const std::string& s) {
+  if (s.empty() || s == "nan") return std::nan("");
+  if (s == "inf") return INFINITY;
+  if (s == "-inf") return -INFINITY;
+  try {
+    size_t used = 0;
+    const double v = std::stod(s, &used);
+    return used == s.size() ? v : std::nan("");
+  } catch (const std::exception&) {
+    return std::nan("");
+  }
+}
+
+std::string csv_number_text(double v) {
+  if (std::isnan(v)) return "nan";
+  if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
+  return fmt::format("{:.6g}", v);
 }
 
 }  // namespace packrat

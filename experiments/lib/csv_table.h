@@ -20,4 +20,8 @@ std::string csv_line(const std::vector<std::string>& fields);
 CsvTable parse_csv(const std::string& text, const std::string& what);
 CsvTable read_csv(const std::string& path);
 
+// Numbers in packrat's CSV files: "nan" (or empty), "inf", "-inf" and %.6g values.
+double csv_number(const std::string& s);        // unparsable text reads as NaN
+std::string csv_number_text(double v);
+
 }  // namespace packrat

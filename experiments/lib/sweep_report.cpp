@@ -18,17 +18,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-double to_double(const std::string& s) {
-  if (s.empty() || s == "nan") return std::nan("");
-  if (s == "inf") return INFINITY;
-  if (s == "-inf") return -INFINITY;
-  try {
-    return std::stod(s);
-  } catch (const std::exception&) {
-    return std::nan("");
-  }
-}
-
 bool is_number(const std::string& s) {
   if (s.empty()) return false;
   char* end = nullptr;
@@ -108,7 +97,7 @@ std::vector<PointSummary> summarize_results(const SweepSpec& s, const CsvTable& 
       pts.push_back(p);
       values[id].resize(metrics.size());
     }
-    for (size_t k = 0; k < metrics.size(); ++k) values[id][k].push_back(to_double(row[metric_cols[k]]));
+    for (size_t k = 0; k < metrics.size(); ++k) values[id][k].push_back(csv_number(row[metric_cols[k]]));
   }
   for (auto& p : pts) {
     const auto& v = values[p.id];
@@ -191,7 +180,7 @@ std::string plot_script(const SweepSpec& s, const SweepPlot& pl, const std::vect
   bool numeric = true;
   for (const auto& v : xa.values) numeric = numeric && is_number(v.label);
   auto xpos = [&](const std::string& label) {
-    if (numeric) return to_double(label);
+    if (numeric) return csv_number(label);
     for (size_t i = 0; i < xa.values.size(); ++i)
       if (xa.values[i].label == label) return static_cast<double>(i);
     return 0.0;

@@ -27,15 +27,6 @@ namespace {
 constexpr const char* kDoneMarker = "sweep_done";
 const char* const kFidelityColumns[] = {"grad_cosine", "grad_rel_bias", "grad_rel_variance", "grad_bias_z"};
 
-std::string num(double v) { return std::isfinite(v) ? fmt::format("{:.6g}", v) : (std::isnan(v) ? "nan" : (v > 0 ? "inf" : "-inf")); }
-
-double to_double(const std::string& s) {
-  if (s == "nan" || s.empty()) return std::nan("");
-  if (s == "inf") return INFINITY;
-  if (s == "-inf") return -INFINITY;
-  return std::stod(s);
-}
-
 std::string read_text(const fs::path& p) {
   std::ifstream in(p);
   return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
@@ -98,11 +89,11 @@ std::string results_csv_row(const SweepSpec& s, const SweepRun& r) {
   int64_t peak = 0;
   std::array<int64_t, kNumTags> peak_tag{};
   for (const auto& row : m.rows) {
-    const double acc = to_double(row[col("test_acc")]);
+    const double acc = csv_number(row[col("test_acc")]);
     if (std::isfinite(acc) && !(best >= acc)) best = acc;
-    const double sec = to_double(row[col("seconds")]);
+    const double sec = csv_number(row[col("seconds")]);
     seconds += sec;
-    images += sec * to_double(row[col("img_per_s")]);
+    images += sec * csv_number(row[col("img_per_s")]);
     peak = std::max<int64_t>(peak, std::stoll(row[col("peak_bytes")]));
     for (size_t t = 0; t < kNumTags; ++t)
       peak_tag[t] = std::max<int64_t>(peak_tag[t], std::stoll(row[col(fmt::format("peak_{}", tag_name(static_cast<MemTag>(t))))]));
@@ -113,19 +104,19 @@ std::string results_csv_row(const SweepSpec& s, const SweepRun& r) {
   f.push_back(last[col("epoch")]);
   f.push_back(last[col("step")]);
   f.push_back(last[col("test_acc")]);
-  f.push_back(num(best));
+  f.push_back(csv_number_text(best));
   f.push_back(last[col("test_loss")]);
   f.push_back(last[col("train_loss")]);
   f.push_back(last[col("train_acc")]);
   f.push_back(m.rows.front()[col("saved_bytes")]);  // the first step's, as the memory report
   f.push_back(std::to_string(peak));
   for (size_t t = 0; t < kNumTags; ++t) f.push_back(std::to_string(peak_tag[t]));
-  f.push_back(num(seconds > 0 ? images / seconds : 0.0));
+  f.push_back(csv_number_text(seconds > 0 ? images / seconds : 0.0));
   if (s.gradient_fidelity > 0) {
     const std::string gpath = (fs::path(r.dir) / "gradient_fidelity.json").string();
     const Json g = parse_json(read_text(gpath), gpath).at("total");
-    auto val = [](const Json& v) { return v.is_string() ? to_double(v.get<std::string>()) : v.get<double>(); };
-    for (const char* c : {"cosine", "rel_bias", "rel_variance", "bias_z"}) f.push_back(num(val(g.at(c))));
+    auto val = [](const Json& v) { return v.is_string() ? csv_number(v.get<std::string>()) : v.get<double>(); };
+    for (const char* c : {"cosine", "rel_bias", "rel_variance", "bias_z"}) f.push_back(csv_number_text(val(g.at(c))));
   }
   return csv_line(f);
 }
