@@ -6,7 +6,8 @@
 # Writes throughput.csv (level,batch,img_per_s,peak_bytes,saved_bytes), max_batch.csv
 # (level,budget,max_batch,peak_bytes) and throughput.png. Environment: TRAINER (build/bin/trainer),
 # BATCHES ("16 32 64 128 256"), STEPS (3), LEVELS ("gact-L0 gact-fix4 gact-L1 gact-adapt2"),
-# SETS (extra --set overrides, e.g. "model.arch=resnet18 data.dataset=cifar10" for a larger model).
+# SETS (extra --set overrides, e.g. "model.arch=resnet18 data.dataset=cifar10" for a larger model),
+# PLOT_ONLY=1 (redraw throughput.png from the CSVs already in OUT_DIR).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 out=${1:-$here/results/throughput}
@@ -20,6 +21,7 @@ mkdir -p "$out"
 sets=(--set "output.dir=$out/scratch")
 for s in ${SETS:-}; do sets+=(--set "$s"); done
 
+if [[ -z ${PLOT_ONLY:-} ]]; then
 echo "level,batch,img_per_s,peak_bytes,saved_bytes" >"$out/throughput.csv"
 echo "level,budget,max_batch,peak_bytes" >"$out/max_batch.csv"
 for level in $levels; do
@@ -33,6 +35,7 @@ for level in $levels; do
   echo "$level,$budget,$(jq -r '[.max_batch_size, .peak_bytes] | @csv' <<<"$json")" >>"$out/max_batch.csv"
 done
 rm -rf "$out/scratch"
+fi
 
 {
   echo "set terminal pngcairo size 1200,480 font ',10' noenhanced"
@@ -50,7 +53,7 @@ rm -rf "$out/scratch"
   done
   echo
   echo "unset logscale x; set title 'largest batch in $budget (--find-max-batch)'; set ylabel 'batch'; set xlabel ''"
-  echo "set style data histograms; set style fill solid 0.7; set boxwidth 0.6; unset key"
+  echo "set style data histograms; set style fill solid 0.7; set boxwidth 0.6; unset key; set yrange [0:*]"
   echo "plot '$out/max_batch.csv' using 3:xtic(1)"
   echo "unset multiplot"
 } | gnuplot
