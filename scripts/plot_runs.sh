@@ -17,6 +17,14 @@ for d in "$@"; do
   [[ -f "$d/metrics.csv" ]] || { echo "plot_runs: $d/metrics.csv not found (not a trainer run directory?)" >&2; exit 2; }
 done
 
+# A run's name in the legends: its directory's name, with the parent's for a sweep's seedN runs.
+label() {
+  local b
+  b=$(basename "$1")
+  [[ $b == seed[0-9]* ]] && b="$(basename "$(dirname "$1")")/$b"
+  printf '%s' "$b"
+}
+
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
@@ -27,7 +35,7 @@ schemes=$(for d in "$@"; do [[ -f "$d/saved_by_scheme.tsv" ]] && tail -n +2 "$d/
   for s in $schemes; do printf '\t%s' "$s"; done
   printf '\n'
   for d in "$@"; do
-    printf '%s' "$(basename "$d")"
+    printf '%s' "$(label "$d")"
     for s in $schemes; do
       b=0
       [[ -f "$d/saved_by_scheme.tsv" ]] && b=$(awk -F'\t' -v s="$s" '$1 == s { print $2 }' "$d/saved_by_scheme.tsv")
@@ -52,7 +60,7 @@ nschemes=$(echo "$schemes" | grep -c . || true)
     ((i > 0)) && printf ", "
     curve="$d/steps.csv"
     [[ -f "$curve" ]] || curve="$d/metrics.csv"
-    printf "'%s' using (column('step')):(column('train_loss')) with lines lw 1.5 title '%s'" "$curve" "$(basename "$d")"
+    printf "'%s' using (column('step')):(column('train_loss')) with lines lw 1.5 title '%s'" "$curve" "$(label "$d")"
     i=$((i + 1))
   done
   echo
@@ -64,9 +72,9 @@ nschemes=$(echo "$schemes" | grep -c . || true)
     curve="$d/steps.csv"
     [[ -f "$curve" ]] || curve="$d/metrics.csv"
     printf "'%s' using (column('step')):(100*column('train_acc')) with lines lw 1.5 lc %d title '%s train', " \
-      "$curve" $((i + 1)) "$(basename "$d")"
+      "$curve" $((i + 1)) "$(label "$d")"
     printf "'%s' using (column('step')):(100*column('test_acc')) with points pt 7 ps 1.2 lc %d title '%s test'" \
-      "$d/metrics.csv" $((i + 1)) "$(basename "$d")"
+      "$d/metrics.csv" $((i + 1)) "$(label "$d")"
     i=$((i + 1))
   done
   echo
@@ -77,7 +85,7 @@ nschemes=$(echo "$schemes" | grep -c . || true)
     ((i > 0)) && printf ", "
     curve="$d/steps.csv"
     [[ -f "$curve" ]] || curve="$d/metrics.csv"
-    printf "'%s' using (column('step')):(column('lr')) with lines lw 1.5 title '%s'" "$curve" "$(basename "$d")"
+    printf "'%s' using (column('step')):(column('lr')) with lines lw 1.5 title '%s'" "$curve" "$(label "$d")"
     i=$((i + 1))
   done
   echo
