@@ -196,6 +196,11 @@ SweepSpec parse_sweep(const std::string& yaml_text_in, const std::string& file) 
         PACKRAT_CHECK(axis_names.count(p.series) && p.series != p.x, "{}: '{}' is not another axis",
                       at(file, where + ".series", pl[i]["series"]), p.series);
       }
+      // The other axes' points would fall on the same x in one series.
+      PACKRAT_CHECK(s.axes.size() <= (p.series.empty() ? 1u : 2u),
+                    "{}: the sweep has {} axes; a plot draws its x axis and one series axis, so the others would "
+                    "mix in one line (leave the plot out; report.md's table has every point)",
+                    at(file, where, pl[i]), s.axes.size());
       if (pl[i]["title"]) p.title = scalar(pl[i]["title"], file, where + ".title");
       for (const char* k : {"logx", "logy"}) {
         if (!pl[i][k]) continue;

@@ -145,6 +145,11 @@ TEST(Sweep, UnknownKeyInTheSweepFileIsNamed) {
   }
   const fs::path dir2 = sweep_dir("unknown_axis", "axes:\n  - {name: a, kee: x, values: [1]}\n");
   EXPECT_THROW(load_sweep((dir2 / "sweep.yaml").string()), Error);
+  // A plot of one axis in a two-axis sweep without a series would mix the other axis's points.
+  const fs::path dir3 = sweep_dir("plot_axes",
+                                  "axes:\n  - {name: a, key: train.epochs, values: [1]}\n"
+                                  "  - {name: b, key: seed, values: [1]}\nplots:\n  - {x: a, y: final_test_acc}\n");
+  EXPECT_THROW(load_sweep((dir3 / "sweep.yaml").string()), Error);
 }
 
 // A grid value the trainer rejects (batch size 0 in the second point), a config key that does
