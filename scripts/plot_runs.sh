@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Draws one PNG comparing trainer run directories: train loss and test accuracy per epoch
-# (from metrics.csv), and the bytes saved for backward per storage scheme in one training step
+# Draws one PNG comparing trainer run directories: train loss, accuracy and learning rate by
+# step (steps.csv, written every train.log_interval steps; metrics.csv's per-epoch rows where a
+# run has no steps.csv), test accuracy at each evaluation (metrics.csv), and the bytes saved for backward per storage scheme in one training step
 # (from saved_by_scheme.tsv, written with memory_report.json).
 #   scripts/plot_runs.sh runs/compare.png runs/quickstart runs/quickstart_fewbit ...
 # Needs gnuplot (Debian gnuplot-nox).
@@ -16,6 +17,14 @@ for d in "$@"; do
   [[ -f "$d/metrics.csv" ]] || { echo "plot_runs: $d/metrics.csv not found (not a trainer run directory?)" >&2; exit 2; }
 done
 
+# A run's name in the legends: its directory's name, with the parent's for a sweep's seedN runs.
+label() {
+  local b
+  b=$(basename "$1")
+  [[ $b == seed[0-9]* ]] && b="$(basename "$(dirname "$1")")/$b"
+  printf '%s' "$b"
+}
+
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
@@ -26,7 +35,7 @@ schemes=$(for d in "$@"; do [[ -f "$d/saved_by_scheme.tsv" ]] && tail -n +2 "$d/
   for s in $schemes; do printf '\t%s' "$s"; done
   printf '\n'
   for d in "$@"; do
-    printf '%s' "$(basename "$d")"
+    printf '%s' "$(label "$d")"
     for s in $schemes; do
       b=0
       [[ -f "$d/saved_by_scheme.tsv" ]] && b=$(awk -F'\t' -v s="$s" '$1 == s { print $2 }' "$d/saved_by_scheme.tsv")
@@ -38,27 +47,45 @@ schemes=$(for d in "$@"; do [[ -f "$d/saved_by_scheme.tsv" ]] && tail -n +2 "$d/
 nschemes=$(echo "$schemes" | grep -c . || true)
 
 {
-  echo "set terminal pngcairo size 1500,480 font ',10' noenhanced"
+  echo "set terminal pngcairo size 1400,900 font ',10' noenhanced"
   echo "set output '$out'"
   echo "set datafile separator ','"
   echo "set key top right"
   echo "set grid"
-  echo "set multiplot layout 1,3"
-  echo "set title 'train loss'; set xlabel 'epoch'; set ylabel 'loss'"
+  echo "set multiplot layout 2,2"
+  echo "set title 'train loss'; set xlabel 'step'; set ylabel 'loss'"
   printf "plot "
   i=0
   for d in "$@"; do
     ((i > 0)) && printf ", "
-    printf "'%s' using (column('epoch')):(column('train_loss')) with linespoints title '%s'" "$d/metrics.csv" "$(basename "$d")"
+    curve="$d/steps.csv"
+    [[ -f "$curve" ]] || curve="$d/metrics.csv"
+    printf "'%s' using (column('step')):(column('train_loss')) with lines lw 1.5 title '%s'" "$curve" "$(label "$d")"
     i=$((i + 1))
   done
   echo
-  echo "set title 'test accuracy'; set ylabel 'accuracy (%)'; set key bottom right"
+  echo "set title 'accuracy (lines: train by step, points: test)'; set ylabel 'accuracy (%)'; set key bottom right"
   printf "plot "
   i=0
   for d in "$@"; do
     ((i > 0)) && printf ", "
-    printf "'%s' using (column('epoch')):(100*column('test_acc')) with linespoints title '%s'" "$d/metrics.csv" "$(basename "$d")"
+    curve="$d/steps.csv"
+    [[ -f "$curve" ]] || curve="$d/metrics.csv"
+    printf "'%s' using (column('step')):(100*column('train_acc')) with lines lw 1.5 lc %d title '%s train', " \
+      "$curve" $((i + 1)) "$(label "$d")"
+    printf "'%s' using (column('step')):(100*column('test_acc')) with points pt 7 ps 1.2 lc %d title '%s test'" \
+      "$d/metrics.csv" $((i + 1)) "$(label "$d")"
+    i=$((i + 1))
+  done
+  echo
+  echo "set title 'learning rate'; set ylabel 'lr'; set key top right"
+  printf "plot "
+  i=0
+  for d in "$@"; do
+    ((i > 0)) && printf ", "
+    curve="$d/steps.csv"
+    [[ -f "$curve" ]] || curve="$d/metrics.csv"
+    printf "'%s' using (column('step')):(column('lr')) with lines lw 1.5 title '%s'" "$curve" "$(label "$d")"
     i=$((i + 1))
   done
   echo

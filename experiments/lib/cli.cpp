@@ -10,6 +10,7 @@
 
 #include "core/error.h"
 #include "experiments/lib/config.h"
+#include "experiments/lib/gradient_fidelity.h"
 #include "experiments/lib/output_dir.h"
 #include "experiments/lib/run.h"
 #include "experiments/lib/tools.h"
@@ -18,7 +19,8 @@ namespace packrat {
 
 std::string trainer_usage() {
   return "usage: trainer --config FILE [--set key=value ...] [--resume RUN_DIR] [--memory-report-only]\n"
-         "               [--benchmark STEPS] [--find-max-batch BYTES] [--stop-after-epoch N] [--overwrite]\n"
+         "               [--benchmark STEPS] [--find-max-batch BYTES] [--gradient-fidelity N] [--stop-after-epoch N]\n"
+         "               [--overwrite]\n"
          "  --config FILE          YAML experiment config (configs/quickstart.yaml)\n"
          "  --set key=value        override any config key, e.g. --set data.batch_size=256 (repeatable)\n"
          "  --resume RUN_DIR       continue the run in RUN_DIR from its latest checkpoint\n"
@@ -26,6 +28,9 @@ std::string trainer_usage() {
          "  --memory-report-only   one training step on synthetic inputs; write memory_report.json and exit\n"
          "  --benchmark STEPS      time STEPS training steps on synthetic inputs; last line is JSON\n"
          "  --find-max-batch BYTES largest batch whose training step fits in BYTES (e.g. 2G, 512M)\n"
+         "  --gradient-fidelity N  on the first training batch, N draws of the scheme's noise against the FP32\n"
+         "                         gradient: per-parameter cosine, relative bias and variance (table,\n"
+         "                         gradient_fidelity.json and .png in output.dir)\n"
          "  --stop-after-epoch N   stop after N epochs (a checkpoint is written), as if interrupted\n"
          "  --overwrite            replace the earlier run in output.dir (its checkpoints, metrics and log);\n"
          "                         without it a fresh run refuses a directory that holds one\n";
@@ -77,6 +82,7 @@ TrainerArgs parse_trainer_args(const std::vector<std::string>& argv) {
     else if (f == "--memory-report-only") a.memory_report_only = true;
     else if (f == "--benchmark") a.benchmark_steps = parse_int(value(), f);
     else if (f == "--find-max-batch") a.max_batch_bytes = parse_byte_size(value(), f);
+    else if (f == "--gradient-fidelity") a.gradient_fidelity = parse_int(value(), f);
     else if (f == "--stop-after-epoch") a.stop_after_epoch = parse_int(value(), f);
     else if (f == "--overwrite") a.overwrite = true;
     else if (f == "--help" || f == "-h") a.help = true;
@@ -84,10 +90,13 @@ TrainerArgs parse_trainer_args(const std::vector<std::string>& argv) {
   }
   if (a.help) return a;
   PACKRAT_CHECK(!a.config.empty() || !a.resume.empty(), "--config FILE is required\n{}", trainer_usage());
-  const int modes = a.memory_report_only + (a.benchmark_steps > 0) + (a.max_batch_bytes > 0) + !a.resume.empty();
-  PACKRAT_CHECK(modes <= 1, "--resume, --memory-report-only, --benchmark and --find-max-batch exclude each other");
+  const int modes = a.memory_report_only + (a.benchmark_steps > 0) + (a.max_batch_bytes > 0) + !a.resume.empty() +
+                    (a.gradient_fidelity > 0);
+  PACKRAT_CHECK(modes <= 1, "--resume, --memory-report-only, --benchmark, --find-max-batch and --gradient-fidelity "
+                "exclude each other");
+  PACKRAT_CHECK(a.gradient_fidelity != 1, "--gradient-fidelity: needs at least 2 draws to estimate a variance, got 1");
   PACKRAT_CHECK(!a.overwrite || modes == 0, "--overwrite applies to a fresh training run only (not with --resume, "
-                "--memory-report-only, --benchmark or --find-max-batch)");
+                "--memory-report-only, --benchmark, --find-max-batch or --gradient-fidelity)");
   return a;
 }
 
@@ -125,6 +134,12 @@ int run_trainer(const TrainerArgs& a) {
                 static_cast<long long>(r.peak_bytes), static_cast<long long>(r.trials));
     std::printf("{\"max_batch_size\": %lld, \"peak_bytes\": %lld, \"limit\": %lld}\n", static_cast<long long>(r.batch_size),
                 static_cast<long long>(r.peak_bytes), static_cast<long long>(r.limit));
+    return 0;
+  }
+  if (a.gradient_fidelity > 0) {
+    const FidelityReport r = gradient_fidelity_mode(c, a.gradient_fidelity);
+    std::fputs(r.table().c_str(), stdout);
+    spdlog::info("wrote {}/gradient_fidelity.json", c.output.dir);
     return 0;
   }
   RunOptions o;

@@ -13,6 +13,7 @@ struct TrainerArgs {
   bool memory_report_only = false;   // --memory-report-only
   int64_t benchmark_steps = 0;       // --benchmark STEPS
   int64_t max_batch_bytes = 0;       // --find-max-batch BYTES (suffixes K, M, G: powers of 1024)
+  int64_t gradient_fidelity = 0;     // --gradient-fidelity N (draws)
   int64_t stop_after_epoch = 0;      // --stop-after-epoch N
   bool overwrite = false;            // --overwrite: replace an earlier run in output.dir
   bool help = false;

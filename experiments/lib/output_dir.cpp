@@ -21,7 +21,7 @@ namespace {
 const std::vector<std::string>& run_files() {
   static const std::vector<std::string> files = {"metrics.csv",        "metrics.jsonl",       "train.log",
                                                  "config.yaml",        "memory_report.json", "saved_by_scheme.tsv",
-                                                 "gact_bits.csv"};
+                                                 "gact_bits.csv",      "steps.csv",          "gradient_fidelity.json"};
   return files;
 }
 

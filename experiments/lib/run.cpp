@@ -13,6 +13,7 @@
 #include "experiments/lib/progress.h"
 #include "experiments/lib/safetensors.h"
 #include "experiments/lib/session.h"
+#include "experiments/lib/step_log.h"
 #include "experiments/lib/train_loop.h"
 #include "quant/gact_policy.h"
 #include "quant/mixed_store.h"
@@ -81,6 +82,7 @@ RunResult run_training(const Config& c, const RunOptions& o) {
                shape.h, shape.w, c.data.batch_size, steps_per_epoch, num_threads());
 
   MetricsWriter metrics(c.output.dir);
+  StepLogWriter step_log(c.output.dir);
   TrainingPosition pos{0, 0, c.seed};
   if (o.resume) {
     auto ckpt = latest_checkpoint(c.output.dir);
@@ -89,9 +91,11 @@ RunResult run_training(const Config& c, const RunOptions& o) {
     PACKRAT_CHECK(pos.seed == c.seed, "--resume {}: the checkpoint was written with seed {}, the config has seed {}",
                   c.output.dir, pos.seed, c.seed);
     metrics.truncate_after(pos.epoch);
+    step_log.truncate_after(pos.step);
     spdlog::info("resumed from {} at epoch {} step {}", *ckpt, pos.epoch, pos.step);
   } else {
     metrics.truncate_after(0);
+    step_log.truncate_after(0);
   }
   result.start_epoch = pos.epoch;
   if (pos.epoch >= c.train.epochs)
@@ -109,6 +113,7 @@ RunResult run_training(const Config& c, const RunOptions& o) {
     int64_t correct = 0, seen = 0;
     train->start_epoch(epoch);
     data::Batch b;
+    StepAverager interval;  // the steps since the last steps.csv row
     for (int64_t i = 0; i < steps_per_epoch && train->next(b); ++i) {
       s.optimizer->set_lr(schedule.lr(epoch, i));
       // The fraction of the run done, for scheduled stores (mixed's mix_prob_end); a store's own
@@ -130,9 +135,13 @@ RunResult run_training(const Config& c, const RunOptions& o) {
       seen += r.count;
       m.peak_bytes = std::max(m.peak_bytes, r.memory.total_peak);
       for (size_t t = 0; t < kNumTags; ++t) m.peak_by_tag[t] = std::max(m.peak_by_tag[t], r.memory.peak[t]);
+      interval.add(r.loss, r.correct, r.count);
+      if ((i + 1) % c.train.log_interval == 0 || i + 1 == steps_per_epoch)
+        step_log.append(interval.take(pos.step, epoch + 1, s.optimizer->lr()));
       progress.update(i + 1, loss_sum / static_cast<double>(seen), static_cast<double>(correct) / static_cast<double>(seen), seen);
     }
     progress.finish();
+    if (!interval.empty()) step_log.append(interval.take(pos.step, epoch + 1, s.optimizer->lr()));  // a short epoch
     m.epoch = epoch + 1;
     m.step = pos.step;
     m.train_loss = seen ? loss_sum / static_cast<double>(seen) : 0.0;

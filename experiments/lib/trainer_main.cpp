@@ -16,8 +16,6 @@
 
 namespace packrat {
 
-namespace {
-
 // On a machine shared with other jobs, OpenMP threads that spin at barriers while a sibling
 // thread is descheduled slow every step several times over (quickstart --benchmark 20 on the
 // shared 2-core machine: 634-1208 img/s passive against 109-387 img/s with libgomp's default
@@ -28,8 +26,6 @@ void prefer_passive_openmp_waiting(char** argv) {
   ::setenv("OMP_WAIT_POLICY", "passive", 1);
   ::execv("/proc/self/exe", argv);  // returns only on failure: carry on with the default policy
 }
-
-}  // namespace
 
 int run_trainer(int argc, char** argv) {
   prefer_passive_openmp_waiting(argv);

@@ -18,4 +18,9 @@ namespace packrat {
 // OMP_WAIT_POLICY=passive (so the program's main runs twice: register schemes before calling).
 int run_trainer(int argc, char** argv);
 
+// Re-executes the program once with OMP_WAIT_POLICY=passive unless the caller chose a policy
+// (spinning OpenMP threads slow every step several times over on a shared machine). Other
+// programs that train (build/bin/sweep) call it first thing in main.
+void prefer_passive_openmp_waiting(char** argv);
+
 }  // namespace packrat
