@@ -20,7 +20,9 @@ namespace packrat {
 
 struct BatchnormSync {
   // data[i] = sum over processes of data[i], in place, every process (a blocking collective).
-  std::function<void(float* data, int64_t count, std::string_view what)> sum;
+  // Double: the statistics are combined in double and rounded to f32 once, so that one process
+  // gets exactly batchnorm2d's statistics and R processes lose no more than one rounding.
+  std::function<void(double* data, int64_t count, std::string_view what)> sum;
 };
 
 // Process-wide; nullptr turns it off. Installed by the trainer for distributed.sync_batchnorm.

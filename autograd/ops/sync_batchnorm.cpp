@@ -37,9 +37,17 @@ std::shared_ptr<const BatchnormSync> batchnorm_sync() {
 namespace ops {
 
 namespace {
-// t (C) f32 summed over processes, in place.
-void sum_over_processes(const BatchnormSync& sync, Tensor& t, const std::string& what) {
-  sync.sum(t.data<float>(), t.numel(), what);
+Tensor as(DType dtype, const Tensor& t) {  // t converted (same shape)
+  Tensor out = Tensor::empty(t.shape(), dtype);
+  backend_of(t).convert(t, out);
+  return out;
+}
+
+// t (C) summed over processes, in double; returned as f64.
+Tensor sum_over_processes(const BatchnormSync& sync, const Tensor& t, const std::string& what) {
+  Tensor d = t.dtype() == DType::f64 ? t.clone() : as(DType::f64, t);
+  sync.sum(d.data<double>(), d.numel(), what);
+  return d;
 }
 }  // namespace
 
@@ -53,26 +61,21 @@ Tensor sync_batchnorm2d(const Tensor& x, const Tensor& weight, const Tensor& bia
                 "normalises per process", where);
   Backend& be = backend_of(x);
   const double n_local = static_cast<double>(x.dim(0) * x.dim(2) * x.dim(3));
-  double n = 0;  // values per channel in the global batch
-  {
-    Tensor count = Tensor::full(Shape{1}, static_cast<float>(n_local));  // (1); exact below 2^24
-    sum_over_processes(sync, count, where + " count");
-    n = static_cast<double>(count.item());
-  }
+  double n = n_local;  // values per channel in the global batch
+  sync.sum(&n, 1, where + " count");
   PACKRAT_CHECK(n > 1, "{}: training needs more than one value per channel in the global batch", where);
   const double share = n_local / n;
 
-  Tensor mean, var, y;  // (C), (C), (N, C, H, W) x's layout
+  Tensor mean, var, y;  // (C), (C) f32; (N, C, H, W) x's layout
   {
-    Tensor local_y, m, v;  // this process's statistics
-    be.batchnorm_forward_training(x, Tensor(), Tensor(), eps, local_y, m, v);
-    mean = be.scale(m, n_local);
-    sum_over_processes(sync, mean, where + " mean");
-    mean = be.scale(mean, 1.0 / n);
-    const Tensor d = be.binary(BinaryOp::Sub, m, mean);
-    var = be.scale(be.binary(BinaryOp::Add, v, be.binary(BinaryOp::Mul, d, d)), n_local);
-    sum_over_processes(sync, var, where + " variance");
-    var = be.scale(var, 1.0 / n);
+    Tensor local_y, m32, v32;  // this process's statistics
+    be.batchnorm_forward_training(x, Tensor(), Tensor(), eps, local_y, m32, v32);
+    const Tensor m = as(DType::f64, m32), v = as(DType::f64, v32);  // (C) f64
+    const Tensor mean64 = be.scale(sum_over_processes(sync, be.scale(m, n_local), where + " mean"), 1.0 / n);
+    const Tensor d = be.binary(BinaryOp::Sub, m, mean64);
+    const Tensor spread = be.scale(be.binary(BinaryOp::Add, v, be.binary(BinaryOp::Mul, d, d)), n_local);
+    mean = as(DType::f32, mean64);
+    var = as(DType::f32, be.scale(sum_over_processes(sync, spread, where + " variance"), 1.0 / n));
   }
   y = be.batchnorm_forward_inference(x, weight, bias, mean, var, eps);
   if (running_mean.defined()) {
@@ -102,11 +105,13 @@ Tensor sync_batchnorm2d(const Tensor& x, const Tensor& weight, const Tensor& bia
            Tensor dx0, dw, db;  // dw = sum(gy xhat), db = sum(gy): this process's, (C) each
            b.batchnorm_backward(xs, gy, w, true, m, v, eps, /*global_stats=*/true, dx0, dw, db);
            BatchnormSync s{sum};
-           Tensor sum_g = b.scale(db, share), sum_gx = b.scale(dw, share);  // (C): sum_all(g), sum_all(g xhat)
-           sum_over_processes(s, sum_g, nd.where() + " gradient sum");
-           sum_over_processes(s, sum_gx, nd.where() + " gradient-input sum");
+           // (C) f64: sum_all(g), sum_all(g xhat)
+           const Tensor sum_g = sum_over_processes(s, b.scale(as(DType::f64, db), share), nd.where() + " gradient sum");
+           const Tensor sum_gx =
+               sum_over_processes(s, b.scale(as(DType::f64, dw), share), nd.where() + " gradient-input sum");
            const double k = -1.0 / (n * share);
-           const Tensor c = b.batchnorm_forward_inference(xs, b.scale(sum_gx, k), b.scale(sum_g, k), m, v, eps);
+           const Tensor c = b.batchnorm_forward_inference(xs, as(DType::f32, b.scale(sum_gx, k)),
+                                                          as(DType::f32, b.scale(sum_g, k)), m, v, eps);
            Tensor dx, unused_w, unused_b;
            b.batchnorm_backward(xs, b.binary(BinaryOp::Add, gy, c), w, false, m, v, eps, true, dx, unused_w, unused_b);
            std::vector<Tensor> r(3);

@@ -185,7 +185,7 @@ SyncBatchnormScope::SyncBatchnormScope(DataParallel& dp, bool enabled) : enabled
   if (!enabled_) return;
   auto sync = std::make_shared<BatchnormSync>();
   dist::Communicator* comm = dp.comm.get();
-  sync->sum = [comm](float* data, int64_t count, std::string_view what) { comm->all_reduce_sum(data, count, what); };
+  sync->sum = [comm](double* data, int64_t count, std::string_view what) { comm->all_reduce_sum(data, count, what); };
   set_batchnorm_sync(std::move(sync));
 }
 

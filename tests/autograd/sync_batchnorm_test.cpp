@@ -26,14 +26,14 @@ namespace {
 class ThreadSum {
  public:
   explicit ThreadSum(int parties) : parties_(parties), arrive_(parties), leave_(parties) {}
-  void sum(float* data, int64_t count) {
+  void sum(double* data, int64_t count) {
     {
       std::lock_guard lock(m_);
       if (acc_.empty()) acc_.assign(static_cast<size_t>(count), 0.0);
       for (int64_t i = 0; i < count; ++i) acc_[static_cast<size_t>(i)] += data[i];
     }
     arrive_.arrive_and_wait();
-    for (int64_t i = 0; i < count; ++i) data[i] = static_cast<float>(acc_[static_cast<size_t>(i)]);
+    for (int64_t i = 0; i < count; ++i) data[i] = acc_[static_cast<size_t>(i)];
     if (++read_ == parties_) {
       acc_.clear();
       read_ = 0;
@@ -66,7 +66,7 @@ void expect_near(const std::vector<float>& a, const std::vector<float>& b, doubl
 
 // One process (the sum is the identity): the same op as batchnorm2d's, gradient-checked.
 TEST(SyncBatchNormOpGrad, OneProcess) {
-  BatchnormSync alone{[](float*, int64_t, std::string_view) {}};
+  BatchnormSync alone{[](double*, int64_t, std::string_view) {}};
   Tensor rm = Tensor::zeros({3}), rv = Tensor::full({3}, 1.0f);
   auto p = [](const Shape& s, uint64_t seed, float lo = -1.0f, float hi = 1.0f) {
     Tensor t = random_tensor(s, seed, lo, hi);
@@ -95,7 +95,7 @@ TEST(SyncBatchNormOp, TwoProcessesOfPartBatchesComputeTheWholeBatch) {
   backward(y_ref, gy);
 
   ThreadSum threads(2);
-  BatchnormSync sync{[&](float* d, int64_t n, std::string_view) { threads.sum(d, n); }};
+  BatchnormSync sync{[&](double* d, int64_t n, std::string_view) { threads.sum(d, n); }};
   const int64_t split[3] = {0, 2, N};
   std::vector<float> y(static_cast<size_t>(x.numel())), dx(static_cast<size_t>(x.numel()));
   std::vector<std::vector<float>> dw(2), db(2), rm(2), rv(2);
@@ -141,10 +141,40 @@ TEST(SyncBatchNormOp, TwoProcessesOfPartBatchesComputeTheWholeBatch) {
 }
 
 TEST(SyncBatchNormOp, NeedsAnAffineLayer) {
-  BatchnormSync alone{[](float*, int64_t, std::string_view) {}};
+  BatchnormSync alone{[](double*, int64_t, std::string_view) {}};
   Tensor rm = Tensor::zeros({2}), rv = Tensor::full({2}, 1.0f);
   const std::string m = packrat::testing::message_of([&] {
     ops::sync_batchnorm2d(random_tensor({2, 2, 2, 2}, 1), Tensor(), Tensor(), rm, rv, 0.1f, 1e-5f, alone);
   });
   EXPECT_NE(m.find("needs an affine layer"), std::string::npos) << m;
+}
+
+// On oneDNN's blocked layout (how ResNets hold activations) one process matches batchnorm2d.
+TEST(SyncBatchNormOp, OneProcessMatchesBatchnorm2dOnBlockedLayout) {
+  BatchnormSync alone{[](double*, int64_t, std::string_view) {}};
+  for (int trial = 0; trial < 3; ++trial) {
+    const int64_t N = 8, C = 32, H = 3, W = 3;
+    Tensor x0 = random_tensor({N, C, H, W}, 21 + trial, -2.0f, 3.0f).to_layout(Layout::nChw16c);
+    const Tensor gy = random_tensor({N, C, H, W}, 22).to_layout(Layout::nChw16c);
+    const Tensor w0 = random_tensor({C}, 23, 0.5f, 1.5f), b0 = random_tensor({C}, 24);
+    auto run = [&](bool sync, std::vector<float>& dx, std::vector<float>& dw, std::vector<float>& y) {
+      Tensor x = x0.clone(), w = w0.clone(), b = b0.clone();
+      x.set_requires_grad(true);
+      w.set_requires_grad(true);
+      b.set_requires_grad(true);
+      Tensor rm = Tensor::zeros({C}), rv = Tensor::full({C}, 1.0f);
+      Tensor out = sync ? ops::sync_batchnorm2d(x, w, b, rm, rv, 0.1f, 1e-5f, alone)
+                        : ops::batchnorm2d(x, w, b, rm, rv, true, 0.1f, 1e-5f);
+      backward(out, gy);
+      dx = x.grad().to_plain().to_vector();
+      dw = w.grad().to_vector();
+      y = out.to_plain().to_vector();
+    };
+    std::vector<float> dx1, dw1, y1, dx2, dw2, y2;
+    run(false, dx1, dw1, y1);
+    run(true, dx2, dw2, y2);
+    expect_near(y2, y1, 1e-5, "y");
+    expect_near(dw2, dw1, 1e-4, "dw");
+    expect_near(dx2, dx1, 1e-4, "dx");
+  }
 }
