@@ -103,7 +103,15 @@ void GradientReducer::on_ready(size_t k) {
   const size_t before = next_start_;
   start_ready_buckets();
   timing_.started_in_backward += static_cast<int64_t>(next_start_ - before);
-  comm_.progress();
+  for (size_t i = before; i < next_start_; ++i) timing_.bytes_started_in_backward += buckets_[i].flat.numel() * 4;
+  // Reductions move only inside MPI calls; but each call may yield the processor (Open MPI does
+  // when oversubscribed), so at most one every kProgressInterval.
+  constexpr auto kProgressInterval = std::chrono::microseconds(2000);
+  const auto now = std::chrono::steady_clock::now();
+  if (next_start_ > 0 && now - last_progress_ >= kProgressInterval) {
+    comm_.progress();
+    last_progress_ = now;
+  }
 }
 
 void GradientReducer::finish() {
@@ -132,6 +140,20 @@ void GradientReducer::finish() {
   }
   timing_.buckets = static_cast<int64_t>(buckets_.size());
   timing_.exposed_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+double GradientReducer::time_reduction_alone() {
+  PACKRAT_CHECK(!active_, "data-parallel gradients: time_reduction_alone() inside a step");
+  comm_.barrier("reduction timing");
+  const auto start = std::chrono::steady_clock::now();
+  for (size_t i = 0; i < buckets_.size(); ++i)
+    buckets_[i].pending = comm_.start_all_reduce_sum(buckets_[i].flat.data<float>(), buckets_[i].flat.numel(),
+                                                     "timed bucket " + std::to_string(i));
+  for (Bucket& b : buckets_) {
+    b.pending->wait();
+    b.pending.reset();
+  }
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
 void GradientReducer::abandon() {

@@ -11,6 +11,7 @@
 // Buckets start strictly in index order, so every process issues the same collectives in the
 // same order whatever its timing. A parameter no gradient reached stays without one (every
 // process runs the same graph, so it is the same parameter everywhere).
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -33,6 +34,7 @@ struct ReducerTiming {
   int64_t buckets = 0;             // buckets reduced
   int64_t started_in_backward = 0; // of which started before the backward ended
   int64_t bytes = 0;               // f32 bytes reduced
+  int64_t bytes_started_in_backward = 0;
 };
 
 class GradientReducer {
@@ -52,6 +54,9 @@ class GradientReducer {
   void abandon();
 
   const ReducerTiming& timing() const { return timing_; }
+  // The reduction alone, for the benchmark: after a barrier (no rank waits for another's
+  // backward), every bucket started and waited for; seconds. Outside a step (scratch contents).
+  double time_reduction_alone();
   int64_t num_buckets() const { return static_cast<int64_t>(buckets_.size()); }
 
  private:
@@ -76,6 +81,7 @@ class GradientReducer {
   std::vector<bool> copied_;                      // per parameter, this step
   std::unordered_map<const void*, size_t> index_; // AutogradMeta* -> parameter
   size_t next_start_ = 0;
+  std::chrono::steady_clock::time_point last_progress_{};
   double share_ = 1;
   bool active_ = false;
   ReducerTiming timing_;

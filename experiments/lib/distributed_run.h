@@ -56,6 +56,7 @@ class DataParallelStep : public StepSync {
   void abandon() override;
   void after_gact_refresh(GactStore& store) override;
   const dist::ReducerTiming& timing() const { return reducer_.timing(); }
+  double time_reduction_alone() { return reducer_.time_reduction_alone(); }
 
  private:
   DataParallel& dp_;

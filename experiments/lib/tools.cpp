@@ -2,6 +2,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <chrono>
 #include <optional>
 
@@ -45,6 +46,8 @@ Json BenchmarkResult::json() const {
     j["ranks"] = Json(ranks);
     j["threads"] = Json(static_cast<int64_t>(num_threads()));
     j["exposed_reduce_s_per_step"] = Json(exposed_reduce_s);
+    j["reduce_alone_s"] = Json(reduce_alone_s);
+    j["started_in_backward"] = Json(started_in_backward);
   }
   return j;
 }
@@ -79,7 +82,11 @@ BenchmarkResult benchmark(const Config& c, int64_t steps, DataParallel* dp) {
     StepResult sr = train_step(*s.model, *s.optimizer, *s.policy, b.images, b.labels, i, o);
     r.peak_bytes = std::max(r.peak_bytes, sr.memory.total_peak);
     r.saved_bytes = sr.saved_record_bytes;
-    if (dp_step) r.exposed_reduce_s += dp_step->timing().exposed_s;
+    if (dp_step) {
+      r.exposed_reduce_s += dp_step->timing().exposed_s;
+      r.started_in_backward = static_cast<double>(dp_step->timing().bytes_started_in_backward) /
+                              static_cast<double>(std::max<int64_t>(1, dp_step->timing().bytes));
+    }
   }
   if (dp) {
     dp->comm->barrier("benchmark end");
@@ -88,6 +95,12 @@ BenchmarkResult benchmark(const Config& c, int64_t steps, DataParallel* dp) {
     r.exposed_reduce_s = exposed[0] / static_cast<double>(ranks * steps);
   }
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (dp_step) {
+    std::vector<double> alone;
+    for (int i = 0; i < 5; ++i) alone.push_back(dp_step->time_reduction_alone());
+    std::sort(alone.begin(), alone.end());
+    r.reduce_alone_s = alone[2];
+  }
   r.img_per_s = static_cast<double>(steps * c.data.batch_size) / r.seconds;
   return r;
 }
