@@ -40,8 +40,9 @@ std::string mpiexec(int ranks = 2) {
 }
 
 // A config file for the fixture data, written into dir.
-fs::path write_config(const fs::path& dir, const fs::path& data, const fs::path& out, const std::string& extra = "") {
-  const fs::path cfg = dir / "dp.yaml";
+fs::path write_config(const fs::path& dir, const fs::path& data, const fs::path& out, const std::string& extra = "",
+                      const std::string& file = "dp.yaml") {
+  const fs::path cfg = dir / file;
   std::ofstream(cfg) << tiny_yaml(data, out) << extra;
   return cfg;
 }
@@ -70,11 +71,10 @@ TEST(DistributedTrainer, ResumeContinuesAsTheUninterruptedRun) {
   const fs::path dir = temp_dir("dp_resume"), data = make_idx_dataset("dp_resume", 48, 8);
   const fs::path whole = dir / "whole", parts = dir / "parts";
   const std::string extra = "distributed: {sync_batchnorm: true, timeout_s: 60}\n";
-  const std::string cfg_whole = write_config(dir / "", data, whole, extra).string();
-  fs::rename(cfg_whole, dir / "whole.yaml");
-  const std::string cfg_parts = write_config(dir / "", data, parts, extra).string();
+  const std::string cfg_whole = write_config(dir, data, whole, extra, "whole.yaml").string();
+  const std::string cfg_parts = write_config(dir, data, parts, extra, "parts.yaml").string();
   const std::string run = mpiexec() + " " + trainer_binary().string() + " --set train.epochs=2 --set data.limit_train=48";
-  ASSERT_EQ(std::system((run + " --config " + (dir / "whole.yaml").string() + " > " + (dir / "whole.txt").string() +
+  ASSERT_EQ(std::system((run + " --config " + cfg_whole + " > " + (dir / "whole.txt").string() +
                          " 2>&1").c_str()), 0) << read_text(dir / "whole.txt");
   ASSERT_EQ(std::system((run + " --config " + cfg_parts + " --stop-after-epoch 1 > " + (dir / "p1.txt").string() +
                          " 2>&1").c_str()), 0) << read_text(dir / "p1.txt");
