@@ -115,7 +115,7 @@ int threads_per_rank(int host_processors, int usable_processors, int ranks_on_ho
 std::unique_ptr<DataParallel> start_data_parallel(const Config& c, Config& resolved) {
   dist::CommunicatorOptions o;
   o.backend = c.distributed.backend;
-  o.cuda_tensors = c.device == "cuda";
+  o.cuda_tensors = c.device.rfind("cuda", 0) == 0;  // cuda or cuda:N
   o.timeout_s = c.distributed.timeout_s;
   auto dp = std::make_unique<DataParallel>();
   dp->comm = dist::make_communicator(o);
