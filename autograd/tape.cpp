@@ -1,5 +1,7 @@
 #include "autograd/tape.h"
 
+#include <unordered_map>
+
 #include "core/backend.h"
 
 namespace packrat {
@@ -7,6 +9,9 @@ namespace packrat {
 namespace {
 thread_local bool t_grad_enabled = true;
 thread_local std::vector<std::shared_ptr<Node>> t_tape;
+thread_local GradientReadyHook t_gradient_ready;
+
+bool is_grad_leaf(const std::shared_ptr<AutogradMeta>& m) { return m && m->is_leaf && m->requires_grad; }
 
 void release_saved(Node& n) {
   for (auto& h : n.saved)
@@ -19,6 +24,8 @@ Tensor Node::load(size_t i) const {
   PACKRAT_CHECK(i < saved.size() && saved[i].valid(), "{}: saved tensor {} was already released", where(), i);
   return saved[i].store->load(saved[i]);
 }
+
+void set_gradient_ready_hook(GradientReadyHook hook) { t_gradient_ready = std::move(hook); }
 
 bool grad_enabled() { return t_grad_enabled; }
 NoGradScope::NoGradScope() : previous_(t_grad_enabled) { t_grad_enabled = false; }
@@ -110,6 +117,13 @@ void backward(const Tensor& output, const Tensor& seed) {
       }
     }
   } release_guard{tape};
+  // For the gradient-ready hook: how many nodes still to run use each leaf.
+  std::unordered_map<AutogradMeta*, int64_t> leaf_uses;
+  if (t_gradient_ready)
+    for (auto& n : tape)
+      if (!n->done)
+        for (auto& in : n->inputs)
+          if (is_grad_leaf(in)) ++leaf_uses[in.get()];
   for (auto it = tape.rbegin(); it != tape.rend(); ++it) {
     Node& node = **it;
     if (node.done) continue;
@@ -139,6 +153,9 @@ void backward(const Tensor& output, const Tensor& seed) {
     }
     release_saved(node);
     node.done = true;
+    if (t_gradient_ready)
+      for (auto& in : node.inputs)
+        if (is_grad_leaf(in) && --leaf_uses[in.get()] == 0) t_gradient_ready(*in);
     for (auto& w : node.outputs)
       if (auto m = w.lock()) {
         m->grad = Tensor();  // non-leaf gradients are not kept

@@ -52,6 +52,13 @@ Node& record(std::string op, const std::vector<const Tensor*>& inputs, const std
 void backward(const Tensor& loss);
 void backward(const Tensor& output, const Tensor& seed);
 
+// Called by backward() when a leaf's gradient is final: no node still to run uses the leaf (a
+// data-parallel reducer starts the leaf's all-reduce there, while the backward goes on). The
+// leaf's grad may be undefined when no gradient reached it. Thread-local, like the tape; an
+// empty function removes the hook.
+using GradientReadyHook = std::function<void(AutogradMeta& leaf)>;
+void set_gradient_ready_hook(GradientReadyHook hook);
+
 // Drops the tape and releases every saved handle (e.g. after an eval forward with grad on,
 // or when a step is abandoned).
 void clear_tape();

@@ -16,7 +16,11 @@ Loader::Loader(std::shared_ptr<const Dataset> dataset, Pipeline pipeline, Loader
   PACKRAT_CHECK(options_.limit >= 0, "loader {}: limit {} must not be negative", dataset_->name(), options_.limit);
   PACKRAT_CHECK(options_.prefetch >= 1, "loader {}: prefetch {} must be at least 1", dataset_->name(), options_.prefetch);
   PACKRAT_CHECK(options_.threads >= 1, "loader {}: threads {} must be at least 1", dataset_->name(), options_.threads);
+  PACKRAT_CHECK(options_.shard_count >= 1 && options_.shard_index >= 0 && options_.shard_index < options_.shard_count,
+                "loader {}: shard {} of {} does not exist", dataset_->name(), options_.shard_index, options_.shard_count);
   size_ = options_.limit > 0 ? std::min(options_.limit, dataset_->size()) : dataset_->size();
+  if (!options_.split_batches && options_.shard_count > 1)  // this shard's contiguous part of every epoch
+    size_ = shard_end(options_.shard_index) - shard_end(options_.shard_index - 1);
   PACKRAT_CHECK(size_ > 0, "loader {}: the dataset is empty", dataset_->name());
   in_shape_ = dataset_->image_shape();
   out_shape_ = pipeline_.output_shape(in_shape_);
@@ -32,19 +36,38 @@ int64_t Loader::batches_per_epoch() const {
 }
 
 std::vector<int64_t> Loader::order(int64_t epoch) const {
-  std::vector<int64_t> idx(static_cast<size_t>(size_));
+  // The whole epoch's order (every shard's), then this shard's part of it when epochs are sharded.
+  const int64_t all = shard_end(options_.shard_count - 1);
+  std::vector<int64_t> idx(static_cast<size_t>(all));
   std::iota(idx.begin(), idx.end(), int64_t{0});
-  if (!options_.shuffle) return idx;
-  PhiloxStream rng(options_.seed, kShuffleStream | static_cast<uint64_t>(epoch));
-  for (int64_t i = size_ - 1; i > 0; --i) std::swap(idx[i], idx[rng.below(static_cast<uint64_t>(i + 1))]);
-  return idx;
+  if (options_.shuffle) {
+    PhiloxStream rng(options_.seed, kShuffleStream | static_cast<uint64_t>(epoch));
+    for (int64_t i = all - 1; i > 0; --i) std::swap(idx[i], idx[rng.below(static_cast<uint64_t>(i + 1))]);
+  }
+  if (options_.split_batches || options_.shard_count == 1) return idx;
+  return {idx.begin() + shard_end(options_.shard_index - 1), idx.begin() + shard_end(options_.shard_index)};
+}
+
+int64_t Loader::shard_end(int shard) const {
+  const int64_t all = options_.limit > 0 ? std::min(options_.limit, dataset_->size()) : dataset_->size();
+  return all * (shard + 1) / options_.shard_count;
 }
 
 Batch Loader::make_batch(const std::vector<int64_t>& order, int64_t epoch, int64_t batch_index) const {
-  const int64_t begin = batch_index * options_.batch_size;
-  const int64_t n = std::min(options_.batch_size, static_cast<int64_t>(order.size()) - begin);
+  int64_t begin = batch_index * options_.batch_size;
+  int64_t n = std::min(options_.batch_size, static_cast<int64_t>(order.size()) - begin);
   PACKRAT_CHECK(n > 0, "loader {}: batch {} is past the end of the epoch", dataset_->name(), batch_index);
   Batch b;
+  b.global_size = n;
+  if (options_.split_batches && options_.shard_count > 1) {  // this shard's part of the global batch
+    const int64_t lo = n * options_.shard_index / options_.shard_count;
+    const int64_t hi = n * (options_.shard_index + 1) / options_.shard_count;
+    PACKRAT_CHECK(hi > lo, "loader {}: batch {} of epoch {} has {} sample(s), fewer than the {} data-parallel ranks "
+                  "(the epoch's last batch): choose data.limit_train or train.steps_per_epoch so that every batch has "
+                  "at least one sample per rank", dataset_->name(), batch_index, epoch, n, options_.shard_count);
+    begin += lo;
+    n = hi - lo;
+  }
   b.epoch = epoch;
   b.index = batch_index;
   b.indices.assign(order.begin() + begin, order.begin() + begin + n);

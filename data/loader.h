@@ -37,12 +37,19 @@ struct LoaderOptions {
   int64_t limit = 0;       // use only the first `limit` samples (0 or >= size: all)
   int64_t prefetch = 2;    // batches prepared ahead of the consumer
   int threads = 1;         // threads preparing one batch (the background thread and threads - 1 helpers)
+  // Data-parallel shards (rank shard_index of shard_count). split_batches: every batch of
+  // batch_size (the global batch) is cut into shard_count contiguous parts and this loader yields
+  // part shard_index, so the ranks together see exactly the batches one process would. Otherwise
+  // the epoch's order is cut into shard_count contiguous parts and this loader batches its own.
+  int shard_index = 0, shard_count = 1;
+  bool split_batches = true;
 };
 
 struct Batch {
   Tensor images;                 // (N, C, H, W) f32 plain, tag Data
   Tensor labels;                 // (N) i64, tag Data
   std::vector<int64_t> indices;  // (N) dataset index of each sample
+  int64_t global_size = 0;       // samples of the whole batch across shards (split_batches), else N
   int64_t epoch = 0;
   int64_t index = 0;             // batch number within the epoch
 };
@@ -79,6 +86,8 @@ class Loader {
 
  private:
   void produce(int64_t epoch, int64_t first_batch);
+  // End of shard `shard`'s part of the epoch (shard -1: 0), over the samples after the limit.
+  int64_t shard_end(int shard) const;
 
   std::shared_ptr<const Dataset> dataset_;
   Pipeline pipeline_;

@@ -1,6 +1,7 @@
 // batchnorm2d on the input's backend (Backend's batchnorm section), in any layout (kept).
 // Training saves x (Need::Value, compressible) and the batch mean and biased variance (exact),
 // and updates the running statistics in place as PyTorch does (bumping their versions).
+#include "autograd/batchnorm_sync.h"
 #include "autograd/ops.h"
 #include "autograd/tape.h"
 #include "core/backend.h"
@@ -36,6 +37,10 @@ Tensor batchnorm2d(const Tensor& x, const Tensor& weight, const Tensor& bias, Te
   check_channel_tensor(where, "running_var", running_var, C);
   PACKRAT_CHECK(running_mean.defined() == running_var.defined(),
                 "{}: running_mean and running_var must both be given or both be undefined", where);
+
+  if (training)  // data-parallel with distributed.sync_batchnorm: statistics of the global batch
+    if (const auto sync = batchnorm_sync())
+      return sync_batchnorm2d(x, weight, bias, running_mean, running_var, momentum, eps, *sync);
 
   Tensor y, mean, var;  // (N, C, H, W) x's layout; (C); (C)
   const bool global_stats = !training;

@@ -10,6 +10,7 @@
 
 #include "core/error.h"
 #include "experiments/lib/config.h"
+#include "experiments/lib/distributed_run.h"
 #include "experiments/lib/gradient_fidelity.h"
 #include "experiments/lib/output_dir.h"
 #include "experiments/lib/run.h"
@@ -37,6 +38,8 @@ std::string trainer_usage() {
 }
 
 namespace {
+int run_mode(const TrainerArgs& a, const Config& c, DataParallel* dp);
+
 int64_t parse_int(const std::string& s, const std::string& flag) {
   int64_t v = 0;
   auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
@@ -112,8 +115,28 @@ int run_trainer(const TrainerArgs& a) {
     if (config_path.empty()) config_path = (std::filesystem::path(a.resume) / "config.yaml").string();
     sets.push_back("output.dir=" + a.resume);
   }
-  const Config c = load_config(config_path, sets);
+  Config c = load_config(config_path, sets);
+  // Under mpirun: one rank of a data-parallel run (distributed_run.h).
+  std::unique_ptr<DataParallel> dp;
+  if (data_parallel_requested()) {
+    PACKRAT_CHECK(!a.memory_report_only && a.max_batch_bytes == 0,
+                  "--memory-report-only and --find-max-batch measure one process: run them without mpirun (a "
+                  "data-parallel run writes every rank's memory in memory_report_ranks.json)");
+    Config resolved;
+    dp = start_data_parallel(c, resolved);
+    c = resolved;
+  }
+  try {
+    return run_mode(a, c, dp.get());
+  } catch (...) {
+    if (dp) dp->comm->mark_failed();
+    throw;
+  }
+}
 
+namespace {
+// One mode of the trainer for a loaded config (on one data-parallel rank when dp is set).
+int run_mode(const TrainerArgs& a, const Config& c, DataParallel* dp) {
   if (a.memory_report_only) {
     const MemoryReport r = memory_report_only(c);
     std::fputs(memory_report_table(r).c_str(), stdout);
@@ -121,7 +144,8 @@ int run_trainer(const TrainerArgs& a) {
     return 0;
   }
   if (a.benchmark_steps > 0) {
-    const BenchmarkResult r = benchmark(c, a.benchmark_steps);
+    const BenchmarkResult r = benchmark(c, a.benchmark_steps, dp);
+    if (dp && !dp->root()) return 0;
     spdlog::info("{} steps of batch {} in {:.2f} s", r.steps, r.batch_size, r.seconds);
     std::printf("%s\n", r.json().dump().c_str());
     return 0;
@@ -146,6 +170,11 @@ int run_trainer(const TrainerArgs& a) {
   o.resume = !a.resume.empty();
   o.overwrite = a.overwrite;
   o.stop_after_epoch = a.stop_after_epoch;
+  o.dp = dp;
+  if (dp && !dp->root()) {  // rank 0 writes the run directory and train.log
+    run_training(c, o);
+    return 0;
+  }
   // Before train.log is opened (and truncated): refuses a directory holding an earlier run, or
   // one that cannot be written.
   prepare_output_dir(c.output.dir, o.resume, o.overwrite);
@@ -155,5 +184,7 @@ int run_trainer(const TrainerArgs& a) {
   run_training(c, o);
   return 0;
 }
+
+}  // namespace
 
 }  // namespace packrat

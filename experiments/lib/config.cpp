@@ -513,7 +513,17 @@ Config parse_root(YAML::Node root, const Origin& origin) {
     c.output.checkpoint_interval = o.get_int("checkpoint_interval", 1, 0, 100000);
     o.finish({"dir", "checkpoint_interval"});
   }
-  top.finish({"seed", "threads", "device", "conv_algorithm", "data", "model", "saved_tensors", "optimizer", "schedule", "train", "output"});
+  {
+    Section d = top.child("distributed");
+    c.distributed.backend = d.get_string("backend", "auto", {"auto", "mpi", "nccl"});
+    c.distributed.timeout_s = d.get_double("timeout_s", 300, 0.1, 1e6);
+    c.distributed.sync_batchnorm = d.get_bool("sync_batchnorm", false);
+    c.distributed.bucket_bytes = d.get_int("bucket_bytes", int64_t{1} << 20, 4, int64_t{1} << 31);
+    c.distributed.overlap = d.get_bool("overlap", true);
+    d.finish({"backend", "timeout_s", "sync_batchnorm", "bucket_bytes", "overlap"});
+  }
+  top.finish({"seed", "threads", "device", "conv_algorithm", "data", "model", "saved_tensors", "optimizer", "schedule", "train",
+              "output", "distributed"});
 
   // Build the store policy once so that an unknown scheme or a bad scheme option is reported now.
   try {
@@ -663,6 +673,14 @@ std::string config_to_yaml(const Config& c) {
   e << YAML::Key << "output" << YAML::Value << YAML::BeginMap;
   e << YAML::Key << "dir" << YAML::Value << YAML::DoubleQuoted << c.output.dir;
   e << YAML::Key << "checkpoint_interval" << YAML::Value << c.output.checkpoint_interval;
+  e << YAML::EndMap;
+
+  e << YAML::Key << "distributed" << YAML::Value << YAML::BeginMap;
+  e << YAML::Key << "backend" << YAML::Value << c.distributed.backend;
+  e << YAML::Key << "timeout_s" << YAML::Value << num(c.distributed.timeout_s);
+  e << YAML::Key << "sync_batchnorm" << YAML::Value << c.distributed.sync_batchnorm;
+  e << YAML::Key << "bucket_bytes" << YAML::Value << c.distributed.bucket_bytes;
+  e << YAML::Key << "overlap" << YAML::Value << c.distributed.overlap;
   e << YAML::EndMap;
   e << YAML::EndMap;
   return std::string(e.c_str()) + "\n";

@@ -68,6 +68,15 @@ struct OutputConfig {
   int64_t checkpoint_interval = 1;  // epochs between checkpoints (0: only at the end)
 };
 
+// Data-parallel training under mpirun (README "Data-parallel training"); ignored otherwise.
+struct DistributedConfig {
+  std::string backend = "auto";          // mpi | nccl | auto (nccl for CUDA tensors, mpi otherwise)
+  double timeout_s = 300;                // a collective not complete by then stops every rank, exit 2
+  bool sync_batchnorm = false;           // batchnorm statistics of the global batch (else per rank)
+  int64_t bucket_bytes = int64_t{1} << 20;  // gradients reduced per all-reduce
+  bool overlap = true;                   // start each bucket's all-reduce during the backward
+};
+
 struct Config {
   uint64_t seed = 0;
   int64_t threads = 0;          // OpenMP threads; 0 = OpenMP's default
@@ -82,6 +91,7 @@ struct Config {
   ScheduleConfig schedule;
   TrainConfig train;
   OutputConfig output;
+  DistributedConfig distributed;
   std::string source;           // the file it came from, for messages
 };
 

@@ -4,11 +4,13 @@
 
 #include <cmath>
 #include <filesystem>
+#include <optional>
 
 #include "core/parallel.h"
 #include "data/loader.h"
 #include "data/transforms.h"
 #include "experiments/lib/checkpoint.h"
+#include "experiments/lib/distributed_run.h"
 #include "experiments/lib/output_dir.h"
 #include "experiments/lib/progress.h"
 #include "experiments/lib/safetensors.h"
@@ -32,8 +34,14 @@ void check_test_shape(const Config& c, const data::ImageShape& train, const data
                 c.source, test.str(), train.str());
 }
 
-std::unique_ptr<data::Loader> make_loader(const Config& c, std::shared_ptr<const data::Dataset> ds, bool train) {
+std::unique_ptr<data::Loader> make_loader(const Config& c, std::shared_ptr<const data::Dataset> ds, bool train,
+                                          const DataParallel* dp) {
   data::LoaderOptions o;
+  if (dp) {  // training: each rank its part of every global batch; evaluation: its part of the test set
+    o.shard_index = dp->rank();
+    o.shard_count = dp->size();
+    o.split_batches = train;
+  }
   o.batch_size = train ? c.data.batch_size : c.data.eval_batch_size;
   o.shuffle = train;
   o.seed = c.seed;
@@ -47,26 +55,37 @@ std::unique_ptr<data::Loader> make_loader(const Config& c, std::shared_ptr<const
 
 RunResult run_training(const Config& c, const RunOptions& o) {
   namespace fs = std::filesystem;
-  prepare_output_dir(c.output.dir, o.resume, o.overwrite);
+  DataParallel* dp = o.dp;
+  const bool root = !dp || dp->root();  // writes the run directory
+  if (root) prepare_output_dir(c.output.dir, o.resume, o.overwrite);
   apply_process_settings(c);
   RunResult result;
   result.run_dir = c.output.dir;
-  write_file_atomic((fs::path(c.output.dir) / "config.yaml").string(), config_to_yaml(c));
+  if (root) write_file_atomic((fs::path(c.output.dir) / "config.yaml").string(), config_to_yaml(c));
 
   auto train_ds = data::open_dataset(dataset_spec(c, data::Split::Train));
   auto test_ds = data::open_dataset(dataset_spec(c, data::Split::Test));
-  auto train = make_loader(c, train_ds, true);
-  auto test = make_loader(c, test_ds, false);
+  auto train = make_loader(c, train_ds, true, dp);
+  auto test = make_loader(c, test_ds, false, dp);
   const data::ImageShape shape = train->image_shape();
   check_test_shape(c, shape, test->image_shape());
   check_in_channels(c, shape.c);
   InputSpec input{shape.c, shape.h, shape.w, c.model.classes > 0 ? c.model.classes : train_ds->num_classes()};
   Session s = make_session(c, input);
+  std::unique_ptr<DataParallelStep> dp_step;
+  std::optional<SyncBatchnormScope> sync_bn;
+  if (dp) {
+    broadcast_model(*dp, *s.model);
+    dp_step = std::make_unique<DataParallelStep>(*dp, *s.model, c.distributed);
+    sync_bn.emplace(*dp, c.distributed.sync_batchnorm);
+  }
   // GACT's bit allocations, one CSV block per refresh, go to the run directory unless the
   // config names a file (saved_tensors: {scheme: gact, log_path: ...}).
   int gact_index = 0;
   for (GactStore* g : find_gact_stores(*s.policy)) {
-    if (g->gact_options().log_path.empty())
+    if (!root)
+      g->set_log_path("");
+    else if (g->gact_options().log_path.empty())
       g->set_log_path((fs::path(c.output.dir) / (gact_index == 0 ? std::string("gact_bits.csv")
                                                                  : fmt::format("gact_bits_{}.csv", gact_index)))
                           .string());
@@ -81,8 +100,12 @@ RunResult run_training(const Config& c, const RunOptions& o) {
                "threads", c.output.dir, c.model.arch, s.model->num_parameters(), train->size(), test->size(), shape.c,
                shape.h, shape.w, c.data.batch_size, steps_per_epoch, num_threads());
 
-  MetricsWriter metrics(c.output.dir);
-  StepLogWriter step_log(c.output.dir);
+  std::optional<MetricsWriter> metrics;
+  std::optional<StepLogWriter> step_log;
+  if (root) {
+    metrics.emplace(c.output.dir);
+    step_log.emplace(c.output.dir);
+  }
   TrainingPosition pos{0, 0, c.seed};
   if (o.resume) {
     auto ckpt = latest_checkpoint(c.output.dir);
@@ -90,12 +113,12 @@ RunResult run_training(const Config& c, const RunOptions& o) {
     pos = load_checkpoint(*ckpt, *s.model, *s.optimizer, find_gact_stores(*s.policy));  // before the first step
     PACKRAT_CHECK(pos.seed == c.seed, "--resume {}: the checkpoint was written with seed {}, the config has seed {}",
                   c.output.dir, pos.seed, c.seed);
-    metrics.truncate_after(pos.epoch);
-    step_log.truncate_after(pos.step);
+    if (metrics) metrics->truncate_after(pos.epoch);
+    if (step_log) step_log->truncate_after(pos.step);
     spdlog::info("resumed from {} at epoch {} step {}", *ckpt, pos.epoch, pos.step);
   } else {
-    metrics.truncate_after(0);
-    step_log.truncate_after(0);
+    if (metrics) metrics->truncate_after(0);
+    if (step_log) step_log->truncate_after(0);
   }
   result.start_epoch = pos.epoch;
   if (pos.epoch >= c.train.epochs)
@@ -104,6 +127,7 @@ RunResult run_training(const Config& c, const RunOptions& o) {
   StepOptions step_options;
   step_options.label_smoothing = c.train.label_smoothing;
   step_options.clip_grad_norm = c.train.clip_grad_norm;
+  step_options.sync = dp_step.get();
   bool first_step = true;
   for (int64_t epoch = pos.epoch; epoch < c.train.epochs; ++epoch) {
     if (o.stop_after_epoch > 0 && epoch >= o.stop_after_epoch) break;
@@ -114,18 +138,27 @@ RunResult run_training(const Config& c, const RunOptions& o) {
     train->start_epoch(epoch);
     data::Batch b;
     StepAverager interval;  // the steps since the last steps.csv row
+    // One steps.csv row; under data parallelism, of the interval's sums over every rank's shard.
+    auto log_steps = [&](int64_t epoch_index) {
+      if (dp) interval.reduce([&](std::vector<double>& sums) { sum_over_ranks(*dp, sums, "steps.csv row"); });
+      const StepRow row = interval.take(pos.step, epoch_index + 1, s.optimizer->lr());
+      if (step_log) step_log->append(row);
+    };
     for (int64_t i = 0; i < steps_per_epoch && train->next(b); ++i) {
       s.optimizer->set_lr(schedule.lr(epoch, i));
       // The fraction of the run done, for scheduled stores (mixed's mix_prob_end); a store's own
       // total_steps, when configured, takes precedence at its begin_step.
       set_training_progress(*s.policy, std::min(1.0, static_cast<double>(pos.step) / static_cast<double>(total_steps)));
       step_options.capture_saved = first_step;
+      step_options.global_count = b.global_size;
       StepResult r = train_step(*s.model, *s.optimizer, *s.policy, b.images, b.labels, pos.step, step_options);
       ++pos.step;
       if (first_step) {
         result.report = make_memory_report(b.images.dim(0), std::move(r.saved), r.saved_allocator_bytes, r.memory);
-        write_memory_report(result.report, c.output.dir);
-        if (o.print_report) std::fputs(memory_report_table(result.report).c_str(), stdout);
+        if (root) write_memory_report(result.report, c.output.dir);
+        if (o.print_report && root) std::fputs(memory_report_table(result.report).c_str(), stdout);
+        if (dp && o.print_report) std::fputs(gather_memory_reports(*dp, result.report, c.output.dir).c_str(), stdout);
+        else if (dp) gather_memory_reports(*dp, result.report, c.output.dir);
         std::fflush(stdout);
         first_step = false;
       }
@@ -136,26 +169,39 @@ RunResult run_training(const Config& c, const RunOptions& o) {
       m.peak_bytes = std::max(m.peak_bytes, r.memory.total_peak);
       for (size_t t = 0; t < kNumTags; ++t) m.peak_by_tag[t] = std::max(m.peak_by_tag[t], r.memory.peak[t]);
       interval.add(r.loss, r.correct, r.count);
-      if ((i + 1) % c.train.log_interval == 0 || i + 1 == steps_per_epoch)
-        step_log.append(interval.take(pos.step, epoch + 1, s.optimizer->lr()));
-      progress.update(i + 1, loss_sum / static_cast<double>(seen), static_cast<double>(correct) / static_cast<double>(seen), seen);
+      if ((i + 1) % c.train.log_interval == 0 || i + 1 == steps_per_epoch) log_steps(epoch);
+      if (root) progress.update(i + 1, loss_sum / static_cast<double>(seen), static_cast<double>(correct) / static_cast<double>(seen), seen);
     }
-    progress.finish();
-    if (!interval.empty()) step_log.append(interval.take(pos.step, epoch + 1, s.optimizer->lr()));  // a short epoch
+    if (root) progress.finish();
+    if (!interval.empty()) log_steps(epoch);  // a short epoch
+    if (dp) {  // the epoch's figures over every rank's shard
+      std::vector<double> sums{loss_sum, static_cast<double>(correct), static_cast<double>(seen)};
+      sum_over_ranks(*dp, sums, "epoch metrics");
+      loss_sum = sums[0];
+      correct = static_cast<int64_t>(sums[1]);
+      seen = static_cast<int64_t>(sums[2]);
+    }
     m.epoch = epoch + 1;
     m.step = pos.step;
     m.train_loss = seen ? loss_sum / static_cast<double>(seen) : 0.0;
     m.train_acc = seen ? static_cast<double>(correct) / static_cast<double>(seen) : 0.0;
     m.lr = s.optimizer->lr();
     m.seconds = progress.seconds();
-    m.img_per_s = progress.img_per_s();
+    m.img_per_s = dp ? static_cast<double>(seen) / std::max(1e-9, m.seconds) : progress.img_per_s();  // all ranks'
     const bool last = epoch + 1 == c.train.epochs;
     if ((epoch + 1) % c.train.eval_interval == 0 || last) {
       EvalResult e = evaluate(*s.model, *test, epoch);
+      if (dp) {  // every rank evaluated its part of the test set
+        const double n = static_cast<double>(e.count);
+        std::vector<double> sums{e.loss * n, e.accuracy * n, n};
+        sum_over_ranks(*dp, sums, "evaluation metrics");
+        e.loss = sums[2] > 0 ? sums[0] / sums[2] : 0;
+        e.accuracy = sums[2] > 0 ? sums[1] / sums[2] : 0;
+      }
       m.test_loss = e.loss;
       m.test_acc = e.accuracy;
     }
-    metrics.append(m);
+    if (metrics) metrics->append(m);
     spdlog::info("epoch {}/{}: train loss {:.4f} acc {:.2f}% | test loss {:.4f} acc {:.2f}% | lr {:.4g} | {:.0f} img/s | "
                  "{} | peak {}", m.epoch, c.train.epochs, m.train_loss, 100 * m.train_acc, m.test_loss,
                  100 * m.test_acc, m.lr, m.img_per_s, Progress::format_duration(m.seconds), format_bytes(m.peak_bytes));
@@ -173,8 +219,10 @@ RunResult run_training(const Config& c, const RunOptions& o) {
     const bool stopping = o.stop_after_epoch > 0 && pos.epoch >= o.stop_after_epoch;
     if (last || stopping || (c.output.checkpoint_interval > 0 && pos.epoch % c.output.checkpoint_interval == 0)) {
       const std::string path = checkpoint_path(c.output.dir, pos.epoch);
-      save_checkpoint(path, *s.model, *s.optimizer, pos, c.model.arch, find_gact_stores(*s.policy));
-      spdlog::info("checkpoint {}", path);
+      if (root) {
+        save_checkpoint(path, *s.model, *s.optimizer, pos, c.model.arch, find_gact_stores(*s.policy));
+        spdlog::info("checkpoint {}", path);
+      }
     }
   }
   return result;

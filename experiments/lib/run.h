@@ -11,12 +11,15 @@
 
 namespace packrat {
 
+struct DataParallel;  // experiments/lib/distributed_run.h
+
 struct RunOptions {
   bool resume = false;          // continue from the latest checkpoint in config.output.dir
   bool overwrite = false;       // a fresh run may replace an earlier run in config.output.dir
   int64_t stop_after_epoch = 0; // stop (as if interrupted) once this many epochs are done; 0: never
   int tty = -1;                 // progress bar: -1 = isatty(stderr), 0 = plain lines, 1 = bar
   bool print_report = true;     // print the memory report table to stdout
+  DataParallel* dp = nullptr;   // under mpirun: this rank's shard; rank 0 writes the run directory
 };
 
 struct RunResult {

@@ -4,6 +4,7 @@
 // and the learning rate of the row's last step. A two-epoch run is a curve, not two points.
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace packrat {
 
@@ -35,6 +36,16 @@ class StepAverager {
  public:
   void add(double loss, int64_t correct, int64_t count);
   bool empty() const { return count_ == 0; }
+  // Replaces the interval's sums {loss * images, correct, images} by reduce(sums)'s result
+  // (data parallelism: the sums over every rank).
+  template <class Reduce>
+  void reduce(Reduce&& reduce) {
+    std::vector<double> sums{loss_sum_, static_cast<double>(correct_), static_cast<double>(count_)};
+    reduce(sums);
+    loss_sum_ = sums[0];
+    correct_ = static_cast<int64_t>(sums[1]);
+    count_ = static_cast<int64_t>(sums[2]);
+  }
   // The row for the steps added since the last take(), which starts the next interval.
   StepRow take(int64_t step, int64_t epoch, double lr);
 

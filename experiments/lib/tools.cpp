@@ -2,9 +2,13 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <chrono>
+#include <optional>
 
 #include "autograd/tape.h"
+#include "core/parallel.h"
+#include "experiments/lib/distributed_run.h"
 #include "experiments/lib/output_dir.h"
 #include "experiments/lib/session.h"
 #include "experiments/lib/train_loop.h"
@@ -38,27 +42,65 @@ Json BenchmarkResult::json() const {
   j["img_per_s"] = Json(img_per_s);
   j["peak_bytes"] = Json(peak_bytes);
   j["saved_bytes"] = Json(saved_bytes);
+  if (ranks > 1) {
+    j["ranks"] = Json(ranks);
+    j["threads"] = Json(static_cast<int64_t>(num_threads()));
+    j["exposed_reduce_s_per_step"] = Json(exposed_reduce_s);
+    j["reduce_alone_s"] = Json(reduce_alone_s);
+    j["started_in_backward"] = Json(started_in_backward);
+  }
   return j;
 }
 
-BenchmarkResult benchmark(const Config& c, int64_t steps) {
+BenchmarkResult benchmark(const Config& c, int64_t steps, DataParallel* dp) {
   PACKRAT_CHECK(steps >= 1, "--benchmark: STEPS must be at least 1, got {}", steps);
   apply_process_settings(c);
   const InputSpec in = synthetic_input_spec(c);
   Session s = make_session(c, in);
-  SyntheticBatch b = synthetic_batch(c.data.batch_size, in.channels, in.height, in.width, in.classes, c.seed);
-  const StepOptions o = step_options(c, false);
+  const int64_t ranks = dp ? dp->size() : 1;
+  // Each rank its own part of the global batch (a different synthetic batch per rank).
+  SyntheticBatch b = synthetic_batch(c.data.batch_size / ranks, in.channels, in.height, in.width, in.classes,
+                                     c.seed + static_cast<uint64_t>(dp ? dp->rank() : 0));
+  StepOptions o = step_options(c, false);
+  std::unique_ptr<DataParallelStep> dp_step;
+  std::optional<SyncBatchnormScope> sync_bn;
+  if (dp) {
+    broadcast_model(*dp, *s.model);
+    dp_step = std::make_unique<DataParallelStep>(*dp, *s.model, c.distributed);
+    sync_bn.emplace(*dp, c.distributed.sync_batchnorm);
+    o.sync = dp_step.get();
+    o.global_count = c.data.batch_size;
+  }
   train_step(*s.model, *s.optimizer, *s.policy, b.images, b.labels, 0, o);  // warm-up
   BenchmarkResult r;
   r.steps = steps;
   r.batch_size = c.data.batch_size;
+  r.ranks = ranks;
+  if (dp) dp->comm->barrier("benchmark start");
   const auto start = std::chrono::steady_clock::now();
   for (int64_t i = 1; i <= steps; ++i) {
     StepResult sr = train_step(*s.model, *s.optimizer, *s.policy, b.images, b.labels, i, o);
     r.peak_bytes = std::max(r.peak_bytes, sr.memory.total_peak);
     r.saved_bytes = sr.saved_record_bytes;
+    if (dp_step) {
+      r.exposed_reduce_s += dp_step->timing().exposed_s;
+      r.started_in_backward = static_cast<double>(dp_step->timing().bytes_started_in_backward) /
+                              static_cast<double>(std::max<int64_t>(1, dp_step->timing().bytes));
+    }
+  }
+  if (dp) {
+    dp->comm->barrier("benchmark end");
+    std::vector<double> exposed{r.exposed_reduce_s};
+    sum_over_ranks(*dp, exposed, "benchmark timing");
+    r.exposed_reduce_s = exposed[0] / static_cast<double>(ranks * steps);
   }
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (dp_step) {
+    std::vector<double> alone;
+    for (int i = 0; i < 5; ++i) alone.push_back(dp_step->time_reduction_alone());
+    std::sort(alone.begin(), alone.end());
+    r.reduce_alone_s = alone[2];
+  }
   r.img_per_s = static_cast<double>(steps * c.data.batch_size) / r.seconds;
   return r;
 }

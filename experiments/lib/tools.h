@@ -12,6 +12,8 @@
 
 namespace packrat {
 
+struct DataParallel;  // experiments/lib/distributed_run.h
+
 // Writes memory_report.json into config.output.dir and returns the report.
 MemoryReport memory_report_only(const Config& c);
 
@@ -21,10 +23,20 @@ struct BenchmarkResult {
   int64_t saved_bytes = 0;  // held after the forward of the last step
   int64_t steps = 0, batch_size = 0;
   double seconds = 0;
-  Json json() const;        // exactly {"img_per_s": X, "peak_bytes": P, "saved_bytes": S}
+  // Data-parallel (dp given): the reduction's time left after the backward ended, averaged over
+  // the timed steps and the ranks, and the number of ranks.
+  double exposed_reduce_s = 0;
+  double reduce_alone_s = 0;  // the gradient all-reduce alone (after a barrier), median of 5
+  double started_in_backward = 0;  // fraction of the gradient bytes whose all-reduce started during the backward
+  int64_t ranks = 1;
+  // {"img_per_s": X, "peak_bytes": P, "saved_bytes": S}, and when data-parallel also "ranks",
+  // "threads", "exposed_reduce_s_per_step", "reduce_alone_s" and "started_in_backward"
+  Json json() const;
 };
 // One untimed warm-up step (oneDNN primitive creation, optimizer state), then `steps` timed steps.
-BenchmarkResult benchmark(const Config& c, int64_t steps);
+// With dp: every rank trains on its part (data.batch_size / ranks) of a global synthetic batch,
+// gradients all-reduced; img/s counts the global batch.
+BenchmarkResult benchmark(const Config& c, int64_t steps, DataParallel* dp = nullptr);
 
 struct MaxBatchResult {
   int64_t batch_size = 0;   // 0: not even batch 1 fits

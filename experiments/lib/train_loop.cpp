@@ -53,7 +53,8 @@ void refresh_gact(Module& model, Optimizer& opt, StorePolicy& policy, const Tens
     opt.zero_grad();
     return out;
   };
-  for (GactStore* g : gact) g->iterate(step, grads);
+  for (GactStore* g : gact)
+    if (g->iterate(step, grads) && o.sync) o.sync->after_gact_refresh(*g);
   for (auto& [live, copy] : buffers) {
     std::memcpy(live.raw(), copy.raw(), live.nbytes());
     live.bump_version();
@@ -93,7 +94,9 @@ StepResult train_step(Module& model, Optimizer& opt, StorePolicy& policy, const 
     r.saved_allocator_bytes = alloc.current(MemTag::Saved) - saved_before;
     if (o.capture_saved) r.saved = policy.describe();
     for (const auto& rec : o.capture_saved ? r.saved : policy.describe()) r.saved_record_bytes += rec.bytes;
+    if (o.sync) o.sync->before_backward(r.count, o.global_count > 0 ? o.global_count : r.count);
     backward(loss);
+    if (o.sync) o.sync->after_backward();
     // GACT's warning compares its predicted compression variance with the gradient's sampling
     // variance, estimated from every step's gradient.
     if (const std::vector<GactStore*> gact = find_gact_stores(policy); !gact.empty()) {
@@ -102,6 +105,7 @@ StepResult train_step(Module& model, Optimizer& opt, StorePolicy& policy, const 
       for (GactStore* g : gact) g->observe_gradient(grads);
     }
   } catch (...) {
+    if (o.sync) o.sync->abandon();
     clear_tape();  // releases whatever the stores still hold for this step
     opt.zero_grad();
     throw;

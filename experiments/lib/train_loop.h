@@ -8,6 +8,7 @@
 #include "core/allocator.h"
 #include "core/tensor.h"
 #include "data/loader.h"
+#include "experiments/lib/step_sync.h"
 #include "layers/module.h"
 #include "optim/optimizer.h"
 
@@ -17,6 +18,8 @@ struct StepOptions {
   double label_smoothing = 0;
   double clip_grad_norm = 0;   // 0: off
   bool capture_saved = false;  // take the policy's records after the forward (memory report)
+  StepSync* sync = nullptr;    // data-parallel: gradient all-reduce, GACT broadcast (step_sync.h)
+  int64_t global_count = 0;    // data-parallel: samples of the global batch (0: this batch's)
 };
 
 struct StepResult {

@@ -1,0 +1,164 @@
+#include "distributed/gradient_reducer.h"
+
+#include <chrono>
+#include <cstring>
+
+#include "autograd/tape.h"
+#include "core/allocator.h"
+
+namespace packrat::dist {
+
+GradientReducer::GradientReducer(Communicator& comm, std::vector<Tensor> params, ReducerOptions o)
+    : comm_(comm), params_(std::move(params)), options_(o) {
+  PACKRAT_CHECK(o.bucket_bytes >= 4, "distributed.bucket_bytes must be at least 4, got {}", o.bucket_bytes);
+  bucket_of_.resize(params_.size());
+  offset_of_.resize(params_.size());
+  copied_.resize(params_.size());
+  // Reverse registration order: the last layers' gradients are final first.
+  std::vector<std::vector<size_t>> groups;
+  int64_t bytes = 0;
+  for (size_t k = params_.size(); k-- > 0;) {
+    const Tensor& p = params_[k];
+    PACKRAT_CHECK(p.dtype() == DType::f32, "data-parallel gradients: parameter {} has dtype {}, only f32 is reduced", k,
+                  dtype_name(p.dtype()));
+    const int64_t b = p.numel() * 4;
+    if (groups.empty() || (bytes > 0 && bytes + b > options_.bucket_bytes)) {
+      groups.emplace_back();
+      bytes = 0;
+    }
+    groups.back().push_back(k);
+    bytes += b;
+    index_[p.autograd_meta().get()] = k;
+  }
+  TagScope tag(MemTag::Gradient);
+  for (const auto& g : groups) {
+    Bucket b;
+    int64_t numel = 0;
+    for (size_t k : g) {
+      bucket_of_[k] = buckets_.size();
+      offset_of_[k] = numel;
+      b.offset.push_back(numel);
+      numel += params_[k].numel();
+    }
+    b.params = g;
+    b.flat = Tensor::empty(Shape{numel});  // (numel) f32
+    buckets_.push_back(std::move(b));
+  }
+}
+
+GradientReducer::~GradientReducer() {
+  if (active_) set_gradient_ready_hook(nullptr);
+}
+
+void GradientReducer::begin(double share) {
+  PACKRAT_CHECK(!active_, "data-parallel gradients: begin() twice without finish()");
+  share_ = share;
+  active_ = true;
+  next_start_ = 0;
+  timing_ = {};
+  std::fill(copied_.begin(), copied_.end(), false);
+  for (Bucket& b : buckets_) {
+    b.missing = static_cast<int64_t>(b.params.size());
+    b.pending.reset();
+    b.started = false;
+  }
+  if (options_.overlap)
+    set_gradient_ready_hook([this](AutogradMeta& leaf) {
+      auto it = index_.find(&leaf);
+      if (it != index_.end()) on_ready(it->second);
+    });
+}
+
+void GradientReducer::copy_in(size_t k) {
+  if (copied_[k]) return;
+  copied_[k] = true;
+  Bucket& b = buckets_[bucket_of_[k]];
+  float* dst = b.flat.data<float>() + offset_of_[k];
+  const int64_t n = params_[k].numel();
+  const Tensor& g = params_[k].grad();
+  if (!g.defined()) {
+    std::memset(dst, 0, static_cast<size_t>(n) * sizeof(float));
+  } else {
+    const Tensor plain = g.to_plain();
+    const float* src = plain.data<float>();
+    const float s = static_cast<float>(share_);
+#pragma omp simd
+    for (int64_t i = 0; i < n; ++i) dst[i] = s * src[i];
+  }
+  --b.missing;
+}
+
+void GradientReducer::start_ready_buckets() {
+  while (next_start_ < buckets_.size() && buckets_[next_start_].missing == 0) {
+    Bucket& b = buckets_[next_start_];
+    b.pending = comm_.start_all_reduce_sum(b.flat.data<float>(), b.flat.numel(),
+                                           "gradient bucket " + std::to_string(next_start_));
+    b.started = true;
+    ++next_start_;
+  }
+}
+
+void GradientReducer::on_ready(size_t k) {
+  copy_in(k);
+  const size_t before = next_start_;
+  start_ready_buckets();
+  timing_.started_in_backward += static_cast<int64_t>(next_start_ - before);
+  for (size_t i = before; i < next_start_; ++i) timing_.bytes_started_in_backward += buckets_[i].flat.numel() * 4;
+  // Reductions move only inside MPI calls; but each call may yield the processor (Open MPI does
+  // when oversubscribed), so at most one every kProgressInterval.
+  constexpr auto kProgressInterval = std::chrono::microseconds(2000);
+  const auto now = std::chrono::steady_clock::now();
+  if (next_start_ > 0 && now - last_progress_ >= kProgressInterval) {
+    comm_.progress();
+    last_progress_ = now;
+  }
+}
+
+void GradientReducer::finish() {
+  PACKRAT_CHECK(active_, "data-parallel gradients: finish() without begin()");
+  set_gradient_ready_hook(nullptr);
+  active_ = false;
+  const auto start = std::chrono::steady_clock::now();
+  for (size_t k = 0; k < params_.size(); ++k) copy_in(k);  // those the hook did not see
+  start_ready_buckets();
+  for (size_t i = 0; i < buckets_.size(); ++i) {
+    Bucket& b = buckets_[i];
+    b.pending->wait();
+    b.pending.reset();
+    for (size_t j = 0; j < b.params.size(); ++j) {
+      Tensor& p = params_[b.params[j]];
+      Tensor& g = p.autograd_meta()->grad;
+      if (!g.defined()) continue;
+      if (g.layout() != Layout::Plain) {
+        TagScope tag(MemTag::Gradient);
+        g = Tensor::empty(p.shape());
+      }
+      std::memcpy(g.raw(), b.flat.data<float>() + b.offset[j], static_cast<size_t>(p.numel()) * sizeof(float));
+      g.bump_version();
+    }
+    timing_.bytes += b.flat.numel() * 4;
+  }
+  timing_.buckets = static_cast<int64_t>(buckets_.size());
+  timing_.exposed_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+double GradientReducer::time_reduction_alone() {
+  PACKRAT_CHECK(!active_, "data-parallel gradients: time_reduction_alone() inside a step");
+  comm_.barrier("reduction timing");
+  const auto start = std::chrono::steady_clock::now();
+  for (size_t i = 0; i < buckets_.size(); ++i)
+    buckets_[i].pending = comm_.start_all_reduce_sum(buckets_[i].flat.data<float>(), buckets_[i].flat.numel(),
+                                                     "timed bucket " + std::to_string(i));
+  for (Bucket& b : buckets_) {
+    b.pending->wait();
+    b.pending.reset();
+  }
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+void GradientReducer::abandon() {
+  set_gradient_ready_hook(nullptr);
+  active_ = false;
+}
+
+}  // namespace packrat::dist
