@@ -39,13 +39,17 @@ struct LoaderOptions {
   int threads = 1;         // threads preparing one batch (the background thread and threads - 1 helpers)
 };
 
+// A text dataset (data/text.h) gives token batches: images are the tokens (N, T) i64 and
+// labels the next-byte targets (N, T) i64; it takes no transforms.
 struct Batch {
-  Tensor images;                 // (N, C, H, W) f32 plain, tag Data
-  Tensor labels;                 // (N) i64, tag Data
+  Tensor images;                 // (N, C, H, W) f32 plain, tag Data; text: (N, T) i64 tokens
+  Tensor labels;                 // (N) i64, tag Data; text: (N, T) i64 targets
   std::vector<int64_t> indices;  // (N) dataset index of each sample
   int64_t epoch = 0;
   int64_t index = 0;             // batch number within the epoch
 };
+
+class TextDataset;
 
 constexpr uint64_t kShuffleStream = 0x5A0FFull << 40;
 
@@ -79,8 +83,11 @@ class Loader {
 
  private:
   void produce(int64_t epoch, int64_t first_batch);
+  Batch make_token_batch(Batch b) const;  // fills a text batch whose indices are set
+
 
   std::shared_ptr<const Dataset> dataset_;
+  const TextDataset* text_ = nullptr;  // dataset_ when it is a text dataset
   Pipeline pipeline_;
   LoaderOptions options_;
   int64_t size_ = 0;

@@ -419,8 +419,9 @@ Config parse_root(YAML::Node root, const Origin& origin) {
     c.data.width = d.get_int("width", 0, 0, 1 << 16);
     c.data.channels = d.get_int("channels", 3, 1, 3);
     if (c.data.channels == 2) d.error_at(d.key_path("channels"), d.node()["channels"].Mark(), "must be 1 or 3");
+    c.data.seq_len = d.get_int("seq_len", 0, 0, 1 << 20);  // text; 0 is refused when the text is opened
     d.finish({"dataset", "root", "batch_size", "eval_batch_size", "train_transforms", "test_transforms", "limit_train",
-              "limit_test", "workers", "prefetch", "download", "label", "height", "width", "channels"});
+              "limit_test", "workers", "prefetch", "download", "label", "height", "width", "channels", "seq_len"});
   }
   {
     Section m = top.child("model");
@@ -590,6 +591,7 @@ std::string config_to_yaml(const Config& c) {
   e << YAML::Key << "height" << YAML::Value << c.data.height;
   e << YAML::Key << "width" << YAML::Value << c.data.width;
   e << YAML::Key << "channels" << YAML::Value << c.data.channels;
+  e << YAML::Key << "seq_len" << YAML::Value << c.data.seq_len;
   e << YAML::EndMap;
 
   e << YAML::Key << "model" << YAML::Value << YAML::BeginMap;

@@ -26,6 +26,7 @@ struct DataConfig {
   std::string label = "fine";                 // cifar100: fine | coarse
   int64_t height = 0, width = 0;              // image_folder: resize on load (0: keep)
   int64_t channels = 3;                       // image_folder: 3 (RGB) or 1 (grey)
+  int64_t seq_len = 0;                        // text: tokens per sample (required, >= 1)
 };
 
 struct ModelConfig {

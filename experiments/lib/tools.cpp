@@ -7,6 +7,7 @@
 #include "autograd/tape.h"
 #include "experiments/lib/output_dir.h"
 #include "experiments/lib/session.h"
+#include "experiments/lib/text_task.h"
 #include "experiments/lib/train_loop.h"
 
 namespace packrat {
@@ -26,7 +27,7 @@ MemoryReport memory_report_only(const Config& c) {
   apply_process_settings(c);
   const InputSpec in = synthetic_input_spec(c);
   Session s = make_session(c, in);
-  SyntheticBatch b = synthetic_batch(c.data.batch_size, in.channels, in.height, in.width, in.classes, c.seed);
+  SyntheticBatch b = synthetic_inputs(c, in, c.data.batch_size);
   StepResult r = train_step(*s.model, *s.optimizer, *s.policy, b.images, b.labels, 0, step_options(c, true));
   MemoryReport report = make_memory_report(c.data.batch_size, std::move(r.saved), r.saved_allocator_bytes, r.memory);
   write_memory_report(report, c.output.dir);
@@ -46,7 +47,7 @@ BenchmarkResult benchmark(const Config& c, int64_t steps) {
   apply_process_settings(c);
   const InputSpec in = synthetic_input_spec(c);
   Session s = make_session(c, in);
-  SyntheticBatch b = synthetic_batch(c.data.batch_size, in.channels, in.height, in.width, in.classes, c.seed);
+  SyntheticBatch b = synthetic_inputs(c, in, c.data.batch_size);
   const StepOptions o = step_options(c, false);
   train_step(*s.model, *s.optimizer, *s.policy, b.images, b.labels, 0, o);  // warm-up
   BenchmarkResult r;
@@ -70,7 +71,7 @@ MaxBatchResult find_max_batch(const Config& c, int64_t limit, int64_t upper) {
   Session s = make_session(c, in);
   auto& alloc = Allocator::cpu();
   {  // the optimizer state exists before the search, as it does in training
-    SyntheticBatch b = synthetic_batch(1, in.channels, in.height, in.width, in.classes, c.seed);
+    SyntheticBatch b = synthetic_inputs(c, in, 1);
     train_step(*s.model, *s.optimizer, *s.policy, b.images, b.labels, 0, step_options(c, false));
   }
   MaxBatchResult result;
@@ -86,7 +87,7 @@ MaxBatchResult find_max_batch(const Config& c, int64_t limit, int64_t upper) {
     int64_t peak = -1;
     try {
       alloc.set_limit(limit);
-      SyntheticBatch b = synthetic_batch(n, in.channels, in.height, in.width, in.classes, c.seed);
+      SyntheticBatch b = synthetic_inputs(c, in, n);
       StepResult r = train_step(*s.model, *s.optimizer, *s.policy, b.images, b.labels, result.trials, step_options(c, false));
       peak = r.memory.total_peak;
     } catch (const OutOfMemory&) {
