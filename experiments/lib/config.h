@@ -32,7 +32,8 @@ struct DataConfig {
 struct ModelConfig {
   std::string arch;                 // resnet20, resnet18, ...
   std::string stem;                 // cifar | imagenet; "" = the architecture's own
-  std::string activation = "relu";  // any built-in pointwise activation
+  std::string activation;           // any built-in pointwise activation; "": the architecture's own
+  int64_t image_size = 0, patch_size = 0;  // vit_*: 0 = the input's side / the preset's patch
   int64_t classes = 0;              // 0: the dataset's number of classes
   int64_t in_channels = 0;          // 0: the dataset's channels; otherwise it must equal them
 };

@@ -107,6 +107,8 @@ Session make_session(const Config& c, const InputSpec& input) {
   spec.in_channels = input.channels;
   spec.num_classes = input.classes;
   spec.seed = c.seed;
+  spec.image_size = c.model.image_size > 0 ? c.model.image_size : input.height;  // vit_*
+  spec.patch_size = c.model.patch_size;
   s.model = make_model(spec);
   if (c.optimizer.name == "sgd") {
     SgdOptions o;
