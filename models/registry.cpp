@@ -7,6 +7,7 @@
 #include <map>
 
 #include "models/cifar_resnet.h"
+#include "models/gpt.h"
 #include "models/resnet.h"
 #include "models/vit.h"
 
@@ -58,6 +59,15 @@ VitConfig vit_b_16_config() { return VitConfig{224, 16, 12, 12, 768, 3072}; }
 VitConfig vit_tiny_cifar_config() { return VitConfig{32, 4, 6, 3, 192, 384}; }
 VitConfig vit_tiny_fmnist_config() { return VitConfig{28, 4, 4, 4, 64, 128}; }
 
+// A GPT preset over the data's vocabulary (num_classes: 256 for bytes).
+std::shared_ptr<Module> gpt(const ModelSpec& s) {
+  GptConfig c = gpt_preset(s.arch);
+  if (!s.activation.empty()) c.activation = s.activation;  // the MLP's
+  c.vocab = s.num_classes;
+  c.seed = s.seed;
+  return std::make_shared<Gpt>(c);
+}
+
 using Factory = std::function<std::shared_ptr<Module>(const ModelSpec&)>;
 
 const std::map<std::string, Factory>& factories() {
@@ -73,6 +83,9 @@ const std::map<std::string, Factory>& factories() {
       {"vit_b_16", [](const ModelSpec& s) { return vit(s, vit_b_16_config()); }},
       {"vit_tiny_cifar", [](const ModelSpec& s) { return vit(s, vit_tiny_cifar_config()); }},
       {"vit_tiny_fmnist", [](const ModelSpec& s) { return vit(s, vit_tiny_fmnist_config()); }},
+      {"gpt_tiny", gpt},
+      {"gpt_small", gpt},
+      {"gpt_medium", gpt},
   };
   return m;
 }

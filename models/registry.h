@@ -11,12 +11,13 @@ namespace packrat {
 
 struct ModelSpec {
   // resnet18 | resnet34 | resnet50 | resnet20 | resnet32 | resnet44 | resnet56 | resnet110 |
-  // vit_b_16 | vit_tiny_cifar | vit_tiny_fmnist
+  // vit_b_16 | vit_tiny_cifar | vit_tiny_fmnist | gpt_tiny | gpt_small | gpt_medium (models/gpt.h;
+  // num_classes = the vocabulary)
   std::string arch;
   // imagenet | cifar; "" picks the architecture's own: imagenet for resnet18/34/50, cifar for the
   // CIFAR ResNets (which have only the cifar stem: asking them for imagenet is an error).
   std::string stem;
-  // any name from autograd/pointwise.h; "" picks the architecture's own (ResNet: relu, ViT: gelu)
+  // any name from autograd/pointwise.h; "" picks the architecture's own (ResNet: relu, ViT and GPT: gelu)
   std::string activation;
   int64_t in_channels = 3, num_classes = 10;
   uint64_t seed = 0;

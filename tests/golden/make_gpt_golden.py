@@ -25,25 +25,25 @@ N, T = 2, 6
 
 
 class Mlp(nn.Module):
-    def __init__(self):
+    def __init__(self, embd, dropout):
         super().__init__()
-        self.c_fc = nn.Linear(EMBD, 4 * EMBD)
+        self.c_fc = nn.Linear(embd, 4 * embd)
         self.act = nn.GELU()
-        self.c_proj = nn.Linear(4 * EMBD, EMBD)
-        self.dropout = nn.Dropout(0.0)
+        self.c_proj = nn.Linear(4 * embd, embd)
+        self.dropout = nn.Dropout(dropout)
 
     def forward(self, x):
         return self.dropout(self.c_proj(self.act(self.c_fc(x))))
 
 
 class Block(nn.Module):
-    def __init__(self):
+    def __init__(self, embd, heads, dropout):
         super().__init__()
-        self.ln_1 = nn.LayerNorm(EMBD)
-        self.attn = nn.MultiheadAttention(EMBD, HEADS, dropout=0.0, batch_first=True)
-        self.resid_dropout = nn.Dropout(0.0)
-        self.ln_2 = nn.LayerNorm(EMBD)
-        self.mlp = Mlp()
+        self.ln_1 = nn.LayerNorm(embd)
+        self.attn = nn.MultiheadAttention(embd, heads, dropout=dropout, batch_first=True)
+        self.resid_dropout = nn.Dropout(dropout)
+        self.ln_2 = nn.LayerNorm(embd)
+        self.mlp = Mlp(embd, dropout)
 
     def forward(self, x):
         t = x.shape[1]
@@ -54,12 +54,14 @@ class Block(nn.Module):
 
 
 class Gpt(nn.Module):
-    def __init__(self):
+    """packrat's models/gpt.h in PyTorch (bench/torch_gpt_step.py uses it too)."""
+
+    def __init__(self, vocab=VOCAB, block=BLOCK, layers=LAYERS, heads=HEADS, embd=EMBD, dropout=0.0):
         super().__init__()
         self.transformer = nn.ModuleDict(dict(
-            wte=nn.Embedding(VOCAB, EMBD), wpe=nn.Embedding(BLOCK, EMBD), drop=nn.Dropout(0.0),
-            h=nn.ModuleList([Block() for _ in range(LAYERS)]), ln_f=nn.LayerNorm(EMBD)))
-        self.lm_head = nn.Linear(EMBD, VOCAB, bias=False)
+            wte=nn.Embedding(vocab, embd), wpe=nn.Embedding(block, embd), drop=nn.Dropout(dropout),
+            h=nn.ModuleList([Block(embd, heads, dropout) for _ in range(layers)]), ln_f=nn.LayerNorm(embd)))
+        self.lm_head = nn.Linear(embd, vocab, bias=False)
         self.lm_head.weight = self.transformer.wte.weight  # tied
 
     def forward(self, tokens):
