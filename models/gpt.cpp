@@ -120,7 +120,7 @@ GptConfig gpt_preset(const std::string& name) {
   if (name == "gpt_tiny") {
     c.n_layer = 2, c.n_head = 2, c.n_embd = 64, c.block_size = 128;
   } else if (name == "gpt_small") {
-    c.n_layer = 4, c.n_head = 4, c.n_embd = 128, c.block_size = 256, c.dropout = 0.1f;
+    c.n_layer = 4, c.n_head = 4, c.n_embd = 128, c.block_size = 256;
   } else if (name == "gpt_medium") {
     c.n_layer = 6, c.n_head = 6, c.n_embd = 384, c.block_size = 256, c.dropout = 0.2f;
   } else {
