@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Side-by-side: packrat's TrainStep/resnet18_cifar_gelu/64 (or TrainStep/gpt_small/32, the GPT
+"""Side-by-side: packrat's TrainStep/resnet18_cifar_gelu/64 (or TrainStep/vit_tiny_cifar/64, or TrainStep/gpt_small/32, the GPT
 in tokens/s) against the same step in PyTorch, interleaved in one run (these machines are
 noisy), and the ratio of their images/s (tokens/s).
 
@@ -26,6 +26,8 @@ def check_prerequisites(bench):
 # benchmark name -> (PyTorch twin, its arguments, the counter both report)
 REFERENCES = {
     "TrainStep/resnet18_cifar_gelu/64": ("torch_train_step.py", ["--batch", "64", "--steps", "8"], "img_per_s"),
+    "TrainStep/vit_tiny_cifar/64": ("torch_train_step.py", ["--batch", "64", "--steps", "8", "--model", "vit_tiny_cifar"],
+                                    "img_per_s"),
     "TrainStep/gpt_small/32": ("torch_gpt_step.py", ["--model", "gpt_small", "--batch", "32", "--steps", "4"],
                                "tok_per_s"),
     "TrainStep/gpt_tiny/32": ("torch_gpt_step.py", ["--model", "gpt_tiny", "--batch", "32", "--steps", "8"],
@@ -54,6 +56,7 @@ def main():
     ap.add_argument("--name", default="TrainStep/resnet18_cifar_gelu/64", choices=sorted(REFERENCES))
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--torch-model", default=None, help="ignored: the benchmark name picks the PyTorch twin")
     a = ap.parse_args()
     check_prerequisites(a.bench)
     os.environ["OMP_NUM_THREADS"] = str(a.threads)

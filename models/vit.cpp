@@ -92,8 +92,8 @@ VisionTransformer::VisionTransformer(const VitConfig& c) : c_(c) {
   cc.stride = P;
   conv_proj_ = register_module("conv_proj", std::make_shared<Conv2d>(c.in_channels, D, P, cc, seeds.next()));
   {
-    // torchvision: trunc_normal_(std = sqrt(1 / fan_in)) (truncated at +-2, i.e. about 2 std's
-    // only for tiny fan_in) approximated by a plain normal, bias 0.
+    // torchvision: trunc_normal_(std = sqrt(1 / fan_in)), truncated at +-2 (absolute): for
+    // fan_in >= 16 that is 8 std or more out, so a plain normal is the same in practice. Bias 0.
     TagScope tag(MemTag::Parameter);
     PhiloxStream rng(seeds.next(), 0);
     const float fan_in = static_cast<float>(c.in_channels * P * P);

@@ -4,8 +4,8 @@
 //   encoder.pos_embedding (1, T, D) with T = (image / patch)^2 + 1,
 //   encoder.layers.encoder_layer_<i>.{ln_1, self_attention.{in_proj_weight, in_proj_bias,
 //   out_proj}, ln_2, mlp.0, mlp.3}, encoder.ln, heads.head,
-// and torchvision's init (conv_proj truncated-normal-free approximation: normal std sqrt(1/fan_in)
-// (see vit.cpp), pos_embedding normal std 0.02, class token 0, MLP xavier_uniform with N(0, 1e-6)
+// and torchvision's init (conv_proj normal with std sqrt(1/fan_in), where torchvision truncates
+// at +-2; pos_embedding normal std 0.02, class token 0, MLP xavier_uniform with N(0, 1e-6)
 // biases, LayerNorm eps 1e-6, heads.head zero). Pre-LN encoder blocks:
 //   x = x + dropout(self_attention(ln_1(x))); x = x + mlp(ln_2(x)); mlp = Linear, GELU, Dropout,
 //   Linear, Dropout. The logits come from encoder.ln of the class token.

@@ -9,6 +9,8 @@
 #include "autograd/fp32_store.h"
 #include "autograd/ops.h"
 #include "autograd/tape.h"
+#include "quant/fewbit_table.h"
+#include "quant/rule_policy.h"
 #include "tests/support/gradcheck.h"
 
 using namespace packrat;
@@ -216,4 +218,31 @@ TEST(AttentionOpErrors, MismatchedShapesNameTheOpAndLayer) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("attention enc.0.attn"), std::string::npos) << e.what();
   }
+}
+
+// GELU's tanh form in the few-bit store: 3-bit interval indices (3/32 of FP32's bytes, plus
+// padding), and a gradient within the shipped table's largest error |f' - q| of the exact one.
+TEST(GeluTanhFewBit, StoresThreeBitIndicesAndBoundsTheGradientError) {
+  const Tensor x0 = random_tensor({4, 256}, 22, -4.0f, 4.0f);
+  Tensor exact;
+  {
+    Tensor x = x0.clone().set_requires_grad(true);
+    backward(ops::activation(x, "gelu_tanh"), Tensor::full({4, 256}, 1.0f));
+    exact = x.grad();
+  }
+  StorePolicySpec spec;
+  spec.rules.push_back({{"gelu_tanh"}, {}, {"fewbit", {{"bits", "3"}}, "test"}});
+  RulePolicy policy(spec);
+  PolicyScope scope(policy);
+  Tensor x = x0.clone().set_requires_grad(true);
+  Tensor y = ops::activation(x, "gelu_tanh");
+  const auto recs = policy.describe();
+  ASSERT_EQ(recs.size(), 1u);
+  EXPECT_EQ(recs[0].scheme, "fewbit");
+  EXPECT_LE(recs[0].bytes, 4 * 256 * 3 / 8 + 64);
+  backward(y, Tensor::full({4, 256}, 1.0f));
+  const double bound = fewbit_table("gelu_tanh", 3).max_abs_error;
+  EXPECT_GT(bound, 0.0);
+  const auto g = x.grad().to_vector(), e = exact.to_vector();
+  for (size_t i = 0; i < g.size(); ++i) EXPECT_LE(std::abs(g[i] - e[i]), bound + 1e-5) << i;
 }
