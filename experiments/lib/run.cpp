@@ -151,8 +151,10 @@ RunResult run_training(const Config& c, const RunOptions& o) {
     if (is_text_task(c)) {
       m.train_bpb = bits_per_byte(m.train_loss);
       m.test_bpb = bits_per_byte(m.test_loss);
-      spdlog::info("epoch {}/{}: train {:.4f} bits/byte | validation {:.4f} bits/byte ({} tokens/s)", m.epoch,
-                   c.train.epochs, m.train_bpb, m.test_bpb, static_cast<int64_t>(m.img_per_s));
+      spdlog::info("epoch {}/{}: train {:.4f} bits/byte | validation {} ({} tokens/s)", m.epoch, c.train.epochs,
+                   m.train_bpb,
+                   std::isfinite(m.test_bpb) ? fmt::format("{:.4f} bits/byte", m.test_bpb) : "not evaluated this epoch",
+                   static_cast<int64_t>(m.img_per_s));
     }
     metrics.append(m);
     spdlog::info("epoch {}/{}: train loss {:.4f} acc {:.2f}% | test loss {:.4f} acc {:.2f}% | lr {:.4g} | {:.0f} img/s | "
