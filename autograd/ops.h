@@ -9,7 +9,9 @@
 // softmax, ...) reorder their input themselves.
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string_view>
+#include <vector>
 
 #include "core/tensor.h"
 
@@ -52,6 +54,32 @@ Tensor scale(const Tensor& a, float s);        // a * s
 Tensor reshape(const Tensor& x, const Shape& shape);
 Tensor flatten(const Tensor& x, int64_t start_dim = 1);
 Tensor transpose_last2(const Tensor& x);       // (..., M, N) -> (..., N, M), a copy
+
+// ---- Transformer ops (permute.cpp, concat.cpp, attention.cpp). None but attention saves anything.
+// torch.permute(x, perm).contiguous(): a plain copy; the gradient is permuted back.
+Tensor permute(const Tensor& x, std::span<const int64_t> perm);
+// torch.cat(xs, dim) (dim may be negative); its backward splits the gradient.
+Tensor concat(const std::vector<Tensor>& xs, int64_t dim);
+// torch.split(x, sizes, dim), each part a copy; its backward concatenates (zeros for unused parts).
+std::vector<Tensor> split(const Tensor& x, const std::vector<int64_t>& sizes, int64_t dim);
+// x.narrow(dim, start, length).contiguous(); its backward pads the gradient with zeros.
+Tensor narrow(const Tensor& x, int64_t dim, int64_t start, int64_t length);
+// x.expand(shape).contiguous() (numpy broadcasting, e.g. a class token (1, 1, D) -> (N, 1, D));
+// the gradient is summed back to x's shape.
+Tensor expand(const Tensor& x, const Shape& shape);
+// Scaled dot-product attention, softmax(q k^T * scale [+ causal mask]) with dropout, times v:
+// q (B..., T, E), k (B..., S, E), v (B..., S, Ev) -> (B..., T, Ev). It records one node whose saved
+// tensors each have their own op name, so store rules can target them:
+//   attention_q, attention_k, attention_v (Need::Value), attention_softmax (the softmax output,
+//   Need::Value), attention_dropout (the keep mask, Need::Mask; only when dropout is active).
+struct AttentionOptions {
+  bool causal = false;     // query i sees keys j <= i (+ S - T)
+  float dropout_p = 0.0f;  // on the attention weights, in training only
+  bool training = false;
+  uint64_t seed = 0, stream = 0;  // dropout's Philox key
+  float scale = 0.0f;             // 0: 1 / sqrt(E)
+};
+Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionOptions& o);
 
 // Inverted dropout: zeroes with probability p and scales the rest by 1/(1-p); identity when
 // !training or p == 0. Randomness: Philox keyed by (seed, stream).

@@ -141,6 +141,29 @@ PACKRAT_INLINE float mish_df(float x) {
   return std::fma(4.0f * x * w * (1.0f + w), inv * inv, q * inv);
 }
 
+// gelu_tanh (approximate='tanh', GPT-2's): 0.5 x (1 + tanh(u)), u = sqrt(2/pi) (x + 0.044715 x^3).
+// With 0.5 (1 + tanh(u)) = sigmoid(2u) =: s (free of the cancellation 1 + tanh(u) has for x << 0):
+// f = x s, f' = s + 2 x s (1 - s) u', u' = sqrt(2/pi) (1 + 3 * 0.044715 x^2).
+constexpr float kSqrt2OverPi = 0.7978845608028654f;
+constexpr float kGeluTanhCubic = 0.044715f;
+// |x| is clamped to 20 inside u and u' (s is 0 or 1 in f32 from |x| = 10 on), so that x^3 never
+// overflows and f' stays finite for huge inputs.
+PACKRAT_INLINE float gelu_tanh_clamp(float x) {
+  const float lo = x > -20.0f ? x : -20.0f;
+  return lo < 20.0f ? lo : 20.0f;
+}
+PACKRAT_INLINE float gelu_tanh_2u(float x) {
+  const float xc = gelu_tanh_clamp(x);
+  return 2.0f * kSqrt2OverPi * std::fma(kGeluTanhCubic * xc * xc, xc, xc);
+}
+PACKRAT_INLINE float gelu_tanh_f(float x) { return x * logistic(gelu_tanh_2u(x)).s; }
+PACKRAT_INLINE float gelu_tanh_df(float x) {
+  const Logistic l = logistic(gelu_tanh_2u(x));
+  const float xc = gelu_tanh_clamp(x);
+  const float du = kSqrt2OverPi * std::fma(3.0f * kGeluTanhCubic, xc * xc, 1.0f);
+  return std::fma(2.0f * xc * l.s * l.one_minus_s, du, l.s);
+}
+
 // ---------------------------------------------------------------------------------------------
 // Bulk loops: one per function, each a single loop over inlined branch-free code.
 
@@ -167,6 +190,7 @@ PACKRAT_POINTWISE(selu, selu_f, selu_df)
 PACKRAT_POINTWISE(softplus, softplus_f, softplus_df)
 PACKRAT_POINTWISE(elu, eluf, eludf)
 PACKRAT_POINTWISE(mish, mish_f, mish_df)
+PACKRAT_POINTWISE(gelu_tanh, gelu_tanh_f, gelu_tanh_df)
 PACKRAT_LOOP(relu_derivative_y, relu_df)  // y > 0 exactly where x > 0
 PACKRAT_LOOP(sigmoid_derivative_y, sigmoid_df_from_y)
 PACKRAT_LOOP(tanh_derivative_y, tanh_df_from_y)
@@ -185,9 +209,10 @@ const Pointwise kSelu{PACKRAT_ENTRY(selu), nullptr, false, false};
 const Pointwise kSoftplus{PACKRAT_ENTRY(softplus), nullptr, false, false};
 const Pointwise kElu{PACKRAT_ENTRY(elu), nullptr, false, false};
 const Pointwise kMish{PACKRAT_ENTRY(mish), nullptr, false, false};
+const Pointwise kGeluTanh{PACKRAT_ENTRY(gelu_tanh), nullptr, false, false};
 
 const Pointwise* const kAll[] = {&kRelu, &kLeakyRelu, &kRelu6, &kHardswish, &kGelu,     &kSilu,
-                                 &kSigmoid, &kTanh, &kSelu, &kSoftplus, &kElu, &kMish};
+                                 &kSigmoid, &kTanh, &kSelu, &kSoftplus, &kElu, &kMish, &kGeluTanh};
 
 const Pointwise* find(std::string_view name) {
   for (const Pointwise* p : kAll)

@@ -25,7 +25,7 @@ struct Pointwise {
 };
 
 // The built-in activations: relu, leaky_relu, relu6, hardswish, gelu, silu, sigmoid, tanh,
-// selu, softplus, elu, mish. Throws packrat::Error naming the function when unknown.
+// selu, softplus, elu, mish, gelu_tanh. Throws packrat::Error naming the function when unknown.
 const Pointwise& pointwise_by_name(std::string_view name);
 bool is_pointwise_name(std::string_view name);
 const Pointwise& pointwise_by_id(ActivationId id);

@@ -23,16 +23,26 @@ def resnet18_cifar_gelu(num_classes=10):
     return m
 
 
+def vit_tiny_cifar(num_classes=10):
+    # packrat's vit_tiny_cifar preset: 32x32, patch 4, 6 blocks of width 192, 3 heads, MLP 384.
+    return torchvision.models.VisionTransformer(image_size=32, patch_size=4, num_layers=6, num_heads=3,
+                                                hidden_dim=192, mlp_dim=384, num_classes=num_classes)
+
+
+MODELS = {"resnet18_cifar_gelu": resnet18_cifar_gelu, "vit_tiny_cifar": vit_tiny_cifar}
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--model", default="resnet18_cifar_gelu", choices=sorted(MODELS))
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     torch.manual_seed(0)
-    model = resnet18_cifar_gelu()
+    model = MODELS[a.model]()
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     x = torch.randn(a.batch, 3, 32, 32)
     y = torch.randint(0, 10, (a.batch,))

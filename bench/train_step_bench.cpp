@@ -28,9 +28,11 @@ StorePolicySpec scheme_spec(const std::string& name) {
 }
 
 // Names stay exactly "TrainStep/<model>/<batch>": run with --benchmark_min_time=5 for steady figures.
-void TrainStep(benchmark::State& state, const std::string& scheme) {
+// spec: the model, on 3x32x32 inputs (ResNet-18 CIFAR/GELU unless given).
+void TrainStep(benchmark::State& state, const std::string& scheme,
+               const ModelSpec& spec = {"resnet18", "cifar", "gelu", 3, 10, 0}) {
   const int64_t batch = state.range(0);
-  auto model = make_model({"resnet18", "cifar", "gelu", 3, 10, 0});
+  auto model = make_model(spec);
   SGD opt(model->named_parameters(), SgdOptions{0.01, 0.9});
   PhiloxStream rng(1, 1);
   std::vector<float> pixels(static_cast<size_t>(batch * 3 * 32 * 32));
@@ -71,6 +73,12 @@ BENCHMARK_CAPTURE(TrainStep, resnet18_cifar_gelu_fewbit3, std::string("fewbit3")
     ->Name("TrainStep/resnet18_cifar_gelu_fewbit3")->Arg(64)->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(TrainStep, resnet18_cifar_gelu_actnn2, std::string("actnn2"))
     ->Name("TrainStep/resnet18_cifar_gelu_actnn2")->Arg(64)->Unit(benchmark::kMillisecond);
+// The CIFAR ViT (vit_tiny_cifar: patch 4, 6 x 192, 3 heads); PyTorch twin:
+//   bench/compare_torch.py --name TrainStep/vit_tiny_cifar/64
+BENCHMARK_CAPTURE(TrainStep, vit_tiny_cifar, std::string("fp32"), ModelSpec{"vit_tiny_cifar", "", "", 3, 10, 0})
+    ->Name("TrainStep/vit_tiny_cifar")->Arg(64)->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(TrainStep, vit_tiny_cifar_actnn2, std::string("actnn2"), ModelSpec{"vit_tiny_cifar", "", "", 3, 10, 0})
+    ->Name("TrainStep/vit_tiny_cifar_actnn2")->Arg(64)->Unit(benchmark::kMillisecond);
 
 }  // namespace
 }  // namespace packrat

@@ -6,8 +6,9 @@
 namespace packrat {
 
 enum class ActivationId : uint8_t {
-  relu, leaky_relu, relu6, hardswish, gelu, silu, sigmoid, tanh, selu, softplus, elu, mish
+  relu, leaky_relu, relu6, hardswish, gelu, silu, sigmoid, tanh, selu, softplus, elu, mish,
+  gelu_tanh  // GELU, approximate='tanh'
 };
-constexpr int kNumActivations = 12;
+constexpr int kNumActivations = 13;
 
 }  // namespace packrat

@@ -234,6 +234,18 @@ class Backend {
   // the forward did not read.
   virtual Tensor pad_channels_subsample_backward(const Tensor& grad, const Shape& x_shape, Layout x_layout,
                                                  int64_t stride) = 0;
+  // General axis permutation: x (d_0, ..., d_{r-1}) any dtype -> y (d_perm[0], ..., d_perm[r-1])
+  // plain, y[i_0, ..., i_{r-1}] = x[j] with j_perm[k] = i_k (torch.permute, then .contiguous()).
+  // A blocked x is read as plain.
+  virtual Tensor permute(const Tensor& x, std::span<const int64_t> perm) = 0;
+  // torch.cat: xs plain or blocked, one dtype, equal in every dim but `dim` -> their
+  // concatenation along `dim`, plain.
+  virtual Tensor concat(std::span<const Tensor> xs, int64_t dim) = 0;
+  // torch.narrow(x, dim, start, length).contiguous(): x any dtype -> plain copy of the slice.
+  virtual Tensor narrow(const Tensor& x, int64_t dim, int64_t start, int64_t length) = 0;
+  // Causal attention mask, in place: scores (..., T, S) plain f32 with T <= S; element (i, j) of
+  // each (T, S) matrix becomes -inf where j > i + (S - T) (a query sees keys up to its own position).
+  virtual void causal_mask_fill(Tensor& scores) = 0;
 
   // ---- optimizer updates (optim)
   // One fused SGD step over param, grad (and the momentum buffer), f32 of one layout, as PyTorch:

@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "core/philox.h"
+#include "data/text.h"
 
 namespace packrat::data {
 
@@ -23,6 +24,11 @@ Loader::Loader(std::shared_ptr<const Dataset> dataset, Pipeline pipeline, Loader
     size_ = shard_end(options_.shard_index) - shard_end(options_.shard_index - 1);
   PACKRAT_CHECK(size_ > 0, "loader {}: the dataset is empty", dataset_->name());
   in_shape_ = dataset_->image_shape();
+  text_ = dynamic_cast<const TextDataset*>(dataset_.get());
+  PACKRAT_CHECK(text_ == nullptr || pipeline_.empty(),
+                "loader {}: a text dataset takes no transforms, got {} (remove data.train_transforms and "
+                "data.test_transforms)",
+                dataset_->name(), pipeline_.describe());
   out_shape_ = pipeline_.output_shape(in_shape_);
   PACKRAT_CHECK(out_shape_.numel() <= kMaxImageValues,
                 "loader {}: the transforms ({}) make images of {} = {} values, more than {} (1 GiB of f32) per image",
@@ -71,6 +77,7 @@ Batch Loader::make_batch(const std::vector<int64_t>& order, int64_t epoch, int64
   b.epoch = epoch;
   b.index = batch_index;
   b.indices.assign(order.begin() + begin, order.begin() + begin + n);
+  if (text_ != nullptr) return make_token_batch(std::move(b));
   TagScope tag(MemTag::Data);
   b.images = Tensor::empty({n, out_shape_.c, out_shape_.h, out_shape_.w}, DType::f32, Layout::Plain, MemTag::Data);
   b.labels = Tensor::empty({n}, DType::i64, Layout::Plain, MemTag::Data);
@@ -107,6 +114,24 @@ Batch Loader::make_batch(const std::vector<int64_t>& order, int64_t epoch, int64
   for (auto& e : errors)
     if (e && !error) error = e;
   if (error) std::rethrow_exception(error);
+  return b;
+}
+
+Batch Loader::make_token_batch(Batch b) const {
+  const auto n = static_cast<int64_t>(b.indices.size());
+  const int64_t t = text_->seq_len();
+  TagScope tag(MemTag::Data);
+  b.images = Tensor::empty({n, t}, DType::i64, Layout::Plain, MemTag::Data);  // (N, T) tokens
+  b.labels = Tensor::empty({n, t}, DType::i64, Layout::Plain, MemTag::Data);  // (N, T) next bytes
+  int64_t* tokens = b.images.data<int64_t>();
+  int64_t* targets = b.labels.data<int64_t>();
+  for (int64_t i = 0; i < n; ++i) {
+    const uint8_t* w = text_->window(b.indices[i]);  // T + 1 bytes
+    for (int64_t j = 0; j < t; ++j) {
+      tokens[i * t + j] = w[j];
+      targets[i * t + j] = w[j + 1];
+    }
+  }
   return b;
 }
 

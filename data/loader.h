@@ -45,14 +45,18 @@ struct LoaderOptions {
   bool split_batches = true;
 };
 
+// A text dataset (data/text.h) gives token batches: images are the tokens (N, T) i64 and
+// labels the next-byte targets (N, T) i64; it takes no transforms.
 struct Batch {
-  Tensor images;                 // (N, C, H, W) f32 plain, tag Data
-  Tensor labels;                 // (N) i64, tag Data
+  Tensor images;                 // (N, C, H, W) f32 plain, tag Data; text: (N, T) i64 tokens
+  Tensor labels;                 // (N) i64, tag Data; text: (N, T) i64 targets
   std::vector<int64_t> indices;  // (N) dataset index of each sample
   int64_t global_size = 0;       // samples of the whole batch across shards (split_batches), else N
   int64_t epoch = 0;
   int64_t index = 0;             // batch number within the epoch
 };
+
+class TextDataset;
 
 constexpr uint64_t kShuffleStream = 0x5A0FFull << 40;
 
@@ -88,8 +92,11 @@ class Loader {
   void produce(int64_t epoch, int64_t first_batch);
   // End of shard `shard`'s part of the epoch (shard -1: 0), over the samples after the limit.
   int64_t shard_end(int shard) const;
+  Batch make_token_batch(Batch b) const;  // fills a text batch whose indices are set
+
 
   std::shared_ptr<const Dataset> dataset_;
+  const TextDataset* text_ = nullptr;  // dataset_ when it is a text dataset
   Pipeline pipeline_;
   LoaderOptions options_;
   int64_t size_ = 0;

@@ -6,6 +6,7 @@
 #include "data/download.h"
 #include "data/idx.h"
 #include "data/image_folder.h"
+#include "data/text.h"
 
 namespace packrat::data {
 namespace fs = std::filesystem;
@@ -59,8 +60,8 @@ std::string default_root(std::string_view name) {
   if (name == "cifar100") return "data/cifar100";
   if (name == "fashion_mnist") return "/usr/share/datasets/fashion-mnist";
   if (name == "mnist") return "data/mnist";
-  if (name == "image_folder") return "";
-  fail("data: unknown dataset '{}' (known: cifar10, cifar100, fashion_mnist, mnist, image_folder)", name);
+  if (name == "image_folder" || name == "text") return "";
+  fail("data: unknown dataset '{}' (known: cifar10, cifar100, fashion_mnist, mnist, image_folder, text)", name);
 }
 
 Split parse_split(std::string_view s) {
@@ -106,6 +107,15 @@ std::shared_ptr<Dataset> open_checked(const DatasetSpec& spec) {
       o.class_names = ImageFolderDataset(root / "train", names_only).class_names();
     }
     return std::make_shared<ImageFolderDataset>(dir, o, fmt::format("image_folder {} {}", split_name(spec.split), root_s));
+  }
+  if (spec.name == "text") {
+    if (root_s.empty()) fail("text: data.root is required (a text file or a folder of text files)");
+    std::vector<uint8_t> all = read_text_bytes(root, "data.root");
+    const auto [begin, end] = text_split_range(static_cast<int64_t>(all.size()), spec.split);
+    std::vector<uint8_t> part(all.begin() + begin, all.begin() + end);
+    const char* which = spec.split == Split::Train ? "train (the first 90% of the bytes)" : "validation (the last 10%)";
+    return std::make_shared<TextDataset>(fmt::format("text {} {}", which, root_s), std::move(part), spec.seq_len,
+                                         "data.seq_len");
   }
   default_root(spec.name);  // throws: unknown name
   return nullptr;

@@ -20,9 +20,7 @@ Dropout::Dropout(float p) : p_(p), index_(g_next_index++) {
 
 Tensor Dropout::forward(const Tensor& x) {
   if (!training() || p_ == 0.0f) return ops::dropout(x, p_, false, 0, 0);
-  // stream: module index in the high 24 bits, call count in the low 40.
-  const uint64_t stream = (index_ << 40) | (calls_++ & ((uint64_t{1} << 40) - 1));
-  return ops::dropout(x, p_, true, dropout_seed(), stream);
+  return ops::dropout(x, p_, true, dropout_seed(), next_stream());
 }
 
 }  // namespace packrat

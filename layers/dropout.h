@@ -22,6 +22,9 @@ class Dropout : public Module {
   uint64_t index() const { return index_; }
   uint64_t calls() const { return calls_; }
   void set_calls(uint64_t c) { calls_ = c; }  // to resume a checkpointed run
+  // The Philox stream of the next training-mode call (counts the call): module index in the
+  // high 24 bits, call count in the low 40. Also for ops that drop out inside (attention).
+  uint64_t next_stream() { return (index_ << 40) | (calls_++ & ((uint64_t{1} << 40) - 1)); }
 
  private:
   float p_;

@@ -1,6 +1,7 @@
 #pragma once
 // nn.Sequential: children named "0", "1", ... applied in order.
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "layers/module.h"
@@ -14,6 +15,14 @@ class Sequential : public Module {
   template <typename M>
   std::shared_ptr<M> add(std::shared_ptr<M> m) {
     auto named = register_module(std::to_string(modules_.size()), std::move(m));
+    modules_.push_back(named);
+    return named;
+  }
+  // Appends m under its own name (nn.Sequential(OrderedDict(...)): torchvision's
+  // encoder_layer_<i>, heads.head); returns it.
+  template <typename M>
+  std::shared_ptr<M> add_named(std::string name, std::shared_ptr<M> m) {
+    auto named = register_module(std::move(name), std::move(m));
     modules_.push_back(named);
     return named;
   }

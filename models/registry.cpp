@@ -7,7 +7,9 @@
 #include <map>
 
 #include "models/cifar_resnet.h"
+#include "models/gpt.h"
 #include "models/resnet.h"
+#include "models/vit.h"
 
 namespace packrat {
 
@@ -18,7 +20,7 @@ std::shared_ptr<Module> torchvision_resnet(const ModelSpec& s, bool bottleneck, 
   c.bottleneck = bottleneck;
   c.blocks = blocks;
   c.stem = s.stem.empty() ? "imagenet" : s.stem;
-  c.activation = s.activation;
+  c.activation = s.activation.empty() ? "relu" : s.activation;
   c.in_channels = s.in_channels;
   c.num_classes = s.num_classes;
   c.seed = s.seed;
@@ -31,11 +33,39 @@ std::shared_ptr<Module> cifar_resnet(const ModelSpec& s, int64_t depth) {
                 s.stem);
   CifarResNetConfig c;
   c.depth = depth;
-  c.activation = s.activation;
+  c.activation = s.activation.empty() ? "relu" : s.activation;
   c.in_channels = s.in_channels;
   c.num_classes = s.num_classes;
   c.seed = s.seed;
   return std::make_shared<CifarResNet>(c);
+}
+
+// A ViT preset, with the spec's image size, patch size, activation, channels, classes and seed.
+std::shared_ptr<Module> vit(const ModelSpec& s, VitConfig c) {
+  PACKRAT_CHECK(s.stem.empty(), "model {}: a Vision Transformer has no stem option, got stem '{}'", s.arch, s.stem);
+  if (s.image_size > 0) c.image_size = s.image_size;
+  if (s.patch_size > 0) c.patch_size = s.patch_size;
+  PACKRAT_CHECK(c.image_size % c.patch_size == 0, "model {}: model.image_size {} is not divisible by model.patch_size {}",
+                s.arch, c.image_size, c.patch_size);
+  if (!s.activation.empty()) c.activation = s.activation;
+  c.in_channels = s.in_channels;
+  c.num_classes = s.num_classes;
+  c.seed = s.seed;
+  return std::make_shared<VisionTransformer>(c);
+}
+
+// torchvision's vit_b_16, and small ones with patch 4 for 32x32 and 28x28 inputs.
+VitConfig vit_b_16_config() { return VitConfig{224, 16, 12, 12, 768, 3072}; }
+VitConfig vit_tiny_cifar_config() { return VitConfig{32, 4, 6, 3, 192, 384}; }
+VitConfig vit_tiny_fmnist_config() { return VitConfig{28, 4, 4, 4, 64, 128}; }
+
+// A GPT preset over the data's vocabulary (num_classes: 256 for bytes).
+std::shared_ptr<Module> gpt(const ModelSpec& s) {
+  GptConfig c = gpt_preset(s.arch);
+  if (!s.activation.empty()) c.activation = s.activation;  // the MLP's
+  c.vocab = s.num_classes;
+  c.seed = s.seed;
+  return std::make_shared<Gpt>(c);
 }
 
 using Factory = std::function<std::shared_ptr<Module>(const ModelSpec&)>;
@@ -50,6 +80,12 @@ const std::map<std::string, Factory>& factories() {
       {"resnet44", [](const ModelSpec& s) { return cifar_resnet(s, 44); }},
       {"resnet56", [](const ModelSpec& s) { return cifar_resnet(s, 56); }},
       {"resnet110", [](const ModelSpec& s) { return cifar_resnet(s, 110); }},
+      {"vit_b_16", [](const ModelSpec& s) { return vit(s, vit_b_16_config()); }},
+      {"vit_tiny_cifar", [](const ModelSpec& s) { return vit(s, vit_tiny_cifar_config()); }},
+      {"vit_tiny_fmnist", [](const ModelSpec& s) { return vit(s, vit_tiny_fmnist_config()); }},
+      {"gpt_tiny", gpt},
+      {"gpt_small", gpt},
+      {"gpt_medium", gpt},
   };
   return m;
 }
@@ -65,7 +101,7 @@ std::vector<std::string> known_archs() {
 std::shared_ptr<Module> make_model(const ModelSpec& spec) {
   auto it = factories().find(spec.arch);
   if (it == factories().end())
-    fail("model: unknown architecture '{}' (known: {})", spec.arch, fmt::join(known_archs(), ", "));
+    fail("model.arch: unknown architecture '{}' (known: {})", spec.arch, fmt::join(known_archs(), ", "));
   return it->second(spec);
 }
 

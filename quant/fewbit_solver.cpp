@@ -53,6 +53,7 @@ double softplus(double x) { return x > 20.0 ? x : std::log1p(std::exp(x)); }
 constexpr double kSeluScale = 1.0507009873554804934193349852946;
 constexpr double kSeluAlpha = 1.6732632423543772848170429916717;
 constexpr double kLeakySlope = 0.01;
+constexpr double kGeluTanhC = 0.7978845608028654, kGeluTanhA = 0.044715;  // sqrt(2/pi), cubic term
 
 }  // namespace
 
@@ -421,6 +422,12 @@ const std::vector<FewbitFunction>& fewbit_functions() {
        [](double x) {
          const double t = std::tanh(softplus(x));
          return t + x * sigmoid(x) * (1 - t * t);
+       },
+       false, false, {}},
+      {"gelu_tanh", [](double x) { return 0.5 * x * (1 + std::tanh(kGeluTanhC * (x + kGeluTanhA * x * x * x))); },
+       [](double x) {
+         const double t = std::tanh(kGeluTanhC * (x + kGeluTanhA * x * x * x));
+         return 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * kGeluTanhC * (1 + 3 * kGeluTanhA * x * x);
        },
        false, false, {}},
   };

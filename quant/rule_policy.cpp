@@ -17,7 +17,9 @@ namespace packrat {
 
 std::vector<std::string> saving_op_kinds() {
   return {"conv2d", "linear", "matmul", "batchnorm2d", "layernorm", "maxpool2d", "softmax", "cross_entropy",
-          "dropout", "embedding", "mul"};
+          "dropout", "embedding", "mul",
+          // scaled_dot_product_attention's saved tensors (autograd/ops/attention.cpp)
+          "attention_q", "attention_k", "attention_v", "attention_softmax", "attention_dropout"};
 }
 
 bool is_op_kind(std::string_view op) {

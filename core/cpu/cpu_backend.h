@@ -87,6 +87,11 @@ class CpuBackend final : public Backend {
   Tensor pad_channels_subsample(const Tensor& x, int64_t out_channels, int64_t stride) override;
   Tensor pad_channels_subsample_backward(const Tensor& grad, const Shape& x_shape, Layout x_layout,
                                          int64_t stride) override;
+  // (cpu_backend_permute.cpp)
+  Tensor permute(const Tensor& x, std::span<const int64_t> perm) override;
+  Tensor concat(std::span<const Tensor> xs, int64_t dim) override;
+  Tensor narrow(const Tensor& x, int64_t dim, int64_t start, int64_t length) override;
+  void causal_mask_fill(Tensor& scores) override;
 
   // ---- optimizer updates (cpu_backend_optim.cpp)
   void sgd_update(Tensor& param, const Tensor& grad, Tensor& momentum_buffer, const SgdStep& s) override;

@@ -76,6 +76,10 @@ class CudaBackend final : public Backend {
   Tensor pad_channels_subsample(const Tensor& x, int64_t out_channels, int64_t stride) override;
   Tensor pad_channels_subsample_backward(const Tensor& grad, const Shape& x_shape, Layout x_layout,
                                          int64_t stride) override;
+  Tensor permute(const Tensor& x, std::span<const int64_t> perm) override;
+  Tensor concat(std::span<const Tensor> xs, int64_t dim) override;
+  Tensor narrow(const Tensor& x, int64_t dim, int64_t start, int64_t length) override;
+  void causal_mask_fill(Tensor& scores) override;
   void sgd_update(Tensor& param, const Tensor& grad, Tensor& momentum_buffer, const SgdStep& s) override;
   void adamw_update(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const AdamWStep& s) override;
 

@@ -93,6 +93,10 @@ Tensor CudaBackend::pad_channels_subsample(const Tensor&, int64_t, int64_t) { pe
 Tensor CudaBackend::pad_channels_subsample_backward(const Tensor&, const Shape&, Layout, int64_t) {
   pending("pad_channels_subsample_backward");
 }
+Tensor CudaBackend::permute(const Tensor&, std::span<const int64_t>) { pending("permute"); }
+Tensor CudaBackend::concat(std::span<const Tensor>, int64_t) { pending("concat"); }
+Tensor CudaBackend::narrow(const Tensor&, int64_t, int64_t, int64_t) { pending("narrow"); }
+void CudaBackend::causal_mask_fill(Tensor&) { pending("causal_mask_fill"); }
 void CudaBackend::sgd_update(Tensor&, const Tensor&, Tensor&, const SgdStep&) { pending("sgd_update"); }
 void CudaBackend::adamw_update(Tensor&, const Tensor&, Tensor&, Tensor&, const AdamWStep&) { pending("adamw_update"); }
 

@@ -423,22 +423,25 @@ Config parse_root(YAML::Node root, const Origin& origin) {
     c.data.width = d.get_int("width", 0, 0, 1 << 16);
     c.data.channels = d.get_int("channels", 3, 1, 3);
     if (c.data.channels == 2) d.error_at(d.key_path("channels"), d.node()["channels"].Mark(), "must be 1 or 3");
+    c.data.seq_len = d.get_int("seq_len", 0, 0, 1 << 20);  // text; 0 is refused when the text is opened
     d.finish({"dataset", "root", "batch_size", "eval_batch_size", "train_transforms", "test_transforms", "limit_train",
-              "limit_test", "workers", "prefetch", "download", "label", "height", "width", "channels"});
+              "limit_test", "workers", "prefetch", "download", "label", "height", "width", "channels", "seq_len"});
   }
   {
     Section m = top.child("model");
     if (!top.has("model")) top.error_at("model", root.Mark(), "section is required (at least model.arch)");
     c.model.arch = m.require_string("arch");
     c.model.stem = m.get_string("stem", "", {"", "cifar", "imagenet"});
-    c.model.activation = m.get_string("activation", "relu");
-    if (!is_pointwise_name(c.model.activation))
+    c.model.activation = m.get_string("activation", "");
+    if (!c.model.activation.empty() && !is_pointwise_name(c.model.activation))
       m.error_at(m.key_path("activation"), m.raw("activation").Mark(),
                  fmt::format("unknown activation '{}' (relu, leaky_relu, relu6, hardswish, gelu, silu, sigmoid, tanh, "
-                             "selu, softplus, elu, mish)", c.model.activation));
+                             "selu, softplus, elu, mish, gelu_tanh)", c.model.activation));
     c.model.classes = m.get_int("classes", 0, 0, 1 << 20);
     c.model.in_channels = m.get_int("in_channels", 0, 0, 4096);
-    m.finish({"arch", "stem", "activation", "classes", "in_channels"});
+    c.model.image_size = m.get_int("image_size", 0, 0, 1 << 16);  // vit_*
+    c.model.patch_size = m.get_int("patch_size", 0, 0, 1 << 16);
+    m.finish({"arch", "stem", "activation", "classes", "in_channels", "image_size", "patch_size"});
   }
   c.saved_tensors = parse_saved_tensors(top.child("saved_tensors"));
   c.saved_tensors.seed = c.seed;
@@ -604,14 +607,17 @@ std::string config_to_yaml(const Config& c) {
   e << YAML::Key << "height" << YAML::Value << c.data.height;
   e << YAML::Key << "width" << YAML::Value << c.data.width;
   e << YAML::Key << "channels" << YAML::Value << c.data.channels;
+  e << YAML::Key << "seq_len" << YAML::Value << c.data.seq_len;
   e << YAML::EndMap;
 
   e << YAML::Key << "model" << YAML::Value << YAML::BeginMap;
   e << YAML::Key << "arch" << YAML::Value << c.model.arch;
   e << YAML::Key << "stem" << YAML::Value << YAML::DoubleQuoted << c.model.stem;
-  e << YAML::Key << "activation" << YAML::Value << c.model.activation;
+  e << YAML::Key << "activation" << YAML::Value << YAML::DoubleQuoted << c.model.activation;
   e << YAML::Key << "classes" << YAML::Value << c.model.classes;
   e << YAML::Key << "in_channels" << YAML::Value << c.model.in_channels;
+  e << YAML::Key << "image_size" << YAML::Value << c.model.image_size;
+  e << YAML::Key << "patch_size" << YAML::Value << c.model.patch_size;
   e << YAML::EndMap;
 
   e << YAML::Key << "saved_tensors" << YAML::Value << YAML::BeginMap;

@@ -26,12 +26,14 @@ struct DataConfig {
   std::string label = "fine";                 // cifar100: fine | coarse
   int64_t height = 0, width = 0;              // image_folder: resize on load (0: keep)
   int64_t channels = 3;                       // image_folder: 3 (RGB) or 1 (grey)
+  int64_t seq_len = 0;                        // text: tokens per sample (required, >= 1)
 };
 
 struct ModelConfig {
   std::string arch;                 // resnet20, resnet18, ...
   std::string stem;                 // cifar | imagenet; "" = the architecture's own
-  std::string activation = "relu";  // any built-in pointwise activation
+  std::string activation;           // any built-in pointwise activation; "": the architecture's own
+  int64_t image_size = 0, patch_size = 0;  // vit_*: 0 = the input's side / the preset's patch
   int64_t classes = 0;              // 0: the dataset's number of classes
   int64_t in_channels = 0;          // 0: the dataset's channels; otherwise it must equal them
 };

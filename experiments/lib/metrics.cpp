@@ -28,13 +28,15 @@ Json metrics_json(const EpochMetrics& m) {
   for (size_t i = 0; i < kNumTags; ++i) tags[std::string(tag_name(static_cast<MemTag>(i)))] = Json(m.peak_by_tag[i]);
   j["peak_by_tag"] = tags;
   j["saved_bytes"] = Json(m.saved_bytes);
+  j["train_bpb"] = Json(m.train_bpb);
+  j["test_bpb"] = Json(m.test_bpb);
   return j;
 }
 
 std::string metrics_csv_header() {
   std::string h = "epoch,step,train_loss,train_acc,test_loss,test_acc,lr,img_per_s,seconds,peak_bytes,saved_bytes";
   for (size_t i = 0; i < kNumTags; ++i) h += fmt::format(",peak_{}", tag_name(static_cast<MemTag>(i)));
-  return h;
+  return h + ",train_bpb,test_bpb";
 }
 
 std::string metrics_csv_row(const EpochMetrics& m) {
@@ -43,7 +45,7 @@ std::string metrics_csv_row(const EpochMetrics& m) {
                               num(m.test_loss), num(m.test_acc), num(m.lr), num(m.img_per_s), num(m.seconds),
                               m.peak_bytes, m.saved_bytes);
   for (size_t i = 0; i < kNumTags; ++i) r += fmt::format(",{}", m.peak_by_tag[i]);
-  return r;
+  return r + fmt::format(",{},{}", num(m.train_bpb), num(m.test_bpb));
 }
 
 MetricsWriter::MetricsWriter(std::string dir) {

@@ -22,6 +22,9 @@ struct EpochMetrics {
   int64_t peak_bytes = 0;                  // highest total over the epoch's training steps
   std::array<int64_t, kNumTags> peak_by_tag{};
   int64_t saved_bytes = 0;                 // held after the forward of the epoch's first step
+  // Text runs (data.dataset: text): mean cross-entropy in bits per byte (= loss / ln 2); NaN otherwise.
+  double train_bpb = std::numeric_limits<double>::quiet_NaN();
+  double test_bpb = std::numeric_limits<double>::quiet_NaN();
 };
 
 Json metrics_json(const EpochMetrics& m);

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <numbers>
 
 namespace packrat {
 
@@ -30,8 +31,11 @@ void Progress::update(int64_t done, double loss, double acc, int64_t images) {
   images_ = images;
   const double elapsed = seconds();
   const double eta = done > 0 ? elapsed / static_cast<double>(done) * static_cast<double>(total_ - done) : 0.0;
-  const std::string stats = fmt::format("loss {:.4f}  acc {:.2f}%  {:.0f} img/s  ETA {}", loss, 100 * acc, img_per_s(),
-                                        format_duration(eta));
+  const std::string stats =
+      bits_per_byte_ ? fmt::format("bpb {:.4f}  acc {:.2f}%  {:.0f} tok/s  ETA {}", loss / std::numbers::ln2, 100 * acc,
+                                   img_per_s(), format_duration(eta))
+                     : fmt::format("loss {:.4f}  acc {:.2f}%  {:.0f} img/s  ETA {}", loss, 100 * acc, img_per_s(),
+                                   format_duration(eta));
   if (tty_) {
     constexpr int kWidth = 30;
     const int filled = total_ > 0 ? static_cast<int>(kWidth * done / total_) : kWidth;

@@ -16,6 +16,7 @@
 #include "experiments/lib/safetensors.h"
 #include "experiments/lib/session.h"
 #include "experiments/lib/step_log.h"
+#include "experiments/lib/text_task.h"
 #include "experiments/lib/train_loop.h"
 #include "quant/gact_policy.h"
 #include "quant/mixed_store.h"
@@ -133,6 +134,7 @@ RunResult run_training(const Config& c, const RunOptions& o) {
     if (o.stop_after_epoch > 0 && epoch >= o.stop_after_epoch) break;
     EpochMetrics m;
     Progress progress(fmt::format("epoch {}/{}", epoch + 1, c.train.epochs), steps_per_epoch, c.train.log_interval, o.tty);
+    if (is_text_task(c)) progress.show_bits_per_byte();
     double loss_sum = 0;
     int64_t correct = 0, seen = 0;
     train->start_epoch(epoch);
@@ -200,6 +202,14 @@ RunResult run_training(const Config& c, const RunOptions& o) {
       }
       m.test_loss = e.loss;
       m.test_acc = e.accuracy;
+    }
+    if (is_text_task(c)) {
+      m.train_bpb = bits_per_byte(m.train_loss);
+      m.test_bpb = bits_per_byte(m.test_loss);
+      spdlog::info("epoch {}/{}: train {:.4f} bits/byte | validation {} ({} tokens/s)", m.epoch, c.train.epochs,
+                   m.train_bpb,
+                   std::isfinite(m.test_bpb) ? fmt::format("{:.4f} bits/byte", m.test_bpb) : "not evaluated this epoch",
+                   static_cast<int64_t>(m.img_per_s));
     }
     if (metrics) metrics->append(m);
     spdlog::info("epoch {}/{}: train loss {:.4f} acc {:.2f}% | test loss {:.4f} acc {:.2f}% | lr {:.4g} | {:.0f} img/s | "

@@ -7,6 +7,7 @@
 #include "core/backend.h"
 
 #include "core/parallel.h"
+#include "data/text.h"
 #include "data/transforms.h"
 #include "layers/dropout.h"
 #include "models/registry.h"
@@ -49,8 +50,13 @@ InputSpec synthetic_input_spec(const Config& c) {
                   "{}: synthetic inputs for an image_folder dataset need data.height, data.width and model.classes",
                   c.source);
     raw = {c.data.channels, c.data.height, c.data.width};
+  } else if (d == "text") {
+    PACKRAT_CHECK(c.data.seq_len >= 1, "{}: data.seq_len is {}; a text dataset needs it at least 1", c.source,
+                  c.data.seq_len);
+    raw = {1, 1, c.data.seq_len};  // (N, T) tokens; see data/text.h
+    classes = data::kTextVocab;
   } else {
-    fail("{}: data.dataset '{}' is unknown (cifar10, cifar100, fashion_mnist, mnist, image_folder)", c.source, d);
+    fail("{}: data.dataset '{}' is unknown (cifar10, cifar100, fashion_mnist, mnist, image_folder, text)", c.source, d);
   }
   return input_spec(c, raw, classes);
 }
@@ -65,6 +71,7 @@ data::DatasetSpec dataset_spec(const Config& c, data::Split split) {
   s.height = c.data.height;
   s.width = c.data.width;
   s.channels = c.data.channels;
+  s.seq_len = c.data.seq_len;
   return s;
 }
 
@@ -114,6 +121,8 @@ Session make_session(const Config& c, const InputSpec& input) {
   spec.in_channels = input.channels;
   spec.num_classes = input.classes;
   spec.seed = c.seed;
+  spec.image_size = c.model.image_size > 0 ? c.model.image_size : input.height;  // vit_*
+  spec.patch_size = c.model.patch_size;
   s.model = make_model(spec);
   if (c.optimizer.name == "sgd") {
     SgdOptions o;

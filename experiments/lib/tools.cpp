@@ -11,6 +11,7 @@
 #include "experiments/lib/distributed_run.h"
 #include "experiments/lib/output_dir.h"
 #include "experiments/lib/session.h"
+#include "experiments/lib/text_task.h"
 #include "experiments/lib/train_loop.h"
 
 namespace packrat {
@@ -30,7 +31,7 @@ MemoryReport memory_report_only(const Config& c) {
   apply_process_settings(c);
   const InputSpec in = synthetic_input_spec(c);
   Session s = make_session(c, in);
-  SyntheticBatch b = synthetic_batch(c.data.batch_size, in.channels, in.height, in.width, in.classes, c.seed);
+  SyntheticBatch b = synthetic_inputs(c, in, c.data.batch_size);
   StepResult r = train_step(*s.model, *s.optimizer, *s.policy, b.images, b.labels, 0, step_options(c, true));
   MemoryReport report = make_memory_report(c.data.batch_size, std::move(r.saved), r.saved_allocator_bytes, r.memory);
   write_memory_report(report, c.output.dir);
@@ -59,8 +60,7 @@ BenchmarkResult benchmark(const Config& c, int64_t steps, DataParallel* dp) {
   Session s = make_session(c, in);
   const int64_t ranks = dp ? dp->size() : 1;
   // Each rank its own part of the global batch (a different synthetic batch per rank).
-  SyntheticBatch b = synthetic_batch(c.data.batch_size / ranks, in.channels, in.height, in.width, in.classes,
-                                     c.seed + static_cast<uint64_t>(dp ? dp->rank() : 0));
+  SyntheticBatch b = synthetic_inputs(c, in, c.data.batch_size / ranks, static_cast<uint64_t>(dp ? dp->rank() : 0));
   StepOptions o = step_options(c, false);
   std::unique_ptr<DataParallelStep> dp_step;
   std::optional<SyncBatchnormScope> sync_bn;
@@ -112,7 +112,7 @@ MaxBatchResult find_max_batch(const Config& c, int64_t limit, int64_t upper) {
   Session s = make_session(c, in);
   auto& alloc = Allocator::cpu();
   {  // the optimizer state exists before the search, as it does in training
-    SyntheticBatch b = synthetic_batch(1, in.channels, in.height, in.width, in.classes, c.seed);
+    SyntheticBatch b = synthetic_inputs(c, in, 1);
     train_step(*s.model, *s.optimizer, *s.policy, b.images, b.labels, 0, step_options(c, false));
   }
   MaxBatchResult result;
@@ -128,7 +128,7 @@ MaxBatchResult find_max_batch(const Config& c, int64_t limit, int64_t upper) {
     int64_t peak = -1;
     try {
       alloc.set_limit(limit);
-      SyntheticBatch b = synthetic_batch(n, in.channels, in.height, in.width, in.classes, c.seed);
+      SyntheticBatch b = synthetic_inputs(c, in, n);
       StepResult r = train_step(*s.model, *s.optimizer, *s.policy, b.images, b.labels, result.trials, step_options(c, false));
       peak = r.memory.total_peak;
     } catch (const OutOfMemory&) {

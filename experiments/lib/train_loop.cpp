@@ -6,14 +6,15 @@
 #include "autograd/ops.h"
 #include "autograd/tape.h"
 #include "core/philox.h"
+#include "experiments/lib/text_task.h"
 #include "optim/clip_grad.h"
 #include "quant/gact_policy.h"
 
 namespace packrat {
 
 int64_t count_correct(const Tensor& logits, const Tensor& labels) {
-  const Tensor l = logits.to_plain();
-  const int64_t n = l.dim(0), c = l.dim(1);
+  const Tensor l = logits.to_plain();  // (N, C), or (N, T, V) of a token model
+  const int64_t c = l.dim(l.rank() - 1), n = l.numel() / c;
   const float* x = l.data<float>();
   const int64_t* y = labels.data<int64_t>();
   int64_t hits = 0;
@@ -44,7 +45,7 @@ void refresh_gact(Module& model, Optimizer& opt, StorePolicy& policy, const Tens
     opt.zero_grad();
     {
       TagScope tag(MemTag::Activation);
-      Tensor loss = ops::cross_entropy(model(images), labels, static_cast<float>(o.label_smoothing));
+      Tensor loss = task_loss(model(images), labels, static_cast<float>(o.label_smoothing));
       backward(loss);
     }
     std::vector<Tensor> out;
@@ -67,7 +68,7 @@ StepResult train_step(Module& model, Optimizer& opt, StorePolicy& policy, const 
                       int64_t step, const StepOptions& o) {
   auto& alloc = Allocator::cpu();
   StepResult r;
-  r.count = images.dim(0);
+  r.count = labels.numel();  // images, or tokens of a token model
   PolicyScope scope(policy);
   policy.begin_step(step);
   model.train();
@@ -80,7 +81,7 @@ StepResult train_step(Module& model, Optimizer& opt, StorePolicy& policy, const 
     {
       TagScope tag(MemTag::Activation);
       Tensor logits = model(images);
-      loss = ops::cross_entropy(logits, labels, static_cast<float>(o.label_smoothing));
+      loss = task_loss(logits, labels, static_cast<float>(o.label_smoothing));
       r.correct = count_correct(logits, labels);
     }
     // After a resume: the tensors this config quantizes with GACT are those of the checkpoint.
@@ -126,8 +127,8 @@ EvalResult evaluate(Module& model, data::Loader& loader, int64_t epoch) {
   loader.start_epoch(epoch);
   for (data::Batch b; loader.next(b);) {
     Tensor logits = model(b.images);
-    const int64_t n = b.images.dim(0);
-    loss_sum += static_cast<double>(ops::cross_entropy(logits, b.labels, 0.0f).item()) * static_cast<double>(n);
+    const int64_t n = b.labels.numel();  // images, or tokens of a token model
+    loss_sum += static_cast<double>(task_loss(logits, b.labels, 0.0f).item()) * static_cast<double>(n);
     correct += count_correct(logits, b.labels);
     r.count += n;
   }

@@ -32,7 +32,7 @@ struct StepResult {
   MemoryStats memory;                   // after the step; peaks cover the whole step
 };
 
-// forward, loss = cross_entropy(logits, labels, label_smoothing), backward, (clip), optimizer
+// forward, loss = cross_entropy(logits, labels, label_smoothing) (task_loss: token models too), backward, (clip), optimizer
 // step, for global step `step` under `policy` (policy.begin_step(step) first). Resets the
 // allocator's peaks at the start. A non-finite loss releases the step's saved tensors and
 // throws packrat::Error naming the step and what to try.
@@ -47,7 +47,7 @@ struct EvalResult {
 };
 EvalResult evaluate(Module& model, data::Loader& loader, int64_t epoch);
 
-// Argmax hits of logits (N, C) against labels (N) i64.
+// Argmax hits of logits (N, C) against labels (N) i64, or (N, T, V) against (N, T).
 int64_t count_correct(const Tensor& logits, const Tensor& labels);
 
 // Random inputs (N, C, H, W) ~ N(0, 1) and labels in [0, classes), tagged Data, from Philox(seed).

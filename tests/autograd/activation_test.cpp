@@ -22,7 +22,7 @@ using packrat::testing::random_tensor;
 namespace {
 
 const char* const kAllNames[] = {"relu", "leaky_relu", "relu6", "hardswish", "gelu", "silu",
-                                 "sigmoid", "tanh", "selu", "softplus", "elu", "mish"};
+                                 "sigmoid", "tanh", "selu", "softplus", "elu", "mish", "gelu_tanh"};
 
 constexpr double kUlp = 1.0 / 8388608.0;  // 2^-23: one ulp of f32 relative to [1, 2)
 
@@ -47,6 +47,18 @@ std::vector<Reference> references() {
   std::vector<Reference> r;
   r.push_back({"gelu", -13, 13, [](double x) { return x * Phi(x); }, [](double x) { return Phi(x) + x * phi(x); },
                [](double x) { return Phi(x) + std::abs(x) * phi(x); }, 5, 5});
+  {
+    // 0.5 (1 + tanh(u)) = sigmoid(2u): no cancellation for x << 0, even in double.
+    constexpr double c = 0.7978845608028654, a = 0.044715;  // sqrt(2/pi), PyTorch's cubic term
+    auto s = [=](double x) { return sig(2 * c * (x + a * x * x * x)); };
+    auto du = [=](double x) { return c * (1 + 3 * a * x * x); };
+    r.push_back({"gelu_tanh", -13, 13, [=](double x) { return x * s(x); },
+                 [=](double x) { return s(x) + 2 * x * s(x) * (1 - s(x)) * du(x); },
+                 [=](double x) { return s(x) + std::abs(2 * x * s(x) * (1 - s(x)) * du(x)); },
+                 // exp(2u) amplifies the f32 rounding of u by |2u| (up to ~90 before it flushes),
+                 // as in PyTorch's f32 kernel: the bound follows the conditioning.
+                 128, 128});
+  }
   auto silu_df = [](double x) { return sig(x) * (1 + x * sigc(x)); };
   r.push_back({"silu", -90, 90, [](double x) { return x * sig(x); }, silu_df,
                [](double x) { return sig(x) * (1 + std::abs(x) * sigc(x)); }, 4, 4});

@@ -25,8 +25,9 @@ struct GoldenTensor {
   }
 };
 
-inline std::map<std::string, GoldenTensor> load_golden(const std::string& file) {
-  const std::string path = std::string(PACKRAT_SOURCE_DIR) + "/tests/golden/eltwise/" + file;
+// `dir`: a folder under tests/golden/ in this format (eltwise, transformer).
+inline std::map<std::string, GoldenTensor> load_golden(const std::string& file, const std::string& dir = "eltwise") {
+  const std::string path = std::string(PACKRAT_SOURCE_DIR) + "/tests/golden/" + dir + "/" + file;
   std::ifstream in(path);
   if (!in) throw std::runtime_error("cannot open golden file " + path);
   std::map<std::string, GoldenTensor> out;

@@ -63,6 +63,14 @@ Reference reference(ActivationId id) {
                 const double t = std::tanh(std::log1p(std::exp(x)));
                 return t + x * sigmoid(x) * (1 - t * t);
               }};
+    case ActivationId::gelu_tanh: {
+      constexpr double c = 0.7978845608028654, a = 0.044715;
+      return {[=](double x) { return 0.5 * x * (1 + std::tanh(c * (x + a * x * x * x))); },
+              [=](double x) {
+                const double t = std::tanh(c * (x + a * x * x * x));
+                return 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * c * (1 + 3 * a * x * x);
+              }};
+    }
   }
   return {};
 }

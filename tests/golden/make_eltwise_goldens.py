@@ -43,6 +43,7 @@ ACTIVATIONS = {
     "softplus": F.softplus,
     "elu": F.elu,
     "mish": F.mish,
+    "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),
 }
 
 

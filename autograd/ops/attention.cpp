@@ -1,0 +1,128 @@
+// Scaled dot-product attention, composed from the backend's batched matmul, softmax and dropout:
+//   S = q k^T * scale (+ causal mask: -inf above the diagonal)   (B..., T, S)
+//   P = softmax(S), Pd = dropout(P) (training, p > 0)            (B..., T, S)
+//   y = Pd v                                                      (B..., T, Ev)
+// One node; each saved tensor carries its own op name so that store rules can target it:
+//   attention_q, attention_k, attention_v: the inputs, as matmul saves its operands;
+//   attention_softmax: P (Need::Value), as softmax and the second matmul save it (once here);
+//   attention_dropout: the keep mask (Need::Mask), only when dropout is active.
+// PyTorch (1.13, F.multi_head_attention_forward) saves the same four (q pre-scaled) plus
+// dropout's output and mask; here Pd is recomputed from P and the mask in backward.
+// Backward: dPd = g v^T, dP = mask-scale(dPd), dS = softmax_backward(P, dP) * scale,
+//   dq = dS k, dk = dS^T q, dv = Pd^T g.
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "autograd/ops.h"
+#include "autograd/saved_tensor_store.h"
+#include "autograd/tape.h"
+#include "core/backend.h"
+
+namespace packrat::ops {
+
+namespace {
+
+SaveRequest request(std::string_view op, Need need) {
+  SaveRequest r;
+  r.need = need;
+  r.op = op;
+  r.name = LayerScope::current();
+  return r;
+}
+
+Shape with_last2(const Shape& batch_of, int64_t a, int64_t b) {
+  std::vector<int64_t> d = batch_of.dims();
+  d[d.size() - 2] = a;
+  d[d.size() - 1] = b;
+  return Shape(d);
+}
+
+}  // namespace
+
+Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionOptions& o) {
+  const std::string where = op_where("attention");
+  PACKRAT_CHECK(q.defined() && k.defined() && v.defined(), "{}: q, k and v must be defined", where);
+  check_same_device("attention", {&q, &k, &v});
+  for (const Tensor* t : {&q, &k, &v})
+    PACKRAT_CHECK(t->dtype() == DType::f32, "{}: expects f32 q, k, v, got {}", where, dtype_name(t->dtype()));
+  PACKRAT_CHECK(q.rank() >= 2 && k.rank() == q.rank() && v.rank() == q.rank(),
+                "{}: q, k, v must have one rank >= 2, got {}, {}, {}", where, q.shape().str(), k.shape().str(),
+                v.shape().str());
+  int64_t batch = 1;
+  for (int64_t i = 0; i + 2 < q.rank(); ++i) {
+    PACKRAT_CHECK(k.dim(i) == q.dim(i) && v.dim(i) == q.dim(i), "{}: batch dims of q {}, k {}, v {} differ", where,
+                  q.shape().str(), k.shape().str(), v.shape().str());
+    batch *= q.dim(i);
+  }
+  const int64_t T = q.dim(-2), E = q.dim(-1), S = k.dim(-2), Ev = v.dim(-1);
+  PACKRAT_CHECK(k.dim(-1) == E, "{}: q {} and k {} differ in the embedding dim", where, q.shape().str(), k.shape().str());
+  PACKRAT_CHECK(v.dim(-2) == S, "{}: k {} and v {} differ in the number of keys", where, k.shape().str(), v.shape().str());
+  PACKRAT_CHECK(!o.causal || T <= S, "{}: a causal mask needs no more queries ({}) than keys ({})", where, T, S);
+  PACKRAT_CHECK(o.dropout_p >= 0.0f && o.dropout_p < 1.0f, "{}: dropout probability must be in [0, 1), got {}", where,
+                o.dropout_p);
+  const float scale = o.scale > 0.0f ? o.scale : 1.0f / std::sqrt(static_cast<float>(E));
+  const bool drop = o.training && o.dropout_p > 0.0f;
+  const float keep_scale = 1.0f / (1.0f - o.dropout_p);
+
+  Backend& be = backend_of(q);
+  const Tensor qp = q.to_plain(), kp = k.to_plain(), vp = v.to_plain();
+  const Shape s_shape = with_last2(q.shape(), T, S), y_shape = with_last2(q.shape(), T, Ev);
+  Tensor p;  // (B..., T, S), the softmax output
+  {
+    Tensor s = be.scale(be.matmul(qp, false, kp, true, batch, T, E, S, Tensor(), s_shape), scale);  // (B..., T, S)
+    if (o.causal) be.causal_mask_fill(s);
+    p = be.softmax_forward(s);
+  }
+  const bool grad = needs_grad({&q, &k, &v});
+  Tensor mask;  // (B..., T, S) u8, when dropout is active and backward needs it
+  const Tensor pd = drop ? be.dropout_forward(p, o.dropout_p, keep_scale, o.seed, o.stream, grad ? &mask : nullptr) : p;
+  Tensor y = be.matmul(pd, false, vp, false, batch, T, S, Ev, Tensor(), y_shape);  // (B..., T, Ev)
+  if (!grad) return y;
+
+  // What each gradient needs: dq <- k, v, P; dk <- q, v, P; dv <- P only.
+  const bool gq = q.requires_grad(), gk = k.requires_grad(), gv = v.requires_grad();
+  std::vector<SavedHandle> saved;
+  int iq = -1, ik = -1, iv = -1, ip, im = -1;
+  auto keep = [&](const Tensor& t, std::string_view op, Need need) {
+    saved.push_back(save_for_backward(t, request(op, need)));
+    return static_cast<int>(saved.size()) - 1;
+  };
+  if (gk) iq = keep(qp, "attention_q", Need::Value);
+  if (gq) ik = keep(kp, "attention_k", Need::Value);
+  if (gq || gk) iv = keep(vp, "attention_v", Need::Value);
+  ip = keep(p, "attention_softmax", Need::Value);
+  if (drop) im = keep(mask, "attention_dropout", Need::Mask);
+
+  const Shape q_shape = q.shape(), k_shape = k.shape(), v_shape = v.shape();
+  const Layout lq = q.layout(), lk = k.layout(), lv = v.layout();
+  record("attention", {&q, &k, &v}, {&y}, std::move(saved),
+         [=](Node& n, const std::vector<Tensor>& grads) -> std::vector<Tensor> {
+           const Tensor g = grads[0].to_plain();  // (B..., T, Ev)
+           Backend& b = backend_of(g);
+           const Tensor P = n.load(static_cast<size_t>(ip));
+           const Tensor m = drop ? n.load(static_cast<size_t>(im)) : Tensor();
+           std::vector<Tensor> r(3);
+           if (n.inputs[2]) {
+             const Tensor pdv = drop ? b.mask_scale(P, m, keep_scale) : P;
+             r[2] = b.matmul(pdv, true, g, false, batch, S, T, Ev, Tensor(), v_shape).to_layout(lv);  // (S, Ev)
+           }
+           if (!n.inputs[0] && !n.inputs[1]) return r;
+           const Tensor vs = n.load(static_cast<size_t>(iv)).to_plain();
+           Tensor dp = b.matmul(g, false, vs, true, batch, T, Ev, S, Tensor(), s_shape);  // (B..., T, S)
+           if (drop) dp = b.mask_scale(dp, m, keep_scale);
+           const Tensor ds = b.scale(b.softmax_backward(P, dp), scale);  // (B..., T, S)
+           if (n.inputs[0]) {
+             const Tensor ks = n.load(static_cast<size_t>(ik)).to_plain();
+             r[0] = b.matmul(ds, false, ks, false, batch, T, S, E, Tensor(), q_shape).to_layout(lq);  // (T, E)
+           }
+           if (n.inputs[1]) {
+             const Tensor qs = n.load(static_cast<size_t>(iq)).to_plain();
+             r[1] = b.matmul(ds, true, qs, false, batch, S, T, E, Tensor(), k_shape).to_layout(lk);  // (S, E)
+           }
+           return r;
+         });
+  return y;
+}
+
+}  // namespace packrat::ops

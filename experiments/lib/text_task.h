@@ -1,0 +1,30 @@
+#pragma once
+// What the trainer does differently for a token model (data.dataset: text, models/gpt.h):
+// logits (N, T, V) against next-byte targets (N, T), and figures in bits per byte.
+#include <cstdint>
+
+#include "core/tensor.h"
+#include "experiments/lib/config.h"
+#include "experiments/lib/session.h"
+#include "experiments/lib/train_loop.h"
+
+namespace packrat {
+
+bool is_text_task(const Config& c);  // data.dataset: text
+
+// Mean cross-entropy (nats) of a classifier's logits (N, C) against labels (N), or of a token
+// model's logits (N, T, V) against targets (N, T): the tokens are flattened to (N*T, V).
+Tensor task_loss(const Tensor& logits, const Tensor& labels, float label_smoothing);
+
+// Mean cross-entropy in nats per byte -> bits per byte (nats / ln 2).
+double bits_per_byte(double nats_per_byte);
+
+// Random tokens (N, T) i64 in [0, vocab) as `images` and targets (N, T) as `labels`, tagged
+// Data, from Philox(seed).
+SyntheticBatch synthetic_token_batch(int64_t n, int64_t t, int64_t vocab, uint64_t seed);
+
+// A synthetic batch of n samples of the config's inputs (--benchmark, --memory-report-only,
+// --find-max-batch): tokens (N, data.seq_len) for text, images (N, C, H, W) otherwise.
+SyntheticBatch synthetic_inputs(const Config& c, const InputSpec& in, int64_t n, uint64_t seed_offset = 0);
+
+}  // namespace packrat

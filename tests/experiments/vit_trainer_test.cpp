@@ -1,0 +1,56 @@
+// The ViT through the trainer: a short run on the fixture images (12x12, one channel: image size
+// from the data, patch 4 -> 9 patches), its memory report named by block, and bad sizes and
+// presets failing before training with the key named.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "experiments/lib/run.h"
+#include "tests/experiments/fixture.h"
+#include "tests/experiments/tiny_config.h"
+#include "tests/support/errors.h"
+
+using namespace packrat;
+using namespace packrat::testing;
+
+namespace {
+
+const std::filesystem::path& vit_fixture_data() {
+  static const std::filesystem::path dir = make_idx_dataset("idx_vit", 32, 16);
+  return dir;
+}
+
+bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+
+RunOptions quiet() {
+  RunOptions o;
+  o.tty = 0;
+  o.print_report = false;
+  return o;
+}
+
+const std::vector<std::string> kVitShortRun = {"model.arch=vit_tiny_fmnist", "train.epochs=1",
+                                               "train.steps_per_epoch=2", "optimizer.lr=0.01",
+                                               "saved_tensors.rules=[]"};
+
+}  // namespace
+
+TEST(VitTrainer, ShortRunTrainsAndReportsTensorsByBlock) {
+  const RunResult r = run_training(tiny_config(vit_fixture_data(), temp_dir("vit_run"), kVitShortRun), quiet());
+  ASSERT_EQ(r.epochs.size(), 1u);
+  bool attention = false;
+  for (const auto& t : r.report.tensors)
+    attention = attention || (t.layer == "encoder.layers.encoder_layer_3.self_attention" && t.op == "attention_softmax");
+  EXPECT_TRUE(attention);
+}
+
+TEST(VitTrainer, BadPatchAndUnknownPresetNameTheKey) {
+  std::vector<std::string> sets = kVitShortRun;
+  sets.push_back("model.patch_size=5");
+  std::string m = message_of([&] { run_training(tiny_config(vit_fixture_data(), temp_dir("vit_bad_patch"), sets), quiet()); });
+  EXPECT_TRUE(contains(m, "model.image_size 12 is not divisible by model.patch_size 5")) << m;
+  sets = kVitShortRun;
+  sets.push_back("model.arch=vit_gigantic");
+  m = message_of([&] { run_training(tiny_config(vit_fixture_data(), temp_dir("vit_bad_arch"), sets), quiet()); });
+  EXPECT_TRUE(contains(m, "model.arch: unknown architecture 'vit_gigantic'")) << m;
+}
