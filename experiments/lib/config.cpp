@@ -1,5 +1,6 @@
 #include "experiments/lib/config.h"
 
+#include <fmt/ranges.h>
 #include <yaml-cpp/yaml.h>
 
 #include <cmath>
@@ -12,6 +13,7 @@
 #include "autograd/pointwise.h"
 #include "core/error.h"
 #include "data/transforms.h"
+#include "models/registry.h"
 
 namespace packrat {
 
@@ -427,14 +429,19 @@ Config parse_root(YAML::Node root, const Origin& origin) {
     if (!top.has("model")) top.error_at("model", root.Mark(), "section is required (at least model.arch)");
     c.model.arch = m.require_string("arch");
     c.model.stem = m.get_string("stem", "", {"", "cifar", "imagenet"});
-    c.model.activation = m.get_string("activation", "relu");
+    c.model.activation = m.get_string("activation", default_activation(c.model.arch));
     if (!is_pointwise_name(c.model.activation))
       m.error_at(m.key_path("activation"), m.raw("activation").Mark(),
                  fmt::format("unknown activation '{}' (relu, leaky_relu, relu6, hardswish, gelu, silu, sigmoid, tanh, "
                              "selu, softplus, elu, mish)", c.model.activation));
     c.model.classes = m.get_int("classes", 0, 0, 1 << 20);
     c.model.in_channels = m.get_int("in_channels", 0, 0, 4096);
-    m.finish({"arch", "stem", "activation", "classes", "in_channels"});
+    c.model.width_mult = m.get_double("width_mult", 1.0, 1.0 / 64, 8.0);
+    c.model.depth_mult = m.get_double("depth_mult", 1.0, 1.0 / 64, 8.0);
+    if (!is_known_arch(c.model.arch))
+      m.error_at(m.key_path("arch"), m.raw("arch").Mark(),
+                 fmt::format("unknown architecture '{}' (known: {})", c.model.arch, fmt::join(known_archs(), ", ")));
+    m.finish({"arch", "stem", "activation", "classes", "in_channels", "width_mult", "depth_mult"});
   }
   c.saved_tensors = parse_saved_tensors(top.child("saved_tensors"));
   c.saved_tensors.seed = c.seed;
@@ -598,6 +605,8 @@ std::string config_to_yaml(const Config& c) {
   e << YAML::Key << "activation" << YAML::Value << c.model.activation;
   e << YAML::Key << "classes" << YAML::Value << c.model.classes;
   e << YAML::Key << "in_channels" << YAML::Value << c.model.in_channels;
+  e << YAML::Key << "width_mult" << YAML::Value << c.model.width_mult;
+  e << YAML::Key << "depth_mult" << YAML::Value << c.model.depth_mult;
   e << YAML::EndMap;
 
   e << YAML::Key << "saved_tensors" << YAML::Value << YAML::BeginMap;
