@@ -11,6 +11,7 @@
 
 #include "autograd/ops.h"
 #include "autograd/tape.h"
+#include "experiments/lib/config.h"
 #include "experiments/lib/safetensors.h"
 #include "models/efficientnet.h"
 #include "models/registry.h"
@@ -164,6 +165,27 @@ TEST(EfficientNetRegistry, UnknownPresetListsTheKnownOnes) {
   EXPECT_THROW(make_model(bad), Error);
   EXPECT_EQ(default_activation("efficientnet_b0"), "silu");
   EXPECT_EQ(default_activation("resnet18"), "relu");
+}
+
+// A config naming an unknown preset fails at parse time, naming the key and its line; the
+// multipliers are read and range-checked; the activation defaults to the architecture's own.
+TEST(EfficientNetConfig, UnknownPresetNamesTheKeyAndTheMultipliersAreChecked) {
+  const std::string base = "data: {dataset: fashion_mnist}\nmodel:\n  arch: ";
+  try {
+    parse_config(base + "efficientnet_b9\n", "e.yaml");
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("model.arch (line 3)"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("efficientnet_b9"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("efficientnet_v2_small"), std::string::npos) << msg;
+  }
+  const Config c = parse_config(base + "efficientnet_b0_small\n  width_mult: 0.75\n  depth_mult: 2\n", "e.yaml");
+  EXPECT_EQ(c.model.width_mult, 0.75);
+  EXPECT_EQ(c.model.depth_mult, 2.0);
+  EXPECT_EQ(c.model.activation, "silu");
+  EXPECT_EQ(parse_config(base + "resnet20\n", "e.yaml").model.activation, "relu");
+  EXPECT_THROW(parse_config(base + "efficientnet_b0\n  width_mult: 0\n", "e.yaml"), Error);
 }
 
 // Stochastic depth rises linearly over the blocks: torchvision's p * block / total (B0: 16 blocks).
