@@ -30,8 +30,8 @@ def packrat_img_per_s(bench, name, min_time):
     return runs[0]["img_per_s"]
 
 
-def torch_img_per_s(batch, steps, threads):
-    out = subprocess.run([sys.executable, os.path.join(HERE, "torch_train_step.py"), "--batch", str(batch),
+def torch_img_per_s(model, batch, steps, threads):
+    out = subprocess.run([sys.executable, os.path.join(HERE, "torch_train_step.py"), "--model", model, "--batch", str(batch),
                           "--steps", str(steps), "--threads", str(threads)], check=True, capture_output=True,
                          text=True).stdout
     return json.loads(out.strip().splitlines()[-1])["img_per_s"]
@@ -45,11 +45,12 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     a = ap.parse_args()
     check_prerequisites(a.bench)
+    model, batch = a.name.split("/")[1], int(a.name.split("/")[2])  # TrainStep/<model>/<batch>
     os.environ["OMP_NUM_THREADS"] = str(a.threads)
     ours, theirs = [], []
     for r in range(a.rounds):
         ours.append(packrat_img_per_s(a.bench, a.name, 5))
-        theirs.append(torch_img_per_s(64, 8, a.threads))
+        theirs.append(torch_img_per_s(model, batch, 8, a.threads))
         print(f"round {r + 1}: packrat {ours[-1]:.1f} img/s, pytorch {theirs[-1]:.1f} img/s", flush=True)
     o, t = statistics.median(ours), statistics.median(theirs)
     print(json.dumps({"packrat_img_per_s": round(o, 1), "pytorch_img_per_s": round(t, 1), "ratio": round(o / t, 3)}))
