@@ -14,7 +14,15 @@ namespace packrat {
 
 namespace {
 
+// The multipliers scale EfficientNets only: anything else must leave them at 1.
+void check_no_multipliers(const ModelSpec& s) {
+  PACKRAT_CHECK(s.width_mult == 1.0 && s.depth_mult == 1.0,
+                "model {}: width_mult ({}) and depth_mult ({}) apply to the EfficientNets only", s.arch, s.width_mult,
+                s.depth_mult);
+}
+
 std::shared_ptr<Module> torchvision_resnet(const ModelSpec& s, bool bottleneck, std::array<int64_t, 4> blocks) {
+  check_no_multipliers(s);
   ResNetConfig c;
   c.bottleneck = bottleneck;
   c.blocks = blocks;
@@ -27,6 +35,7 @@ std::shared_ptr<Module> torchvision_resnet(const ModelSpec& s, bool bottleneck, 
 }
 
 std::shared_ptr<Module> cifar_resnet(const ModelSpec& s, int64_t depth) {
+  check_no_multipliers(s);
   PACKRAT_CHECK(s.stem.empty() || s.stem == "cifar",
                 "model {}: the CIFAR ResNets have only the cifar stem (3x3 conv, no max-pool), got stem '{}'", s.arch,
                 s.stem);

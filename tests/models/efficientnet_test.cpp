@@ -163,6 +163,9 @@ TEST(EfficientNetRegistry, UnknownPresetListsTheKnownOnes) {
   ModelSpec bad = spec("efficientnet_b0_small");
   bad.stem = "tiny";
   EXPECT_THROW(make_model(bad), Error);
+  ModelSpec scaled_resnet = spec("resnet20");
+  scaled_resnet.width_mult = 0.5;
+  EXPECT_THROW(make_model(scaled_resnet), Error);  // the multipliers are the EfficientNets' only
   EXPECT_EQ(default_activation("efficientnet_b0"), "silu");
   EXPECT_EQ(default_activation("resnet18"), "relu");
 }
