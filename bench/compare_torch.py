@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""Side-by-side: packrat's TrainStep/resnet18_cifar_gelu/64 (or TrainStep/vit_tiny_cifar/64, or TrainStep/gpt_small/32, the GPT
-in tokens/s) against the same step in PyTorch, interleaved in one run (these machines are
+"""Side-by-side: packrat's TrainStep/resnet18_cifar_gelu/64 (or another benchmark of REFERENCES below:
+ViT, EfficientNet-B0, the GPT in tokens/s) against the same step in PyTorch, interleaved in one run (these machines are
 noisy), and the ratio of their images/s (tokens/s).
 
     scripts/setup.sh --torch      # once: Debian's python3-torch and python3-torchvision
@@ -28,6 +28,9 @@ REFERENCES = {
     "TrainStep/resnet18_cifar_gelu/64": ("torch_train_step.py", ["--batch", "64", "--steps", "8"], "img_per_s"),
     "TrainStep/vit_tiny_cifar/64": ("torch_train_step.py", ["--batch", "64", "--steps", "8", "--model", "vit_tiny_cifar"],
                                     "img_per_s"),
+    "TrainStep/efficientnet_b0_cifar/32": ("torch_train_step.py",
+                                           ["--batch", "32", "--steps", "8", "--model", "efficientnet_b0_cifar"],
+                                           "img_per_s"),
     "TrainStep/gpt_small/32": ("torch_gpt_step.py", ["--model", "gpt_small", "--batch", "32", "--steps", "4"],
                                "tok_per_s"),
     "TrainStep/gpt_tiny/32": ("torch_gpt_step.py", ["--model", "gpt_tiny", "--batch", "32", "--steps", "8"],

@@ -1,55 +1,80 @@
 #!/usr/bin/python3
-"""Bytes PyTorch keeps for backward per sample, for a torchvision model in train mode.
+"""Saved-for-backward bytes per sample: packrat's FP32 store against PyTorch, same torchvision model.
 
-    /usr/bin/python3 bench/saved_bytes_torch.py [--model vit_b_16] [--size 224] [--batch 2] [--classes 1000]
+PyTorch: one training-mode forward of torchvision's model under
+torch.autograd.graph.saved_tensors_hooks; every tensor autograd packs is counted once per
+storage (deduplicated by the storage's data pointer, its whole storage's bytes), parameters left
+out (they are the model's own memory, as packrat's reports leave them out).
+packrat: `trainer --memory-report-only` on synthetic 224x224 inputs with `saved_tensors.default:
+fp32`, its memory_report.json's saved_bytes (what the allocator holds under the Saved tag).
 
-Every tensor autograd saves passes through torch.autograd.graph.saved_tensors_hooks; tensors are
-deduplicated by storage (a buffer saved by two ops, or a view of it, counts once), and
-parameters (weights saved by linear / conv / layernorm) are left out: they are model state,
-not activations, as packrat's memory report leaves them out too. Each storage counts its
-whole nbytes. Prints the total per sample in bytes and MiB, and the biggest contributors by the
-autograd node that saved them (first saver).
+Usage (from the repository root, after building build/bin/trainer):
+  /usr/bin/python3 bench/saved_bytes_torch.py [--batch 4] [--size 224] [--models efficientnet_b0,resnet18,resnet50]
+Prints one Markdown row per model: MiB per sample, packrat / PyTorch.
 """
 import argparse
-import collections
+import json
+import os
+import subprocess
+import tempfile
 
 import torch
 import torchvision
 
+MiB = 1024.0 * 1024.0
+
+
+def torch_saved_bytes(arch, batch, size, activation=None):
+    torch.manual_seed(0)
+    model = getattr(torchvision.models, arch)(num_classes=1000)
+    model.train()
+    param_ptrs = {p.data_ptr() for p in model.parameters()}
+    seen = {}
+
+    def pack(t):
+        storage = t.storage()
+        ptr = storage.data_ptr()
+        if ptr not in param_ptrs and ptr not in seen:
+            seen[ptr] = storage.nbytes()
+        return t
+
+    x = torch.randn(batch, 3, size, size)
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        logits = model(x)
+        loss = torch.nn.functional.cross_entropy(logits, torch.zeros(batch, dtype=torch.long))
+    del loss, logits
+    return sum(seen.values())
+
+
+def packrat_saved_bytes(arch, batch, size, trainer):
+    with tempfile.TemporaryDirectory() as d:
+        cfg = os.path.join(d, "c.yaml")
+        with open(cfg, "w") as f:
+            f.write("data: {dataset: image_folder, height: %d, width: %d, channels: 3, batch_size: %d}\n"
+                    "model: {arch: %s, classes: 1000}\n"
+                    "saved_tensors: {default: fp32}\n"
+                    "conv_algorithm: direct\n"
+                    "output: {dir: %s}\n" % (size, size, batch, arch, os.path.join(d, "run")))
+        subprocess.run([trainer, "--config", cfg, "--memory-report-only"], check=True, stdout=subprocess.DEVNULL)
+        with open(os.path.join(d, "run", "memory_report.json")) as f:
+            return json.load(f)["totals"]["saved_bytes"]
+
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--model", default="vit_b_16")
+    ap.add_argument("--batch", type=int, default=4)
     ap.add_argument("--size", type=int, default=224)
-    ap.add_argument("--batch", type=int, default=2)
-    ap.add_argument("--classes", type=int, default=1000)
+    ap.add_argument("--models", default="efficientnet_b0,efficientnet_v2_s,resnet18,resnet50")
+    ap.add_argument("--trainer", default="build/bin/trainer")
     a = ap.parse_args()
-    torch.manual_seed(0)
-    m = getattr(torchvision.models, a.model)(num_classes=a.classes) if a.model != "vit_b_16" or a.size == 224 \
-        else torchvision.models.vit_b_16(num_classes=a.classes, image_size=a.size)
-    m.train()
-    params = {p.storage().data_ptr() for p in m.parameters()}
-    seen = {}  # storage data_ptr -> (nbytes, shape)
-    x = torch.randn(a.batch, 3, a.size, a.size)
-
-    def pack(t):
-        s = t.storage()
-        ptr = s.data_ptr()
-        if ptr not in params and ptr not in seen:
-            seen[ptr] = (s.nbytes(), tuple(t.shape), t.dtype)
-        return t
-
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        y = m(x)
-    total = sum(n for n, _, _ in seen.values())
-    by_shape = collections.Counter()
-    for n, shape, dtype in seen.values():
-        by_shape[(shape, str(dtype))] += n
-    print("%s %dx%d batch %d: %d saved storages, %d bytes per sample (%.2f MiB)" % (
-        a.model, a.size, a.size, a.batch, len(seen), total // a.batch, total / a.batch / 2**20))
-    for (shape, dtype), n in by_shape.most_common(12):
-        print("  %-28s %-14s %10.2f MiB per sample" % (shape, dtype, n / a.batch / 2**20))
-    y.sum().backward()
+    torch.set_num_threads(max(1, os.cpu_count() or 1))
+    print("| model (%dx%d, batch %d) | packrat FP32 store, MiB/sample | PyTorch 1.13, MiB/sample | packrat / PyTorch |"
+          % (a.size, a.size, a.batch))
+    print("|---|---|---|---|")
+    for arch in a.models.split(","):
+        t = torch_saved_bytes(arch, a.batch, a.size) / a.batch / MiB
+        p = packrat_saved_bytes(arch, a.batch, a.size, a.trainer) / a.batch / MiB
+        print("| %s | %.2f | %.2f | %.3f |" % (arch, p, t, p / t), flush=True)
 
 
 if __name__ == "__main__":

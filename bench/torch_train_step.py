@@ -1,6 +1,8 @@
 #!/usr/bin/env python3
-"""PyTorch reference for TrainStep/resnet18_cifar_gelu/64: one SGD training step of ResNet-18
-(CIFAR stem: 3x3 stride-1 conv, no max-pool; GELU activations) on 64 random 3x32x32 images.
+"""PyTorch reference for TrainStep/<model>/<batch>: one SGD training step of ResNet-18 (CIFAR
+stem: 3x3 stride-1 conv, no max-pool; GELU activations), of EfficientNet-B0 with a stride-1
+stem (--model efficientnet_b0_cifar) or of the CIFAR ViT (--model vit_tiny_cifar), on random
+3x32x32 images.
 Prints one JSON line {"img_per_s": X, "threads": T}. Run with Debian's /usr/bin/python3."""
 import argparse, json, sys, time
 
@@ -29,16 +31,24 @@ def vit_tiny_cifar(num_classes=10):
                                                 hidden_dim=192, mlp_dim=384, num_classes=num_classes)
 
 
-MODELS = {"resnet18_cifar_gelu": resnet18_cifar_gelu, "vit_tiny_cifar": vit_tiny_cifar}
+def efficientnet_b0_cifar(num_classes=10):
+    """torchvision's efficientnet_b0 with a stride-1 stem (packrat's `stem: cifar`)."""
+    m = torchvision.models.efficientnet_b0(num_classes=num_classes)
+    m.features[0][0] = nn.Conv2d(3, 32, 3, 1, 1, bias=False)
+    return m
+
+
+MODELS = {"resnet18_cifar_gelu": resnet18_cifar_gelu, "vit_tiny_cifar": vit_tiny_cifar,
+          "efficientnet_b0_cifar": efficientnet_b0_cifar}
 
 
 def main():
     ap = argparse.ArgumentParser()
+    ap.add_argument("--model", default="resnet18_cifar_gelu", choices=sorted(MODELS))
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--model", default="resnet18_cifar_gelu", choices=sorted(MODELS))
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     torch.manual_seed(0)

@@ -23,14 +23,16 @@ StorePolicySpec scheme_spec(const std::string& name) {
     s.rules.push_back({{"gelu"}, {}, {"fewbit", {{"bits", "3"}}, "bench"}});
   } else if (name == "actnn2") {  // every saved tensor at 2 bits (masks and indices exact)
     s.default_scheme = {"actnn", {{"bits", "2"}}, "bench"};
+  } else if (name == "actnn2_fewbit2") {  // 2 bits per group, SiLU / sigmoid as 2-bit few-bit indices
+    s.default_scheme = {"actnn", {{"bits", "2"}}, "bench"};
+    s.rules.push_back({{"silu", "sigmoid"}, {}, {"fewbit", {{"bits", "2"}}, "bench"}});
   }
   return s;
 }
 
 // Names stay exactly "TrainStep/<model>/<batch>": run with --benchmark_min_time=5 for steady figures.
-// spec: the model, on 3x32x32 inputs (ResNet-18 CIFAR/GELU unless given).
-void TrainStep(benchmark::State& state, const std::string& scheme,
-               const ModelSpec& spec = {"resnet18", "cifar", "gelu", 3, 10, 0}) {
+// `spec` is the model, on 3x32x32 inputs.
+void TrainStepOf(benchmark::State& state, const ModelSpec& spec, const std::string& scheme) {
   const int64_t batch = state.range(0);
   auto model = make_model(spec);
   SGD opt(model->named_parameters(), SgdOptions{0.01, 0.9});
@@ -67,6 +69,16 @@ void TrainStep(benchmark::State& state, const std::string& scheme,
   state.counters["saved_vs_fp32"] = static_cast<double>(saved_bytes) / static_cast<double>(saved_fp32_bytes);
 }
 
+void TrainStep(benchmark::State& state, const std::string& scheme) {
+  TrainStepOf(state, {"resnet18", "cifar", "gelu", 3, 10, 0}, scheme);
+}
+
+// torchvision's EfficientNet-B0 with the stride-1 cifar stem (bench/torch_train_step.py --model
+// efficientnet_b0_cifar is its PyTorch twin).
+void TrainStepEfficientNet(benchmark::State& state, const std::string& scheme) {
+  TrainStepOf(state, {"efficientnet_b0", "cifar", "", 3, 10, 0}, scheme);
+}
+
 BENCHMARK_CAPTURE(TrainStep, resnet18_cifar_gelu, std::string("fp32"))
     ->Name("TrainStep/resnet18_cifar_gelu")->Arg(64)->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(TrainStep, resnet18_cifar_gelu_fewbit3, std::string("fewbit3"))
@@ -75,10 +87,14 @@ BENCHMARK_CAPTURE(TrainStep, resnet18_cifar_gelu_actnn2, std::string("actnn2"))
     ->Name("TrainStep/resnet18_cifar_gelu_actnn2")->Arg(64)->Unit(benchmark::kMillisecond);
 // The CIFAR ViT (vit_tiny_cifar: patch 4, 6 x 192, 3 heads); PyTorch twin:
 //   bench/compare_torch.py --name TrainStep/vit_tiny_cifar/64
-BENCHMARK_CAPTURE(TrainStep, vit_tiny_cifar, std::string("fp32"), ModelSpec{"vit_tiny_cifar", "", "", 3, 10, 0})
+BENCHMARK_CAPTURE(TrainStepOf, vit_tiny_cifar, ModelSpec{"vit_tiny_cifar", "", "", 3, 10, 0}, std::string("fp32"))
     ->Name("TrainStep/vit_tiny_cifar")->Arg(64)->Unit(benchmark::kMillisecond);
-BENCHMARK_CAPTURE(TrainStep, vit_tiny_cifar_actnn2, std::string("actnn2"), ModelSpec{"vit_tiny_cifar", "", "", 3, 10, 0})
+BENCHMARK_CAPTURE(TrainStepOf, vit_tiny_cifar_actnn2, ModelSpec{"vit_tiny_cifar", "", "", 3, 10, 0}, std::string("actnn2"))
     ->Name("TrainStep/vit_tiny_cifar_actnn2")->Arg(64)->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(TrainStepEfficientNet, efficientnet_b0_cifar, std::string("fp32"))
+    ->Name("TrainStep/efficientnet_b0_cifar")->Arg(32)->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(TrainStepEfficientNet, efficientnet_b0_cifar_actnn2_fewbit2, std::string("actnn2_fewbit2"))
+    ->Name("TrainStep/efficientnet_b0_cifar_actnn2_fewbit2")->Arg(32)->Unit(benchmark::kMillisecond);
 
 }  // namespace
 }  // namespace packrat

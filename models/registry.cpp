@@ -7,6 +7,7 @@
 #include <map>
 
 #include "models/cifar_resnet.h"
+#include "models/efficientnet.h"
 #include "models/gpt.h"
 #include "models/resnet.h"
 #include "models/vit.h"
@@ -15,12 +16,20 @@ namespace packrat {
 
 namespace {
 
+// The multipliers scale EfficientNets only: anything else must leave them at 1.
+void check_no_multipliers(const ModelSpec& s) {
+  PACKRAT_CHECK(s.width_mult == 1.0 && s.depth_mult == 1.0,
+                "model {}: width_mult ({}) and depth_mult ({}) apply to the EfficientNets only", s.arch, s.width_mult,
+                s.depth_mult);
+}
+
 std::shared_ptr<Module> torchvision_resnet(const ModelSpec& s, bool bottleneck, std::array<int64_t, 4> blocks) {
+  check_no_multipliers(s);
   ResNetConfig c;
   c.bottleneck = bottleneck;
   c.blocks = blocks;
   c.stem = s.stem.empty() ? "imagenet" : s.stem;
-  c.activation = s.activation.empty() ? "relu" : s.activation;
+  c.activation = s.activation.empty() ? default_activation(s.arch) : s.activation;
   c.in_channels = s.in_channels;
   c.num_classes = s.num_classes;
   c.seed = s.seed;
@@ -28,12 +37,13 @@ std::shared_ptr<Module> torchvision_resnet(const ModelSpec& s, bool bottleneck, 
 }
 
 std::shared_ptr<Module> cifar_resnet(const ModelSpec& s, int64_t depth) {
+  check_no_multipliers(s);
   PACKRAT_CHECK(s.stem.empty() || s.stem == "cifar",
                 "model {}: the CIFAR ResNets have only the cifar stem (3x3 conv, no max-pool), got stem '{}'", s.arch,
                 s.stem);
   CifarResNetConfig c;
   c.depth = depth;
-  c.activation = s.activation.empty() ? "relu" : s.activation;
+  c.activation = s.activation.empty() ? default_activation(s.arch) : s.activation;
   c.in_channels = s.in_channels;
   c.num_classes = s.num_classes;
   c.seed = s.seed;
@@ -68,6 +78,22 @@ std::shared_ptr<Module> gpt(const ModelSpec& s) {
   return std::make_shared<Gpt>(c);
 }
 
+// An EfficientNet preset: torchvision's configuration `base`, the preset's own multipliers and
+// stem, then the spec's multipliers and stem on top.
+std::shared_ptr<Module> efficientnet(const ModelSpec& s, EfficientNetConfig c, double width, double depth,
+                                     const std::string& own_stem) {
+  PACKRAT_CHECK(s.width_mult > 0 && s.depth_mult > 0, "model {}: width_mult {} and depth_mult {} must be positive",
+                s.arch, s.width_mult, s.depth_mult);
+  c.width_mult = width * s.width_mult;
+  c.depth_mult = depth * s.depth_mult;
+  c.stem = s.stem.empty() ? own_stem : s.stem;
+  c.activation = s.activation.empty() ? default_activation(s.arch) : s.activation;
+  c.in_channels = s.in_channels;
+  c.num_classes = s.num_classes;
+  c.seed = s.seed;
+  return std::make_shared<EfficientNet>(c);
+}
+
 using Factory = std::function<std::shared_ptr<Module>(const ModelSpec&)>;
 
 const std::map<std::string, Factory>& factories() {
@@ -86,6 +112,15 @@ const std::map<std::string, Factory>& factories() {
       {"gpt_tiny", gpt},
       {"gpt_small", gpt},
       {"gpt_medium", gpt},
+      // torchvision's models, and small presets for 32x32 / 28x28 inputs that train on 2 cores:
+      // half the width, a half (B0: 9 blocks) or a quarter (V2: 12 blocks) of the depth, cifar stem.
+      {"efficientnet_b0", [](const ModelSpec& s) { return efficientnet(s, efficientnet_b0_config(), 1, 1, "imagenet"); }},
+      {"efficientnet_v2_s",
+       [](const ModelSpec& s) { return efficientnet(s, efficientnet_v2_s_config(), 1, 1, "imagenet"); }},
+      {"efficientnet_b0_small",
+       [](const ModelSpec& s) { return efficientnet(s, efficientnet_b0_config(), 0.5, 0.5, "cifar"); }},
+      {"efficientnet_v2_small",
+       [](const ModelSpec& s) { return efficientnet(s, efficientnet_v2_s_config(), 0.5, 0.25, "cifar"); }},
   };
   return m;
 }
@@ -96,6 +131,14 @@ std::vector<std::string> known_archs() {
   std::vector<std::string> names;
   for (const auto& [name, f] : factories()) names.push_back(name);
   return names;
+}
+
+bool is_known_arch(const std::string& arch) { return factories().count(arch) > 0; }
+
+std::string default_activation(const std::string& arch) {
+  if (arch.rfind("efficientnet", 0) == 0) return "silu";
+  if (arch.rfind("vit_", 0) == 0 || arch.rfind("gpt_", 0) == 0) return "gelu";
+  return "relu";
 }
 
 std::shared_ptr<Module> make_model(const ModelSpec& spec) {

@@ -12,21 +12,29 @@ namespace packrat {
 struct ModelSpec {
   // resnet18 | resnet34 | resnet50 | resnet20 | resnet32 | resnet44 | resnet56 | resnet110 |
   // vit_b_16 | vit_tiny_cifar | vit_tiny_fmnist | gpt_tiny | gpt_small | gpt_medium (models/gpt.h;
-  // num_classes = the vocabulary)
+  // num_classes = the vocabulary) | efficientnet_b0 | efficientnet_v2_s | efficientnet_b0_small |
+  // efficientnet_v2_small; see known_archs()
   std::string arch;
   // imagenet | cifar; "" picks the architecture's own: imagenet for resnet18/34/50, cifar for the
   // CIFAR ResNets (which have only the cifar stem: asking them for imagenet is an error).
   std::string stem;
-  // any name from autograd/pointwise.h; "" picks the architecture's own (ResNet: relu, ViT and GPT: gelu)
+  // any name from autograd/pointwise.h; "": default_activation(arch) (ResNet relu, EfficientNet silu,
+  // ViT and GPT gelu)
   std::string activation;
   int64_t in_channels = 3, num_classes = 10;
   uint64_t seed = 0;
   // Vision Transformers (vit_*): input side and patch size; 0 takes the preset's.
   int64_t image_size = 0, patch_size = 0;
+  // EfficientNet only: multipliers applied on top of the preset's own (torchvision's
+  // _make_divisible(c * width, 8) channels, ceil(n * depth) blocks per stage).
+  double width_mult = 1.0, depth_mult = 1.0;
 };
 
 // Throws packrat::Error listing the known architectures when spec.arch is unknown.
 std::shared_ptr<Module> make_model(const ModelSpec& spec);
 std::vector<std::string> known_archs();
+bool is_known_arch(const std::string& arch);
+// The activation an architecture is defined with: silu for EfficientNets, relu otherwise.
+std::string default_activation(const std::string& arch);
 
 }  // namespace packrat

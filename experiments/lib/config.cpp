@@ -1,5 +1,6 @@
 #include "experiments/lib/config.h"
 
+#include <fmt/ranges.h>
 #include <yaml-cpp/yaml.h>
 
 #include <cmath>
@@ -13,6 +14,7 @@
 #include "core/device.h"
 #include "core/error.h"
 #include "data/transforms.h"
+#include "models/registry.h"
 
 namespace packrat {
 
@@ -432,8 +434,8 @@ Config parse_root(YAML::Node root, const Origin& origin) {
     if (!top.has("model")) top.error_at("model", root.Mark(), "section is required (at least model.arch)");
     c.model.arch = m.require_string("arch");
     c.model.stem = m.get_string("stem", "", {"", "cifar", "imagenet"});
-    c.model.activation = m.get_string("activation", "");
-    if (!c.model.activation.empty() && !is_pointwise_name(c.model.activation))
+    c.model.activation = m.get_string("activation", default_activation(c.model.arch));
+    if (!is_pointwise_name(c.model.activation))
       m.error_at(m.key_path("activation"), m.raw("activation").Mark(),
                  fmt::format("unknown activation '{}' (relu, leaky_relu, relu6, hardswish, gelu, silu, sigmoid, tanh, "
                              "selu, softplus, elu, mish, gelu_tanh)", c.model.activation));
@@ -441,7 +443,13 @@ Config parse_root(YAML::Node root, const Origin& origin) {
     c.model.in_channels = m.get_int("in_channels", 0, 0, 4096);
     c.model.image_size = m.get_int("image_size", 0, 0, 1 << 16);  // vit_*
     c.model.patch_size = m.get_int("patch_size", 0, 0, 1 << 16);
-    m.finish({"arch", "stem", "activation", "classes", "in_channels", "image_size", "patch_size"});
+    c.model.width_mult = m.get_double("width_mult", 1.0, 1.0 / 64, 8.0);  // efficientnet_*
+    c.model.depth_mult = m.get_double("depth_mult", 1.0, 1.0 / 64, 8.0);
+    if (!is_known_arch(c.model.arch))
+      m.error_at(m.key_path("arch"), m.raw("arch").Mark(),
+                 fmt::format("unknown architecture '{}' (known: {})", c.model.arch, fmt::join(known_archs(), ", ")));
+    m.finish({"arch", "stem", "activation", "classes", "in_channels", "image_size", "patch_size", "width_mult",
+              "depth_mult"});
   }
   c.saved_tensors = parse_saved_tensors(top.child("saved_tensors"));
   c.saved_tensors.seed = c.seed;
@@ -618,6 +626,8 @@ std::string config_to_yaml(const Config& c) {
   e << YAML::Key << "in_channels" << YAML::Value << c.model.in_channels;
   e << YAML::Key << "image_size" << YAML::Value << c.model.image_size;
   e << YAML::Key << "patch_size" << YAML::Value << c.model.patch_size;
+  e << YAML::Key << "width_mult" << YAML::Value << c.model.width_mult;
+  e << YAML::Key << "depth_mult" << YAML::Value << c.model.depth_mult;
   e << YAML::EndMap;
 
   e << YAML::Key << "saved_tensors" << YAML::Value << YAML::BeginMap;

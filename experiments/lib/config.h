@@ -32,10 +32,11 @@ struct DataConfig {
 struct ModelConfig {
   std::string arch;                 // resnet20, resnet18, ...
   std::string stem;                 // cifar | imagenet; "" = the architecture's own
-  std::string activation;           // any built-in pointwise activation; "": the architecture's own
+  std::string activation;           // any built-in pointwise activation; default: the arch's own
   int64_t image_size = 0, patch_size = 0;  // vit_*: 0 = the input's side / the preset's patch
   int64_t classes = 0;              // 0: the dataset's number of classes
   int64_t in_channels = 0;          // 0: the dataset's channels; otherwise it must equal them
+  double width_mult = 1.0, depth_mult = 1.0;  // EfficientNet: on top of the preset's own
 };
 
 struct OptimizerConfig {

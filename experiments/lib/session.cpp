@@ -118,6 +118,8 @@ Session make_session(const Config& c, const InputSpec& input) {
   spec.arch = c.model.arch;
   spec.stem = c.model.stem;
   spec.activation = c.model.activation;
+  spec.width_mult = c.model.width_mult;
+  spec.depth_mult = c.model.depth_mult;
   spec.in_channels = input.channels;
   spec.num_classes = input.classes;
   spec.seed = c.seed;

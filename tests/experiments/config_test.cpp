@@ -37,7 +37,7 @@ TEST(Config, ParsesSectionsAndFillsDefaults) {
   EXPECT_EQ(c.data.dataset, "fashion_mnist");
   EXPECT_EQ(c.data.batch_size, 64);
   EXPECT_EQ(c.model.arch, "resnet20");
-  EXPECT_EQ(c.model.activation, "");  // the architecture's own (ResNet: relu)
+  EXPECT_EQ(c.model.activation, "relu");  // the architecture's own
   EXPECT_EQ(c.optimizer.name, "sgd");
   EXPECT_EQ(c.saved_tensors.default_scheme.scheme, "fp32");
   EXPECT_EQ(c.train.epochs, 1);

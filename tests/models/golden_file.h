@@ -46,11 +46,41 @@ inline Tensor golden_tensor(const std::map<std::string, std::vector<float>>& g, 
   return Tensor::from_vector(shape, golden_at(g, key));
 }
 
+// Lines "param|buffer <name> <dims...>": a torchvision state_dict's keys and shapes.
+struct KeyLine {
+  std::string kind, name;
+  Shape shape;
+};
+
+inline std::vector<KeyLine> read_keys(const std::string& file) {
+  std::ifstream in(golden_path(file));
+  EXPECT_TRUE(in.good()) << "cannot open " << golden_path(file);
+  std::vector<KeyLine> out;
+  std::string line;
+  while (std::getline(in, line)) {
+    std::istringstream s(line);
+    KeyLine k;
+    if (!(s >> k.kind >> k.name)) continue;
+    std::vector<int64_t> dims;
+    int64_t d;
+    while (s >> d) dims.push_back(d);
+    k.shape = Shape(dims);
+    out.push_back(k);
+  }
+  return out;
+}
+
+// In an unnamed namespace: tests/core/backend_test_support.h has an expect_close with the same
+// signature and the tolerances the other way round; as two inline definitions of one function
+// the linker kept one of them for every test (an ODR violation), so these goldens were checked
+// with swapped tolerances.
+namespace {
 inline void expect_close(const std::vector<float>& got, const std::vector<float>& want, float atol, float rtol,
                          const std::string& what) {
   ASSERT_EQ(got.size(), want.size()) << what;
   for (size_t i = 0; i < got.size(); ++i)
     EXPECT_NEAR(got[i], want[i], atol + rtol * std::abs(want[i])) << what << " element " << i;
 }
+}  // namespace
 
 }  // namespace packrat::testing

@@ -20,29 +20,6 @@ using namespace packrat::testing;
 
 namespace {
 
-struct KeyLine {
-  std::string kind, name;
-  Shape shape;
-};
-
-std::vector<KeyLine> read_keys(const std::string& file) {
-  std::ifstream in(golden_path(file));
-  EXPECT_TRUE(in.good()) << "cannot open " << golden_path(file);
-  std::vector<KeyLine> out;
-  std::string line;
-  while (std::getline(in, line)) {
-    std::istringstream s(line);
-    KeyLine k;
-    if (!(s >> k.kind >> k.name)) continue;
-    std::vector<int64_t> dims;
-    int64_t d;
-    while (s >> d) dims.push_back(d);
-    k.shape = Shape(dims);
-    out.push_back(k);
-  }
-  return out;
-}
-
 ModelSpec spec(const std::string& arch, const std::string& stem = "", const std::string& act = "relu",
                int64_t in = 3, int64_t classes = 10, uint64_t seed = 1) {
   return ModelSpec{arch, stem, act, in, classes, seed};
