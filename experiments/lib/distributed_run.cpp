@@ -181,6 +181,13 @@ void DataParallelStep::after_gact_refresh(GactStore& store) {
   if (!dp_.root()) store.import_state(unpack_tensors(state), "rank 0's GACT refresh");
 }
 
+DataParallelSession::DataParallelSession(DataParallel* dp, Module& model, const DistributedConfig& c) {
+  if (!dp) return;
+  broadcast_model(*dp, model);
+  step_ = std::make_unique<DataParallelStep>(*dp, model, c);
+  sync_bn_.emplace(*dp, c.sync_batchnorm);
+}
+
 SyncBatchnormScope::SyncBatchnormScope(DataParallel& dp, bool enabled) : enabled_(enabled) {
   if (!enabled_) return;
   auto sync = std::make_shared<BatchnormSync>();

@@ -7,6 +7,7 @@
 // reductions of metrics and memory reports to rank 0, which alone writes the run directory.
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -73,6 +74,19 @@ class SyncBatchnormScope {
 
  private:
   bool enabled_;
+};
+
+// A training session's data-parallel parts, for the trainer and --benchmark alike: the model
+// broadcast from rank 0, the gradient reducer, synchronised batchnorm when configured. Without
+// `dp` (one process) it holds nothing and step() is null.
+class DataParallelSession {
+ public:
+  DataParallelSession(DataParallel* dp, Module& model, const DistributedConfig& c);
+  DataParallelStep* step() const { return step_.get(); }  // StepOptions::sync
+
+ private:
+  std::unique_ptr<DataParallelStep> step_;
+  std::optional<SyncBatchnormScope> sync_bn_;
 };
 
 // Every rank's report of the first step, gathered on rank 0: one row per rank (batch, saved bytes

@@ -73,13 +73,7 @@ RunResult run_training(const Config& c, const RunOptions& o) {
   check_in_channels(c, shape.c);
   InputSpec input{shape.c, shape.h, shape.w, c.model.classes > 0 ? c.model.classes : train_ds->num_classes()};
   Session s = make_session(c, input);
-  std::unique_ptr<DataParallelStep> dp_step;
-  std::optional<SyncBatchnormScope> sync_bn;
-  if (dp) {
-    broadcast_model(*dp, *s.model);
-    dp_step = std::make_unique<DataParallelStep>(*dp, *s.model, c.distributed);
-    sync_bn.emplace(*dp, c.distributed.sync_batchnorm);
-  }
+  DataParallelSession dp_session(dp, *s.model, c.distributed);
   // GACT's bit allocations, one CSV block per refresh, go to the run directory unless the
   // config names a file (saved_tensors: {scheme: gact, log_path: ...}).
   int gact_index = 0;
@@ -128,7 +122,7 @@ RunResult run_training(const Config& c, const RunOptions& o) {
   StepOptions step_options;
   step_options.label_smoothing = c.train.label_smoothing;
   step_options.clip_grad_norm = c.train.clip_grad_norm;
-  step_options.sync = dp_step.get();
+  step_options.sync = dp_session.step();
   bool first_step = true;
   for (int64_t epoch = pos.epoch; epoch < c.train.epochs; ++epoch) {
     if (o.stop_after_epoch > 0 && epoch >= o.stop_after_epoch) break;

@@ -62,13 +62,10 @@ BenchmarkResult benchmark(const Config& c, int64_t steps, DataParallel* dp) {
   // Each rank its own part of the global batch (a different synthetic batch per rank).
   SyntheticBatch b = synthetic_inputs(c, in, c.data.batch_size / ranks, static_cast<uint64_t>(dp ? dp->rank() : 0));
   StepOptions o = step_options(c, false);
-  std::unique_ptr<DataParallelStep> dp_step;
-  std::optional<SyncBatchnormScope> sync_bn;
+  DataParallelSession dp_session(dp, *s.model, c.distributed);
+  DataParallelStep* dp_step = dp_session.step();
   if (dp) {
-    broadcast_model(*dp, *s.model);
-    dp_step = std::make_unique<DataParallelStep>(*dp, *s.model, c.distributed);
-    sync_bn.emplace(*dp, c.distributed.sync_batchnorm);
-    o.sync = dp_step.get();
+    o.sync = dp_step;
     o.global_count = c.data.batch_size;
   }
   train_step(*s.model, *s.optimizer, *s.policy, b.images, b.labels, 0, o);  // warm-up
