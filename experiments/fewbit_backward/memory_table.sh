@@ -4,8 +4,8 @@
 # its exact 1-bit mask), for ResNet-18/50, EfficientNet-B0 and ViT. Measured by the allocator
 # (trainer --memory-report-only on synthetic inputs), never from nominal sizes.
 #   experiments/fewbit_backward/memory_table.sh [OUT_DIR] [BATCH]   (default results/, batch 4)
-# ARCHS overrides the models ("resnet18 resnet50 efficientnet_b0 vit_b_16"); a model the registry
-# does not know (EfficientNet and ViT come from the efficientnet / vit branches) is listed as such.
+# ARCHS overrides the models ("resnet18 resnet50 efficientnet_b0 vit_b_16"); a model that fails
+# (e.g. one this build does not know) is listed as not measured, with the reason in memory_table.errors.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 out=${1:-$here/results}
@@ -23,9 +23,13 @@ for arch in $archs; do
     rules='[]'
     [[ $scheme == fewbit2 ]] && rules='[{ops: [relu, gelu, silu, selu, sigmoid, tanh, softplus, elu, mish], scheme: fewbit, bits: 2}]'
     dir=$out/scratch/$arch-$scheme
-    stem=()
-    [[ $arch == resnet* ]] && stem=(--set model.stem=imagenet)  # the ImageNet ResNets' own stem
-    if ! "$trainer" --config "$here/base.yaml" --set "model.arch=$arch" "${stem[@]}" --set data.dataset=cifar10 \
+    own=()  # each model's own stem and activation, over base.yaml's CIFAR ResNet-20 with GELU
+    case $arch in
+      resnet*) own=(--set model.stem=imagenet) ;;
+      efficientnet*) own=(--set model.stem=imagenet --set model.activation=silu) ;;
+      vit_*) own=(--set 'model.stem=""') ;;  # a ViT has no stem option
+    esac
+    if ! "$trainer" --config "$here/base.yaml" --set "model.arch=$arch" "${own[@]}" --set data.dataset=cifar10 \
         --set 'data.train_transforms=["resize(224, 224)"]' --set "data.batch_size=$batch" \
         --set saved_tensors.default=fp32 --set "saved_tensors.rules=$rules" --set "output.dir=$dir" \
         --memory-report-only >"$out/scratch.log" 2>&1; then
