@@ -73,7 +73,7 @@ double max_relative_difference(const fs::path& a, const fs::path& b, std::string
     }
     ++compared;
   }
-  EXPECT_GT(compared, 50);  // ResNet-20: parameters, batchnorm statistics, momentum buffers
+  EXPECT_GT(compared, 50);  // parameters, batchnorm statistics, momentum buffers (ResNet-20, ViT)
   return worst_d;
 }
 
@@ -117,6 +117,16 @@ TEST(DataParallel, TwoRanksMatchOneProcessAfterOneReluStep) {
                                                              "train.steps_per_epoch=1"});
   if (g_world->root()) {
     EXPECT_LT(d, 1e-4);
+  }
+}
+
+// A Transformer (vit_tiny_fmnist on the 12x12 fixture: patch embedding, layernorm, attention,
+// GELU MLP; no batchnorm, so nothing to synchronise): two ranks of batch 8 compute what one process
+// of batch 16 does, over 2 epochs.
+TEST(DataParallel, TwoRanksMatchOneProcessOnAVisionTransformer) {
+  const double d = two_ranks_against_one("dp_vit", {"model.arch=vit_tiny_fmnist"});
+  if (g_world->root()) {
+    EXPECT_LT(d, 2e-4);
   }
 }
 
