@@ -40,12 +40,32 @@ std::vector<fs::path> images_under(const fs::path& dir) {
   return out;
 }
 
+// The most decoded bytes one byte of a real image file holds: deflate (PNG) stops near 1032:1,
+// RLE BMP near 128:1 a channel, GIF's LZW a few thousand to 1 on a single colour.
+constexpr int64_t kMaxDecodedBytesPerFileByte = 4096;
+constexpr int64_t kMaxPixels = int64_t{1} << 28;  // 16384 x 16384
+
+// stb_image believes a header: a 77-byte BMP claiming 4 x 16449541 pixels decoded to 200 MB of
+// zeros (found by fuzz/image_folder_fuzz). Refuse, naming the file, before decoding.
+void check_header_fits_file(const fs::path& file, const std::vector<uint8_t>& bytes, int64_t channels) {
+  int w = 0, h = 0, n = 0;
+  if (!stbi_info_from_memory(bytes.data(), static_cast<int>(bytes.size()), &w, &h, &n)) return;  // decode says why
+  const int64_t pixels = int64_t{w} * h, decoded = pixels * channels;
+  PACKRAT_CHECK(pixels <= kMaxPixels, "image_folder: {} is corrupt or too large: its header promises {}x{} pixels (at most {})",
+                file.string(), w, h, kMaxPixels);
+  PACKRAT_CHECK(decoded <= kMaxDecodedBytesPerFileByte * static_cast<int64_t>(bytes.size()),
+                "image_folder: {} is corrupt: its header promises {}x{} pixels ({} bytes decoded), more than its {} bytes "
+                "can hold",
+                file.string(), w, h, decoded, bytes.size());
+}
+
 }  // namespace
 
 std::vector<uint8_t> decode_image(const fs::path& file, int64_t channels, int64_t height, int64_t width,
                                   ImageShape& shape) {
   const std::vector<uint8_t> bytes = read_file(file, "image_folder");
   int w = 0, h = 0, n = 0;
+  check_header_fits_file(file, bytes, channels);
   uint8_t* hwc = stbi_load_from_memory(bytes.data(), static_cast<int>(bytes.size()), &w, &h, &n, static_cast<int>(channels));
   if (!hwc) {
     const char* why = stbi_failure_reason();  // may be null for some corrupt files
