@@ -25,6 +25,24 @@ label() {
   printf '%s' "$b"
 }
 
+# The file a run's curves by step come from: steps.csv, or metrics.csv's per-epoch rows without it.
+curve_of() {
+  if [[ -f "$1/steps.csv" ]]; then printf '%s' "$1/steps.csv"; else printf '%s' "$1/metrics.csv"; fi
+}
+
+# One gnuplot `plot` of column expression $1 by step, a line per run (the runs follow).
+plot_by_step() {
+  local expr=$1 i=0 d
+  shift
+  printf "plot "
+  for d in "$@"; do
+    ((i > 0)) && printf ", "
+    printf "'%s' using (column('step')):(%s) with lines lw 1.5 title '%s'" "$(curve_of "$d")" "$expr" "$(label "$d")"
+    i=$((i + 1))
+  done
+  echo
+}
+
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
@@ -54,41 +72,21 @@ nschemes=$(echo "$schemes" | grep -c . || true)
   echo "set grid"
   echo "set multiplot layout 2,2"
   echo "set title 'train loss'; set xlabel 'step'; set ylabel 'loss'"
-  printf "plot "
-  i=0
-  for d in "$@"; do
-    ((i > 0)) && printf ", "
-    curve="$d/steps.csv"
-    [[ -f "$curve" ]] || curve="$d/metrics.csv"
-    printf "'%s' using (column('step')):(column('train_loss')) with lines lw 1.5 title '%s'" "$curve" "$(label "$d")"
-    i=$((i + 1))
-  done
-  echo
+  plot_by_step "column('train_loss')" "$@"
   echo "set title 'accuracy (lines: train by step, points: test)'; set ylabel 'accuracy (%)'; set key bottom right"
   printf "plot "
   i=0
   for d in "$@"; do
     ((i > 0)) && printf ", "
-    curve="$d/steps.csv"
-    [[ -f "$curve" ]] || curve="$d/metrics.csv"
     printf "'%s' using (column('step')):(100*column('train_acc')) with lines lw 1.5 lc %d title '%s train', " \
-      "$curve" $((i + 1)) "$(label "$d")"
+      "$(curve_of "$d")" $((i + 1)) "$(label "$d")"
     printf "'%s' using (column('step')):(100*column('test_acc')) with points pt 7 ps 1.2 lc %d title '%s test'" \
       "$d/metrics.csv" $((i + 1)) "$(label "$d")"
     i=$((i + 1))
   done
   echo
   echo "set title 'learning rate'; set ylabel 'lr'; set key top right"
-  printf "plot "
-  i=0
-  for d in "$@"; do
-    ((i > 0)) && printf ", "
-    curve="$d/steps.csv"
-    [[ -f "$curve" ]] || curve="$d/metrics.csv"
-    printf "'%s' using (column('step')):(column('lr')) with lines lw 1.5 title '%s'" "$curve" "$(label "$d")"
-    i=$((i + 1))
-  done
-  echo
+  plot_by_step "column('lr')" "$@"
   echo "set datafile separator '\t'"
   echo "set title 'saved for backward, one step'; set xlabel ''; set ylabel 'MiB'; set key top right"
   echo "set style data histograms; set style histogram rowstacked; set style fill solid 0.8 border -1"
