@@ -47,7 +47,8 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
 # Saved bytes per scheme: one row per run, one column per scheme (MiB), for a stacked histogram.
-schemes=$(for d in "$@"; do [[ -f "$d/saved_by_scheme.tsv" ]] && tail -n +2 "$d/saved_by_scheme.tsv" | cut -f1; done | sort -u)
+# (`if`, not `[[ ]] &&`: under pipefail a run without the file would fail the pipeline and end the script.)
+schemes=$(for d in "$@"; do if [[ -f "$d/saved_by_scheme.tsv" ]]; then tail -n +2 "$d/saved_by_scheme.tsv" | cut -f1; fi; done | sort -u)
 {
   printf 'run'
   for s in $schemes; do printf '\t%s' "$s"; done
@@ -56,7 +57,7 @@ schemes=$(for d in "$@"; do [[ -f "$d/saved_by_scheme.tsv" ]] && tail -n +2 "$d/
     printf '%s' "$(label "$d")"
     for s in $schemes; do
       b=0
-      [[ -f "$d/saved_by_scheme.tsv" ]] && b=$(awk -F'\t' -v s="$s" '$1 == s { print $2 }' "$d/saved_by_scheme.tsv")
+      if [[ -f "$d/saved_by_scheme.tsv" ]]; then b=$(awk -F'\t' -v s="$s" '$1 == s { print $2 }' "$d/saved_by_scheme.tsv"); fi
       awk -v b="${b:-0}" 'BEGIN { printf "\t%.3f", b / 1048576 }'
     done
     printf '\n'
