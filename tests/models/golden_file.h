@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/tensor.h"
+#include "layers/module.h"
 
 namespace packrat::testing {
 
@@ -68,6 +69,30 @@ inline std::vector<KeyLine> read_keys(const std::string& file) {
     out.push_back(k);
   }
   return out;
+}
+
+// The model's parameters (names, order, shapes) and buffers (names, shapes) equal those a
+// torchvision state_dict lists in the keys file: a state dict loads both ways with strict=True.
+inline void expect_torchvision_keys(Module& model, const std::string& keys_file) {
+  const auto keys = read_keys(keys_file);
+  ASSERT_FALSE(keys.empty());
+  std::vector<std::pair<std::string, Shape>> want_params;
+  std::map<std::string, Shape> want_buffers;
+  for (const auto& k : keys) {
+    if (k.kind == "param")
+      want_params.emplace_back(k.name, k.shape);
+    else
+      want_buffers[k.name] = k.shape;
+  }
+  const auto params = model.named_parameters();
+  ASSERT_EQ(params.size(), want_params.size());
+  for (size_t i = 0; i < params.size(); ++i) {
+    EXPECT_EQ(params[i].first, want_params[i].first) << "parameter " << i;  // same order as torch
+    EXPECT_EQ(params[i].second.shape(), want_params[i].second) << params[i].first;
+  }
+  std::map<std::string, Shape> buffers;
+  for (const auto& [n, t] : model.named_buffers()) buffers[n] = t.shape();
+  EXPECT_EQ(buffers, want_buffers);
 }
 
 // In an unnamed namespace: tests/core/backend_test_support.h has an expect_close with the same

@@ -44,25 +44,7 @@ class ModelKeys : public ::testing::TestWithParam<std::pair<std::string, std::st
 TEST_P(ModelKeys, ParameterAndBufferNamesAndShapesEqualTorchvision) {
   const auto [arch, stem] = GetParam();
   auto model = make_model(spec(arch, stem));
-  const auto keys = read_keys(arch + "_" + stem + ".txt");
-  ASSERT_FALSE(keys.empty());
-  std::vector<std::pair<std::string, Shape>> want_params;
-  std::map<std::string, Shape> want_buffers;
-  for (const auto& k : keys) {
-    if (k.kind == "param")
-      want_params.emplace_back(k.name, k.shape);
-    else
-      want_buffers[k.name] = k.shape;
-  }
-  const auto params = model->named_parameters();
-  ASSERT_EQ(params.size(), want_params.size());
-  for (size_t i = 0; i < params.size(); ++i) {
-    EXPECT_EQ(params[i].first, want_params[i].first) << "parameter " << i;  // same order as torch
-    EXPECT_EQ(params[i].second.shape(), want_params[i].second) << params[i].first;
-  }
-  std::map<std::string, Shape> buffers;
-  for (const auto& [n, t] : model->named_buffers()) buffers[n] = t.shape();
-  EXPECT_EQ(buffers, want_buffers);
+  expect_torchvision_keys(*model, arch + "_" + stem + ".txt");
 }
 
 INSTANTIATE_TEST_SUITE_P(Torchvision, ModelKeys,
