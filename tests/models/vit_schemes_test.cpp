@@ -13,6 +13,7 @@
 #include "autograd/ops.h"
 #include "autograd/tape.h"
 #include "models/vit.h"
+#include "tests/models/vit_fixture.h"
 #include "quant/rule_policy.h"
 #include "tests/support/gradcheck.h"
 
@@ -22,14 +23,7 @@ using packrat::testing::random_tensor;
 namespace {
 
 VitConfig small_config() {
-  VitConfig c;
-  c.image_size = 8;
-  c.patch_size = 4;
-  c.num_layers = 2;
-  c.num_heads = 2;
-  c.hidden_dim = 16;
-  c.mlp_dim = 32;
-  c.num_classes = 10;
+  VitConfig c = packrat::testing::small_vit_config();
   c.seed = 3;  // no dropout: each model built draws other dropout streams, and the runs must compare
   return c;
 }

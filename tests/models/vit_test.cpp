@@ -12,6 +12,7 @@
 #include "autograd/tape.h"
 #include "models/registry.h"
 #include "models/vit.h"
+#include "tests/models/vit_fixture.h"
 #include "tests/autograd/elementwise_golden.h"
 
 using namespace packrat;
@@ -20,17 +21,7 @@ using packrat::testing::load_golden;
 
 namespace {
 
-VitConfig small_config() {
-  VitConfig c;
-  c.image_size = 8;
-  c.patch_size = 4;
-  c.num_layers = 2;
-  c.num_heads = 2;
-  c.hidden_dim = 16;
-  c.mlp_dim = 32;
-  c.num_classes = 10;
-  return c;
-}
+VitConfig small_config() { return packrat::testing::small_vit_config(); }
 
 bool is_data_key(const std::string& k) {
   return k == "x" || k == "gy" || k.rfind("train.", 0) == 0 || k.rfind("eval.", 0) == 0;
