@@ -3,6 +3,7 @@
 #include <type_traits>
 
 #include "core/cuda/memory_kernels.h"
+#include "core/cuda/typed_dispatch.h"
 
 namespace packrat::cuda {
 
@@ -31,18 +32,6 @@ __global__ void reorder_kernel(const char* src, char* dst, int64_t N, int64_t C,
   const int64_t plain = i, blocked = ((n * (C / 16) + c / 16) * HW + s) * 16 + c % 16;
   const int64_t from = to_blocked ? plain : blocked, to = to_blocked ? blocked : plain;
   for (int b = 0; b < es; ++b) dst[to * es + b] = src[from * es + b];
-}
-
-// Calls fn(T*) with p typed by dtype.
-template <typename Fn>
-void with_typed(void* p, DType dtype, Fn&& fn) {
-  switch (dtype) {
-    case DType::f32: fn(static_cast<float*>(p)); break;
-    case DType::f64: fn(static_cast<double*>(p)); break;
-    case DType::u8: fn(static_cast<uint8_t*>(p)); break;
-    case DType::i32: fn(static_cast<int32_t*>(p)); break;
-    case DType::i64: fn(static_cast<int64_t*>(p)); break;
-  }
 }
 
 }  // namespace

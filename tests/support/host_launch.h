@@ -1,0 +1,14 @@
+#pragma once
+// Runs a CUDA kernel's per-index body (a PACKRAT_HD functor from core/cuda/kernels/) on the host,
+// over the indices launch_for_each would give it on a GPU: the CPU tests check the index
+// arithmetic of every such kernel against the CPU backend, with no GPU.
+#include <cstdint>
+
+namespace packrat::testing {
+
+template <class Body>
+void run_on_host(int64_t n, const Body& body) {
+  for (int64_t i = 0; i < n; ++i) body(i);
+}
+
+}  // namespace packrat::testing
