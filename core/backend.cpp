@@ -44,6 +44,17 @@ std::vector<Backend*> available_backends() {
   return all;
 }
 
+void check_copy_range(const Tensor& src, int64_t src_offset, const Tensor& dst, int64_t dst_offset, int64_t count) {
+  PACKRAT_CHECK(src.device() == dst.device(), "copy_range: from {} to {}; both must be on one device", src.device().str(),
+                dst.device().str());
+  PACKRAT_CHECK(src.dtype() == dst.dtype() && src.layout() == Layout::Plain && dst.layout() == Layout::Plain,
+                "copy_range: {} into {}: plain tensors of one dtype", src.describe(), dst.describe());
+  PACKRAT_CHECK(count >= 0 && src_offset >= 0 && dst_offset >= 0 && src_offset + count <= src.numel() &&
+                    dst_offset + count <= dst.numel(),
+                "copy_range: {} elements from offset {} of {} to offset {} of {} run past a buffer", count, src_offset,
+                src.describe(), dst_offset, dst.describe());
+}
+
 void check_same_device(std::string_view op, std::initializer_list<const Tensor*> tensors) {
   const Tensor* first = nullptr;
   size_t first_index = 0, i = 0;

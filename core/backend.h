@@ -72,6 +72,9 @@ class Backend {
   virtual Tensor to_layout(const Tensor& t, Layout layout) = 0;
   // dst = static_cast<dst dtype>(src), same shape and layout.
   virtual void convert(const Tensor& src, Tensor& dst) = 0;
+  // dst[dst_offset + i] = src[src_offset + i] for i < count: plain tensors of one dtype, both on
+  // this device, the ranges inside each buffer (data-parallel gradient buckets).
+  virtual void copy_range(const Tensor& src, int64_t src_offset, Tensor& dst, int64_t dst_offset, int64_t count) = 0;
 
   // ---- convolution (ops/conv2d)
   // Weights are plain (Cout, Cin/groups, KH, KW) tensors, biases (Cout) or undefined; the
@@ -271,6 +274,9 @@ inline Backend& backend_of(const Tensor& t) { return backend(t.device()); }
 
 // Every backend available in this process (the CPU first), for tests that cover them all.
 std::vector<Backend*> available_backends();
+
+// Throws unless copy_range's operands are on one device, of one dtype, plain, and the ranges fit.
+void check_copy_range(const Tensor& src, int64_t src_offset, const Tensor& dst, int64_t dst_offset, int64_t count);
 
 // Throws "<op> <layer>: input 0 is on cuda:0, input 1 on cpu" unless all defined tensors share a device.
 void check_same_device(std::string_view op, std::initializer_list<const Tensor*> tensors);

@@ -6,11 +6,14 @@
 #if PACKRAT_HAVE_MPI
 #include "distributed/mpi/mpi_world.h"
 #endif
+#if PACKRAT_HAVE_NCCL
+#include "distributed/nccl/nccl_world.h"
+#endif
 
 namespace packrat::dist {
 
 bool built_with_mpi() { return PACKRAT_HAVE_MPI != 0; }
-bool built_with_nccl() { return PACKRAT_HAVE_NCCL != 0; }
+bool built_with_nccl() { return PACKRAT_HAVE_NCCL != 0; }  // CMake builds NCCL only with MPI
 
 bool launched_by_mpi_launcher() {
   for (const char* v : {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_SIZE", "MPI_LOCALNRANKS"})
@@ -23,12 +26,15 @@ std::string resolve_backend(const CommunicatorOptions& o) {
   if (b == "auto") b = o.cuda_tensors ? "nccl" : "mpi";
   if (b == "nccl") {
     PACKRAT_CHECK(built_with_nccl(), "distributed.backend: nccl{}: this packrat was built without NCCL (it needs the "
-                  "CUDA backend and the toolkit's nccl.h and libnccl); use distributed.backend: mpi",
+                  "CUDA backend, MPI, and the toolkit's nccl.h and libnccl); use device: cpu with distributed.backend: mpi",
                   o.backend == "auto" ? " (auto, for CUDA tensors)" : "");
-    fail("distributed.backend: nccl: NCCL was found at build time, but packrat's NCCL communicator is not written yet "
-         "(the CUDA backend is not used by the trainer either); use distributed.backend: mpi");
+    PACKRAT_CHECK(o.cuda_tensors, "distributed.backend: nccl reduces GPU tensors, but the run's device is the CPU; use "
+                  "distributed.backend: mpi (or auto)");
+    return b;
   }
   PACKRAT_CHECK(b == "mpi", "distributed.backend: '{}' is unknown (mpi, nccl, auto)", o.backend);
+  PACKRAT_CHECK(!o.cuda_tensors, "distributed.backend: mpi reduces host memory, but the run's device is a GPU; use "
+                "distributed.backend: nccl (or auto)");
   PACKRAT_CHECK(built_with_mpi(), "distributed.backend: mpi: this packrat was built without MPI (install libopenmpi-dev "
                 "and openmpi-bin, then configure with -DPACKRAT_MPI=ON)");
   return b;
@@ -36,7 +42,10 @@ std::string resolve_backend(const CommunicatorOptions& o) {
 
 std::unique_ptr<Communicator> make_communicator(const CommunicatorOptions& o) {
   PACKRAT_CHECK(o.timeout_s > 0, "distributed.timeout_s must be positive, got {}", o.timeout_s);
-  resolve_backend(o);
+  const std::string backend = resolve_backend(o);
+#if PACKRAT_HAVE_NCCL
+  if (backend == "nccl") return make_nccl_communicator(o.timeout_s, o.cuda_device);
+#endif
 #if PACKRAT_HAVE_MPI
   return make_mpi_communicator(o.timeout_s);
 #else

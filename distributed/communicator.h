@@ -1,6 +1,7 @@
 #pragma once
 // The processes of a data-parallel run and the collectives they need, on an engine the field
-// already trusts (MPI for CPU processes; NCCL for GPU tensors is detected but not written yet).
+// already trusts: MPI for CPU processes, NCCL for buffers in GPU memory (distributed/nccl/: an
+// MPI world starts it and carries everything on the host).
 //
 //   auto world = make_communicator({.backend = "mpi", .timeout_s = 60});
 //   world->all_reduce_sum(grads.data(), grads.size(), "gradients");   // in place, every rank
@@ -44,7 +45,8 @@ class Communicator {
   virtual std::string_view backend_name() const = 0;  // "mpi (Open MPI 4.1.4)"
   virtual double timeout_s() const = 0;
 
-  // data[i] = sum over ranks of data[i], on every rank. `what` names the call in errors.
+  // data[i] = sum over ranks of data[i], on every rank. `what` names the call in errors. data is
+  // host memory, or GPU memory with the NCCL communicator (which sends host memory to MPI).
   virtual void all_reduce_sum(float* data, int64_t count, std::string_view what) = 0;
   virtual void all_reduce_sum(double* data, int64_t count, std::string_view what) = 0;
   // Nonblocking: starts the sum; the result is in `data` once wait() returns.
@@ -71,6 +73,7 @@ bool launched_by_mpi_launcher();
 struct CommunicatorOptions {
   std::string backend = "auto";  // mpi | nccl | auto (auto: nccl for CUDA tensors, mpi otherwise)
   bool cuda_tensors = false;     // the training tensors live on a CUDA device (for auto)
+  int cuda_device = -1;          // nccl: this rank's GPU; -1 = its index among the ranks on its host
   double timeout_s = 300;        // per collective
 };
 // The backend the options ask for, with the reason when it cannot be had ("built without NCCL").

@@ -1,10 +1,10 @@
 #include "distributed/gradient_reducer.h"
 
 #include <chrono>
-#include <cstring>
 
 #include "autograd/tape.h"
 #include "core/allocator.h"
+#include "core/backend.h"
 
 namespace packrat::dist {
 
@@ -30,6 +30,12 @@ GradientReducer::GradientReducer(Communicator& comm, std::vector<Tensor> params,
     bytes += b;
     index_[p.autograd_meta().get()] = k;
   }
+  // Buckets live where the parameters do (a GPU's buckets are reduced by NCCL in place).
+  const Device device = params_.empty() ? Device::cpu() : params_.front().device();
+  for (const Tensor& p : params_)
+    PACKRAT_CHECK(p.device() == device, "data-parallel gradients: parameters on {} and on {}; one device per process",
+                  device.str(), p.device().str());
+  DeviceScope on(device);
   TagScope tag(MemTag::Gradient);
   for (const auto& g : groups) {
     Bucket b;
@@ -73,25 +79,21 @@ void GradientReducer::copy_in(size_t k) {
   if (copied_[k]) return;
   copied_[k] = true;
   Bucket& b = buckets_[bucket_of_[k]];
-  float* dst = b.flat.data<float>() + offset_of_[k];
+  Backend& on = backend_of(b.flat);
+  const DeviceScope device(b.flat.device());
+  const TagScope tag(MemTag::Gradient);
   const int64_t n = params_[k].numel();
   const Tensor& g = params_[k].grad();
-  if (!g.defined()) {
-    std::memset(dst, 0, static_cast<size_t>(n) * sizeof(float));
-  } else {
-    const Tensor plain = g.to_plain();
-    const float* src = plain.data<float>();
-    const float s = static_cast<float>(share_);
-#pragma omp simd
-    for (int64_t i = 0; i < n; ++i) dst[i] = s * src[i];
-  }
+  // (n) share * grad, or zeros for a parameter no gradient reached, copied into the bucket
+  const Tensor scaled = g.defined() ? on.scale(g.to_plain(), share_) : Tensor::zeros(Shape{n});
+  on.copy_range(scaled, 0, b.flat, offset_of_[k], n);
   --b.missing;
 }
 
 void GradientReducer::start_ready_buckets() {
   while (next_start_ < buckets_.size() && buckets_[next_start_].missing == 0) {
     Bucket& b = buckets_[next_start_];
-    b.pending = comm_.start_all_reduce_sum(b.flat.data<float>(), b.flat.numel(),
+    b.pending = comm_.start_all_reduce_sum(b.flat.device_data<float>(), b.flat.numel(),
                                            "gradient bucket " + std::to_string(next_start_));
     b.started = true;
     ++next_start_;
@@ -131,9 +133,9 @@ void GradientReducer::finish() {
       if (!g.defined()) continue;
       if (g.layout() != Layout::Plain) {
         TagScope tag(MemTag::Gradient);
-        g = Tensor::empty(p.shape());
+        g = Tensor::empty(p.shape(), DType::f32, Layout::Plain, MemTag::Gradient, p.device());
       }
-      std::memcpy(g.raw(), b.flat.data<float>() + b.offset[j], static_cast<size_t>(p.numel()) * sizeof(float));
+      backend_of(b.flat).copy_range(b.flat, b.offset[j], g, 0, p.numel());
       g.bump_version();
     }
     timing_.bytes += b.flat.numel() * 4;
@@ -147,7 +149,7 @@ double GradientReducer::time_reduction_alone() {
   comm_.barrier("reduction timing");
   const auto start = std::chrono::steady_clock::now();
   for (size_t i = 0; i < buckets_.size(); ++i)
-    buckets_[i].pending = comm_.start_all_reduce_sum(buckets_[i].flat.data<float>(), buckets_[i].flat.numel(),
+    buckets_[i].pending = comm_.start_all_reduce_sum(buckets_[i].flat.device_data<float>(), buckets_[i].flat.numel(),
                                                      "timed bucket " + std::to_string(i));
   for (Bucket& b : buckets_) {
     b.pending->wait();

@@ -81,7 +81,7 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
   if (!grad) return y;
 
   // What each gradient needs: dq <- k, v, P; dk <- q, v, P; dv <- P only.
-  const bool gq = q.requires_grad(), gk = k.requires_grad(), gv = v.requires_grad();
+  const bool gq = q.requires_grad(), gk = k.requires_grad();  // dv needs P, which every gradient needs
   std::vector<SavedHandle> saved;
   int iq = -1, ik = -1, iv = -1, ip, im = -1;
   auto keep = [&](const Tensor& t, std::string_view op, Need need) {

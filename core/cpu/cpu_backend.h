@@ -14,6 +14,7 @@ class CpuBackend final : public Backend {
 
   // ---- memory: copy, fill, reorder, convert (cpu_backend_memory.cpp)
   void copy(const Tensor& src, Tensor& dst) override;
+  void copy_range(const Tensor& src, int64_t src_offset, Tensor& dst, int64_t dst_offset, int64_t count) override;
   void fill(Tensor& t, double value) override;
   Tensor to_layout(const Tensor& t, Layout layout) override;
   void convert(const Tensor& src, Tensor& dst) override;

@@ -23,6 +23,13 @@ void CpuBackend::copy(const Tensor& src, Tensor& dst) {
   std::memcpy(dst.raw(), src.raw(), src.nbytes());
 }
 
+void CpuBackend::copy_range(const Tensor& src, int64_t src_offset, Tensor& dst, int64_t dst_offset, int64_t count) {
+  check_copy_range(src, src_offset, dst, dst_offset, count);
+  const size_t es = dtype_size(src.dtype());
+  std::memcpy(static_cast<char*>(dst.raw()) + dst_offset * es, static_cast<const char*>(src.raw()) + src_offset * es,
+              static_cast<size_t>(count) * es);
+}
+
 void CpuBackend::fill(Tensor& t, double value) {
   const int64_t n = t.numel();
   if (value == 0.0) {

@@ -15,6 +15,16 @@ void CudaBackend::copy(const Tensor& src, Tensor& dst) {
   PACKRAT_CUDA_CHECK(cudaMemcpy(dst.raw(), src.raw(), src.nbytes(), cudaMemcpyDefault));
 }
 
+void CudaBackend::copy_range(const Tensor& src, int64_t src_offset, Tensor& dst, int64_t dst_offset, int64_t count) {
+  check_copy_range(src, src_offset, dst, dst_offset, count);
+  if (count == 0) return;
+  const size_t es = dtype_size(src.dtype());
+  // Device to device on the default stream: ordered with the kernels around it, no host wait.
+  PACKRAT_CUDA_CHECK(cudaMemcpyAsync(static_cast<char*>(dst.raw()) + dst_offset * es,
+                                     static_cast<const char*>(src.raw()) + src_offset * es, static_cast<size_t>(count) * es,
+                                     cudaMemcpyDeviceToDevice, cudaStreamLegacy));
+}
+
 void CudaBackend::fill(Tensor& t, double value) {
   if (t.numel() == 0) return;
   if (value == 0.0) {

@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "autograd/batchnorm_sync.h"
+#include "core/backend.h"
 #include "core/parallel.h"
 #include "experiments/lib/json.h"
 #include "experiments/lib/safetensors.h"
@@ -62,7 +63,7 @@ std::string pack_tensors(const std::vector<std::pair<std::string, Tensor>>& ts) 
   const int64_t count = static_cast<int64_t>(ts.size());
   put(&count, sizeof count);
   for (const auto& [name, t0] : ts) {
-    const Tensor t = t0.to_plain();
+    const Tensor t = t0.to(Device::cpu()).to_plain();
     const int64_t len = static_cast<int64_t>(name.size()), rank = t.rank();
     const uint8_t dtype = static_cast<uint8_t>(t.dtype());
     put(&len, sizeof len);
@@ -96,7 +97,7 @@ std::vector<std::pair<std::string, Tensor>> unpack_tensors(const std::string& s)
     std::vector<int64_t> dims(static_cast<size_t>(rank));
     for (int64_t& d : dims) get(&d, sizeof d);
     TagScope tag(MemTag::OptimizerState);
-    Tensor t = Tensor::empty(Shape(dims), static_cast<DType>(dtype));
+    Tensor t = Tensor::empty(Shape(dims), static_cast<DType>(dtype), Layout::Plain, MemTag::OptimizerState, Device::cpu());
     get(t.raw(), t.nbytes());
     out.emplace_back(std::move(name), std::move(t));
   }
@@ -116,6 +117,7 @@ std::unique_ptr<DataParallel> start_data_parallel(const Config& c, Config& resol
   dist::CommunicatorOptions o;
   o.backend = c.distributed.backend;
   o.cuda_tensors = c.device.rfind("cuda", 0) == 0;  // cuda or cuda:N
+  if (o.cuda_tensors && c.device != "cuda") o.cuda_device = Device::parse(c.device).index;  // "cuda": the local rank
   o.timeout_s = c.distributed.timeout_s;
   auto dp = std::make_unique<DataParallel>();
   dp->comm = dist::make_communicator(o);
@@ -128,6 +130,8 @@ std::unique_ptr<DataParallel> start_data_parallel(const Config& c, Config& resol
                 "batch; each rank trains on data.batch_size / ranks): use a multiple of {}",
                 c.source, c.data.batch_size, comm.size(), comm.size());
   resolved = c;
+  // device: cuda means one GPU per rank: the rank's index among the ranks on its host (as NCCL chose).
+  if (c.device == "cuda" && comm.size() > 1) resolved.device = fmt::format("cuda:{}", comm.local_rank());
   const int host = static_cast<int>(std::max(1L, ::sysconf(_SC_NPROCESSORS_ONLN)));
   const int usable = std::max(1, omp_get_num_procs());
   if (c.threads > 0) {
@@ -146,11 +150,14 @@ std::unique_ptr<DataParallel> start_data_parallel(const Config& c, Config& resol
 }
 
 void broadcast_model(DataParallel& dp, Module& model) {
+  // Through host memory: the broadcast is MPI's, once at the start.
   auto send = [&](const std::vector<std::pair<std::string, Tensor>>& named) {
     for (const auto& [name, t] : named) {
       Tensor x = t;
       PACKRAT_CHECK(x.layout() == Layout::Plain, "distributed: {} is not in plain layout", name);
-      dp.comm->broadcast(x.raw(), static_cast<int64_t>(x.nbytes()), 0, "initial " + name);
+      Tensor host = x.to(Device::cpu());
+      dp.comm->broadcast(host.raw(), static_cast<int64_t>(host.nbytes()), 0, "initial " + name);
+      if (!host.same_storage(x)) backend_of(x).copy(host, x);
       x.bump_version();
     }
   };

@@ -42,6 +42,21 @@ TEST(BackendMemory, CopyFillConvertAndReorderMatchTheHostOnEveryBackend) {
   }
 }
 
+TEST(BackendMemory, CopyRangeCopiesOneRangeAndChecksItsBounds) {
+  PACKRAT_FOR_EACH_AVAILABLE_BACKEND(b) {
+    DeviceScope on(b->device());
+    const Tensor host = host_random({10}, 12);
+    const Tensor src = host.to(b->device());
+    Tensor dst = Tensor::zeros({8});
+    b->copy_range(src, 3, dst, 2, 5);  // dst[2..7) = src[3..8)
+    const std::vector<float> h = host.to_vector(), got = host_values(dst);
+    for (int64_t i = 0; i < 8; ++i) EXPECT_EQ(got[i], i >= 2 && i < 7 ? h[i + 1] : 0.0f) << i;
+    EXPECT_NE(testing::message_of([&] { b->copy_range(src, 6, dst, 0, 5); }).find("run past a buffer"), std::string::npos);
+    Tensor wrong = Tensor::zeros({8}, DType::f64);
+    EXPECT_NE(testing::message_of([&] { b->copy_range(src, 0, wrong, 0, 1); }).find("of one dtype"), std::string::npos);
+  }
+}
+
 TEST(BackendMemory, NewTensorsGoToTheDeviceScope) {
   EXPECT_EQ(DeviceScope::current(), Device::cpu());
   EXPECT_EQ(Tensor::empty({3}).device(), Device::cpu());

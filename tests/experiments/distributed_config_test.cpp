@@ -51,19 +51,28 @@ TEST(DistributedConfig, ThreadsPerRankDoNotOversubscribe) {
   EXPECT_EQ(threads_per_rank(8, 8, 1), 8);
 }
 
-// The nccl backend is a clear error in a build without NCCL (and in any build, until the NCCL
-// communicator is written); auto on CPU tensors is MPI.
-TEST(DistributedConfig, NcclIsAClearError) {
+// auto picks NCCL for GPU tensors and MPI for host tensors; asking for the one that cannot
+// reduce the run's tensors, or for one this build lacks, is an error naming the key.
+TEST(DistributedConfig, TheBackendFollowsTheDeviceOfTheTensors) {
   dist::CommunicatorOptions o;
-  o.backend = "nccl";
-  const std::string m = message_of([&] { dist::resolve_backend(o); });
-  const char* expected = dist::built_with_nccl() ? "not written yet" : "built without NCCL";
-  EXPECT_NE(m.find(expected), std::string::npos) << m;
   o.backend = "auto";
   o.cuda_tensors = true;
-  EXPECT_NE(message_of([&] { dist::resolve_backend(o); }).find("nccl"), std::string::npos);
+  if (dist::built_with_nccl()) {
+    EXPECT_EQ(dist::resolve_backend(o), "nccl");
+  } else {
+    EXPECT_NE(message_of([&] { dist::resolve_backend(o); }).find("nccl (auto, for CUDA tensors): this packrat was built "
+                                                                 "without NCCL"),
+              std::string::npos);
+  }
+  o.backend = "mpi";
+  EXPECT_NE(message_of([&] { dist::resolve_backend(o); }).find("distributed.backend: mpi reduces host memory"),
+            std::string::npos);
+  o.backend = "nccl";
+  o.cuda_tensors = false;
+  const std::string m = message_of([&] { dist::resolve_backend(o); });
+  EXPECT_NE(m.find(dist::built_with_nccl() ? "nccl reduces GPU tensors" : "built without NCCL"), std::string::npos) << m;
   if (dist::built_with_mpi()) {
-    o.cuda_tensors = false;
+    o.backend = "auto";
     EXPECT_EQ(dist::resolve_backend(o), "mpi");
   }
 }
