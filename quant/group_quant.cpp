@@ -1,8 +1,12 @@
 #include "quant/group_quant.h"
 
+#include "core/build_config.h"
 #include "core/error.h"
 #include "core/tensor.h"
-#include "quant/codec_device.h"
+#if PACKRAT_HAVE_CUDA
+#include "core/cuda/launch_check.h"
+#include "quant/group_quant_device.h"
+#endif
 
 namespace packrat {
 
@@ -47,15 +51,45 @@ GroupGeometry group_geometry(int64_t numel, int64_t samples, const GroupQuantCon
 
 void quantize_groups(const Tensor& x, const GroupGeometry& g, Rounding rounding, const QuantNoise& noise,
                      const Tensor& codes, const Tensor& meta, std::vector<double>* group_range_sq) {
-  check_codec_device("per-group quantization", x.device(), "quantize_groups runs on CPU tensors only");
   check_same_size(x, g, codes, meta, "quantize_groups");
-  quantize_groups(x.data<float>(), g, rounding, noise, codes.data<uint8_t>(), meta.data<uint8_t>(), group_range_sq);
+  PACKRAT_CHECK(codes.device() == x.device() && meta.device() == x.device(),
+                "quantize_groups: input on {}, codes on {}, metadata on {}", x.device().str(), codes.device().str(),
+                meta.device().str());
+  if (x.is_cpu()) {
+    quantize_groups(x.data<float>(), g, rounding, noise, codes.data<uint8_t>(), meta.data<uint8_t>(), group_range_sq);
+    return;
+  }
+#if PACKRAT_HAVE_CUDA
+  Tensor range_sq;  // (groups) f64 on the device, copied to the host afterwards
+  if (group_range_sq) range_sq = Tensor::empty(Shape{g.groups()}, DType::f64, Layout::Plain, MemTag::Workspace, x.device());
+  cuda::launch_quantize_groups(x.device_data<float>(), g, rounding, noise, codes.device_data<uint8_t>(),
+                               meta.device_data<uint8_t>(), group_range_sq ? range_sq.device_data<double>() : nullptr);
+  cuda::check_last_launch("quantize_groups");
+  if (group_range_sq) {
+    const Tensor host = range_sq.to(Device::cpu());
+    group_range_sq->assign(host.data<double>(), host.data<double>() + g.groups());
+  }
+#else
+  fail("quantize_groups: the input is on {}, but this packrat was built without CUDA", x.device().str());
+#endif
 }
 
 void dequantize_groups(const Tensor& codes, const Tensor& meta, const GroupGeometry& g, const Tensor& out) {
-  check_codec_device("per-group quantization", codes.device(), "dequantize_groups runs on CPU tensors only");
   check_same_size(out, g, codes, meta, "dequantize_groups");
-  dequantize_groups(codes.data<uint8_t>(), meta.data<uint8_t>(), g, out.data<float>());
+  PACKRAT_CHECK(codes.device() == out.device() && meta.device() == out.device(),
+                "dequantize_groups: codes on {}, metadata on {}, output on {}", codes.device().str(),
+                meta.device().str(), out.device().str());
+  if (out.is_cpu()) {
+    dequantize_groups(codes.data<uint8_t>(), meta.data<uint8_t>(), g, out.data<float>());
+    return;
+  }
+#if PACKRAT_HAVE_CUDA
+  cuda::launch_dequantize_groups(codes.device_data<uint8_t>(), meta.device_data<uint8_t>(), g,
+                                 out.device_data<float>());
+  cuda::check_last_launch("dequantize_groups");
+#else
+  fail("dequantize_groups: the codes are on {}, but this packrat was built without CUDA", codes.device().str());
+#endif
 }
 
 }  // namespace packrat

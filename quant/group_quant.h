@@ -101,18 +101,26 @@ struct GroupGeometry {
   int bits = 2;
   MetaType meta = MetaType::BF16;
 
-  int64_t groups() const { return spans * groups_per_span; }
-  int64_t full_group_bytes() const { return packed_bytes(group_size, bits); }
-  int64_t span_bytes() const { return (groups_per_span - 1) * full_group_bytes() + packed_bytes(tail_len, bits); }
-  int64_t code_bytes() const { return groups() == 0 ? 0 : spans * span_bytes(); }
-  int64_t meta_bytes() const { return groups() * meta_bytes_per_group(meta); }
-  int64_t total_bytes() const { return code_bytes() + meta_bytes(); }
+  PACKRAT_HD int64_t groups() const { return spans * groups_per_span; }
+  PACKRAT_HD int64_t full_group_bytes() const { return packed_bytes(group_size, bits); }
+  PACKRAT_HD int64_t span_bytes() const {
+    return (groups_per_span - 1) * full_group_bytes() + packed_bytes(tail_len, bits);
+  }
+  PACKRAT_HD int64_t code_bytes() const { return groups() == 0 ? 0 : spans * span_bytes(); }
+  PACKRAT_HD int64_t meta_bytes() const { return groups() * meta_bytes_per_group(meta); }
+  PACKRAT_HD int64_t total_bytes() const { return code_bytes() + meta_bytes(); }
   // Group g: first element, length, offset of its first code byte.
-  int64_t group_start(int64_t g) const { return (g / groups_per_span) * span_len + (g % groups_per_span) * group_size; }
-  int64_t group_len(int64_t g) const { return g % groups_per_span == groups_per_span - 1 ? tail_len : group_size; }
-  int64_t group_code_offset(int64_t g) const {
+  PACKRAT_HD int64_t group_start(int64_t g) const {
+    return (g / groups_per_span) * span_len + (g % groups_per_span) * group_size;
+  }
+  PACKRAT_HD int64_t group_len(int64_t g) const {
+    return g % groups_per_span == groups_per_span - 1 ? tail_len : group_size;
+  }
+  PACKRAT_HD int64_t group_code_offset(int64_t g) const {
     return (g / groups_per_span) * span_bytes() + (g % groups_per_span) * full_group_bytes();
   }
+  // Blocks of 8 elements (one packed block of `bits` bytes each) in the longest group.
+  PACKRAT_HD int64_t blocks_per_group() const { return (group_size + 7) / 8; }
 };
 
 // Geometry for a tensor of `numel` elements whose leading dimension is `samples` (ignored for
@@ -242,6 +250,39 @@ PACKRAT_HD inline void unpack_group_codes(const uint8_t* src, int64_t n, int bit
   }
 }
 
+// ---- one block of 8 elements: what a GPU thread does ----------------------------------------
+
+// Quantizes the elements [8 * block, 8 * block + 8) of a group of len values starting at x
+// (clipped to len), whose first element has index e0 in its Philox stream, into the block's
+// `bits` bytes at group_codes + block * bits. The block must exist (8 * block < len).
+PACKRAT_HD inline void quantize_block8(const float* x, int64_t len, int64_t block, uint64_t e0, const GroupParams& p,
+                                       int bits, Rounding rounding, const QuantNoise& noise, uint8_t* group_codes) {
+  const uint32_t levels = (1u << bits) - 1u;
+  const int64_t b = 8 * block;
+  const int n = len - b < 8 ? static_cast<int>(len - b) : 8;
+  uint64_t w = 0;
+  for (int k = 0; k < n; ++k) {
+    const float r = rounding == Rounding::Stochastic ? rounding_uniform(noise.seed, noise.stream, e0 + b + k) : 0.5f;
+    w |= block_put(quantize_value(x[b + k], p, levels, r), k, bits);
+  }
+  store_block8(w, static_cast<int>(packed_bytes(n, bits)), group_codes + block * bits);
+}
+
+// Dequantizes the same block of a group: out[8 * block ..] (clipped to len), out the group's first value.
+PACKRAT_HD inline void dequantize_block8(const uint8_t* group_codes, int64_t len, int64_t block, const GroupParams& p,
+                                         int bits, float* out) {
+  const int64_t b = 8 * block;
+  const int n = len - b < 8 ? static_cast<int>(len - b) : 8;
+  const uint64_t w = load_block8(group_codes + block * bits, bits, static_cast<int>(packed_bytes(n, bits)));
+  for (int k = 0; k < n; ++k) out[b + k] = dequantize_value(block_code(w, k, bits), p);
+}
+
+// len * (stored range)^2 / 4: the group's summed variance bound of stochastic rounding over S(b).
+PACKRAT_HD inline double group_range_sq(const GroupParams& p, int64_t len, int bits) {
+  const double range = static_cast<double>(p.step) * static_cast<double>((1u << bits) - 1u);
+  return static_cast<double>(len) * range * range / 4.0;
+}
+
 // ---- one group, element by element: the reference of every kernel --------------------------
 
 // Quantizes one group of len >= 1 values x[0..len) whose first element has index e0 in its
@@ -259,25 +300,16 @@ PACKRAT_HD inline double quantize_group(const float* x, int64_t len, uint64_t e0
   }
   const GroupParams p = group_params(mn, mx, bits, meta);
   store_group_meta(p, meta, meta_dst);
-  const uint32_t levels = (1u << bits) - 1u;
-  for (int64_t b = 0; b < len; b += 8, code_dst += bits) {
-    const int n = len - b < 8 ? static_cast<int>(len - b) : 8;
-    uint64_t w = 0;
-    for (int k = 0; k < n; ++k) {
-      const float r = rounding == Rounding::Stochastic ? rounding_uniform(noise.seed, noise.stream, e0 + b + k) : 0.5f;
-      w |= block_put(quantize_value(x[b + k], p, levels, r), k, bits);
-    }
-    store_block8(w, static_cast<int>(packed_bytes(n, bits)), code_dst);
-  }
-  const double range = static_cast<double>(p.step) * levels;
-  return static_cast<double>(len) * range * range / 4.0;
+  for (int64_t block = 0; 8 * block < len; ++block)
+    quantize_block8(x, len, block, e0, p, bits, rounding, noise, code_dst);
+  return group_range_sq(p, len, bits);
 }
 
 // Dequantizes one group written by quantize_group: out[0..len).
 PACKRAT_HD inline void dequantize_group(const uint8_t* codes, const uint8_t* meta_src, int64_t len, int bits,
                                         MetaType meta, float* out) {
   const GroupParams p = load_group_meta(meta_src, meta);
-  for (int64_t i = 0; i < len; ++i) out[i] = dequantize_value(packed_code_at(codes, i, bits), p);
+  for (int64_t block = 0; 8 * block < len; ++block) dequantize_block8(codes, len, block, p, bits, out);
 }
 
 // ---- entry points: dispatched by the device of their tensors ---------------------------------

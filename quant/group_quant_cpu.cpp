@@ -151,10 +151,7 @@ void quantize_impl(const float* x, const GroupGeometry& g, Rounding rounding, co
       group_range(xg, len, mn, mx);
       const GroupParams p = group_params(mn, mx, B, g.meta);
       store_group_meta(p, g.meta, meta + gi * meta_size);
-      if (group_range_sq) {
-        const double range = static_cast<double>(p.step) * levels;
-        group_range_sq[gi] = static_cast<double>(len) * range * range / 4.0;
-      }
+      if (group_range_sq) group_range_sq[gi] = packrat::group_range_sq(p, len, B);
       uint8_t* dst = codes + g.group_code_offset(gi);
       for (int64_t c = 0; c < len; c += kChunk) {
         const int64_t n = std::min(kChunk, len - c);
