@@ -120,6 +120,8 @@ void GradientReducer::finish() {
   PACKRAT_CHECK(active_, "data-parallel gradients: finish() without begin()");
   set_gradient_ready_hook(nullptr);
   active_ = false;
+  for (size_t i = 0; i < next_start_; ++i)  // the backward has ended: which reductions are done?
+    if (buckets_[i].pending->test()) timing_.bytes_completed_in_backward += buckets_[i].flat.numel() * 4;
   const auto start = std::chrono::steady_clock::now();
   for (size_t k = 0; k < params_.size(); ++k) copy_in(k);  // those the hook did not see
   start_ready_buckets();

@@ -35,6 +35,9 @@ struct ReducerTiming {
   int64_t started_in_backward = 0; // of which started before the backward ended
   int64_t bytes = 0;               // f32 bytes reduced
   int64_t bytes_started_in_backward = 0;
+  // f32 bytes whose all-reduce had completed when the backward ended: reductions hidden whole
+  // behind it (a lower bound of the hidden part, which does not depend on the ranks' skew).
+  int64_t bytes_completed_in_backward = 0;
 };
 
 class GradientReducer {

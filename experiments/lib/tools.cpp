@@ -49,6 +49,7 @@ Json BenchmarkResult::json() const {
     j["exposed_reduce_s_per_step"] = Json(exposed_reduce_s);
     j["reduce_alone_s"] = Json(reduce_alone_s);
     j["started_in_backward"] = Json(started_in_backward);
+    j["completed_in_backward"] = Json(completed_in_backward);
   }
   return j;
 }
@@ -75,6 +76,7 @@ BenchmarkResult benchmark(const Config& c, int64_t steps, DataParallel* dp) {
   r.ranks = ranks;
   if (dp) dp->comm->barrier("benchmark start");
   const auto start = std::chrono::steady_clock::now();
+  int64_t completed_bytes = 0, reduced_bytes = 0;
   for (int64_t i = 1; i <= steps; ++i) {
     StepResult sr = train_step(*s.model, *s.optimizer, *s.policy, b.images, b.labels, i, o);
     r.peak_bytes = std::max(r.peak_bytes, sr.memory.total_peak);
@@ -83,6 +85,8 @@ BenchmarkResult benchmark(const Config& c, int64_t steps, DataParallel* dp) {
       r.exposed_reduce_s += dp_step->timing().exposed_s;
       r.started_in_backward = static_cast<double>(dp_step->timing().bytes_started_in_backward) /
                               static_cast<double>(std::max<int64_t>(1, dp_step->timing().bytes));
+      completed_bytes += dp_step->timing().bytes_completed_in_backward;
+      reduced_bytes += dp_step->timing().bytes;
     }
   }
   if (dp) {
@@ -90,6 +94,7 @@ BenchmarkResult benchmark(const Config& c, int64_t steps, DataParallel* dp) {
     std::vector<double> exposed{r.exposed_reduce_s};
     sum_over_ranks(*dp, exposed, "benchmark timing");
     r.exposed_reduce_s = exposed[0] / static_cast<double>(ranks * steps);
+    r.completed_in_backward = static_cast<double>(completed_bytes) / static_cast<double>(std::max<int64_t>(1, reduced_bytes));
   }
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   if (dp_step) {

@@ -28,9 +28,11 @@ struct BenchmarkResult {
   double exposed_reduce_s = 0;
   double reduce_alone_s = 0;  // the gradient all-reduce alone (after a barrier), median of 5
   double started_in_backward = 0;  // fraction of the gradient bytes whose all-reduce started during the backward
+  double completed_in_backward = 0;  // ... and had completed when it ended (hidden whole), over the timed steps
   int64_t ranks = 1;
   // {"img_per_s": X, "peak_bytes": P, "saved_bytes": S}, and when data-parallel also "ranks",
-  // "threads", "exposed_reduce_s_per_step", "reduce_alone_s" and "started_in_backward"
+  // "threads", "exposed_reduce_s_per_step", "reduce_alone_s", "started_in_backward" and
+  // "completed_in_backward"
   Json json() const;
 };
 // One untimed warm-up step (oneDNN primitive creation, optimizer state), then `steps` timed steps.

@@ -8,10 +8,12 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <thread>
 
 #include "distributed/communicator.h"
 #include "experiments/lib/checkpoint.h"
+#include "experiments/lib/json.h"
 #include "experiments/lib/safetensors.h"
 #include "tests/experiments/fixture.h"
 #include "tests/experiments/tiny_config.h"
@@ -170,4 +172,32 @@ TEST(DistributedTrainer, AGlobalBatchThatDoesNotSplitNamesTheKey) {
   const std::string out = read_text(dir / "out.txt");
   EXPECT_NE(out.find("data.batch_size is 15, which does not split evenly over 2 data-parallel ranks"),
             std::string::npos) << out;
+}
+
+// `trainer --benchmark` under mpiexec reports how much of the gradient all-reduce started during
+// the backward and how much had completed when it ended (the part hidden behind it), and with
+// distributed.overlap: false none of either.
+TEST(DistributedTrainer, TheBenchmarkCountsTheReductionHiddenBehindTheBackward) {
+  SKIP_WITHOUT_MPI();
+  const fs::path dir = temp_dir("dp_bench"), data = make_idx_dataset("dp_bench", 32, 8);
+  const fs::path cfg = write_config(dir, data, dir / "out");
+  auto last_json = [&](const std::string& overlap) {
+    const fs::path out = dir / ("bench_" + overlap + ".txt");
+    const std::string cmd = mpiexec() + " " + trainer_binary().string() + " --config " + cfg.string() +
+                            " --benchmark 2 --set distributed.bucket_bytes=4096 --set distributed.overlap=" + overlap +
+                            " --set output.dir=" + (dir / ("out_" + overlap)).string() + " > " + out.string() + " 2>&1";
+    EXPECT_EQ(std::system(cmd.c_str()), 0) << read_text(out);
+    std::istringstream lines(read_text(out));
+    std::string line, json;
+    while (std::getline(lines, line))
+      if (line.starts_with("{")) json = line;
+    return parse_json(json, "benchmark output");
+  };
+  const Json on = last_json("true"), off = last_json("false");
+  EXPECT_EQ(on["started_in_backward"].get<double>(), 1.0);
+  const double hidden = on["completed_in_backward"].get<double>();
+  EXPECT_GE(hidden, 0.0);
+  EXPECT_LT(hidden, 1.0);  // the last bucket (the first layers') is reduced after the backward
+  EXPECT_EQ(off["started_in_backward"].get<double>(), 0.0);
+  EXPECT_EQ(off["completed_in_backward"].get<double>(), 0.0);
 }

@@ -63,7 +63,9 @@ TEST(TextTrainer, LearnsAndReportsBitsPerByte) {
   // Every saved tensor of the model is named by its layer (the loss is outside the model).
   ASSERT_FALSE(r.report.tensors.empty());
   for (const SavedRecord& t : r.report.tensors)
-    if (t.op != "cross_entropy") EXPECT_FALSE(t.layer.empty()) << t.op;
+    if (t.op != "cross_entropy") {
+      EXPECT_FALSE(t.layer.empty()) << t.op;
+    }
 }
 
 TEST(TextTrainer, EverySavedTensorIsNamedByBlockAndCompressedByEveryScheme) {
@@ -79,13 +81,16 @@ TEST(TextTrainer, EverySavedTensorIsNamedByBlockAndCompressedByEveryScheme) {
     std::set<std::string> layers;
     for (const SavedRecord& t : r.tensors) {
       layers.insert(t.layer);
-      if (t.op == "gelu") EXPECT_EQ(t.scheme, "fewbit") << t.layer;
+      if (t.op == "gelu") {
+        EXPECT_EQ(t.scheme, "fewbit") << t.layer;
+      }
       // Every activation-sized tensor kept for its value (linear and layernorm inputs, Q, K, V,
       // the softmax output: at least N x T x D = 4 x 32 x 64 elements) is compressed; what stays
       // exact is small (layernorm row statistics, token ids, masks) or FP32 by design (the loss's
       // probabilities).
-      if (t.need == Need::Value && t.op != "cross_entropy" && t.numel >= 4 * 32 * 64)
+      if (t.need == Need::Value && t.op != "cross_entropy" && t.numel >= 4 * 32 * 64) {
         EXPECT_LT(t.bytes, t.fp32_bytes / 4) << t.op << " " << t.layer << " " << t.scheme;
+      }
     }
     for (const char* want : {"transformer.h.0.attn", "transformer.h.1.attn", "transformer.h.0.mlp.c_fc",
                              "transformer.h.1.mlp.act", "transformer.h.0.ln_1", "transformer.ln_f", "lm_head"})
