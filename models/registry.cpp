@@ -58,6 +58,8 @@ std::shared_ptr<Module> vit(const ModelSpec& s, VitConfig c) {
   PACKRAT_CHECK(c.image_size % c.patch_size == 0, "model {}: model.image_size {} is not divisible by model.patch_size {}",
                 s.arch, c.image_size, c.patch_size);
   if (!s.activation.empty()) c.activation = s.activation;
+  if (s.dropout >= 0) c.dropout = static_cast<float>(s.dropout);
+  if (s.attention_dropout >= 0) c.attention_dropout = static_cast<float>(s.attention_dropout);
   c.in_channels = s.in_channels;
   c.num_classes = s.num_classes;
   c.seed = s.seed;
@@ -73,6 +75,7 @@ VitConfig vit_tiny_fmnist_config() { return VitConfig{28, 4, 4, 4, 64, 128}; }
 std::shared_ptr<Module> gpt(const ModelSpec& s) {
   GptConfig c = gpt_preset(s.arch);
   if (!s.activation.empty()) c.activation = s.activation;  // the MLP's
+  if (s.dropout >= 0) c.dropout = static_cast<float>(s.dropout);
   c.vocab = s.num_classes;
   c.seed = s.seed;
   return std::make_shared<Gpt>(c);
@@ -88,6 +91,8 @@ std::shared_ptr<Module> efficientnet(const ModelSpec& s, EfficientNetConfig c, d
   c.depth_mult = depth * s.depth_mult;
   c.stem = s.stem.empty() ? own_stem : s.stem;
   c.activation = s.activation.empty() ? default_activation(s.arch) : s.activation;
+  if (s.dropout >= 0) c.dropout = static_cast<float>(s.dropout);
+  if (s.stochastic_depth >= 0) c.stochastic_depth_prob = static_cast<float>(s.stochastic_depth);
   c.in_channels = s.in_channels;
   c.num_classes = s.num_classes;
   c.seed = s.seed;
@@ -145,6 +150,15 @@ std::shared_ptr<Module> make_model(const ModelSpec& spec) {
   auto it = factories().find(spec.arch);
   if (it == factories().end())
     fail("model.arch: unknown architecture '{}' (known: {})", spec.arch, fmt::join(known_archs(), ", "));
+  auto family = [&](const char* prefix) { return spec.arch.rfind(prefix, 0) == 0; };
+  const bool vit = family("vit_"), gpt = family("gpt_"), efficientnet = family("efficientnet_");
+  PACKRAT_CHECK(spec.dropout < 0 || vit || gpt || efficientnet,
+                "model.dropout: {} has no dropout (it applies to vit_*, gpt_* and efficientnet_*)", spec.arch);
+  PACKRAT_CHECK(spec.attention_dropout < 0 || vit,
+                "model.attention_dropout: {} has no separate attention dropout (vit_* only; gpt_* uses model.dropout)",
+                spec.arch);
+  PACKRAT_CHECK(spec.stochastic_depth < 0 || efficientnet,
+                "model.stochastic_depth: {} has no stochastic depth (efficientnet_* only)", spec.arch);
   return it->second(spec);
 }
 

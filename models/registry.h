@@ -28,6 +28,11 @@ struct ModelSpec {
   // EfficientNet only: multipliers applied on top of the preset's own (torchvision's
   // _make_divisible(c * width, 8) channels, ceil(n * depth) blocks per stage).
   double width_mult = 1.0, depth_mult = 1.0;
+  // Regularisation; < 0 keeps the preset's own. dropout: ViT (after the embeddings and in the
+  // MLPs), GPT (embeddings, attention probabilities, residual branches), EfficientNet (before the
+  // classifier); attention_dropout: ViT's attention probabilities; stochastic_depth: EfficientNet's
+  // drop-path probability of the last block (rising linearly from 0 over the blocks).
+  double dropout = -1, attention_dropout = -1, stochastic_depth = -1;
 };
 
 // Throws packrat::Error listing the known architectures when spec.arch is unknown.

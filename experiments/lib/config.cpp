@@ -445,11 +445,14 @@ Config parse_root(YAML::Node root, const Origin& origin) {
     c.model.patch_size = m.get_int("patch_size", 0, 0, 1 << 16);
     c.model.width_mult = m.get_double("width_mult", 1.0, 1.0 / 64, 8.0);  // efficientnet_*
     c.model.depth_mult = m.get_double("depth_mult", 1.0, 1.0 / 64, 8.0);
+    c.model.dropout = m.get_double("dropout", -1.0, 0.0, 0.99);  // unset: the preset's own
+    c.model.attention_dropout = m.get_double("attention_dropout", -1.0, 0.0, 0.99);
+    c.model.stochastic_depth = m.get_double("stochastic_depth", -1.0, 0.0, 0.99);
     if (!is_known_arch(c.model.arch))
       m.error_at(m.key_path("arch"), m.raw("arch").Mark(),
                  fmt::format("unknown architecture '{}' (known: {})", c.model.arch, fmt::join(known_archs(), ", ")));
     m.finish({"arch", "stem", "activation", "classes", "in_channels", "image_size", "patch_size", "width_mult",
-              "depth_mult"});
+              "depth_mult", "dropout", "attention_dropout", "stochastic_depth"});
   }
   c.saved_tensors = parse_saved_tensors(top.child("saved_tensors"));
   c.saved_tensors.seed = c.seed;
@@ -628,6 +631,9 @@ std::string config_to_yaml(const Config& c) {
   e << YAML::Key << "patch_size" << YAML::Value << c.model.patch_size;
   e << YAML::Key << "width_mult" << YAML::Value << c.model.width_mult;
   e << YAML::Key << "depth_mult" << YAML::Value << c.model.depth_mult;
+  for (const auto& [key, v] : {std::pair{"dropout", c.model.dropout}, std::pair{"attention_dropout", c.model.attention_dropout},
+                               std::pair{"stochastic_depth", c.model.stochastic_depth}})
+    if (v >= 0) e << YAML::Key << key << YAML::Value << v;  // unset keys stay unset: the preset's own
   e << YAML::EndMap;
 
   e << YAML::Key << "saved_tensors" << YAML::Value << YAML::BeginMap;

@@ -37,6 +37,8 @@ struct ModelConfig {
   int64_t classes = 0;              // 0: the dataset's number of classes
   int64_t in_channels = 0;          // 0: the dataset's channels; otherwise it must equal them
   double width_mult = 1.0, depth_mult = 1.0;  // EfficientNet: on top of the preset's own
+  // < 0 (unset): the preset's own; see ModelSpec (models/registry.h) for what each one drops.
+  double dropout = -1, attention_dropout = -1, stochastic_depth = -1;
 };
 
 struct OptimizerConfig {

@@ -120,6 +120,9 @@ Session make_session(const Config& c, const InputSpec& input) {
   spec.activation = c.model.activation;
   spec.width_mult = c.model.width_mult;
   spec.depth_mult = c.model.depth_mult;
+  spec.dropout = c.model.dropout;
+  spec.attention_dropout = c.model.attention_dropout;
+  spec.stochastic_depth = c.model.stochastic_depth;
   spec.in_channels = input.channels;
   spec.num_classes = input.classes;
   spec.seed = c.seed;
