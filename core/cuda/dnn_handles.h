@@ -1,0 +1,16 @@
+#pragma once
+// One cuDNN and one cuBLAS handle per GPU, created on first use and never destroyed (like the
+// backends that use them). Both run on the legacy default stream, as every packrat kernel does,
+// so their work is ordered with ours without events. A handle is not thread-safe: packrat's
+// primitives run on the thread that runs the model. Included by core/cuda/*.cpp only.
+#include <cublas_v2.h>
+#include <cudnn.h>
+
+namespace packrat::cuda {
+
+// The handle of GPU `index`, with that GPU made the calling thread's current device.
+cudnnHandle_t cudnn_handle(int index);
+// cuBLAS with CUBLAS_DEFAULT_MATH: f32 GEMMs stay f32 (no TF32 tensor cores).
+cublasHandle_t cublas_handle(int index);
+
+}  // namespace packrat::cuda
