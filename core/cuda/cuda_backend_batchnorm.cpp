@@ -7,6 +7,7 @@
 #include "core/cuda/batchnorm_kernels.h"
 #include "core/cuda/cuda_backend_impl.h"
 #include "core/cuda/cuda_check.h"
+#include "core/cuda/dnn_handles.h"
 
 namespace packrat::cuda {
 
@@ -34,6 +35,7 @@ float* maybe_mut(const Tensor& t) { return t.defined() ? t.device_data<float>() 
 
 void CudaBackend::batchnorm_forward_training(const Tensor& x_any, const Tensor& weight, const Tensor& bias, float eps,
                                              Tensor& y, Tensor& mean, Tensor& var) {
+  make_current(index_);
   const ChannelView v = check_bn_input(x_any, "batchnorm_forward_training");
   check_channels(weight, v.C, "weight", "batchnorm_forward_training");
   check_channels(bias, v.C, "bias", "batchnorm_forward_training");
@@ -61,6 +63,7 @@ void CudaBackend::batchnorm_forward_training(const Tensor& x_any, const Tensor& 
 
 Tensor CudaBackend::batchnorm_forward_inference(const Tensor& x_any, const Tensor& weight, const Tensor& bias,
                                                 const Tensor& mean, const Tensor& var, float eps) {
+  make_current(index_);
   const ChannelView v = check_bn_input(x_any, "batchnorm_forward_inference");
   check_channels(weight, v.C, "weight", "batchnorm_forward_inference");
   check_channels(bias, v.C, "bias", "batchnorm_forward_inference");
@@ -81,6 +84,7 @@ Tensor CudaBackend::batchnorm_forward_inference(const Tensor& x_any, const Tenso
 void CudaBackend::batchnorm_backward(const Tensor& x_any, const Tensor& gy_any, const Tensor& weight, bool has_bias,
                                      const Tensor& mean, const Tensor& var, float eps, bool global_stats, Tensor& dx,
                                      Tensor& dweight, Tensor& dbias) {
+  make_current(index_);
   const ChannelView v = check_bn_input(x_any, "batchnorm_backward");
   PACKRAT_CHECK(gy_any.shape() == x_any.shape() && gy_any.dtype() == DType::f32,
                 "{} (batchnorm_backward): gradient {} does not match input {}", op_where("batchnorm"),
@@ -110,6 +114,7 @@ void CudaBackend::batchnorm_backward(const Tensor& x_any, const Tensor& gy_any, 
 }
 
 void CudaBackend::batchnorm_update_running(Tensor& running, const Tensor& batch, float momentum, double correction) {
+  make_current(index_);
   PACKRAT_CHECK(running.dtype() == DType::f32 && batch.dtype() == DType::f32 && running.numel() == batch.numel(),
                 "{} (batchnorm_update_running): running {} and batch {} differ", op_where("batchnorm"),
                 running.describe(), batch.describe());
@@ -119,6 +124,7 @@ void CudaBackend::batchnorm_update_running(Tensor& running, const Tensor& batch,
 }
 
 void CudaBackend::batchnorm_count_batch(Tensor& num_batches_tracked) {
+  make_current(index_);
   PACKRAT_CHECK(num_batches_tracked.dtype() == DType::i64 && num_batches_tracked.numel() == 1,
                 "{} (batchnorm_count_batch): the counter is {}, expected a one-element i64", op_where("batchnorm"),
                 num_batches_tracked.describe());

@@ -39,6 +39,7 @@ Shape weight_shape(const ConvGeometry& g) { return Shape{g.Cout, g.Cin / g.group
 Tensor CudaBackend::conv_input(const Tensor& x, const ConvGeometry&) { return to_layout(x, Layout::Plain); }
 
 Tensor CudaBackend::conv_forward(const Tensor& x_any, const Tensor& w, const Tensor& b, const ConvGeometry& g, bool) {
+  make_current(index_);
   // keep_weights needs nothing here: cuDNN reads the plain weight in place.
   const Tensor x = to_layout(x_any, Layout::Plain);  // (N, Cin, H, W)
   check_conv_operand(x, input_shape(g), "input", g);
@@ -62,6 +63,7 @@ Tensor CudaBackend::conv_forward(const Tensor& x_any, const Tensor& w, const Ten
 }
 
 Tensor CudaBackend::conv_backward_data(const Tensor& gy_any, const Tensor& w, const ConvGeometry& g) {
+  make_current(index_);
   const Tensor gy = to_layout(gy_any, Layout::Plain);  // (N, Cout, OH, OW)
   check_conv_operand(gy, output_shape(g), "output gradient", g);
   check_conv_operand(w, weight_shape(g), "weight", g);
@@ -84,6 +86,7 @@ Tensor CudaBackend::conv_backward_data(const Tensor& gy_any, const Tensor& w, co
 
 void CudaBackend::conv_backward_weights(const Tensor& x_any, const Tensor& gy_any, const ConvGeometry& g, Tensor& gw,
                                         Tensor& gb) {
+  make_current(index_);
   const Tensor x = to_layout(x_any, Layout::Plain);    // (N, Cin, H, W)
   const Tensor gy = to_layout(gy_any, Layout::Plain);  // (N, Cout, OH, OW)
   check_conv_operand(x, input_shape(g), "input", g);

@@ -1,17 +1,19 @@
-// CudaBackend: matmul on cuBLAS (cublasSgemmStridedBatched, f32 math without TF32) and the bias
-// gradient's column sums (matmul_kernels.h).
+// CudaBackend: matmul on cuBLAS (cublasSgemmStridedBatched, f32 math without TF32; the row-major
+// to column-major mapping in gemm_args.h) and the bias gradient's column sums (matmul_kernels.h).
 #include <climits>
 
 #include "core/cuda/cuda_backend_impl.h"
 #include "core/cuda/cuda_check.h"
 #include "core/cuda/dnn_check.h"
 #include "core/cuda/dnn_handles.h"
+#include "core/cuda/gemm_args.h"
 #include "core/cuda/matmul_kernels.h"
 
 namespace packrat::cuda {
 
 Tensor CudaBackend::matmul(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, int64_t batch, int64_t M,
                            int64_t K, int64_t N, const Tensor& bias, const Shape& out) {
+  make_current(index_);
   const std::string what = fmt::format("matmul on {}: batch {}, ({}, {}){} @ ({}, {}){}", device().str(), batch, M, K,
                                        trans_a ? " read transposed" : "", K, N, trans_b ? " read transposed" : "");
   PACKRAT_CHECK(a.dtype() == DType::f32 && b.dtype() == DType::f32 && a.layout() == Layout::Plain &&
@@ -32,22 +34,21 @@ Tensor CudaBackend::matmul(const Tensor& a, bool trans_a, const Tensor& b, bool 
     fill(c, 0.0);
   }
   if (K == 0) return c;
-  // Row-major C (M, N) is column-major C^T (N, M) = op(B)^T op(A)^T: cuBLAS reads each row-major
-  // buffer as its column-major transpose, so the operands swap and each keeps its own flag.
-  // a: (M, K) row-major = column-major (K, M), ld K; transposed storage (K, M) = column-major (M, K), ld M.
-  // b: (K, N) row-major = column-major (N, K), ld N; transposed storage (N, K) = column-major (K, N), ld K.
-  const float alpha = 1.0f, beta = bias.defined() ? 1.0f : 0.0f;
+  const GemmArgs g = gemm_args(trans_a, trans_b, M, K, N);
+  const float alpha = 1.0f, beta = bias.defined() ? 1.0f : 0.0f;  // beta 1: onto the broadcast bias
   PACKRAT_CUBLAS_CHECK(
-      cublasSgemmStridedBatched(cublas_handle(index_), trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
-                                trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, static_cast<int>(N), static_cast<int>(M),
-                                static_cast<int>(K), &alpha, b.device_data<float>(), static_cast<int>(trans_b ? K : N),
-                                K * N, a.device_data<float>(), static_cast<int>(trans_a ? M : K), M * K, &beta,
-                                c.device_data<float>(), static_cast<int>(N), M * N, static_cast<int>(batch)),
+      cublasSgemmStridedBatched(cublas_handle(index_), g.transpose_first ? CUBLAS_OP_T : CUBLAS_OP_N,
+                                g.transpose_second ? CUBLAS_OP_T : CUBLAS_OP_N, static_cast<int>(g.m),
+                                static_cast<int>(g.n), static_cast<int>(g.k), &alpha, b.device_data<float>(),
+                                static_cast<int>(g.ld_first), g.stride_first, a.device_data<float>(),
+                                static_cast<int>(g.ld_second), g.stride_second, &beta, c.device_data<float>(),
+                                static_cast<int>(g.ld_out), g.stride_out, static_cast<int>(batch)),
       what);
   return c;
 }
 
 Tensor CudaBackend::column_sums(const Tensor& m, int64_t M, int64_t N) {
+  make_current(index_);
   PACKRAT_CHECK(m.dtype() == DType::f32 && m.layout() == Layout::Plain && m.numel() == M * N,
                 "column_sums on {}: {} is not a plain ({}, {}) f32 matrix", device().str(), m.describe(), M, N);
   Tensor s = Tensor::empty(Shape{N}, DType::f32, Layout::Plain, TagScope::current(), device());  // (N)

@@ -5,6 +5,7 @@
 #include "core/cpu/pooling.h"  // pool_workspace_dtype: the CPU's choice of argmax dtype, shared
 #include "core/cuda/cuda_backend_impl.h"
 #include "core/cuda/cuda_check.h"
+#include "core/cuda/dnn_handles.h"
 #include "core/cuda/pool_kernels.h"
 
 namespace packrat::cuda {
@@ -25,6 +26,7 @@ void check_pool_tensor(const Tensor& t, const Shape& want, const char* name, con
 DType CudaBackend::pool_index_dtype(int64_t window) { return cpu::pool_workspace_dtype(window); }
 
 Tensor CudaBackend::pool_forward(const Tensor& x_any, const PoolGeometry& g, PoolKind kind, Tensor* argmax) {
+  make_current(index_);
   check_pool_tensor(x_any, Shape{g.N, g.C, g.H, g.W}, "input", "pool_forward");
   const Tensor x = to_layout(x_any, Layout::Plain);  // (N, C, H, W)
   const MemTag tag = TagScope::current();
@@ -49,6 +51,7 @@ Tensor CudaBackend::pool_forward(const Tensor& x_any, const PoolGeometry& g, Poo
 
 Tensor CudaBackend::pool_backward(const Tensor& gy_any, const Tensor& argmax_any, const PoolGeometry& g,
                                   PoolKind kind, Layout layout) {
+  make_current(index_);
   const Shape out{g.N, g.C, g.OH, g.OW};
   check_pool_tensor(gy_any, out, "output gradient", "pool_backward");
   const Tensor gy = to_layout(gy_any, Layout::Plain);  // (N, C, OH, OW)
@@ -71,6 +74,7 @@ Tensor CudaBackend::pool_backward(const Tensor& gy_any, const Tensor& argmax_any
 }
 
 Tensor CudaBackend::adaptive_avgpool_forward(const Tensor& x_any, int64_t OH, int64_t OW) {
+  make_current(index_);
   PACKRAT_CHECK(x_any.rank() == 4 && x_any.dtype() == DType::f32 && OH > 0 && OW > 0,
                 "{} (adaptive_avgpool_forward): input {} to ({}, {})", op_where("adaptive_avgpool2d"),
                 x_any.describe(), OH, OW);
@@ -84,6 +88,7 @@ Tensor CudaBackend::adaptive_avgpool_forward(const Tensor& x_any, int64_t OH, in
 }
 
 Tensor CudaBackend::adaptive_avgpool_backward(const Tensor& gy_any, const Shape& x_shape, Layout layout) {
+  make_current(index_);
   PACKRAT_CHECK(gy_any.rank() == 4 && x_shape.rank() == 4 && gy_any.dtype() == DType::f32 &&
                     gy_any.dim(0) == x_shape[0] && gy_any.dim(1) == x_shape[1],
                 "{} (adaptive_avgpool_backward): gradient {} for an input of {}", op_where("adaptive_avgpool2d"),

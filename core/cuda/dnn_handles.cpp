@@ -28,13 +28,17 @@ Handles& slot(int index) {
   static std::vector<Handles> all(static_cast<size_t>(device_count()));  // never resized: references stay valid
   PACKRAT_CHECK(index >= 0 && static_cast<size_t>(index) < all.size(), "cuda:{}: no such GPU ({} visible)", index,
                 all.size());
-  int current = -1;
-  PACKRAT_CUDA_CHECK(cudaGetDevice(&current));
-  if (current != index) PACKRAT_CUDA_CHECK(cudaSetDevice(index));
+  make_current(index);
   return all[static_cast<size_t>(index)];
 }
 
 }  // namespace
+
+void make_current(int index) {
+  int current = -1;
+  PACKRAT_CUDA_CHECK(cudaGetDevice(&current));
+  if (current != index) PACKRAT_CUDA_CHECK(cudaSetDevice(index));
+}
 
 cudnnHandle_t cudnn_handle(int index) {
   std::lock_guard lock(g_mutex);

@@ -8,6 +8,10 @@
 
 namespace packrat::cuda {
 
+// Makes GPU `index` the calling thread's current device (where kernels launch and cuDNN and
+// cuBLAS run); every primitive of this section calls it first.
+void make_current(int index);
+
 // The handle of GPU `index`, with that GPU made the calling thread's current device.
 cudnnHandle_t cudnn_handle(int index);
 // cuBLAS with CUBLAS_DEFAULT_MATH: f32 GEMMs stay f32 (no TF32 tensor cores).

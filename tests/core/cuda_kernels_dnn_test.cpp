@@ -1,7 +1,9 @@
 // The bias bodies behind the CUDA convolution and matmul (core/cuda/kernels/bias.h), run on the
 // host: the convolution's bias added per channel and its gradient summed per channel (against
-// the CPU backend's convolution), the matmul's bias broadcast before cuBLAS, and the column sums
-// in row parts (against the CPU backend's column_sums). cuDNN and cuBLAS themselves need a GPU.
+// the CPU backend's convolution), the matmul's bias broadcast before cuBLAS, the column sums in
+// row parts (against the CPU backend's column_sums), and the arguments packrat passes to cuBLAS
+// (a column-major GEMM written out here plays cuBLAS). cuDNN and cuBLAS themselves need a GPU.
+#include "core/cuda/gemm_args.h"
 #include "core/cuda/kernels/bias.h"
 #include "core/cuda/matmul_kernels.h"
 #include "tests/core/backend_test_support.h"
@@ -71,6 +73,47 @@ TEST(CudaKernelsDnn, MatmulBiasIsBroadcastToEveryRowBeforeTheProduct) {
   const Tensor product = cpu.matmul(a, false, b, false, 1, rows, K, N, Tensor(), Shape{rows, N});
   for (int64_t i = 0; i < c.numel(); ++i) c.data<float>()[i] += product.data<float>()[i];
   expect_close(c.to_vector(), want.to_vector(), 1e-6f, 1e-6f, "c");
+}
+
+// cublasSgemmStridedBatched's definition on column-major matrices: C = alpha op(A) op(B) + beta C,
+// op(X)[i, l] = X[i + l ld] or, transposed, X[l + i ld].
+void column_major_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* A, int64_t lda, int64_t sa,
+                       const float* B, int64_t ldb, int64_t sb, float beta, float* C, int64_t ldc, int64_t sc,
+                       int64_t batch) {
+  for (int64_t p = 0; p < batch; ++p)
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < n; ++j) {
+        double s = 0;
+        for (int64_t l = 0; l < k; ++l) {
+          const float av = A[p * sa + (ta ? l + i * lda : i + l * lda)];
+          const float bv = B[p * sb + (tb ? j + l * ldb : l + j * ldb)];
+          s += double(av) * bv;
+        }
+        float& c = C[p * sc + i + j * ldc];
+        c = static_cast<float>(s + beta * c);
+      }
+}
+
+TEST(CudaKernelsDnn, CublasArgumentsComputeTheRowMajorMatmulForEveryTranspose) {
+  Backend& cpu = backend(Device::cpu());
+  for (const int64_t batch : {1, 3})
+    for (const bool ta : {false, true})
+      for (const bool tb : {false, true})
+        for (const bool with_bias : {false, true}) {
+          SCOPED_TRACE(fmt::format("batch={} trans_a={} trans_b={} bias={}", batch, ta, tb, with_bias));
+          const int64_t M = 5, K = 7, N = 3;
+          const Tensor a = host_random(ta ? Shape{batch, K, M} : Shape{batch, M, K}, 1);
+          const Tensor b = host_random(tb ? Shape{batch, N, K} : Shape{batch, K, N}, 2);
+          const Tensor bias = with_bias ? host_random({N}, 3) : Tensor();
+          const Tensor want = cpu.matmul(a, ta, b, tb, batch, M, K, N, bias, Shape{batch, M, N});
+          Tensor c = Tensor::zeros(Shape{batch, M, N});
+          if (with_bias) run_on_host(c.numel(), cuda::BroadcastRow{c.data<float>(), bias.data<float>(), N});
+          const cuda::GemmArgs g = cuda::gemm_args(ta, tb, M, K, N);
+          column_major_gemm(g.transpose_first, g.transpose_second, g.m, g.n, g.k, b.data<float>(), g.ld_first,
+                            g.stride_first, a.data<float>(), g.ld_second, g.stride_second, with_bias ? 1.0f : 0.0f,
+                            c.data<float>(), g.ld_out, g.stride_out, batch);
+          expect_close(c.to_vector(), want.to_vector(), 1e-5f, 1e-5f, "c");
+        }
 }
 
 TEST(CudaKernelsDnn, ColumnSumsInRowPartsMatchTheCpuBackend) {
