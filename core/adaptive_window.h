@@ -1,7 +1,9 @@
 #pragma once
 // PyTorch's adaptive pooling windows: output i of `out` covers inputs [begin, end) of `in`,
-// begin = floor(i * in / out), end = ceil((i + 1) * in / out). CUDA-free and fmt-free, so the
-// CUDA kernels (core/cuda/kernels/pool.h) and Backend (core/backend.h) share one definition.
+// begin = floor(i * in / out), end = ceil((i + 1) * in / out). CUDA-free and fmt-free, for the
+// CUDA kernels (core/cuda/kernels/pool.h), which cannot include core/backend.h; Backend's
+// adaptive_window_begin/end are the same formulas (tests/core/cuda_kernels_pool_test.cpp holds
+// them equal) and could forward here.
 #include <cstdint>
 
 #include "core/hd.h"

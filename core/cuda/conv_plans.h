@@ -18,7 +18,8 @@ namespace packrat::cuda {
 // algorithms without running them, so the first step neither benchmarks nor allocates a search
 // workspace, and the choice does not depend on timing noise. ConvAlgorithm::Auto takes the
 // first (expected fastest) algorithm the heuristics support; Direct the one with the smallest
-// workspace. Tensor-core (TF32) algorithms are never taken: math type CUDNN_FMA_MATH.
+// workspace. TF32 tensor cores are never used: math type CUDNN_FMA_MATH (CUDNN_DEFAULT_MATH
+// would permit TF32 on Ampere and later), unless PACKRAT_CUDA_TF32=1 (dnn_handles.h).
 struct ConvChoice {
   int algo = -1;           // a cudnnConvolution{Fwd,BwdData,BwdFilter}Algo_t
   size_t workspace = 0;    // bytes

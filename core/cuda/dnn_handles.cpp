@@ -1,6 +1,7 @@
 // The per-GPU cuDNN and cuBLAS handles (dnn_handles.h).
 #include "core/cuda/dnn_handles.h"
 
+#include <cstdlib>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -34,6 +35,14 @@ Handles& slot(int index) {
 
 }  // namespace
 
+bool tf32_allowed() {
+  static const bool allowed = [] {
+    const char* v = std::getenv("PACKRAT_CUDA_TF32");
+    return v && std::string(v) == "1";
+  }();
+  return allowed;
+}
+
 void make_current(int index) {
   int current = -1;
   PACKRAT_CUDA_CHECK(cudaGetDevice(&current));
@@ -58,8 +67,10 @@ cublasHandle_t cublas_handle(int index) {
     const std::string where = fmt::format("the handle of cuda:{}", index);
     PACKRAT_CUBLAS_CHECK(cublasCreate(&h.cublas), where);
     PACKRAT_CUBLAS_CHECK(cublasSetStream(h.cublas, nullptr), where);
-    // No TF32 (that needs CUBLAS_TF32_TENSOR_OP_MATH): the backend test compares with the CPU at f32 tolerance.
-    PACKRAT_CUBLAS_CHECK(cublasSetMathMode(h.cublas, CUBLAS_DEFAULT_MATH), where);
+    // No TF32 unless asked (CUBLAS_DEFAULT_MATH keeps f32 GEMMs on f32 FMA): the backend test
+    // compares with the CPU at f32 tolerance.
+    PACKRAT_CUBLAS_CHECK(cublasSetMathMode(h.cublas, tf32_allowed() ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH),
+                         where);
   }
   return h.cublas;
 }

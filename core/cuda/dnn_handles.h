@@ -14,7 +14,12 @@ void make_current(int index);
 
 // The handle of GPU `index`, with that GPU made the calling thread's current device.
 cudnnHandle_t cudnn_handle(int index);
-// cuBLAS with CUBLAS_DEFAULT_MATH: f32 GEMMs stay f32 (no TF32 tensor cores).
+// cuBLAS with CUBLAS_DEFAULT_MATH: f32 GEMMs stay f32 (no TF32 tensor cores), unless tf32_allowed().
 cublasHandle_t cublas_handle(int index);
+
+// PACKRAT_CUDA_TF32=1 in the environment (read once): let cuDNN and cuBLAS run f32 convolutions
+// and GEMMs on TF32 tensor cores (10-bit mantissa), as PyTorch does by default for convolutions.
+// Off by default: the backend tests compare with the CPU at f32 tolerance. For speed comparisons.
+bool tf32_allowed();
 
 }  // namespace packrat::cuda

@@ -130,6 +130,15 @@ TEST(CudaKernelsPool, GatherRangesListExactlyTheOutputsWhoseWindowsHoldAnInput) 
       }
 }
 
+TEST(CudaKernelsPool, TheKernelsAdaptiveWindowsAreTheBackendContracts) {
+  for (int64_t in = 1; in < 20; ++in)
+    for (int64_t out = 1; out < 20; ++out)
+      for (int64_t i = 0; i < out; ++i) {
+        EXPECT_EQ(adaptive_window_begin(i, in, out), Backend::adaptive_window_begin(i, in, out));
+        EXPECT_EQ(adaptive_window_end(i, in, out), Backend::adaptive_window_end(i, in, out));
+      }
+}
+
 TEST(CudaKernelsPool, AdaptiveAveragePoolingMatchesTheCpuBackend) {
   Backend& cpu = backend(Device::cpu());
   struct Case {
