@@ -14,17 +14,20 @@ namespace packrat::cuda {
 Tensor CudaBackend::matmul(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, int64_t batch, int64_t M,
                            int64_t K, int64_t N, const Tensor& bias, const Shape& out) {
   make_current(index_);
-  const std::string what = fmt::format("matmul on {}: batch {}, ({}, {}){} @ ({}, {}){}", device().str(), batch, M, K,
-                                       trans_a ? " read transposed" : "", K, N, trans_b ? " read transposed" : "");
+  // The context of every error below, formatted only on failure.
+  const auto what = [&] {
+    return fmt::format("matmul on {}: batch {}, ({}, {}){} @ ({}, {}){}", device().str(), batch, M, K,
+                       trans_a ? " read transposed" : "", K, N, trans_b ? " read transposed" : "");
+  };
   PACKRAT_CHECK(a.dtype() == DType::f32 && b.dtype() == DType::f32 && a.layout() == Layout::Plain &&
                     b.layout() == Layout::Plain && a.numel() == batch * M * K && b.numel() == batch * K * N,
-                "{}: operands {} and {} do not hold that (plain f32)", what, a.describe(), b.describe());
-  PACKRAT_CHECK(out.numel() == batch * M * N, "{}: output shape {} does not hold ({}, {}, {})", what, out.str(), batch,
+                "{}: operands {} and {} do not hold that (plain f32)", what(), a.describe(), b.describe());
+  PACKRAT_CHECK(out.numel() == batch * M * N, "{}: output shape {} does not hold ({}, {}, {})", what(), out.str(), batch,
                 M, N);
   PACKRAT_CHECK(!bias.defined() || (bias.dtype() == DType::f32 && bias.numel() == N), "{}: bias {} is not ({}) f32",
-                what, bias.defined() ? bias.describe() : "", N);
+                what(), bias.defined() ? bias.describe() : "", N);
   PACKRAT_CHECK(M <= INT_MAX && N <= INT_MAX && K <= INT_MAX && batch <= INT_MAX,
-                "{}: a dimension does not fit cuBLAS's int", what);
+                "{}: a dimension does not fit cuBLAS's int", what());
   Tensor c = Tensor::empty(out, DType::f32, Layout::Plain, TagScope::current(), device());  // (batch, M, N) as `out`
   if (c.numel() == 0) return c;
   if (bias.defined()) {
@@ -43,7 +46,7 @@ Tensor CudaBackend::matmul(const Tensor& a, bool trans_a, const Tensor& b, bool 
                                 static_cast<int>(g.ld_first), g.stride_first, a.device_data<float>(),
                                 static_cast<int>(g.ld_second), g.stride_second, &beta, c.device_data<float>(),
                                 static_cast<int>(g.ld_out), g.stride_out, static_cast<int>(batch)),
-      what);
+      what());
   return c;
 }
 
