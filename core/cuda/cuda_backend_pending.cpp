@@ -14,46 +14,6 @@ void CudaBackend::pending(const char* primitive) const {
       device().str(), primitive);
 }
 
-Tensor CudaBackend::conv_input(const Tensor&, const ConvGeometry&) { pending("conv_input"); }
-Tensor CudaBackend::conv_forward(const Tensor&, const Tensor&, const Tensor&, const ConvGeometry&, bool) {
-  pending("conv_forward");
-}
-Tensor CudaBackend::conv_backward_data(const Tensor&, const Tensor&, const ConvGeometry&) {
-  pending("conv_backward_data");
-}
-void CudaBackend::conv_backward_weights(const Tensor&, const Tensor&, const ConvGeometry&, Tensor&, Tensor&) {
-  pending("conv_backward_weights");
-}
-Tensor CudaBackend::matmul(const Tensor&, bool, const Tensor&, bool, int64_t, int64_t, int64_t, int64_t, const Tensor&,
-                           const Shape&) {
-  pending("matmul");
-}
-Tensor CudaBackend::column_sums(const Tensor&, int64_t, int64_t) { pending("column_sums"); }
-void CudaBackend::batchnorm_forward_training(const Tensor&, const Tensor&, const Tensor&, float, Tensor&, Tensor&,
-                                             Tensor&) {
-  pending("batchnorm_forward_training");
-}
-Tensor CudaBackend::batchnorm_forward_inference(const Tensor&, const Tensor&, const Tensor&, const Tensor&,
-                                                const Tensor&, float) {
-  pending("batchnorm_forward_inference");
-}
-void CudaBackend::batchnorm_backward(const Tensor&, const Tensor&, const Tensor&, bool, const Tensor&, const Tensor&,
-                                     float, bool, Tensor&, Tensor&, Tensor&) {
-  pending("batchnorm_backward");
-}
-void CudaBackend::batchnorm_update_running(Tensor&, const Tensor&, float, double) {
-  pending("batchnorm_update_running");
-}
-void CudaBackend::batchnorm_count_batch(Tensor&) { pending("batchnorm_count_batch"); }
-Tensor CudaBackend::pool_forward(const Tensor&, const PoolGeometry&, PoolKind, Tensor*) { pending("pool_forward"); }
-Tensor CudaBackend::pool_backward(const Tensor&, const Tensor&, const PoolGeometry&, PoolKind, Layout) {
-  pending("pool_backward");
-}
-DType CudaBackend::pool_index_dtype(int64_t) { pending("pool_index_dtype"); }
-Tensor CudaBackend::adaptive_avgpool_forward(const Tensor&, int64_t, int64_t) { pending("adaptive_avgpool_forward"); }
-Tensor CudaBackend::adaptive_avgpool_backward(const Tensor&, const Shape&, Layout) {
-  pending("adaptive_avgpool_backward");
-}
 Tensor CudaBackend::pointwise_forward(ActivationId, const Tensor&) { pending("pointwise_forward"); }
 Tensor CudaBackend::pointwise_derivative(ActivationId, const Tensor&, bool) { pending("pointwise_derivative"); }
 Tensor CudaBackend::pointwise_backward(ActivationId, const Tensor&, const Tensor&, bool) {

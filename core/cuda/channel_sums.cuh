@@ -1,0 +1,41 @@
+#pragma once
+// The per-channel reduction behind batchnorm and the convolution's bias gradient: block (c, s)
+// of a (C, splits) grid sums a Term (core/cuda/kernels/channel_sums.h) over its share of channel
+// c's N * HW elements in double and writes one (a, b) pair to partial[(c * splits + s) * 2].
+// A finalize body adds the splits per channel. Included by .cu files only.
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "core/cuda/block_reduce.cuh"
+#include "core/cuda/kernels/channel_sums.h"
+
+namespace packrat::cuda {
+
+template <class Term>
+__global__ void channel_partial_sums_kernel(Term term, int64_t C, int64_t HW, int64_t count, int64_t chunk,
+                                            double* partial) {
+  const int64_t c = blockIdx.x;
+  const int64_t begin = static_cast<int64_t>(blockIdx.y) * chunk;
+  const int64_t end = begin + chunk < count ? begin + chunk : count;
+  double a = 0, b = 0;
+  for (int64_t j = begin + threadIdx.x; j < end; j += blockDim.x) term(c, channel_element(c, j, C, HW), a, b);
+  a = block_sum(a);
+  b = block_sum(b);
+  if (threadIdx.x == 0) {
+    double* out = partial + (c * gridDim.y + blockIdx.y) * 2;
+    out[0] = a;
+    out[1] = b;
+  }
+}
+
+// partial (C, splits, 2) from `term` over an (N, C, HW) buffer.
+template <class Term>
+void launch_channel_partial_sums(const Term& term, int64_t N, int64_t C, int64_t HW, int splits, double* partial) {
+  if (C <= 0) return;
+  const int64_t count = N * HW, chunk = (count + splits - 1) / splits;
+  const dim3 grid(static_cast<unsigned>(C), static_cast<unsigned>(splits));
+  channel_partial_sums_kernel<<<grid, 256>>>(term, C, HW, count, chunk, partial);
+}
+
+}  // namespace packrat::cuda

@@ -1,0 +1,147 @@
+// cuDNN convolution plans (conv_plans.h).
+#include "core/cuda/conv_plans.h"
+
+#include <climits>
+#include <unordered_map>
+
+#include "core/cuda/dnn_check.h"
+#include "core/cuda/dnn_handles.h"
+
+namespace packrat::cuda {
+
+namespace {
+
+int as_int(int64_t v, const char* name, const std::string& what) {
+  PACKRAT_CHECK(v >= 0 && v <= INT_MAX, "{}: {} = {} does not fit cuDNN's int dimensions", what, name, v);
+  return static_cast<int>(v);
+}
+
+// Results that need the descriptor's math type changed to run on tensor cores; never taken (with
+// PACKRAT_CUDA_TF32=1 the DEFAULT descriptor already permits TF32).
+bool tensor_core_math(cudnnMathType_t m) {
+  return m == CUDNN_TENSOR_OP_MATH || m == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION;
+}
+
+// The chosen entry of cuDNN's ranked results (see ConvChoice): the first supported FMA-math one,
+// or with `direct` the supported one with the smallest workspace (the first on ties).
+template <typename Perf>
+int pick(const Perf* results, int count, bool direct, const std::string& what, const char* direction) {
+  int best = -1;
+  for (int i = 0; i < count; ++i) {
+    const Perf& p = results[i];
+    if (p.status != CUDNN_STATUS_SUCCESS || tensor_core_math(p.mathType)) continue;
+    if (best < 0 || (direct && p.memory < results[best].memory)) best = i;
+    if (!direct) break;
+  }
+  if (best < 0) fail("{}: cuDNN's heuristics offer no f32 {} algorithm (of {} ranked)", what, direction, count);
+  return results[best].algo;
+}
+
+}  // namespace
+
+ConvPlan::ConvPlan(int device, const ConvGeometry& g)
+    : what_(fmt::format("conv2d on cuda:{}, geometry {}", device, g.key())),
+      direct_(conv_algorithm_setting() == ConvAlgorithm::Direct) {
+  const int N = as_int(g.N, "N", what_), Cin = as_int(g.Cin, "Cin", what_), H = as_int(g.H, "H", what_),
+            W = as_int(g.W, "W", what_), Cout = as_int(g.Cout, "Cout", what_), OH = as_int(g.OH, "OH", what_),
+            OW = as_int(g.OW, "OW", what_);
+  PACKRAT_CUDNN_CHECK(cudnnCreateTensorDescriptor(&x), what_);
+  PACKRAT_CUDNN_CHECK(cudnnCreateTensorDescriptor(&y), what_);
+  PACKRAT_CUDNN_CHECK(cudnnCreateFilterDescriptor(&w), what_);
+  PACKRAT_CUDNN_CHECK(cudnnCreateConvolutionDescriptor(&conv), what_);
+  // Plain NCHW on both sides. Where NHWC is faster on a GPU (issue 10 asks for it), this is the
+  // place to switch: CUDNN_TENSOR_NHWC here and for the filter, with the backend producing and
+  // accepting an NHWC Layout (core/cuda/cuda_backend_conv.cpp converts at its edges).
+  PACKRAT_CUDNN_CHECK(cudnnSetTensor4dDescriptor(x, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, N, Cin, H, W), what_);
+  PACKRAT_CUDNN_CHECK(cudnnSetTensor4dDescriptor(y, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, N, Cout, OH, OW), what_);
+  PACKRAT_CUDNN_CHECK(cudnnSetFilter4dDescriptor(w, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, Cout,
+                                                 as_int(g.Cin / g.groups, "Cin/groups", what_),
+                                                 as_int(g.KH, "KH", what_), as_int(g.KW, "KW", what_)),
+                      what_);
+  PACKRAT_CUDNN_CHECK(cudnnSetConvolution2dDescriptor(
+                          conv, as_int(g.pad_h, "pad_h", what_), as_int(g.pad_w, "pad_w", what_),
+                          as_int(g.stride_h, "stride_h", what_), as_int(g.stride_w, "stride_w", what_),
+                          as_int(g.dilation_h, "dilation_h", what_), as_int(g.dilation_w, "dilation_w", what_),
+                          CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT),
+                      what_);
+  PACKRAT_CUDNN_CHECK(cudnnSetConvolutionGroupCount(conv, as_int(g.groups, "groups", what_)), what_);
+  // FMA, not DEFAULT: on Ampere and later CUDNN_DEFAULT_MATH lets f32 convolutions run on TF32
+  // tensor cores (10-bit mantissa); the backend test compares with the CPU at f32 tolerance.
+  // PACKRAT_CUDA_TF32=1 (tf32_allowed) gives DEFAULT, PyTorch's default, for speed comparisons.
+  PACKRAT_CUDNN_CHECK(cudnnSetConvolutionMathType(conv, tf32_allowed() ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH), what_);
+  int n = 0, c = 0, h = 0, wd = 0;
+  PACKRAT_CUDNN_CHECK(cudnnGetConvolution2dForwardOutputDim(conv, x, w, &n, &c, &h, &wd), what_);
+  PACKRAT_CHECK(n == N && c == Cout && h == OH && wd == OW, "{}: cuDNN computes an output of ({}, {}, {}, {})", what_,
+                n, c, h, wd);
+}
+
+ConvPlan::~ConvPlan() {
+  if (conv) cudnnDestroyConvolutionDescriptor(conv);
+  if (w) cudnnDestroyFilterDescriptor(w);
+  if (y) cudnnDestroyTensorDescriptor(y);
+  if (x) cudnnDestroyTensorDescriptor(x);
+}
+
+const ConvChoice& ConvPlan::forward(cudnnHandle_t h) {
+  std::call_once(forward_once_, [&] {
+    cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
+    int count = 0;
+    PACKRAT_CUDNN_CHECK(
+        cudnnGetConvolutionForwardAlgorithm_v7(h, x, w, conv, y, CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &count, perf),
+        what_);
+    const auto algo = static_cast<cudnnConvolutionFwdAlgo_t>(pick(perf, count, direct_, what_, "forward"));
+    size_t bytes = 0;
+    PACKRAT_CUDNN_CHECK(cudnnGetConvolutionForwardWorkspaceSize(h, x, w, conv, y, algo, &bytes),
+                        fmt::format("{}, forward algorithm {}", what_, static_cast<int>(algo)));
+    forward_ = {static_cast<int>(algo), bytes};
+  });
+  return forward_;
+}
+
+const ConvChoice& ConvPlan::backward_data(cudnnHandle_t h) {
+  std::call_once(backward_data_once_, [&] {
+    cudnnConvolutionBwdDataAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
+    int count = 0;
+    PACKRAT_CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(h, w, y, conv, x,
+                                                                    CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &count, perf),
+                        what_);
+    const auto algo = static_cast<cudnnConvolutionBwdDataAlgo_t>(pick(perf, count, direct_, what_, "backward-data"));
+    size_t bytes = 0;
+    PACKRAT_CUDNN_CHECK(cudnnGetConvolutionBackwardDataWorkspaceSize(h, w, y, conv, x, algo, &bytes),
+                        fmt::format("{}, backward-data algorithm {}", what_, static_cast<int>(algo)));
+    backward_data_ = {static_cast<int>(algo), bytes};
+  });
+  return backward_data_;
+}
+
+const ConvChoice& ConvPlan::backward_filter(cudnnHandle_t h) {
+  std::call_once(backward_filter_once_, [&] {
+    cudnnConvolutionBwdFilterAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
+    int count = 0;
+    PACKRAT_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(
+                            h, x, y, conv, w, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &count, perf),
+                        what_);
+    const auto algo =
+        static_cast<cudnnConvolutionBwdFilterAlgo_t>(pick(perf, count, direct_, what_, "backward-filter"));
+    size_t bytes = 0;
+    PACKRAT_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterWorkspaceSize(h, x, y, conv, w, algo, &bytes),
+                        fmt::format("{}, backward-filter algorithm {}", what_, static_cast<int>(algo)));
+    backward_filter_ = {static_cast<int>(algo), bytes};
+  });
+  return backward_filter_;
+}
+
+std::shared_ptr<ConvPlan> conv_plan(int device, const ConvGeometry& g) {
+  static std::mutex mutex;
+  static std::unordered_map<std::string, std::shared_ptr<ConvPlan>> plans;
+  const std::string key = fmt::format("{}:{}", device, g.key());
+  std::lock_guard lock(mutex);
+  auto it = plans.find(key);
+  if (it != plans.end()) return it->second;
+  if (plans.size() >= 512) plans.clear();  // bounded: a model has far fewer distinct convolutions
+  auto plan = std::make_shared<ConvPlan>(device, g);
+  plans.emplace(key, plan);
+  return plan;
+}
+
+}  // namespace packrat::cuda

@@ -1,0 +1,135 @@
+// CudaBackend: batch normalization with packrat's kernels (batchnorm_kernels.h), in the CPU
+// backend's arithmetic: per-channel sums in double (about a per-channel shift in the forward),
+// then one elementwise pass. cuDNN's batchnorm is not used: it would update the running
+// statistics itself, which the contract leaves to batchnorm_update_running, and its variance
+// and saved inverse std differ from what the ops save. Blocked (nChw16c) inputs, which only the
+// CPU backend makes, are brought to plain and the outputs returned in the input's layout.
+#include "core/cuda/batchnorm_kernels.h"
+#include "core/cuda/cuda_backend_impl.h"
+#include "core/cuda/cuda_check.h"
+#include "core/cuda/dnn_handles.h"
+
+namespace packrat::cuda {
+
+namespace {
+
+struct ChannelView {
+  int64_t N, C, HW;
+};
+
+ChannelView check_bn_input(const Tensor& x, const char* primitive) {
+  PACKRAT_CHECK(x.rank() == 4 && x.dtype() == DType::f32, "{} ({}): input {} is not a 4-d f32 tensor",
+                op_where("batchnorm"), primitive, x.describe());
+  return {x.dim(0), x.dim(1), x.dim(2) * x.dim(3)};
+}
+
+void check_channels(const Tensor& t, int64_t C, const char* name, const char* primitive) {
+  PACKRAT_CHECK(!t.defined() || (t.dtype() == DType::f32 && t.numel() == C), "{} ({}): {} is {}, expected ({}) f32",
+                op_where("batchnorm"), primitive, name, t.describe(), C);
+}
+
+const float* maybe(const Tensor& t) { return t.defined() ? t.device_data<float>() : nullptr; }
+float* maybe_mut(const Tensor& t) { return t.defined() ? t.device_data<float>() : nullptr; }
+
+}  // namespace
+
+void CudaBackend::batchnorm_forward_training(const Tensor& x_any, const Tensor& weight, const Tensor& bias, float eps,
+                                             Tensor& y, Tensor& mean, Tensor& var) {
+  make_current(index_);
+  const ChannelView v = check_bn_input(x_any, "batchnorm_forward_training");
+  check_channels(weight, v.C, "weight", "batchnorm_forward_training");
+  check_channels(bias, v.C, "bias", "batchnorm_forward_training");
+  PACKRAT_CHECK(v.N * v.HW > 0, "{}: training needs at least one value per channel, got {}", op_where("batchnorm"),
+                x_any.describe());
+  const Tensor x = to_layout(x_any, Layout::Plain);  // (N, C, H, W)
+  const MemTag tag = TagScope::current();
+  mean = Tensor::empty(Shape{v.C}, DType::f32, Layout::Plain, tag, device());  // (C)
+  var = Tensor::empty(Shape{v.C}, DType::f32, Layout::Plain, tag, device());   // (C), biased
+  const int splits = channel_splits(v.N * v.HW);
+  const Tensor partial = Tensor::empty(Shape{v.C * splits * 2}, DType::f64, Layout::Plain, MemTag::Workspace,
+                                       device());  // (C, splits, 2)
+  const Tensor coef = Tensor::empty(Shape{3, v.C}, DType::f32, Layout::Plain, MemTag::Workspace,
+                                    device());  // (3, C): center, scale, shift
+  float* center = coef.device_data<float>();
+  Tensor yp = Tensor::empty(x.shape(), DType::f32, Layout::Plain, tag, device());  // (N, C, H, W)
+  launch_batchnorm_statistics(x.device_data<float>(), v.N, v.C, v.HW, maybe(weight), maybe(bias), eps, center,
+                              partial.device_data<double>(), splits, mean.device_data<float>(),
+                              var.device_data<float>(), center + v.C, center + 2 * v.C);
+  launch_channel_affine(x.device_data<float>(), yp.device_data<float>(), center + v.C, center + 2 * v.C, v.N, v.C,
+                        v.HW);
+  PACKRAT_CHECK_LAUNCH("batchnorm_forward_training");
+  y = to_layout(yp, x_any.layout());
+}
+
+Tensor CudaBackend::batchnorm_forward_inference(const Tensor& x_any, const Tensor& weight, const Tensor& bias,
+                                                const Tensor& mean, const Tensor& var, float eps) {
+  make_current(index_);
+  const ChannelView v = check_bn_input(x_any, "batchnorm_forward_inference");
+  check_channels(weight, v.C, "weight", "batchnorm_forward_inference");
+  check_channels(bias, v.C, "bias", "batchnorm_forward_inference");
+  check_channels(mean, v.C, "mean", "batchnorm_forward_inference");
+  check_channels(var, v.C, "var", "batchnorm_forward_inference");
+  const Tensor x = to_layout(x_any, Layout::Plain);  // (N, C, H, W)
+  const Tensor coef = Tensor::empty(Shape{2, v.C}, DType::f32, Layout::Plain, MemTag::Workspace,
+                                    device());  // (2, C): scale, shift
+  float* scale = coef.device_data<float>();
+  Tensor yp = Tensor::empty(x.shape(), DType::f32, Layout::Plain, TagScope::current(), device());  // (N, C, H, W)
+  launch_batchnorm_given_affine(mean.device_data<float>(), var.device_data<float>(), maybe(weight), maybe(bias), eps,
+                                v.C, scale, scale + v.C);
+  launch_channel_affine(x.device_data<float>(), yp.device_data<float>(), scale, scale + v.C, v.N, v.C, v.HW);
+  PACKRAT_CHECK_LAUNCH("batchnorm_forward_inference");
+  return to_layout(yp, x_any.layout());
+}
+
+void CudaBackend::batchnorm_backward(const Tensor& x_any, const Tensor& gy_any, const Tensor& weight, bool has_bias,
+                                     const Tensor& mean, const Tensor& var, float eps, bool global_stats, Tensor& dx,
+                                     Tensor& dweight, Tensor& dbias) {
+  make_current(index_);
+  const ChannelView v = check_bn_input(x_any, "batchnorm_backward");
+  PACKRAT_CHECK(gy_any.shape() == x_any.shape() && gy_any.dtype() == DType::f32,
+                "{} (batchnorm_backward): gradient {} does not match input {}", op_where("batchnorm"),
+                gy_any.describe(), x_any.describe());
+  check_channels(weight, v.C, "weight", "batchnorm_backward");
+  check_channels(mean, v.C, "mean", "batchnorm_backward");
+  check_channels(var, v.C, "var", "batchnorm_backward");
+  const Tensor x = to_layout(x_any, Layout::Plain);    // (N, C, H, W)
+  const Tensor gy = to_layout(gy_any, Layout::Plain);  // (N, C, H, W)
+  const MemTag tag = TagScope::current();
+  if (weight.defined()) dweight = Tensor::empty(Shape{v.C}, DType::f32, Layout::Plain, tag, device());  // (C)
+  if (has_bias) dbias = Tensor::empty(Shape{v.C}, DType::f32, Layout::Plain, tag, device());            // (C)
+  const int splits = channel_splits(v.N * v.HW);
+  const Tensor partial = Tensor::empty(Shape{v.C * splits * 2}, DType::f64, Layout::Plain, MemTag::Workspace,
+                                       device());  // (C, splits, 2)
+  const Tensor coef = Tensor::empty(Shape{3, v.C}, DType::f32, Layout::Plain, MemTag::Workspace,
+                                    device());  // (3, C): k, a, b of dx = k (dy - a - (x - mean) b)
+  float* k = coef.device_data<float>();
+  Tensor dxp = Tensor::empty(x.shape(), DType::f32, Layout::Plain, tag, device());  // (N, C, H, W)
+  launch_batchnorm_backward(x.device_data<float>(), gy.device_data<float>(), mean.device_data<float>(),
+                            var.device_data<float>(), maybe(weight), eps, global_stats, v.N, v.C, v.HW,
+                            partial.device_data<double>(), splits, weight.defined() ? maybe_mut(dweight) : nullptr,
+                            has_bias ? maybe_mut(dbias) : nullptr,
+                            k, k + v.C, k + 2 * v.C, dxp.device_data<float>());
+  PACKRAT_CHECK_LAUNCH("batchnorm_backward");
+  dx = to_layout(dxp, x_any.layout());
+}
+
+void CudaBackend::batchnorm_update_running(Tensor& running, const Tensor& batch, float momentum, double correction) {
+  make_current(index_);
+  PACKRAT_CHECK(running.dtype() == DType::f32 && batch.dtype() == DType::f32 && running.numel() == batch.numel(),
+                "{} (batchnorm_update_running): running {} and batch {} differ", op_where("batchnorm"),
+                running.describe(), batch.describe());
+  launch_running_update(running.device_data<float>(), batch.device_data<float>(), running.numel(), momentum,
+                        correction);
+  PACKRAT_CHECK_LAUNCH("batchnorm_update_running");
+}
+
+void CudaBackend::batchnorm_count_batch(Tensor& num_batches_tracked) {
+  make_current(index_);
+  PACKRAT_CHECK(num_batches_tracked.dtype() == DType::i64 && num_batches_tracked.numel() == 1,
+                "{} (batchnorm_count_batch): the counter is {}, expected a one-element i64", op_where("batchnorm"),
+                num_batches_tracked.describe());
+  launch_count_batch(num_batches_tracked.device_data<int64_t>());
+  PACKRAT_CHECK_LAUNCH("batchnorm_count_batch");
+}
+
+}  // namespace packrat::cuda

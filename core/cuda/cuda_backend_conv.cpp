@@ -1,0 +1,121 @@
+// CudaBackend: convolution on cuDNN's legacy API (conv_plans.h), plain NCHW f32. The bias is
+// added, and its gradient summed, by packrat's kernels (conv_kernels.h). Workspaces come from
+// packrat's allocator under the Workspace tag and are freed when the call returns (stream order
+// keeps a reused block safe: every later kernel runs after this one).
+#include <cuda_runtime.h>
+
+#include "core/cuda/conv_kernels.h"
+#include "core/cuda/conv_plans.h"
+#include "core/cuda/cuda_backend_impl.h"
+#include "core/cuda/cuda_check.h"
+#include "core/cuda/dnn_check.h"
+#include "core/cuda/dnn_handles.h"
+
+namespace packrat::cuda {
+
+namespace {
+
+const float kOne = 1.0f, kZero = 0.0f;
+
+// A workspace of `bytes` on `device` (undefined when 0), counted by the allocator.
+Tensor workspace(size_t bytes, Device device) {
+  if (bytes == 0) return Tensor();
+  return Tensor::empty(Shape{static_cast<int64_t>(bytes)}, DType::u8, Layout::Plain, MemTag::Workspace, device);
+}
+void* data_or_null(const Tensor& t) { return t.defined() ? t.raw() : nullptr; }
+
+void check_conv_operand(const Tensor& t, const Shape& want, const char* name, const ConvGeometry& g) {
+  PACKRAT_CHECK(t.dtype() == DType::f32 && t.shape() == want, "{} on CUDA: {} is {}, geometry {} expects {} f32",
+                op_where("conv2d"), name, t.describe(), g.key(), want.str());
+}
+
+Shape input_shape(const ConvGeometry& g) { return Shape{g.N, g.Cin, g.H, g.W}; }
+Shape output_shape(const ConvGeometry& g) { return Shape{g.N, g.Cout, g.OH, g.OW}; }
+Shape weight_shape(const ConvGeometry& g) { return Shape{g.Cout, g.Cin / g.groups, g.KH, g.KW}; }
+
+}  // namespace
+
+// cuDNN reads plain NCHW: x itself when plain.
+Tensor CudaBackend::conv_input(const Tensor& x, const ConvGeometry&) { return to_layout(x, Layout::Plain); }
+
+Tensor CudaBackend::conv_forward(const Tensor& x_any, const Tensor& w, const Tensor& b, const ConvGeometry& g, bool) {
+  make_current(index_);
+  // keep_weights needs nothing here: cuDNN reads the plain weight in place.
+  const Tensor x = to_layout(x_any, Layout::Plain);  // (N, Cin, H, W)
+  check_conv_operand(x, input_shape(g), "input", g);
+  check_conv_operand(w, weight_shape(g), "weight", g);
+  if (g.has_bias) check_conv_operand(b, Shape{g.Cout}, "bias", g);
+  Tensor y = Tensor::empty(output_shape(g), DType::f32, Layout::Plain, TagScope::current(), device());  // (N, Cout, OH, OW)
+  if (y.numel() == 0) return y;
+  const auto plan = conv_plan(index_, g);
+  cudnnHandle_t h = cudnn_handle(index_);
+  const ConvChoice& c = plan->forward(h);
+  const Tensor ws = workspace(c.workspace, device());
+  PACKRAT_CUDNN_CHECK(cudnnConvolutionForward(h, &kOne, plan->x, x.raw(), plan->w, w.raw(), plan->conv,
+                                              static_cast<cudnnConvolutionFwdAlgo_t>(c.algo), data_or_null(ws),
+                                              c.workspace, &kZero, plan->y, y.raw()),
+                      fmt::format("{}, forward algorithm {}", plan->what(), c.algo));
+  if (g.has_bias) {
+    launch_add_channel_bias(y.device_data<float>(), b.device_data<float>(), g.N, g.Cout, g.OH * g.OW);
+    PACKRAT_CHECK_LAUNCH("conv_forward (bias)");
+  }
+  return y;
+}
+
+Tensor CudaBackend::conv_backward_data(const Tensor& gy_any, const Tensor& w, const ConvGeometry& g) {
+  make_current(index_);
+  const Tensor gy = to_layout(gy_any, Layout::Plain);  // (N, Cout, OH, OW)
+  check_conv_operand(gy, output_shape(g), "output gradient", g);
+  check_conv_operand(w, weight_shape(g), "weight", g);
+  Tensor dx = Tensor::empty(input_shape(g), DType::f32, Layout::Plain, TagScope::current(), device());  // (N, Cin, H, W)
+  if (dx.numel() == 0) return dx;
+  if (gy.numel() == 0) {
+    fill(dx, 0.0);
+    return dx;
+  }
+  const auto plan = conv_plan(index_, g);
+  cudnnHandle_t h = cudnn_handle(index_);
+  const ConvChoice& c = plan->backward_data(h);
+  const Tensor ws = workspace(c.workspace, device());
+  PACKRAT_CUDNN_CHECK(cudnnConvolutionBackwardData(h, &kOne, plan->w, w.raw(), plan->y, gy.raw(), plan->conv,
+                                                   static_cast<cudnnConvolutionBwdDataAlgo_t>(c.algo),
+                                                   data_or_null(ws), c.workspace, &kZero, plan->x, dx.raw()),
+                      fmt::format("{}, backward-data algorithm {}", plan->what(), c.algo));
+  return dx;
+}
+
+void CudaBackend::conv_backward_weights(const Tensor& x_any, const Tensor& gy_any, const ConvGeometry& g, Tensor& gw,
+                                        Tensor& gb) {
+  make_current(index_);
+  const Tensor x = to_layout(x_any, Layout::Plain);    // (N, Cin, H, W)
+  const Tensor gy = to_layout(gy_any, Layout::Plain);  // (N, Cout, OH, OW)
+  check_conv_operand(x, input_shape(g), "input", g);
+  check_conv_operand(gy, output_shape(g), "output gradient", g);
+  gw = Tensor::empty(weight_shape(g), DType::f32, Layout::Plain, TagScope::current(), device());  // (Cout, Cin/groups, KH, KW)
+  if (g.has_bias) gb = Tensor::empty(Shape{g.Cout}, DType::f32, Layout::Plain, TagScope::current(), device());  // (Cout)
+  if (x.numel() == 0 || gy.numel() == 0) {  // nothing to sum over
+    fill(gw, 0.0);
+    if (g.has_bias) fill(gb, 0.0);
+    return;
+  }
+  const auto plan = conv_plan(index_, g);
+  cudnnHandle_t h = cudnn_handle(index_);
+  const ConvChoice& c = plan->backward_filter(h);
+  {
+    const Tensor ws = workspace(c.workspace, device());
+    PACKRAT_CUDNN_CHECK(cudnnConvolutionBackwardFilter(h, &kOne, plan->x, x.raw(), plan->y, gy.raw(), plan->conv,
+                                                       static_cast<cudnnConvolutionBwdFilterAlgo_t>(c.algo),
+                                                       data_or_null(ws), c.workspace, &kZero, plan->w, gw.raw()),
+                        fmt::format("{}, backward-filter algorithm {}", plan->what(), c.algo));
+  }
+  if (g.has_bias) {
+    const int splits = channel_splits(g.N * g.OH * g.OW);
+    const Tensor partial = Tensor::empty(Shape{g.Cout * splits * 2}, DType::f64, Layout::Plain, MemTag::Workspace,
+                                         device());  // (Cout, splits, 2)
+    launch_channel_sums(gy.device_data<float>(), g.N, g.Cout, g.OH * g.OW, partial.device_data<double>(), splits,
+                        gb.device_data<float>());
+    PACKRAT_CHECK_LAUNCH("conv_backward_weights (bias)");
+  }
+}
+
+}  // namespace packrat::cuda

@@ -1,0 +1,78 @@
+// The per-GPU cuDNN and cuBLAS handles (dnn_handles.h).
+#include "core/cuda/dnn_handles.h"
+
+#include <cstdlib>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include <cuda_runtime.h>
+
+#include "core/cuda/cuda_backend.h"
+#include "core/cuda/cuda_check.h"
+#include "core/cuda/dnn_check.h"
+
+namespace packrat::cuda {
+
+namespace {
+
+struct Handles {
+  cudnnHandle_t cudnn = nullptr;
+  cublasHandle_t cublas = nullptr;
+};
+
+std::mutex g_mutex;
+
+// GPU `index`'s slot, with that GPU made current (a handle belongs to the device current when it
+// is created, and cuDNN / cuBLAS launch on the current device). Call under g_mutex.
+Handles& slot(int index) {
+  static std::vector<Handles> all(static_cast<size_t>(device_count()));  // never resized: references stay valid
+  PACKRAT_CHECK(index >= 0 && static_cast<size_t>(index) < all.size(), "cuda:{}: no such GPU ({} visible)", index,
+                all.size());
+  make_current(index);
+  return all[static_cast<size_t>(index)];
+}
+
+}  // namespace
+
+bool tf32_allowed() {
+  static const bool allowed = [] {
+    const char* v = std::getenv("PACKRAT_CUDA_TF32");
+    return v && std::string(v) == "1";
+  }();
+  return allowed;
+}
+
+void make_current(int index) {
+  int current = -1;
+  PACKRAT_CUDA_CHECK(cudaGetDevice(&current));
+  if (current != index) PACKRAT_CUDA_CHECK(cudaSetDevice(index));
+}
+
+cudnnHandle_t cudnn_handle(int index) {
+  std::lock_guard lock(g_mutex);
+  Handles& h = slot(index);
+  if (!h.cudnn) {
+    const std::string where = fmt::format("the handle of cuda:{}", index);
+    PACKRAT_CUDNN_CHECK(cudnnCreate(&h.cudnn), where);
+    PACKRAT_CUDNN_CHECK(cudnnSetStream(h.cudnn, nullptr), where);  // the legacy default stream
+  }
+  return h.cudnn;
+}
+
+cublasHandle_t cublas_handle(int index) {
+  std::lock_guard lock(g_mutex);
+  Handles& h = slot(index);
+  if (!h.cublas) {
+    const std::string where = fmt::format("the handle of cuda:{}", index);
+    PACKRAT_CUBLAS_CHECK(cublasCreate(&h.cublas), where);
+    PACKRAT_CUBLAS_CHECK(cublasSetStream(h.cublas, nullptr), where);
+    // No TF32 unless asked (CUBLAS_DEFAULT_MATH keeps f32 GEMMs on f32 FMA): the backend test
+    // compares with the CPU at f32 tolerance.
+    PACKRAT_CUBLAS_CHECK(cublasSetMathMode(h.cublas, tf32_allowed() ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH),
+                         where);
+  }
+  return h.cublas;
+}
+
+}  // namespace packrat::cuda

@@ -1,0 +1,25 @@
+#pragma once
+// One cuDNN and one cuBLAS handle per GPU, created on first use and never destroyed (like the
+// backends that use them). Both run on the legacy default stream, as every packrat kernel does,
+// so their work is ordered with ours without events. A handle is not thread-safe: packrat's
+// primitives run on the thread that runs the model. Included by core/cuda/*.cpp only.
+#include <cublas_v2.h>
+#include <cudnn.h>
+
+namespace packrat::cuda {
+
+// Makes GPU `index` the calling thread's current device (where kernels launch and cuDNN and
+// cuBLAS run); every primitive of this section calls it first.
+void make_current(int index);
+
+// The handle of GPU `index`, with that GPU made the calling thread's current device.
+cudnnHandle_t cudnn_handle(int index);
+// cuBLAS with CUBLAS_DEFAULT_MATH: f32 GEMMs stay f32 (no TF32 tensor cores), unless tf32_allowed().
+cublasHandle_t cublas_handle(int index);
+
+// PACKRAT_CUDA_TF32=1 in the environment (read once): let cuDNN and cuBLAS run f32 convolutions
+// and GEMMs on TF32 tensor cores (10-bit mantissa), as PyTorch does by default for convolutions.
+// Off by default: the backend tests compare with the CPU at f32 tolerance. For speed comparisons.
+bool tf32_allowed();
+
+}  // namespace packrat::cuda

@@ -1,0 +1,141 @@
+#pragma once
+// Per-channel and per-element bodies of the CUDA batchnorm (core/cuda/batchnorm_kernels.cu), on
+// plain NCHW buffers, in the CPU backend's arithmetic (core/cpu/batchnorm_loops.cpp): statistics
+// about a per-channel shift in double, then y = x * scale + shift, dx = k (dy - a - (x - mean) b).
+// CUDA-free: tests/core/cuda_kernels_batchnorm_test.cpp runs them on the host.
+#include <cmath>
+#include <cstdint>
+
+#include "core/cuda/kernels/channel_sums.h"
+#include "core/hd.h"
+
+namespace packrat::cuda {
+
+// center[c] = x[0, c, 0, 0]: the shift the moments are taken about (no cancellation when
+// |mean| >> std), as the CPU backend does.
+struct FirstOfChannel {
+  const float* x;  // (N, C, H, W)
+  float* center;   // (C)
+  int64_t HW;
+  PACKRAT_HD void operator()(int64_t c) const { center[c] = x[c * HW]; }
+};
+
+// y = x * scale + shift per channel from mean, var (C) and the optional weight / bias.
+PACKRAT_HD inline void normalizing_affine(float mean, float var, const float* weight, const float* bias, int64_t c,
+                                          float eps, float& scale, float& shift) {
+  const double invstd = 1.0 / sqrt(static_cast<double>(var) + eps);
+  const double k = (weight ? weight[c] : 1.0) * invstd;
+  scale = static_cast<float>(k);
+  shift = static_cast<float>((bias ? bias[c] : 0.0) - mean * k);
+}
+
+// Training statistics of channel c from the partial moments: mean and biased var (C), and the
+// affine that normalizes with them.
+struct BatchStatsFinalize {
+  ChannelPartials partials;
+  const float* center;  // (C)
+  const float* weight;  // (C) or null
+  const float* bias;    // (C) or null
+  double count;         // N * H * W
+  float eps;
+  float* mean;   // (C)
+  float* var;    // (C)
+  float* scale;  // (C)
+  float* shift;  // (C)
+  PACKRAT_HD void operator()(int64_t c) const {
+    double a, b;
+    partials.sums(c, a, b);
+    const double d = a / count;  // mean - center
+    const double v = b / count - d * d;
+    mean[c] = static_cast<float>(center[c] + d);
+    var[c] = static_cast<float>(v > 0.0 ? v : 0.0);
+    normalizing_affine(mean[c], var[c], weight, bias, c, eps, scale[c], shift[c]);
+  }
+};
+
+// Inference: the affine from given statistics.
+struct GivenStatsAffine {
+  const float* mean;    // (C)
+  const float* var;     // (C)
+  const float* weight;  // (C) or null
+  const float* bias;    // (C) or null
+  float eps;
+  float* scale;  // (C)
+  float* shift;  // (C)
+  PACKRAT_HD void operator()(int64_t c) const { normalizing_affine(mean[c], var[c], weight, bias, c, eps, scale[c], shift[c]); }
+};
+
+// y = x * scale[c] + shift[c] for element i of an (N, C, HW) buffer.
+struct ChannelAffine {
+  const float* x;      // (N, C, H, W)
+  float* y;            // (N, C, H, W)
+  const float* scale;  // (C)
+  const float* shift;  // (C)
+  int64_t C, HW;
+  PACKRAT_HD void operator()(int64_t i) const {
+    const int64_t c = (i / HW) % C;
+    y[i] = x[i] * scale[c] + shift[c];
+  }
+};
+
+// Backward, channel c, from the partial sums (sum dy, sum dy (x - mean)): dweight, dbias (when
+// asked), and the coefficients of dx = k (dy - a - (x - mean) b); with global statistics (eval
+// mode) a = b = 0.
+struct BatchGradFinalize {
+  ChannelPartials partials;
+  const float* var;     // (C)
+  const float* weight;  // (C) or null
+  double count;         // N * H * W
+  float eps;
+  bool global_stats;
+  float* dweight;  // (C) or null
+  float* dbias;    // (C) or null
+  float* k;        // (C)
+  float* a;        // (C)
+  float* b;        // (C)
+  PACKRAT_HD void operator()(int64_t c) const {
+    double sdy, sdyx;
+    partials.sums(c, sdy, sdyx);
+    const double invstd = 1.0 / sqrt(static_cast<double>(var[c]) + eps);
+    k[c] = static_cast<float>((weight ? weight[c] : 1.0) * invstd);
+    a[c] = global_stats ? 0.0f : static_cast<float>(sdy / count);
+    b[c] = global_stats ? 0.0f : static_cast<float>(sdyx * invstd * invstd / count);
+    if (dweight) dweight[c] = static_cast<float>(sdyx * invstd);
+    if (dbias) dbias[c] = static_cast<float>(sdy);
+  }
+};
+
+// dx = k (dy - a - (x - mean) b) for element i.
+struct BatchNormBackwardElement {
+  const float* x;     // (N, C, H, W)
+  const float* gy;    // (N, C, H, W)
+  float* dx;          // (N, C, H, W)
+  const float* mean;  // (C)
+  const float* k;     // (C)
+  const float* a;     // (C)
+  const float* b;     // (C)
+  int64_t C, HW;
+  PACKRAT_HD void operator()(int64_t i) const {
+    const int64_t c = (i / HW) % C;
+    dx[i] = k[c] * (gy[i] - a[c] - (x[i] - mean[c]) * b[c]);
+  }
+};
+
+// running = (1 - momentum) running + momentum correction batch, in double, per channel.
+struct RunningUpdate {
+  float* running;      // (C)
+  const float* batch;  // (C)
+  float momentum;
+  double correction;
+  PACKRAT_HD void operator()(int64_t c) const {
+    running[c] = static_cast<float>((1.0 - momentum) * running[c] + momentum * correction * batch[c]);
+  }
+};
+
+// num_batches_tracked += 1 (one index).
+struct CountBatch {
+  int64_t* count;  // ()
+  PACKRAT_HD void operator()(int64_t) const { ++count[0]; }
+};
+
+}  // namespace packrat::cuda

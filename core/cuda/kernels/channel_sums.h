@@ -1,0 +1,66 @@
+#pragma once
+// Per-channel sums over an NCHW buffer (batchnorm statistics and gradients, the convolution's
+// bias gradient), CUDA-free: the reduction kernel (core/cuda/channel_sums.cuh) gives channel c's
+// elements to a grid of (C, splits) blocks; each thread adds a Term's two values per element in
+// double, the block sums them, and a per-channel finalize body (kernels/batchnorm.h,
+// kernels/bias.h) adds the splits in a fixed order, so results do not vary between runs.
+#include <cstdint>
+
+#include "core/hd.h"
+
+namespace packrat::cuda {
+
+// Element j in [0, N * HW) of channel c of an (N, C, HW) buffer.
+PACKRAT_HD inline int64_t channel_element(int64_t c, int64_t j, int64_t C, int64_t HW) {
+  return ((j / HW) * C + c) * HW + j % HW;
+}
+
+// Splits per channel: enough blocks to fill a GPU when C is small, at most 64, each summing
+// at least 8192 elements when there are that many.
+inline int channel_splits(int64_t per_channel) {
+  const int64_t s = (per_channel + 8191) / 8192;
+  return static_cast<int>(s < 1 ? 1 : (s > 64 ? 64 : s));
+}
+
+// Partial sums of split s of channel c: (a, b) at partial[(c * splits + s) * 2 + {0, 1}].
+struct ChannelPartials {
+  const double* partial;  // (C, splits, 2)
+  int splits;
+  PACKRAT_HD void sums(int64_t c, double& a, double& b) const {
+    a = 0, b = 0;
+    for (int s = 0; s < splits; ++s) {
+      a += partial[(c * splits + s) * 2];
+      b += partial[(c * splits + s) * 2 + 1];
+    }
+  }
+};
+
+// Terms: what one element at offset `at` of channel c adds to (a, b).
+// (x - center, (x - center)^2): moments about a per-channel shift (batchnorm forward).
+struct CenteredMomentsTerm {
+  const float* x;       // (N, C, H, W)
+  const float* center;  // (C)
+  PACKRAT_HD void operator()(int64_t c, int64_t at, double& a, double& b) const {
+    const double v = static_cast<double>(x[at]) - center[c];
+    a += v;
+    b += v * v;
+  }
+};
+// (g, g * (x - mean)): batchnorm backward.
+struct GradMomentsTerm {
+  const float* x;     // (N, C, H, W)
+  const float* g;     // (N, C, H, W)
+  const float* mean;  // (C)
+  PACKRAT_HD void operator()(int64_t c, int64_t at, double& a, double& b) const {
+    const double gv = g[at];
+    a += gv;
+    b += gv * (static_cast<double>(x[at]) - mean[c]);
+  }
+};
+// (g, 0): the convolution's bias gradient.
+struct SumTerm {
+  const float* g;  // (N, C, H, W)
+  PACKRAT_HD void operator()(int64_t, int64_t at, double& a, double&) const { a += g[at]; }
+};
+
+}  // namespace packrat::cuda
