@@ -1,5 +1,6 @@
 // The shape primitives' kernels: a per-index body (kernels/shape.h) per output element, typed by
 // with_typed so that every dtype moves.
+#include <cstdint>
 #include <type_traits>
 
 #include "core/cuda/kernels/shape.h"
@@ -33,12 +34,18 @@ void launch_permute(const void* x, void* y, DType dtype, int rank, const int64_t
                     int64_t numel) {
   with_typed(y, dtype, [&](auto* out) {
     using T = std::remove_pointer_t<decltype(out)>;
-    Permute<T> body{static_cast<const T*>(x), out, rank, {}, {}};
-    for (int k = 0; k < rank; ++k) {
-      body.out_dims[k] = out_dims[k];
-      body.src_stride[k] = src_stride[k];
-    }
-    launch_for_each(numel, body);
+    auto launch = [&](auto index) {
+      using Index = decltype(index);
+      Permute<T, Index> body{static_cast<const T*>(x), out, rank, {}, {}};
+      for (int k = 0; k < rank; ++k) {
+        body.out_dims[k] = static_cast<Index>(out_dims[k]);
+        body.src_stride[k] = static_cast<Index>(src_stride[k]);
+      }
+      launch_for_each(numel, body);
+    };
+    // Every offset is below numel (x has as many elements as y).
+    if (numel <= static_cast<int64_t>(UINT32_MAX)) launch(uint32_t{0});
+    else launch(int64_t{0});
   });
 }
 

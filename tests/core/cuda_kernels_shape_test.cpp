@@ -77,17 +77,25 @@ TEST(CudaKernelsShape, PermuteMatchesTheCpuBackendInEveryDtype) {
       const int64_t r = c.shape.rank();
       std::vector<int64_t> in_stride(static_cast<size_t>(r), 1);
       for (int64_t k = r - 2; k >= 0; --k) in_stride[k] = in_stride[k + 1] * c.shape[k + 1];
-      Tensor y = Tensor::empty(want.shape(), dt);
-      with_typed(y.raw(), dt, [&](auto* out) {
-        using T = std::remove_pointer_t<decltype(out)>;
-        cuda::Permute<T> body{static_cast<const T*>(x.raw()), out, static_cast<int>(r), {}, {}};
-        for (int64_t k = 0; k < r; ++k) {
-          body.out_dims[k] = c.shape[c.perm[k]];
-          body.src_stride[k] = in_stride[c.perm[k]];
-        }
-        run_on_host(y.numel(), body);
-      });
-      EXPECT_EQ(bytes_of(y), bytes_of(want)) << c.shape.str() << " " << dtype_name(dt);
+      // Both index types the launcher picks from: 32-bit offsets, and 64-bit ones for huge tensors.
+      for (bool wide : {false, true}) {
+        Tensor y = Tensor::empty(want.shape(), dt);
+        with_typed(y.raw(), dt, [&](auto* out) {
+          using T = std::remove_pointer_t<decltype(out)>;
+          auto run = [&](auto index) {
+            using Index = decltype(index);
+            cuda::Permute<T, Index> body{static_cast<const T*>(x.raw()), out, static_cast<int>(r), {}, {}};
+            for (int64_t k = 0; k < r; ++k) {
+              body.out_dims[k] = static_cast<Index>(c.shape[c.perm[k]]);
+              body.src_stride[k] = static_cast<Index>(in_stride[c.perm[k]]);
+            }
+            run_on_host(y.numel(), body);
+          };
+          if (wide) run(int64_t{0});
+          else run(uint32_t{0});
+        });
+        EXPECT_EQ(bytes_of(y), bytes_of(want)) << c.shape.str() << " " << dtype_name(dt) << (wide ? " i64" : " u32");
+      }
     }
   }
 }

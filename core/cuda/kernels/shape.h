@@ -52,16 +52,18 @@ struct PadChannelsSubsampleBackward {
 constexpr int kMaxPermuteRank = 12;
 
 // y (out_dims) = x permuted: output index i -> coordinates (i_0, ..., i_{r-1}) -> source offset
-// sum_k i_k * src_stride[k], src_stride[k] being x's stride of axis perm[k].
-template <typename T>
+// sum_k i_k * src_stride[k], src_stride[k] being x's stride of axis perm[k]. Index is uint32_t when
+// every offset fits (a 32-bit division is several times cheaper than a 64-bit one on a GPU, and
+// this body divides once per axis), else int64_t.
+template <typename T, typename Index>
 struct Permute {
   const T* x;
   T* y;
   int rank;
-  int64_t out_dims[kMaxPermuteRank];
-  int64_t src_stride[kMaxPermuteRank];
+  Index out_dims[kMaxPermuteRank];
+  Index src_stride[kMaxPermuteRank];
   PACKRAT_HD void operator()(int64_t i) const {
-    int64_t rem = i, off = 0;
+    Index rem = static_cast<Index>(i), off = 0;
     for (int k = rank - 1; k >= 0; --k) {
       off += (rem % out_dims[k]) * src_stride[k];
       rem /= out_dims[k];
