@@ -47,13 +47,10 @@ struct SoftmaxForwardRow {
     for (int64_t j = lane; j < D; j += lanes) mx = max_of(mx, in[j]);
     mx = red.max(mx);
     float sum = 0.0f;
-    for (int64_t j = lane; j < D; j += lanes) {
-      const float e = expf(in[j] - mx);
-      out[j] = e;
-      sum += e;
-    }
+    for (int64_t j = lane; j < D; j += lanes) sum += expf(in[j] - mx);
     const float inv = 1.0f / red.sum(sum);
-    for (int64_t j = lane; j < D; j += lanes) out[j] *= inv;
+    // exp again rather than store and reload: one global write per element, x is still in cache.
+    for (int64_t j = lane; j < D; j += lanes) out[j] = expf(in[j] - mx) * inv;
   }
 };
 
