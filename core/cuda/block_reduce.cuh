@@ -45,8 +45,7 @@ __device__ inline float block_max(float v) {
   __syncthreads();  // partial may still be read by a previous call
   if (lane == 0) partial[warp] = v;
   __syncthreads();
-  v = threadIdx.x < warps ? partial[threadIdx.x] : partial[0];
-  if (warp == 0) v = warp_max(v);
+  if (warp == 0) v = warp_max(lane < warps ? partial[lane] : partial[0]);  // only warp 0 reads partial
   if (threadIdx.x == 0) partial[0] = v;
   __syncthreads();
   return partial[0];
