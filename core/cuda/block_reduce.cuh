@@ -28,4 +28,27 @@ __device__ inline T block_sum(T v) {
   return partial[0];
 }
 
+// The max of v over a warp / a block, as max_of (kernels/rows.h) computes it; the same rules as
+// warp_sum / block_sum.
+__device__ inline float warp_max(float v) {
+  for (int offset = 16; offset > 0; offset /= 2) {
+    const float o = __shfl_down_sync(0xffffffffu, v, offset);
+    v = v < o ? o : v;
+  }
+  return v;  // complete in lane 0
+}
+
+__device__ inline float block_max(float v) {
+  __shared__ float partial[32];  // one per warp
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = (blockDim.x + 31) / 32;
+  v = warp_max(v);
+  __syncthreads();  // partial may still be read by a previous call
+  if (lane == 0) partial[warp] = v;
+  __syncthreads();
+  if (warp == 0) v = warp_max(lane < warps ? partial[lane] : partial[0]);  // only warp 0 reads partial
+  if (threadIdx.x == 0) partial[0] = v;
+  __syncthreads();
+  return partial[0];
+}
+
 }  // namespace packrat::cuda
