@@ -11,6 +11,7 @@
 #include "core/cuda/cuda_backend.h"
 #include "core/cuda/cuda_check.h"
 #include "core/cuda/dnn_check.h"
+#include "core/tensor.h"
 
 namespace packrat::cuda {
 
@@ -19,7 +20,13 @@ namespace {
 struct Handles {
   cudnnHandle_t cudnn = nullptr;
   cublasHandle_t cublas = nullptr;
+  Tensor cublas_workspace;  // (kCublasWorkspaceBytes) u8: cuBLAS's scratch, from packrat's allocator
 };
+
+// cuBLAS's recommended workspace on Hopper (32 MiB; 4 MiB suffice before it). Given from the
+// allocator under the Workspace tag, so the memory report counts it; otherwise cuBLAS would
+// cudaMalloc its own behind the report, as PyTorch also avoids (CUBLAS_WORKSPACE_CONFIG).
+constexpr int64_t kCublasWorkspaceBytes = int64_t{32} << 20;
 
 std::mutex g_mutex;
 
@@ -67,6 +74,9 @@ cublasHandle_t cublas_handle(int index) {
     const std::string where = fmt::format("the handle of cuda:{}", index);
     PACKRAT_CUBLAS_CHECK(cublasCreate(&h.cublas), where);
     PACKRAT_CUBLAS_CHECK(cublasSetStream(h.cublas, nullptr), where);
+    h.cublas_workspace = Tensor::empty(Shape{kCublasWorkspaceBytes}, DType::u8, Layout::Plain, MemTag::Workspace,
+                                       Device::cuda(index));
+    PACKRAT_CUBLAS_CHECK(cublasSetWorkspace(h.cublas, h.cublas_workspace.raw(), kCublasWorkspaceBytes), where);
     // No TF32 unless asked (CUBLAS_DEFAULT_MATH keeps f32 GEMMs on f32 FMA): the backend test
     // compares with the CPU at f32 tolerance.
     PACKRAT_CUBLAS_CHECK(cublasSetMathMode(h.cublas, tf32_allowed() ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH),
