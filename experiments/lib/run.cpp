@@ -95,9 +95,9 @@ RunResult run_training(const Config& c, const RunOptions& o) {
                                       : train->batches_per_epoch();
   const LrSchedule schedule = make_schedule(c, steps_per_epoch);
   const int64_t total_steps = std::max<int64_t>(1, c.train.epochs * steps_per_epoch);
-  spdlog::info("run {}: {} ({} parameters), {} train / {} test images of {}x{}x{}, batch {}, {} steps per epoch, {} "
-               "threads", c.output.dir, c.model.arch, s.model->num_parameters(), train->size(), test->size(), shape.c,
-               shape.h, shape.w, c.data.batch_size, steps_per_epoch, num_threads());
+  spdlog::info("run {}: {} ({} parameters) on {}, {} train / {} test images of {}x{}x{}, batch {}, {} steps per epoch, "
+               "{} threads", c.output.dir, c.model.arch, s.model->num_parameters(), on.device().str(), train->size(),
+               test->size(), shape.c, shape.h, shape.w, c.data.batch_size, steps_per_epoch, num_threads());
 
   std::optional<MetricsWriter> metrics;
   std::optional<StepLogWriter> step_log;

@@ -6,6 +6,7 @@
 // evaluation, the measuring modes) has no hidden host access and allocates on the run's device.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <filesystem>
 
 #include "core/backend.h"
@@ -89,6 +90,36 @@ TEST(EmulatedGpu, AStepMatchesTheCpuStepExactly) {
   }
 }
 
+// The other model families' ops on the device: a ViT (layernorm, attention, GELU, class-token
+// narrow) gives the CPU's step exactly; an EfficientNet (depthwise convolutions, squeeze-excitation,
+// SiLU, stochastic depth) runs and saves the same bytes (its drop-path masks differ: each module
+// takes its Philox stream from a process-wide counter when it is built, so a second model draws
+// other masks on any device).
+TEST(EmulatedGpu, ViTAndEfficientNetStepsRunOnTheDevice) {
+  EmulatedGpu gpu;
+  for (const char* arch : {"vit_tiny_fmnist", "efficientnet_b0_small"}) {
+    const bool exact = std::string(arch).starts_with("vit");
+    ModelSpec spec;
+    spec.arch = arch;
+    spec.in_channels = 1;
+    spec.image_size = 28;
+    spec.seed = 2;
+    const DeviceStep cpu = device_step(spec, Device::cpu(), 2, 1, 28, 28);
+    const DeviceStep dev = device_step(spec, EmulatedGpu::device(), 2, 1, 28, 28);
+    ASSERT_TRUE(std::isfinite(dev.loss)) << arch;
+    ASSERT_EQ(dev.grads.size(), cpu.grads.size()) << arch;
+    if (exact) {
+      EXPECT_EQ(dev.loss, cpu.loss) << arch;
+      for (size_t i = 0; i < cpu.grads.size(); ++i)
+        EXPECT_EQ(dev.grads[i].second, cpu.grads[i].second) << arch << " " << cpu.grads[i].first;
+    }
+    ASSERT_EQ(dev.saved.size(), cpu.saved.size()) << arch;
+    for (size_t i = 0; i < cpu.saved.size(); ++i)
+      EXPECT_EQ(dev.saved[i].bytes, cpu.saved[i].bytes) << arch << " " << cpu.saved[i].layer << " " << cpu.saved[i].op;
+    EXPECT_EQ(gpu.allocator().current(MemTag::Saved), 0) << arch;
+  }
+}
+
 TEST(EmulatedGpu, ATrainingRunMatchesTheCpuRunAndResumes) {
   EmulatedGpu gpu;
   const fs::path on_cpu = temp_dir("emulated_cpu"), on_gpu = temp_dir("emulated_gpu");
@@ -166,4 +197,28 @@ TEST(EmulatedGpu, ACompressingStoreRefusesDeviceTensorsNamingStoreAndTensor) {
   EXPECT_NE(m.find("on cuda:1000 cannot be compressed there"), std::string::npos) << m;
   EXPECT_EQ(gpu.allocator().current(MemTag::Saved), 0);
   EXPECT_EQ(gpu.allocator().current(MemTag::Activation), 0);
+}
+
+// A GPT on bytes (embeddings, positions made on the host and copied, causal attention, token
+// batches and the (N, T, V) accuracy), AdamW and clipping: one epoch equals the CPU's.
+TEST(EmulatedGpu, AGptTextRunMatchesTheCpuRun) {
+  EmulatedGpu gpu;
+  auto config = [](const fs::path& out, const std::string& device) {
+    const std::string yaml = "seed: 2\ndevice: " + device + "\n"
+                             "data: {dataset: text, root: \"" + std::string(PACKRAT_SOURCE_DIR) +
+                             "/tests/data/text/gpl3_excerpt.txt\", seq_len: 16, batch_size: 4, eval_batch_size: 8, "
+                             "limit_test: 16}\n"
+                             "model: {arch: gpt_tiny}\n"
+                             "optimizer: {name: adamw, lr: 0.003, weight_decay: 0.1}\n"
+                             "train: {epochs: 1, steps_per_epoch: 3, clip_grad_norm: 1.0}\n"
+                             "output: {dir: \"" + out.string() + "\", checkpoint_interval: 0}\n";
+    return parse_config(yaml, "text.yaml", {});
+  };
+  const RunResult a = run_training(config(temp_dir("emulated_text_cpu"), "cpu"), quiet());
+  const RunResult b = run_training(config(temp_dir("emulated_text_gpu"), kGpu), quiet());
+  ASSERT_EQ(b.epochs.size(), 1u);
+  EXPECT_EQ(b.epochs[0].train_loss, a.epochs[0].train_loss);
+  EXPECT_EQ(b.epochs[0].train_acc, a.epochs[0].train_acc);
+  EXPECT_EQ(b.epochs[0].test_loss, a.epochs[0].test_loss);
+  EXPECT_EQ(b.report.saved_bytes, a.report.saved_bytes);
 }
