@@ -28,13 +28,13 @@ class PinnedHostMemory final : public MemorySource {
       for (size_t i = 0; i < free_.size(); ++i) {
         Block& b = free_[i];
         if (b.bytes < bytes || b.bytes > bytes + bytes / 8) continue;
-        const cudaError_t s = cudaEventQuery(b.done);
+        const cudaError_t s = b.done ? cudaEventQuery(b.done) : cudaSuccess;
         if (s == cudaErrorNotReady) {
           cudaGetLastError();  // not an error: the copy is still queued; leave no status behind
           continue;
         }
         void* p = b.p;
-        cudaEventDestroy(b.done);
+        if (b.done) cudaEventDestroy(b.done);
         free_.erase(free_.begin() + static_cast<std::ptrdiff_t>(i));
         return p;
       }
@@ -47,10 +47,17 @@ class PinnedHostMemory final : public MemorySource {
     return p;
   }
 
+  // Called from Allocation's destructor: must not throw. Without an event (creating or recording
+  // one failed) it waits for the GPU instead, so the block is free at once.
   void release(void* p, size_t bytes) override {
     cudaEvent_t done = nullptr;
-    PACKRAT_CUDA_CHECK(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
-    PACKRAT_CUDA_CHECK(cudaEventRecord(done, 0));
+    if (cudaEventCreateWithFlags(&done, cudaEventDisableTiming) != cudaSuccess ||
+        cudaEventRecord(done, 0) != cudaSuccess) {
+      if (done) cudaEventDestroy(done);
+      done = nullptr;
+      cudaGetLastError();
+      cudaDeviceSynchronize();
+    }
     std::lock_guard lock(mutex_);
     free_.push_back({p, bytes, done});
   }
@@ -62,7 +69,7 @@ class PinnedHostMemory final : public MemorySource {
   struct Block {
     void* p;
     size_t bytes;
-    cudaEvent_t done;  // recorded when the block was freed
+    cudaEvent_t done;  // recorded when the block was freed (nullptr: free now)
   };
   std::mutex mutex_;
   std::vector<Block> free_;
