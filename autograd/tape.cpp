@@ -78,6 +78,7 @@ void backward(const Tensor& loss) {
   Tensor seed;
   {
     TagScope tag(MemTag::Gradient);
+    DeviceScope on(loss.device());
     seed = loss.dtype() == DType::f64 ? Tensor::from_vector(loss.shape(), std::vector<double>{1.0})
                                       : Tensor::full(loss.shape(), 1.0f);
   }

@@ -2,8 +2,11 @@
 """PyTorch reference for TrainStep/<model>/<batch>: one SGD training step of ResNet-18 (CIFAR
 stem: 3x3 stride-1 conv, no max-pool; GELU activations), of EfficientNet-B0 with a stride-1
 stem (--model efficientnet_b0_cifar) or of the CIFAR ViT (--model vit_tiny_cifar), on random
-3x32x32 images.
-Prints one JSON line {"img_per_s": X, "threads": T}. Run with Debian's /usr/bin/python3."""
+3x32x32 images. --device cuda runs it on the GPU as fast as PyTorch goes there: channels_last
+model and batch, cudnn.benchmark, the batch waiting on the GPU, synchronised before the clock
+is read (the GPU machine's PyTorch 2.11; packrat_bench's TrainStep/resnet18_cifar_gelu_cuda/N).
+Prints one JSON line {"img_per_s": X, "threads": T} (on a GPU also "device" and "peak_bytes",
+torch.cuda.max_memory_allocated). Run with Debian's /usr/bin/python3 for the CPU."""
 import argparse, json, sys, time
 
 try:
@@ -49,14 +52,24 @@ def main():
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     torch.manual_seed(0)
+    gpu = a.device == "cuda"
+    if gpu and not torch.cuda.is_available():
+        sys.exit("torch_train_step: --device cuda, but this PyTorch sees no GPU")
     model = MODELS[a.model]()
-    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     x = torch.randn(a.batch, 3, 32, 32)
     y = torch.randint(0, 10, (a.batch,))
+    if gpu:
+        torch.backends.cudnn.benchmark = True
+        model = model.to("cuda", memory_format=torch.channels_last)
+        x = x.to("cuda").contiguous(memory_format=torch.channels_last)
+        y = y.to("cuda")
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     loss_fn = nn.CrossEntropyLoss()
+    sync = torch.cuda.synchronize if gpu else (lambda: None)
 
     def step():
         opt.zero_grad(set_to_none=True)
@@ -66,11 +79,18 @@ def main():
 
     for _ in range(a.warmup):
         step()
+    sync()
+    if gpu:
+        torch.cuda.reset_peak_memory_stats()
     t0 = time.perf_counter()
     for _ in range(a.steps):
         step()
+    sync()
     dt = time.perf_counter() - t0
-    print(json.dumps({"img_per_s": a.batch * a.steps / dt, "threads": a.threads}))
+    out = {"img_per_s": a.batch * a.steps / dt, "threads": a.threads}
+    if gpu:
+        out.update(device=torch.cuda.get_device_name(), peak_bytes=torch.cuda.max_memory_allocated())
+    print(json.dumps(out))
 
 
 if __name__ == "__main__":

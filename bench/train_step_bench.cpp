@@ -2,13 +2,16 @@
 // GELU activations on random 3x32x32 images, under several saved-tensor schemes. Reports
 // images/s as items_per_second, and the bytes the store held after the forward (from the
 // allocator) as counters. bench/compare_torch.sh runs the PyTorch step beside it and prints
-// the ratio.
+// the ratio. On a GPU (when one is visible): TrainStep/resnet18_cifar_gelu_cuda/{128,512} in FP32,
+// against PyTorch with bench/compare_torch.py --device cuda.
 #include <benchmark/benchmark.h>
 
 #include <chrono>
 
 #include "autograd/ops.h"
 #include "autograd/tape.h"
+#include "core/backend.h"
+#include "core/device_runtime.h"
 #include "core/philox.h"
 #include "models/registry.h"
 #include "optim/sgd.h"
@@ -31,9 +34,17 @@ StorePolicySpec scheme_spec(const std::string& name) {
 }
 
 // Names stay exactly "TrainStep/<model>/<batch>": run with --benchmark_min_time=5 for steady figures.
-// `spec` is the model, on 3x32x32 inputs.
-void TrainStepOf(benchmark::State& state, const ModelSpec& spec, const std::string& scheme) {
+// `spec` is the model, on 3x32x32 inputs; on `device` (the batch waits there, as in PyTorch's
+// benchmark). A GPU is synchronised after every step, so the clock times finished steps.
+void TrainStepOf(benchmark::State& state, const ModelSpec& spec, const std::string& scheme,
+                 Device device = Device::cpu()) {
   const int64_t batch = state.range(0);
+  if (!device.is_cpu() && !backend(device).complete()) {
+    state.SkipWithError("the CUDA backend is incomplete (core/cuda/cuda_backend_pending.cpp)");
+    return;
+  }
+  make_current(device);
+  DeviceScope on(device);
   auto model = make_model(spec);
   SGD opt(model->named_parameters(), SgdOptions{0.01, 0.9});
   PhiloxStream rng(1, 1);
@@ -42,12 +53,15 @@ void TrainStepOf(benchmark::State& state, const ModelSpec& spec, const std::stri
   std::vector<int64_t> classes(static_cast<size_t>(batch));
   for (auto& c : classes) c = static_cast<int64_t>(rng.below(10));
   Tensor x = Tensor::from_vector({batch, 3, 32, 32}, pixels);
-  Tensor y = Tensor::empty({batch}, DType::i64);
+  Tensor y = Tensor::empty({batch}, DType::i64, Layout::Plain, MemTag::Data, Device::cpu());
   std::copy(classes.begin(), classes.end(), y.data<int64_t>());
+  y = y.to(device);
 
   RulePolicy policy(scheme_spec(scheme));
   PolicyScope scope(policy);
   int64_t step = 0, saved_bytes = 0, saved_fp32_bytes = 0;
+  Allocator& memory = Allocator::of(device);
+  memory.reset_peak();
   const auto start = std::chrono::steady_clock::now();
   for (auto _ : state) {
     policy.begin_step(step++);
@@ -60,12 +74,14 @@ void TrainStepOf(benchmark::State& state, const ModelSpec& spec, const std::stri
     }
     backward(loss);
     opt.step();
+    synchronize(device);
   }
   const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   state.SetItemsProcessed(state.iterations() * batch);
   // items_per_second comes from the main thread's CPU time; img_per_s is wall-clock.
   state.counters["img_per_s"] = static_cast<double>(state.iterations() * batch) / wall;
   state.counters["saved_MB"] = static_cast<double>(saved_bytes) / 1e6;
+  state.counters["peak_bytes"] = static_cast<double>(memory.total_peak());  // the device allocator's, over the steps
   state.counters["saved_vs_fp32"] = static_cast<double>(saved_bytes) / static_cast<double>(saved_fp32_bytes);
 }
 
@@ -95,6 +111,22 @@ BENCHMARK_CAPTURE(TrainStepEfficientNet, efficientnet_b0_cifar, std::string("fp3
     ->Name("TrainStep/efficientnet_b0_cifar")->Arg(32)->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(TrainStepEfficientNet, efficientnet_b0_cifar_actnn2_fewbit2, std::string("actnn2_fewbit2"))
     ->Name("TrainStep/efficientnet_b0_cifar_actnn2_fewbit2")->Arg(32)->Unit(benchmark::kMillisecond);
+
+// Registered only when a GPU is visible (a benchmark that cannot run is not listed).
+[[maybe_unused]] const bool kCudaRegistered = [] {
+  for (Backend* b : available_backends()) {
+    if (b->device().is_cpu()) continue;
+    for (int64_t batch : {128, 512})
+      benchmark::RegisterBenchmark("TrainStep/resnet18_cifar_gelu_cuda",
+                                   [device = b->device()](benchmark::State& s) {
+                                     TrainStepOf(s, {"resnet18", "cifar", "gelu", 3, 10, 0}, "fp32", device);
+                                   })
+          ->Arg(batch)
+          ->Unit(benchmark::kMillisecond);
+    return true;  // the first GPU
+  }
+  return false;
+}();
 
 }  // namespace
 }  // namespace packrat

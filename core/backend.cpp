@@ -1,4 +1,5 @@
 #include "core/backend.h"
+#include "core/backend_override.h"
 
 #include <atomic>
 #include <cstdlib>
@@ -13,6 +14,7 @@
 namespace packrat {
 
 namespace {
+std::atomic<Backend*> g_override{nullptr};  // set_backend_override
 std::atomic<ConvAlgorithm> g_conv_algorithm{std::getenv("PACKRAT_CONV_DIRECT") ? ConvAlgorithm::Direct
                                                                               : ConvAlgorithm::Auto};
 }  // namespace
@@ -26,8 +28,15 @@ std::string ConvGeometry::key() const {
          (has_bias ? ",b" : "") + (conv_algorithm_setting() == ConvAlgorithm::Direct ? ",direct" : ",auto");
 }
 
+void set_backend_override(Device device, Backend* b) {
+  PACKRAT_CHECK(!device.is_cpu() && (b == nullptr || b->device() == device),
+                "set_backend_override: {} cannot be served by another backend", device.str());
+  g_override = b;
+}
+
 Backend& backend(Device device) {
   if (device.is_cpu()) return cpu::cpu_backend();
+  if (Backend* o = g_override.load(std::memory_order_acquire); o != nullptr && o->device() == device) return *o;
 #if PACKRAT_HAVE_CUDA
   return cuda::cuda_backend(device.index);
 #else

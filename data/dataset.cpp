@@ -15,7 +15,9 @@ InMemoryDataset::InMemoryDataset(std::string name, ImageShape shape, std::vector
                 "{}: {} pixel bytes for {} images of shape {} (expected {})", name_, pixels.size(), size(),
                 shape_.str(), size() * shape_.numel());
   // The decoded images are tensor memory like any other: the Data tag of reports counts them.
-  pixels_ = Tensor::empty(Shape{static_cast<int64_t>(pixels.size())}, DType::u8, Layout::Plain, MemTag::Data);
+  // On the host, whatever the run's device: the loader reads them.
+  pixels_ = Tensor::empty(Shape{static_cast<int64_t>(pixels.size())}, DType::u8, Layout::Plain, MemTag::Data,
+                          Device::cpu());
   if (!pixels.empty()) std::memcpy(pixels_.raw(), pixels.data(), pixels.size());
   for (int64_t i = 0; i < size(); ++i)
     PACKRAT_CHECK(labels_[i] >= 0 && labels_[i] < num_classes(), "{}: sample {} has label {}, expected 0..{}", name_,

@@ -4,6 +4,7 @@
 #include <new>
 #include <numeric>
 
+#include "core/device_runtime.h"
 #include "core/error.h"
 #include "core/philox.h"
 #include "data/text.h"
@@ -79,8 +80,8 @@ Batch Loader::make_batch(const std::vector<int64_t>& order, int64_t epoch, int64
   b.indices.assign(order.begin() + begin, order.begin() + begin + n);
   if (text_ != nullptr) return make_token_batch(std::move(b));
   TagScope tag(MemTag::Data);
-  b.images = Tensor::empty({n, out_shape_.c, out_shape_.h, out_shape_.w}, DType::f32, Layout::Plain, MemTag::Data);
-  b.labels = Tensor::empty({n}, DType::i64, Layout::Plain, MemTag::Data);
+  b.images = empty_host({n, out_shape_.c, out_shape_.h, out_shape_.w}, DType::f32, MemTag::Data, options_.host_memory);
+  b.labels = empty_host({n}, DType::i64, MemTag::Data, options_.host_memory);
   float* images = b.images.data<float>();   // (N, C, H, W)
   int64_t* labels = b.labels.data<int64_t>();  // (N)
   const int64_t per = out_shape_.numel();
@@ -121,8 +122,8 @@ Batch Loader::make_token_batch(Batch b) const {
   const auto n = static_cast<int64_t>(b.indices.size());
   const int64_t t = text_->seq_len();
   TagScope tag(MemTag::Data);
-  b.images = Tensor::empty({n, t}, DType::i64, Layout::Plain, MemTag::Data);  // (N, T) tokens
-  b.labels = Tensor::empty({n, t}, DType::i64, Layout::Plain, MemTag::Data);  // (N, T) next bytes
+  b.images = empty_host({n, t}, DType::i64, MemTag::Data, options_.host_memory);  // (N, T) tokens
+  b.labels = empty_host({n, t}, DType::i64, MemTag::Data, options_.host_memory);  // (N, T) next bytes
   int64_t* tokens = b.images.data<int64_t>();
   int64_t* targets = b.labels.data<int64_t>();
   for (int64_t i = 0; i < n; ++i) {

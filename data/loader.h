@@ -43,6 +43,9 @@ struct LoaderOptions {
   // the epoch's order is cut into shard_count contiguous parts and this loader batches its own.
   int shard_index = 0, shard_count = 1;
   bool split_batches = true;
+  // Where batches are allocated (nullptr: the CPU allocator); a GPU run passes page-locked memory
+  // (core/device_runtime.h). Batches are host tensors either way.
+  Allocator* host_memory = nullptr;
 };
 
 // A text dataset (data/text.h) gives token batches: images are the tokens (N, T) i64 and

@@ -81,9 +81,10 @@ class GptTransformer : public Module {
     Tensor positions;  // (N, T) i64: 0 .. T-1 in every row, so wpe's output adds to wte's without broadcasting
     {
       TagScope tag(MemTag::Data);
-      positions = Tensor::empty(Shape{n, t}, DType::i64);
-      int64_t* p = positions.data<int64_t>();
+      Tensor host = Tensor::empty(Shape{n, t}, DType::i64, Layout::Plain, MemTag::Data, Device::cpu());
+      int64_t* p = host.data<int64_t>();
       for (int64_t i = 0; i < n * t; ++i) p[i] = i % t;
+      positions = host.to(tokens.device());
     }
     Tensor x = (*drop_)(ops::add((*wte_)(tokens), (*wpe_)(positions)));  // (N, T, D)
     return (*ln_f_)((*h_)(x));

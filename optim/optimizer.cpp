@@ -31,7 +31,9 @@ Tensor& Optimizer::state(const std::string& kind, size_t i) {
 
 Tensor Optimizer::new_state(size_t i) const {
   const Tensor& p = params_[i].second;
-  return Tensor::zeros(p.shape(), DType::f32, p.layout());
+  Tensor s = Tensor::empty(p.shape(), DType::f32, p.layout(), TagScope::current(), p.device());  // beside p
+  backend_of(s).fill(s, 0.0);
+  return s;
 }
 
 void Optimizer::step() {
@@ -101,8 +103,8 @@ void Optimizer::load_state_dict(const NamedTensors& state) {
     auto& v = loaded[kind];
     v.resize(params_.size());
     TagScope tag(MemTag::OptimizerState);
-    Tensor copy = Tensor::empty(p.shape(), DType::f32, p.layout());
-    const Tensor src = t.to_layout(p.layout());
+    Tensor copy = Tensor::empty(p.shape(), DType::f32, p.layout(), MemTag::OptimizerState, p.device());
+    const Tensor src = t.to(p.device()).to_layout(p.layout());  // from a checkpoint: a host tensor
     backend_of(copy).copy(src, copy);
     v[it->second] = copy;
   }

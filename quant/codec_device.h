@@ -10,7 +10,8 @@
 namespace packrat {
 
 // Returns when d is the CPU; otherwise throws packrat::Error
-// "<codec>: no CUDA kernels yet for cuda:0 (issue 11); <what>".
+// "<codec>: CUDA compression kernels are not built yet (issue 11), so nothing is compressed on
+// cuda:0: <what>".
 void check_codec_device(std::string_view codec, Device d, std::string_view what);
 
 }  // namespace packrat

@@ -189,8 +189,8 @@ SavedHandle CompressingStore::save(const Tensor& x, const SaveRequest& r) {
 void CompressingStore::check_device(const Tensor& x, const SaveRequest& r) const {
   if (x.is_cpu()) return;
   check_codec_device(scheme(), x.device(),
-                     fmt::format("{} {} cannot be compressed there (save it with the fp32 scheme, or run on the CPU)",
-                                 r.op, r.name));
+                     fmt::format("{} {} {} cannot be compressed there (save it with the fp32 scheme, or run on the CPU)",
+                                 r.op, r.name, x.describe()));
 }
 
 SavedHandle CompressingStore::keep_encoded(const Tensor& x, const Tensor& fp32_of, const SaveRequest& r,

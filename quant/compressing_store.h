@@ -112,8 +112,8 @@ class CompressingStore : public SavedTensorStore {
   // FP32 store would hold). The codec key takes `variant`.
   SavedHandle keep_encoded(const Tensor& x, const Tensor& fp32_of, const SaveRequest& r,
                            std::unique_ptr<Encoded> enc, int variant);
-  // Throws "<scheme>: no CUDA kernels yet for cuda:0 (issue 11); <op> <layer> cannot be
-  // compressed there ..." unless x is on the CPU (the codecs' device dispatch, quant/codec_device.h).
+  // Throws "<scheme>: CUDA compression kernels are not built yet (issue 11), so nothing is
+  // compressed on cuda:0: <op> <layer> <x.describe()> cannot be compressed there ..." unless x is on the CPU (the codecs' device dispatch, quant/codec_device.h).
   void check_device(const Tensor& x, const SaveRequest& r) const;
   // The held buffer of a live, non-exact handle (no in-place check), or null; the entry, or null.
   const Held* held_of(const SavedHandle& h) const;

@@ -13,6 +13,7 @@
 #include <set>
 
 #include "core/error.h"
+#include "quant/codec_device.h"
 
 namespace packrat {
 
@@ -185,6 +186,9 @@ SavedHandle GactStore::save(const Tensor& x, const SaveRequest& r) {
     h = passthrough_.save(x, r);
     if (first && gopts_.estimator == GactEstimator::Analytic) {
       // The group ranges the quantizer would have seen, for the sensitivity (scratch buffers).
+      // The ranges come from the per-group codec, which has no CUDA kernels yet.
+      check_codec_device("gact (analytic estimator)", x.device(),
+                         fmt::format("{} {}: the group ranges of {} for its sensitivity", r.op, r.name, x.describe()));
       GroupQuantConfig cfg = options().quant;
       cfg.bits = 8;
       const GroupGeometry geo = group_geometry(x.numel(), t.samples, cfg);
@@ -347,7 +351,7 @@ double squared_distance(const std::vector<Tensor>& a, const std::vector<Tensor>&
   for (size_t k = 0; k < a.size(); ++k) {
     if (!a[k].defined() || !b[k].defined()) continue;
     PACKRAT_CHECK(a[k].numel() == b[k].numel(), "gact: gradient {} changed size between evaluations", k);
-    const std::vector<float> x = a[k].to_vector(), y = b[k].to_vector();
+    const std::vector<float> x = a[k].to(Device::cpu()).to_vector(), y = b[k].to(Device::cpu()).to_vector();
     for (size_t i = 0; i < x.size(); ++i) d += static_cast<double>(x[i] - y[i]) * (x[i] - y[i]);
   }
   return d;
@@ -447,8 +451,10 @@ void GactStore::observe_gradient(const std::vector<Tensor>& grads) {
   for (const auto& g : grads)
     if (g.defined()) P += g.numel();
   if (!grad_mean_.defined() || grad_mean_.numel() != P) {
-    TagScope tag(MemTag::OptimizerState);
-    grad_mean_ = Tensor::zeros({P});  // (P,) running mean of the flattened gradient
+    // (P,) running mean of the flattened gradient, on the host: a GPU run copies each gradient
+    // here once per step (until issue 11 moves this to the device with the compression kernels).
+    grad_mean_ = Tensor::empty({P}, DType::f32, Layout::Plain, MemTag::OptimizerState, Device::cpu());
+    std::fill_n(grad_mean_.data<float>(), P, 0.0f);
     grad_count_ = 0;
     grad_m2_ = 0;
   }
@@ -457,7 +463,7 @@ void GactStore::observe_gradient(const std::vector<Tensor>& grads) {
   int64_t off = 0;
   for (const auto& g : grads) {
     if (!g.defined()) continue;
-    const std::vector<float> v = g.to_vector();
+    const std::vector<float> v = g.to(Device::cpu()).to_vector();
     for (size_t i = 0; i < v.size(); ++i, ++off) {
       const double old = mean[off];
       const double next = old + (v[i] - old) / static_cast<double>(grad_count_);
@@ -498,8 +504,8 @@ void GactStore::write_csv(const std::string& path, bool append) const {
 
 namespace {
 
-Tensor state_tensor(int64_t n, DType dtype) {
-  return Tensor::empty(Shape{n}, dtype, Layout::Plain, MemTag::Workspace);
+Tensor state_tensor(int64_t n, DType dtype) {  // host-side state, whatever the run's device
+  return Tensor::empty(Shape{n}, dtype, Layout::Plain, MemTag::Workspace, Device::cpu());
 }
 
 Tensor i64_scalar(int64_t v) {
@@ -642,14 +648,13 @@ void GactStore::import_state(const std::vector<std::pair<std::string, Tensor>>& 
   grad_m2_ = m2;
   grad_mean_ = Tensor();
   if (mean) {
-    TagScope tag(MemTag::OptimizerState);
-    grad_mean_ = Tensor::zeros({mean->numel()});  // (P,) running mean of the flattened gradient
-    const Tensor m = mean->to_plain();
+    grad_mean_ = Tensor::empty({mean->numel()}, DType::f32, Layout::Plain, MemTag::OptimizerState, Device::cpu());  // (P,)
+    const Tensor m = mean->to_plain().to(Device::cpu());
     std::memcpy(grad_mean_.raw(), m.raw(), grad_mean_.nbytes());
   }
   pending_analytic_.clear();
   if (pending) {
-    const Tensor p = pending->to_plain();
+    const Tensor p = pending->to_plain().to(Device::cpu());
     pending_analytic_.assign(p.data<double>(), p.data<double>() + p.numel());
   }
   restored_from_ = L > 0 ? where : std::string();

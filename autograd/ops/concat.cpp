@@ -95,6 +95,10 @@ std::vector<Tensor> split(const Tensor& x, const std::vector<int64_t>& sizes, in
     const Layout x_layout = x.layout();
     record("split", {&x}, outs, {}, [dim, sizes, x_shape, x_layout](Node&, const std::vector<Tensor>& g) {
       std::vector<Tensor> full;  // (..., sizes[i], ...) each; an unused part contributes zeros
+      Device device = Device::cpu();
+      for (const Tensor& gi : g)
+        if (gi.defined()) device = gi.device();
+      DeviceScope on(device);
       for (size_t i = 0; i < g.size(); ++i)
         full.push_back(g[i].defined() ? g[i] : Tensor::zeros(with_dim(x_shape, dim, sizes[i])));
       return std::vector<Tensor>{backend_of(full[0]).concat(full, dim).to_layout(x_layout)};
@@ -115,6 +119,7 @@ Tensor narrow(const Tensor& x, int64_t dim_in, int64_t start, int64_t length) {
     const Layout x_layout = x.layout();
     record("narrow", {&x}, {&y}, {}, [dim, start, length, x_shape, x_layout](Node&, const std::vector<Tensor>& g) {
       // g padded with zeros before and after the slice: (..., x_shape[dim], ...)
+      DeviceScope on(g[0].device());
       const std::vector<Tensor> parts{Tensor::zeros(with_dim(x_shape, dim, start)), g[0],
                                       Tensor::zeros(with_dim(x_shape, dim, x_shape[dim] - start - length))};
       return std::vector<Tensor>{backend_of(g[0]).concat(parts, dim).to_layout(x_layout)};
@@ -133,6 +138,7 @@ Tensor expand(const Tensor& x, const Shape& shape) {
     PACKRAT_CHECK(a == b || a == 1, "{}: cannot expand {} to {}", where, x.shape().str(), shape.str());
   }
   // The broadcasting add writes x stretched to `shape` (0 + x is exact).
+  const DeviceScope on(x.device());
   const Tensor zeros = Tensor::zeros(shape);  // (shape), a transient
   Tensor y = backend_of(x).binary(BinaryOp::Add, zeros, x);
   if (needs_grad({&x})) {

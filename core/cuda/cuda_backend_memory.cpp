@@ -11,8 +11,14 @@ void CudaBackend::copy(const Tensor& src, Tensor& dst) {
   PACKRAT_CHECK(src.nbytes() == dst.nbytes() && src.layout() == dst.layout(), "copy: {} into {}", src.describe(),
                 dst.describe());
   // Unified addressing: the runtime knows which side each pointer is on. A copy to the host is
-  // synchronous, so host code may read dst right after.
-  PACKRAT_CUDA_CHECK(cudaMemcpy(dst.raw(), src.raw(), src.nbytes(), cudaMemcpyDefault));
+  // synchronous, so host code may read dst right after. A copy to the device is queued on the
+  // default stream and the host goes on: from pageable memory the runtime has staged the bytes
+  // before it returns; from page-locked memory (batches, core/device_runtime.h) the copy runs
+  // later, and that allocator reuses the block only once the GPU has passed it.
+  if (dst.is_cpu())
+    PACKRAT_CUDA_CHECK(cudaMemcpy(dst.raw(), src.raw(), src.nbytes(), cudaMemcpyDefault));
+  else
+    PACKRAT_CUDA_CHECK(cudaMemcpyAsync(dst.raw(), src.raw(), src.nbytes(), cudaMemcpyDefault, 0));
 }
 
 void CudaBackend::copy_range(const Tensor& src, int64_t src_offset, Tensor& dst, int64_t dst_offset, int64_t count) {

@@ -8,13 +8,14 @@
 #include <regex>
 #include <set>
 
+#include "core/backend.h"
 #include "experiments/lib/safetensors.h"
 
 namespace packrat {
 
 namespace {
-Tensor scalar_i64(int64_t v) {
-  Tensor t = Tensor::empty(Shape{}, DType::i64, Layout::Plain, MemTag::Workspace);
+Tensor scalar_i64(int64_t v) {  // on the host, whatever the run's device
+  Tensor t = Tensor::empty(Shape{}, DType::i64, Layout::Plain, MemTag::Workspace, Device::cpu());
   t.data<int64_t>()[0] = v;
   return t;
 }
@@ -81,13 +82,13 @@ void check_gact_sizes(const SafetensorsFile& f, size_t i, int64_t parameters, co
                   path, p, mean->numel(), parameters);
 }
 
-// Copies src (plain, from the file) into dst in place, whatever dst's layout.
+// Copies src (plain, from the file, on the host) into dst in place, whatever dst's layout and device.
 void copy_into(Tensor& dst, const Tensor& src, const std::string& name, const std::string& path) {
   PACKRAT_CHECK(dst.shape() == src.shape() && dst.dtype() == src.dtype(),
                 "{}: '{}' is {} {} in the checkpoint but {} {} in the model", path, name, src.shape().str(),
                 dtype_name(src.dtype()), dst.shape().str(), dtype_name(dst.dtype()));
-  const Tensor s = src.to_layout(dst.layout());
-  std::memcpy(dst.raw(), s.raw(), dst.nbytes());
+  const Tensor s = src.to(dst.device()).to_layout(dst.layout());
+  backend_of(dst).copy(s, dst);
   dst.bump_version();
 }
 }  // namespace
@@ -104,7 +105,7 @@ void save_checkpoint(const std::string& path, const Module& model, const Optimiz
   for (auto& [n, t] : opt.state_dict()) all.emplace_back("optimizer." + n, t);
   all.emplace_back("trainer.epoch", scalar_i64(pos.epoch));
   all.emplace_back("trainer.step", scalar_i64(pos.step));
-  Tensor rng = Tensor::empty(Shape{3}, DType::i64, Layout::Plain, MemTag::Workspace);
+  Tensor rng = Tensor::empty(Shape{3}, DType::i64, Layout::Plain, MemTag::Workspace, Device::cpu());
   rng.data<int64_t>()[0] = static_cast<int64_t>(pos.seed);
   rng.data<int64_t>()[1] = pos.epoch;
   rng.data<int64_t>()[2] = pos.step;

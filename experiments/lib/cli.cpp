@@ -146,7 +146,7 @@ int run_mode(const TrainerArgs& a, const Config& c, DataParallel* dp) {
   if (a.benchmark_steps > 0) {
     const BenchmarkResult r = benchmark(c, a.benchmark_steps, dp);
     if (dp && !dp->root()) return 0;
-    spdlog::info("{} steps of batch {} in {:.2f} s", r.steps, r.batch_size, r.seconds);
+    spdlog::info("{} steps of batch {} on {} in {:.2f} s", r.steps, r.batch_size, r.device, r.seconds);
     std::printf("%s\n", r.json().dump().c_str());
     return 0;
   }

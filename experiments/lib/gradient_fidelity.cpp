@@ -8,6 +8,7 @@
 
 #include "autograd/ops.h"
 #include "autograd/tape.h"
+#include "core/backend.h"
 #include "core/error.h"
 #include "data/loader.h"
 #include "data/transforms.h"
@@ -15,6 +16,7 @@
 #include "experiments/lib/output_dir.h"
 #include "experiments/lib/safetensors.h"  // write_file_atomic
 #include "experiments/lib/session.h"
+#include "experiments/lib/train_loop.h"  // model_device
 #include "quant/gact_policy.h"
 #include "quant/rule_policy.h"
 
@@ -22,7 +24,7 @@ namespace packrat {
 
 namespace {
 
-using Grads = std::vector<Tensor>;  // one per parameter, plain layout; undefined without a gradient
+using Grads = std::vector<Tensor>;  // one per parameter, plain, on the host; undefined without a gradient
 
 // One forward + backward of the model under `policy` at quantization step `step`.
 Grads gradients(Module& model, StorePolicy& policy, const Tensor& images, const Tensor& labels, int64_t step,
@@ -32,14 +34,16 @@ Grads gradients(Module& model, StorePolicy& policy, const Tensor& images, const 
   const std::vector<Tensor> params = model.parameters();
   for (Tensor p : params) p.zero_grad();
   {
+    const Device device = model_device(model);
     TagScope tag(MemTag::Activation);
-    Tensor loss = ops::cross_entropy(model(images), labels, static_cast<float>(label_smoothing));
+    Tensor loss = ops::cross_entropy(model(images.to(device)), labels.to(device), static_cast<float>(label_smoothing));
     backward(loss);
   }
   Grads out;
   TagScope tag(MemTag::Workspace);
   for (Tensor p : params) {
-    out.push_back(p.grad().defined() ? p.grad().to_plain().clone() : Tensor());
+    const Tensor g = p.grad().defined() ? p.grad().to_plain() : Tensor();
+    out.push_back(!g.defined() ? Tensor() : g.is_cpu() ? g.clone() : g.to(Device::cpu()));  // compared on the host
     p.zero_grad();
   }
   return out;
@@ -167,7 +171,7 @@ FidelityReport measure_gradient_fidelity(Module& model, StorePolicy& reference, 
     total_cos_min = std::min(total_cos_min, cos);
   }
   for (auto& [live, copy] : buffers) {
-    std::memcpy(live.raw(), copy.raw(), live.nbytes());
+    backend_of(live).copy(copy, live);
     live.bump_version();
   }
 
@@ -246,6 +250,7 @@ FidelityReport gradient_fidelity_mode(const Config& c, int64_t draws) {
   namespace fs = std::filesystem;
   make_writable_directory(c.output.dir, "output.dir");
   apply_process_settings(c);
+  const RunDevice on(c);
   auto train_ds = data::open_dataset(dataset_spec(c, data::Split::Train));
   data::LoaderOptions lo;
   lo.batch_size = c.data.batch_size;

@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <optional>
 
+#include "core/device_runtime.h"
 #include "core/parallel.h"
 #include "data/loader.h"
 #include "data/transforms.h"
@@ -49,6 +50,8 @@ std::unique_ptr<data::Loader> make_loader(const Config& c, std::shared_ptr<const
   o.limit = train ? c.data.limit_train : c.data.limit_test;
   o.prefetch = c.data.prefetch;
   o.threads = static_cast<int>(c.data.workers);
+  // Batches bound for a GPU in page-locked memory, so that their copy to it is asynchronous.
+  o.host_memory = pinned_host_allocator(Device::parse(c.device));
   return std::make_unique<data::Loader>(ds, data::parse_pipeline(train ? c.data.train_transforms : c.data.test_transforms), o);
 }
 
@@ -60,6 +63,7 @@ RunResult run_training(const Config& c, const RunOptions& o) {
   const bool root = !dp || dp->root();  // writes the run directory
   if (root) prepare_output_dir(c.output.dir, o.resume, o.overwrite);
   apply_process_settings(c);
+  const RunDevice on(c);
   RunResult result;
   result.run_dir = c.output.dir;
   if (root) write_file_atomic((fs::path(c.output.dir) / "config.yaml").string(), config_to_yaml(c));
@@ -91,9 +95,9 @@ RunResult run_training(const Config& c, const RunOptions& o) {
                                       : train->batches_per_epoch();
   const LrSchedule schedule = make_schedule(c, steps_per_epoch);
   const int64_t total_steps = std::max<int64_t>(1, c.train.epochs * steps_per_epoch);
-  spdlog::info("run {}: {} ({} parameters), {} train / {} test images of {}x{}x{}, batch {}, {} steps per epoch, {} "
-               "threads", c.output.dir, c.model.arch, s.model->num_parameters(), train->size(), test->size(), shape.c,
-               shape.h, shape.w, c.data.batch_size, steps_per_epoch, num_threads());
+  spdlog::info("run {}: {} ({} parameters) on {}, {} train / {} test images of {}x{}x{}, batch {}, {} steps per epoch, "
+               "{} threads", c.output.dir, c.model.arch, s.model->num_parameters(), on.device().str(), train->size(),
+               test->size(), shape.c, shape.h, shape.w, c.data.batch_size, steps_per_epoch, num_threads());
 
   std::optional<MetricsWriter> metrics;
   std::optional<StepLogWriter> step_log;

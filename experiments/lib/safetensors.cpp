@@ -89,7 +89,7 @@ void write_safetensors(const std::string& path, const NamedTensors& tensors,
   for (const auto& [name, t] : tensors) {
     PACKRAT_CHECK(t.defined(), "{}: tensor '{}' is undefined", path, name);
     PACKRAT_CHECK(name != "__metadata__" && !header.contains(name), "{}: tensor name '{}' is used twice", path, name);
-    Tensor p = t.to_plain();
+    Tensor p = t.to_plain().to(Device::cpu());  // a GPU tensor's bytes are copied to the host
     Json e = Json::object();
     e["dtype"] = Json(st_dtype(p.dtype()));
     Json shape = Json::array();
@@ -180,7 +180,7 @@ SafetensorsFile read_safetensors(const std::string& path, MemTag tag) {
                     data_size);
       PACKRAT_CHECK(en - b == numel * static_cast<int64_t>(dtype_size(dt)),
                     "{} bytes for a {} tensor of {} elements", en - b, dtype, numel);
-      Tensor t = Tensor::empty(Shape(dims), dt, Layout::Plain, tag);
+      Tensor t = Tensor::empty(Shape(dims), dt, Layout::Plain, tag, Device::cpu());  // on the host: filled below
       if (en > b) std::memcpy(t.raw(), bytes.data() + data_start + b, static_cast<size_t>(en - b));
       spans.push_back({b, en, name});
       ordered.push_back({b, {name, t}});

@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "core/backend.h"
+#include "core/device_runtime.h"
 
 #include "core/parallel.h"
 #include "data/text.h"
@@ -88,6 +89,8 @@ void check_device_can_train(const Config& c) {
     fail("{}: {}", c.source, e.what());  // every reason above starts with "device cuda:N:"
   }
 }
+
+RunDevice::RunDevice(const Config& c) : device_(Device::parse(c.device)), scope_(device_) { make_current(device_); }
 
 void apply_process_settings(const Config& c) {
   check_device_can_train(c);

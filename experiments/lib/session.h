@@ -40,6 +40,19 @@ void check_device_can_train(const Config& c);
 constexpr int kMaxThreadsPerProcessor = 4;
 void apply_process_settings(const Config& c);
 
+// The config's device for everything a mode builds while this lives (the model, the optimizer
+// state, every buffer, activation and saved tensor): the thread's DeviceScope, and the GPU made
+// the thread's current device (kernels launch there: cuda:1 runs on the second GPU).
+class RunDevice {
+ public:
+  explicit RunDevice(const Config& c);
+  Device device() const { return device_; }
+
+ private:
+  Device device_;
+  DeviceScope scope_;
+};
+
 struct Session {
   std::shared_ptr<Module> model;
   std::unique_ptr<Optimizer> optimizer;

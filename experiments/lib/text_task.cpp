@@ -23,8 +23,8 @@ double bits_per_byte(double nats_per_byte) { return nats_per_byte / std::numbers
 SyntheticBatch synthetic_token_batch(int64_t n, int64_t t, int64_t vocab, uint64_t seed) {
   TagScope tag(MemTag::Data);
   SyntheticBatch b;
-  b.images = Tensor::empty(Shape{n, t}, DType::i64);  // (N, T) tokens
-  b.labels = Tensor::empty(Shape{n, t}, DType::i64);  // (N, T) targets
+  b.images = Tensor::empty(Shape{n, t}, DType::i64, Layout::Plain, MemTag::Data, Device::cpu());  // (N, T) tokens, host
+  b.labels = Tensor::empty(Shape{n, t}, DType::i64, Layout::Plain, MemTag::Data, Device::cpu());  // (N, T) targets, host
   PhiloxStream rng(seed, 0x7E47ull);
   for (Tensor* x : {&b.images, &b.labels}) {
     int64_t* p = x->data<int64_t>();

@@ -7,6 +7,7 @@
 #include <optional>
 
 #include "autograd/tape.h"
+#include "core/device_runtime.h"
 #include "core/parallel.h"
 #include "experiments/lib/distributed_run.h"
 #include "experiments/lib/output_dir.h"
@@ -29,6 +30,7 @@ StepOptions step_options(const Config& c, bool capture) {
 MemoryReport memory_report_only(const Config& c) {
   make_writable_directory(c.output.dir, "output.dir");  // before the step, not after it
   apply_process_settings(c);
+  const RunDevice on(c);
   const InputSpec in = synthetic_input_spec(c);
   Session s = make_session(c, in);
   SyntheticBatch b = synthetic_inputs(c, in, c.data.batch_size);
@@ -43,6 +45,7 @@ Json BenchmarkResult::json() const {
   j["img_per_s"] = Json(img_per_s);
   j["peak_bytes"] = Json(peak_bytes);
   j["saved_bytes"] = Json(saved_bytes);
+  j["device"] = Json(device);
   if (ranks > 1) {
     j["ranks"] = Json(ranks);
     j["threads"] = Json(static_cast<int64_t>(num_threads()));
@@ -57,11 +60,17 @@ Json BenchmarkResult::json() const {
 BenchmarkResult benchmark(const Config& c, int64_t steps, DataParallel* dp) {
   PACKRAT_CHECK(steps >= 1, "--benchmark: STEPS must be at least 1, got {}", steps);
   apply_process_settings(c);
+  const RunDevice on(c);
   const InputSpec in = synthetic_input_spec(c);
   Session s = make_session(c, in);
   const int64_t ranks = dp ? dp->size() : 1;
   // Each rank its own part of the global batch (a different synthetic batch per rank).
   SyntheticBatch b = synthetic_inputs(c, in, c.data.batch_size / ranks, static_cast<uint64_t>(dp ? dp->rank() : 0));
+  {  // the batch waits on the device, as a benchmark's batch does in PyTorch: the steps time the model
+    TagScope tag(MemTag::Data);
+    b.images = b.images.to(on.device());
+    b.labels = b.labels.to(on.device());
+  }
   StepOptions o = step_options(c, false);
   DataParallelSession dp_session(dp, *s.model, c.distributed);
   DataParallelStep* dp_step = dp_session.step();
@@ -74,7 +83,9 @@ BenchmarkResult benchmark(const Config& c, int64_t steps, DataParallel* dp) {
   r.steps = steps;
   r.batch_size = c.data.batch_size;
   r.ranks = ranks;
+  r.device = on.device().str();
   if (dp) dp->comm->barrier("benchmark start");
+  synchronize(on.device());  // the clock starts on an idle GPU and stops once it has finished the steps
   const auto start = std::chrono::steady_clock::now();
   int64_t completed_bytes = 0, reduced_bytes = 0;
   for (int64_t i = 1; i <= steps; ++i) {
@@ -96,6 +107,7 @@ BenchmarkResult benchmark(const Config& c, int64_t steps, DataParallel* dp) {
     r.exposed_reduce_s = exposed[0] / static_cast<double>(ranks * steps);
     r.completed_in_backward = static_cast<double>(completed_bytes) / static_cast<double>(std::max<int64_t>(1, reduced_bytes));
   }
+  synchronize(on.device());
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   if (dp_step) {
     std::vector<double> alone;
@@ -110,9 +122,10 @@ BenchmarkResult benchmark(const Config& c, int64_t steps, DataParallel* dp) {
 MaxBatchResult find_max_batch(const Config& c, int64_t limit, int64_t upper) {
   PACKRAT_CHECK(limit > 0, "--find-max-batch: BYTES must be positive, got {}", limit);
   apply_process_settings(c);
+  const RunDevice on(c);
   const InputSpec in = synthetic_input_spec(c);
   Session s = make_session(c, in);
-  auto& alloc = Allocator::cpu();
+  Allocator& alloc = Allocator::of(on.device());  // the device's: its limit, its peaks
   {  // the optimizer state exists before the search, as it does in training
     SyntheticBatch b = synthetic_inputs(c, in, 1);
     train_step(*s.model, *s.optimizer, *s.policy, b.images, b.labels, 0, step_options(c, false));

@@ -5,6 +5,7 @@
 //   --benchmark STEPS      img/s, peak bytes and saved bytes of STEPS training steps
 //   --find-max-batch BYTES the largest batch whose training step fits in BYTES of tensor memory
 #include <cstdint>
+#include <string>
 
 #include "experiments/lib/config.h"
 #include "experiments/lib/memory_report.h"
@@ -22,6 +23,7 @@ struct BenchmarkResult {
   int64_t peak_bytes = 0;   // highest total over the timed steps
   int64_t saved_bytes = 0;  // held after the forward of the last step
   int64_t steps = 0, batch_size = 0;
+  std::string device;       // where the steps ran ("cpu", "cuda:0")
   double seconds = 0;
   // Data-parallel (dp given): the reduction's time left after the backward ended, averaged over
   // the timed steps and the ranks, and the number of ranks.
@@ -30,8 +32,8 @@ struct BenchmarkResult {
   double started_in_backward = 0;  // fraction of the gradient bytes whose all-reduce started during the backward
   double completed_in_backward = 0;  // ... and had completed when it ended (hidden whole), over the timed steps
   int64_t ranks = 1;
-  // {"img_per_s": X, "peak_bytes": P, "saved_bytes": S}, and when data-parallel also "ranks",
-  // "threads", "exposed_reduce_s_per_step", "reduce_alone_s", "started_in_backward" and
+  // {"img_per_s": X, "peak_bytes": P, "saved_bytes": S, "device": D}, and when data-parallel also
+  // "ranks", "threads", "exposed_reduce_s_per_step", "reduce_alone_s", "started_in_backward" and
   // "completed_in_backward"
   Json json() const;
 };

@@ -5,6 +5,7 @@
 
 #include "autograd/ops.h"
 #include "autograd/tape.h"
+#include "core/backend.h"
 #include "core/philox.h"
 #include "experiments/lib/text_task.h"
 #include "optim/clip_grad.h"
@@ -12,11 +13,18 @@
 
 namespace packrat {
 
+Device model_device(const Module& model) {
+  const auto params = model.named_parameters();
+  return params.empty() ? DeviceScope::current() : params.front().second.device();
+}
+
 int64_t count_correct(const Tensor& logits, const Tensor& labels) {
-  const Tensor l = logits.to_plain();  // (N, C), or (N, T, V) of a token model
+  // The argmax on the host: logits are a small result ((N, C); (N, T, V) of a token model).
+  const Tensor l = logits.to_plain().to(Device::cpu());
+  const Tensor host_labels = labels.to(Device::cpu());
   const int64_t c = l.dim(l.rank() - 1), n = l.numel() / c;
   const float* x = l.data<float>();
-  const int64_t* y = labels.data<int64_t>();
+  const int64_t* y = host_labels.data<int64_t>();
   int64_t hits = 0;
   for (int64_t i = 0; i < n; ++i) {
     int64_t best = 0;
@@ -57,16 +65,23 @@ void refresh_gact(Module& model, Optimizer& opt, StorePolicy& policy, const Tens
   for (GactStore* g : gact)
     if (g->iterate(step, grads) && o.sync) o.sync->after_gact_refresh(*g);
   for (auto& [live, copy] : buffers) {
-    std::memcpy(live.raw(), copy.raw(), live.nbytes());
+    backend_of(live).copy(copy, live);
     live.bump_version();
   }
 }
 
 }  // namespace
 
-StepResult train_step(Module& model, Optimizer& opt, StorePolicy& policy, const Tensor& images, const Tensor& labels,
-                      int64_t step, const StepOptions& o) {
-  auto& alloc = Allocator::cpu();
+StepResult train_step(Module& model, Optimizer& opt, StorePolicy& policy, const Tensor& host_images,
+                      const Tensor& host_labels, int64_t step, const StepOptions& o) {
+  const Device device = model_device(model);
+  Allocator& alloc = Allocator::of(device);
+  Tensor images, labels;  // on the model's device (a copy queued from a host batch)
+  {
+    TagScope tag(MemTag::Data);
+    images = host_images.to(device);
+    labels = host_labels.to(device);
+  }
   StepResult r;
   r.count = labels.numel();  // images, or tokens of a token model
   PolicyScope scope(policy);
@@ -86,7 +101,7 @@ StepResult train_step(Module& model, Optimizer& opt, StorePolicy& policy, const 
     }
     // After a resume: the tensors this config quantizes with GACT are those of the checkpoint.
     for (GactStore* g : find_gact_stores(policy)) g->check_restored_step();
-    r.loss = loss.item();
+    r.loss = loss.to(Device::cpu()).item();
     if (!std::isfinite(r.loss))
       fail("step {}: the loss is {} (not finite); try a lower optimizer.lr (now {:g}), gradient clipping "
            "(train.clip_grad_norm: 1.0), or FP32 storage for the saved tensors (saved_tensors.default: fp32)",
@@ -124,12 +139,19 @@ EvalResult evaluate(Module& model, data::Loader& loader, int64_t epoch) {
   EvalResult r;
   double loss_sum = 0;
   int64_t correct = 0;
+  const Device device = model_device(model);
   loader.start_epoch(epoch);
   for (data::Batch b; loader.next(b);) {
-    Tensor logits = model(b.images);
-    const int64_t n = b.labels.numel();  // images, or tokens of a token model
-    loss_sum += static_cast<double>(task_loss(logits, b.labels, 0.0f).item()) * static_cast<double>(n);
-    correct += count_correct(logits, b.labels);
+    Tensor images, labels;
+    {
+      TagScope tag(MemTag::Data);
+      images = b.images.to(device);
+      labels = b.labels.to(device);
+    }
+    Tensor logits = model(images);
+    const int64_t n = labels.numel();  // images, or tokens of a token model
+    loss_sum += static_cast<double>(task_loss(logits, labels, 0.0f).to(Device::cpu()).item()) * static_cast<double>(n);
+    correct += count_correct(logits, labels);
     r.count += n;
   }
   model.train();
@@ -143,8 +165,9 @@ EvalResult evaluate(Module& model, data::Loader& loader, int64_t epoch) {
 SyntheticBatch synthetic_batch(int64_t n, int64_t c, int64_t h, int64_t w, int64_t classes, uint64_t seed) {
   TagScope tag(MemTag::Data);
   SyntheticBatch b;
-  b.images = Tensor::empty(Shape{n, c, h, w});  // (N, C, H, W)
-  b.labels = Tensor::empty(Shape{n}, DType::i64);  // (N)
+  // On the host (filled here); train_step copies them to the model's device.
+  b.images = Tensor::empty(Shape{n, c, h, w}, DType::f32, Layout::Plain, MemTag::Data, Device::cpu());  // (N, C, H, W)
+  b.labels = Tensor::empty(Shape{n}, DType::i64, Layout::Plain, MemTag::Data, Device::cpu());  // (N)
   PhiloxStream rng(seed, 0x5E17ull);
   float* x = b.images.data<float>();
   for (int64_t i = 0; i < b.images.numel(); ++i) x[i] = rng.normal();

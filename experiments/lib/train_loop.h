@@ -32,6 +32,11 @@ struct StepResult {
   MemoryStats memory;                   // after the step; peaks cover the whole step
 };
 
+// The device the model's parameters live on (the DeviceScope's for a model without any).
+Device model_device(const Module& model);
+
+// images and labels (a host batch, or already on the model's device) are copied to the model's
+// device (tag Data; from page-locked memory the copy is asynchronous), then:
 // forward, loss = cross_entropy(logits, labels, label_smoothing) (task_loss: token models too), backward, (clip), optimizer
 // step, for global step `step` under `policy` (policy.begin_step(step) first). Resets the
 // allocator's peaks at the start. A non-finite loss releases the step's saved tensors and
@@ -50,7 +55,8 @@ EvalResult evaluate(Module& model, data::Loader& loader, int64_t epoch);
 // Argmax hits of logits (N, C) against labels (N) i64, or (N, T, V) against (N, T).
 int64_t count_correct(const Tensor& logits, const Tensor& labels);
 
-// Random inputs (N, C, H, W) ~ N(0, 1) and labels in [0, classes), tagged Data, from Philox(seed).
+// Random inputs (N, C, H, W) ~ N(0, 1) and labels in [0, classes), tagged Data, from Philox(seed),
+// on the host.
 struct SyntheticBatch {
   Tensor images, labels;
 };

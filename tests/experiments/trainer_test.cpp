@@ -259,7 +259,8 @@ TEST(Trainer, BenchmarkReportsThroughputAndBytes) {
   EXPECT_TRUE(j.at("img_per_s").is_number());
   EXPECT_EQ(j.at("saved_bytes").get<int64_t>(), r.saved_bytes);
   EXPECT_EQ(j.at("peak_bytes").get<int64_t>(), r.peak_bytes);
-  EXPECT_EQ(j.size(), 3u);
+  EXPECT_EQ(j.at("device").get<std::string>(), "cpu");
+  EXPECT_EQ(j.size(), 4u);
 }
 
 TEST(Trainer, MaxBatchFitsInTheLimitAndGrowsWithIt) {

@@ -291,7 +291,7 @@ TEST(CodecDevice, CodecEntryPointsOnAnotherDeviceAreAClearError) {
   {
     OnCuda on(x);
     const std::string m = testing::message_of([&] { quantize_mixed(x, MixedQuantConfig{}, {1, 2}); });
-    EXPECT_TRUE(starts_with(m, "mixed quantization: no CUDA kernels yet for cuda:0 (issue 11); ")) << m;
+    EXPECT_TRUE(starts_with(m, "mixed quantization: CUDA compression kernels are not built yet (issue 11), so nothing is compressed on cuda:0: ")) << m;
   }
   {
     FewbitCoder fc;
@@ -299,7 +299,7 @@ TEST(CodecDevice, CodecEntryPointsOnAnotherDeviceAreAClearError) {
     Tensor packed = Tensor::empty(Shape{packed_bytes(x.numel(), 1)}, DType::u8);
     OnCuda on(x);
     const std::string m = testing::message_of([&] { fewbit_encode(fc, nullptr, x, Tensor(), packed); });
-    EXPECT_TRUE(starts_with(m, "fewbit: no CUDA kernels yet for cuda:0 (issue 11); ")) << m;
+    EXPECT_TRUE(starts_with(m, "fewbit: CUDA compression kernels are not built yet (issue 11), so nothing is compressed on cuda:0: ")) << m;
   }
 }
 
@@ -316,8 +316,9 @@ TEST(CodecDevice, StoresNameTheSchemeOpAndLayerAndStillPassExactRequestsThrough)
     SaveRequest r{Need::Derivative, &gelu, "gelu", "layer1.act"};
     const std::string m = testing::message_of([&] { s->save(x, r); });
     EXPECT_EQ(m, std::string(s->scheme()) +
-                     ": no CUDA kernels yet for cuda:0 (issue 11); gelu layer1.act cannot be compressed there (save it "
-                     "with the fp32 scheme, or run on the CPU)");
+                     ": CUDA compression kernels are not built yet (issue 11), so nothing is compressed on cuda:0: gelu "
+                     "layer1.act (4, 64) f32 plain on cuda:0 cannot be compressed there (save it with the fp32 scheme, or "
+                     "run on the CPU)");
     EXPECT_EQ(s->live_count(), 0u);
     EXPECT_EQ(testing::message_of([&] { s->forward_and_save(x, r); }).substr(0, m.size()), m)
         << "the fused forward too, before anything is allocated on the device";

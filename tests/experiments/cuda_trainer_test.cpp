@@ -1,0 +1,139 @@
+// Training on a real GPU against the CPU: a ResNet-20 and a ResNet-18 step (loss, gradients, the
+// saved bytes of every tensor), memory after a step and over 100 steps, OutOfMemory naming the
+// layer and tag, a short trainer run. Compiled always; each test skips with a one-line reason
+// when no GPU is visible, or while the CUDA backend is incomplete (its primitives still throw).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+
+#include "core/backend.h"
+#include "core/build_config.h"
+#include "core/device_runtime.h"
+#include "experiments/lib/run.h"
+#include "experiments/lib/session.h"
+#include "experiments/lib/tools.h"
+#include "tests/experiments/fixture.h"
+#include "tests/experiments/tiny_config.h"
+#include "tests/support/device_step.h"
+#include "tests/support/errors.h"
+
+using namespace packrat;
+using namespace packrat::testing;
+namespace fs = std::filesystem;
+
+namespace {
+
+const Backend* first_gpu() {
+  for (Backend* b : available_backends())
+    if (!b->device().is_cpu()) return b;
+  return nullptr;
+}
+
+#define PACKRAT_REQUIRE_TRAINING_GPU()                                                                   \
+  if (first_gpu() == nullptr) GTEST_SKIP() << (PACKRAT_HAVE_CUDA ? "no GPU is visible" : "built without CUDA"); \
+  if (!first_gpu()->complete()) GTEST_SKIP() << "the CUDA backend is incomplete (core/cuda/cuda_backend_pending.cpp)"
+
+const Device kGpu = Device::cuda(0);
+
+// The step on the GPU against the CPU, as issue 10 asks: loss within 1e-4 relative, every
+// parameter gradient at cosine above 0.9999, the same bytes for every saved tensor.
+void expect_step_matches_cpu(const ModelSpec& spec, int64_t n, int64_t c, int64_t h, int64_t w) {
+  const DeviceStep cpu = device_step(spec, Device::cpu(), n, c, h, w);
+  const DeviceStep gpu = device_step(spec, kGpu, n, c, h, w);
+  EXPECT_NEAR(gpu.loss, cpu.loss, 1e-4 * std::abs(cpu.loss));
+  ASSERT_EQ(gpu.grads.size(), cpu.grads.size());
+  double worst = 1;
+  std::string worst_name;
+  for (size_t i = 0; i < cpu.grads.size(); ++i) {
+    const double cos = cosine(gpu.grads[i].second, cpu.grads[i].second);
+    if (cos < worst) worst = cos, worst_name = cpu.grads[i].first;
+  }
+  EXPECT_GT(worst, 0.9999) << "gradient of " << worst_name;
+  ASSERT_EQ(gpu.saved.size(), cpu.saved.size());
+  for (size_t i = 0; i < cpu.saved.size(); ++i)
+    EXPECT_EQ(gpu.saved[i].bytes, cpu.saved[i].bytes) << cpu.saved[i].layer << " " << cpu.saved[i].op;
+}
+
+}  // namespace
+
+TEST(CudaTrainer, ResNet20StepMatchesTheCpuStep) {
+  PACKRAT_REQUIRE_TRAINING_GPU();
+  ModelSpec spec;
+  spec.arch = "resnet20";
+  spec.in_channels = 1;
+  spec.seed = 3;
+  expect_step_matches_cpu(spec, 32, 1, 28, 28);
+}
+
+TEST(CudaTrainer, ResNet18StepMatchesTheCpuStep) {
+  PACKRAT_REQUIRE_TRAINING_GPU();
+  ModelSpec spec;
+  spec.arch = "resnet18";
+  spec.stem = "cifar";
+  spec.activation = "gelu";
+  spec.seed = 3;
+  expect_step_matches_cpu(spec, 16, 3, 32, 32);
+}
+
+TEST(CudaTrainer, NothingIsLeftAfterAStepAndMemoryDoesNotGrowOver100Steps) {
+  PACKRAT_REQUIRE_TRAINING_GPU();
+  const Config c = tiny_config("/nonexistent", "/tmp/unused", {"saved_tensors.rules=[]", "device=cuda:0"});
+  apply_process_settings(c);
+  const RunDevice on(c);
+  Session s = make_session(c, synthetic_input_spec(c));
+  const SyntheticBatch b = synthetic_inputs(c, s.input, 16);
+  Allocator& gpu = Allocator::of(kGpu);
+  int64_t held_after_first = 0, reserved_after_second = 0;
+  for (int64_t step = 0; step < 100; ++step) {
+    const StepResult r = train_step(*s.model, *s.optimizer, *s.policy, b.images, b.labels, step, {});
+    ASSERT_TRUE(std::isfinite(r.loss)) << "step " << step;
+    ASSERT_EQ(gpu.current(MemTag::Activation), 0) << "step " << step;
+    ASSERT_EQ(gpu.current(MemTag::Saved), 0) << "step " << step;
+    if (step == 0) held_after_first = gpu.total_current();  // parameters and the momentum buffers
+    if (step == 1) reserved_after_second = gpu.total_current() + gpu.cached_bytes();
+  }
+  EXPECT_EQ(gpu.total_current(), held_after_first);
+  EXPECT_EQ(gpu.total_current() + gpu.cached_bytes(), reserved_after_second) << "the block cache grew";
+}
+
+TEST(CudaTrainer, OutOfGpuMemoryNamesTheLayerAndTag) {
+  PACKRAT_REQUIRE_TRAINING_GPU();
+  LayerScope layer("layer4.1.conv2");
+  // More than any GPU has: cudaMalloc refuses, even after the allocator empties its cache.
+  const std::string m = message_of([] {
+    Tensor::empty({int64_t{1} << 45}, DType::f32, Layout::Plain, MemTag::Activation, kGpu);
+  });
+  EXPECT_TRUE(m.starts_with("out of memory on cuda:0: the device refused 140737488355328 bytes of Activation for "
+                            "layer 'layer4.1.conv2'")) << m;
+  // --find-max-batch's limit is the device allocator's.
+  const Config c = tiny_config("/nonexistent", "/tmp/unused", {"saved_tensors.rules=[]", "device=cuda:0"});
+  const int64_t held = Allocator::of(kGpu).total_current();
+  const MaxBatchResult r = find_max_batch(c, held + (int64_t{8} << 20), 256);
+  EXPECT_GT(r.batch_size, 0);
+  EXPECT_LT(r.batch_size, 256);
+  EXPECT_EQ(Allocator::of(kGpu).limit(), 0);
+}
+
+TEST(CudaTrainer, AShortRunTracksTheCpuRun) {
+  PACKRAT_REQUIRE_TRAINING_GPU();
+  static const fs::path data = make_idx_dataset("idx_cuda", 96, 64);
+  RunOptions o;
+  o.tty = 0;
+  o.print_report = false;
+  const std::vector<std::string> sets{"saved_tensors.rules=[]", "train.epochs=2"};
+  auto with = [&](const std::string& device) {
+    std::vector<std::string> s = sets;
+    s.push_back("device=" + device);
+    return tiny_config(data, temp_dir("cuda_run_" + device.substr(0, 3)), s);
+  };
+  const RunResult cpu = run_training(with("cpu"), o);
+  const RunResult gpu = run_training(with("cuda:0"), o);
+  ASSERT_EQ(gpu.epochs.size(), 2u);
+  EXPECT_EQ(gpu.report.step.device, kGpu);
+  EXPECT_EQ(gpu.report.saved_bytes, cpu.report.saved_bytes);
+  // Over a dozen SGD steps rounding differences grow (the single step above is held to 1e-4).
+  EXPECT_NEAR(gpu.epochs[0].train_loss, cpu.epochs[0].train_loss, 1e-2 * cpu.epochs[0].train_loss);
+  EXPECT_TRUE(std::isfinite(gpu.epochs[1].test_loss));
+  EXPECT_NE(pinned_host_allocator(kGpu), nullptr);
+}

@@ -1,0 +1,29 @@
+#pragma once
+// An emulated GPU for tests without one: a device that is not the CPU (Device::cuda(1000), a
+// GPU index no machine has), with its own allocator, whose primitives run the CPU backend's
+// arithmetic on its (host) memory. Everything device-generic code does with a real GPU holds
+// here: tensors on it refuse host access (data<T>(), to_vector(), item() throw), ops refuse to mix
+// it with CPU tensors, Allocator::of(device) is its own allocator (the memory report reads it),
+// copies to and from it go through its backend, and `device: cuda:1000` passes the trainer's
+// device check. A training step that runs on it has no hidden host access left, and allocates
+// nothing on the wrong device. What it cannot catch: memcpy on raw() pointers (its memory is host
+// memory; grep for raw() instead), and anything about CUDA itself (kernels, streams, cudaMalloc).
+//
+//   EmulatedGpu gpu;                     // installed until it goes out of scope
+//   DeviceScope on(EmulatedGpu::device());
+#include "core/allocator.h"
+#include "core/device.h"
+
+namespace packrat::testing {
+
+class EmulatedGpu {
+ public:
+  EmulatedGpu();   // installs the backend (one at a time)
+  ~EmulatedGpu();  // removes it; tensors left on it must be gone by then
+  EmulatedGpu(const EmulatedGpu&) = delete;
+  EmulatedGpu& operator=(const EmulatedGpu&) = delete;
+  static constexpr Device device() { return Device::cuda(1000); }
+  Allocator& allocator();
+};
+
+}  // namespace packrat::testing
