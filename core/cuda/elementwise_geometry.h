@@ -25,6 +25,7 @@ inline BroadcastGeometry broadcast_geometry(const std::vector<int64_t>& out_dims
   check_kernel_rank(bc.size.size(), op, Shape(out_dims));
   BroadcastGeometry g;
   g.rank = static_cast<int>(bc.size.size());
+  g.narrow = narrow_indices(Shape(out_dims).numel());
   for (size_t d = 0; d < bc.size.size(); ++d) {
     g.size[d] = bc.size[d];
     g.stride_a[d] = bc.stride[1][d];
@@ -50,6 +51,7 @@ inline SumToGeometry sum_to_geometry(const Shape& x, const Shape& shape) {
   }
   g.outputs = shape.numel();
   g.reduced = g.outputs == 0 ? 0 : x.numel() / g.outputs;
+  g.narrow = narrow_indices(x.numel());
   return g;
 }
 

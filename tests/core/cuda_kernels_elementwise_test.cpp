@@ -79,7 +79,11 @@ TEST(CudaKernelsElementwise, BinaryBodiesMatchTheCpuBackendWithAndWithoutBroadca
               run_on_host(got.numel(), cuda::BinarySameShapeBody<T, Op>{a.data<T>(), b.data<T>(), got.data<T>()});
             } else {
               const std::vector<int64_t> out = broadcast_shape("test", sa, sb);
-              const cuda::BroadcastGeometry g = cuda::broadcast_geometry(out, sa, sb, "test");
+              cuda::BroadcastGeometry g = cuda::broadcast_geometry(out, sa, sb, "test");
+              EXPECT_TRUE(g.narrow) << what;
+              run_on_host(got.numel(), cuda::BinaryBroadcastBody<T, Op>{a.data<T>(), b.data<T>(), got.data<T>(), g});
+              expect_same<T>(got, want, what + " (32-bit indices)");
+              g.narrow = false;  // the 64-bit path of tensors with 2^32 elements or more
               run_on_host(got.numel(), cuda::BinaryBroadcastBody<T, Op>{a.data<T>(), b.data<T>(), got.data<T>(), g});
             }
           });
@@ -148,8 +152,10 @@ TEST(CudaKernelsElementwise, ReduceSumSharesAddUpToTheCpuBackendsSums) {
 // reduce_sum_to as the GPU runs it for its plan: per (output, split) task a block of 256 threads
 // (rows) or one thread (columns), then the partials summed per output.
 template <typename T>
-Tensor replay_sum_to(const Tensor& x, const Shape& shape, cuda::SumToPlan* plan_out) {
-  const cuda::SumToGeometry g = cuda::sum_to_geometry(x.shape(), shape);
+Tensor replay_sum_to(const Tensor& x, const Shape& shape, bool narrow, cuda::SumToPlan* plan_out) {
+  cuda::SumToGeometry g = cuda::sum_to_geometry(x.shape(), shape);
+  EXPECT_TRUE(g.narrow);
+  g.narrow = narrow;  // false: the 64-bit path of tensors with 2^32 elements or more
   const cuda::SumToPlan plan = cuda::plan_sum_to(g);
   *plan_out = plan;
   Tensor out = Tensor::empty(shape, x.dtype());
@@ -203,14 +209,16 @@ TEST(CudaKernelsElementwise, ReduceSumToReplaysMatchTheCpuBackendInEveryPlan) {
       const Tensor x = random_of(c.x, 80, dtype);
       const Tensor want = cpu.reduce_sum_to(x, c.to);
       cuda::SumToPlan plan;
-      if (dtype == DType::f32) {
-        const Tensor got = replay_sum_to<float>(x, c.to, &plan);
-        testing::expect_close(got.to_vector(), want.to_vector(), 1e-6f, 1e-6f, what);
-      } else {
-        const Tensor got = replay_sum_to<double>(x, c.to, &plan);
-        const double* g = got.data<double>();
-        const double* w = want.data<double>();
-        for (int64_t i = 0; i < want.numel(); ++i) ASSERT_NEAR(g[i], w[i], 1e-12 * std::fabs(w[i]) + 1e-12) << what;
+      for (bool narrow : {true, false}) {
+        if (dtype == DType::f32) {
+          const Tensor got = replay_sum_to<float>(x, c.to, narrow, &plan);
+          testing::expect_close(got.to_vector(), want.to_vector(), 1e-6f, 1e-6f, what);
+        } else {
+          const Tensor got = replay_sum_to<double>(x, c.to, narrow, &plan);
+          const double* g = got.data<double>();
+          const double* w = want.data<double>();
+          for (int64_t i = 0; i < want.numel(); ++i) ASSERT_NEAR(g[i], w[i], 1e-12 * std::fabs(w[i]) + 1e-12) << what;
+        }
       }
       EXPECT_EQ(plan.rows, c.rows) << what;
       EXPECT_EQ(plan.splits > 1, c.split) << what << ": " << plan.splits << " splits";
