@@ -2,9 +2,20 @@
 
 #include <algorithm>
 
+#include "core/backend.h"
 #include "core/error.h"
 
 namespace packrat {
+
+const char* binary_op_name(BinaryOp op) {
+  switch (op) {
+    case BinaryOp::Add: return "add";
+    case BinaryOp::Sub: return "sub";
+    case BinaryOp::Mul: return "mul";
+    case BinaryOp::Div: return "div";
+  }
+  return "?";
+}
 
 std::vector<int64_t> broadcast_shape(std::string_view what, const Shape& a, const Shape& b) {
   const auto& da = a.dims();

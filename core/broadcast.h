@@ -10,6 +10,11 @@
 
 namespace packrat {
 
+enum class BinaryOp : uint8_t;  // core/backend.h
+
+// "add", "sub", "mul", "div": the op's name in messages.
+const char* binary_op_name(BinaryOp op);
+
 // The broadcast shape of a and b (trailing dims aligned, size-1 dims stretched); throws
 // "<what>: shapes (2, 3) and (4, 3) do not broadcast".
 std::vector<int64_t> broadcast_shape(std::string_view what, const Shape& a, const Shape& b);

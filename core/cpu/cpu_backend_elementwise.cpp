@@ -13,16 +13,6 @@ namespace packrat::cpu {
 
 namespace {
 
-const char* binary_name(BinaryOp op) {
-  switch (op) {
-    case BinaryOp::Add: return "add";
-    case BinaryOp::Sub: return "sub";
-    case BinaryOp::Mul: return "mul";
-    case BinaryOp::Div: return "div";
-  }
-  return "?";
-}
-
 // fn(functor) with the functor of op: one instantiation of each loop per op, so that the
 // compiler vectorises each as the single-op loop it is.
 template <typename Fn>
@@ -64,7 +54,7 @@ Tensor binary_broadcast(BinaryOp op, const Tensor& a_any, const Tensor& b_any) {
   const Tensor a = a_any.to_plain(), b = b_any.to_plain();
   const auto& da = a.shape().dims();
   const auto& db = b.shape().dims();
-  const std::vector<int64_t> out_dims = broadcast_shape(op_where(binary_name(op)), a.shape(), b.shape());
+  const std::vector<int64_t> out_dims = broadcast_shape(op_where(binary_op_name(op)), a.shape(), b.shape());
   Tensor out = empty_cpu(Shape(out_dims), a.dtype());  // broadcast shape, plain
   const Broadcast bc = broadcast_dims(out_dims, {out_dims, da, db});
   const int64_t inner = bc.size.back(), rows = inner == 0 ? 0 : out.numel() / inner;
@@ -91,7 +81,7 @@ Tensor binary_broadcast(BinaryOp op, const Tensor& a_any, const Tensor& b_any) {
 }  // namespace
 
 Tensor CpuBackend::binary(BinaryOp op, const Tensor& a, const Tensor& b) {
-  const char* name = binary_name(op);
+  const char* name = binary_op_name(op);
   PACKRAT_CHECK(a.dtype() == b.dtype(), "{}: operand dtypes {} and {} differ", op_where(name), dtype_name(a.dtype()),
                 dtype_name(b.dtype()));
   PACKRAT_CHECK(a.dtype() == DType::f32 || a.dtype() == DType::f64, "{}: expects f32 or f64 operands, got {}",

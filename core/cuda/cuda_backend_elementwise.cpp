@@ -15,16 +15,6 @@ namespace packrat::cuda {
 
 namespace {
 
-const char* binary_name(BinaryOp op) {
-  switch (op) {
-    case BinaryOp::Add: return "add";
-    case BinaryOp::Sub: return "sub";
-    case BinaryOp::Mul: return "mul";
-    case BinaryOp::Div: return "div";
-  }
-  return "?";
-}
-
 ElementwiseOp kernel_op(BinaryOp op) {
   switch (op) {
     case BinaryOp::Add: return ElementwiseOp::Add;
@@ -43,7 +33,7 @@ void check_float(const Tensor& t, const char* op) {
 }  // namespace
 
 Tensor CudaBackend::binary(BinaryOp op, const Tensor& a, const Tensor& b) {
-  const char* name = binary_name(op);
+  const char* name = binary_op_name(op);
   PACKRAT_CHECK(a.dtype() == b.dtype(), "{}: operand dtypes {} and {} differ", op_where(name), dtype_name(a.dtype()),
                 dtype_name(b.dtype()));
   PACKRAT_CHECK(a.dtype() == DType::f32 || a.dtype() == DType::f64, "{}: expects f32 or f64 operands, got {}",
