@@ -1,6 +1,6 @@
 #pragma once
-// A pointwise activation: its scalar f and f' (for tables and tests) and vectorised loops
-// over buffers (for the ops and the stores). One instance per activation, see activations.cpp.
+// A pointwise activation: its scalar f and f' (for tables and tests) and the CPU's vectorised loops
+// over buffers (for the ops and the stores). One instance per activation, see pointwise.cpp.
 #include <cstdint>
 #include <string_view>
 

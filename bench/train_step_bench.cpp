@@ -40,7 +40,7 @@ void TrainStepOf(benchmark::State& state, const ModelSpec& spec, const std::stri
                  Device device = Device::cpu()) {
   const int64_t batch = state.range(0);
   if (!device.is_cpu() && !backend(device).complete()) {
-    state.SkipWithError("the CUDA backend is incomplete (core/cuda/cuda_backend_pending.cpp)");
+    state.SkipWithError("the CUDA backend is incomplete (Backend::complete())");
     return;
   }
   make_current(device);

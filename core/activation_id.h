@@ -1,6 +1,7 @@
 #pragma once
 // The built-in pointwise activations by id: what a backend's pointwise primitives dispatch on.
-// Their math (f, f' and the vectorised CPU loops) lives in autograd/pointwise_math.h.
+// Their math (f and f') lives in core/pointwise_math.h, the CPU's vectorised loops over it in
+// core/cpu/pointwise_loops.h.
 #include <cstdint>
 
 namespace packrat {

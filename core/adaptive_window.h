@@ -2,8 +2,7 @@
 // PyTorch's adaptive pooling windows: output i of `out` covers inputs [begin, end) of `in`,
 // begin = floor(i * in / out), end = ceil((i + 1) * in / out). CUDA-free and fmt-free, for the
 // CUDA kernels (core/cuda/kernels/pool.h), which cannot include core/backend.h; Backend's
-// adaptive_window_begin/end are the same formulas (tests/core/cuda_kernels_pool_test.cpp holds
-// them equal) and could forward here.
+// adaptive_window_begin/end forward here.
 #include <cstdint>
 
 #include "core/hd.h"

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "core/activation_id.h"
+#include "core/adaptive_window.h"
 #include "core/allocator.h"
 #include "core/device.h"
 #include "core/tensor.h"
@@ -139,11 +140,13 @@ class Backend {
   virtual Tensor adaptive_avgpool_forward(const Tensor& x, int64_t OH, int64_t OW) = 0;
   // gy (N, C, OH, OW) any layout -> dx (N, C, H, W) = x_shape, in `layout`.
   virtual Tensor adaptive_avgpool_backward(const Tensor& gy, const Shape& x_shape, Layout layout) = 0;
-  // PyTorch's adaptive windows: output i of `out` covers inputs [begin, end) of `in`,
-  // begin = floor(i * in / out), end = ceil((i + 1) * in / out).
-  static constexpr int64_t adaptive_window_begin(int64_t i, int64_t in, int64_t out) { return i * in / out; }
+  // PyTorch's adaptive windows (core/adaptive_window.h, which the CUDA kernels share): output i
+  // of `out` covers inputs [begin, end) of `in`, begin = floor(i * in / out), end = ceil((i + 1) * in / out).
+  static constexpr int64_t adaptive_window_begin(int64_t i, int64_t in, int64_t out) {
+    return packrat::adaptive_window_begin(i, in, out);
+  }
   static constexpr int64_t adaptive_window_end(int64_t i, int64_t in, int64_t out) {
-    return ((i + 1) * in + out - 1) / out;
+    return packrat::adaptive_window_end(i, in, out);
   }
 
   // ---- pointwise activations (ops/activation, stores)

@@ -8,13 +8,14 @@
 #include "core/cpu/cpu_backend.h"
 #include "core/cpu/loops.h"
 #include "core/philox.h"
+#include "core/philox_maps.h"
 
 namespace packrat::cpu {
 
 namespace {
 
-constexpr int64_t kLanes = 64;          // Philox counters per dropout block
-constexpr int64_t kBlock = 4 * kLanes;  // elements per dropout block
+constexpr int64_t kLanes = DropoutPhilox::kLanes;  // Philox counters per dropout block
+constexpr int64_t kBlock = DropoutPhilox::kBlock;  // elements per dropout block (the mapping: core/philox_maps.h)
 
 // One Philox-4x32-10 round (Philox4x32::generate, unrolled by hand so the lane loop vectorises).
 #define PACKRAT_PHILOX_ROUND(R)                                                            \
@@ -68,9 +69,9 @@ void dropout_loop(const float* x, float* y, uint8_t* mask, int64_t n, float p, f
         const int64_t len = std::min<int64_t>(kLanes, count - k * kLanes);
         const uint32_t* wk = w[k];
         for (int64_t j = 0; j < len; ++j)
-          ys[off + j] = Philox4x32::to_uniform(wk[j]) >= pl ? xs[off + j] * sl : 0.0f;
+          ys[off + j] = DropoutPhilox::keep(wk[j], pl) ? xs[off + j] * sl : 0.0f;
         if (ms)
-          for (int64_t j = 0; j < len; ++j) ms[off + j] = Philox4x32::to_uniform(wk[j]) >= pl ? 1 : 0;
+          for (int64_t j = 0; j < len; ++j) ms[off + j] = DropoutPhilox::keep(wk[j], pl) ? 1 : 0;
       }
     }
   });
@@ -82,7 +83,7 @@ template <typename Block>
 int64_t fill_blocks(Tensor& t, uint64_t seed, uint64_t stream, uint64_t counter, Block block) {
   PACKRAT_CHECK(t.dtype() == DType::f32 && t.layout() == Layout::Plain, "init: needs a plain f32 tensor, got {}",
                 t.describe());
-  const int64_t n = t.numel(), blocks = (n + 3) / 4;
+  const int64_t n = t.numel(), blocks = fill_blocks_for(n);
   float* p = t.data<float>();
   parallel_chunks(blocks, 1 << 12, [&](int64_t b0, int64_t b1) {
     for (int64_t b = b0; b < b1; ++b) {
@@ -129,20 +130,12 @@ Tensor CpuBackend::mask_scale(const Tensor& grad, const Tensor& mask, float scal
 }
 
 int64_t CpuBackend::fill_uniform(Tensor& t, float lo, float hi, uint64_t seed, uint64_t stream, uint64_t counter) {
-  return fill_blocks(t, seed, stream, counter, [lo, hi](const uint32_t* w, float* v) {
-    for (int k = 0; k < 4; ++k) v[k] = lo + (hi - lo) * Philox4x32::to_uniform(w[k]);
-  });
+  return fill_blocks(t, seed, stream, counter, [lo, hi](const uint32_t* w, float* v) { uniform_block(w, lo, hi, v); });
 }
 
 int64_t CpuBackend::fill_normal(Tensor& t, float mean, float std, uint64_t seed, uint64_t stream, uint64_t counter) {
-  return fill_blocks(t, seed, stream, counter, [mean, std](const uint32_t* w, float* v) {
-    for (int k = 0; k < 4; k += 2) {  // Box-Muller: two normals from two uniforms
-      const float u1 = std::max(Philox4x32::to_uniform(w[k]), 1e-7f), u2 = Philox4x32::to_uniform(w[k + 1]);
-      const float r = std::sqrt(-2.0f * std::log(u1)), a = 6.28318530717958647f * u2;
-      v[k] = mean + std * r * std::cos(a);
-      v[k + 1] = mean + std * r * std::sin(a);
-    }
-  });
+  return fill_blocks(t, seed, stream, counter,
+                     [mean, std](const uint32_t* w, float* v) { normal_block(w, mean, std, v); });
 }
 
 Tensor CpuBackend::embedding_forward(const Tensor& weight, const Tensor& ids) {

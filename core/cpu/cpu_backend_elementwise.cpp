@@ -5,22 +5,13 @@
 #include <type_traits>
 #include <vector>
 
+#include "core/broadcast.h"
 #include "core/cpu/cpu_backend.h"
 #include "core/cpu/loops.h"
 
 namespace packrat::cpu {
 
 namespace {
-
-const char* binary_name(BinaryOp op) {
-  switch (op) {
-    case BinaryOp::Add: return "add";
-    case BinaryOp::Sub: return "sub";
-    case BinaryOp::Mul: return "mul";
-    case BinaryOp::Div: return "div";
-  }
-  return "?";
-}
 
 // fn(functor) with the functor of op: one instantiation of each loop per op, so that the
 // compiler vectorises each as the single-op loop it is.
@@ -59,71 +50,11 @@ Tensor binary_same_shape(BinaryOp op, const Tensor& a, const Tensor& b) {
   return out;
 }
 
-// Dims of a broadcast, right-aligned, with each operand's element stride (0 where it is
-// stretched); adjacent dims that are contiguous for all operands are merged, so that
-// (N, C, 1, 1) x (N, C, H, W) runs as (N C, 1) x (N C, H W).
-struct Broadcast {
-  std::vector<int64_t> size;             // out dims, outermost first
-  std::vector<std::vector<int64_t>> stride;  // per operand
-};
-
-Broadcast broadcast_dims(const std::vector<int64_t>& out, const std::vector<std::vector<int64_t>>& operands) {
-  const size_t r = out.size();
-  Broadcast b;
-  b.stride.resize(operands.size());
-  std::vector<std::vector<int64_t>> full(operands.size(), std::vector<int64_t>(r, 0));
-  for (size_t k = 0; k < operands.size(); ++k) {
-    const auto& dims = operands[k];
-    int64_t st = 1;
-    for (size_t i = 0; i < dims.size(); ++i) {
-      const size_t d = dims.size() - 1 - i, o = r - 1 - i;
-      full[k][o] = dims[d] == 1 ? 0 : st;
-      st *= dims[d];
-    }
-  }
-  for (size_t i = 0; i < r; ++i) {
-    if (out[i] == 1) continue;  // contributes nothing
-    bool merge = !b.size.empty();
-    for (size_t k = 0; k < operands.size() && merge; ++k)
-      merge = b.stride[k].back() == full[k][i] * out[i];
-    if (merge) {
-      b.size.back() *= out[i];
-      for (size_t k = 0; k < operands.size(); ++k) b.stride[k].back() = full[k][i];
-    } else {
-      b.size.push_back(out[i]);
-      for (size_t k = 0; k < operands.size(); ++k) b.stride[k].push_back(full[k][i]);
-    }
-  }
-  if (b.size.empty()) {  // every dim 1: one element
-    b.size.push_back(1);
-    for (auto& s : b.stride) s.push_back(0);
-  }
-  return b;
-}
-
-// Offsets of row `row` (every dim but the last, row-major) in each operand.
-void row_offsets(const Broadcast& b, int64_t row, int64_t* off) {
-  const size_t r = b.size.size();
-  for (size_t k = 0; k < b.stride.size(); ++k) off[k] = 0;
-  for (size_t d = r - 1; d-- > 0;) {
-    const int64_t i = row % b.size[d];
-    row /= b.size[d];
-    for (size_t k = 0; k < b.stride.size(); ++k) off[k] += i * b.stride[k][d];
-  }
-}
-
 Tensor binary_broadcast(BinaryOp op, const Tensor& a_any, const Tensor& b_any) {
   const Tensor a = a_any.to_plain(), b = b_any.to_plain();
   const auto& da = a.shape().dims();
   const auto& db = b.shape().dims();
-  const size_t r = std::max(da.size(), db.size());
-  std::vector<int64_t> out_dims(r);
-  for (size_t i = 0; i < r; ++i) {
-    const int64_t x = i < da.size() ? da[da.size() - 1 - i] : 1, y = i < db.size() ? db[db.size() - 1 - i] : 1;
-    PACKRAT_CHECK(x == y || x == 1 || y == 1, "{}: shapes {} and {} do not broadcast", op_where(binary_name(op)),
-                  a.shape().str(), b.shape().str());
-    out_dims[r - 1 - i] = x == 1 ? y : x;
-  }
+  const std::vector<int64_t> out_dims = broadcast_shape(op_where(binary_op_name(op)), a.shape(), b.shape());
   Tensor out = empty_cpu(Shape(out_dims), a.dtype());  // broadcast shape, plain
   const Broadcast bc = broadcast_dims(out_dims, {out_dims, da, db});
   const int64_t inner = bc.size.back(), rows = inner == 0 ? 0 : out.numel() / inner;
@@ -150,7 +81,7 @@ Tensor binary_broadcast(BinaryOp op, const Tensor& a_any, const Tensor& b_any) {
 }  // namespace
 
 Tensor CpuBackend::binary(BinaryOp op, const Tensor& a, const Tensor& b) {
-  const char* name = binary_name(op);
+  const char* name = binary_op_name(op);
   PACKRAT_CHECK(a.dtype() == b.dtype(), "{}: operand dtypes {} and {} differ", op_where(name), dtype_name(a.dtype()),
                 dtype_name(b.dtype()));
   PACKRAT_CHECK(a.dtype() == DType::f32 || a.dtype() == DType::f64, "{}: expects f32 or f64 operands, got {}",
@@ -222,12 +153,7 @@ Tensor CpuBackend::reduce_sum_to(const Tensor& x_any, const Shape& shape) {
   const Tensor x = x_any.to_plain();
   const auto& dx = x.shape().dims();
   const auto& ds = shape.dims();
-  bool ok = ds.size() <= dx.size();
-  for (size_t i = 0; ok && i < ds.size(); ++i) {
-    const int64_t s = ds[ds.size() - 1 - i], d = dx[dx.size() - 1 - i];
-    ok = s == d || s == 1;
-  }
-  PACKRAT_CHECK(ok, "{}: {} does not broadcast from {}", op_where("reduce_sum_to"), x.shape().str(), shape.str());
+  check_broadcasts_to(op_where("reduce_sum_to"), x.shape(), shape);
   std::vector<double> acc(static_cast<size_t>(shape.numel()), 0.0);  // (shape), double
   const Broadcast bc = broadcast_dims(dx, {dx, ds});
   const int64_t inner = bc.size.back(), rows = inner == 0 ? 0 : x.numel() / inner;

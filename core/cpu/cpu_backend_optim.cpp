@@ -1,8 +1,8 @@
-// CpuBackend: fused optimizer updates (one pass over param, grad and the state).
-#include <cmath>
-
+// CpuBackend: fused optimizer updates (one pass over param, grad and the state); the
+// per-element step is core/optim_math.h's.
 #include "core/cpu/cpu_backend.h"
 #include "core/cpu/loops.h"
+#include "core/optim_math.h"
 
 namespace packrat::cpu {
 
@@ -14,18 +14,14 @@ void CpuBackend::sgd_update(Tensor& param, const Tensor& grad, Tensor& momentum_
   const float mom = st.momentum, damp = 1.0f - st.dampening;
   if (!momentum_buffer.defined()) {
     parallel_chunks(n, kPointwiseGrain, [&](int64_t b, int64_t e) {
-      for (int64_t k = b; k < e; ++k) p[k] -= rate * (g[k] + wd * p[k]);
+      for (int64_t k = b; k < e; ++k) p[k] = sgd_step(p[k], g[k], rate, wd);
     });
     return;
   }
   float* buf = momentum_buffer.data<float>();
   const bool nesterov = st.nesterov, first = st.first;
   parallel_chunks(n, kPointwiseGrain, [&](int64_t b, int64_t e) {
-    for (int64_t k = b; k < e; ++k) {
-      const float d = g[k] + wd * p[k];
-      buf[k] = first ? d : mom * buf[k] + damp * d;
-      p[k] -= rate * (nesterov ? d + mom * buf[k] : buf[k]);
-    }
+    for (int64_t k = b; k < e; ++k) sgd_momentum_step(p[k], g[k], buf[k], rate, wd, mom, damp, nesterov, first);
   });
   momentum_buffer.bump_version();
 }
@@ -38,13 +34,7 @@ void CpuBackend::adamw_update(Tensor& param, const Tensor& grad, Tensor& m_t, Te
   float* m = m_t.data<float>();
   float* v = v_t.data<float>();
   parallel_chunks(param.numel(), kPointwiseGrain, [&](int64_t b, int64_t e) {
-    for (int64_t k = b; k < e; ++k) {
-      p[k] *= decay;
-      m[k] += (g[k] - m[k]) * (1.0f - b1);  // lerp, as PyTorch
-      v[k] = b2 * v[k] + (1.0f - b2) * g[k] * g[k];
-      const float denom = std::sqrt(v[k]) / bc2_sqrt + eps;
-      p[k] -= step_size * m[k] / denom;
-    }
+    for (int64_t k = b; k < e; ++k) adamw_step(p[k], g[k], m[k], v[k], decay, b1, b2, step_size, bc2_sqrt, eps);
   });
   m_t.bump_version();
   v_t.bump_version();

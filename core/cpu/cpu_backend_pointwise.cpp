@@ -1,19 +1,19 @@
-// CpuBackend: pointwise activations by id. The vectorised loops are the Pointwise table's
-// (autograd/pointwise.cpp, also used by the quantizing stores' CPU kernels); here they run in
+// CpuBackend: pointwise activations by id. The vectorised loops are core/cpu/pointwise_loops.h's
+// (also the Pointwise table's, which the quantizing stores' CPU kernels use); here they run in
 // parallel chunks.
 #include <algorithm>
 
-#include "autograd/pointwise.h"
 #include "core/cpu/cpu_backend.h"
 #include "core/cpu/loops.h"
+#include "core/cpu/pointwise_loops.h"
 
 namespace packrat::cpu {
 
 namespace {
 
-using Loop = void (*)(const float*, float*, int64_t);
+using Loop = PointwiseLoop;
 
-Loop derivative_loop(const Pointwise& fn, bool from_output) {
+Loop derivative_loop(const PointwiseLoops& fn, bool from_output) {
   if (!from_output) return fn.derivative;
   PACKRAT_CHECK(fn.derivative_from_output, "{}: f' cannot be computed from the output", fn.name);
   return fn.derivative_from_output;
@@ -31,17 +31,17 @@ Tensor run_loop(Loop loop, const Tensor& x, const char* what) {
 }  // namespace
 
 Tensor CpuBackend::pointwise_forward(ActivationId id, const Tensor& x) {
-  const Pointwise& fn = pointwise_by_id(id);
+  const PointwiseLoops& fn = pointwise_loops(id);
   return run_loop(fn.forward, x, fn.name.data());
 }
 
 Tensor CpuBackend::pointwise_derivative(ActivationId id, const Tensor& saved, bool from_output) {
-  const Pointwise& fn = pointwise_by_id(id);
+  const PointwiseLoops& fn = pointwise_loops(id);
   return run_loop(derivative_loop(fn, from_output), saved, fn.name.data());
 }
 
 Tensor CpuBackend::pointwise_backward(ActivationId id, const Tensor& saved, const Tensor& grad, bool from_output) {
-  const Pointwise& fn = pointwise_by_id(id);
+  const PointwiseLoops& fn = pointwise_loops(id);
   saved.check_dtype(DType::f32, fn.name.data());
   grad.check_dtype(DType::f32, fn.name.data());
   PACKRAT_CHECK(saved.numel() == grad.numel() && saved.layout() == grad.layout(),

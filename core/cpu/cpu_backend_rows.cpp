@@ -1,14 +1,14 @@
 // CpuBackend: per-row primitives over the last dim: softmax, cross-entropy with label
 // smoothing, layernorm. One row per OpenMP iteration (rows_for); exp is the vectorisable one of
-// autograd/pointwise_math.h.
+// core/pointwise_math.h.
 #include <algorithm>
 #include <cmath>
 #include <string>
 #include <vector>
 
-#include "autograd/pointwise_math.h"
 #include "core/cpu/cpu_backend.h"
 #include "core/cpu/loops.h"
+#include "core/pointwise_math.h"
 
 namespace packrat::cpu {
 

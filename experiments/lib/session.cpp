@@ -81,9 +81,8 @@ void check_device_can_train(const Config& c) {
   if (device.is_cpu()) return;
   try {
     const Backend& b = backend(device);  // throws: CUDA not built, no GPU visible, no such GPU
-    PACKRAT_CHECK(b.complete(),
-                  "device {}: the {} backend of this version has memory kernels only (convolution, matmul and the "
-                  "other primitives come with the CUDA backend issue); use device: cpu",
+    PACKRAT_CHECK(b.complete(), "device {}: the {} backend of this version is incomplete (some primitives have no "
+                  "kernel); use device: cpu",
                   device.str(), b.name());
   } catch (const Error& e) {
     fail("{}: {}", c.source, e.what());  // every reason above starts with "device cuda:N:"

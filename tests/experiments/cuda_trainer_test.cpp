@@ -32,7 +32,7 @@ const Backend* first_gpu() {
 
 #define PACKRAT_REQUIRE_TRAINING_GPU()                                                                   \
   if (first_gpu() == nullptr) GTEST_SKIP() << (PACKRAT_HAVE_CUDA ? "no GPU is visible" : "built without CUDA"); \
-  if (!first_gpu()->complete()) GTEST_SKIP() << "the CUDA backend is incomplete (core/cuda/cuda_backend_pending.cpp)"
+  if (!first_gpu()->complete()) GTEST_SKIP() << "the CUDA backend is incomplete (Backend::complete())"
 
 const Device kGpu = Device::cuda(0);
 

@@ -1,0 +1,57 @@
+// The CPU's pointwise loops: one single loop per function over the inlined branch-free scalar
+// code of core/pointwise_math.h, which GCC -O3 -march=native vectorises whole.
+#include "core/cpu/pointwise_loops.h"
+
+#include "core/error.h"
+#include "core/pointwise_math.h"
+
+namespace packrat::cpu {
+namespace {
+
+template <class A>
+void forward_loop(const float* __restrict x, float* __restrict y, int64_t n) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) y[i] = A::f(x[i]);
+}
+
+template <class A>
+void derivative_loop(const float* __restrict x, float* __restrict d, int64_t n) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) d[i] = A::df(x[i]);
+}
+
+template <class A>
+void derivative_from_output_loop(const float* __restrict y, float* __restrict d, int64_t n) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) d[i] = A::df_from_output(y[i]);
+}
+
+template <ActivationId Id>
+constexpr PointwiseLoops loops_of() {
+  using A = Activation<Id>;
+  PointwiseLoop from_output = nullptr;
+  if constexpr (A::kFromOutput) from_output = derivative_from_output_loop<A>;
+  return {activation_name(Id), forward_loop<A>, derivative_loop<A>, from_output};
+}
+
+#define PACKRAT_LOOPS(ID) loops_of<ActivationId::ID>()
+
+// Indexed by ActivationId.
+const PointwiseLoops kLoops[] = {PACKRAT_LOOPS(relu),     PACKRAT_LOOPS(leaky_relu), PACKRAT_LOOPS(relu6),
+                                 PACKRAT_LOOPS(hardswish), PACKRAT_LOOPS(gelu),      PACKRAT_LOOPS(silu),
+                                 PACKRAT_LOOPS(sigmoid),  PACKRAT_LOOPS(tanh),       PACKRAT_LOOPS(selu),
+                                 PACKRAT_LOOPS(softplus), PACKRAT_LOOPS(elu),        PACKRAT_LOOPS(mish),
+                                 PACKRAT_LOOPS(gelu_tanh)};
+#undef PACKRAT_LOOPS
+static_assert(sizeof(kLoops) / sizeof(kLoops[0]) == kNumActivations);
+static_assert(activation_name(ActivationId::gelu_tanh) == "gelu_tanh");
+
+}  // namespace
+
+const PointwiseLoops& pointwise_loops(ActivationId id) {
+  const auto i = static_cast<size_t>(id);
+  PACKRAT_CHECK(i < static_cast<size_t>(kNumActivations), "activation: unknown id {}", i);
+  return kLoops[i];
+}
+
+}  // namespace packrat::cpu

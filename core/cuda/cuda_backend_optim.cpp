@@ -1,0 +1,43 @@
+// CudaBackend: fused optimizer updates, one pass over param, grad and the state (kernels:
+// optim_kernels.cu; the step: core/optim_math.h, the CPU's too).
+#include "core/cuda/cuda_backend_impl.h"
+#include "core/cuda/cuda_check.h"
+#include "core/cuda/optim_kernels.h"
+
+namespace packrat::cuda {
+
+namespace {
+// Every operand f32, of the parameter's numel and layout (the kernels run over the buffers as they lie).
+void check_operands(const char* op, const Tensor& param, std::initializer_list<const Tensor*> others) {
+  param.check_dtype(DType::f32, op);
+  for (const Tensor* t : others) {
+    t->check_dtype(DType::f32, op);
+    PACKRAT_CHECK(t->numel() == param.numel() && t->layout() == param.layout(), "{}: {} does not match parameter {}",
+                  op_where(op), t->describe(), param.describe());
+  }
+}
+}  // namespace
+
+void CudaBackend::sgd_update(Tensor& param, const Tensor& grad, Tensor& momentum_buffer, const SgdStep& s) {
+  if (momentum_buffer.defined()) {
+    check_operands("sgd_update", param, {&grad, &momentum_buffer});
+  } else {
+    check_operands("sgd_update", param, {&grad});
+  }
+  float* buf = momentum_buffer.defined() ? momentum_buffer.device_data<float>() : nullptr;
+  launch_sgd_update(param.device_data<float>(), grad.device_data<float>(), buf, param.numel(), s.lr, s.weight_decay,
+                    s.momentum, 1.0f - s.dampening, s.nesterov, s.first);
+  PACKRAT_CHECK_LAUNCH("sgd_update");
+  if (momentum_buffer.defined()) momentum_buffer.bump_version();
+}
+
+void CudaBackend::adamw_update(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const AdamWStep& s) {
+  check_operands("adamw_update", param, {&grad, &m, &v});
+  launch_adamw_update(param.device_data<float>(), grad.device_data<float>(), m.device_data<float>(),
+                      v.device_data<float>(), param.numel(), s.decay, s.beta1, s.beta2, s.step_size, s.bc2_sqrt, s.eps);
+  PACKRAT_CHECK_LAUNCH("adamw_update");
+  m.bump_version();
+  v.bump_version();
+}
+
+}  // namespace packrat::cuda
