@@ -1,11 +1,20 @@
 #!/usr/bin/env python3
 """Side-by-side: packrat's TrainStep/resnet18_cifar_gelu/64 (or another benchmark of REFERENCES below:
 ViT, EfficientNet-B0, the GPT in tokens/s) against the same step in PyTorch, interleaved in one run (these machines are
-noisy), and the ratio of their images/s (tokens/s).
+noisy), and the ratio of their images/s (tokens/s). A compressed variant (TrainStep/<model>_<scheme>/<batch>)
+is compared with the same FP32 step in PyTorch, which has no compressed storage.
 
     scripts/setup.sh --torch      # once: Debian's python3-torch and python3-torchvision
     /usr/bin/python3 bench/compare_torch.py [--rounds 3] [--bench build/bin/packrat_bench]
     /usr/bin/python3 bench/compare_torch.py --name TrainStep/gpt_small/32
+
+On a machine shared with other jobs, wall-clock rates swing with the load; `--clock cpu --threads 1`
+compares process CPU time instead (clock_gettime's CLOCK_PROCESS_CPUTIME_ID against PyTorch's
+time.process_time()),
+each side on one thread, which the load barely moves:
+
+    /usr/bin/python3 bench/compare_torch.py --clock cpu --threads 1 --rounds 5 \
+        --name TrainStep/efficientnet_b0_cifar/32 --name TrainStep/efficientnet_b0_cifar_actnn2_fewbit2/32
 """
 import argparse, importlib.util, json, os, statistics, subprocess, sys
 
@@ -36,42 +45,64 @@ REFERENCES = {
     "TrainStep/gpt_tiny/32": ("torch_gpt_step.py", ["--model", "gpt_tiny", "--batch", "32", "--steps", "8"],
                               "tok_per_s"),
 }
+# Compressed variants: the same PyTorch twin (FP32; PyTorch has no compressed storage).
+COMPRESSED = {"TrainStep/vit_tiny_cifar_actnn2/64": "TrainStep/vit_tiny_cifar/64",
+              "TrainStep/efficientnet_b0_cifar_actnn2_fewbit2/32": "TrainStep/efficientnet_b0_cifar/32",
+              "TrainStep/gpt_small_fewbit3_actnn4/32": "TrainStep/gpt_small/32"}
+REFERENCES.update({name: REFERENCES[fp32] for name, fp32 in COMPRESSED.items()})
 
 
-def packrat_rate(bench, name, min_time, metric):
+def packrat_rate(bench, name, min_time, metric, clock):
+    """Items per second of wall time (the benchmark's counter `metric`) or of process CPU time (cpu_<metric>)."""
     out = subprocess.run([bench, f"--benchmark_filter=^{name}$", f"--benchmark_min_time={min_time}",
                           "--benchmark_format=json"], check=True, capture_output=True, text=True).stdout
     runs = [b for b in json.loads(out)["benchmarks"] if b["name"] == name]
     if not runs:
         sys.exit(f"compare_torch: {bench} has no benchmark named {name}")
-    return runs[0][metric]
+    return runs[0][metric if clock == "wall" else "cpu_" + metric]
 
 
-def torch_rate(script, args, threads, metric):
+def torch_rate(script, args, threads, metric, clock):
     out = subprocess.run([sys.executable, os.path.join(HERE, script), *args, "--threads", str(threads)], check=True,
                          capture_output=True, text=True).stdout
-    return json.loads(out.strip().splitlines()[-1])[metric]
+    return json.loads(out.strip().splitlines()[-1])[metric if clock == "wall" else "cpu_" + metric]
 
 
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--bench", default=os.path.join(HERE, "..", "build", "bin", "packrat_bench"))
-    ap.add_argument("--name", default="TrainStep/resnet18_cifar_gelu/64", choices=sorted(REFERENCES))
+    ap.add_argument("--name", action="append", choices=sorted(REFERENCES),
+                    help="a benchmark to compare (repeat for several; default TrainStep/resnet18_cifar_gelu/64)")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--clock", choices=["wall", "cpu"], default="wall",
+                    help="rates per second of wall-clock time, or of process CPU time (steadier under load)")
+    ap.add_argument("--min-time", type=float, default=5, help="packrat_bench's --benchmark_min_time per round")
     ap.add_argument("--torch-model", default=None, help="ignored: the benchmark name picks the PyTorch twin")
     a = ap.parse_args()
     check_prerequisites(a.bench)
     os.environ["OMP_NUM_THREADS"] = str(a.threads)
-    script, args, metric = REFERENCES[a.name]
-    unit = metric.split("_per_")[0] + "/s"
+    for name in a.name or ["TrainStep/resnet18_cifar_gelu/64"]:
+        compare(a, name)
+
+
+def compare(a, name):
+    """Alternates rounds of packrat and PyTorch; prints each round and a JSON line with the median
+    rates, the median of the per-round ratios and their range."""
+    script, args, metric = REFERENCES[name]
+    unit = metric.split("_per_")[0] + ("/s" if a.clock == "wall" else "/CPU-s")
     ours, theirs = [], []
     for r in range(a.rounds):
-        ours.append(packrat_rate(a.bench, a.name, 5, metric))
-        theirs.append(torch_rate(script, args, a.threads, metric))
-        print(f"round {r + 1}: packrat {ours[-1]:.1f} {unit}, pytorch {theirs[-1]:.1f} {unit}", flush=True)
-    o, t = statistics.median(ours), statistics.median(theirs)
-    print(json.dumps({f"packrat_{metric}": round(o, 1), f"pytorch_{metric}": round(t, 1), "ratio": round(o / t, 3)}))
+        ours.append(packrat_rate(a.bench, name, a.min_time, metric, a.clock))
+        theirs.append(torch_rate(script, args, a.threads, metric, a.clock))
+        print(f"{name} round {r + 1}: packrat {ours[-1]:.1f} {unit}, pytorch {theirs[-1]:.1f} {unit}, "
+              f"ratio {ours[-1] / theirs[-1]:.3f}", flush=True)
+    ratios = [o / t for o, t in zip(ours, theirs)]
+    print(json.dumps({"name": name, "clock": a.clock, "threads": a.threads,
+                      f"packrat_{metric}": round(statistics.median(ours), 1),
+                      f"pytorch_{metric}": round(statistics.median(theirs), 1),
+                      "ratio": round(statistics.median(ratios), 3),
+                      "ratio_range": [round(min(ratios), 3), round(max(ratios), 3)]}), flush=True)
 
 
 if __name__ == "__main__":
