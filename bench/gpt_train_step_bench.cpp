@@ -1,14 +1,13 @@
 // One full training step (forward, backward, AdamW update) of the GPT presets (models/gpt.h) on
 // random bytes, T = 128 tokens per sequence, under FP32 storage and the compressed storage of
 // configs/gpt_fortunes.yaml (3-bit few-bit GELU, 4-bit per-group for the rest). Reports tokens/s
-// (wall clock) as the counter tok_per_s; bench/torch_gpt_step.py is its PyTorch twin and
+// as the counters tok_per_s (wall clock) and cpu_tok_per_s (process CPU time); bench/torch_gpt_step.py is its PyTorch twin and
 // bench/compare_torch.py --name TrainStep/gpt_small/32 runs both side by side.
 #include <benchmark/benchmark.h>
 
-#include <chrono>
-
 #include "autograd/ops.h"
 #include "autograd/tape.h"
+#include "bench/step_clock.h"
 #include "core/philox.h"
 #include "models/registry.h"
 #include "optim/adamw.h"
@@ -43,7 +42,7 @@ void GptTrainStep(benchmark::State& state, const std::string& arch, const std::s
   RulePolicy policy(gpt_scheme(scheme));
   PolicyScope scope(policy);
   int64_t step = 0;
-  const auto start = std::chrono::steady_clock::now();
+  const bench::StepClock clock;
   for (auto _ : state) {
     policy.begin_step(step++);
     opt.zero_grad();
@@ -52,9 +51,11 @@ void GptTrainStep(benchmark::State& state, const std::string& arch, const std::s
     backward(loss);
     opt.step();
   }
-  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const double wall = clock.wall_seconds(), cpu = clock.cpu_seconds();
+  const double tokens = static_cast<double>(state.iterations() * batch * kSeqLen);
   state.SetItemsProcessed(state.iterations() * batch * kSeqLen);
-  state.counters["tok_per_s"] = static_cast<double>(state.iterations() * batch * kSeqLen) / wall;
+  state.counters["tok_per_s"] = tokens / wall;
+  state.counters["cpu_tok_per_s"] = tokens / cpu;
 }
 
 BENCHMARK_CAPTURE(GptTrainStep, gpt_small, std::string("gpt_small"), std::string("fp32"))

@@ -2,7 +2,8 @@
 """PyTorch reference for TrainStep/gpt_small/32 (bench/gpt_train_step_bench.cpp): one AdamW
 training step of the GPT twin of tests/golden/make_gpt_golden.py with gpt_small's shape (4 layers,
 width 128, 4 heads, context 256, dropout 0.1, vocabulary 256) on random bytes, T = 128.
-Prints one JSON line {"tok_per_s": X, "threads": T}. Run with Debian's /usr/bin/python3."""
+Prints one JSON line {"tok_per_s": X, "cpu_tok_per_s": Y, "threads": T}: tokens per second of wall
+time, and per second of this process's CPU time (time.process_time(), every thread). Run with Debian's /usr/bin/python3."""
 import argparse, json, os, sys, time
 
 try:
@@ -43,11 +44,12 @@ def main():
 
     for _ in range(a.warmup):
         step()
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     for _ in range(a.steps):
         step()
-    dt = time.perf_counter() - t0
-    print(json.dumps({"tok_per_s": a.batch * a.seq_len * a.steps / dt, "threads": a.threads}))
+    dt, dc = time.perf_counter() - t0, time.process_time() - c0
+    tokens = a.batch * a.seq_len * a.steps
+    print(json.dumps({"tok_per_s": tokens / dt, "cpu_tok_per_s": tokens / dc, "threads": a.threads}))
 
 
 if __name__ == "__main__":

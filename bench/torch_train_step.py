@@ -5,8 +5,9 @@ stem (--model efficientnet_b0_cifar) or of the CIFAR ViT (--model vit_tiny_cifar
 3x32x32 images. --device cuda runs it on the GPU as fast as PyTorch goes there: channels_last
 model and batch, cudnn.benchmark, the batch waiting on the GPU, synchronised before the clock
 is read (the GPU machine's PyTorch 2.11; packrat_bench's TrainStep/resnet18_cifar_gelu_cuda/N).
-Prints one JSON line {"img_per_s": X, "threads": T} (on a GPU also "device" and "peak_bytes",
-torch.cuda.max_memory_allocated). Run with Debian's /usr/bin/python3 for the CPU."""
+Prints one JSON line {"img_per_s": X, "cpu_img_per_s": Y, "threads": T}: images per second of wall
+time, and per second of this process's CPU time (time.process_time(), every thread); on a GPU also
+"device" and "peak_bytes" (torch.cuda.max_memory_allocated). Run with Debian's /usr/bin/python3 for the CPU."""
 import argparse, json, sys, time
 
 try:
@@ -82,12 +83,12 @@ def main():
     sync()
     if gpu:
         torch.cuda.reset_peak_memory_stats()
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     for _ in range(a.steps):
         step()
     sync()
-    dt = time.perf_counter() - t0
-    out = {"img_per_s": a.batch * a.steps / dt, "threads": a.threads}
+    dt, dc = time.perf_counter() - t0, time.process_time() - c0
+    out = {"img_per_s": a.batch * a.steps / dt, "cpu_img_per_s": a.batch * a.steps / dc, "threads": a.threads}
     if gpu:
         out.update(device=torch.cuda.get_device_name(), peak_bytes=torch.cuda.max_memory_allocated())
     print(json.dumps(out))

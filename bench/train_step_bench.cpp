@@ -1,17 +1,16 @@
 // One full training step (forward, backward, SGD update) of ResNet-18 with the CIFAR stem and
 // GELU activations on random 3x32x32 images, under several saved-tensor schemes. Reports
-// images/s as items_per_second, and the bytes the store held after the forward (from the
-// allocator) as counters. bench/compare_torch.sh runs the PyTorch step beside it and prints
-// the ratio. On a GPU (when one is visible): TrainStep/resnet18_cifar_gelu_cuda/{128,512} in FP32,
-// against PyTorch with bench/compare_torch.py --device cuda.
+// images/s (img_per_s: wall clock; cpu_img_per_s: process CPU time) and the bytes the store held
+// after the forward (from the allocator) as counters. bench/compare_torch.py runs the PyTorch step
+// beside it and prints the ratio. On a GPU (when one is visible): TrainStep/resnet18_cifar_gelu_cuda/{128,512}
+// in FP32, against PyTorch with bench/compare_torch.py --device cuda.
 #include <benchmark/benchmark.h>
-
-#include <chrono>
 
 #include "autograd/ops.h"
 #include "autograd/tape.h"
 #include "core/backend.h"
 #include "core/device_runtime.h"
+#include "bench/step_clock.h"
 #include "core/philox.h"
 #include "models/registry.h"
 #include "optim/sgd.h"
@@ -62,7 +61,7 @@ void TrainStepOf(benchmark::State& state, const ModelSpec& spec, const std::stri
   int64_t step = 0, saved_bytes = 0, saved_fp32_bytes = 0;
   Allocator& memory = Allocator::of(device);
   memory.reset_peak();
-  const auto start = std::chrono::steady_clock::now();
+  const bench::StepClock clock;
   for (auto _ : state) {
     policy.begin_step(step++);
     opt.zero_grad();
@@ -76,10 +75,12 @@ void TrainStepOf(benchmark::State& state, const ModelSpec& spec, const std::stri
     opt.step();
     synchronize(device);
   }
-  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const double wall = clock.wall_seconds(), cpu = clock.cpu_seconds();
   state.SetItemsProcessed(state.iterations() * batch);
-  // items_per_second comes from the main thread's CPU time; img_per_s is wall-clock.
+  // items_per_second comes from the main thread's CPU time; img_per_s is wall-clock,
+  // cpu_img_per_s the whole process's CPU time.
   state.counters["img_per_s"] = static_cast<double>(state.iterations() * batch) / wall;
+  state.counters["cpu_img_per_s"] = static_cast<double>(state.iterations() * batch) / cpu;
   state.counters["saved_MB"] = static_cast<double>(saved_bytes) / 1e6;
   state.counters["peak_bytes"] = static_cast<double>(memory.total_peak());  // the device allocator's, over the steps
   state.counters["saved_vs_fp32"] = static_cast<double>(saved_bytes) / static_cast<double>(saved_fp32_bytes);

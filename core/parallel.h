@@ -7,6 +7,13 @@
 
 namespace packrat {
 
+// Below this many elements of work a loop runs on the calling thread: an OpenMP region (a fork
+// and a barrier) costs more than it saves on tiny tensors (EfficientNet's (N, C, 1, 1)
+// squeeze-excitation operands, batchnorm statistics), and far more on an oversubscribed machine,
+// where the barrier waits for a descheduled thread. The one threshold of the CPU kernels and the
+// quantizers; their grains are derived from it.
+constexpr int64_t kMinParallelWork = 1 << 15;
+
 // Calls fn(i) for i in [begin, end), split across the OpenMP threads.
 template <typename Fn>
 void parallel_for(int64_t begin, int64_t end, Fn&& fn) {
@@ -28,6 +35,16 @@ void parallel_chunks(int64_t n, int64_t grain, Fn&& fn) {
   for (int64_t c = 0; c < chunks; ++c) {
     const int64_t b = n * c / chunks, e = n * (c + 1) / chunks;
     fn(b, e);
+  }
+}
+
+// fn(i) for i in [0, n); parallel only when n * work_per_item reaches kMinParallelWork.
+template <typename Fn>
+void rows_for(int64_t n, int64_t work_per_item, Fn&& fn) {
+  if (n * work_per_item < kMinParallelWork) {
+    for (int64_t i = 0; i < n; ++i) fn(i);
+  } else {
+    parallel_for(0, n, fn);
   }
 }
 

@@ -14,7 +14,7 @@ std::atomic<uint64_t> g_next_index{0};
 void set_dropout_seed(uint64_t seed) { g_seed = seed; }
 uint64_t dropout_seed() { return g_seed; }
 
-Dropout::Dropout(float p) : p_(p), index_(g_next_index++) {
+Dropout::Dropout(float p) : p_(p), stream_{g_next_index++, 0} {
   PACKRAT_CHECK(p >= 0.0f && p < 1.0f, "Dropout: probability must be in [0, 1), got {}", p);
 }
 

@@ -19,16 +19,20 @@ class Dropout : public Module {
   Tensor forward(const Tensor& x) override;  // identity in eval mode or with p = 0
 
   float p() const { return p_; }
-  uint64_t index() const { return index_; }
-  uint64_t calls() const { return calls_; }
-  void set_calls(uint64_t c) { calls_ = c; }  // to resume a checkpointed run
+  uint64_t index() const { return stream_.index; }
+  uint64_t calls() const { return stream_.calls; }
+  void set_calls(uint64_t c) { stream_.calls = c; }  // to resume a checkpointed run
   // The Philox stream of the next training-mode call (counts the call): module index in the
   // high 24 bits, call count in the low 40. Also for ops that drop out inside (attention).
-  uint64_t next_stream() { return (index_ << 40) | (calls_++ & ((uint64_t{1} << 40) - 1)); }
+  uint64_t next_stream() { return (stream_.index << 40) | (stream_.calls++ & ((uint64_t{1} << 40) - 1)); }
+  MaskStream& mask_stream() { return stream_; }  // for a module that holds a Dropout as a member
+
+ protected:
+  std::vector<std::pair<std::string, MaskStream*>> own_mask_streams() override { return {{"", &stream_}}; }
 
  private:
   float p_;
-  uint64_t index_, calls_ = 0;
+  MaskStream stream_;
 };
 
 }  // namespace packrat

@@ -39,6 +39,24 @@ std::vector<std::pair<std::string, Tensor>> Module::named_buffers() const {
   return out;
 }
 
+void Module::collect_mask_streams(const std::string& path, std::vector<std::pair<std::string, MaskStream*>>& out) {
+  for (auto& [n, stream] : own_mask_streams()) out.emplace_back(n.empty() ? path : path.empty() ? n : path + "." + n, stream);
+  for (const auto& [n, child] : children_) child->collect_mask_streams(path.empty() ? n : path + "." + n, out);
+}
+
+std::vector<std::pair<std::string, MaskStream*>> Module::named_mask_streams() {
+  std::vector<std::pair<std::string, MaskStream*>> out;
+  collect_mask_streams("", out);
+  return out;
+}
+
+std::vector<std::pair<std::string, MaskStream>> Module::named_mask_streams() const {
+  std::vector<std::pair<std::string, MaskStream>> out;
+  // Only read: the walk is the non-const one's.
+  for (const auto& [n, stream] : const_cast<Module*>(this)->named_mask_streams()) out.emplace_back(n, *stream);
+  return out;
+}
+
 std::vector<Tensor> Module::parameters() const {
   std::vector<Tensor> out;
   for (auto& [n, t] : named_parameters()) out.push_back(t);

@@ -10,6 +10,13 @@
 
 namespace packrat {
 
+// The counters that key a module's random masks (Dropout, StochasticDepth, attention dropout):
+// a training forward draws its mask from Philox at (run seed, index, calls), then counts the call.
+// Checkpoints keep them, so a resumed run draws the masks the uninterrupted run would have.
+struct MaskStream {
+  uint64_t index = 0, calls = 0;
+};
+
 class Module {
  public:
   virtual ~Module() = default;
@@ -29,7 +36,15 @@ class Module {
 
   const std::string& name() const { return name_; }  // this module's own name in its parent
 
+  // (dotted name, counter) of every mask stream, children recursively; a module's own stream is
+  // named after the module (`features.3.1.stochastic_depth`, `transformer.h.0.attn.attn_dropout`).
+  std::vector<std::pair<std::string, MaskStream*>> named_mask_streams();
+  std::vector<std::pair<std::string, MaskStream>> named_mask_streams() const;  // their values
+
  protected:
+  // This module's own mask streams, named relative to it ("" for the module itself).
+  virtual std::vector<std::pair<std::string, MaskStream*>> own_mask_streams() { return {}; }
+
   // Parameters are allocated with the Parameter tag and require grad; buffers (running stats)
   // are tagged Parameter too (they are model state) but do not require grad.
   Tensor& register_parameter(std::string name, Tensor t);
@@ -43,6 +58,7 @@ class Module {
 
  private:
   void collect(const std::string& prefix, bool buffers, std::vector<std::pair<std::string, Tensor>>& out) const;
+  void collect_mask_streams(const std::string& path, std::vector<std::pair<std::string, MaskStream*>>& out);
   std::string name_;
   bool training_ = true;
   std::vector<std::pair<std::string, Tensor>> params_, buffers_;

@@ -30,6 +30,11 @@ class MultiheadAttention : public Module {
   Linear& out_proj() { return *out_proj_; }
   const MultiheadAttentionOptions& options() const { return o_; }
 
+ protected:
+  std::vector<std::pair<std::string, MaskStream*>> own_mask_streams() override {
+    return {{"attn_dropout", &attn_dropout_.mask_stream()}};
+  }
+
  private:
   MultiheadAttentionOptions o_;
   Tensor in_proj_weight_, in_proj_bias_;  // (3D, D), (3D)

@@ -16,12 +16,15 @@ class StochasticDepth : public Module {
   Tensor forward(const Tensor& x) override;  // (N, ...) -> same shape and layout
 
   float p() const { return p_; }
-  uint64_t calls() const { return calls_; }
-  void set_calls(uint64_t c) { calls_ = c; }  // to resume a checkpointed run
+  uint64_t calls() const { return stream_.calls; }
+  void set_calls(uint64_t c) { stream_.calls = c; }  // to resume a checkpointed run
+
+ protected:
+  std::vector<std::pair<std::string, MaskStream*>> own_mask_streams() override { return {{"", &stream_}}; }
 
  private:
   float p_;
-  uint64_t index_, calls_ = 0;
+  MaskStream stream_;
 };
 
 }  // namespace packrat

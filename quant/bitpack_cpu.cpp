@@ -14,7 +14,7 @@ namespace packrat {
 
 namespace {
 
-constexpr int64_t kGrainBlocks = 1 << 13;  // blocks of 8 codes per thread chunk, at least
+constexpr int64_t kGrainBlocks = kMinParallelWork / 4;  // blocks of 8 codes per thread chunk, at least
 
 void check_bits(int bits, const char* where) {
   PACKRAT_CHECK(bits >= 1 && bits <= 8, "{}: bits must be in [1, 8], got {}", where, bits);

@@ -19,7 +19,7 @@ namespace packrat {
 namespace {
 
 constexpr int64_t kTile = 512;          // elements per tile: f(x), codes and scratch stay in L1
-constexpr int64_t kGrainBlocks = 2048;  // blocks of 8 elements per thread chunk, at least
+constexpr int64_t kGrainBlocks = kMinParallelWork / 16;  // blocks of 8 elements per thread chunk, at least
 static_assert(kTile % 8 == 0, "tiles must start on block boundaries");
 
 template <typename Fn>

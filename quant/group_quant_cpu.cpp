@@ -140,7 +140,7 @@ void quantize_impl(const float* x, const GroupGeometry& g, Rounding rounding, co
   constexpr uint32_t levels = (1u << B) - 1u;
   const bool stochastic = rounding == Rounding::Stochastic;
   const int meta_size = meta_bytes_per_group(g.meta);
-  const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 15) / g.group_size);
+  const int64_t grain = std::max<int64_t>(1, kMinParallelWork / g.group_size);
   for_group_ranges(g.groups(), grain, [&](int64_t g0, int64_t g1) {
     alignas(64) uint8_t code_buf[kChunk];       // (kChunk,)
     alignas(64) uint16_t rnd[kChunk + 2 * 128];  // (blocks covering a chunk, 128)
@@ -167,7 +167,7 @@ void quantize_impl(const float* x, const GroupGeometry& g, Rounding rounding, co
 template <int B>
 void dequantize_impl(const uint8_t* codes, const uint8_t* meta, const GroupGeometry& g, float* out) {
   const int meta_size = meta_bytes_per_group(g.meta);
-  const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 15) / g.group_size);
+  const int64_t grain = std::max<int64_t>(1, kMinParallelWork / g.group_size);
   for_group_ranges(g.groups(), grain, [&](int64_t g0, int64_t g1) {
     alignas(64) uint8_t code_buf[kChunk];  // (kChunk,)
     for (int64_t gi = g0; gi < g1; ++gi) {

@@ -32,7 +32,7 @@ std::vector<double> per_sample_sq_norms(const Tensor& t) {
     return out;
   }
   const float* p = t.data<float>();
-  parallel_for(0, n, [&](int64_t s) {
+  rows_for(n, span, [&](int64_t s) {
     double acc = 0;
     const float* q = p + s * span;
     for (int64_t i = 0; i < span; ++i) acc += static_cast<double>(q[i]) * q[i];

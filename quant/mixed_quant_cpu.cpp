@@ -433,7 +433,7 @@ void dispatch_group_bits(int bits, Fn&& fn) {
 
 #pragma GCC diagnostic pop
 
-int64_t bucket_grain(int64_t bucket_size) { return std::max<int64_t>(1, (int64_t{1} << 15) / bucket_size); }
+int64_t bucket_grain(int64_t bucket_size) { return std::max<int64_t>(1, kMinParallelWork / bucket_size); }
 
 }  // namespace
 

@@ -27,7 +27,7 @@ template <int L, bool Grad>
 void channel_sums(const float* x, const float* g, const Slabs& s, const float* center, double* sum_out,
                   double* sum2_out) {
   constexpr int64_t kChunk = 256;
-  parallel_for(0, s.U, [&](int64_t u) {
+  rows_for(s.U, s.N * s.HW * L, [&](int64_t u) {
     double a[L] = {}, b[L] = {};
     float m[L];
     for (int l = 0; l < L; ++l) m[l] = center[u * L + l];
@@ -67,7 +67,7 @@ void channel_sums(const float* x, const float* g, const Slabs& s, const float* c
 template <int L, bool Grad>
 void affine_pass(const Slabs& s, const float* x, const float* g, float* out, const float* k, const float* a,
                  const float* b, const float* m) {
-  parallel_for(0, s.N * s.U, [&](int64_t nu) {
+  rows_for(s.N * s.U, s.HW * L, [&](int64_t nu) {
     const int64_t u = nu % s.U, base = nu * s.HW * L;
     float kk[L], aa[L], bb[L], mm[L];
     for (int l = 0; l < L; ++l) {

@@ -4,6 +4,7 @@
 #include <mutex>
 #include <unordered_map>
 
+#include "core/cpu/depthwise_conv.h"
 #include "core/cpu/dnnl_context.h"
 #include "core/cpu/loops.h"
 #include "core/cpu/weight_cache.h"
@@ -38,7 +39,12 @@ struct ConvPlan {
   dnnl::convolution_backward_data bd;
   dnnl::convolution_backward_weights::primitive_desc bw_pd;
   dnnl::convolution_backward_weights bw;
+  // A blocked depthwise geometry that oneDNN serves only with gemm (5x5, small inputs): the weight
+  // gradient comes from depthwise_backward_weights instead.
+  bool own_depthwise_bw = false;
 };
+
+constexpr const char* kOwnDepthwiseImpl = "packrat:depthwise_blocked";
 
 memory::dims weight_dims(const ConvGeometry& g) {
   if (g.groups == 1) return {g.Cout, g.Cin, g.KH, g.KW};
@@ -140,7 +146,9 @@ ConvPlan& backward_weights_plan(const ConvGeometry& g, const std::shared_ptr<Con
     };
     p->bw_pd = backward_pd<dnnl::convolution_backward_weights::primitive_desc>(
         g, *p, make, p->bw_src_layout, p->bw_dst_layout, p->bw_src, p->bw_dst);
-    p->bw = dnnl::convolution_backward_weights(p->bw_pd);
+    p->own_depthwise_bw = depthwise_blocked(g) && p->src_layout == Layout::nChw16c &&
+                          std::string(p->bw_pd.impl_info_str()).rfind("jit", 0) != 0;
+    if (!p->own_depthwise_bw) p->bw = dnnl::convolution_backward_weights(p->bw_pd);
   });
   return *p;
 }
@@ -154,7 +162,9 @@ ConvLayouts conv_layouts(const ConvGeometry& g) {
 
 std::pair<std::string, std::string> conv_backward_implementations(const ConvGeometry& g) {
   auto p = plan_for(g);
-  return {backward_data_plan(g, p).bd_pd.impl_info_str(), backward_weights_plan(g, p).bw_pd.impl_info_str()};
+  const ConvPlan& bw = backward_weights_plan(g, p);
+  return {backward_data_plan(g, p).bd_pd.impl_info_str(),
+          bw.own_depthwise_bw ? kOwnDepthwiseImpl : bw.bw_pd.impl_info_str()};
 }
 
 Tensor conv_forward(const Tensor& x, const Tensor& w, const Tensor& b, const ConvGeometry& g, bool keep_weights) {
@@ -186,6 +196,10 @@ Tensor conv_backward_data(const Tensor& gy, const Tensor& w, const ConvGeometry&
 void conv_backward_weights(const Tensor& x, const Tensor& gy, const ConvGeometry& g, Tensor& gw, Tensor& gb) {
   auto plan = plan_for(g);
   ConvPlan& p = backward_weights_plan(g, plan);
+  if (p.own_depthwise_bw) {
+    depthwise_backward_weights(to_layout(x, Layout::nChw16c), to_layout(gy, Layout::nChw16c), g, gw, gb);
+    return;
+  }
   const Tensor src = to_layout(x, p.bw_src_layout);
   const Tensor diff_dst = to_layout(gy, p.bw_dst_layout);
   gw = empty_cpu(Shape{g.Cout, g.Cin / g.groups, g.KH, g.KW});  // (Cout, Cin/groups, KH, KW) plain OIHW

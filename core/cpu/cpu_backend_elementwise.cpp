@@ -142,7 +142,7 @@ double CpuBackend::reduce_sum_squares(const Tensor& x) {
   const float* d = x.data<float>();
   const int64_t n = x.numel();
   double s = 0.0;
-#pragma omp parallel for reduction(+ : s) schedule(static)
+#pragma omp parallel for reduction(+ : s) schedule(static) if (n >= kMinParallelWork)
   for (int64_t k = 0; k < n; ++k) s += static_cast<double>(d[k]) * d[k];
   return s;
 }

@@ -90,7 +90,7 @@ Tensor reorder_loop(const Tensor& t, Layout target) {
   const auto* src = static_cast<const char*>(t.raw());
   auto* dst = static_cast<char*>(out.raw());
   const bool to_blocked = target == Layout::nChw16c;
-  parallel_for(0, N * CB, [&](int64_t nb) {
+  rows_for(N * CB, kChannelBlock * HW, [&](int64_t nb) {
     const int64_t base = nb * kChannelBlock * HW;
     for (int64_t s = 0; s < HW; ++s)
       for (int64_t c = 0; c < kChannelBlock; ++c) {

@@ -26,7 +26,7 @@ Tensor CpuBackend::adaptive_avgpool_forward(const Tensor& x, int64_t OH, int64_t
   Tensor y = empty_cpu(Shape{N, C, OH, OW}, DType::f32, l);  // (N, C, OH, OW), x's layout
   const float* src = x.data<float>();
   float* dst = y.data<float>();
-  parallel_for(0, N * C, [&](int64_t nc) {
+  rows_for(N * C, H * W, [&](int64_t nc) {
     const int64_t n = nc / C, c = nc % C;
     for (int64_t i = 0; i < OH; ++i)
       for (int64_t j = 0; j < OW; ++j) {
@@ -48,7 +48,7 @@ Tensor CpuBackend::adaptive_avgpool_backward(const Tensor& gy_in, const Shape& x
   Tensor dx = zeros_cpu(x_shape, DType::f32, l);      // (N, C, H, W) in l
   const float* g = gy.data<float>();
   float* d = dx.data<float>();
-  parallel_for(0, N * C, [&](int64_t nc) {
+  rows_for(N * C, H * W, [&](int64_t nc) {
     const int64_t n = nc / C, c = nc % C;
     for (int64_t i = 0; i < OH; ++i)
       for (int64_t j = 0; j < OW; ++j) {

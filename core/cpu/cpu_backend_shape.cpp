@@ -44,7 +44,7 @@ void shortcut_copy(const ShortcutGeometry& g, const Tensor& src, Tensor& dst) {
   const float* s = src.data<float>();
   float* d = dst.data<float>();
   const Layout ls = src.layout(), ld = dst.layout();
-  parallel_for(0, g.N * g.Cin, [&](int64_t nc) {
+  rows_for(g.N * g.Cin, g.Ho * g.Wo, [&](int64_t nc) {
     const int64_t n = nc / g.Cin, c = nc % g.Cin;
     for (int64_t ho = 0; ho < g.Ho; ++ho)
       for (int64_t wo = 0; wo < g.Wo; ++wo) {

@@ -82,6 +82,44 @@ void check_gact_sizes(const SafetensorsFile& f, size_t i, int64_t parameters, co
                   path, p, mean->numel(), parameters);
 }
 
+constexpr const char* kMaskPrefix = "trainer.masks.";
+
+// The mask streams in the file, checked against the model's (every one present, no other, values
+// a run can have reached: index < 2^23, calls < 2^40), as (stream, saved value) to restore;
+// empty when the file has none (an older checkpoint).
+std::vector<std::pair<MaskStream*, MaskStream>> checked_mask_streams(const SafetensorsFile& f, Module& model,
+                                                                     const std::string& path) {
+  std::vector<std::pair<MaskStream*, MaskStream>> out;
+  const auto streams = model.named_mask_streams();
+  std::set<std::string> names;
+  bool any = false;
+  for (const auto& [n, t] : f.tensors) any = any || n.rfind(kMaskPrefix, 0) == 0;
+  if (!any) {
+    if (!streams.empty())
+      spdlog::warn("{}: the checkpoint has no mask streams (trainer.masks.*; written before packrat saved them): "
+                   "dropout and stochastic-depth masks start afresh, so this run does not continue bit-identically",
+                   path);
+    return out;
+  }
+  for (auto& [n, stream] : streams) {
+    const std::string key = kMaskPrefix + n;
+    names.insert(key);
+    const Tensor* t = f.find(key);
+    PACKRAT_CHECK(t != nullptr, "{}: checkpoint has no '{}' (a checkpoint of another model?)", path, key);
+    PACKRAT_CHECK(t->dtype() == DType::i64 && t->numel() == 2, "{}: '{}' is {} {}, not (index, calls) as i64 (2)", path,
+                  key, dtype_name(t->dtype()), t->shape().str());
+    const int64_t index = t->data<int64_t>()[0], calls = t->data<int64_t>()[1];
+    PACKRAT_CHECK(index >= 0 && index < (int64_t{1} << 23) && calls >= 0 && calls < (int64_t{1} << 40),
+                  "{}: '{}' holds index {} and calls {}, outside [0, 2^23) and [0, 2^40): not a checkpoint this trainer "
+                  "wrote",
+                  path, key, index, calls);
+    out.push_back({stream, MaskStream{static_cast<uint64_t>(index), static_cast<uint64_t>(calls)}});
+  }
+  for (const auto& [n, t] : f.tensors)
+    PACKRAT_CHECK(n.rfind(kMaskPrefix, 0) != 0 || names.count(n), "{}: '{}' is not a mask stream of this model", path, n);
+  return out;
+}
+
 // Copies src (plain, from the file, on the host) into dst in place, whatever dst's layout and device.
 void copy_into(Tensor& dst, const Tensor& src, const std::string& name, const std::string& path) {
   PACKRAT_CHECK(dst.shape() == src.shape() && dst.dtype() == src.dtype(),
@@ -110,6 +148,12 @@ void save_checkpoint(const std::string& path, const Module& model, const Optimiz
   rng.data<int64_t>()[1] = pos.epoch;
   rng.data<int64_t>()[2] = pos.step;
   all.emplace_back("trainer.rng", rng);
+  for (const auto& [n, stream] : model.named_mask_streams()) {
+    Tensor t = Tensor::empty(Shape{2}, DType::i64, Layout::Plain, MemTag::Workspace);  // (index, calls)
+    t.data<int64_t>()[0] = static_cast<int64_t>(stream.index);
+    t.data<int64_t>()[1] = static_cast<int64_t>(stream.calls);
+    all.emplace_back(kMaskPrefix + n, t);
+  }
   if (!gact.empty()) {
     all.emplace_back("gact.stores", scalar_i64(static_cast<int64_t>(gact.size())));
     for (size_t i = 0; i < gact.size(); ++i)
@@ -136,6 +180,7 @@ TrainingPosition load_checkpoint(const std::string& path, Module& model, Optimiz
   pos.seed = static_cast<uint64_t>(rng->data<int64_t>()[0]);
   check_position(pos, rng->data<int64_t>(), path);
   check_finite(f, path);
+  const auto masks = checked_mask_streams(f, model, path);
   std::set<std::string> used;
   auto restore = [&](const std::vector<std::pair<std::string, Tensor>>& named) {
     for (auto [n, t] : named) {
@@ -148,6 +193,7 @@ TrainingPosition load_checkpoint(const std::string& path, Module& model, Optimiz
   };
   restore(model.named_parameters());
   restore(model.named_buffers());
+  for (const auto& [stream, saved] : masks) *stream = saved;
   NamedTensors state;
   for (const auto& [n, t] : f.tensors) {
     if (n.rfind("optimizer.", 0) == 0) {

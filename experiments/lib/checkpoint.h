@@ -6,6 +6,9 @@
 //   trainer.epoch, trainer.step    epochs and global steps completed (i64 scalars)
 //   trainer.rng                    (seed, epoch, step) as i64: every random draw of a run (init,
 //                                  shuffle, augmentation, stochastic rounding) is keyed by these
+//   trainer.masks.<module>         (index, calls) as i64 for each mask stream of the model
+//                                  (Module::named_mask_streams: Dropout, StochasticDepth, attention
+//                                  dropout): the masks of the next training forwards are keyed by them
 //   gact.stores                    runs with GACT stores only: how many (i64 scalar), and per
 //   gact.<i>.<entry>               store i (find_gact_stores order) its adaptive state
 //                                  (GactStore::export_state: sensitivity, bits, refresh timing, ..)
@@ -41,8 +44,10 @@ void save_checkpoint(const std::string& path, const Module& model, const Optimiz
 // [0, kMaxCheckpointEpoch], trainer.step in [0, kMaxCheckpointStep], trainer.rng and the
 // file name agreeing with them, GACT sizes consistent (tensor counts, element counts, one
 // gradient-mean entry per model parameter). Then restores model parameters and buffers (exact names and shapes; a missing or extra tensor is an
-// error naming it), the optimizer state and the state of the GACT stores `gact`; returns the
-// position. A checkpoint with GACT state for another number of stores than `gact` holds is an
+// error naming it), the mask streams (a missing or extra one is an error naming it; a checkpoint
+// without any, written before packrat saved them, loads with a warning: the masks then differ
+// from the uninterrupted run's), the optimizer state and the state of the GACT stores `gact`;
+// returns the position. A checkpoint with GACT state for another number of stores than `gact` holds is an
 // error naming both counts (the tensors each store quantizes are checked against the first step:
 // GactStore::check_restored_step). A checkpoint without GACT state (a run without gact, or
 // written before packrat saved it) loads with a warning when `gact` is not empty: the adaptive

@@ -68,6 +68,10 @@ TEST(BackendConv, ForwardAndBothBackwardsMatchDirectLoopsOnEveryBackend) {
       {1, 2, 7, 7, 3, 3, 3, 1, 1, 2, 2, 2, 2, 1, true},      // dilated
       {2, 4, 5, 5, 6, 3, 3, 1, 1, 1, 1, 1, 1, 2, false},     // 2 groups
       {2, 16, 6, 6, 16, 3, 3, 1, 1, 1, 1, 1, 1, 16, false},  // depthwise, blockable
+      {3, 32, 2, 2, 32, 5, 5, 1, 1, 2, 2, 1, 1, 32, false},  // depthwise 5x5 on 2x2 (EfficientNet's last stages)
+      {2, 32, 3, 2, 32, 3, 3, 1, 1, 1, 1, 1, 1, 32, true},   // depthwise 3x3 on 3x2, bias
+      {2, 16, 9, 8, 16, 5, 5, 2, 2, 2, 2, 1, 1, 16, false},  // depthwise 5x5, stride 2
+      {1, 16, 7, 7, 16, 3, 3, 1, 1, 2, 2, 2, 2, 16, true},   // depthwise 3x3, dilated
       {2, 16, 6, 6, 32, 3, 3, 1, 1, 1, 1, 1, 1, 1, true},    // 16 -> 32, blockable both sides
       {2, 32, 6, 6, 16, 1, 1, 2, 2, 0, 0, 1, 1, 1, false},   // pointwise, stride 2
       {1, 40, 4, 4, 80, 1, 1, 1, 1, 0, 0, 1, 1, 1, true},    // 40 -> 80: plain in, blockable out

@@ -1,0 +1,18 @@
+#pragma once
+// Depthwise convolution's weight gradient on nChw16c tensors, for the geometries where oneDNN 2.6
+// has no jit_dw backward-weights kernel: 5x5 kernels and inputs smaller than the kernel
+// (EfficientNet's late stages: 1152 channels at 2x2, 672 at 4x4). There oneDNN falls back to its
+// gemm kernel, one tiny im2col + gemm per channel: about 100 ms of EfficientNet-B0's 370 ms FP32
+// step at batch 32 on one thread (bench: TrainStep/efficientnet_b0_cifar, 369 -> 289 ms CPU).
+#include "core/backend.h"
+
+namespace packrat::cpu {
+
+// Whether depthwise_backward_weights serves g: groups == Cin == Cout, channels in blocks of 16.
+bool depthwise_blocked(const ConvGeometry& g);
+
+// x (N, C, H, W) and gy (N, C, OH, OW), both nChw16c -> gw (C, 1, KH, KW) plain, and gb (C)
+// when g.has_bias. Sums in f32, as oneDNN's kernels do.
+void depthwise_backward_weights(const Tensor& x, const Tensor& gy, const ConvGeometry& g, Tensor& gw, Tensor& gb);
+
+}  // namespace packrat::cpu
