@@ -31,6 +31,11 @@ Grads gradients(Module& model, StorePolicy& policy, const Tensor& images, const 
                 double label_smoothing) {
   PolicyScope scope(policy);
   policy.begin_step(step);
+  // Every call draws the same dropout and drop-path masks (their streams rewind afterwards): what
+  // differs between the reference and the draws is the storage alone.
+  const auto mask_streams = model.named_mask_streams();
+  std::vector<MaskStream> rewind;
+  for (const auto& [name, s] : mask_streams) rewind.push_back(*s);
   const std::vector<Tensor> params = model.parameters();
   for (Tensor p : params) p.zero_grad();
   {
@@ -39,6 +44,7 @@ Grads gradients(Module& model, StorePolicy& policy, const Tensor& images, const 
     Tensor loss = ops::cross_entropy(model(images.to(device)), labels.to(device), static_cast<float>(label_smoothing));
     backward(loss);
   }
+  for (size_t i = 0; i < mask_streams.size(); ++i) *mask_streams[i].second = rewind[i];
   Grads out;
   TagScope tag(MemTag::Workspace);
   for (Tensor p : params) {

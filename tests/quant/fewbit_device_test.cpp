@@ -97,7 +97,9 @@ TEST(FewbitDevice, TheKernelBodiesWriteTheCpuKernelsCodesAndValues) {
         with_bits(NoActivation{});
       }
       ASSERT_EQ(body_packed, packed) << what << ": codes";
-      if (k.with_y) ASSERT_EQ(std::memcmp(body_y.data(), y.data(), y.size() * sizeof(float)), 0) << what << ": f(x)";
+      if (k.with_y) {
+        ASSERT_EQ(std::memcmp(body_y.data(), y.data(), y.size() * sizeof(float)), 0) << what << ": f(x)";
+      }
 
       // Decode, with and without an incoming gradient.
       const std::vector<float> g = values(n, 99);
