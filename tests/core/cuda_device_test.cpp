@@ -5,18 +5,13 @@
 #include "core/backend.h"
 #include "core/build_config.h"
 #include "tests/support/errors.h"
+#include "tests/support/gpu.h"
 
 namespace packrat {
 namespace {
 
-bool gpu_visible() {
-  for (Backend* b : available_backends())
-    if (!b->device().is_cpu()) return true;
-  return false;
-}
-
-#define PACKRAT_REQUIRE_GPU() \
-  if (!gpu_visible()) GTEST_SKIP() << (PACKRAT_HAVE_CUDA ? "no GPU is visible" : "built without CUDA")
+using testing::gpu_visible;
+#define PACKRAT_REQUIRE_GPU() PACKRAT_SKIP_WITHOUT_GPU()
 
 TEST(CudaDevice, WithoutAGpuAskingForOneIsAClearError) {
   if (gpu_visible()) GTEST_SKIP() << "a GPU is visible";

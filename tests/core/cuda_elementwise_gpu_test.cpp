@@ -14,6 +14,7 @@
 #include "core/build_config.h"
 #include "core/pointwise_math.h"
 #include "tests/core/backend_test_support.h"
+#include "tests/support/gpu.h"
 
 namespace packrat {
 namespace {
@@ -22,15 +23,9 @@ using testing::expect_close;
 using testing::host_random;
 using testing::host_values;
 
-Backend* gpu_backend() {
-  for (Backend* b : available_backends())
-    if (!b->device().is_cpu()) return b;
-  return nullptr;
-}
-
-#define PACKRAT_REQUIRE_GPU()                                                                 \
-  Backend* gpu = gpu_backend();                                                               \
-  if (!gpu) GTEST_SKIP() << (PACKRAT_HAVE_CUDA ? "no GPU is visible" : "built without CUDA"); \
+#define PACKRAT_REQUIRE_GPU()                   \
+  Backend* gpu = testing::first_gpu();          \
+  if (!gpu) GTEST_SKIP() << testing::no_gpu_reason(); \
   Backend& cpu = backend(Device::cpu())
 
 std::vector<float> values(const Tensor& t) { return t.to(Device::cpu()).to(DType::f32).to_vector(); }

@@ -15,6 +15,7 @@
 #include "core/build_config.h"
 #include "tests/core/backend_test_support.h"
 #include "tests/support/errors.h"
+#include "tests/support/gpu.h"
 
 namespace packrat {
 namespace {
@@ -23,14 +24,7 @@ using testing::expect_close;
 using testing::host_random;
 using testing::host_values;
 
-bool gpu_visible() {
-  for (Backend* b : available_backends())
-    if (!b->device().is_cpu()) return true;
-  return false;
-}
-
-#define PACKRAT_REQUIRE_GPU() \
-  if (!gpu_visible()) GTEST_SKIP() << (PACKRAT_HAVE_CUDA ? "no GPU is visible" : "built without CUDA")
+#define PACKRAT_REQUIRE_GPU() PACKRAT_SKIP_WITHOUT_GPU()
 
 Backend& cpu() { return backend(Device::cpu()); }
 Backend& gpu() { return backend(Device::cuda(0)); }

@@ -17,6 +17,7 @@
 #include "tests/experiments/tiny_config.h"
 #include "tests/support/device_step.h"
 #include "tests/support/errors.h"
+#include "tests/support/gpu.h"
 
 using namespace packrat;
 using namespace packrat::testing;
@@ -24,14 +25,8 @@ namespace fs = std::filesystem;
 
 namespace {
 
-const Backend* first_gpu() {
-  for (Backend* b : available_backends())
-    if (!b->device().is_cpu()) return b;
-  return nullptr;
-}
-
-#define PACKRAT_REQUIRE_TRAINING_GPU()                                                                   \
-  if (first_gpu() == nullptr) GTEST_SKIP() << (PACKRAT_HAVE_CUDA ? "no GPU is visible" : "built without CUDA"); \
+#define PACKRAT_REQUIRE_TRAINING_GPU() \
+  PACKRAT_SKIP_WITHOUT_GPU();           \
   if (!first_gpu()->complete()) GTEST_SKIP() << "the CUDA backend is incomplete (Backend::complete())"
 
 const Device kGpu = Device::cuda(0);

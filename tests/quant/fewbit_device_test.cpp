@@ -14,6 +14,7 @@
 #include "quant/fewbit_device.h"
 #include "quant/fewbit_table.h"
 #include "tests/support/host_launch.h"
+#include "tests/support/gpu.h"
 
 namespace packrat {
 namespace {
@@ -127,7 +128,7 @@ TEST(FewbitDevice, TheKernelBodiesWriteTheCpuKernelsCodesAndValues) {
 }
 
 TEST(FewbitDevice, CudaKernelsWriteTheCpuCodes) {
-  if (available_backends().size() == 1) GTEST_SKIP() << (PACKRAT_HAVE_CUDA ? "no GPU is visible" : "built without CUDA");
+  PACKRAT_SKIP_WITHOUT_GPU();
   const Device gpu = Device::cuda(0);
   for (const Case& k : cases()) {
     if (k.c.kind == FewbitKind::Mask) continue;  // u8 input: covered by the body test; f32 cases here

@@ -13,6 +13,7 @@
 #include "core/philox.h"
 #include "quant/group_quant_device.h"
 #include "tests/support/host_launch.h"
+#include "tests/support/gpu.h"
 
 namespace packrat {
 namespace {
@@ -77,15 +78,13 @@ TEST(GroupQuantDevice, TheKernelBodiesWriteTheCpuKernelsBytes) {
   }
 }
 
-bool gpu_visible() { return available_backends().size() > 1; }
-
 std::vector<uint8_t> bytes_of(const Tensor& t) {
   const Tensor h = t.to(Device::cpu());
   return std::vector<uint8_t>(h.data<uint8_t>(), h.data<uint8_t>() + h.numel());
 }
 
 TEST(GroupQuantDevice, CudaKernelsWriteTheCpuBytes) {
-  if (!gpu_visible()) GTEST_SKIP() << (PACKRAT_HAVE_CUDA ? "no GPU is visible" : "built without CUDA");
+  PACKRAT_SKIP_WITHOUT_GPU();
   const Device gpu = Device::cuda(0);
   for (const Case& k : cases()) {
     const int64_t n = k.samples * k.span;
