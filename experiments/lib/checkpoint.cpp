@@ -149,7 +149,7 @@ void save_checkpoint(const std::string& path, const Module& model, const Optimiz
   rng.data<int64_t>()[2] = pos.step;
   all.emplace_back("trainer.rng", rng);
   for (const auto& [n, stream] : model.named_mask_streams()) {
-    Tensor t = Tensor::empty(Shape{2}, DType::i64, Layout::Plain, MemTag::Workspace);  // (index, calls)
+    Tensor t = Tensor::empty(Shape{2}, DType::i64, Layout::Plain, MemTag::Workspace, Device::cpu());  // (index, calls)
     t.data<int64_t>()[0] = static_cast<int64_t>(stream.index);
     t.data<int64_t>()[1] = static_cast<int64_t>(stream.calls);
     all.emplace_back(kMaskPrefix + n, t);
