@@ -6,22 +6,11 @@
 
 #include "core/cpu/cpu_backend.h"
 #include "core/cpu/loops.h"
+#include "core/shape_split.h"
 
 namespace packrat::cpu {
 
 namespace {
-
-// Elements before / after `dim` of a shape: a tensor is (outer, shape[dim], inner).
-int64_t outer_of(const Shape& s, int64_t dim) {
-  int64_t n = 1;
-  for (int64_t i = 0; i < dim; ++i) n *= s[i];
-  return n;
-}
-int64_t inner_of(const Shape& s, int64_t dim) {
-  int64_t n = 1;
-  for (int64_t i = dim + 1; i < s.rank(); ++i) n *= s[i];
-  return n;
-}
 
 // y = permute(x): each output row (the last output dim) is gathered with one source stride.
 template <typename T>

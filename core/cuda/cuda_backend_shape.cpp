@@ -9,22 +9,11 @@
 #include "core/cuda/cuda_check.h"
 #include "core/cuda/kernels/shape.h"  // kMaxPermuteRank
 #include "core/cuda/shape_kernels.h"
+#include "core/shape_split.h"
 
 namespace packrat::cuda {
 
 namespace {
-
-// Elements before / after `dim` of a shape: a tensor is (outer, shape[dim], inner).
-int64_t outer_of(const Shape& s, int64_t dim) {
-  int64_t n = 1;
-  for (int64_t i = 0; i < dim; ++i) n *= s[i];
-  return n;
-}
-int64_t inner_of(const Shape& s, int64_t dim) {
-  int64_t n = 1;
-  for (int64_t i = dim + 1; i < s.rank(); ++i) n *= s[i];
-  return n;
-}
 
 // The element `offset` elements into t's buffer.
 const void* element_at(const Tensor& t, int64_t offset) {

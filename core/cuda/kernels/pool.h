@@ -91,6 +91,20 @@ PACKRAT_HD inline int64_t valid_in_window(const PoolShape& g, int64_t oh, int64_
   return rows > 0 && cols > 0 ? rows * cols : 0;
 }
 
+// The backward of a pooling for input index i (n, c, h, w): the sum, over the outputs (oh, ow)
+// whose windows hold the element, of term(o, oh, ow, h, w), o the output's flat index.
+template <typename Term>
+PACKRAT_HD float sum_over_windows_holding(const PoolShape& g, int64_t i, Term term) {
+  const int64_t w = i % g.W, h = (i / g.W) % g.H, nc = i / (g.W * g.H);
+  const OutputRange rh = outputs_holding(h, g.KH, g.stride_h, g.pad_h, g.OH);
+  const OutputRange rw = outputs_holding(w, g.KW, g.stride_w, g.pad_w, g.OW);
+  const int64_t base = nc * g.OH * g.OW;
+  float sum = 0.0f;
+  for (int64_t oh = rh.lo; oh < rh.hi; ++oh)
+    for (int64_t ow = rw.lo; ow < rw.hi; ++ow) sum += term(base + oh * g.OW + ow, oh, ow, h, w);
+  return sum;
+}
+
 // Max pooling backward for input index i (n, c, h, w): the sum of gy over the outputs whose
 // argmax points at this element.
 template <typename Index>
@@ -100,18 +114,10 @@ struct MaxPoolBackward {
   float* dx;            // (N, C, H, W)
   PoolShape g;
   PACKRAT_HD void operator()(int64_t i) const {
-    const int64_t w = i % g.W, h = (i / g.W) % g.H, nc = i / (g.W * g.H);
-    const OutputRange rh = outputs_holding(h, g.KH, g.stride_h, g.pad_h, g.OH);
-    const OutputRange rw = outputs_holding(w, g.KW, g.stride_w, g.pad_w, g.OW);
-    const int64_t base = nc * g.OH * g.OW;
-    float sum = 0.0f;
-    for (int64_t oh = rh.lo; oh < rh.hi; ++oh)
-      for (int64_t ow = rw.lo; ow < rw.hi; ++ow) {
-        const int64_t o = base + oh * g.OW + ow;
-        const int64_t k = (h - (oh * g.stride_h - g.pad_h)) * g.KW + (w - (ow * g.stride_w - g.pad_w));
-        if (static_cast<int64_t>(argmax[o]) == k) sum += gy[o];
-      }
-    dx[i] = sum;
+    dx[i] = sum_over_windows_holding(g, i, [&](int64_t o, int64_t oh, int64_t ow, int64_t h, int64_t w) {
+      const int64_t k = (h - (oh * g.stride_h - g.pad_h)) * g.KW + (w - (ow * g.stride_w - g.pad_w));
+      return static_cast<int64_t>(argmax[o]) == k ? gy[o] : 0.0f;
+    });
   }
 };
 
@@ -123,17 +129,10 @@ struct AvgPoolBackward {
   PoolShape g;
   bool include_padding;
   PACKRAT_HD void operator()(int64_t i) const {
-    const int64_t w = i % g.W, h = (i / g.W) % g.H, nc = i / (g.W * g.H);
-    const OutputRange rh = outputs_holding(h, g.KH, g.stride_h, g.pad_h, g.OH);
-    const OutputRange rw = outputs_holding(w, g.KW, g.stride_w, g.pad_w, g.OW);
-    const int64_t base = nc * g.OH * g.OW;
-    float sum = 0.0f;
-    for (int64_t oh = rh.lo; oh < rh.hi; ++oh)
-      for (int64_t ow = rw.lo; ow < rw.hi; ++ow) {
-        const int64_t divisor = include_padding ? g.KH * g.KW : valid_in_window(g, oh, ow);
-        sum += gy[base + oh * g.OW + ow] / static_cast<float>(divisor);
-      }
-    dx[i] = sum;
+    dx[i] = sum_over_windows_holding(g, i, [&](int64_t o, int64_t oh, int64_t ow, int64_t, int64_t) {
+      const int64_t divisor = include_padding ? g.KH * g.KW : valid_in_window(g, oh, ow);
+      return gy[o] / static_cast<float>(divisor);
+    });
   }
 };
 
