@@ -5,7 +5,9 @@
 // exact 1-bit mask instead; masks are packed exactly to 1 bit, indices to r.index_bits bits, and
 // exact requests (and non-f32 data) stay FP32. A tensor saved by two ops is quantized once (the
 // bookkeeping is quant/compressing_store.h's). Packed codes and metadata are u8 tensors
-// allocated under the Saved tag, so the allocator counts every byte and describe() reports them.
+// allocated under the Saved tag on the saved tensor's device, so that device's allocator counts
+// every byte and describe() reports them; a GPU tensor is quantized and dequantized there by the
+// codec's CUDA kernels (quant/group_quant_cuda.cu), writing the CPU's bytes.
 //
 // Randomness: the tensor quantized n-th since begin_step(step) draws its rounding noise from
 // Philox(seed, quant_stream(step, n), element); set_noise_salt re-draws one tensor's noise.
