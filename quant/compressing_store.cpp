@@ -39,11 +39,6 @@ void with_integers(const Tensor& x, Fn&& fn) {
   }
 }
 
-// The stores whose codec has no device kernels in this version: the mixed / deterministic bucket
-// quantizer (quant/mixed_quant.h). Their device tensors are refused here, before anything is made
-// on the device. Remove this when MixedStore encodes through mixed_quant's device entry points.
-bool codec_without_device_kernels(std::string_view scheme) { return scheme == "mixed" || scheme == "deterministic"; }
-
 }  // namespace
 
 // ---- routing --------------------------------------------------------------------------------
@@ -159,8 +154,10 @@ SavedHandle CompressingStore::save(const Tensor& x, const SaveRequest& r) {
   return add_entry(held, x, r, shared, x.storage()->id);
 }
 
+bool CompressingStore::codec_on_devices() const { return false; }
+
 void CompressingStore::check_device(const Tensor& x, const SaveRequest& r) const {
-  if (x.is_cpu() || !codec_without_device_kernels(scheme())) return;
+  if (x.is_cpu() || codec_on_devices()) return;
   check_codec_device(scheme(), x.device(),
                      fmt::format("{} {} {} cannot be compressed there (save it with the fp32 scheme, or run on the CPU)",
                                  r.op, r.name, x.describe()));
@@ -214,7 +211,8 @@ bool CompressingStore::pack_exact(Held& h, const Tensor& x, const SaveRequest& r
   h.packed_bits = bits;
   h.bits = Tensor::empty(Shape{packed_bytes(n, bits)}, DType::u8, Layout::Plain, MemTag::Saved,
                          x.device());  // (ceil(n * bits / 8),)
-  if (bits > 8) {  // 16-bit codes, mixed_quant's wide layout (host only: the mixed store refuses device tensors)
+  if (bits > 8) {  // 16-bit codes, mixed_quant's wide layout. Host only: only the mixed store packs
+                   // above 8 bits, and its codec does not run on devices yet (codec_on_devices)
     int64_t bad = -1;
     with_integers(x, [&](const auto* p) {
       for (int64_t i = 0; i < n && bad < 0; ++i)

@@ -17,9 +17,8 @@
 //   describe()           one SavedRecord per entry, bytes as the allocator counts them
 //   the device           a buffer is kept on its own device (codes, masks and metadata allocated
 //                        there under MemTag::Saved, by the codecs' device kernels; loads return
-//                        tensors on that device, with no host access); the mixed / deterministic
-//                        schemes, whose codec has no device kernels yet, refuse device tensors
-//                        (check_device)
+//                        tensors on that device, with no host access) when the codec says it runs
+//                        there (codec_on_devices); otherwise a device tensor is a clear error
 //
 // The derived class supplies its codec: encode (what it keeps of an f32 Value or Derivative,
 // as an Encoded holding packrat Tensors), decode (what the request asks for back), and its
@@ -109,6 +108,11 @@ class CompressingStore : public SavedTensorStore {
   // -> Exact; a step derivative -> StepMask; other f32 Values and Derivatives -> Codec; masks
   // and indices -> Packed at their bits (see Rules).
   virtual Form form_for(const Tensor& x, const SaveRequest& r) const;
+  // Whether encode / decode / apply_encoded run on any device: they allocate on the tensor's
+  // device and call only device-dispatching codec entry points, never host access to its data.
+  // Default false: a device tensor is refused by check_device before anything is made there (the
+  // mixed / deterministic stores in this version, and a scheme of your own unless it says so).
+  virtual bool codec_on_devices() const;
   // The fn and variant of a Codec key: two requests with the same key share one encoding.
   // Default: {nullptr, 0} (the codes depend on the buffer only).
   virtual std::pair<const Pointwise*, int> codec_key(const SaveRequest& r) const;
@@ -118,10 +122,9 @@ class CompressingStore : public SavedTensorStore {
   // FP32 store would hold). The codec key takes `variant`.
   SavedHandle keep_encoded(const Tensor& x, const Tensor& fp32_of, const SaveRequest& r,
                            std::unique_ptr<Encoded> enc, int variant);
-  // For the mixed / deterministic schemes (no device kernels yet), throws "<scheme>: CUDA
-  // compression kernels are not built yet (issue 11), so nothing is compressed on cuda:0: <op>
-  // <layer> <x.describe()> cannot be compressed there ..." unless x is on the CPU; every other
-  // scheme compresses on x's device (quant/codec_device.h).
+  // Unless x is on the CPU or the codec runs on devices (codec_on_devices), throws "<scheme>:
+  // CUDA compression kernels are not built yet (issue 11), so nothing is compressed on cuda:0:
+  // <op> <layer> <x.describe()> cannot be compressed there ..." (quant/codec_device.h).
   void check_device(const Tensor& x, const SaveRequest& r) const;
   // The held buffer of a live, non-exact handle (no in-place check), or null; the entry, or null.
   const Held* held_of(const SavedHandle& h) const;

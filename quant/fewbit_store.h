@@ -56,6 +56,7 @@ class FewbitStore : public CompressingStore {
   std::unique_ptr<Encoded> encode(const Tensor& x, const SaveRequest& r) override;
   Tensor decode(const Encoded& enc, const Entry& e) override;
   Tensor apply_encoded(const Encoded& enc, const Entry& e, const Tensor& grad_out) override;
+  bool codec_on_devices() const override { return true; }  // quant/fewbit_codec.h's entry points
 
  private:
   struct Codes;  // the Encoded of one tensor

@@ -73,6 +73,7 @@ class GroupStore : public CompressingStore {
   // The codec: per-group codes + metadata (quant/group_quant.h) of an f32 Value or Derivative.
   std::unique_ptr<Encoded> encode(const Tensor& x, const SaveRequest& r) override;
   Tensor decode(const Encoded& enc, const Entry& e) override;
+  bool codec_on_devices() const override { return true; }  // quant/group_quant.h's entry points
 
  private:
   struct Quantized;  // the Encoded of one tensor

@@ -17,6 +17,7 @@
 #include "autograd/pointwise.h"
 #include "core/backend.h"
 #include "core/philox.h"
+#include "quant/compressing_store.h"
 #include "quant/fewbit_solver.h"
 #include "quant/fewbit_store.h"
 #include "quant/fewbit_table.h"
@@ -36,6 +37,7 @@ using testing::random_tensor;
 struct Inputs {
   Tensor x, g, sig_y, mask, idx8, idx64, targets;  // CPU tensors
   Inputs() {
+    DeviceScope on_cpu(Device::cpu());  // whichever test makes them first
     x = random_tensor({4, 3, 9, 11}, 41, -3.0f, 3.0f);  // (N, C, H, W): groups with tails
     float* p = x.data<float>();
     for (int64_t i = 0; i < x.numel(); i += 13) p[i] = i % 2 ? 0.0f : -0.0f;  // the relu family's kink
@@ -386,6 +388,51 @@ TEST(StoreDevice, CodesAreHeldOnTheDeviceUnderTheSavedTag) {
   store.release(h);
   store.release(hm);
   EXPECT_EQ(gpu.allocator().current(MemTag::Saved), 0);
+}
+
+// A codec that reads its input on the host (as a scheme of your own may): its store does not say
+// codec_on_devices, so a device tensor is refused before anything is made there, masks included.
+class HostOnlyStore : public CompressingStore {
+ public:
+  HostOnlyStore() : CompressingStore(Rules{}) {}
+  std::string_view scheme() const override { return "host_only"; }
+
+ protected:
+  struct Copy : Encoded {
+    Tensor t;
+    int64_t bytes() const override { return static_cast<int64_t>(t.nbytes()); }
+  };
+  std::unique_ptr<Encoded> encode(const Tensor& x, const SaveRequest&) override {
+    auto c = std::make_unique<Copy>();
+    c->t = Tensor::from_vector(x.shape(), x.to_vector());  // host access
+    return c;
+  }
+  Tensor decode(const Encoded& enc, const Entry&) override { return static_cast<const Copy&>(enc).t.clone(); }
+};
+
+TEST(StoreDevice, ACodecThatDoesNotRunOnDevicesRefusesDeviceTensors) {
+  EmulatedGpu gpu;
+  const Device d = EmulatedGpu::device();
+  HostOnlyStore store;
+  for (const SaveRequest& r : {request(Need::Value, "conv2d", "conv1"), request(Need::Derivative, "relu", "act", "relu")}) {
+    std::string m;
+    try {
+      store.save(inputs().x.to(d), r);
+    } catch (const Error& e) {
+      m = e.what();
+    }
+    EXPECT_EQ(m, "host_only: CUDA compression kernels are not built yet (issue 11), so nothing is compressed on "
+                 "cuda:1000: " + std::string(r.op) + " " + r.name +
+                     " (4, 3, 9, 11) f32 plain on cuda:1000 cannot be compressed there (save it with the fp32 scheme, "
+                     "or run on the CPU)");
+  }
+  EXPECT_EQ(store.live_count(), 0u);
+  EXPECT_EQ(gpu.allocator().current(MemTag::Saved), 0);
+  SaveRequest exact = request(Need::Value, "batchnorm2d", "bn1");
+  exact.exact = true;
+  const SavedHandle h = store.save(inputs().x.to(d), exact);  // exact requests pass through, on any device
+  EXPECT_EQ(store.load(h).device(), d);
+  store.release(h);
 }
 
 TEST(StoreDevice, StochasticRoundingIsUnbiasedOnDeviceTensors) {
