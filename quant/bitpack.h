@@ -2,7 +2,9 @@
 // Bit packing of small unsigned codes, 1 to 8 bits per element, little-endian within a byte
 // stream: element i occupies bits [i*b, (i+1)*b) of the stream. 3 bits: 8 elements in 3 bytes.
 // The per-element helpers are inline and PACKRAT_HD so CPU loops and CUDA kernels share them;
-// pack_bits / unpack_bits are the CPU kernels over them (bitpack_cpu.cpp), on host pointers.
+// pack_bits / unpack_bits are the CPU kernels over them (bitpack_cpu.cpp), on host pointers;
+// pack_codes / unpack_codes the Tensor entry points, dispatched by device (bitpack.cpp; the CUDA
+// kernels run the bodies of bitpack_device.h).
 #include <cstddef>
 #include <cstdint>
 
@@ -17,6 +19,16 @@ PACKRAT_HD constexpr int64_t packed_bytes(int64_t n, int bits) { return (n * bit
 void pack_bits(const uint8_t* codes, int64_t n, int bits, uint8_t* dst);
 // Unpacks n codes from src.
 void unpack_bits(const uint8_t* src, int64_t n, int bits, uint8_t* codes);
+
+// Entry points, on the device of their tensors (CPU: the kernels above; GPU: bitpack_cuda.cu).
+class Tensor;
+// Packs the integers of src (u8, i32 or i64, any shape, the buffer as it lies) at `bits` (1..8)
+// into packed ((packed_bytes(numel, bits),) u8, on src's device). Returns the index of the first
+// element outside [0, 2^bits), or -1 when every element fits (only then are the codes exact). On
+// a GPU one pass writes the codes and the flag, which is read back once (one synchronisation).
+int64_t pack_codes(const Tensor& src, int bits, const Tensor& packed);
+// Unpacks out.numel() codes of `bits` bits into out (u8, i32 or i64, on packed's device).
+void unpack_codes(const Tensor& packed, int bits, const Tensor& out);
 
 // Per-block helpers. Eight codes of b bits fill exactly b bytes, so a stream is a sequence of
 // b-byte blocks; a block is held in the low 8*b bits of a 64-bit word (little-endian).

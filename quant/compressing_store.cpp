@@ -5,6 +5,7 @@
 #include "core/error.h"
 #include "quant/bitpack.h"
 #include "quant/codec_device.h"
+#include "quant/fewbit_codec.h"
 #include "quant/mixed_quant.h"  // pack_wide_codes / unpack_wide_codes (masks and indices above 8 bits)
 
 namespace packrat {
@@ -12,16 +13,6 @@ namespace packrat {
 namespace {
 
 bool integer_dtype(DType d) { return d == DType::u8 || d == DType::i32 || d == DType::i64; }
-
-// Index of the first of n values outside [0, limit), or -1.
-template <typename T>
-int64_t first_unfit(const T* x, int64_t n, int64_t limit) {
-  for (int64_t i = 0; i < n; ++i) {
-    const int64_t v = static_cast<int64_t>(x[i]);
-    if (v < 0 || v >= limit) return i;
-  }
-  return -1;
-}
 
 template <typename T, typename C>
 void copy_values(const T* x, int64_t n, C* out) {
@@ -47,29 +38,6 @@ void with_integers(const Tensor& x, Fn&& fn) {
     default: fn(x.data<int64_t>()); break;
   }
 }
-
-// A transient host buffer of n elements of T: a Workspace tensor the allocator counts, or a
-// host vector it does not see (CompressingStore::Rules::counted_scratch).
-template <typename T>
-class Scratch {
- public:
-  Scratch(int64_t n, bool counted) {
-    if (counted) {
-      TagScope tag(MemTag::Workspace);
-      tensor_ = Tensor::empty(Shape{n}, dtype_of<T>());  // (n,)
-      p_ = tensor_.data<T>();
-    } else {
-      vec_.resize(static_cast<size_t>(n));  // (n,)
-      p_ = vec_.data();
-    }
-  }
-  T* data() { return p_; }
-
- private:
-  Tensor tensor_;
-  std::vector<T> vec_;
-  T* p_ = nullptr;
-};
 
 }  // namespace
 
@@ -176,7 +144,7 @@ SavedHandle CompressingStore::save(const Tensor& x, const SaveRequest& r) {
     h.key = key;
     switch (form) {
       case Form::Codec: h.encoded = encode(x, r); break;
-      case Form::StepMask: pack_step_mask(h, x, r); break;
+      case Form::StepMask: pack_step_mask(h, x); break;
       default:
         if (!pack_exact(h, x, r, bits)) return keep_exact(x, r);  // a mask or index its bits cannot hold
         break;
@@ -186,8 +154,10 @@ SavedHandle CompressingStore::save(const Tensor& x, const SaveRequest& r) {
   return add_entry(held, x, r, shared, x.storage()->id);
 }
 
+bool CompressingStore::codec_on_devices() const { return false; }
+
 void CompressingStore::check_device(const Tensor& x, const SaveRequest& r) const {
-  if (x.is_cpu()) return;
+  if (x.is_cpu() || codec_on_devices()) return;
   check_codec_device(scheme(), x.device(),
                      fmt::format("{} {} {} cannot be compressed there (save it with the fp32 scheme, or run on the CPU)",
                                  r.op, r.name, x.describe()));
@@ -203,24 +173,27 @@ SavedHandle CompressingStore::keep_encoded(const Tensor& x, const Tensor& fp32_o
   return add_entry(held, x, r, false, fp32_of.storage()->id);
 }
 
-void CompressingStore::pack_step_mask(Held& h, const Tensor& x, const SaveRequest& r) {
-  const Pointwise& fn = *r.fn;
+FewbitCoder CompressingStore::step_coder(const Held& h) {
+  FewbitCoder c;
+  c.kind = FewbitKind::Step;
+  c.bits = 1;
+  c.step_hi = h.hi;
+  c.lut.levels[0] = h.lo;
+  c.lut.levels[1] = h.hi;
+  c.from_output = h.key.fn->derivative_from_output != nullptr;  // save() was handed y = f(x) then
+  return c;
+}
+
+void CompressingStore::pack_step_mask(Held& h, const Tensor& x) {
+  const Pointwise& fn = *h.key.fn;
   h.packed_bits = 1;
   h.lo = fn.df(-1.0f);  // the two values a step derivative takes (relu: 0, 1; leaky_relu: slope, 1)
   h.hi = fn.df(1.0f);
-  const int64_t n = x.numel();
-  Tensor mask;  // (n,) u8, 1 where f' is hi
-  {
-    TagScope tag(MemTag::Workspace);
-    const Tensor d = pointwise_derivative(fn, x);  // from y where fn->derivative_from_output is set
-    mask = Tensor::empty(Shape{n}, DType::u8);
-    const float* dp = d.data<float>();
-    uint8_t* m = mask.data<uint8_t>();
-    for (int64_t i = 0; i < n; ++i) m[i] = dp[i] == h.hi ? 1 : 0;
-  }
-  TagScope tag(MemTag::Saved);
-  h.bits = Tensor::empty(Shape{packed_bytes(n, 1)}, DType::u8);  // (ceil(n / 8),)
-  pack_bits(mask.data<uint8_t>(), n, 1, h.bits.data<uint8_t>());
+  h.bits = Tensor::empty(Shape{packed_bytes(x.numel(), 1)}, DType::u8, Layout::Plain, MemTag::Saved,
+                         x.device());  // (ceil(n / 8),)
+  // The few-bit codec's step code is this mask: [f'(x) == hi] from the activation's own f' (from
+  // y where fn->derivative_from_output is set), one pass on x's device.
+  fewbit_encode(step_coder(h), &fn, x, Tensor(), h.bits);
 }
 
 bool CompressingStore::pack_exact(Held& h, const Tensor& x, const SaveRequest& r, int bits) {
@@ -230,70 +203,52 @@ bool CompressingStore::pack_exact(Held& h, const Tensor& x, const SaveRequest& r
     fail("{} {}: a {} request must hold integers (u8, i32, i64), got {}", r.op, r.name, need_name(r.need),
          dtype_name(x.dtype()));
   }
-  int64_t bad = -1;
-  with_integers(x, [&](const auto* p) { bad = first_unfit(p, n, limit); });
-  if (bad >= 0) {
+  auto unfit = [&](int64_t bad) {
     if (rules_.unfit_kept_exact) return false;
     fail("{} {}: {} element {} does not fit in {} bit(s) (a {} request must hold values in [0, {}))", r.op, r.name,
          need_name(r.need), bad, bits, need_name(r.need), limit);
-  }
+  };
   h.packed_bits = bits;
-  if (bits > 8) {  // 16-bit codes, mixed_quant's wide layout
+  h.bits = Tensor::empty(Shape{packed_bytes(n, bits)}, DType::u8, Layout::Plain, MemTag::Saved,
+                         x.device());  // (ceil(n * bits / 8),)
+  if (bits > 8) {  // 16-bit codes, mixed_quant's wide layout. Host only: only the mixed store packs
+                   // above 8 bits, and its codec does not run on devices yet (codec_on_devices)
+    int64_t bad = -1;
+    with_integers(x, [&](const auto* p) {
+      for (int64_t i = 0; i < n && bad < 0; ++i)
+        if (static_cast<int64_t>(p[i]) < 0 || static_cast<int64_t>(p[i]) >= limit) bad = i;
+    });
+    if (bad >= 0) return unfit(bad);
     std::vector<uint16_t> codes(static_cast<size_t>(n));  // (n,)
     with_integers(x, [&](const auto* p) { copy_values(p, n, codes.data()); });
-    TagScope tag(MemTag::Saved);
-    h.bits = Tensor::empty(Shape{packed_bytes(n, bits)}, DType::u8);  // (ceil(n * bits / 8),)
     pack_wide_codes(codes.data(), n, bits, h.bits.data<uint8_t>());
     return true;
   }
-  std::unique_ptr<Scratch<uint8_t>> scratch;  // (n,) u8 codes of a non-u8 tensor
-  const uint8_t* codes = nullptr;
-  if (x.dtype() == DType::u8) {
-    codes = x.data<uint8_t>();
-  } else {
-    scratch = std::make_unique<Scratch<uint8_t>>(n, rules_.counted_scratch);
-    with_integers(x, [&](const auto* p) { copy_values(p, n, scratch->data()); });
-    codes = scratch->data();
-  }
-  TagScope tag(MemTag::Saved);
-  h.bits = Tensor::empty(Shape{packed_bytes(n, bits)}, DType::u8);  // (ceil(n * bits / 8),)
-  pack_bits(codes, n, bits, h.bits.data<uint8_t>());
-  return true;
+  // On x's device, in one pass; a GPU reports whether every value fit with one host read.
+  const int64_t bad = pack_codes(x, bits, h.bits);
+  return bad < 0 || unfit(bad);
 }
 
 // ---- load ---------------------------------------------------------------------------------------
 
 Tensor CompressingStore::load_step_mask(const Held& h, const Entry& e) const {
-  const int64_t n = h.numel;
-  Scratch<uint8_t> m(n, rules_.counted_scratch);  // (n,) the mask's bits
-  unpack_bits(h.bits.data<uint8_t>(), n, 1, m.data());
-  Tensor out = Tensor::empty(e.shape, DType::f32, e.layout);  // f'(x), the saved tensor's shape and layout
-  const uint8_t* mp = m.data();
-  float* o = out.data<float>();
-  for (int64_t i = 0; i < n; ++i) o[i] = mp[i] ? h.hi : h.lo;
+  Tensor out = Tensor::empty(e.shape, DType::f32, e.layout, TagScope::current(),
+                             h.bits.device());  // f'(x), the saved tensor's shape and layout
+  fewbit_decode(step_coder(h), h.bits, Tensor(), out);
   return out;
 }
 
 Tensor CompressingStore::load_packed(const Held& h, const Entry& e) const {
-  const int64_t n = h.numel;
   const int bits = h.packed_bits;
-  const uint8_t* src = h.bits.data<uint8_t>();
-  if (bits > 8) {
-    std::vector<uint16_t> codes(static_cast<size_t>(n));  // (n,)
-    unpack_wide_codes(src, n, bits, codes.data());
-    Tensor out = Tensor::empty(e.shape, e.dtype, e.layout);  // the saved tensor's shape, dtype and layout
-    copy_to(codes.data(), n, out);
+  Tensor out = Tensor::empty(e.shape, e.dtype, e.layout, TagScope::current(),
+                             h.bits.device());  // the saved tensor's shape, dtype and layout
+  if (bits > 8) {  // host only, as in pack_exact
+    std::vector<uint16_t> codes(static_cast<size_t>(h.numel));  // (n,)
+    unpack_wide_codes(h.bits.data<uint8_t>(), h.numel, bits, codes.data());
+    copy_to(codes.data(), h.numel, out);
     return out;
   }
-  if (e.dtype == DType::u8) {
-    Tensor out = Tensor::empty(e.shape, e.dtype, e.layout);
-    unpack_bits(src, n, bits, out.data<uint8_t>());
-    return out;
-  }
-  Tensor out = Tensor::empty(e.shape, e.dtype, e.layout);
-  Scratch<uint8_t> codes(n, rules_.counted_scratch);  // (n,)
-  unpack_bits(src, n, bits, codes.data());
-  copy_to(codes.data(), n, out);
+  unpack_codes(h.bits, bits, out);
   return out;
 }
 
@@ -316,6 +271,14 @@ Tensor CompressingStore::apply_derivative(const SavedHandle& handle, const Tenso
     if (h.encoded) {
       Tensor fused = apply_encoded(*h.encoded, e, grad_out);
       if (fused.defined()) return fused;
+    }
+    if (h.key.form == Form::StepMask && grad_out.dtype() == DType::f32 && grad_out.layout() == e.layout) {
+      // grad * f' straight from the mask, in one pass: the product the unfused path computes.
+      PACKRAT_CHECK(grad_out.shape() == e.shape, "{} {}: backward gradient {} does not match the saved {}",
+                    e.request.op, e.request.name, grad_out.shape().str(), e.shape.str());
+      Tensor out = Tensor::empty_like(grad_out);
+      fewbit_decode(step_coder(h), h.bits, grad_out, out);
+      return out;
     }
   }
   return SavedTensorStore::apply_derivative(handle, grad_out);

@@ -12,9 +12,13 @@
 //   exact pass-through   exact requests, and what the scheme can neither encode nor pack, go
 //                        to an inner FP32 store (a reference, tagged Saved while held)
 //   step masks           the derivative of a step function (relu family) as its exact 1-bit mask
+//                        (the few-bit codec's Step code); apply_derivative reads it in one pass
 //   packed masks/indices masks and indices packed exactly at their bits
 //   describe()           one SavedRecord per entry, bytes as the allocator counts them
-//   the device check     a buffer on a device without kernels is a clear error (issue 11)
+//   the device           a buffer is kept on its own device (codes, masks and metadata allocated
+//                        there under MemTag::Saved, by the codecs' device kernels; loads return
+//                        tensors on that device, with no host access) when the codec says it runs
+//                        there (codec_on_devices); otherwise a device tensor is a clear error
 //
 // The derived class supplies its codec: encode (what it keeps of an f32 Value or Derivative,
 // as an Encoded holding packrat Tensors), decode (what the request asks for back), and its
@@ -27,6 +31,7 @@
 
 #include "autograd/fp32_store.h"
 #include "autograd/saved_tensor_store.h"
+#include "quant/fewbit_codec.h"
 
 namespace packrat {
 
@@ -37,8 +42,8 @@ class CompressingStore : public SavedTensorStore {
     int max_packed_bits = 8;        // masks and indices are packed up to this many bits (<= 16)
     bool unfit_kept_exact = false;  // a mask / index that is not integer or does not fit its bits:
                                     // kept exact (true) or an error naming the element (false)
-    bool counted_scratch = true;    // transient buffers of masks and indices: Workspace tensors
-                                    // (true) or host vectors the allocator does not see (false)
+    bool counted_scratch = true;    // no longer read: masks and indices are packed and unpacked
+                                    // without transient buffers (kept for MixedStore's initializer)
     bool realised_bits = false;     // describe's bits: 8 * held bytes / numel (true), or the
                                     // nominal width (false)
   };
@@ -103,6 +108,11 @@ class CompressingStore : public SavedTensorStore {
   // -> Exact; a step derivative -> StepMask; other f32 Values and Derivatives -> Codec; masks
   // and indices -> Packed at their bits (see Rules).
   virtual Form form_for(const Tensor& x, const SaveRequest& r) const;
+  // Whether encode / decode / apply_encoded run on any device: they allocate on the tensor's
+  // device and call only device-dispatching codec entry points, never host access to its data.
+  // Default false: a device tensor is refused by check_device before anything is made there (the
+  // mixed / deterministic stores in this version, and a scheme of your own unless it says so).
+  virtual bool codec_on_devices() const;
   // The fn and variant of a Codec key: two requests with the same key share one encoding.
   // Default: {nullptr, 0} (the codes depend on the buffer only).
   virtual std::pair<const Pointwise*, int> codec_key(const SaveRequest& r) const;
@@ -112,8 +122,9 @@ class CompressingStore : public SavedTensorStore {
   // FP32 store would hold). The codec key takes `variant`.
   SavedHandle keep_encoded(const Tensor& x, const Tensor& fp32_of, const SaveRequest& r,
                            std::unique_ptr<Encoded> enc, int variant);
-  // Throws "<scheme>: CUDA compression kernels are not built yet (issue 11), so nothing is
-  // compressed on cuda:0: <op> <layer> <x.describe()> cannot be compressed there ..." unless x is on the CPU (the codecs' device dispatch, quant/codec_device.h).
+  // Unless x is on the CPU or the codec runs on devices (codec_on_devices), throws "<scheme>:
+  // CUDA compression kernels are not built yet (issue 11), so nothing is compressed on cuda:0:
+  // <op> <layer> <x.describe()> cannot be compressed there ..." (quant/codec_device.h).
   void check_device(const Tensor& x, const SaveRequest& r) const;
   // The held buffer of a live, non-exact handle (no in-place check), or null; the entry, or null.
   const Held* held_of(const SavedHandle& h) const;
@@ -127,7 +138,9 @@ class CompressingStore : public SavedTensorStore {
   uint64_t keep(Held h, const Tensor& source);
   SavedHandle add_entry(uint64_t held, const Tensor& x, const SaveRequest& r, bool shared, uint64_t fp32_key);
   SavedHandle keep_exact(const Tensor& x, const SaveRequest& r);
-  void pack_step_mask(Held& h, const Tensor& x, const SaveRequest& r);
+  // The few-bit codec's Step coder of a held step mask (its codes are the mask).
+  static FewbitCoder step_coder(const Held& h);
+  void pack_step_mask(Held& h, const Tensor& x);
   bool pack_exact(Held& h, const Tensor& x, const SaveRequest& r, int bits);  // false: unfit, keep exact
   Tensor load_step_mask(const Held& h, const Entry& e) const;
   Tensor load_packed(const Held& h, const Entry& e) const;

@@ -5,6 +5,7 @@
 #include "core/error.h"
 #include "core/tensor.h"
 #include "quant/bitpack.h"
+#include "quant/codec_device.h"
 #if PACKRAT_HAVE_CUDA
 #include "core/cuda/launch_check.h"
 #include "quant/fewbit_device.h"
@@ -23,6 +24,7 @@ void fewbit_encode(const FewbitCoder& c, const Pointwise* fn, const Tensor& src,
                   packed.data<uint8_t>());
     return;
   }
+  if (codec_ran_on_host(src.device(), {src, y, packed}, [&] { fewbit_encode(c, fn, src, y, packed); })) return;
 #if PACKRAT_HAVE_CUDA
   PACKRAT_CHECK(c.bits >= 1 && c.bits <= 4, "fewbit encode: bits must be in [1, 4], got {}", c.bits);
   PACKRAT_CHECK(fn || (c.kind != FewbitKind::Step && !y.defined()),
@@ -46,6 +48,7 @@ void fewbit_decode(const FewbitCoder& c, const Tensor& packed, const Tensor& gra
     fewbit_decode(c, packed.data<uint8_t>(), grad.defined() ? grad.data<float>() : nullptr, out.data<float>(), n);
     return;
   }
+  if (codec_ran_on_host(packed.device(), {packed, grad, out}, [&] { fewbit_decode(c, packed, grad, out); })) return;
 #if PACKRAT_HAVE_CUDA
   PACKRAT_CHECK(c.bits >= 1 && c.bits <= 4, "fewbit decode: bits must be in [1, 4], got {}", c.bits);
   cuda::launch_fewbit_decode(c, packed.device_data<uint8_t>(), grad.defined() ? grad.device_data<float>() : nullptr,

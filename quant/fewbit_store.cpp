@@ -82,9 +82,9 @@ struct FewbitStore::Codes : Encoded {
 
 namespace {
 
-Tensor packed_buffer(int64_t n, int bits) {
-  TagScope saved(MemTag::Saved);
-  return Tensor::empty(Shape{packed_bytes(n, bits)}, DType::u8);  // (ceil(n * bits / 8),)
+Tensor packed_buffer(int64_t n, int bits, Device device) {
+  return Tensor::empty(Shape{packed_bytes(n, bits)}, DType::u8, Layout::Plain, MemTag::Saved,
+                       device);  // (ceil(n * bits / 8),)
 }
 
 }  // namespace
@@ -109,7 +109,7 @@ std::unique_ptr<CompressingStore::Encoded> FewbitStore::encode(const Tensor& x, 
     x.check_dtype(DType::u8, "fewbit store: a mask");
   else
     x.check_dtype(DType::f32, "fewbit store: an activation");
-  c->packed = packed_buffer(x.numel(), c->coder.bits);
+  c->packed = packed_buffer(x.numel(), c->coder.bits, x.device());
   fewbit_encode(c->coder, r.fn, x, Tensor(), c->packed);
   return c;
 }
@@ -123,7 +123,7 @@ std::pair<Tensor, SavedHandle> FewbitStore::forward_and_save(const Tensor& x, co
   auto c = std::make_unique<Codes>();
   c->coder = coder_for(r, false);
   c->bits = c->coder.bits;
-  c->packed = packed_buffer(x.numel(), c->coder.bits);
+  c->packed = packed_buffer(x.numel(), c->coder.bits, x.device());
   Tensor y = Tensor::empty_like(x);  // same shape and layout as x
   fewbit_encode(c->coder, r.fn, x, y, c->packed);
   const Tensor& fp32_of = r.fn->derivative_from_output ? y : x;  // what the FP32 store would hold
@@ -133,9 +133,10 @@ std::pair<Tensor, SavedHandle> FewbitStore::forward_and_save(const Tensor& x, co
 Tensor FewbitStore::decode(const Encoded& enc, const Entry& e) {
   const auto& c = static_cast<const Codes&>(enc);
   const bool mask = c.coder.kind == Kind::Mask;
-  Tensor out = Tensor::empty(e.shape, mask ? DType::u8 : DType::f32, e.layout);
+  Tensor out = Tensor::empty(e.shape, mask ? DType::u8 : DType::f32, e.layout, TagScope::current(),
+                             c.packed.device());  // the saved tensor's shape, layout and device
   if (mask) {
-    unpack_bits(c.packed.data<uint8_t>(), out.numel(), 1, out.data<uint8_t>());
+    unpack_codes(c.packed, 1, out);
     return out;
   }
   fewbit_decode(c.coder, c.packed, Tensor(), out);

@@ -12,7 +12,9 @@
 // the same interval as x up to float rounding at a border.
 //
 // The codec (make and read the codes, CPU kernels, device dispatch) is quant/fewbit_codec.h; the
-// bookkeeping (entries, dedup, the in-place check, describe) quant/compressing_store.h's.
+// bookkeeping (entries, dedup, the in-place check, describe) quant/compressing_store.h's. A GPU
+// tensor is encoded and decoded on its device (quant/fewbit_codec_cuda.cu, the CPU's codes), its
+// codes held there under the Saved tag; backward's grad * level[code] is one pass there too.
 //
 // Config: `{ops: [gelu], scheme: fewbit, bits: 3, weight: uniform, refine: true}`.
 #include <cstdint>
@@ -54,6 +56,7 @@ class FewbitStore : public CompressingStore {
   std::unique_ptr<Encoded> encode(const Tensor& x, const SaveRequest& r) override;
   Tensor decode(const Encoded& enc, const Entry& e) override;
   Tensor apply_encoded(const Encoded& enc, const Entry& e, const Tensor& grad_out) override;
+  bool codec_on_devices() const override { return true; }  // quant/fewbit_codec.h's entry points
 
  private:
   struct Codes;  // the Encoded of one tensor

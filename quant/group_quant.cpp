@@ -3,6 +3,7 @@
 #include "core/build_config.h"
 #include "core/error.h"
 #include "core/tensor.h"
+#include "quant/codec_device.h"
 #if PACKRAT_HAVE_CUDA
 #include "core/cuda/launch_check.h"
 #include "quant/group_quant_device.h"
@@ -59,6 +60,9 @@ void quantize_groups(const Tensor& x, const GroupGeometry& g, Rounding rounding,
     quantize_groups(x.data<float>(), g, rounding, noise, codes.data<uint8_t>(), meta.data<uint8_t>(), group_range_sq);
     return;
   }
+  if (codec_ran_on_host(x.device(), {x, codes, meta},
+                        [&] { quantize_groups(x, g, rounding, noise, codes, meta, group_range_sq); }))
+    return;
 #if PACKRAT_HAVE_CUDA
   Tensor range_sq;  // (groups) f64 on the device, copied to the host afterwards
   if (group_range_sq) range_sq = Tensor::empty(Shape{g.groups()}, DType::f64, Layout::Plain, MemTag::Workspace, x.device());
@@ -83,6 +87,7 @@ void dequantize_groups(const Tensor& codes, const Tensor& meta, const GroupGeome
     dequantize_groups(codes.data<uint8_t>(), meta.data<uint8_t>(), g, out.data<float>());
     return;
   }
+  if (codec_ran_on_host(out.device(), {codes, meta, out}, [&] { dequantize_groups(codes, meta, g, out); })) return;
 #if PACKRAT_HAVE_CUDA
   cuda::launch_dequantize_groups(codes.device_data<uint8_t>(), meta.device_data<uint8_t>(), g,
                                  out.device_data<float>());

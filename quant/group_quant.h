@@ -317,8 +317,9 @@ PACKRAT_HD inline void dequantize_group(const uint8_t* codes, const uint8_t* met
 class Tensor;
 
 // Quantizes x (g.numel f32, the buffer as it lies) into codes (g.code_bytes(),) u8 and meta
-// (g.meta_bytes(),) u8 on x's device. CPU: the kernel below. Another device: packrat::Error
-// (no CUDA kernels yet, issue 11).
+// (g.meta_bytes(),) u8 on x's device. CPU: the kernel below; a GPU: group_quant_cuda.cu (the
+// variance bounds, when asked for, are copied to the host); the emulated GPU of the tests: the
+// CPU kernel (quant/codec_device.h).
 void quantize_groups(const Tensor& x, const GroupGeometry& g, Rounding rounding, const QuantNoise& noise,
                      const Tensor& codes, const Tensor& meta, std::vector<double>* group_range_sq = nullptr);
 // Dequantizes into out (g.numel f32, any shape) on the codes' device.

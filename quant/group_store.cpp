@@ -117,11 +117,10 @@ std::unique_ptr<CompressingStore::Encoded> GroupStore::encode(const Tensor& x, c
   auto q = std::make_unique<Quantized>();
   q->bits = cfg.bits;
   q->geometry = group_geometry(x.numel(), samples, cfg);
-  {
-    TagScope tag(MemTag::Saved);
-    q->codes = Tensor::empty({q->geometry.code_bytes()}, DType::u8);  // (code bytes,)
-    q->meta = Tensor::empty({q->geometry.meta_bytes()}, DType::u8);   // (groups * meta bytes per group,)
-  }
+  q->codes = Tensor::empty({q->geometry.code_bytes()}, DType::u8, Layout::Plain, MemTag::Saved,
+                           x.device());  // (code bytes,)
+  q->meta = Tensor::empty({q->geometry.meta_bytes()}, DType::u8, Layout::Plain, MemTag::Saved,
+                          x.device());  // (groups * meta bytes per group,)
   std::vector<double> group_range_sq;  // (groups,)
   const QuantNoise noise{noise_seed(index), quant_stream(static_cast<uint64_t>(step_), static_cast<uint64_t>(index))};
   quantize_groups(x, q->geometry, cfg.rounding, noise, q->codes, q->meta, provider_ ? &group_range_sq : nullptr);
@@ -150,8 +149,9 @@ std::unique_ptr<CompressingStore::Encoded> GroupStore::encode(const Tensor& x, c
 
 Tensor GroupStore::decode(const Encoded& enc, const Entry& e) {
   const auto& q = static_cast<const Quantized&>(enc);
-  TagScope tag(MemTag::Workspace);  // a transient copy for the backward of one op
-  Tensor out = Tensor::empty(e.shape, DType::f32, e.layout);  // same shape and layout as saved
+  TagScope tag(MemTag::Workspace);  // a transient copy for the backward of one op, freed after it
+  Tensor out = Tensor::empty(e.shape, DType::f32, e.layout, MemTag::Workspace,
+                             q.codes.device());  // same shape, layout and device as saved
   dequantize_groups(q.codes, q.meta, q.geometry, out);
   if (e.request.need == Need::Derivative) return pointwise_derivative(*e.request.fn, out);
   return out;

@@ -5,7 +5,9 @@
 // exact 1-bit mask instead; masks are packed exactly to 1 bit, indices to r.index_bits bits, and
 // exact requests (and non-f32 data) stay FP32. A tensor saved by two ops is quantized once (the
 // bookkeeping is quant/compressing_store.h's). Packed codes and metadata are u8 tensors
-// allocated under the Saved tag, so the allocator counts every byte and describe() reports them.
+// allocated under the Saved tag on the saved tensor's device, so that device's allocator counts
+// every byte and describe() reports them; a GPU tensor is quantized and dequantized there by the
+// codec's CUDA kernels (quant/group_quant_cuda.cu), writing the CPU's bytes.
 //
 // Randomness: the tensor quantized n-th since begin_step(step) draws its rounding noise from
 // Philox(seed, quant_stream(step, n), element); set_noise_salt re-draws one tensor's noise.
@@ -71,6 +73,7 @@ class GroupStore : public CompressingStore {
   // The codec: per-group codes + metadata (quant/group_quant.h) of an f32 Value or Derivative.
   std::unique_ptr<Encoded> encode(const Tensor& x, const SaveRequest& r) override;
   Tensor decode(const Encoded& enc, const Entry& e) override;
+  bool codec_on_devices() const override { return true; }  // quant/group_quant.h's entry points
 
  private:
   struct Quantized;  // the Encoded of one tensor

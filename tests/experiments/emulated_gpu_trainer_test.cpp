@@ -36,8 +36,8 @@ const fs::path& fixture_data() {
 
 const std::string kGpu = EmulatedGpu::device().str();  // "cuda:1000"
 
-// The tiny config (ResNet-20, clipping, label smoothing, SGD with Nesterov) in FP32 storage: the
-// compressing schemes have no device kernels yet.
+// The tiny config (ResNet-20, clipping, label smoothing, SGD with Nesterov) in FP32 storage
+// (the compressing stores on the device: emulated_gpu_store_test.cpp).
 Config tiny(const fs::path& out, const std::string& device, const std::vector<std::string>& more = {}) {
   std::vector<std::string> sets{"saved_tensors.rules=[]", "device=" + device, "train.epochs=1"};
   sets.insert(sets.end(), more.begin(), more.end());  // later settings win
@@ -187,12 +187,14 @@ TEST(EmulatedGpu, GradientFidelityRunsOnTheDevice) {
   EXPECT_NEAR(r.total.cosine, 1.0, 1e-12);
 }
 
-TEST(EmulatedGpu, ACompressingStoreRefusesDeviceTensorsNamingStoreAndTensor) {
+// The mixed / deterministic codec has no device kernels yet: its store refuses device tensors
+// (the per-group and few-bit stores compress there: emulated_gpu_store_test.cpp).
+TEST(EmulatedGpu, TheMixedStoreRefusesDeviceTensorsNamingStoreAndTensor) {
   EmulatedGpu gpu;
   const std::string m = message_of([&] {
-    memory_report_only(tiny(temp_dir("emulated_actnn"), kGpu, {"saved_tensors.default={scheme: actnn, bits: 2}"}));
+    memory_report_only(tiny(temp_dir("emulated_mixed"), kGpu, {"saved_tensors.default={scheme: mixed, preset: \"2/4@0.5\"}"}));
   });
-  EXPECT_TRUE(m.starts_with("actnn: CUDA compression kernels are not built yet (issue 11), so nothing is compressed on "
+  EXPECT_TRUE(m.starts_with("mixed: CUDA compression kernels are not built yet (issue 11), so nothing is compressed on "
                             "cuda:1000: conv2d conv1 ")) << m;
   EXPECT_NE(m.find("on cuda:1000 cannot be compressed there"), std::string::npos) << m;
   EXPECT_EQ(gpu.allocator().current(MemTag::Saved), 0);

@@ -11,6 +11,7 @@
 #include "core/backend.h"
 #include "core/backend_override.h"
 #include "core/cpu/cpu_backend.h"
+#include "quant/codec_device.h"
 
 namespace packrat::testing {
 
@@ -432,6 +433,22 @@ class EmulatedBackend final : public Backend {
   Allocator allocator_;
 };
 
+// The compression codecs on the device: their CPU kernels, on its (host) memory.
+class EmulatedCodecs final : public HostCodecOverride {
+ public:
+  Device device() const override { return kGpu; }
+  void run_on_host(std::initializer_list<Tensor> operands, const std::function<void()>& kernel) override {
+    OnHost h;
+    for (const Tensor& t : operands) h.add(t);
+    kernel();
+  }
+};
+
+EmulatedCodecs& codecs() {
+  static EmulatedCodecs* c = new EmulatedCodecs();
+  return *c;
+}
+
 EmulatedBackend& instance() {
   static EmulatedBackend* b = new EmulatedBackend();  // never destroyed, like the real backends
   return *b;
@@ -439,8 +456,14 @@ EmulatedBackend& instance() {
 
 }  // namespace
 
-EmulatedGpu::EmulatedGpu() { set_backend_override(kGpu, &instance()); }
-EmulatedGpu::~EmulatedGpu() { set_backend_override(kGpu, nullptr); }
+EmulatedGpu::EmulatedGpu() {
+  set_backend_override(kGpu, &instance());
+  set_codec_override(&codecs());
+}
+EmulatedGpu::~EmulatedGpu() {
+  set_codec_override(nullptr);
+  set_backend_override(kGpu, nullptr);
+}
 Allocator& EmulatedGpu::allocator() { return instance().allocator(); }
 
 }  // namespace packrat::testing
