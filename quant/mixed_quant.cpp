@@ -98,6 +98,7 @@ int64_t mixed_bytes_formula(const BucketGeometry& g, const MixedQuantConfig& c, 
 
 namespace {
 
+#if PACKRAT_HAVE_CUDA
 // The format fields of a quantized tensor, before its buffers.
 MixedPacked packed_header(int64_t numel, const MixedQuantConfig& c) {
   MixedPacked p;
@@ -112,7 +113,6 @@ MixedPacked packed_header(int64_t numel, const MixedQuantConfig& c) {
 
 MixedFormat format_of(const MixedPacked& p) { return MixedFormat{p.geometry(), p.base, p.mix, p.scale, p.meta}; }
 
-#if PACKRAT_HAVE_CUDA
 // Device scratch of the kernels (freed on return; the default stream orders its reuse).
 Tensor device_scratch(int64_t n, DType dtype, Device d) { return Tensor::empty(Shape{n}, dtype, Layout::Plain, MemTag::Workspace, d); }
 
