@@ -238,25 +238,50 @@ PACKRAT_HD inline BucketGrid bucket_grid_ref(const float* x, int64_t len, const 
 // wider codes as the bucket's low bytes (len bytes), then its high (bits - 8)-bit parts packed.
 
 // Quantizes elements [8 * block, 8 * block + 8) of a bucket of len values at x (clipped to
-// len) into the bucket's codes at dst. `noise` is the bucket's own stream (bucket_stream):
-// element i draws rounding_uniform(seed, stream, i). The block must exist (8 * block < len).
-PACKRAT_HD inline void quantize_bucket_block8(const float* x, int64_t len, int64_t block, const BucketWidth& w,
-                                              ScaleRule scale, Rounding rounding, const QuantNoise& noise,
-                                              const BucketGrid& grid, uint8_t* dst) {
+// len) into the bucket's codes at dst, element 8 * block + k rounded with the uniform r[k]
+// (0.5: to nearest). The block must exist (8 * block < len).
+PACKRAT_HD inline void quantize_bucket_block8_with(const float* x, int64_t len, int64_t block, const BucketWidth& w,
+                                                   ScaleRule scale, const float* r, const BucketGrid& grid,
+                                                   uint8_t* dst) {
   const int lo_bits = w.code_bits < 8 ? w.code_bits : 8, hi_bits = w.code_bits - lo_bits;
   const int64_t b = 8 * block;
   const int n = len - b < 8 ? static_cast<int>(len - b) : 8;
   uint64_t lo = 0, hi = 0;
   for (int k = 0; k < n; ++k) {
-    const float r = rounding == Rounding::Stochastic ? rounding_uniform(noise.seed, noise.stream, b + k) : 0.5f;
-    const uint32_t code = is_sign_magnitude(scale) ? quantize_sign_magnitude(x[b + k], grid.levels_over_scale, w.levels, r)
-                                                   : quantize_value(x[b + k], grid.affine, w.levels, r);
+    const uint32_t code = is_sign_magnitude(scale) ? quantize_sign_magnitude(x[b + k], grid.levels_over_scale, w.levels, r[k])
+                                                   : quantize_value(x[b + k], grid.affine, w.levels, r[k]);
     lo |= block_put(code & 0xFFu, k, lo_bits);
     if (hi_bits) hi |= block_put(code >> 8, k, hi_bits);
   }
   store_block8(lo, static_cast<int>(packed_bytes(n, lo_bits)), dst + block * lo_bits);
   if (hi_bits) store_block8(hi, static_cast<int>(packed_bytes(n, hi_bits)), dst + len + block * hi_bits);
 }
+
+// The same with the bucket's own noise stream (bucket_stream): element i draws
+// rounding_uniform(seed, stream, i).
+PACKRAT_HD inline void quantize_bucket_block8(const float* x, int64_t len, int64_t block, const BucketWidth& w,
+                                              ScaleRule scale, Rounding rounding, const QuantNoise& noise,
+                                              const BucketGrid& grid, uint8_t* dst) {
+  float r[8];
+  const int n = len - 8 * block < 8 ? static_cast<int>(len - 8 * block) : 8;
+  for (int k = 0; k < n; ++k)
+    r[k] = rounding == Rounding::Stochastic ? rounding_uniform(noise.seed, noise.stream, static_cast<uint64_t>(8 * block + k))
+                                            : 0.5f;
+  quantize_bucket_block8_with(x, len, block, w, scale, r, grid, dst);
+}
+
+// A warp's rounding noise. rounding_uniform spends one Philox call per element and uses 16 of
+// its 128 bits; a CUDA warp that quantizes 32 consecutive blocks of 8 (256 elements from a
+// multiple of 256: two of rounding_noise16's 128-element Philox blocks) instead makes one call
+// per lane, lane L computing warp_noise_counter(first_block, L), and element k of lane L's block
+// takes half-word warp_noise_half(L) of lane warp_noise_source(L, k)'s output: the same uniforms.
+PACKRAT_HD inline uint64_t warp_noise_counter(int64_t first_block, int lane) {  // first_block: a multiple of 32
+  return ((static_cast<uint64_t>(first_block >> 4) + static_cast<uint64_t>(lane >> 4)) << 4) | static_cast<uint64_t>(lane & 15);
+}
+PACKRAT_HD inline int warp_noise_source(int lane, int k) { return 16 * (lane >> 4) + 8 * (lane & 1) + k; }
+PACKRAT_HD inline int warp_noise_half(int lane) { return (lane & 15) >> 1; }
+// Half-word h of a Philox output: word h / 2, its high half when h is odd.
+PACKRAT_HD inline uint32_t philox_half_word(const uint32_t* words, int h) { return (words[h >> 1] >> (16 * (h & 1))) & 0xFFFFu; }
 
 // Dequantizes the same block of a bucket written by quantize_bucket_block8: out[8 * block ..]
 // (clipped to len), out the bucket's first value.
