@@ -118,6 +118,7 @@ Tensor device_scratch(int64_t n, DType dtype, Device d) { return Tensor::empty(S
 
 MixedPacked quantize_mixed_cuda(const Tensor& x, const MixedQuantConfig& c, const QuantNoise& noise) {
   const Device d = x.device();
+  const MemTag tag = TagScope::current();  // the caller's: the buffers held
   MixedPacked p = packed_header(x.numel(), c);
   const BucketGeometry g = p.geometry();
   const MixedFormat f = format_of(p);
@@ -142,6 +143,7 @@ MixedPacked quantize_mixed_cuda(const Tensor& x, const MixedQuantConfig& c, cons
                                 totals.device_data<int64_t>(), scan.raw(), scan_bytes);
     cuda::check_last_launch("quantize_mixed (bucket decisions)");
     // The host allocates the codes, so it needs their size: the one synchronising copy (16 bytes).
+    TagScope scratch(MemTag::Workspace);
     const Tensor host = totals.to(Device::cpu());
     code_bytes = host.data<int64_t>()[0];
     p.mix_buckets = host.data<int64_t>()[1];
@@ -151,7 +153,6 @@ MixedPacked quantize_mixed_cuda(const Tensor& x, const MixedQuantConfig& c, cons
   p.uniform = p.mix_buckets == 0 || p.mix_buckets == g.buckets;
   p.uniform_is_mix = g.buckets > 0 && p.mix_buckets == g.buckets;
 
-  const MemTag tag = TagScope::current();  // the caller's: the buffers held
   p.codes = Tensor::empty(Shape{code_bytes}, DType::u8, Layout::Plain, tag, d);                               // (code bytes,)
   p.meta_data = Tensor::empty(Shape{g.buckets * bucket_meta_bytes(c.scale, c.meta)}, DType::u8, Layout::Plain, tag, d);  // (buckets, meta bytes)
   if (!p.uniform) {

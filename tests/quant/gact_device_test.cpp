@@ -14,6 +14,7 @@
 #include "quant/gact_policy.h"
 #include "tests/support/emulated_gpu.h"
 #include "tests/support/gact_toy.h"
+#include "tests/support/gpu.h"
 #include "tests/support/gradcheck.h"
 
 namespace packrat {
@@ -104,6 +105,47 @@ TEST(GactDevice, PerSampleGradientNormsComeFromTheDevice) {
     }
     EXPECT_EQ(sample_sq_norms(g), host) << "a CPU tensor keeps the double-precision path";
   }
+}
+
+// The same on a real GPU (skips without one): its reductions sum in another order, so the
+// figures agree with the CPU's to rounding, the allocation exactly, and a store restored from
+// a GPU store's state continues bit-identically.
+TEST(GactDevice, OnARealGpuTheEstimatesMatchTheCpuAndResumeExactly) {
+  PACKRAT_SKIP_WITHOUT_GPU();
+  const Device d = testing::first_gpu()->device();
+  ToyNet net;
+  GactOptions o = toy_options(GactEstimator::Measured);
+  GactPolicy cpu_policy(o), gpu_policy(o);
+  cpu_policy.begin_step(0);
+  gpu_policy.begin_step(0);
+  ASSERT_TRUE(cpu_policy.gact().iterate(0, [&] { return net.grads(cpu_policy); }));
+  ASSERT_TRUE(gpu_policy.gact().iterate(0, [&] { return on(d, net.grads(gpu_policy)); }));
+  for (size_t l = 0; l < 2; ++l) {
+    const double a = cpu_policy.gact().tensors()[l].sensitivity, b = gpu_policy.gact().tensors()[l].sensitivity;
+    EXPECT_NEAR(b, a, 1e-9 * a) << "tensor " << l;
+    EXPECT_EQ(gpu_policy.gact().tensors()[l].bits, cpu_policy.gact().tensors()[l].bits) << "tensor " << l;
+  }
+  Fp32Policy fp32;
+  for (int k = 0; k < 3; ++k) {
+    net.xa = testing::random_tensor({16, 64}, 300 + static_cast<uint64_t>(k));
+    const std::vector<Tensor> g = net.grads(fp32);
+    cpu_policy.gact().observe_gradient(g);
+    gpu_policy.gact().observe_gradient(on(d, g));
+  }
+  const double a = cpu_policy.gact().sampling_variance(), b = gpu_policy.gact().sampling_variance();
+  EXPECT_NEAR(b, a, 1e-5 * a);
+  GactPolicy resumed(o);
+  resumed.gact().import_state(gpu_policy.gact().export_state(), "test");
+  for (int k = 3; k < 5; ++k) {
+    net.xa = testing::random_tensor({16, 64}, 300 + static_cast<uint64_t>(k));
+    const std::vector<Tensor> g = on(d, net.grads(fp32));
+    gpu_policy.gact().observe_gradient(g);
+    resumed.gact().observe_gradient(g);
+  }
+  EXPECT_TRUE(testing::same_state(resumed.gact().export_state(), gpu_policy.gact().export_state()));
+  const Tensor grad = testing::random_tensor({4, 8, 5, 3}, 7, -2.0f, 2.0f);
+  const std::vector<double> host = per_sample_sq_norms(grad), device = sample_sq_norms(grad.to(d));
+  for (size_t n = 0; n < host.size(); ++n) EXPECT_NEAR(device[n], host[n], 1e-6 * host[n]) << "sample " << n;
 }
 
 }  // namespace
