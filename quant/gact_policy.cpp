@@ -12,8 +12,8 @@
 #include <queue>
 #include <set>
 
+#include "core/backend.h"
 #include "core/error.h"
-#include "quant/codec_device.h"
 
 namespace packrat {
 
@@ -141,6 +141,20 @@ double analytic_jacobian_factor(std::string_view op, const Tensor& grad_out, int
   return jacobian_factor(op == "conv2d" ? std::string_view() : op, grad_out);  // no kernel: per element
 }
 
+std::vector<double> sample_sq_norms(const Tensor& t) {
+  if (t.is_cpu()) return per_sample_sq_norms(t);
+  PACKRAT_CHECK(t.dtype() == DType::f32, "gact: per-sample gradient norms of {}: expected f32", t.describe());
+  const int64_t n = t.rank() >= 2 ? t.dim(0) : 1;
+  std::vector<double> out(static_cast<size_t>(n), 0.0);  // (N,)
+  if (t.numel() == 0) return out;
+  TagScope tag(MemTag::Workspace);
+  Backend& be = backend(t.device());
+  const Tensor rows = t.to_plain().reshape({n, t.numel() / n});  // (N, elements per sample)
+  const Tensor sums = be.reduce_sum_to(be.binary(BinaryOp::Mul, rows, rows), Shape{n, 1}).to(Device::cpu());  // (N, 1)
+  for (int64_t i = 0; i < n; ++i) out[static_cast<size_t>(i)] = static_cast<double>(sums.data<float>()[i]);
+  return out;
+}
+
 std::map<std::string, int64_t> conv_kernel_elements(const std::vector<std::pair<std::string, Tensor>>& named_parameters) {
   static const std::string suffix = ".weight";
   std::map<std::string, int64_t> out;
@@ -185,18 +199,18 @@ SavedHandle GactStore::save(const Tensor& x, const SaveRequest& r) {
   if (t.bits == kPassThroughBits) {
     h = passthrough_.save(x, r);
     if (first && gopts_.estimator == GactEstimator::Analytic) {
-      // The group ranges the quantizer would have seen, for the sensitivity (scratch buffers).
-      // The ranges come from the per-group codec, which has no CUDA kernels yet.
-      check_codec_device("gact (analytic estimator)", x.device(),
-                         fmt::format("{} {}: the group ranges of {} for its sensitivity", r.op, r.name, x.describe()));
+      // The group ranges the quantizer would have seen, for the sensitivity: the per-group codec
+      // on x's device into scratch buffers there; only the per-group range terms come to the host
+      // (1/128 of x's bytes), to be summed per sample.
       GroupQuantConfig cfg = options().quant;
       cfg.bits = 8;
       const GroupGeometry geo = group_geometry(x.numel(), t.samples, cfg);
-      TagScope tag(MemTag::Workspace);
-      Tensor codes = Tensor::empty({geo.code_bytes()}, DType::u8), meta = Tensor::empty({geo.meta_bytes()}, DType::u8);
       std::vector<double> group_range_sq;  // (groups,)
-      quantize_groups(x.data<float>(), geo, Rounding::Nearest, QuantNoise{0, 0}, codes.data<uint8_t>(),
-                      meta.data<uint8_t>(), &group_range_sq);
+      {
+        const Tensor codes = Tensor::empty({geo.code_bytes()}, DType::u8, Layout::Plain, MemTag::Workspace, x.device());
+        const Tensor meta = Tensor::empty({geo.meta_bytes()}, DType::u8, Layout::Plain, MemTag::Workspace, x.device());
+        quantize_groups(x, geo, Rounding::Nearest, QuantNoise{0, 0}, codes, meta, &group_range_sq);
+      }
       t.range_sq.assign(static_cast<size_t>(t.samples), 0.0);
       const int64_t per_sample = std::max<int64_t>(1, x.numel() / t.samples);
       for (int64_t g = 0; g < geo.groups(); ++g)
@@ -274,7 +288,7 @@ void GactStore::note_consumer(const HandleKey& k, const std::vector<Tensor>& gra
   if (it == consumers_.end() || it->second.index >= static_cast<int64_t>(step_.size())) return;
   const Consumer& c = it->second;
   StepTensor& t = step_[static_cast<size_t>(c.index)];
-  std::vector<double> g = per_sample_sq_norms(grad_outputs[0]);  // (N,)
+  std::vector<double> g = sample_sq_norms(grad_outputs[0]);  // (N,)
   const double factor = analytic_jacobian_factor(c.op, grad_outputs[0], c.kernel_elements, c.input_pixels);
   for (double& v : g) v *= factor;
   if (static_cast<int64_t>(g.size()) != t.samples) {  // another batch layout: spread the total evenly
@@ -345,14 +359,19 @@ bool GactStore::iterate(int64_t step, const GradFn& compute_param_grads) {
 
 namespace {
 
+// ||a - b||^2 over every gradient, on the gradients' device (one double per gradient comes to
+// the host): the difference in f32, its squares summed in double.
 double squared_distance(const std::vector<Tensor>& a, const std::vector<Tensor>& b) {
   PACKRAT_CHECK(a.size() == b.size(), "gact: the gradient function returned {} then {} gradients", a.size(), b.size());
+  TagScope tag(MemTag::Workspace);
   double d = 0;
   for (size_t k = 0; k < a.size(); ++k) {
     if (!a[k].defined() || !b[k].defined()) continue;
-    PACKRAT_CHECK(a[k].numel() == b[k].numel(), "gact: gradient {} changed size between evaluations", k);
-    const std::vector<float> x = a[k].to(Device::cpu()).to_vector(), y = b[k].to(Device::cpu()).to_vector();
-    for (size_t i = 0; i < x.size(); ++i) d += static_cast<double>(x[i] - y[i]) * (x[i] - y[i]);
+    PACKRAT_CHECK(a[k].shape() == b[k].shape(), "gact: gradient {} changed shape between evaluations ({} then {})", k,
+                  a[k].shape().str(), b[k].shape().str());
+    check_same_device("gact (measured estimator): gradients of two evaluations", {&a[k], &b[k]});
+    Backend& be = backend(a[k].device());
+    d += be.reduce_sum_squares(be.binary(BinaryOp::Sub, a[k], b[k]));
   }
   return d;
 }
@@ -448,28 +467,44 @@ void GactStore::reallocate() {
 
 void GactStore::observe_gradient(const std::vector<Tensor>& grads) {
   int64_t P = 0;
-  for (const auto& g : grads)
-    if (g.defined()) P += g.numel();
+  const Tensor* first = nullptr;
+  for (const auto& g : grads) {
+    if (!g.defined()) continue;
+    PACKRAT_CHECK(g.dtype() == DType::f32, "gact: observe_gradient takes f32 gradients, got {}", g.describe());
+    if (first) check_same_device("gact: observe_gradient", {first, &g});
+    first = first ? first : &g;
+    P += g.numel();
+  }
+  if (!first) return;
+  const Device device = first->device();
+  Backend& be = backend(device);
   if (!grad_mean_.defined() || grad_mean_.numel() != P) {
-    // (P,) running mean of the flattened gradient, on the host: a GPU run copies each gradient
-    // here once per step (until issue 11 moves this to the device with the compression kernels).
-    grad_mean_ = Tensor::empty({P}, DType::f32, Layout::Plain, MemTag::OptimizerState, Device::cpu());
-    std::fill_n(grad_mean_.data<float>(), P, 0.0f);
+    // (P,) running mean of the flattened gradient, on the gradients' device.
+    grad_mean_ = Tensor::empty({P}, DType::f32, Layout::Plain, MemTag::OptimizerState, device);
+    be.fill(grad_mean_, 0.0);
     grad_count_ = 0;
     grad_m2_ = 0;
+  } else if (grad_mean_.device() != device) {  // restored from a checkpoint (host), or the run moved
+    TagScope keep(MemTag::OptimizerState);
+    grad_mean_ = grad_mean_.to(device);
   }
-  float* mean = grad_mean_.data<float>();
   ++grad_count_;
+  // Welford per element, on the device: delta = g - mean, mean += delta / count,
+  // m2 += sum delta * (g - new mean) (the sum in double; one double per gradient to the host).
+  TagScope tag(MemTag::Workspace);
+  const double inv_count = 1.0 / static_cast<double>(grad_count_);
   int64_t off = 0;
   for (const auto& g : grads) {
     if (!g.defined()) continue;
-    const std::vector<float> v = g.to(Device::cpu()).to_vector();
-    for (size_t i = 0; i < v.size(); ++i, ++off) {
-      const double old = mean[off];
-      const double next = old + (v[i] - old) / static_cast<double>(grad_count_);
-      grad_m2_ += (v[i] - old) * (v[i] - next);
-      mean[off] = static_cast<float>(next);
-    }
+    const int64_t n = g.numel();
+    const Tensor v = g.to_plain().reshape({n});  // (n,) logical order
+    Tensor mean = Tensor::empty({n}, DType::f32, Layout::Plain, MemTag::Workspace, device);  // (n,) its slice of the mean
+    be.copy_range(grad_mean_, off, mean, 0, n);
+    const Tensor delta = be.binary(BinaryOp::Sub, v, mean);
+    const Tensor next = be.binary(BinaryOp::Add, mean, be.scale(delta, inv_count));
+    grad_m2_ += be.reduce_sum(be.binary(BinaryOp::Mul, delta, be.binary(BinaryOp::Sub, v, next)));
+    be.copy_range(next, 0, grad_mean_, off, n);
+    off += n;
   }
 }
 
@@ -552,7 +587,8 @@ std::vector<std::pair<std::string, Tensor>> GactStore::export_state() const {
   out.emplace_back("grad_m2", m2);
   if (grad_mean_.defined() && grad_mean_.numel() > 0) {
     Tensor mean = state_tensor(grad_mean_.numel(), DType::f32);
-    std::memcpy(mean.raw(), grad_mean_.raw(), mean.nbytes());
+    const Tensor host = grad_mean_.to(Device::cpu());  // the exact bytes, from the gradients' device
+    std::memcpy(mean.raw(), host.raw(), mean.nbytes());
     out.emplace_back("grad_mean", mean);
   }
   // What begin_step would take from the step that finished last (analytic estimator).

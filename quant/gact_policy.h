@@ -26,6 +26,13 @@
 // gradient, which observe_gradient() estimates from the gradients of the training steps (the
 // trainer feeds every step's gradient, whichever the estimator).
 //
+// Devices: the estimators work where the model's tensors and gradients are. Gradient
+// distances, the sampling variance's running mean (kept on the gradients' device) and per-sample
+// gradient norms use the device's backend; only per-layer scalars (a distance, a sum, N
+// per-sample norms, a pass-through tensor's per-group ranges) come to the host. The exported
+// state is host tensors whatever the device (grad_mean copied from it); an imported mean moves
+// to the gradients' device at the next observe_gradient.
+//
 // Trainer protocol (like GACT's controller.iterate):
 //   GactPolicy policy(options);  PolicyScope scope(policy);
 //   for each step: policy.begin_step(step);
@@ -81,6 +88,12 @@ inline double quant_variance_factor(int bits) {
 //   otherwise:      1 / (grad_out elements per sample)   (elementwise and normalisation ops)
 double analytic_jacobian_factor(std::string_view op, const Tensor& grad_out, int64_t kernel_elements,
                                 int64_t input_pixels);
+
+// Per-sample squared L2 norms of a gradient whose leading dimension is the batch (rank < 2: one
+// sample), wherever it lives: a CPU tensor through per_sample_sq_norms (squares in double);
+// another device's with its backend (the squares in f32, summed in double), only the N sums
+// coming to the host.
+std::vector<double> sample_sq_norms(const Tensor& t);
 
 // KH*KW of every convolution of a model, by layer name ("layer1.0.conv1"), from its named
 // parameters (a rank-4 "<layer>.weight").

@@ -4,28 +4,11 @@
 
 #include "core/cuda/launch.cuh"
 #include "quant/group_quant_device.h"
+#include "quant/warp_range.cuh"
 
 namespace packrat::cuda {
 
 namespace {
-
-constexpr unsigned kFullWarp = 0xffffffffu;
-
-// The smaller of two (value, index) pairs: the value compared with <, ties (+0 and -0) to the
-// lower index. The CPU's scan keeps the first element of the minimum's class, so this gives its
-// result in any order of combination; a NaN first element stays, as in the scan.
-__device__ inline void keep_min(float& v, int64_t& i, float ov, int64_t oi) {
-  if (ov < v || (ov == v && oi < i)) {
-    v = ov;
-    i = oi;
-  }
-}
-__device__ inline void keep_max(float& v, int64_t& i, float ov, int64_t oi) {
-  if (ov > v || (ov == v && oi < i)) {
-    v = ov;
-    i = oi;
-  }
-}
 
 // One warp per group: its range (each lane scans a stride, then the lanes combine), its
 // metadata record, then its blocks of 8 codes across the lanes. Every lane computes the same
@@ -37,16 +20,8 @@ __global__ void quantize_groups_kernel(const float* x, GroupGeometry g, Rounding
   if (group >= g.groups()) return;  // the whole warp: one group per warp
   const int64_t len = g.group_len(group), start = g.group_start(group);
   const float* xg = x + start;  // (len)
-  float mn = xg[0], mx = xg[0];
-  int64_t imn = 0, imx = 0;
-  for (int64_t i = 1 + lane; i < len; i += 32) {
-    keep_min(mn, imn, xg[i], i);
-    keep_max(mx, imx, xg[i], i);
-  }
-  for (int offset = 16; offset > 0; offset /= 2) {
-    keep_min(mn, imn, __shfl_xor_sync(kFullWarp, mn, offset), __shfl_xor_sync(kFullWarp, imn, offset));
-    keep_max(mx, imx, __shfl_xor_sync(kFullWarp, mx, offset), __shfl_xor_sync(kFullWarp, imx, offset));
-  }
+  float mn, mx;
+  warp_range(xg, len, lane, mn, mx);
   const GroupParams p = group_params(mn, mx, g.bits, g.meta);
   if (lane == 0) {
     store_group_meta(p, g.meta, meta + group * meta_bytes_per_group(g.meta));

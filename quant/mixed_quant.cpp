@@ -1,7 +1,10 @@
 #include "quant/mixed_quant.h"
 
+#include "core/build_config.h"
 #include "core/error.h"
-#include "quant/codec_device.h"
+#if PACKRAT_HAVE_CUDA
+#include "core/cuda/launch_check.h"
+#endif
 
 namespace packrat {
 
@@ -93,16 +96,134 @@ int64_t mixed_bytes_formula(const BucketGeometry& g, const MixedQuantConfig& c, 
   return codes + g.buckets * bucket_meta_bytes(c.scale, c.meta) + (uniform ? 0 : packed_bytes(g.buckets, 1));
 }
 
+namespace {
+
+#if PACKRAT_HAVE_CUDA
+// The format fields of a quantized tensor, before its buffers.
+MixedPacked packed_header(int64_t numel, const MixedQuantConfig& c) {
+  MixedPacked p;
+  p.numel = numel;
+  p.bucket_size = c.bucket_size;
+  p.base = c.base;
+  p.mix = c.mix;
+  p.scale = c.scale;
+  p.meta = c.meta;
+  return p;
+}
+
+MixedFormat format_of(const MixedPacked& p) { return MixedFormat{p.geometry(), p.base, p.mix, p.scale, p.meta}; }
+
+// Device scratch of the kernels (freed on return; the default stream orders its reuse).
+Tensor device_scratch(int64_t n, DType dtype, Device d) { return Tensor::empty(Shape{n}, dtype, Layout::Plain, MemTag::Workspace, d); }
+
+MixedPacked quantize_mixed_cuda(const Tensor& x, const MixedQuantConfig& c, const QuantNoise& noise) {
+  const Device d = x.device();
+  const MemTag tag = TagScope::current();  // the caller's: the buffers held
+  MixedPacked p = packed_header(x.numel(), c);
+  const BucketGeometry g = p.geometry();
+  const MixedFormat f = format_of(p);
+  BucketFlags flags;     // uniform until decided per bucket
+  BucketOffsets offsets;
+  Tensor flag_bytes, offset_table;  // (buckets,) u8 and (buckets + 1,) i64 on the device, per-bucket decisions only
+  int64_t code_bytes = 0;
+  if (g.buckets == 0 || c.base == c.mix || c.decision == MixDecision::PerTensor) {
+    // One width for every bucket: one Philox draw on the host, the offsets by arithmetic.
+    flags.all_mix = g.buckets > 0 && bucket_takes_mix(c, noise.seed, noise.stream, 0);
+    const BucketWidth& w = flags.all_mix ? c.mix : c.base;
+    offsets.full_bytes = packed_bytes(g.bucket_size, w.code_bits);
+    code_bytes = g.buckets ? (g.buckets - 1) * offsets.full_bytes + bucket_code_bytes(g, g.buckets - 1, w) : 0;
+    p.mix_buckets = flags.all_mix ? g.buckets : 0;
+  } else {
+    flag_bytes = device_scratch(g.buckets, DType::u8, d);
+    offset_table = device_scratch(g.buckets + 1, DType::i64, d);
+    const Tensor totals = device_scratch(2, DType::i64, d);  // {code bytes, mix buckets}
+    const size_t scan_bytes = cuda::mixed_scan_scratch_bytes(g.buckets);
+    const Tensor scan = device_scratch(static_cast<int64_t>(scan_bytes), DType::u8, d);
+    cuda::launch_decide_buckets(c, g, noise, flag_bytes.device_data<uint8_t>(), offset_table.device_data<int64_t>(),
+                                totals.device_data<int64_t>(), scan.raw(), scan_bytes);
+    cuda::check_last_launch("quantize_mixed (bucket decisions)");
+    // The host allocates the codes, so it needs their size: the one synchronising copy (16 bytes).
+    TagScope scratch(MemTag::Workspace);
+    const Tensor host = totals.to(Device::cpu());
+    code_bytes = host.data<int64_t>()[0];
+    p.mix_buckets = host.data<int64_t>()[1];
+    flags.data = flag_bytes.device_data<uint8_t>();
+    offsets.offsets = offset_table.device_data<int64_t>();
+  }
+  p.uniform = p.mix_buckets == 0 || p.mix_buckets == g.buckets;
+  p.uniform_is_mix = g.buckets > 0 && p.mix_buckets == g.buckets;
+
+  p.codes = Tensor::empty(Shape{code_bytes}, DType::u8, Layout::Plain, tag, d);                               // (code bytes,)
+  p.meta_data = Tensor::empty(Shape{g.buckets * bucket_meta_bytes(c.scale, c.meta)}, DType::u8, Layout::Plain, tag, d);  // (buckets, meta bytes)
+  if (!p.uniform) {
+    p.flags = Tensor::empty(Shape{packed_bytes(g.buckets, 1)}, DType::u8, Layout::Plain, tag, d);  // (buckets bits,)
+    cuda::launch_pack_flags(flag_bytes.device_data<uint8_t>(), g.buckets, p.flags.device_data<uint8_t>());
+  }
+  cuda::launch_quantize_mixed(x.device_data<float>(), f, c.rounding, noise, flags, offsets,
+                              p.codes.device_data<uint8_t>(), p.meta_data.device_data<uint8_t>());
+  cuda::check_last_launch("quantize_mixed");
+  return p;
+}
+
+void dequantize_mixed_cuda(const MixedPacked& p, const Tensor& out) {
+  const MixedFormat f = format_of(p);
+  if (f.g.buckets == 0) return;
+  BucketFlags flags{nullptr, true, p.uniform_is_mix};
+  BucketOffsets offsets;
+  Tensor offset_table;  // (buckets + 1,) i64 on the device, mixed widths only
+  if (p.uniform) {
+    const BucketWidth& w = p.uniform_is_mix ? p.mix : p.base;
+    offsets.full_bytes = packed_bytes(f.g.bucket_size, w.code_bits);
+    const int64_t code_bytes = (f.g.buckets - 1) * offsets.full_bytes + bucket_code_bytes(f.g, f.g.buckets - 1, w);
+    PACKRAT_CHECK(p.codes.numel() == code_bytes, "mixed dequantization: {} code bytes held, the widths say {}",
+                  p.codes.numel(), code_bytes);
+  } else {
+    // (The offsets stay on the device: the code size is not checked against them here, unlike the CPU.)
+    flags.data = p.flags.device_data<uint8_t>();
+    offset_table = device_scratch(f.g.buckets + 1, DType::i64, out.device());
+    const size_t scan_bytes = cuda::mixed_scan_scratch_bytes(f.g.buckets);
+    const Tensor scan = device_scratch(static_cast<int64_t>(scan_bytes), DType::u8, out.device());
+    cuda::launch_code_offsets(f, flags, offset_table.device_data<int64_t>(), scan.raw(), scan_bytes);
+    offsets.offsets = offset_table.device_data<int64_t>();
+  }
+  cuda::launch_dequantize_mixed(p.codes.device_data<uint8_t>(), p.meta_data.device_data<uint8_t>(), f, flags, offsets,
+                                out.device_data<float>());
+  cuda::check_last_launch("dequantize_mixed");
+}
+#endif
+
+}  // namespace
+
 MixedPacked quantize_mixed(const Tensor& x, const MixedQuantConfig& c, const QuantNoise& noise) {
-  check_codec_device("mixed quantization", x.device(), "quantize_mixed runs on CPU tensors only");
-  return quantize_mixed(x.data<float>(), x.numel(), c, noise);
+  PACKRAT_CHECK(x.dtype() == DType::f32, "quantize_mixed: the input is {}, expected f32", x.describe());
+  if (x.is_cpu()) return quantize_mixed(x.data<float>(), x.numel(), c, noise);
+#if PACKRAT_HAVE_CUDA
+  c.check("mixed quantization");
+  return quantize_mixed_cuda(x, c, noise);
+#else
+  fail("quantize_mixed: the input is on {}, but this packrat was built without CUDA", x.device().str());
+#endif
 }
 
 void dequantize_mixed(const MixedPacked& p, const Tensor& out) {
-  check_codec_device("mixed quantization", p.codes.defined() ? p.codes.device() : out.device(),
-                     "dequantize_mixed runs on CPU tensors only");
-  PACKRAT_CHECK(out.numel() == p.numel, "mixed dequantization: {} elements held, the output has {}", p.numel, out.numel());
-  dequantize_mixed(p, out.data<float>());
+  PACKRAT_CHECK(out.numel() == p.numel && out.dtype() == DType::f32,
+                "mixed dequantization: {} elements held, the output is {}", p.numel, out.describe());
+  const Device d = out.device();
+  const bool one_device = (!p.codes.defined() || p.codes.device() == d) &&
+                          (!p.meta_data.defined() || p.meta_data.device() == d) &&
+                          (!p.flags.defined() || p.flags.device() == d);
+  PACKRAT_CHECK(one_device, "dequantize_mixed: codes on {}, metadata on {}{}, output on {}",
+                p.codes.defined() ? p.codes.device().str() : "-", p.meta_data.defined() ? p.meta_data.device().str() : "-",
+                p.flags.defined() ? ", flags on " + p.flags.device().str() : "", d.str());
+  if (out.is_cpu()) {
+    dequantize_mixed(p, out.data<float>());
+    return;
+  }
+#if PACKRAT_HAVE_CUDA
+  dequantize_mixed_cuda(p, out);
+#else
+  fail("dequantize_mixed: the output is on {}, but this packrat was built without CUDA", d.str());
+#endif
 }
 
 }  // namespace packrat

@@ -1,7 +1,7 @@
 // The CPU kernels of mixed-precision bucket quantization: AVX-512 where the build has it,
 // OpenMP over ranges of buckets. They write the same bytes as the per-bucket reference in
-// quant/mixed_quant.h (quantize_bucket_ref / dequantize_bucket_ref), which
-// tests/quant/codec_bitexact_test.cpp checks.
+// quant/mixed_quant_device.h (quantize_bucket_ref / dequantize_bucket_ref), whose helpers they
+// share, as tests/quant/codec_bitexact_test.cpp checks.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -22,10 +22,11 @@ namespace packrat {
 namespace {
 
 // Byte offset of every bucket's codes, (buckets + 1,): offsets[g + 1] - offsets[g] = packed_bytes(len, bits).
-std::vector<int64_t> code_offsets(const BucketGeometry& g, int base_bits, int mix_bits, const uint8_t* flags) {
+std::vector<int64_t> code_offsets(const BucketGeometry& g, const BucketWidth& base, const BucketWidth& mix,
+                                  const uint8_t* flags) {
   std::vector<int64_t> off(static_cast<size_t>(g.buckets + 1), 0);  // (buckets + 1,)
   for (int64_t b = 0; b < g.buckets; ++b)
-    off[static_cast<size_t>(b + 1)] = off[static_cast<size_t>(b)] + packed_bytes(g.len(b), flags[b] ? mix_bits : base_bits);
+    off[static_cast<size_t>(b + 1)] = off[static_cast<size_t>(b)] + bucket_code_bytes(g, b, flags[b] ? mix : base);
   return off;
 }
 
@@ -100,11 +101,8 @@ void fill_rounding_noise(const QuantNoise& noise, int64_t e0, int64_t n, uint16_
 void decide_buckets(const BucketGeometry& g, const MixedQuantConfig& c, const QuantNoise& noise, uint8_t* flags) {
   const uint64_t stream = mix_decision_stream(noise.stream);
   const float p = static_cast<float>(c.mix_prob);
-  if (c.base == c.mix) {  // one width: nothing to decide
-    std::fill(flags, flags + g.buckets, uint8_t{0});
-  } else if (c.decision == MixDecision::PerTensor) {
-    const uint8_t f = mix_decision_uniform(noise.seed, stream, 0) < p ? 1 : 0;
-    std::fill(flags, flags + g.buckets, f);
+  if (c.base == c.mix || c.decision == MixDecision::PerTensor) {  // one width for all: one draw (or none)
+    std::fill(flags, flags + g.buckets, bucket_takes_mix(c, noise.seed, noise.stream, 0) ? 1 : 0);
   } else {
     int64_t b = 0;
 #if defined(__AVX512F__)
@@ -181,13 +179,10 @@ float bucket_scale(const float* x, int64_t n, ScaleRule rule) {
     }
     alignas(64) float lane[16];  // (16,) the lane sums
     _mm512_store_ps(lane, vs);
-    float amax = _mm512_reduce_max_ps(va), sumsq = 0.0f;
-    for (int l = 0; l < 16; ++l) sumsq += lane[l];
-    for (; i < n; ++i) {
-      amax = std::max(amax, std::fabs(x[i]));
-      sumsq = std::fma(x[i], x[i], sumsq);
-    }
-    return rule == ScaleRule::L2 ? std::max(std::sqrt(sumsq), amax) : amax;
+    float amax = _mm512_reduce_max_ps(va), total = 0.0f;
+    for (int l = 0; l < 16; ++l) total += lane[l];
+    for (; i < n; ++i) amax = max_abs_step(amax, std::fabs(x[i]));
+    return rule == ScaleRule::L2 ? l2_scale_finish(total, x, n, amax) : amax;
   }
 #endif
   return bucket_scale_ref(x, n, rule);
@@ -256,8 +251,9 @@ void quantize_bucket(const float* xb, int64_t len, const BucketWidth& w, const B
   if (!is_sign_magnitude(job.scale)) {
     float mn, mx;
     bucket_min_max(xb, len, mn, mx);
-    const GroupParams p = group_params(mn, mx, w.bits, job.meta);
-    store_group_meta(p, job.meta, meta_dst);
+    const BucketGrid grid = affine_grid(group_params(mn, mx, w.bits, job.meta));
+    store_bucket_meta(grid, job.scale, job.meta, meta_dst);
+    const GroupParams& p = grid.affine;
     for (int64_t c = 0; c < len; c += kChunk) {
       const int64_t n = std::min(kChunk, len - c);
       const float* xc = xb + c;
@@ -270,14 +266,9 @@ void quantize_bucket(const float* xb, int64_t len, const BucketWidth& w, const B
       put_codes<CB>(code_buf, n, c, len, dst);
     }
   } else {
-    const float s = sign_magnitude_scale(bucket_scale(xb, len, job.scale), job.meta);
-    if (job.meta == MetaType::BF16) {
-      const uint16_t h = f32_to_bf16_up(s);  // exact: s is already a bf16 value
-      std::memcpy(meta_dst, &h, 2);
-    } else {
-      std::memcpy(meta_dst, &s, 4);
-    }
-    const float los = safe_inverse(s) * static_cast<float>(levels);
+    const BucketGrid grid = sign_magnitude_grid(sign_magnitude_scale(bucket_scale(xb, len, job.scale), job.meta), levels);
+    store_bucket_meta(grid, job.scale, job.meta, meta_dst);
+    const float los = grid.levels_over_scale;
     for (int64_t c = 0; c < len; c += kChunk) {
       const int64_t n = std::min(kChunk, len - c);
       const float* xc = xb + c;
@@ -302,8 +293,9 @@ void dequantize_bucket(const uint8_t* src, int64_t len, const BucketWidth& w, Sc
   }
   using Code = std::conditional_t<(CB <= 8), uint8_t, uint16_t>;
   alignas(64) Code code_buf[kChunk];  // (kChunk,)
+  const BucketGrid grid = load_bucket_meta(meta_src, scale, meta, w.levels);
   if (!is_sign_magnitude(scale)) {
-    const GroupParams p = load_group_meta(meta_src, meta);
+    const GroupParams& p = grid.affine;
     for (int64_t c = 0; c < len; c += kChunk) {
       const int64_t n = std::min(kChunk, len - c);
       get_codes<CB>(src, n, c, len, code_buf);
@@ -311,16 +303,8 @@ void dequantize_bucket(const uint8_t* src, int64_t len, const BucketWidth& w, Sc
       for (int64_t i = 0; i < n; ++i) oc[i] = dequantize_value(code_buf[i], p);
     }
   } else {
-    float s;
-    if (meta == MetaType::BF16) {
-      uint16_t h;
-      std::memcpy(&h, meta_src, 2);
-      s = bf16_to_f32(h);
-    } else {
-      std::memcpy(&s, meta_src, 4);
-    }
     const uint32_t levels = w.levels;
-    const float sol = s / static_cast<float>(levels);
+    const float sol = grid.scale_over_levels;
     for (int64_t c = 0; c < len; c += kChunk) {
       const int64_t n = std::min(kChunk, len - c);
       get_codes<CB>(src, n, c, len, code_buf);
@@ -545,7 +529,7 @@ void dequantize_mixed(const MixedPacked& p, float* out) {
   if (g.buckets == 0) return;
   std::vector<uint8_t> flags(static_cast<size_t>(g.buckets), p.uniform_is_mix ? 1 : 0);  // (buckets,)
   if (!p.uniform) unpack_bits(p.flags.data<uint8_t>(), g.buckets, 1, flags.data());
-  const std::vector<int64_t> off = code_offsets(g, p.base.code_bits, p.mix.code_bits, flags.data());  // (buckets + 1,)
+  const std::vector<int64_t> off = code_offsets(g, p.base, p.mix, flags.data());  // (buckets + 1,)
   PACKRAT_CHECK(p.codes.numel() == off.back(), "mixed dequantization: {} code bytes held, the flags say {}",
                 p.codes.numel(), off.back());
   const int mb = bucket_meta_bytes(p.scale, p.meta);

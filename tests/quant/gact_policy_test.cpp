@@ -16,12 +16,17 @@
 #include "quant/gact_policy.h"
 #include "quant/presets.h"
 #include "quant/rule_policy.h"
+#include "tests/support/gact_toy.h"
 #include "tests/support/gradcheck.h"
 
 namespace packrat {
 namespace {
 
 using testing::random_tensor;
+using testing::GactState;
+using testing::same_state;
+using testing::toy_options;
+using testing::ToyNet;
 
 double avg_bits(const std::vector<int>& b, const std::vector<int64_t>& n) {
   double s = 0, t = 0;
@@ -60,45 +65,6 @@ TEST(GactAllocator, StaysWithinBudgetAndFavoursSensitiveTensors) {
         }
   }
   EXPECT_THROW(allocate_bits({1}, {10}, 0.5, cand), Error);
-}
-
-// Two branches: out = linear(xa, Wa) + 30 * linear(xb, Wb). The quantization noise of xb reaches
-// Wb's gradient 30x amplified: xb's sensitivity is ~900x xa's, so it must get more bits.
-struct ToyNet {
-  Tensor wa, wb, xa, xb, seed;
-  ToyNet() {
-    wa = param({8, 64}, 1);
-    wb = param({8, 64}, 2);
-    xa = random_tensor({16, 64}, 3);
-    xb = random_tensor({16, 64}, 4);
-    seed = random_tensor({16, 8}, 5);
-  }
-  static Tensor param(const Shape& s, uint64_t k) {
-    Tensor p = Tensor::empty(s, DType::f32, Layout::Plain, MemTag::Parameter);
-    Tensor v = random_tensor(s, k);
-    std::memcpy(p.raw(), v.raw(), v.nbytes());
-    p.set_requires_grad();
-    return p;
-  }
-  std::vector<Tensor> grads(StorePolicy& policy) {
-    PolicyScope scope(policy);
-    wa.zero_grad();
-    wb.zero_grad();
-    Tensor ya = ops::linear(xa, wa, Tensor());  // saves xa: tensor 0
-    Tensor yb = ops::linear(xb, wb, Tensor());  // saves xb: tensor 1
-    Tensor out = ops::add(ya, ops::scale(yb, 30.0f));
-    backward(out, seed);
-    return {wa.grad().clone(), wb.grad().clone()};
-  }
-};
-
-GactOptions toy_options(GactEstimator e) {
-  GactOptions o;
-  o.avg_bits = 3;
-  o.adapt_interval = 10;
-  o.estimator = e;
-  o.store.quant.group_size = 64;
-  return o;
 }
 
 TEST(GactMeasured, SensitiveTensorGetsMoreBits) {
@@ -426,18 +392,6 @@ TEST(GactLog, WritesSensitivityAndBitsPerTensor) {
   EXPECT_EQ(lines[4].rfind("10,1,,linear,1024,", 0), 0u) << lines[4];
 }
 
-using GactState = std::vector<std::pair<std::string, Tensor>>;
-
-bool same_state(const GactState& a, const GactState& b) {
-  if (a.size() != b.size()) return false;
-  for (size_t i = 0; i < a.size(); ++i) {
-    const Tensor &x = a[i].second, &y = b[i].second;
-    if (a[i].first != b[i].first || x.dtype() != y.dtype() || x.shape() != y.shape() ||
-        std::memcmp(x.raw(), y.raw(), x.nbytes()) != 0)
-      return false;
-  }
-  return true;
-}
 
 // One training step of the toy net under the GACT protocol: begin_step, iterate, forward +
 // backward, the gradient observed (the sampling variance).

@@ -1,0 +1,227 @@
+// The mixed and deterministic bucket quantizers on a GPU. Without one: the bodies their CUDA
+// kernels run (quant/mixed_quant_device.h), run index by index on the host, write the CPU
+// kernel's decisions, offsets, packed flags, metadata and codes byte for byte and decode to the
+// same floats, for every variant, on sizes whose buckets leave a tail. With one: the CUDA
+// kernels (warp reductions, CUB's scan) write the CPU's bytes.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "core/backend.h"
+#include "core/philox.h"
+#include "quant/bitpack.h"
+#include "quant/mixed_quant.h"
+#include "quant/mixed_quant_device.h"
+#include "tests/support/errors.h"
+#include "tests/support/gpu.h"
+#include "tests/support/host_launch.h"
+
+namespace packrat {
+namespace {
+
+std::vector<float> values(int64_t n, uint64_t seed) {
+  PhiloxStream s(seed, 5);
+  std::vector<float> v(static_cast<size_t>(n));
+  for (auto& x : v) x = -3.0f + 8.0f * s.uniform();
+  for (int64_t i = 0; i < n && i < 70; ++i) v[static_cast<size_t>(i)] = 0.75f;       // a constant bucket when B <= 70
+  for (int64_t i = 70; i < n && i < 140; ++i) v[static_cast<size_t>(i)] = 0.0f;     // an all-zero one (sign-magnitude)
+  for (int64_t i = 150; i < n && i < 160; ++i) v[static_cast<size_t>(i)] = i % 2 ? 0.0f : -0.0f;  // signed zeros
+  return v;
+}
+
+struct Case {
+  std::string name;
+  MixedQuantConfig c;
+};
+
+std::vector<Case> cases() {
+  std::vector<Case> out;
+  auto add = [&](ScaleRule rule, BucketWidth base, BucketWidth mix, double p, MixDecision d, Rounding r, MetaType m,
+                 int64_t bucket) {
+    MixedQuantConfig c;
+    c.scale = rule;
+    c.base = base;
+    c.mix = mix;
+    c.mix_prob = p;
+    c.decision = d;
+    c.rounding = r;
+    c.meta = m;
+    c.bucket_size = bucket;
+    out.push_back({std::string(scale_rule_name(rule)) + " " + std::to_string(base.code_bits) + "/" +
+                       std::to_string(mix.code_bits) + "-bit codes @" + std::to_string(p) + " " +
+                       std::string(mix_decision_name(d)) + " " + std::string(rounding_name(r)) + " " +
+                       std::string(meta_name(m)) + " bucket " + std::to_string(bucket),
+                   c});
+  };
+  for (Rounding r : {Rounding::Stochastic, Rounding::Nearest})
+    for (MetaType m : {MetaType::BF16, MetaType::F32})
+      for (int64_t bucket : {int64_t{64}, int64_t{100}, int64_t{512}}) {
+        // Affine: the per-group widths (the CPU's fused kernel), other widths, wide codes, per tensor.
+        add(ScaleRule::Affine, affine_width(2), affine_width(4), 0.5, MixDecision::PerBucket, r, m, bucket);
+        add(ScaleRule::Affine, affine_width(1), affine_width(8), 0.3, MixDecision::PerBucket, r, m, bucket);
+        add(ScaleRule::Affine, affine_width(3), affine_width(6), 0.4, MixDecision::PerBucket, r, m, bucket);
+        add(ScaleRule::Affine, affine_width(4), affine_width(12), 0.5, MixDecision::PerTensor, r, m, bucket);
+        add(ScaleRule::Affine, affine_width(5), affine_width(5), 0.0, MixDecision::PerBucket, r, m, bucket);  // deterministic
+        // Sign-magnitude, both scales: 2/4 bits, ternary / 1000 levels (wide codes), one width per tensor.
+        for (ScaleRule rule : {ScaleRule::MaxAbs, ScaleRule::L2}) {
+          add(rule, width_for_bits(rule, 2), width_for_bits(rule, 4), 0.5, MixDecision::PerBucket, r, m, bucket);
+          add(rule, sign_magnitude_width(1), sign_magnitude_width(1000), 0.5, MixDecision::PerBucket, r, m, bucket);
+          add(rule, width_for_bits(rule, 2), width_for_bits(rule, 4), 0.6, MixDecision::PerTensor, r, m, bucket);
+          add(rule, width_for_bits(rule, 3), width_for_bits(rule, 3), 0.0, MixDecision::PerBucket, r, m, bucket);
+        }
+      }
+  return out;
+}
+
+constexpr int64_t kSizes[] = {1, 3037, 20000};  // none a multiple of 64, 100 or 512
+const QuantNoise kNoise{0x5EEDull, quant_stream(9, 4)};
+
+std::vector<uint8_t> bytes_of(const Tensor& t) {
+  if (!t.defined()) return {};
+  const Tensor h = t.to(Device::cpu());
+  return std::vector<uint8_t>(h.data<uint8_t>(), h.data<uint8_t>() + h.numel());
+}
+
+bool same_floats(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+// The host's exclusive scan of (buckets + 1) byte counts, as CUB's DeviceScan writes it.
+std::vector<int64_t> exclusive_scan(const std::vector<int64_t>& bytes) {
+  std::vector<int64_t> out(bytes.size(), 0);
+  for (size_t i = 1; i < bytes.size(); ++i) out[i] = out[i - 1] + bytes[i - 1];
+  return out;
+}
+
+TEST(MixedQuantDevice, TheKernelBodiesWriteTheCpuKernelsBytes) {
+  for (const Case& k : cases())
+    for (int64_t n : kSizes) {
+      const MixedQuantConfig& c = k.c;
+      const std::string what = k.name + " numel " + std::to_string(n);
+      const std::vector<float> x = values(n, static_cast<uint64_t>(n + c.base.code_bits * 31 + c.mix.code_bits));
+      const MixedPacked p = quantize_mixed(x.data(), n, c, kNoise);  // the CPU kernel
+      const BucketGeometry g = bucket_geometry(n, c.bucket_size);
+      const MixedFormat f{g, c.base, c.mix, c.scale, c.meta};
+
+      // Decisions and code offsets (the scan is CUB's on a GPU).
+      std::vector<uint8_t> flags(static_cast<size_t>(g.buckets), 0xEE);
+      std::vector<int64_t> bytes(static_cast<size_t>(g.buckets + 1), -1);
+      testing::run_on_host(g.buckets + 1, DecideBucketsBody{c, g, kNoise, flags.data(), bytes.data()});
+      const std::vector<int64_t> offsets = exclusive_scan(bytes);
+      ASSERT_EQ(offsets.back(), p.codes.numel()) << what << ": code bytes";
+      int64_t mixes = 0;
+      for (uint8_t fl : flags) mixes += fl;
+      ASSERT_EQ(mixes, p.mix_buckets) << what << ": mix buckets";
+      if (!p.uniform) {
+        std::vector<uint8_t> packed(static_cast<size_t>(packed_bytes(g.buckets, 1)), 0xEE);
+        testing::run_on_host(packed_bytes(g.buckets, 1), PackFlagsBody{flags.data(), g.buckets, packed.data()});
+        ASSERT_EQ(packed, bytes_of(p.flags)) << what << ": packed flags";
+      }
+
+      // Metadata, then codes from it, with the per-bucket flags and offsets.
+      const BucketFlags by_bucket{flags.data(), false, false};
+      const BucketOffsets by_scan{offsets.data(), 0};
+      std::vector<uint8_t> meta(static_cast<size_t>(p.meta_data.numel()), 0xEE);
+      testing::run_on_host(g.buckets, BucketMetaBody{x.data(), f, by_bucket, meta.data()});
+      ASSERT_EQ(meta, bytes_of(p.meta_data)) << what << ": metadata";
+      std::vector<uint8_t> codes(static_cast<size_t>(p.codes.numel()), 0xEE);
+      const int64_t blocks = g.buckets * g.blocks_per_bucket();
+      testing::run_on_host(blocks, QuantizeBucketBlockBody{x.data(), f, c.rounding, kNoise, by_bucket, by_scan,
+                                                           meta.data(), codes.data()});
+      ASSERT_EQ(codes, bytes_of(p.codes)) << what << ": codes";
+
+      // One width for all (what the GPU entry point uses when the decision is per tensor or the
+      // widths are equal): no flags, offsets by arithmetic.
+      if (p.uniform) {
+        const BucketWidth& w = p.uniform_is_mix ? c.mix : c.base;
+        const BucketFlags uniform{nullptr, false, p.uniform_is_mix};
+        const BucketOffsets arithmetic{nullptr, packed_bytes(g.bucket_size, w.code_bits)};
+        std::vector<uint8_t> ucodes(codes.size(), 0xEE);
+        testing::run_on_host(blocks, QuantizeBucketBlockBody{x.data(), f, c.rounding, kNoise, uniform, arithmetic,
+                                                             meta.data(), ucodes.data()});
+        ASSERT_EQ(ucodes, codes) << what << ": codes at one width";
+      }
+
+      // Dequantization from what the tensor holds: the packed flags (or none) and a scan of the bytes.
+      const std::vector<uint8_t> packed_flags = bytes_of(p.flags);
+      const BucketFlags held_flags{p.uniform ? nullptr : packed_flags.data(), true, p.uniform_is_mix};
+      std::vector<int64_t> held_bytes(static_cast<size_t>(g.buckets + 1), -1);
+      testing::run_on_host(g.buckets + 1, BucketBytesBody{f, held_flags, held_bytes.data()});
+      ASSERT_EQ(exclusive_scan(held_bytes), offsets) << what << ": offsets from the held flags";
+      std::vector<float> out(static_cast<size_t>(n)), body_out(static_cast<size_t>(n), -99.0f);
+      dequantize_mixed(p, out.data());
+      testing::run_on_host(blocks, DequantizeBucketBlockBody{codes.data(), meta.data(), f, held_flags, by_scan,
+                                                             body_out.data()});
+      ASSERT_TRUE(same_floats(body_out, out)) << what << ": dequantized values";
+    }
+}
+
+// The CUDA quantize kernel's noise: a warp's 32 Philox calls (one per lane, shared through
+// shared memory) give the 256 elements of its 32 blocks exactly rounding_noise16's values.
+TEST(MixedQuantDevice, AWarpsSharedPhiloxCallsGiveEveryElementItsRoundingNoise) {
+  const uint64_t seed = 0x5EEDull, stream = bucket_stream(quant_stream(3, 1), 17);
+  for (int64_t first : {int64_t{0}, int64_t{32}, int64_t{64}, int64_t{32} * 1001}) {
+    uint32_t words[32][4];  // (lanes, words): what each lane's Philox call writes to shared memory
+    for (int lane = 0; lane < 32; ++lane) Philox4x32::generate(seed, stream, warp_noise_counter(first, lane), words[lane]);
+    for (int lane = 0; lane < 32; ++lane)
+      for (int k = 0; k < 8; ++k) {
+        const uint64_t e = static_cast<uint64_t>(8 * (first + lane) + k);
+        ASSERT_EQ(philox_half_word(words[warp_noise_source(lane, k)], warp_noise_half(lane)), rounding_noise16(seed, stream, e))
+            << "first block " << first << " lane " << lane << " element " << k;
+      }
+  }
+}
+
+TEST(MixedQuantDevice, EntryPointsRefuseMixedDevicesAndNameTheBuild) {
+  const std::vector<float> xs = values(300, 1);
+  Tensor x = Tensor::from_vector(Shape{3, 100}, xs);
+  MixedQuantConfig c;
+  c.bucket_size = 64;
+  const MixedPacked p = quantize_mixed(x, c, kNoise);
+  ASSERT_FALSE(p.uniform);
+  Tensor out = Tensor::empty(Shape{3, 100});
+  out.storage()->device = Device::cuda(0);  // relabelled: the output claims a GPU, the codes are on the CPU
+  const std::string m = testing::message_of([&] { dequantize_mixed(p, out); });
+  out.storage()->device = Device::cpu();
+  EXPECT_EQ(m, "dequantize_mixed: codes on cpu, metadata on cpu, flags on cpu, output on cuda:0");
+  if (!PACKRAT_HAVE_CUDA) {
+    x.storage()->device = Device::cuda(0);
+    const std::string q = testing::message_of([&] { quantize_mixed(x, c, kNoise); });
+    x.storage()->device = Device::cpu();
+    EXPECT_EQ(q, "quantize_mixed: the input is on cuda:0, but this packrat was built without CUDA");
+  }
+  const std::string d = testing::message_of([&] { quantize_mixed(Tensor::empty(Shape{4}, DType::f64), c, kNoise); });
+  EXPECT_EQ(d, "quantize_mixed: the input is (4,) f64 plain, expected f32");
+}
+
+TEST(MixedQuantDevice, CudaKernelsWriteTheCpuBytes) {
+  PACKRAT_SKIP_WITHOUT_GPU();
+  const Device gpu = testing::first_gpu()->device();
+  for (const Case& k : cases())
+    for (int64_t n : kSizes) {
+      const MixedQuantConfig& c = k.c;
+      const std::string what = k.name + " numel " + std::to_string(n);
+      const Tensor x = Tensor::from_vector(Shape{n}, values(n, static_cast<uint64_t>(n + c.base.code_bits * 31 + c.mix.code_bits)));
+      const MixedPacked p = quantize_mixed(x, c, kNoise);
+      const MixedPacked gp = quantize_mixed(x.to(gpu), c, kNoise);
+      ASSERT_EQ(gp.codes.device(), gpu) << what;
+      ASSERT_EQ(gp.mix_buckets, p.mix_buckets) << what << ": mix buckets";
+      ASSERT_EQ(gp.uniform, p.uniform) << what;
+      ASSERT_EQ(gp.uniform_is_mix, p.uniform_is_mix) << what;
+      ASSERT_EQ(bytes_of(gp.flags), bytes_of(p.flags)) << what << ": packed flags";
+      ASSERT_EQ(bytes_of(gp.meta_data), bytes_of(p.meta_data)) << what << ": metadata";
+      ASSERT_EQ(bytes_of(gp.codes), bytes_of(p.codes)) << what << ": codes";
+      ASSERT_EQ(gp.bytes(), p.bytes()) << what << ": bytes held";
+
+      Tensor out = Tensor::empty(Shape{n});
+      Tensor gout = Tensor::empty(Shape{n}, DType::f32, Layout::Plain, MemTag::Workspace, gpu);
+      dequantize_mixed(p, out);
+      dequantize_mixed(gp, gout);
+      ASSERT_TRUE(same_floats(gout.to(Device::cpu()).to_vector(), out.to_vector())) << what << ": dequantized values";
+    }
+}
+
+}  // namespace
+}  // namespace packrat
