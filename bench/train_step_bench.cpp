@@ -3,7 +3,8 @@
 // images/s (img_per_s: wall clock; cpu_img_per_s: process CPU time) and the bytes the store held
 // after the forward (from the allocator) as counters. bench/compare_torch.py runs the PyTorch step
 // beside it and prints the ratio. On a GPU (when one is visible): TrainStep/resnet18_cifar_gelu_cuda/{128,512}
-// in FP32, against PyTorch with bench/compare_torch.py --device cuda.
+// in FP32, against PyTorch with bench/compare_torch.py --device cuda, and its _fewbit3 / _actnn2
+// twins against it (issue 11's throughput ratios).
 #include <benchmark/benchmark.h>
 
 #include "autograd/ops.h"
@@ -117,13 +118,15 @@ BENCHMARK_CAPTURE(TrainStepEfficientNet, efficientnet_b0_cifar_actnn2_fewbit2, s
 [[maybe_unused]] const bool kCudaRegistered = [] {
   for (Backend* b : available_backends()) {
     if (b->device().is_cpu()) continue;
-    for (int64_t batch : {128, 512})
-      benchmark::RegisterBenchmark("TrainStep/resnet18_cifar_gelu_cuda",
-                                   [device = b->device()](benchmark::State& s) {
-                                     TrainStepOf(s, {"resnet18", "cifar", "gelu", 3, 10, 0}, "fp32", device);
-                                   })
-          ->Arg(batch)
-          ->Unit(benchmark::kMillisecond);
+    // FP32, then the two compressed schemes of issue 11 (their codecs run on the GPU).
+    for (const std::string scheme : {"fp32", "fewbit3", "actnn2"}) {
+      const std::string name =
+          "TrainStep/resnet18_cifar_gelu_cuda" + (scheme == "fp32" ? std::string() : "_" + scheme);
+      for (int64_t batch : {128, 512})
+        benchmark::RegisterBenchmark(name.c_str(), [device = b->device(), scheme](benchmark::State& s) {
+          TrainStepOf(s, {"resnet18", "cifar", "gelu", 3, 10, 0}, scheme, device);
+        })->Arg(batch)->Unit(benchmark::kMillisecond);
+    }
     return true;  // the first GPU
   }
   return false;

@@ -12,8 +12,7 @@ std::atomic<HostCodecOverride*> g_override{nullptr};  // set_codec_override
 
 void check_codec_device(std::string_view codec, Device d, std::string_view what) {
   if (d.is_cpu()) return;
-  fail("{}: CUDA compression kernels are not built yet (issue 11), so nothing is compressed on {}: {}", codec, d.str(),
-       what);
+  fail("{}: this scheme's codec has no GPU kernels, so nothing is compressed on {}: {}", codec, d.str(), what);
 }
 
 void set_codec_override(HostCodecOverride* o) {

@@ -1,11 +1,11 @@
 #pragma once
 // Which kernel runs a compression codec: the device of the tensors it is handed. Every codec entry
-// point (quant/group_quant.h, quant/fewbit_codec.h, quant/bitpack.h) runs its CPU kernel on CPU
+// point (quant/group_quant.h, quant/mixed_quant.h, quant/fewbit_codec.h, quant/bitpack.h) runs its CPU kernel on CPU
 // tensors and its CUDA kernel (quant/*_cuda.cu, over the same PACKRAT_HD per-element headers) on
 // a GPU's; it never copies a tensor to the host behind the caller's back.
 //
-// The mixed / deterministic bucket quantizer (quant/mixed_quant.h) and GACT's analytic estimator
-// have no device kernels in this version: they refuse a device tensor with check_codec_device.
+// A store whose codec has no device kernels (a scheme of your own whose store does not say
+// CompressingStore::codec_on_devices) refuses a device tensor with check_codec_device.
 #include <functional>
 #include <initializer_list>
 #include <string_view>
@@ -16,8 +16,7 @@
 namespace packrat {
 
 // Returns when d is the CPU; otherwise throws packrat::Error
-// "<codec>: CUDA compression kernels are not built yet (issue 11), so nothing is compressed on
-// cuda:0: <what>".
+// "<codec>: this scheme's codec has no GPU kernels, so nothing is compressed on cuda:0: <what>".
 void check_codec_device(std::string_view codec, Device d, std::string_view what);
 
 // ---- the per-device seam (tests only) ----------------------------------------------------------

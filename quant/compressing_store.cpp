@@ -4,6 +4,7 @@
 
 #include "core/error.h"
 #include "quant/bitpack.h"
+#include "core/backend.h"
 #include "quant/codec_device.h"
 #include "quant/fewbit_codec.h"
 #include "quant/mixed_quant.h"  // pack_wide_codes / unpack_wide_codes (masks and indices above 8 bits)
@@ -211,17 +212,25 @@ bool CompressingStore::pack_exact(Held& h, const Tensor& x, const SaveRequest& r
   h.packed_bits = bits;
   h.bits = Tensor::empty(Shape{packed_bytes(n, bits)}, DType::u8, Layout::Plain, MemTag::Saved,
                          x.device());  // (ceil(n * bits / 8),)
-  if (bits > 8) {  // 16-bit codes, mixed_quant's wide layout. Host only: only the mixed store packs
-                   // above 8 bits, and its codec does not run on devices yet (codec_on_devices)
+  if (bits > 8) {  // 16-bit codes, mixed_quant's wide layout, packed on the host: only the mixed store
+                   // packs above 8 bits, and only indices need it (targets of more than 256 classes:
+                   // N values), so a tensor on a GPU makes the round trip
+    const Tensor xs = x.to(Device::cpu());  // x itself on the CPU
     int64_t bad = -1;
-    with_integers(x, [&](const auto* p) {
+    with_integers(xs, [&](const auto* p) {
       for (int64_t i = 0; i < n && bad < 0; ++i)
         if (static_cast<int64_t>(p[i]) < 0 || static_cast<int64_t>(p[i]) >= limit) bad = i;
     });
     if (bad >= 0) return unfit(bad);
     std::vector<uint16_t> codes(static_cast<size_t>(n));  // (n,)
-    with_integers(x, [&](const auto* p) { copy_values(p, n, codes.data()); });
-    pack_wide_codes(codes.data(), n, bits, h.bits.data<uint8_t>());
+    with_integers(xs, [&](const auto* p) { copy_values(p, n, codes.data()); });
+    if (x.is_cpu()) {
+      pack_wide_codes(codes.data(), n, bits, h.bits.data<uint8_t>());
+    } else {
+      Tensor packed = Tensor::empty(h.bits.shape(), DType::u8, Layout::Plain, MemTag::Workspace, Device::cpu());
+      pack_wide_codes(codes.data(), n, bits, packed.data<uint8_t>());
+      backend(x.device()).copy(packed, h.bits);
+    }
     return true;
   }
   // On x's device, in one pass; a GPU reports whether every value fit with one host read.
@@ -242,10 +251,17 @@ Tensor CompressingStore::load_packed(const Held& h, const Entry& e) const {
   const int bits = h.packed_bits;
   Tensor out = Tensor::empty(e.shape, e.dtype, e.layout, TagScope::current(),
                              h.bits.device());  // the saved tensor's shape, dtype and layout
-  if (bits > 8) {  // host only, as in pack_exact
+  if (bits > 8) {  // on the host, as in pack_exact
+    const Tensor packed = h.bits.to(Device::cpu());
     std::vector<uint16_t> codes(static_cast<size_t>(h.numel));  // (n,)
-    unpack_wide_codes(h.bits.data<uint8_t>(), h.numel, bits, codes.data());
-    copy_to(codes.data(), h.numel, out);
+    unpack_wide_codes(packed.data<uint8_t>(), h.numel, bits, codes.data());
+    if (out.is_cpu()) {
+      copy_to(codes.data(), h.numel, out);
+      return out;
+    }
+    const Tensor host = Tensor::empty(e.shape, e.dtype, e.layout, TagScope::current(), Device::cpu());  // staged
+    copy_to(codes.data(), h.numel, host);
+    backend(out.device()).copy(host, out);
     return out;
   }
   unpack_codes(h.bits, bits, out);

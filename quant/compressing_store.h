@@ -42,8 +42,6 @@ class CompressingStore : public SavedTensorStore {
     int max_packed_bits = 8;        // masks and indices are packed up to this many bits (<= 16)
     bool unfit_kept_exact = false;  // a mask / index that is not integer or does not fit its bits:
                                     // kept exact (true) or an error naming the element (false)
-    bool counted_scratch = true;    // no longer read: masks and indices are packed and unpacked
-                                    // without transient buffers (kept for MixedStore's initializer)
     bool realised_bits = false;     // describe's bits: 8 * held bytes / numel (true), or the
                                     // nominal width (false)
   };
@@ -123,8 +121,8 @@ class CompressingStore : public SavedTensorStore {
   SavedHandle keep_encoded(const Tensor& x, const Tensor& fp32_of, const SaveRequest& r,
                            std::unique_ptr<Encoded> enc, int variant);
   // Unless x is on the CPU or the codec runs on devices (codec_on_devices), throws "<scheme>:
-  // CUDA compression kernels are not built yet (issue 11), so nothing is compressed on cuda:0:
-  // <op> <layer> <x.describe()> cannot be compressed there ..." (quant/codec_device.h).
+  // this scheme's codec has no GPU kernels, so nothing is compressed on cuda:0: <op> <layer>
+  // <x.describe()> cannot be compressed there ..." (quant/codec_device.h).
   void check_device(const Tensor& x, const SaveRequest& r) const;
   // The held buffer of a live, non-exact handle (no in-place check), or null; the entry, or null.
   const Held* held_of(const SavedHandle& h) const;

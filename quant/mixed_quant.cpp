@@ -2,6 +2,7 @@
 
 #include "core/build_config.h"
 #include "core/error.h"
+#include "quant/codec_device.h"
 #if PACKRAT_HAVE_CUDA
 #include "core/cuda/launch_check.h"
 #endif
@@ -197,6 +198,12 @@ void dequantize_mixed_cuda(const MixedPacked& p, const Tensor& out) {
 MixedPacked quantize_mixed(const Tensor& x, const MixedQuantConfig& c, const QuantNoise& noise) {
   PACKRAT_CHECK(x.dtype() == DType::f32, "quantize_mixed: the input is {}, expected f32", x.describe());
   if (x.is_cpu()) return quantize_mixed(x.data<float>(), x.numel(), c, noise);
+  MixedPacked emulated;  // the CPU kernel's buffers, moved to x's device (the test seam of codec_device.h)
+  if (codec_ran_on_host(x.device(), {x}, [&] { emulated = quantize_mixed(x, c, noise); })) {
+    for (Tensor* t : {&emulated.codes, &emulated.meta_data, &emulated.flags})
+      if (t->defined()) *t = t->to(x.device());
+    return emulated;
+  }
 #if PACKRAT_HAVE_CUDA
   c.check("mixed quantization");
   return quantize_mixed_cuda(x, c, noise);
@@ -219,6 +226,7 @@ void dequantize_mixed(const MixedPacked& p, const Tensor& out) {
     dequantize_mixed(p, out.data<float>());
     return;
   }
+  if (codec_ran_on_host(d, {p.codes, p.meta_data, p.flags, out}, [&] { dequantize_mixed(p, out); })) return;
 #if PACKRAT_HAVE_CUDA
   dequantize_mixed_cuda(p, out);
 #else

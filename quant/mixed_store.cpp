@@ -30,6 +30,7 @@ struct MixedStore::Quantized : Encoded {
   MemTag original_tag = MemTag::Activation;
   MixedQuantConfig quant;  // as drawn at save (mix_prob included)
   QuantNoise noise;
+  Device device;           // the saved tensor's: where the codes are held and decoded
   ~Quantized() override {
     // A referenced tensor still used elsewhere (the forward output the caller holds) goes back to its own account.
     if (reference.defined() && original_tag != MemTag::Parameter) reference.storage()->allocation->retag(original_tag);
@@ -39,7 +40,7 @@ struct MixedStore::Quantized : Encoded {
   }
 };
 
-MixedStore::MixedStore(MixedStoreOptions o) : CompressingStore(Rules{kMaxCodeBits, true, false, true}), options_(std::move(o)) {
+MixedStore::MixedStore(MixedStoreOptions o) : CompressingStore(Rules{kMaxCodeBits, true, true}), options_(std::move(o)) {
   options_.check(fmt::format("{} store", options_.scheme));
   if (options_.label.empty())
     options_.label = options_.quant.base == options_.quant.mix
@@ -63,6 +64,7 @@ std::unique_ptr<CompressingStore::Encoded> MixedStore::encode(const Tensor& x, c
   q->quant = options_.quant;
   q->quant.mix_prob = options_.schedule.at(progress_);
   q->noise = QuantNoise{options_.seed, quant_stream(static_cast<uint64_t>(step_), tensor_index_++)};
+  q->device = x.device();
   if (options_.mode == StorageMode::QuantizeOnBackward) {
     q->reference = x;
     q->original_tag = x.storage()->allocation->tag();
@@ -78,7 +80,7 @@ std::unique_ptr<CompressingStore::Encoded> MixedStore::encode(const Tensor& x, c
 Tensor MixedStore::decode(const Encoded& enc, const Entry& e) {
   const auto& q = static_cast<const Quantized&>(enc);
   TagScope tag(MemTag::Workspace);  // a transient copy for the backward of one op
-  Tensor out = Tensor::empty(e.shape, DType::f32, e.layout);  // the saved tensor's shape and layout
+  Tensor out = Tensor::empty(e.shape, DType::f32, e.layout, MemTag::Workspace, q.device);  // the saved tensor's shape and layout
   if (options_.mode == StorageMode::SaveQuantized) {
     dequantize_mixed(q.packed, out);
   } else {  // quantize_on_backward: quantize now, with the keys drawn at save

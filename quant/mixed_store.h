@@ -92,6 +92,7 @@ class MixedStore : public CompressingStore {
   // quantize_on_backward the f32 tensor itself, quantized when loaded.
   std::unique_ptr<Encoded> encode(const Tensor& x, const SaveRequest& r) override;
   Tensor decode(const Encoded& enc, const Entry& e) override;
+  bool codec_on_devices() const override { return true; }  // quant/mixed_quant.h's entry points
 
  private:
   struct Quantized;  // the Encoded of one tensor

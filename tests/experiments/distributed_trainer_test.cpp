@@ -197,7 +197,9 @@ TEST(DistributedTrainer, TheBenchmarkCountsTheReductionHiddenBehindTheBackward) 
   EXPECT_EQ(on["started_in_backward"].get<double>(), 1.0);
   const double hidden = on["completed_in_backward"].get<double>();
   EXPECT_GE(hidden, 0.0);
-  EXPECT_LT(hidden, 1.0);  // the last bucket (the first layers') is reduced after the backward
+  // Usually below 1 (the last bucket, the first layers', is still in flight when the backward ends),
+  // but a fast all-reduce can finish it first: the bound is all a timing can promise.
+  EXPECT_LE(hidden, 1.0);
   EXPECT_EQ(off["started_in_backward"].get<double>(), 0.0);
   EXPECT_EQ(off["completed_in_backward"].get<double>(), 0.0);
 }

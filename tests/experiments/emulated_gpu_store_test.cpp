@@ -53,7 +53,9 @@ struct StorageConfig {
 
 std::vector<StorageConfig> storages() {
   return {{"actnn2", "actnn", "{scheme: actnn, bits: 2}", {}},
-          {"fewbit3", "fewbit", "{scheme: fewbit, bits: 3}", {"model.activation=gelu"}}};
+          {"fewbit3", "fewbit", "{scheme: fewbit, bits: 3}", {"model.activation=gelu"}},
+          {"mixed24", "mixed", "{scheme: mixed, preset: \"2/4@0.5\"}", {}},
+          {"deterministic4", "deterministic", "{scheme: deterministic, bits: 4}", {}}};
 }
 
 // Every saved tensor of the first step: the same layer, op, scheme and bytes.

@@ -22,7 +22,6 @@
 #include "quant/group_quant.h"
 #include "quant/group_store.h"
 #include "quant/mixed_quant.h"
-#include "quant/mixed_store.h"
 #include "tests/support/errors.h"
 
 namespace packrat {
@@ -304,35 +303,6 @@ TEST(CodecDevice, CodecEntryPointsOnAnotherDeviceAreAClearError) {
     OnCuda on(x);  // the few-bit codec has CUDA kernels (FewbitDevice.*): operands on two devices are an error
     const std::string m = testing::message_of([&] { fewbit_encode(fc, nullptr, x, Tensor(), packed); });
     EXPECT_EQ(m, "fewbit encode: input on cuda:0, codes on cpu");
-  }
-}
-
-// The stores whose codec has no device kernels yet (mixed, deterministic) refuse a device tensor
-// before allocating anything there; the per-group and few-bit stores compress on the device
-// (tests/quant/store_device_test.cpp).
-TEST(CodecDevice, StoresNameTheSchemeOpAndLayerAndStillPassExactRequestsThrough) {
-  MixedStoreOptions mo, deto;
-  deto.scheme = "deterministic";
-  MixedStore mixed(mo), deterministic(deto);
-  const Pointwise& gelu = pointwise_by_name("gelu");
-  for (SavedTensorStore* s : std::vector<SavedTensorStore*>{&mixed, &deterministic}) {
-    Tensor x = Tensor::from_vector(Shape{4, 64}, values(256, 2));
-    OnCuda on(x);
-    SaveRequest r{Need::Derivative, &gelu, "gelu", "layer1.act"};
-    const std::string m = testing::message_of([&] { s->save(x, r); });
-    EXPECT_EQ(m, std::string(s->scheme()) +
-                     ": CUDA compression kernels are not built yet (issue 11), so nothing is compressed on cuda:0: gelu "
-                     "layer1.act (4, 64) f32 plain on cuda:0 cannot be compressed there (save it with the fp32 scheme, or "
-                     "run on the CPU)");
-    EXPECT_EQ(s->live_count(), 0u);
-    EXPECT_EQ(testing::message_of([&] { s->forward_and_save(x, r); }).substr(0, m.size()), m)
-        << "the fused forward too, before anything is allocated on the device";
-    SaveRequest er{Need::Value, nullptr, "batchnorm2d", "bn1"};
-    er.exact = true;
-    const SavedHandle h = s->save(x, er);  // a reference, on any device
-    EXPECT_EQ(s->live_count(), 1u);
-    h.store->release(h);
-    EXPECT_EQ(s->live_count(), 0u);
   }
 }
 

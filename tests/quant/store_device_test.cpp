@@ -1,8 +1,8 @@
 // The compressing stores on a device. Without a GPU: on the emulated GPU
 // (tests/support/emulated_gpu.h), whose codec kernels are the CPU's (the seam of
 // quant/codec_device.h), every request kind saved by the per-group store (actnn at 2, 4 and 8
-// bits, stochastic and nearest, bf16 and f32 metadata; gact's per-tensor bits) and the few-bit
-// store gives the CPU store's forward values, loads and gradients bit for bit, the same describe()
+// bits, stochastic and nearest, bf16 and f32 metadata; gact's per-tensor bits), the mixed /
+// deterministic store and the few-bit store gives the CPU store's forward values, loads and gradients bit for bit, the same describe()
 // bytes, codes allocated on the device under the Saved tag, and no host access to device data.
 // The statistical properties (unbiased stochastic rounding, exact masks, few-bit error bounds) are
 // checked on device tensors. With a GPU: the same on cuda:0 (the GPU-only twins).
@@ -10,6 +10,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -22,6 +23,7 @@
 #include "quant/fewbit_store.h"
 #include "quant/fewbit_table.h"
 #include "quant/group_store.h"
+#include "quant/rule_policy.h"
 #include "tests/support/emulated_gpu.h"
 #include "tests/support/gpu.h"
 #include "tests/support/gradcheck.h"
@@ -138,6 +140,10 @@ Result run_scenario(SavedTensorStore& store, Device d, bool values_and_indices) 
     keep("max-pool indices i64", store.save(in.idx64.to(d), request(Need::Index, "maxpool2d", "pool2", nullptr, 4)),
          false);
     keep("targets", store.save(in.targets.to(d), request(Need::Index, "cross_entropy", "loss", nullptr, 4)), false);
+    // Targets of 1000 classes: the mixed store packs them at 10 bits (on the host), the per-group
+    // store keeps them exact.
+    keep("targets, 10 bits",
+         store.save(in.targets.to(d), request(Need::Index, "cross_entropy", "loss2", nullptr, 10)), false);
   }
   store.describe(res.records);
   res.saved_bytes = alloc.current(MemTag::Saved) - saved0;
@@ -240,6 +246,38 @@ void expect_group_stores_match_the_cpu(Device d, bool gpu) {
   on_cpu.set_bits_provider(&provider);
   on_dev.set_bits_provider(&provider);
   expect_same(run_scenario(on_dev, d, true), run_scenario(on_cpu, Device::cpu(), true), gpu, "gact");
+}
+
+// The mixed and deterministic bucket quantizers (quant/mixed_quant.h), as configs write them:
+// per-bucket and per-tensor 2/4-bit decisions, affine and max-abs scales, quantize-on-backward,
+// the deterministic scheme's nearest rounding; buckets of 64 (with tails).
+std::vector<SchemeSpec> mixed_cases() {
+  using Options = std::map<std::string, std::string>;
+  const Options common{{"bucket_size", "64"}};
+  auto spec = [&](const std::string& scheme, Options more) {
+    more.insert(common.begin(), common.end());
+    return SchemeSpec{scheme, std::move(more), "store_device_test"};
+  };
+  return {spec("mixed", {{"preset", "2/4@0.5"}}),
+          spec("mixed", {{"preset", "2/4@0.5"}, {"decision", "per_tensor"}}),
+          spec("mixed", {{"preset", "2/4@0.5"}, {"scale", "maxabs"}}),
+          spec("mixed", {{"preset", "2/4@0.5"}, {"mode", "quantize_on_backward"}}),
+          spec("deterministic", {{"bits", "4"}})};
+}
+
+void expect_mixed_stores_match_the_cpu(Device d, bool gpu) {
+  for (const SchemeSpec& spec : mixed_cases()) {
+    std::string name = spec.scheme;
+    for (const auto& [k, v] : spec.options) name += " " + k + "=" + v;
+    const std::unique_ptr<SavedTensorStore> on_cpu = make_store(spec, 23), on_dev = make_store(spec, 23);
+    const Result dev = run_scenario(*on_dev, d, true);
+    expect_same(dev, run_scenario(*on_cpu, Device::cpu(), true), gpu, name);
+    // The 1000-class targets are packed at 10 bits (staged through the host): 4 targets, 5 bytes.
+    for (const SavedRecord& r : dev.records)
+      if (r.layer == "loss2") {
+        EXPECT_EQ(r.bytes, 5) << name;
+      }
+  }
 }
 
 void expect_fewbit_stores_match_the_cpu(Device d, bool gpu) {
@@ -363,6 +401,13 @@ TEST(StoreDevice, FewbitStoresOnTheDeviceGiveTheCpuStoresResultsAndBytes) {
   EXPECT_EQ(gpu.allocator().current(MemTag::Saved), 0);
 }
 
+TEST(StoreDevice, MixedAndDeterministicStoresOnTheDeviceGiveTheCpuStoresResultsAndBytes) {
+  EmulatedGpu gpu;
+  expect_mixed_stores_match_the_cpu(EmulatedGpu::device(), false);
+  EXPECT_EQ(gpu.allocator().current(MemTag::Saved), 0);
+  EXPECT_EQ(gpu.allocator().current(MemTag::Workspace), 0);
+}
+
 TEST(StoreDevice, CodesAreHeldOnTheDeviceUnderTheSavedTag) {
   EmulatedGpu gpu;
   const Device d = EmulatedGpu::device();
@@ -421,7 +466,7 @@ TEST(StoreDevice, ACodecThatDoesNotRunOnDevicesRefusesDeviceTensors) {
     } catch (const Error& e) {
       m = e.what();
     }
-    EXPECT_EQ(m, "host_only: CUDA compression kernels are not built yet (issue 11), so nothing is compressed on "
+    EXPECT_EQ(m, "host_only: this scheme's codec has no GPU kernels, so nothing is compressed on "
                  "cuda:1000: " + std::string(r.op) + " " + r.name +
                      " (4, 3, 9, 11) f32 plain on cuda:1000 cannot be compressed there (save it with the fp32 scheme, "
                      "or run on the CPU)");
@@ -455,6 +500,11 @@ TEST(StoreDevice, FewbitLoadsHaveTheTableErrorOnDeviceTensors) {
 TEST(StoreCuda, PerGroupStoresOnTheGpuGiveTheCpuStoresResultsAndBytes) {
   PACKRAT_SKIP_WITHOUT_GPU();
   expect_group_stores_match_the_cpu(Device::cuda(0), true);
+}
+
+TEST(StoreCuda, MixedAndDeterministicStoresOnTheGpuGiveTheCpuStoresResultsAndBytes) {
+  PACKRAT_SKIP_WITHOUT_GPU();
+  expect_mixed_stores_match_the_cpu(Device::cuda(0), true);
 }
 
 TEST(StoreCuda, FewbitStoresOnTheGpuGiveTheCpuStoresResultsAndBytes) {
