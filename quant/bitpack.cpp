@@ -10,6 +10,7 @@
 #include "quant/bitpack.h"
 #include "quant/bitpack_device.h"
 #include "quant/codec_device.h"
+#include "quant/with_integers.h"
 #if PACKRAT_HAVE_CUDA
 #include "core/cuda/launch_check.h"
 #endif
@@ -19,16 +20,6 @@ namespace packrat {
 namespace {
 
 constexpr int64_t kGrainBlocks = kMinParallelWork / 8;  // blocks of 8 codes per thread chunk, at least
-
-// Calls fn(p) with p the integer tensor's typed host pointer (u8, i32 or i64).
-template <typename Fn>
-void with_integers(const Tensor& x, Fn&& fn) {
-  switch (x.dtype()) {
-    case DType::u8: fn(x.data<uint8_t>()); break;
-    case DType::i32: fn(x.data<int32_t>()); break;
-    default: fn(x.data<int64_t>()); break;
-  }
-}
 
 void check_codes(const Tensor& codes, int bits, const Tensor& packed, const char* where) {
   const DType d = codes.dtype();

@@ -2,12 +2,13 @@
 
 #include <fmt/format.h>
 
+#include "core/backend.h"
 #include "core/error.h"
 #include "quant/bitpack.h"
-#include "core/backend.h"
 #include "quant/codec_device.h"
 #include "quant/fewbit_codec.h"
 #include "quant/mixed_quant.h"  // pack_wide_codes / unpack_wide_codes (masks and indices above 8 bits)
+#include "quant/with_integers.h"
 
 namespace packrat {
 
@@ -27,16 +28,6 @@ void copy_to(const C* codes, int64_t n, const Tensor& out) {
     case DType::u8: copy_values(codes, n, out.data<uint8_t>()); break;
     case DType::i32: copy_values(codes, n, out.data<int32_t>()); break;
     default: copy_values(codes, n, out.data<int64_t>()); break;
-  }
-}
-
-// Calls fn(p) with p the integer tensor's typed host pointer (u8, i32 or i64).
-template <typename Fn>
-void with_integers(const Tensor& x, Fn&& fn) {
-  switch (x.dtype()) {
-    case DType::u8: fn(x.data<uint8_t>()); break;
-    case DType::i32: fn(x.data<int32_t>()); break;
-    default: fn(x.data<int64_t>()); break;
   }
 }
 

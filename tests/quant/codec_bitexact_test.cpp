@@ -22,6 +22,7 @@
 #include "quant/group_quant.h"
 #include "quant/group_store.h"
 #include "quant/mixed_quant.h"
+#include "tests/support/mixed_cases.h"
 #include "tests/support/errors.h"
 
 namespace packrat {
@@ -95,49 +96,8 @@ TEST(CodecBitExact, PerGroupKernelWritesTheReferenceBytesForEveryConfig) {
             }
 }
 
-// One mixed config and its name in failure messages.
-struct MixedCase {
-  std::string name;
-  MixedQuantConfig c;
-};
-
-std::vector<MixedCase> mixed_cases() {
-  std::vector<MixedCase> out;
-  auto add = [&](ScaleRule rule, BucketWidth base, BucketWidth mix, double p, MixDecision d, Rounding r, MetaType m,
-                 int64_t bucket) {
-    MixedQuantConfig c;
-    c.scale = rule;
-    c.base = base;
-    c.mix = mix;
-    c.mix_prob = p;
-    c.decision = d;
-    c.rounding = r;
-    c.meta = m;
-    c.bucket_size = bucket;
-    const std::string name = std::string(scale_rule_name(rule)) + " " + std::to_string(base.code_bits) + "/" +
-                             std::to_string(mix.code_bits) + "-bit codes @" + std::to_string(p) + " " +
-                             std::string(mix_decision_name(d)) + " " + std::string(rounding_name(r)) + " " +
-                             std::string(meta_name(m)) + " bucket " + std::to_string(bucket);
-    out.push_back({name, c});
-  };
-  for (Rounding r : {Rounding::Stochastic, Rounding::Nearest})
-    for (MetaType m : {MetaType::BF16, MetaType::F32})
-      for (int64_t bucket : {int64_t{64}, int64_t{100}, int64_t{512}}) {
-        // Affine: per-group widths (the fused kernel), other widths up to 8 bits, wide codes.
-        add(ScaleRule::Affine, affine_width(2), affine_width(4), 0.5, MixDecision::PerBucket, r, m, bucket);
-        add(ScaleRule::Affine, affine_width(1), affine_width(8), 0.3, MixDecision::PerBucket, r, m, bucket);
-        add(ScaleRule::Affine, affine_width(3), affine_width(6), 0.4, MixDecision::PerBucket, r, m, bucket);
-        add(ScaleRule::Affine, affine_width(4), affine_width(12), 0.5, MixDecision::PerTensor, r, m, bucket);
-        add(ScaleRule::Affine, affine_width(5), affine_width(5), 0.0, MixDecision::PerBucket, r, m, bucket);
-        // Sign-magnitude, both scales: 2 bits (3-bit codes) / 4 bits (6-bit codes), ternary, wide codes.
-        for (ScaleRule rule : {ScaleRule::MaxAbs, ScaleRule::L2}) {
-          add(rule, width_for_bits(rule, 2), width_for_bits(rule, 4), 0.5, MixDecision::PerBucket, r, m, bucket);
-          add(rule, sign_magnitude_width(1), sign_magnitude_width(1000), 0.5, MixDecision::PerBucket, r, m, bucket);
-          add(rule, width_for_bits(rule, 3), width_for_bits(rule, 3), 0.0, MixDecision::PerTensor, r, m, bucket);
-        }
-      }
-  return out;
-}
+using testing::MixedCase;
+using testing::mixed_cases;
 
 TEST(CodecBitExact, MixedAndDeterministicBucketKernelsWriteTheReferenceBytes) {
   for (const MixedCase& mc : mixed_cases())

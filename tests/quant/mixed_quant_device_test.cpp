@@ -17,6 +17,7 @@
 #include "tests/support/errors.h"
 #include "tests/support/gpu.h"
 #include "tests/support/host_launch.h"
+#include "tests/support/mixed_cases.h"
 
 namespace packrat {
 namespace {
@@ -31,49 +32,8 @@ std::vector<float> values(int64_t n, uint64_t seed) {
   return v;
 }
 
-struct Case {
-  std::string name;
-  MixedQuantConfig c;
-};
-
-std::vector<Case> cases() {
-  std::vector<Case> out;
-  auto add = [&](ScaleRule rule, BucketWidth base, BucketWidth mix, double p, MixDecision d, Rounding r, MetaType m,
-                 int64_t bucket) {
-    MixedQuantConfig c;
-    c.scale = rule;
-    c.base = base;
-    c.mix = mix;
-    c.mix_prob = p;
-    c.decision = d;
-    c.rounding = r;
-    c.meta = m;
-    c.bucket_size = bucket;
-    out.push_back({std::string(scale_rule_name(rule)) + " " + std::to_string(base.code_bits) + "/" +
-                       std::to_string(mix.code_bits) + "-bit codes @" + std::to_string(p) + " " +
-                       std::string(mix_decision_name(d)) + " " + std::string(rounding_name(r)) + " " +
-                       std::string(meta_name(m)) + " bucket " + std::to_string(bucket),
-                   c});
-  };
-  for (Rounding r : {Rounding::Stochastic, Rounding::Nearest})
-    for (MetaType m : {MetaType::BF16, MetaType::F32})
-      for (int64_t bucket : {int64_t{64}, int64_t{100}, int64_t{512}}) {
-        // Affine: the per-group widths (the CPU's fused kernel), other widths, wide codes, per tensor.
-        add(ScaleRule::Affine, affine_width(2), affine_width(4), 0.5, MixDecision::PerBucket, r, m, bucket);
-        add(ScaleRule::Affine, affine_width(1), affine_width(8), 0.3, MixDecision::PerBucket, r, m, bucket);
-        add(ScaleRule::Affine, affine_width(3), affine_width(6), 0.4, MixDecision::PerBucket, r, m, bucket);
-        add(ScaleRule::Affine, affine_width(4), affine_width(12), 0.5, MixDecision::PerTensor, r, m, bucket);
-        add(ScaleRule::Affine, affine_width(5), affine_width(5), 0.0, MixDecision::PerBucket, r, m, bucket);  // deterministic
-        // Sign-magnitude, both scales: 2/4 bits, ternary / 1000 levels (wide codes), one width per tensor.
-        for (ScaleRule rule : {ScaleRule::MaxAbs, ScaleRule::L2}) {
-          add(rule, width_for_bits(rule, 2), width_for_bits(rule, 4), 0.5, MixDecision::PerBucket, r, m, bucket);
-          add(rule, sign_magnitude_width(1), sign_magnitude_width(1000), 0.5, MixDecision::PerBucket, r, m, bucket);
-          add(rule, width_for_bits(rule, 2), width_for_bits(rule, 4), 0.6, MixDecision::PerTensor, r, m, bucket);
-          add(rule, width_for_bits(rule, 3), width_for_bits(rule, 3), 0.0, MixDecision::PerBucket, r, m, bucket);
-        }
-      }
-  return out;
-}
+using Case = testing::MixedCase;
+std::vector<Case> cases() { return testing::mixed_cases(); }
 
 constexpr int64_t kSizes[] = {1, 3037, 20000};  // none a multiple of 64, 100 or 512
 const QuantNoise kNoise{0x5EEDull, quant_stream(9, 4)};
