@@ -97,11 +97,7 @@ int64_t mixed_bytes_formula(const BucketGeometry& g, const MixedQuantConfig& c, 
   return codes + g.buckets * bucket_meta_bytes(c.scale, c.meta) + (uniform ? 0 : packed_bytes(g.buckets, 1));
 }
 
-namespace {
-
-#if PACKRAT_HAVE_CUDA
-// The format fields of a quantized tensor, before its buffers.
-MixedPacked packed_header(int64_t numel, const MixedQuantConfig& c) {
+MixedPacked mixed_packed_header(int64_t numel, const MixedQuantConfig& c) {
   MixedPacked p;
   p.numel = numel;
   p.bucket_size = c.bucket_size;
@@ -112,6 +108,10 @@ MixedPacked packed_header(int64_t numel, const MixedQuantConfig& c) {
   return p;
 }
 
+namespace {
+
+#if PACKRAT_HAVE_CUDA
+
 MixedFormat format_of(const MixedPacked& p) { return MixedFormat{p.geometry(), p.base, p.mix, p.scale, p.meta}; }
 
 // Device scratch of the kernels (freed on return; the default stream orders its reuse).
@@ -120,7 +120,7 @@ Tensor device_scratch(int64_t n, DType dtype, Device d) { return Tensor::empty(S
 MixedPacked quantize_mixed_cuda(const Tensor& x, const MixedQuantConfig& c, const QuantNoise& noise) {
   const Device d = x.device();
   const MemTag tag = TagScope::current();  // the caller's: the buffers held
-  MixedPacked p = packed_header(x.numel(), c);
+  MixedPacked p = mixed_packed_header(x.numel(), c);
   const BucketGeometry g = p.geometry();
   const MixedFormat f = format_of(p);
   BucketFlags flags;     // uniform until decided per bucket

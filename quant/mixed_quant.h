@@ -112,6 +112,10 @@ MixedPacked quantize_mixed(const Tensor& x, const MixedQuantConfig& c, const Qua
 // on one device, else packrat::Error.
 void dequantize_mixed(const MixedPacked& p, const Tensor& out);
 
+// The format fields of a quantized tensor (numel, bucket size, widths, scale rule, metadata type),
+// before its buffers (mixed_quant.cpp).
+MixedPacked mixed_packed_header(int64_t numel, const MixedQuantConfig& c);
+
 // ---- the CPU kernels (mixed_quant_cpu.cpp), on host pointers ------------------------------
 
 // Quantizes x (numel floats, the buffer as it lies) in one parallel pass over the buckets (the

@@ -446,13 +446,7 @@ void unpack_wide_codes(const uint8_t* src, int64_t n, int bits, uint16_t* codes)
 MixedPacked quantize_mixed(const float* x, int64_t numel, const MixedQuantConfig& c, const QuantNoise& noise) {
   c.check("mixed quantization");
   const BucketGeometry g = bucket_geometry(numel, c.bucket_size);
-  MixedPacked p;
-  p.numel = numel;
-  p.bucket_size = c.bucket_size;
-  p.base = c.base;
-  p.mix = c.mix;
-  p.scale = c.scale;
-  p.meta = c.meta;
+  MixedPacked p = mixed_packed_header(numel, c);
 
   std::vector<uint8_t> flags(static_cast<size_t>(g.buckets));  // (buckets,) 1 = mix width
   decide_buckets(g, c, noise, flags.data());
