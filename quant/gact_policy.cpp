@@ -204,12 +204,13 @@ SavedHandle GactStore::save(const Tensor& x, const SaveRequest& r) {
       // (1/128 of x's bytes), to be summed per sample.
       GroupQuantConfig cfg = options().quant;
       cfg.bits = 8;
-      const GroupGeometry geo = group_geometry(x.numel(), t.samples, cfg);
+      const GroupGeometry geo = group_geometry_of(x, cfg);
       std::vector<double> group_range_sq;  // (groups,)
       {
         const Tensor codes = Tensor::empty({geo.code_bytes()}, DType::u8, Layout::Plain, MemTag::Workspace, x.device());
         const Tensor meta = Tensor::empty({geo.meta_bytes()}, DType::u8, Layout::Plain, MemTag::Workspace, x.device());
-        quantize_groups(x, geo, Rounding::Nearest, QuantNoise{0, 0}, codes, meta, &group_range_sq);
+        quantize_groups(x, geo, Rounding::Nearest, QuantNoise{0, 0}, codes, meta, &group_range_sq,
+                        codec_blocking(x, cfg));
       }
       t.range_sq.assign(static_cast<size_t>(t.samples), 0.0);
       const int64_t per_sample = std::max<int64_t>(1, x.numel() / t.samples);

@@ -1,5 +1,7 @@
 #include "quant/group_quant.h"
 
+#include <algorithm>
+
 #include "core/build_config.h"
 #include "core/error.h"
 #include "core/tensor.h"
@@ -11,7 +13,14 @@
 
 namespace packrat {
 
-std::string_view grouping_name(Grouping g) { return g == Grouping::PerSample ? "per_sample" : "flat"; }
+std::string_view grouping_name(Grouping g) {
+  switch (g) {
+    case Grouping::PerSample: return "per_sample";
+    case Grouping::Flat: return "flat";
+    case Grouping::PerPlane: return "per_plane";
+  }
+  return "?";
+}
 std::string_view meta_name(MetaType m) { return m == MetaType::BF16 ? "bf16" : "f32"; }
 std::string_view rounding_name(Rounding r) { return r == Rounding::Stochastic ? "stochastic" : "nearest"; }
 
@@ -34,7 +43,7 @@ void check_same_size(const Tensor& x, const GroupGeometry& g, const Tensor& code
 
 }  // namespace
 
-GroupGeometry group_geometry(int64_t numel, int64_t samples, const GroupQuantConfig& c) {
+GroupGeometry group_geometry(int64_t numel, int64_t samples, const GroupQuantConfig& c, int64_t plane) {
   c.check("group_geometry");
   GroupGeometry g;
   g.numel = numel;
@@ -42,24 +51,51 @@ GroupGeometry group_geometry(int64_t numel, int64_t samples, const GroupQuantCon
   g.bits = c.bits;
   g.meta = c.meta;
   if (numel == 0) return g;  // no groups
-  const bool per_sample = c.grouping == Grouping::PerSample && samples > 1 && numel % samples == 0;
-  g.spans = per_sample ? samples : 1;
+  const bool split_samples = samples > 1 && numel % samples == 0;
+  const bool per_plane = c.grouping == Grouping::PerPlane && plane > 0 && (numel / std::max<int64_t>(1, samples)) % plane == 0;
+  if (per_plane && plane >= c.group_size) {
+    g.spans = numel / plane;  // one span per plane, cut into groups of equal length
+    const int64_t groups = (plane + c.group_size - 1) / c.group_size;
+    g.group_size = (plane + groups - 1) / groups;
+  } else {
+    g.spans = (c.grouping != Grouping::Flat && split_samples) ? samples : 1;
+    if (per_plane) g.group_size = plane * (c.group_size / plane);  // whole planes to a group
+  }
   g.span_len = numel / g.spans;
-  g.groups_per_span = (g.span_len + c.group_size - 1) / c.group_size;
-  g.tail_len = g.span_len - (g.groups_per_span - 1) * c.group_size;
+  g.groups_per_span = (g.span_len + g.group_size - 1) / g.group_size;
+  g.tail_len = g.span_len - (g.groups_per_span - 1) * g.group_size;
   return g;
 }
 
+int64_t channel_plane(const Tensor& x) {
+  if (x.rank() < 3) return 0;
+  int64_t plane = 1;
+  for (int64_t d = 2; d < x.rank(); ++d) plane *= x.dim(d);
+  return plane;
+}
+
+ChannelBlocking codec_blocking(const Tensor& x, const GroupQuantConfig& c) {
+  if (c.grouping != Grouping::PerPlane || x.layout() != Layout::nChw16c) return {};
+  return {x.dim(1), channel_plane(x)};
+}
+
+GroupGeometry group_geometry_of(const Tensor& x, const GroupQuantConfig& c) {
+  return group_geometry(x.numel(), x.rank() >= 2 ? x.dim(0) : 1, c, channel_plane(x));
+}
+
 void quantize_groups(const Tensor& x, const GroupGeometry& g, Rounding rounding, const QuantNoise& noise,
-                     const Tensor& codes, const Tensor& meta, std::vector<double>* group_range_sq) {
+                     const Tensor& codes, const Tensor& meta, std::vector<double>* group_range_sq,
+                     ChannelBlocking blocking) {
   check_same_size(x, g, codes, meta, "quantize_groups");
   PACKRAT_CHECK(codes.device() == x.device() && meta.device() == x.device(),
                 "quantize_groups: input on {}, codes on {}, metadata on {}", x.device().str(), codes.device().str(),
                 meta.device().str());
   if (x.is_cpu()) {
-    quantize_groups(x.data<float>(), g, rounding, noise, codes.data<uint8_t>(), meta.data<uint8_t>(), group_range_sq);
+    quantize_groups(x.data<float>(), g, rounding, noise, codes.data<uint8_t>(), meta.data<uint8_t>(), group_range_sq,
+                    blocking);
     return;
   }
+  PACKRAT_CHECK(blocking.channels == 0, "quantize_groups: an nChw16c walk on {} (a CPU layout)", x.device().str());
   if (codec_ran_on_host(x.device(), {x, codes, meta},
                         [&] { quantize_groups(x, g, rounding, noise, codes, meta, group_range_sq); }))
     return;
@@ -78,15 +114,17 @@ void quantize_groups(const Tensor& x, const GroupGeometry& g, Rounding rounding,
 #endif
 }
 
-void dequantize_groups(const Tensor& codes, const Tensor& meta, const GroupGeometry& g, const Tensor& out) {
+void dequantize_groups(const Tensor& codes, const Tensor& meta, const GroupGeometry& g, const Tensor& out,
+                       ChannelBlocking blocking) {
   check_same_size(out, g, codes, meta, "dequantize_groups");
   PACKRAT_CHECK(codes.device() == out.device() && meta.device() == out.device(),
                 "dequantize_groups: codes on {}, metadata on {}, output on {}", codes.device().str(),
                 meta.device().str(), out.device().str());
   if (out.is_cpu()) {
-    dequantize_groups(codes.data<uint8_t>(), meta.data<uint8_t>(), g, out.data<float>());
+    dequantize_groups(codes.data<uint8_t>(), meta.data<uint8_t>(), g, out.data<float>(), blocking);
     return;
   }
+  PACKRAT_CHECK(blocking.channels == 0, "dequantize_groups: an nChw16c walk on {} (a CPU layout)", out.device().str());
   if (codec_ran_on_host(out.device(), {codes, meta, out}, [&] { dequantize_groups(codes, meta, g, out); })) return;
 #if PACKRAT_HAVE_CUDA
   cuda::launch_dequantize_groups(codes.device_data<uint8_t>(), meta.device_data<uint8_t>(), g,

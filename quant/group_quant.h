@@ -1,7 +1,8 @@
 #pragma once
 // Per-group stochastic quantization (ActNN, GACT). A saved f32 tensor is cut into groups of G
-// contiguous elements (within each sample, or over the flattened buffer); each group keeps its
-// minimum and its step (bf16 or f32) and one b-bit code per element, b in {1, 2, 3, 4, 8}:
+// contiguous elements (within each sample, within each channel plane, or over the flattened
+// buffer); each group keeps its minimum and its step (bf16 or f32) and one b-bit code per
+// element, b in {1, 2, 3, 4, 8}:
 //
 //   u = (x - min) / step,  step = (max - min) / (2^b - 1)
 //   code = floor(u) + [r < u - floor(u)],  r uniform in (0, 1)  (stochastic: E[code] = u)
@@ -73,7 +74,13 @@ PACKRAT_HD inline uint16_t f32_to_bf16_up(float x) {
 
 // ---- configuration -----------------------------------------------------------------------
 
-enum class Grouping : uint8_t { PerSample, Flat };
+// PerPlane: groups never cross a channel plane (the H x W of one sample and channel of an
+// (N, C, H, W) tensor, the D of one token of an (N, T, D) one): channels differ in offset and
+// scale (a convolution's output before its batchnorm most of all), and a group spanning two
+// takes the range of both. On the EfficientNet FMNIST config with GACT at 2 bits it cuts the
+// gradient's relative variance from 0.226 to 0.132 (trainer --gradient-fidelity 8) for 3% more
+// saved bytes.
+enum class Grouping : uint8_t { PerSample, Flat, PerPlane };
 enum class MetaType : uint8_t { BF16, F32 };
 enum class Rounding : uint8_t { Stochastic, Nearest };
 
@@ -124,8 +131,30 @@ struct GroupGeometry {
 };
 
 // Geometry for a tensor of `numel` elements whose leading dimension is `samples` (ignored for
-// flat grouping; per-sample grouping of a tensor with fewer than 2 dimensions is flat).
-GroupGeometry group_geometry(int64_t numel, int64_t samples, const GroupQuantConfig& c);
+// flat grouping; per-sample grouping of a tensor with fewer than 2 dimensions is flat) and whose
+// channel planes hold `plane` elements each (per-plane grouping; 0: none, grouped per sample).
+// Per plane, a plane of L >= G elements is cut into ceil(L / G) groups of equal length (the last
+// up to that length shorter), so that no group is a short remainder with a whole metadata record;
+// planes smaller than G are grouped whole, G / L planes to a group, within each sample.
+GroupGeometry group_geometry(int64_t numel, int64_t samples, const GroupQuantConfig& c, int64_t plane = 0);
+
+class Tensor;
+
+// The elements of one channel plane of x: the product of its dimensions after the second (rank
+// >= 3), else 0.
+int64_t channel_plane(const Tensor& x);
+// x's geometry under c: group_geometry(numel, dim 0, c, channel_plane(x)).
+GroupGeometry group_geometry_of(const Tensor& x, const GroupQuantConfig& c);
+
+// How the codec walks a buffer. channels 0: element e of the geometry is element e of the buffer
+// as it lies. Otherwise the buffer is nChw16c (channels a multiple of 16, plane = H x W) and element
+// e of the geometry is the one at plain (n, c, h, w) position e, so that per-plane groups hold one
+// channel each although the channels lie 16-interleaved; the codes are those of the plain tensor.
+struct ChannelBlocking {
+  int64_t channels = 0, plane = 0;
+};
+// The walk for x under c: plain order for per-plane grouping of an nChw16c tensor, else as it lies.
+ChannelBlocking codec_blocking(const Tensor& x, const GroupQuantConfig& c);
 
 // ---- per-element helpers (host and device) -------------------------------------------------
 
@@ -314,16 +343,17 @@ PACKRAT_HD inline void dequantize_group(const uint8_t* codes, const uint8_t* met
 
 // ---- entry points: dispatched by the device of their tensors ---------------------------------
 
-class Tensor;
-
 // Quantizes x (g.numel f32, the buffer as it lies) into codes (g.code_bytes(),) u8 and meta
 // (g.meta_bytes(),) u8 on x's device. CPU: the kernel below; a GPU: group_quant_cuda.cu (the
 // variance bounds, when asked for, are copied to the host); the emulated GPU of the tests: the
 // CPU kernel (quant/codec_device.h).
+// `blocking` (codec_blocking) only on the CPU, where the nChw16c layout lives.
 void quantize_groups(const Tensor& x, const GroupGeometry& g, Rounding rounding, const QuantNoise& noise,
-                     const Tensor& codes, const Tensor& meta, std::vector<double>* group_range_sq = nullptr);
-// Dequantizes into out (g.numel f32, any shape) on the codes' device.
-void dequantize_groups(const Tensor& codes, const Tensor& meta, const GroupGeometry& g, const Tensor& out);
+                     const Tensor& codes, const Tensor& meta, std::vector<double>* group_range_sq = nullptr,
+                     ChannelBlocking blocking = {});
+// Dequantizes into out (g.numel f32, any shape) on the codes' device, walked as `blocking` says.
+void dequantize_groups(const Tensor& codes, const Tensor& meta, const GroupGeometry& g, const Tensor& out,
+                       ChannelBlocking blocking = {});
 
 // ---- the CPU kernels (group_quant_cpu.cpp), on host pointers ----------------------------------
 
@@ -333,9 +363,13 @@ void dequantize_groups(const Tensor& codes, const Tensor& meta, const GroupGeome
 // group_range_sq, when given, receives per group len * (stored range)^2 / 4: the group's summed
 // per-element variance bound of stochastic rounding divided by S(b) = 1/(2^b-1)^2, for
 // ActNN's analytic sensitivity.
+// With a blocking, each group is first gathered from its strided elements (still one pass over x).
 void quantize_groups(const float* x, const GroupGeometry& g, Rounding rounding, const QuantNoise& noise,
-                     uint8_t* codes, uint8_t* meta, std::vector<double>* group_range_sq = nullptr);
-// One pass: unpack and dequantize every group into out (g.numel floats).
-void dequantize_groups(const uint8_t* codes, const uint8_t* meta, const GroupGeometry& g, float* out);
+                     uint8_t* codes, uint8_t* meta, std::vector<double>* group_range_sq = nullptr,
+                     ChannelBlocking blocking = {});
+// One pass: unpack and dequantize every group into out (g.numel floats; scattered to its strided
+// elements with a blocking).
+void dequantize_groups(const uint8_t* codes, const uint8_t* meta, const GroupGeometry& g, float* out,
+                       ChannelBlocking blocking = {});
 
 }  // namespace packrat

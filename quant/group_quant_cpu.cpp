@@ -3,6 +3,9 @@
 // (quantize_group / dequantize_group), which tests/quant/codec_bitexact_test.cpp checks for every
 // width, rounding mode and metadata type.
 #include <algorithm>
+#include <cstring>
+#include <optional>
+#include <vector>
 
 #include "core/error.h"
 #include "core/parallel.h"
@@ -16,9 +19,10 @@
 namespace packrat {
 
 // GCC 12 warns about the undefined pass-through operand inside the AVX-512 intrinsics (a false
-// positive of its headers, as in mixed_quant.cpp).
+// positive of its headers, as in mixed_quant.cpp; the unpack and shuffle ones say "uninitialized").
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
 
 namespace {
 
@@ -27,10 +31,8 @@ using namespace group_simd;
 constexpr int64_t kChunk = 256;  // elements quantized per inner pass (a multiple of 128)
 
 
-// Noise of the whole 128-element blocks covering [e0, e0 + n): out[i] = rounding_noise16 of
-// element (e0 & ~127) + i. Returns e0 & 127, the index in out of element e0.
-int64_t fill_noise16(const QuantNoise& noise, int64_t e0, int64_t n, uint16_t* out) {
-  const int64_t b0 = e0 >> 7, b1 = (e0 + n - 1) >> 7;
+// out[i] = rounding_noise16 of element 128 * b0 + i, for the blocks [b0, b1].
+void fill_noise_blocks(const QuantNoise& noise, int64_t b0, int64_t b1, uint16_t* out) {
   for (int64_t b = b0; b <= b1; ++b) {
     uint16_t* o = out + (b - b0) * 128;
 #if defined(__AVX512F__)
@@ -46,10 +48,58 @@ int64_t fill_noise16(const QuantNoise& noise, int64_t e0, int64_t n, uint16_t* o
       o[i] = static_cast<uint16_t>(rounding_noise16(noise.seed, noise.stream, static_cast<uint64_t>(b * 128 + i)));
 #endif
   }
-  return e0 & 127;
 }
 
+// The rounding noise of one thread's walk through its groups, which ask for rising, often
+// overlapping element ranges: a group shorter than the noise's 128-element blocks (per-plane
+// groups of 49) shares its blocks with its neighbours, so blocks already made are kept, not made
+// again.
+class NoiseWindow {
+ public:
+  explicit NoiseWindow(const QuantNoise& noise) : noise_(noise) {}
+  // The noise of elements [e0, e0 + n), n <= kChunk.
+  const uint16_t* get(int64_t e0, int64_t n) {
+    const int64_t b0 = e0 >> 7, b1 = (e0 + n - 1) >> 7;
+    if (b0 < first_ || b0 >= first_ + count_) {
+      count_ = 0;  // nothing reusable
+    } else if (b0 > first_) {
+      count_ -= b0 - first_;  // keep the blocks from b0 on
+      std::memmove(buf_, buf_ + (b0 - first_) * 128, static_cast<size_t>(count_) * 128 * sizeof(uint16_t));
+    }
+    first_ = b0;
+    if (b1 >= first_ + count_) {
+      fill_noise_blocks(noise_, first_ + count_, b1, buf_ + count_ * 128);
+      count_ = b1 - first_ + 1;
+    }
+    return buf_ + (e0 - 128 * b0);
+  }
 
+ private:
+  QuantNoise noise_;
+  int64_t first_ = 0, count_ = 0;       // the blocks held: [first_, first_ + count_)
+  alignas(64) uint16_t buf_[kChunk + 2 * 128];  // (blocks covering a chunk, 128)
+};
+
+#if defined(__AVX512BW__)
+// packed_bytes(m, B) bytes at src -> the first m = min(n, 64) codes of B in {2, 4} bits, one a byte.
+// Masked loads and stores: nothing past either end is touched.
+template <int B>
+inline void unpack64(const uint8_t* src, int64_t n, uint8_t* codes) {
+  n = n < 64 ? n : 64;
+  const __mmask64 out = n == 64 ? ~__mmask64{0} : (__mmask64{1} << n) - 1;
+  const uint64_t in = (uint64_t{1} << packed_bytes(n, B)) - 1;
+  if constexpr (B == 2) {  // byte b -> 32-bit lane (b&3) | (b>>2&3)<<8 | (b>>4&3)<<16 | (b>>6)<<24
+    const __m512i b = _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(static_cast<__mmask16>(in), src));
+    const __m512i w = _mm512_or_si512(_mm512_or_si512(b, _mm512_slli_epi32(b, 6)),
+                                      _mm512_or_si512(_mm512_slli_epi32(b, 12), _mm512_slli_epi32(b, 18)));
+    _mm512_mask_storeu_epi8(codes, out, _mm512_and_si512(w, _mm512_set1_epi32(0x03030303)));
+  } else {  // byte b -> 16-bit lane (b&15) | (b>>4)<<8
+    const __m512i b = _mm512_cvtepu8_epi16(_mm256_maskz_loadu_epi8(static_cast<__mmask32>(in), src));
+    const __m512i w = _mm512_or_si512(b, _mm512_slli_epi16(b, 4));
+    _mm512_mask_storeu_epi8(codes, out, _mm512_and_si512(w, _mm512_set1_epi16(0x0F0F)));
+  }
+}
+#endif
 
 template <int B>
 inline void unpack_chunk(const uint8_t* src, int64_t n, uint8_t* codes) {
@@ -58,18 +108,8 @@ inline void unpack_chunk(const uint8_t* src, int64_t n, uint8_t* codes) {
   } else if constexpr (B == 2 || B == 4) {
     int64_t i = 0;
 #if defined(__AVX512BW__)
-    for (; i + 64 <= n; i += 64) {
-      if constexpr (B == 2) {  // byte b -> 32-bit lane (b&3) | (b>>2&3)<<8 | (b>>4&3)<<16 | (b>>6)<<24
-        const __m512i b = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i / 4)));
-        const __m512i w = _mm512_or_si512(_mm512_or_si512(b, _mm512_slli_epi32(b, 6)),
-                                          _mm512_or_si512(_mm512_slli_epi32(b, 12), _mm512_slli_epi32(b, 18)));
-        _mm512_storeu_si512(codes + i, _mm512_and_si512(w, _mm512_set1_epi32(0x03030303)));
-      } else {  // byte b -> 16-bit lane (b&15) | (b>>4)<<8
-        const __m512i b = _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i / 2)));
-        const __m512i w = _mm512_or_si512(b, _mm512_slli_epi16(b, 4));
-        _mm512_storeu_si512(codes + i, _mm512_and_si512(w, _mm512_set1_epi16(0x0F0F)));
-      }
-    }
+    for (; i < n; i += 64) unpack64<B>(src + i * B / 8, n - i, codes + i);
+    return;
 #endif
     constexpr int per = 8 / B;
     constexpr uint8_t mask = (1u << B) - 1u;
@@ -120,6 +160,148 @@ inline void dequantize_run(const uint8_t* codes, int64_t n, const GroupParams& p
   for (; i < n; ++i) out[i] = dequantize_value(codes[i], p);
 }
 
+// The buffer offset of plain element e of an nChw16c tensor (see ChannelBlocking).
+inline int64_t blocked_offset(const ChannelBlocking& b, int64_t e) {
+  const int64_t nc = e / b.plane, s = e % b.plane, n = nc / b.channels, c = nc % b.channels;
+  return ((n * (b.channels / 16) + c / 16) * b.plane + s) * 16 + c % 16;
+}
+
+// Calls fn(run_start, run_len, offset) for the runs of [e0, e0 + len) that stay within one
+// channel plane; a run's elements lie 16 floats apart from `offset` on.
+template <typename Fn>
+void for_plane_runs(const ChannelBlocking& b, int64_t e0, int64_t len, Fn&& fn) {
+  for (int64_t e = e0; e < e0 + len;) {
+    const int64_t run = std::min(b.plane - e % b.plane, e0 + len - e);
+    fn(e - e0, run, blocked_offset(b, e));
+    e += run;
+  }
+}
+
+// dst[i] = x's plain element e0 + i, i < len.
+void gather_plain(const float* x, const ChannelBlocking& b, int64_t e0, int64_t len, float* dst) {
+  for_plane_runs(b, e0, len, [&](int64_t i0, int64_t run, int64_t offset) {
+    const float* src = x + offset;
+    int64_t i = 0;
+#if defined(__AVX512F__)
+    const __m512i stride = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                              _mm512_set1_epi32(16));
+    for (; i + 16 <= run; i += 16) _mm512_storeu_ps(dst + i0 + i, _mm512_i32gather_ps(stride, src + 16 * i, 4));
+#endif
+    for (; i < run; ++i) dst[i0 + i] = src[16 * i];
+  });
+}
+// out's plain element e0 + i = src[i], i < len.
+void scatter_plain(const float* src, const ChannelBlocking& b, int64_t e0, int64_t len, float* out) {
+  for_plane_runs(b, e0, len, [&](int64_t i0, int64_t run, int64_t offset) {
+    float* dst = out + offset;
+    int64_t i = 0;
+#if defined(__AVX512F__)
+    const __m512i stride = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                              _mm512_set1_epi32(16));
+    for (; i + 16 <= run; i += 16) _mm512_i32scatter_ps(dst + 16 * i, stride, _mm512_loadu_ps(src + i0 + i), 4);
+#endif
+    for (; i < run; ++i) dst[16 * i] = src[i0 + i];
+  });
+}
+
+// dst[c * dst_stride + i] = src[i * src_stride + c] for i, c < 16 (a 16 x 16 transpose), or
+// false without AVX-512.
+inline bool transpose16(const float* src, int64_t src_stride, float* dst, int64_t dst_stride) {
+#if defined(__AVX512F__)
+  __m512 r[16], t[16];
+  for (int i = 0; i < 16; ++i) r[i] = _mm512_loadu_ps(src + i * src_stride);
+  for (int i = 0; i < 16; i += 2) {  // per 128-bit lane: (r_i, r_i+1) interleaved by pairs
+    t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
+    t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
+  }
+  for (int i = 0; i < 16; i += 4) {  // r[i + j], lane L: column 4L + j of rows i..i+3
+    const __m512d a = _mm512_castps_pd(t[i]), b = _mm512_castps_pd(t[i + 1]);
+    const __m512d c = _mm512_castps_pd(t[i + 2]), d = _mm512_castps_pd(t[i + 3]);
+    r[i] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, c));
+    r[i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, c));
+    r[i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(b, d));
+    r[i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(b, d));
+  }
+  for (int j = 0; j < 4; ++j) {  // column 4L + j: lane L of r[j], r[4 + j], r[8 + j], r[12 + j]
+    const __m512 u0 = _mm512_shuffle_f32x4(r[j], r[4 + j], 0x44), u1 = _mm512_shuffle_f32x4(r[j], r[4 + j], 0xEE);
+    const __m512 v0 = _mm512_shuffle_f32x4(r[8 + j], r[12 + j], 0x44), v1 = _mm512_shuffle_f32x4(r[8 + j], r[12 + j], 0xEE);
+    _mm512_storeu_ps(dst + (0 + j) * dst_stride, _mm512_shuffle_f32x4(u0, v0, 0x88));
+    _mm512_storeu_ps(dst + (4 + j) * dst_stride, _mm512_shuffle_f32x4(u0, v0, 0xDD));
+    _mm512_storeu_ps(dst + (8 + j) * dst_stride, _mm512_shuffle_f32x4(u1, v1, 0x88));
+    _mm512_storeu_ps(dst + (12 + j) * dst_stride, _mm512_shuffle_f32x4(u1, v1, 0xDD));
+  }
+  return true;
+#else
+  (void)src, (void)src_stride, (void)dst, (void)dst_stride;
+  return false;
+#endif
+}
+
+// (plane, 16) at src <-> (16, plane) at dst: src[s * 16 + k] -> dst[k * plane + s] (to_planes),
+// or back.
+void transpose_tile(const float* src, float* dst, int64_t plane, bool to_planes) {
+  int64_t s = 0;
+  for (; s + 16 <= plane; s += 16) {
+    const bool done = to_planes ? transpose16(src + s * 16, 16, dst + s, plane)
+                                : transpose16(src + s, plane, dst + s * 16, 16);
+    if (!done) break;
+  }
+  for (; s < plane; ++s)
+    for (int64_t k = 0; k < 16; ++k) {
+      if (to_planes)
+        dst[k * plane + s] = src[s * 16 + k];
+      else
+        dst[s * 16 + k] = src[k * plane + s];
+    }
+}
+
+// One thread's copy, in plain order, of the 16-channel tile of an nChw16c buffer that its groups
+// are in: tile t holds channels 16k..16k+15 of one sample, the plain elements
+// [t * 16 * plane, (t + 1) * 16 * plane), stored (plane, 16). A thread's groups come in rising
+// order, so each tile is transposed once, not gathered 16 floats apart group by group.
+class PlainTile {
+ public:
+  explicit PlainTile(const ChannelBlocking& b) : b_(b), len_(16 * b.plane), buf_(static_cast<size_t>(len_)) {}
+  int64_t tile_of(int64_t e) const { return e / len_; }
+  // Whether the plain elements [e0, e0 + n) lie in one tile.
+  bool holds(int64_t e0, int64_t n) const { return tile_of(e0) == tile_of(e0 + n - 1); }
+  // The plain elements [e0, e0 + n) of x (holds(e0, n)), from the tile's copy.
+  const float* read(const float* x, int64_t e0) {
+    const int64_t t = tile_of(e0);
+    if (t != tile_) {
+      transpose_tile(x + t * len_, buf_.data(), b_.plane, true);
+      tile_ = t;
+    }
+    return buf_.data() + (e0 - t * len_);
+  }
+  // Where to write the plain elements [e0, e0 + n) of out (holds(e0, n)); written back to out
+  // when another tile is asked for, or by flush.
+  float* write(float* out, int64_t e0, int64_t n) {
+    const int64_t t = tile_of(e0);
+    if (t != tile_) {
+      flush(out);
+      tile_ = t;
+      lo_ = hi_ = e0;
+    }
+    hi_ = e0 + n;
+    return buf_.data() + (e0 - t * len_);
+  }
+  void flush(float* out) {
+    if (tile_ < 0 || hi_ == lo_) return;
+    if (hi_ - lo_ == len_) {  // the whole tile
+      transpose_tile(buf_.data(), out + tile_ * len_, b_.plane, false);
+    } else {  // part of it (the rest is another thread's)
+      scatter_plain(buf_.data() + (lo_ - tile_ * len_), b_, lo_, hi_ - lo_, out);
+    }
+    lo_ = hi_;
+  }
+
+ private:
+  ChannelBlocking b_;
+  int64_t len_, tile_ = -1, lo_ = 0, hi_ = 0;  // the tile held; its plain range written [lo_, hi_)
+  std::vector<float> buf_;                     // (16, plane)
+};
+
 // Calls fn(g0, g1) over ranges of about `grain` groups. Dynamic scheduling: on a machine shared
 // with other jobs, a thread that gets descheduled does not hold the others at the barrier with
 // a whole static share of the work.
@@ -136,17 +318,26 @@ void for_group_ranges(int64_t groups, int64_t grain, Fn&& fn) {
 
 template <int B>
 void quantize_impl(const float* x, const GroupGeometry& g, Rounding rounding, const QuantNoise& noise, uint8_t* codes,
-                   uint8_t* meta, double* group_range_sq) {
+                   uint8_t* meta, double* group_range_sq, const ChannelBlocking& blocking) {
   constexpr uint32_t levels = (1u << B) - 1u;
   const bool stochastic = rounding == Rounding::Stochastic;
   const int meta_size = meta_bytes_per_group(g.meta);
   const int64_t grain = std::max<int64_t>(1, kMinParallelWork / g.group_size);
   for_group_ranges(g.groups(), grain, [&](int64_t g0, int64_t g1) {
-    alignas(64) uint8_t code_buf[kChunk];       // (kChunk,)
-    alignas(64) uint16_t rnd[kChunk + 2 * 128];  // (blocks covering a chunk, 128)
+    alignas(64) uint8_t code_buf[kChunk];  // (kChunk,)
+    NoiseWindow window(noise);
+    std::vector<float> gathered(blocking.channels ? static_cast<size_t>(g.group_size) : 0);  // (group_size,)
+    std::optional<PlainTile> tile;
+    if (blocking.channels) tile.emplace(blocking);
     for (int64_t gi = g0; gi < g1; ++gi) {
       const int64_t start = g.group_start(gi), len = g.group_len(gi);
       const float* xg = x + start;
+      if (tile && tile->holds(start, len)) {
+        xg = tile->read(x, start);
+      } else if (tile) {  // a group of several planes across two tiles
+        gather_plain(x, blocking, start, len, gathered.data());
+        xg = gathered.data();
+      }
       float mn, mx;
       group_range(xg, len, mn, mx);
       const GroupParams p = group_params(mn, mx, B, g.meta);
@@ -156,7 +347,7 @@ void quantize_impl(const float* x, const GroupGeometry& g, Rounding rounding, co
       for (int64_t c = 0; c < len; c += kChunk) {
         const int64_t n = std::min(kChunk, len - c);
         const float* xc = xg + c;
-        const uint16_t* r = stochastic ? rnd + fill_noise16(noise, start + c, n, rnd) : nullptr;
+        const uint16_t* r = stochastic ? window.get(start + c, n) : nullptr;
         quantize_run(xc, n, p, levels, r, code_buf);
         pack_chunk<B>(code_buf, n, dst + c * B / 8);  // c is a multiple of 8: byte aligned
       }
@@ -165,22 +356,29 @@ void quantize_impl(const float* x, const GroupGeometry& g, Rounding rounding, co
 }
 
 template <int B>
-void dequantize_impl(const uint8_t* codes, const uint8_t* meta, const GroupGeometry& g, float* out) {
+void dequantize_impl(const uint8_t* codes, const uint8_t* meta, const GroupGeometry& g, float* out,
+                     const ChannelBlocking& blocking) {
   const int meta_size = meta_bytes_per_group(g.meta);
   const int64_t grain = std::max<int64_t>(1, kMinParallelWork / g.group_size);
   for_group_ranges(g.groups(), grain, [&](int64_t g0, int64_t g1) {
     alignas(64) uint8_t code_buf[kChunk];  // (kChunk,)
+    std::vector<float> decoded(blocking.channels ? static_cast<size_t>(g.group_size) : 0);  // (group_size,)
+    std::optional<PlainTile> tile;
+    if (blocking.channels) tile.emplace(blocking);
     for (int64_t gi = g0; gi < g1; ++gi) {
       const int64_t start = g.group_start(gi), len = g.group_len(gi);
       const GroupParams p = load_group_meta(meta + gi * meta_size, g.meta);
       const uint8_t* src = codes + g.group_code_offset(gi);
-      float* og = out + start;
+      const bool in_tile = tile && tile->holds(start, len);
+      float* og = in_tile ? tile->write(out, start, len) : tile ? decoded.data() : out + start;
       for (int64_t c = 0; c < len; c += kChunk) {
         const int64_t n = std::min(kChunk, len - c);
         unpack_chunk<B>(src + c * B / 8, n, code_buf);
         dequantize_run(code_buf, n, p, og + c);
       }
+      if (tile && !in_tile) scatter_plain(og, blocking, start, len, out);
     }
+    if (tile) tile->flush(out);
   });
 }
 
@@ -193,18 +391,19 @@ void dispatch_bits(int bits, Fn&& fn) {
 }  // namespace
 
 void quantize_groups(const float* x, const GroupGeometry& g, Rounding rounding, const QuantNoise& noise,
-                     uint8_t* codes, uint8_t* meta, std::vector<double>* group_range_sq) {
+                     uint8_t* codes, uint8_t* meta, std::vector<double>* group_range_sq, ChannelBlocking blocking) {
   if (group_range_sq) group_range_sq->assign(static_cast<size_t>(g.groups()), 0.0);
   if (g.groups() == 0) return;
   dispatch_bits(g.bits, [&](auto b) {
     quantize_impl<decltype(b)::value>(x, g, rounding, noise, codes, meta,
-                                      group_range_sq ? group_range_sq->data() : nullptr);
+                                      group_range_sq ? group_range_sq->data() : nullptr, blocking);
   });
 }
 
-void dequantize_groups(const uint8_t* codes, const uint8_t* meta, const GroupGeometry& g, float* out) {
+void dequantize_groups(const uint8_t* codes, const uint8_t* meta, const GroupGeometry& g, float* out,
+                       ChannelBlocking blocking) {
   if (g.groups() == 0) return;
-  dispatch_bits(g.bits, [&](auto b) { dequantize_impl<decltype(b)::value>(codes, meta, g, out); });
+  dispatch_bits(g.bits, [&](auto b) { dequantize_impl<decltype(b)::value>(codes, meta, g, out, blocking); });
 }
 
 }  // namespace packrat

@@ -85,6 +85,26 @@ inline void group_range(const float* x, int64_t n, float& mn_out, float& mx_out)
   mx_out = mx;
 }
 
+#if defined(__AVX512BW__)
+// The first min(n, 64) codes of B in {2, 4} bits (one a byte) at codes -> their packed_bytes
+// at dst, pack_group_codes' layout. Masked loads and stores: nothing past either end is touched.
+template <int B>
+inline void pack64(const uint8_t* codes, int64_t n, uint8_t* dst) {
+  n = n < 64 ? n : 64;
+  const __mmask64 in = n == 64 ? ~__mmask64{0} : (__mmask64{1} << n) - 1;
+  const uint64_t bytes = static_cast<uint64_t>(packed_bytes(n, B));
+  const __m512i w = _mm512_maskz_loadu_epi8(in, codes);
+  if constexpr (B == 2) {  // 32-bit lane c0|c1<<8|c2<<16|c3<<24 -> c0|c1<<2|c2<<4|c3<<6
+    const __m512i p = _mm512_or_si512(_mm512_or_si512(w, _mm512_srli_epi32(w, 6)),
+                                      _mm512_or_si512(_mm512_srli_epi32(w, 12), _mm512_srli_epi32(w, 18)));
+    _mm_mask_storeu_epi8(dst, static_cast<__mmask16>((uint64_t{1} << bytes) - 1), _mm512_cvtepi32_epi8(p));
+  } else {  // 16-bit lane c0|c1<<8 -> c0|c1<<4
+    const __m512i p = _mm512_or_si512(w, _mm512_srli_epi16(w, 4));
+    _mm256_mask_storeu_epi8(dst, static_cast<__mmask32>((uint64_t{1} << bytes) - 1), _mm512_cvtepi16_epi8(p));
+  }
+}
+#endif
+
 // Packs n codes at a byte boundary; fast paths for 2 and 4 bits, same layout as pack_group_codes.
 template <int B>
 inline void pack_chunk(const uint8_t* codes, int64_t n, uint8_t* dst) {
@@ -93,17 +113,8 @@ inline void pack_chunk(const uint8_t* codes, int64_t n, uint8_t* dst) {
   } else if constexpr (B == 2 || B == 4) {
     int64_t i = 0;
 #if defined(__AVX512BW__)
-    for (; i + 64 <= n; i += 64) {  // 64 codes -> 8*B bytes
-      const __m512i w = _mm512_loadu_si512(codes + i);
-      if constexpr (B == 2) {  // 32-bit lane c0|c1<<8|c2<<16|c3<<24 -> c0|c1<<2|c2<<4|c3<<6
-        const __m512i p = _mm512_or_si512(_mm512_or_si512(w, _mm512_srli_epi32(w, 6)),
-                                          _mm512_or_si512(_mm512_srli_epi32(w, 12), _mm512_srli_epi32(w, 18)));
-        _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i / 4), _mm512_cvtepi32_epi8(p));
-      } else {  // 16-bit lane c0|c1<<8 -> c0|c1<<4
-        const __m512i p = _mm512_or_si512(w, _mm512_srli_epi16(w, 4));
-        _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i / 2), _mm512_cvtepi16_epi8(p));
-      }
-    }
+    for (; i < n; i += 64) pack64<B>(codes + i, n - i, dst + i * B / 8);  // a group of 49: one pass
+    return;
 #endif
     constexpr int per = 8 / B;
     for (; i + per <= n; i += per) {

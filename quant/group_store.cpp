@@ -53,6 +53,7 @@ double jacobian_factor(std::string_view op, const Tensor& grad_out) {
 struct GroupStore::Quantized : Encoded {
   Tensor codes, meta;  // u8 (code bytes,), u8 (groups * meta bytes per group,)
   GroupGeometry geometry;
+  ChannelBlocking blocking;  // how the codes walk the saved buffer (codec_blocking)
   int64_t index = -1;  // position in step_tensors_
   int64_t step = 0;
   int64_t bytes() const override {
@@ -70,9 +71,9 @@ GroupStoreOptions GroupStore::parse_options(SchemeOptions& o, const GroupStoreOp
   PACKRAT_CHECK(group_bits_supported(g.quant.bits),
                 "{}: 'bits' is {}; per-group quantization supports 1, 2, 3, 4 or 8 bits", o.where(), g.quant.bits);
   g.quant.group_size = o.get_int("group_size", q.group_size, 1, int64_t{1} << 30);
-  g.quant.grouping = o.get_string("grouping", std::string(grouping_name(q.grouping)), {"per_sample", "flat"}) == "flat"
-                         ? Grouping::Flat
-                         : Grouping::PerSample;
+  const std::string grouping =
+      o.get_string("grouping", std::string(grouping_name(q.grouping)), {"per_sample", "per_plane", "flat"});
+  g.quant.grouping = grouping == "flat" ? Grouping::Flat : grouping == "per_plane" ? Grouping::PerPlane : Grouping::PerSample;
   g.quant.meta =
       o.get_string("meta", std::string(meta_name(q.meta)), {"bf16", "f32"}) == "f32" ? MetaType::F32 : MetaType::BF16;
   g.quant.rounding =
@@ -116,14 +117,16 @@ std::unique_ptr<CompressingStore::Encoded> GroupStore::encode(const Tensor& x, c
   const int64_t samples = leading_samples(x);
   auto q = std::make_unique<Quantized>();
   q->bits = cfg.bits;
-  q->geometry = group_geometry(x.numel(), samples, cfg);
+  q->blocking = codec_blocking(x, cfg);
+  q->geometry = group_geometry_of(x, cfg);
   q->codes = Tensor::empty({q->geometry.code_bytes()}, DType::u8, Layout::Plain, MemTag::Saved,
                            x.device());  // (code bytes,)
   q->meta = Tensor::empty({q->geometry.meta_bytes()}, DType::u8, Layout::Plain, MemTag::Saved,
                           x.device());  // (groups * meta bytes per group,)
   std::vector<double> group_range_sq;  // (groups,)
   const QuantNoise noise{noise_seed(index), quant_stream(static_cast<uint64_t>(step_), static_cast<uint64_t>(index))};
-  quantize_groups(x, q->geometry, cfg.rounding, noise, q->codes, q->meta, provider_ ? &group_range_sq : nullptr);
+  quantize_groups(x, q->geometry, cfg.rounding, noise, q->codes, q->meta, provider_ ? &group_range_sq : nullptr,
+                  q->blocking);
 
   QuantizedTensorInfo info;
   info.index = index;
@@ -152,7 +155,7 @@ Tensor GroupStore::decode(const Encoded& enc, const Entry& e) {
   TagScope tag(MemTag::Workspace);  // a transient copy for the backward of one op, freed after it
   Tensor out = Tensor::empty(e.shape, DType::f32, e.layout, MemTag::Workspace,
                              q.codes.device());  // same shape, layout and device as saved
-  dequantize_groups(q.codes, q.meta, q.geometry, out);
+  dequantize_groups(q.codes, q.meta, q.geometry, out, q.blocking);
   if (e.request.need == Need::Derivative) return pointwise_derivative(*e.request.fn, out);
   return out;
 }

@@ -49,8 +49,8 @@ class BitsProvider {
 class GroupStore : public CompressingStore {
  public:
   explicit GroupStore(GroupStoreOptions o = {});
-  // Options: bits {1,2,3,4,8} (2), group_size >= 1 (256), grouping per_sample|flat
-  // (per_sample), meta bf16|f32 (bf16), rounding stochastic|nearest (stochastic), seed (0);
+  // Options: bits {1,2,3,4,8} (2), group_size >= 1 (256), grouping per_sample|per_plane|flat
+  // (per_sample; quant/group_quant.h), meta bf16|f32 (bf16), rounding stochastic|nearest (stochastic), seed (0);
   // `base` supplies the defaults (a preset).
   static GroupStoreOptions parse_options(SchemeOptions& o, const GroupStoreOptions& base = {});
 

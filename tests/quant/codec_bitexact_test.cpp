@@ -9,6 +9,7 @@
 
 #include <cstring>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "core/backend.h"
@@ -50,14 +51,15 @@ int64_t first_difference(const uint8_t* a, const uint8_t* b, int64_t n) {
 }
 
 TEST(CodecBitExact, PerGroupKernelWritesTheReferenceBytesForEveryConfig) {
-  // (samples, span): spans that are not multiples of 8, 128 or the 256-element chunk.
-  const std::vector<std::pair<int64_t, int64_t>> shapes = {{3, 1013}, {1, 77}, {4, 2051}};
+  // (samples, span, channel plane): spans that are not multiples of 8, 128 or the 256-element
+  // chunk; planes above, below and across the group sizes (per-plane grouping).
+  const std::vector<std::tuple<int64_t, int64_t, int64_t>> shapes = {{3, 1013, 1013}, {1, 77, 11}, {4, 2051, 293}};
   for (int bits : {1, 2, 3, 4, 8})
     for (Rounding rounding : {Rounding::Stochastic, Rounding::Nearest})
       for (MetaType meta : {MetaType::BF16, MetaType::F32})
-        for (Grouping grouping : {Grouping::PerSample, Grouping::Flat})
+        for (Grouping grouping : {Grouping::PerSample, Grouping::Flat, Grouping::PerPlane})
           for (int64_t G : {int64_t{7}, int64_t{256}, int64_t{300}, int64_t{1000}})
-            for (const auto& [samples, span] : shapes) {
+            for (const auto& [samples, span, plane] : shapes) {
               const std::string what = "bits " + std::to_string(bits) + " " + std::string(rounding_name(rounding)) +
                                        " " + std::string(meta_name(meta)) + " " + std::string(grouping_name(grouping)) +
                                        " G " + std::to_string(G) + " numel " + std::to_string(samples * span);
@@ -69,7 +71,7 @@ TEST(CodecBitExact, PerGroupKernelWritesTheReferenceBytesForEveryConfig) {
               c.rounding = rounding;
               const int64_t n = samples * span;
               const std::vector<float> x = values(n, static_cast<uint64_t>(bits * 131 + G));
-              const GroupGeometry g = group_geometry(n, samples, c);
+              const GroupGeometry g = group_geometry(n, samples, c, plane);
               const QuantNoise noise{0x1234ABCDull, quant_stream(5, 3)};
               std::vector<uint8_t> codes(static_cast<size_t>(g.code_bytes())), meta_b(static_cast<size_t>(g.meta_bytes()));
               std::vector<double> range_sq;

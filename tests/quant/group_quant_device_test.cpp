@@ -29,11 +29,12 @@ std::vector<float> values(int64_t n, uint64_t seed) {
 
 struct Case {
   GroupQuantConfig c;
-  int64_t samples, span;
+  int64_t samples, span, plane = 0;  // plane: per-plane grouping's channel plane
   std::string name() const {
     return "bits " + std::to_string(c.bits) + " G " + std::to_string(c.group_size) + " " +
            std::string(rounding_name(c.rounding)) + " " + std::string(meta_name(c.meta)) + " " +
-           std::string(grouping_name(c.grouping)) + " " + std::to_string(samples) + "x" + std::to_string(span);
+           std::string(grouping_name(c.grouping)) + " " + std::to_string(samples) + "x" + std::to_string(span) +
+           (plane ? " plane " + std::to_string(plane) : "");
   }
 };
 
@@ -52,6 +53,14 @@ std::vector<Case> cases() {
           k.samples = 3;
           k.span = 1013;  // not a multiple of 8, of 128 or of any G
           out.push_back(k);
+          if (G != 7) continue;
+          k.c.grouping = Grouping::PerPlane;  // planes of 7 x 7 and 14 x 14: groups of 49, one or four a plane
+          k.c.group_size = 64;
+          for (int64_t plane : {49, 196}) {
+            k.plane = plane;
+            k.span = 5 * plane;
+            out.push_back(k);
+          }
         }
   return out;
 }
@@ -62,7 +71,7 @@ TEST(GroupQuantDevice, TheKernelBodiesWriteTheCpuKernelsBytes) {
   for (const Case& k : cases()) {
     const int64_t n = k.samples * k.span;
     const std::vector<float> x = values(n, static_cast<uint64_t>(k.c.bits * 7 + k.c.group_size));
-    const GroupGeometry g = group_geometry(n, k.samples, k.c);
+    const GroupGeometry g = group_geometry(n, k.samples, k.c, k.plane);
     std::vector<uint8_t> codes(static_cast<size_t>(g.code_bytes())), meta(static_cast<size_t>(g.meta_bytes()));
     quantize_groups(x.data(), g, k.c.rounding, kNoise, codes.data(), meta.data());
 
@@ -89,7 +98,7 @@ TEST(GroupQuantDevice, CudaKernelsWriteTheCpuBytes) {
   for (const Case& k : cases()) {
     const int64_t n = k.samples * k.span;
     const Tensor x = Tensor::from_vector(Shape{k.samples, k.span}, values(n, static_cast<uint64_t>(k.c.bits + k.c.group_size)));
-    const GroupGeometry g = group_geometry(n, k.samples, k.c);
+    const GroupGeometry g = group_geometry(n, k.samples, k.c, k.plane);
     auto buffers = [&](Device d) {
       return std::pair{Tensor::empty(Shape{g.code_bytes()}, DType::u8, Layout::Plain, MemTag::Saved, d),
                        Tensor::empty(Shape{g.meta_bytes()}, DType::u8, Layout::Plain, MemTag::Saved, d)};

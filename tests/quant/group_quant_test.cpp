@@ -3,6 +3,7 @@
 // round-to-nearest on the grid, and the SIMD kernel against the scalar host/device helpers.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -221,6 +222,80 @@ TEST(GroupQuantRounding, NoiseIsKeyedBySeedStreamAndElement) {
   // tensor with the same element numbering is not possible, but the helper is position-keyed:
   EXPECT_NE(rounding_uniform(1, 2, 127), rounding_uniform(1, 2, 128));
   EXPECT_EQ(rounding_uniform(1, 2, 1000), rounding_uniform(1, 2, 1000));
+}
+
+// Per-plane grouping: a plane of L >= G elements is cut into ceil(L / G) groups of equal length
+// that never cross it; planes smaller than G are grouped whole, within each sample.
+TEST(GroupQuantGeometry, PerPlaneGroupsNeverCrossAPlane) {
+  struct Case {
+    int64_t samples, channels, plane, G, group_len, groups_per_plane;
+  };
+  for (const Case& k : std::vector<Case>{{2, 3, 49, 64, 49, 1},     // 7 x 7: one group a plane
+                                         {2, 3, 196, 64, 49, 4},    // 14 x 14: four of 49
+                                         {1, 2, 784, 64, 61, 13},   // 28 x 28: thirteen of 61 (the last 52)
+                                         {3, 2, 3136, 64, 64, 49},  // 56 x 56: exactly G
+                                         {2, 6, 16, 64, 64, 0},     // 4 x 4: four planes to a group
+                                         {2, 5, 1, 64, 64, 0}}) {   // (N, C, 1, 1): a sample's channels
+    GroupQuantConfig c;
+    c.group_size = k.G;
+    c.grouping = Grouping::PerPlane;
+    const int64_t numel = k.samples * k.channels * k.plane;
+    SCOPED_TRACE(testing::Message() << "plane " << k.plane << " channels " << k.channels);
+    const GroupGeometry g = group_geometry(numel, k.samples, c, k.plane);
+    EXPECT_EQ(g.group_size, k.group_len);
+    if (k.groups_per_plane > 0) {
+      EXPECT_EQ(g.groups(), k.samples * k.channels * k.groups_per_plane);
+    }
+    int64_t covered = 0;
+    for (int64_t gi = 0; gi < g.groups(); ++gi) {
+      const int64_t start = g.group_start(gi), len = g.group_len(gi);
+      ASSERT_EQ(start, covered) << "group " << gi;  // in order, no gap, no overlap
+      covered += len;
+      if (k.plane >= k.G) {
+        EXPECT_EQ(start / k.plane, (start + len - 1) / k.plane) << "group " << gi << " crosses a plane";
+      } else {
+        EXPECT_EQ(start % k.plane, 0) << "group " << gi;
+        EXPECT_EQ(len % k.plane, 0) << "group " << gi;
+        EXPECT_EQ(start / (numel / k.samples), (start + len - 1) / (numel / k.samples)) << "group " << gi;
+      }
+    }
+    EXPECT_EQ(covered, numel);
+  }
+  GroupQuantConfig c;  // no plane (a tensor of rank < 3): per sample
+  c.grouping = Grouping::PerPlane;
+  c.group_size = 64;
+  const GroupGeometry g = group_geometry(4 * 100, 4, c, 0);
+  EXPECT_EQ(g.spans, 4);
+  EXPECT_EQ(g.group_size, 64);
+}
+
+// Why per-plane grouping exists: channels with different offsets (a convolution's output before
+// its batchnorm) share no group, so each keeps a step fitted to its own spread; grouped per
+// sample, a group of 64 spans two 7 x 7 planes and takes the range of both.
+TEST(GroupQuantGeometry, PerPlaneKeepsChannelOffsetsApart) {
+  const int64_t N = 2, C = 8, L = 49;
+  std::vector<float> x = random_values(N * C * L, 5, -0.1f, 0.1f);
+  for (int64_t i = 0; i < N * C * L; ++i) x[static_cast<size_t>(i)] += 10.0f * static_cast<float>((i / L) % C);
+  auto worst_error = [&](Grouping grouping) {
+    GroupQuantConfig c;
+    c.bits = 2;
+    c.group_size = 64;
+    c.grouping = grouping;
+    c.rounding = Rounding::Nearest;
+    c.meta = MetaType::F32;  // bf16's step near 70 is 0.5: the test is about ranges, not precision
+    Quantized q;
+    q.g = group_geometry(N * C * L, N, c, L);
+    q.codes.assign(static_cast<size_t>(q.g.code_bytes()), 0);
+    q.meta.assign(static_cast<size_t>(q.g.meta_bytes()), 0);
+    quantize_groups(x.data(), q.g, c.rounding, QuantNoise{}, q.codes.data(), q.meta.data());
+    q.out.assign(x.size(), NAN);
+    dequantize_groups(q.codes.data(), q.meta.data(), q.g, q.out.data());
+    float worst = 0.0f;
+    for (size_t i = 0; i < x.size(); ++i) worst = std::max(worst, std::abs(q.out[i] - x[i]));
+    return worst;
+  };
+  EXPECT_LE(worst_error(Grouping::PerPlane), 0.2f / 3.0f / 2.0f * 1.05f + 1e-3f);  // half a step of a 0.2 range
+  EXPECT_GE(worst_error(Grouping::PerSample), 1.0f);                               // a step of 10 / 3
 }
 
 TEST(GroupQuantOptions, BadConfigIsAClearError) {

@@ -83,6 +83,45 @@ TEST(GroupStore, ValueRoundTripPlainAndBlockedWithFormulaBytes) {
     }
 }
 
+// Per-plane groups of a blocked (nChw16c) tensor are walked in plain order, so that each holds
+// one channel's elements although 16 channels lie interleaved; the loaded tensor comes back in
+// the saved layout, with the values, codes and bytes of the plain tensor's.
+TEST(GroupStore, PerPlaneGroupsAreTheSameForPlainAndBlockedTensors) {
+  GroupStoreOptions o = options(2, 64);
+  o.quant.grouping = Grouping::PerPlane;
+  struct Case {
+    Shape shape;          // (N, C, H, W)
+    int64_t saved_bytes;  // 2-bit codes (whole bytes per group) + 4 metadata bytes per group
+  };
+  const Case cases[] = {
+      {{2, 16, 7, 7}, 2 * 16 * ((49 * 2 + 7) / 8 + 4)},  // planes of 49: one group a plane
+      {{3, 32, 5, 5}, 3 * 16 * ((50 * 2 + 7) / 8 + 4)},  // planes of 25: two to a group, across blocks
+      // planes of 9: seven to a group (63), the last group of a sample 4 planes (36); groups
+      // across the 16-channel tiles
+      {{2, 32, 3, 3}, 2 * (4 * ((63 * 2 + 7) / 8 + 4) + (36 * 2 / 8 + 4))},
+  };
+  for (const Case& c : cases) {
+    Tensor x = random_tensor(c.shape, 13);
+    std::vector<Tensor> loaded;
+    for (Layout layout : {Layout::Plain, Layout::nChw16c}) {
+      GroupStore store(o);
+      store.begin_step(3);
+      const int64_t before = saved_bytes();
+      SavedHandle h = store.save(x.to_layout(layout), value_request());
+      EXPECT_EQ(saved_bytes() - before, c.saved_bytes) << c.shape.str() << " " << layout_name(layout);
+      Tensor y = store.load(h);
+      EXPECT_EQ(y.layout(), layout);
+      loaded.push_back(y.to_plain());
+      store.release(h);
+    }
+    const float *a = loaded[0].data<float>(), *b = loaded[1].data<float>(), *xp = x.data<float>();
+    for (int64_t i = 0; i < x.numel(); ++i) {
+      ASSERT_EQ(a[i], b[i]) << c.shape.str() << " element " << i;
+      ASSERT_LE(std::abs(a[i] - xp[i]), 2.0f / 3.0f * 1.02f) << i;
+    }
+  }
+}
+
 TEST(GroupStore, TensorSavedTwiceIsQuantizedOnce) {
   GroupStore store(options(2));
   Tensor x = random_tensor({4, 300}, 2);
@@ -232,6 +271,8 @@ TEST(GroupStore, FactoryReadsOptionsAndRejectsBadConfig) {
     SchemeOptions o(std::move(kv), "saved_tensors.default (line 3)");
     return make_group_store(o);
   };
+  EXPECT_EQ(dynamic_cast<GroupStore&>(*make({{"grouping", "per_plane"}})).options().quant.grouping,
+            Grouping::PerPlane);
   auto s = make({{"bits", "4"}, {"group_size", "128"}, {"grouping", "flat"}, {"meta", "f32"}, {"rounding", "nearest"},
                  {"seed", "7"}});
   auto& g = dynamic_cast<GroupStore&>(*s);
