@@ -8,6 +8,7 @@
 #include "core/broadcast.h"
 #include "core/cpu/cpu_backend.h"
 #include "core/cpu/loops.h"
+#include "core/parallel.h"
 
 namespace packrat::cpu {
 
@@ -162,12 +163,37 @@ Tensor CpuBackend::reduce_sum_to(const Tensor& x_any, const Shape& shape) {
   with_float_type(x.dtype(), [&](auto* tag) {
     using T = std::remove_pointer_t<decltype(tag)>;
     const T* xp = x.data<T>();
-    for (int64_t row = 0; row < rows; ++row) {
-      int64_t off[2];
-      row_offsets(bc, row, off);
-      const T* xr = xp + off[0];
-      double* ar = acc.data() + off[1];
-      for (int64_t j = 0; j < inner; ++j) ar[j * so] += xr[j];
+    if (so == 0) {
+      // Each row sums to one element (the SE squeeze's (N, C, H, W) -> (N, C, 1, 1), a bias's
+      // gradient): rows in parallel, 8 independent double sums a row so that the adds pipeline
+      // instead of waiting on one another, then added to their outputs in row order (the same
+      // result on any number of threads).
+      std::vector<double> row_sum(static_cast<size_t>(rows));  // (rows,)
+      rows_for(rows, inner, [&](int64_t row) {
+        int64_t off[2];
+        row_offsets(bc, row, off);
+        const T* xr = xp + off[0];
+        double lanes[8] = {};
+        int64_t j = 0;
+        for (; j + 8 <= inner; j += 8)
+          for (int k = 0; k < 8; ++k) lanes[k] += static_cast<double>(xr[j + k]);
+        for (; j < inner; ++j) lanes[0] += static_cast<double>(xr[j]);
+        row_sum[static_cast<size_t>(row)] =
+            ((lanes[0] + lanes[1]) + (lanes[2] + lanes[3])) + ((lanes[4] + lanes[5]) + (lanes[6] + lanes[7]));
+      });
+      for (int64_t row = 0; row < rows; ++row) {
+        int64_t off[2];
+        row_offsets(bc, row, off);
+        acc[static_cast<size_t>(off[1])] += row_sum[static_cast<size_t>(row)];
+      }
+    } else {
+      for (int64_t row = 0; row < rows; ++row) {
+        int64_t off[2];
+        row_offsets(bc, row, off);
+        const T* xr = xp + off[0];
+        double* ar = acc.data() + off[1];
+        for (int64_t j = 0; j < inner; ++j) ar[j * so] += xr[j];
+      }
     }
     T* o = out.data<T>();
     for (size_t i = 0; i < acc.size(); ++i) o[i] = static_cast<T>(acc[i]);

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "autograd/pointwise.h"
+#include "core/parallel.h"
 #include "tests/core/backend_test_support.h"
 #include "tests/support/errors.h"
 
@@ -186,6 +187,31 @@ TEST(BackendElementwise, BinaryOpsMatchTheReferenceWithAndWithoutBroadcasting) {
   }
 }
 
+// Sums over the innermost dims ((N, C, H, W) -> (N, C, 1, 1) as in squeeze-excitation, and to
+// (C, 1, 1), where several rows add into one output) on a tensor large enough to run in parallel:
+// each output within f32 rounding of a double sum, and the same bits on 1 and 2 threads.
+TEST(BackendElementwise, ReduceSumToOverInnerDimsMatchesTheDoubleSumOnAnyThreadCount) {
+  const Tensor hx = host_random({8, 48, 17, 13}, 60);  // (N, C, H, W): 84864 elements
+  const std::vector<float> xv = hx.to_vector();
+  const int threads = num_threads();
+  PACKRAT_FOR_EACH_BACKEND(b) {
+    DeviceScope on(b->device());
+    const Tensor x = hx.to(b->device());
+    for (const Shape& to : {Shape{8, 48, 1, 1}, Shape{48, 1, 1}}) {
+      const int64_t plane = 17 * 13, outputs = to.numel();
+      std::vector<double> want(static_cast<size_t>(outputs), 0.0);
+      for (size_t i = 0; i < xv.size(); ++i) want[(i / static_cast<size_t>(plane)) % static_cast<size_t>(outputs)] += xv[i];
+      set_num_threads(1);
+      const std::vector<float> one = host_values(b->reduce_sum_to(x, to));
+      set_num_threads(2);
+      const std::vector<float> two = host_values(b->reduce_sum_to(x, to));
+      set_num_threads(threads);
+      expect_close(one, std::vector<float>(want.begin(), want.end()), 1e-6f, 1e-6f, "reduce_sum_to " + to.str());
+      EXPECT_EQ(one, two) << to.str();
+    }
+  }
+}
+
 TEST(BackendElementwise, ScaleAccumulateAndReductionsMatchTheReference) {
   PACKRAT_FOR_EACH_BACKEND(b) {
     DeviceScope on(b->device());
@@ -213,7 +239,7 @@ TEST(BackendElementwise, ScaleAccumulateAndReductionsMatchTheReference) {
     EXPECT_NEAR(b->reduce_sum_squares(x), sq, 1e-9 * sq);
 
     // The reverse of broadcasting: sums over the stretched dims.
-    for (const Shape& to : {Shape{2, 32, 1, 1}, Shape{3, 5}, Shape{32, 1, 5}, Shape{1}, Shape{2, 32, 3, 5}}) {
+    for (const Shape& to : {Shape{2, 32, 1, 1}, Shape{32, 1, 1}, Shape{3, 5}, Shape{32, 1, 5}, Shape{1}, Shape{2, 32, 3, 5}}) {
       Shape out_shape;
       // Each element of `to` collects the x elements that broadcast onto it: broadcast the
       // element indices of `to` against x to find where each x element goes.
