@@ -110,7 +110,8 @@ void BM_GroupQuant_Dequantize(benchmark::State& state) {
 
 // Groups of 64 on EfficientNet's 14 x 14 planes, (128, 64, 14, 14): per sample (aligned to the
 // noise's 128-element blocks), per plane (4 groups of 49 a plane) and per plane of the same tensor
-// in nChw16c (groups gathered from strided elements). Stochastic, 2 bits, quantize then dequantize.
+// in nChw16c (read through a transpose of each 16-channel tile). Stochastic, 2 bits, quantize then
+// dequantize.
 void BM_GroupQuant_Grouping(benchmark::State& state) {
   const bool per_plane = state.range(0) != 0, blocked = state.range(1) != 0;
   Tensor plain = Tensor::empty({128, 64, 14, 14});  // (N, C, H, W)

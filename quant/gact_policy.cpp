@@ -189,7 +189,7 @@ SavedHandle GactStore::save(const Tensor& x, const SaveRequest& r) {
     t.layer = r.name;
     t.op = std::string(r.op);
     t.numel = x.numel();
-    t.samples = x.rank() >= 2 ? x.dim(0) : 1;
+    t.samples = leading_samples(x);
     t.bits = bits_to_save(l);
     step_.push_back(std::move(t));
     seen_[x.storage()->id] = {l, x.version()};

@@ -67,6 +67,8 @@ GroupGeometry group_geometry(int64_t numel, int64_t samples, const GroupQuantCon
   return g;
 }
 
+int64_t leading_samples(const Tensor& x) { return x.rank() >= 2 ? x.dim(0) : 1; }
+
 int64_t channel_plane(const Tensor& x) {
   if (x.rank() < 3) return 0;
   int64_t plane = 1;
@@ -80,7 +82,7 @@ ChannelBlocking codec_blocking(const Tensor& x, const GroupQuantConfig& c) {
 }
 
 GroupGeometry group_geometry_of(const Tensor& x, const GroupQuantConfig& c) {
-  return group_geometry(x.numel(), x.rank() >= 2 ? x.dim(0) : 1, c, channel_plane(x));
+  return group_geometry(x.numel(), leading_samples(x), c, channel_plane(x));
 }
 
 void quantize_groups(const Tensor& x, const GroupGeometry& g, Rounding rounding, const QuantNoise& noise,

@@ -177,15 +177,20 @@ void for_plane_runs(const ChannelBlocking& b, int64_t e0, int64_t len, Fn&& fn) 
   }
 }
 
+#if defined(__AVX512F__)
+// The float offsets of one channel's 16 consecutive positions in an nChw16c plane: 0, 16, .., 240.
+inline __m512i every16th() {
+  return _mm512_setr_epi32(0, 16, 32, 48, 64, 80, 96, 112, 128, 144, 160, 176, 192, 208, 224, 240);
+}
+#endif
+
 // dst[i] = x's plain element e0 + i, i < len.
 void gather_plain(const float* x, const ChannelBlocking& b, int64_t e0, int64_t len, float* dst) {
   for_plane_runs(b, e0, len, [&](int64_t i0, int64_t run, int64_t offset) {
     const float* src = x + offset;
     int64_t i = 0;
 #if defined(__AVX512F__)
-    const __m512i stride = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-                                              _mm512_set1_epi32(16));
-    for (; i + 16 <= run; i += 16) _mm512_storeu_ps(dst + i0 + i, _mm512_i32gather_ps(stride, src + 16 * i, 4));
+    for (; i + 16 <= run; i += 16) _mm512_storeu_ps(dst + i0 + i, _mm512_i32gather_ps(every16th(), src + 16 * i, 4));
 #endif
     for (; i < run; ++i) dst[i0 + i] = src[16 * i];
   });
@@ -196,9 +201,7 @@ void scatter_plain(const float* src, const ChannelBlocking& b, int64_t e0, int64
     float* dst = out + offset;
     int64_t i = 0;
 #if defined(__AVX512F__)
-    const __m512i stride = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-                                              _mm512_set1_epi32(16));
-    for (; i + 16 <= run; i += 16) _mm512_i32scatter_ps(dst + 16 * i, stride, _mm512_loadu_ps(src + i0 + i), 4);
+    for (; i + 16 <= run; i += 16) _mm512_i32scatter_ps(dst + 16 * i, every16th(), _mm512_loadu_ps(src + i0 + i), 4);
 #endif
     for (; i < run; ++i) dst[16 * i] = src[i0 + i];
   });

@@ -17,8 +17,6 @@ uint64_t splitmix64(uint64_t z) {
   return z ^ (z >> 31);
 }
 
-int64_t leading_samples(const Tensor& x) { return x.rank() >= 2 ? x.dim(0) : 1; }
-
 }  // namespace
 
 std::vector<double> per_sample_sq_norms(const Tensor& t) {
