@@ -245,6 +245,7 @@ TEST(BackendElementwise, ScaleAccumulateAndReductionsMatchTheReference) {
       // element indices of `to` against x to find where each x element goes.
       std::vector<double> want(static_cast<size_t>(to.numel()), 0.0);
       const std::vector<float> idx = [&] {
+        DeviceScope host(Device::cpu());  // the index map is host data whichever backend runs
         Tensor ids = Tensor::empty(to);
         for (int64_t i = 0; i < to.numel(); ++i) ids.data<float>()[i] = static_cast<float>(i);
         return broadcast_reference(ids, hx, [](double id, double) { return id; }, &out_shape);
