@@ -37,10 +37,13 @@ template <> constexpr DType dtype_of<int32_t>() { return DType::i32; }
 template <> constexpr DType dtype_of<int64_t>() { return DType::i64; }
 
 // Memory layout of a 4-d (N, C, H, W) tensor. The logical shape is always NCHW. Plain is
-// row-major; any other layout is a backend's own (the CPU's nChw16c, see core/cpu/layout.h):
-// only that backend creates it, ops and stores keep a tensor's layout as it comes and ask the
-// backend for plain data where they need it (Tensor::to_plain).
-enum class Layout : uint8_t { Plain, nChw16c };
-constexpr std::string_view layout_name(Layout l) { return l == Layout::Plain ? "plain" : "nChw16c"; }
+// row-major; any other layout is a backend's own (the CPU's nChw16c, see core/cpu/layout.h; the
+// CUDA backend's NHWC, channels innermost, which cuDNN's tensor-core convolutions read without a
+// transpose): only that backend creates it, ops and stores keep a tensor's layout as it comes and
+// ask the backend for plain data where they need it (Tensor::to_plain).
+enum class Layout : uint8_t { Plain, nChw16c, NHWC };
+constexpr std::string_view layout_name(Layout l) {
+  return l == Layout::Plain ? "plain" : l == Layout::nChw16c ? "nChw16c" : "NHWC";
+}
 
 }  // namespace packrat

@@ -22,6 +22,11 @@ Tensor Tensor::empty(const Shape& shape, DType dtype, Layout layout, MemTag tag,
   if (layout == Layout::nChw16c)
     PACKRAT_CHECK(shape.rank() == 4 && shape[1] % 16 == 0,
                   "tensor: layout nChw16c needs a 4-d shape with channels divisible by 16, got {}", shape.str());
+  if (layout == Layout::NHWC) {
+    PACKRAT_CHECK(shape.rank() == 4, "tensor: layout NHWC needs a 4-d shape, got {}", shape.str());
+    PACKRAT_CHECK(!device.is_cpu(), "tensor: layout NHWC is the CUDA backend's; a CPU tensor is plain or nChw16c ({})",
+                  shape.str());
+  }
   Tensor t;
   t.impl_ = std::make_shared<Impl>();
   static std::atomic<uint64_t> next_storage_id{1};
@@ -113,6 +118,8 @@ Tensor Tensor::to(DType target) const {
 
 Tensor Tensor::to(Device target) const {
   if (target == device()) return *this;
+  // A layout of the source device's own (NHWC on a GPU) becomes plain before it leaves.
+  if (layout() == Layout::NHWC) return to_plain().to(target);
   Tensor out = empty(shape(), dtype(), layout(), TagScope::current(), target);
   // The non-CPU side's backend knows how to move bytes to and from the host.
   backend(target.is_cpu() ? device() : target).copy(*this, out);

@@ -81,6 +81,16 @@ ChannelBlocking codec_blocking(const Tensor& x, const GroupQuantConfig& c) {
   return {x.dim(1), channel_plane(x)};
 }
 
+bool codec_reads_plain_copy(const Tensor& x, const GroupQuantConfig& c) {
+  return c.grouping == Grouping::PerPlane && x.layout() == Layout::NHWC;
+}
+
+Tensor in_codec_order(const Tensor& x, const GroupQuantConfig& c) {
+  if (!codec_reads_plain_copy(x, c)) return x;
+  const TagScope scratch(MemTag::Workspace);
+  return x.to_plain();
+}
+
 GroupGeometry group_geometry_of(const Tensor& x, const GroupQuantConfig& c) {
   return group_geometry(x.numel(), leading_samples(x), c, channel_plane(x));
 }

@@ -157,6 +157,11 @@ struct ChannelBlocking {
 };
 // The walk for x under c: plain order for per-plane grouping of an nChw16c tensor, else as it lies.
 ChannelBlocking codec_blocking(const Tensor& x, const GroupQuantConfig& c);
+// Whether x is quantized through a plain copy: per-plane groups of an NHWC tensor (a GPU's
+// convolution output), whose channels lie innermost, so that each group holds one channel and
+// the codes are the plain tensor's. in_codec_order: x itself, or that copy (Workspace).
+bool codec_reads_plain_copy(const Tensor& x, const GroupQuantConfig& c);
+Tensor in_codec_order(const Tensor& x, const GroupQuantConfig& c);
 
 // ---- per-element helpers (host and device) -------------------------------------------------
 

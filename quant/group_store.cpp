@@ -52,6 +52,7 @@ struct GroupStore::Quantized : Encoded {
   Tensor codes, meta;  // u8 (code bytes,), u8 (groups * meta bytes per group,)
   GroupGeometry geometry;
   ChannelBlocking blocking;  // how the codes walk the saved buffer (codec_blocking)
+  bool via_plain = false;    // per-plane groups of an NHWC tensor: the codes are the plain tensor's
   int64_t index = -1;  // position in step_tensors_
   int64_t step = 0;
   int64_t bytes() const override {
@@ -117,13 +118,14 @@ std::unique_ptr<CompressingStore::Encoded> GroupStore::encode(const Tensor& x, c
   q->bits = cfg.bits;
   q->blocking = codec_blocking(x, cfg);
   q->geometry = group_geometry_of(x, cfg);
+  q->via_plain = codec_reads_plain_copy(x, cfg);
   q->codes = Tensor::empty({q->geometry.code_bytes()}, DType::u8, Layout::Plain, MemTag::Saved,
                            x.device());  // (code bytes,)
   q->meta = Tensor::empty({q->geometry.meta_bytes()}, DType::u8, Layout::Plain, MemTag::Saved,
                           x.device());  // (groups * meta bytes per group,)
   std::vector<double> group_range_sq;  // (groups,)
   const QuantNoise noise{noise_seed(index), quant_stream(static_cast<uint64_t>(step_), static_cast<uint64_t>(index))};
-  quantize_groups(x, q->geometry, cfg.rounding, noise, q->codes, q->meta, provider_ ? &group_range_sq : nullptr,
+  quantize_groups(in_codec_order(x, cfg), q->geometry, cfg.rounding, noise, q->codes, q->meta, provider_ ? &group_range_sq : nullptr,
                   q->blocking);
 
   QuantizedTensorInfo info;
@@ -151,9 +153,10 @@ std::unique_ptr<CompressingStore::Encoded> GroupStore::encode(const Tensor& x, c
 Tensor GroupStore::decode(const Encoded& enc, const Entry& e) {
   const auto& q = static_cast<const Quantized&>(enc);
   TagScope tag(MemTag::Workspace);  // a transient copy for the backward of one op, freed after it
-  Tensor out = Tensor::empty(e.shape, DType::f32, e.layout, MemTag::Workspace,
+  Tensor out = Tensor::empty(e.shape, DType::f32, q.via_plain ? Layout::Plain : e.layout, MemTag::Workspace,
                              q.codes.device());  // same shape, layout and device as saved
   dequantize_groups(q.codes, q.meta, q.geometry, out, q.blocking);
+  out = out.to_layout(e.layout);
   if (e.request.need == Need::Derivative) return pointwise_derivative(*e.request.fn, out);
   return out;
 }

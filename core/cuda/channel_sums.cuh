@@ -29,11 +29,42 @@ __global__ void channel_partial_sums_kernel(Term term, int64_t C, int64_t HW, in
   }
 }
 
-// partial (C, splits, 2) from `term` over an (N, C, HW) buffer.
+// The same sums over a channels-innermost (rows, C) buffer (NHWC as (N * H * W, C, 1)): block
+// (t, s) of a (C / 32 tiles, splits) grid sums channels [32 t, 32 t + 32) over split s of the
+// rows, a warp reading 32 neighbouring channels of one row; its 8 row lanes are added in order.
+template <class Term>
+__global__ void channels_last_partial_sums_kernel(Term term, int64_t C, int64_t rows, int64_t chunk, double* partial) {
+  __shared__ double lanes[2][8][32];  // (a or b, row lane, channel in tile)
+  const int64_t c = static_cast<int64_t>(blockIdx.x) * 32 + threadIdx.x;
+  const int64_t begin = static_cast<int64_t>(blockIdx.y) * chunk;
+  const int64_t end = begin + chunk < rows ? begin + chunk : rows;
+  double a = 0, b = 0;
+  if (c < C)
+    for (int64_t r = begin + threadIdx.y; r < end; r += 8) term(c, r * C + c, a, b);
+  lanes[0][threadIdx.y][threadIdx.x] = a;
+  lanes[1][threadIdx.y][threadIdx.x] = b;
+  __syncthreads();
+  if (threadIdx.y == 0 && c < C) {
+    for (int k = 1; k < 8; ++k) {
+      a += lanes[0][k][threadIdx.x];
+      b += lanes[1][k][threadIdx.x];
+    }
+    double* out = partial + (c * gridDim.y + blockIdx.y) * 2;
+    out[0] = a;
+    out[1] = b;
+  }
+}
+
+// partial (C, splits, 2) from `term` over an (N, C, HW) buffer; splits = channel_splits(N * HW, HW).
 template <class Term>
 void launch_channel_partial_sums(const Term& term, int64_t N, int64_t C, int64_t HW, int splits, double* partial) {
   if (C <= 0) return;
   const int64_t count = N * HW, chunk = (count + splits - 1) / splits;
+  if (HW == 1) {
+    const dim3 grid(static_cast<unsigned>((C + 31) / 32), static_cast<unsigned>(splits));
+    channels_last_partial_sums_kernel<<<grid, dim3(32, 8)>>>(term, C, count, chunk, partial);
+    return;
+  }
   const dim3 grid(static_cast<unsigned>(C), static_cast<unsigned>(splits));
   channel_partial_sums_kernel<<<grid, 256>>>(term, C, HW, count, chunk, partial);
 }

@@ -39,8 +39,8 @@ int pick(const Perf* results, int count, bool direct, const std::string& what, c
 
 }  // namespace
 
-ConvPlan::ConvPlan(int device, const ConvGeometry& g)
-    : what_(fmt::format("conv2d on cuda:{}, geometry {}", device, g.key())),
+ConvPlan::ConvPlan(int device, const ConvGeometry& g, Layout layout)
+    : what_(fmt::format("conv2d on cuda:{}, geometry {}, {}", device, g.key(), layout_name(layout))),
       direct_(conv_algorithm_setting() == ConvAlgorithm::Direct) {
   const int N = as_int(g.N, "N", what_), Cin = as_int(g.Cin, "Cin", what_), H = as_int(g.H, "H", what_),
             W = as_int(g.W, "W", what_), Cout = as_int(g.Cout, "Cout", what_), OH = as_int(g.OH, "OH", what_),
@@ -49,12 +49,13 @@ ConvPlan::ConvPlan(int device, const ConvGeometry& g)
   PACKRAT_CUDNN_CHECK(cudnnCreateTensorDescriptor(&y), what_);
   PACKRAT_CUDNN_CHECK(cudnnCreateFilterDescriptor(&w), what_);
   PACKRAT_CUDNN_CHECK(cudnnCreateConvolutionDescriptor(&conv), what_);
-  // Plain NCHW on both sides. Where NHWC is faster on a GPU (issue 10 asks for it), this is the
-  // place to switch: CUDNN_TENSOR_NHWC here and for the filter, with the backend producing and
-  // accepting an NHWC Layout (core/cuda/cuda_backend_conv.cpp converts at its edges).
-  PACKRAT_CUDNN_CHECK(cudnnSetTensor4dDescriptor(x, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, N, Cin, H, W), what_);
-  PACKRAT_CUDNN_CHECK(cudnnSetTensor4dDescriptor(y, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, N, Cout, OH, OW), what_);
-  PACKRAT_CUDNN_CHECK(cudnnSetFilter4dDescriptor(w, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, Cout,
+  // Every operand in one format: NHWC (the filter then KRSC) lets cuDNN's tensor-core kernels
+  // read and write in place; NCHW makes them transpose around every call.
+  PACKRAT_CHECK(layout == Layout::Plain || layout == Layout::NHWC, "{}: cuDNN plans are plain or NHWC", what_);
+  const cudnnTensorFormat_t format = layout == Layout::NHWC ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW;
+  PACKRAT_CUDNN_CHECK(cudnnSetTensor4dDescriptor(x, format, CUDNN_DATA_FLOAT, N, Cin, H, W), what_);
+  PACKRAT_CUDNN_CHECK(cudnnSetTensor4dDescriptor(y, format, CUDNN_DATA_FLOAT, N, Cout, OH, OW), what_);
+  PACKRAT_CUDNN_CHECK(cudnnSetFilter4dDescriptor(w, CUDNN_DATA_FLOAT, format, Cout,
                                                  as_int(g.Cin / g.groups, "Cin/groups", what_),
                                                  as_int(g.KH, "KH", what_), as_int(g.KW, "KW", what_)),
                       what_);
@@ -131,15 +132,15 @@ const ConvChoice& ConvPlan::backward_filter(cudnnHandle_t h) {
   return backward_filter_;
 }
 
-std::shared_ptr<ConvPlan> conv_plan(int device, const ConvGeometry& g) {
+std::shared_ptr<ConvPlan> conv_plan(int device, const ConvGeometry& g, Layout layout) {
   static std::mutex mutex;
   static std::unordered_map<std::string, std::shared_ptr<ConvPlan>> plans;
-  const std::string key = fmt::format("{}:{}", device, g.key());
+  const std::string key = fmt::format("{}:{}:{}", device, g.key(), layout_name(layout));
   std::lock_guard lock(mutex);
   auto it = plans.find(key);
   if (it != plans.end()) return it->second;
   if (plans.size() >= 512) plans.clear();  // bounded: a model has far fewer distinct convolutions
-  auto plan = std::make_shared<ConvPlan>(device, g);
+  auto plan = std::make_shared<ConvPlan>(device, g, layout);
   plans.emplace(key, plan);
   return plan;
 }

@@ -1,8 +1,9 @@
 #pragma once
-// cuDNN convolution plans (legacy API, plain NCHW f32): the descriptors of one geometry, created
-// once, and for each direction the algorithm chosen once, on first use, with its workspace size.
-// Cached per (GPU, ConvGeometry::key(), which includes the ConvAlgorithm setting). Included by
-// core/cuda/*.cpp only.
+// cuDNN convolution plans (legacy API, f32, plain NCHW or NHWC): the descriptors of one geometry,
+// created once, and for each direction the algorithm chosen once, on first use, with its
+// workspace size. Cached per (GPU, ConvGeometry::key(), which includes the ConvAlgorithm
+// setting, layout). With NHWC the input, output and filter are all channels-innermost: x
+// (N, H, W, Cin), y (N, OH, OW, Cout), w (Cout, KH, KW, Cin / groups). Included by core/cuda/*.cpp only.
 #include <cudnn.h>
 
 #include <cstddef>
@@ -27,7 +28,7 @@ struct ConvChoice {
 
 class ConvPlan {
  public:
-  ConvPlan(int device, const ConvGeometry& g);
+  ConvPlan(int device, const ConvGeometry& g, Layout layout);
   ~ConvPlan();
   ConvPlan(const ConvPlan&) = delete;
   ConvPlan& operator=(const ConvPlan&) = delete;
@@ -50,7 +51,7 @@ class ConvPlan {
   std::once_flag forward_once_, backward_data_once_, backward_filter_once_;
 };
 
-// The plan of geometry g on GPU `device` (created on first use).
-std::shared_ptr<ConvPlan> conv_plan(int device, const ConvGeometry& g);
+// The plan of geometry g in `layout` (Plain or NHWC) on GPU `device` (created on first use).
+std::shared_ptr<ConvPlan> conv_plan(int device, const ConvGeometry& g, Layout layout);
 
 }  // namespace packrat::cuda

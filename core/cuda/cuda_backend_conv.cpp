@@ -1,7 +1,10 @@
-// CudaBackend: convolution on cuDNN's legacy API (conv_plans.h), plain NCHW f32. The bias is
-// added, and its gradient summed, by packrat's kernels (conv_kernels.h). Workspaces come from
-// packrat's allocator under the Workspace tag and are freed when the call returns (stream order
-// keeps a reused block safe: every later kernel runs after this one).
+// CudaBackend: convolution on cuDNN's legacy API (conv_plans.h), f32, in activation_layout():
+// NHWC by default (inputs of another layout are reordered, outputs are NHWC, the plain OIHW
+// weight is reordered to KRSC into a Workspace tensor for each call and the weight gradient back
+// to plain), or plain NCHW. The bias is added, and its gradient summed, by packrat's kernels
+// (conv_kernels.h). Workspaces come from packrat's allocator under the Workspace tag and are
+// freed when the call returns (stream order keeps a reused block safe: every later kernel runs
+// after this one).
 #include <cuda_runtime.h>
 
 #include "core/cuda/conv_kernels.h"
@@ -33,30 +36,48 @@ Shape input_shape(const ConvGeometry& g) { return Shape{g.N, g.Cin, g.H, g.W}; }
 Shape output_shape(const ConvGeometry& g) { return Shape{g.N, g.Cout, g.OH, g.OW}; }
 Shape weight_shape(const ConvGeometry& g) { return Shape{g.Cout, g.Cin / g.groups, g.KH, g.KW}; }
 
+// (N, C, H, W) elements -> the (N * H * W, C, 1) view of an NHWC buffer, or (N, C, H * W) plain:
+// the per-channel bias kernels serve both.
+struct ChannelRows {
+  int64_t rows, hw;
+};
+ChannelRows channel_rows(int64_t N, int64_t HW, Layout layout) {
+  return layout == Layout::NHWC ? ChannelRows{N * HW, 1} : ChannelRows{N, HW};
+}
+
+// The weight as the plan's filter descriptor reads it: plain OIHW itself, or a KRSC (NHWC)
+// Workspace copy. keep_weights needs nothing here: the copy is a fraction of the convolution.
+Tensor conv_filter(const Tensor& w, Layout layout) {
+  const TagScope scratch(MemTag::Workspace);
+  return w.to_layout(layout);  // (Cout, Cin / groups, KH, KW), as (Cout, KH, KW, Cin / groups) in memory for NHWC
+}
+
 }  // namespace
 
-// cuDNN reads plain NCHW: x itself when plain.
-Tensor CudaBackend::conv_input(const Tensor& x, const ConvGeometry&) { return to_layout(x, Layout::Plain); }
+// The layout cuDNN reads: x itself when already in it.
+Tensor CudaBackend::conv_input(const Tensor& x, const ConvGeometry&) { return to_layout(x, activation_layout()); }
 
 Tensor CudaBackend::conv_forward(const Tensor& x_any, const Tensor& w, const Tensor& b, const ConvGeometry& g, bool) {
   make_current(index_);
-  // keep_weights needs nothing here: cuDNN reads the plain weight in place.
-  const Tensor x = to_layout(x_any, Layout::Plain);  // (N, Cin, H, W)
+  const Layout layout = activation_layout();
+  const Tensor x = to_layout(x_any, layout);  // (N, Cin, H, W)
   check_conv_operand(x, input_shape(g), "input", g);
   check_conv_operand(w, weight_shape(g), "weight", g);
   if (g.has_bias) check_conv_operand(b, Shape{g.Cout}, "bias", g);
-  Tensor y = Tensor::empty(output_shape(g), DType::f32, Layout::Plain, TagScope::current(), device());  // (N, Cout, OH, OW)
+  Tensor y = Tensor::empty(output_shape(g), DType::f32, layout, TagScope::current(), device());  // (N, Cout, OH, OW)
   if (y.numel() == 0) return y;
-  const auto plan = conv_plan(index_, g);
+  const auto plan = conv_plan(index_, g, layout);
   cudnnHandle_t h = cudnn_handle(index_);
   const ConvChoice& c = plan->forward(h);
+  const Tensor filter = conv_filter(w, layout);
   const Tensor ws = workspace(c.workspace, device());
-  PACKRAT_CUDNN_CHECK(cudnnConvolutionForward(h, &kOne, plan->x, x.raw(), plan->w, w.raw(), plan->conv,
+  PACKRAT_CUDNN_CHECK(cudnnConvolutionForward(h, &kOne, plan->x, x.raw(), plan->w, filter.raw(), plan->conv,
                                               static_cast<cudnnConvolutionFwdAlgo_t>(c.algo), data_or_null(ws),
                                               c.workspace, &kZero, plan->y, y.raw()),
                       fmt::format("{}, forward algorithm {}", plan->what(), c.algo));
   if (g.has_bias) {
-    launch_add_channel_bias(y.device_data<float>(), b.device_data<float>(), g.N, g.Cout, g.OH * g.OW);
+    const ChannelRows v = channel_rows(g.N, g.OH * g.OW, layout);
+    launch_add_channel_bias(y.device_data<float>(), b.device_data<float>(), v.rows, g.Cout, v.hw);
     PACKRAT_CHECK_LAUNCH("conv_forward (bias)");
   }
   return y;
@@ -64,20 +85,22 @@ Tensor CudaBackend::conv_forward(const Tensor& x_any, const Tensor& w, const Ten
 
 Tensor CudaBackend::conv_backward_data(const Tensor& gy_any, const Tensor& w, const ConvGeometry& g) {
   make_current(index_);
-  const Tensor gy = to_layout(gy_any, Layout::Plain);  // (N, Cout, OH, OW)
+  const Layout layout = activation_layout();
+  const Tensor gy = to_layout(gy_any, layout);  // (N, Cout, OH, OW)
   check_conv_operand(gy, output_shape(g), "output gradient", g);
   check_conv_operand(w, weight_shape(g), "weight", g);
-  Tensor dx = Tensor::empty(input_shape(g), DType::f32, Layout::Plain, TagScope::current(), device());  // (N, Cin, H, W)
+  Tensor dx = Tensor::empty(input_shape(g), DType::f32, layout, TagScope::current(), device());  // (N, Cin, H, W)
   if (dx.numel() == 0) return dx;
   if (gy.numel() == 0) {
     fill(dx, 0.0);
     return dx;
   }
-  const auto plan = conv_plan(index_, g);
+  const auto plan = conv_plan(index_, g, layout);
   cudnnHandle_t h = cudnn_handle(index_);
   const ConvChoice& c = plan->backward_data(h);
+  const Tensor filter = conv_filter(w, layout);
   const Tensor ws = workspace(c.workspace, device());
-  PACKRAT_CUDNN_CHECK(cudnnConvolutionBackwardData(h, &kOne, plan->w, w.raw(), plan->y, gy.raw(), plan->conv,
+  PACKRAT_CUDNN_CHECK(cudnnConvolutionBackwardData(h, &kOne, plan->w, filter.raw(), plan->y, gy.raw(), plan->conv,
                                                    static_cast<cudnnConvolutionBwdDataAlgo_t>(c.algo),
                                                    data_or_null(ws), c.workspace, &kZero, plan->x, dx.raw()),
                       fmt::format("{}, backward-data algorithm {}", plan->what(), c.algo));
@@ -87,32 +110,42 @@ Tensor CudaBackend::conv_backward_data(const Tensor& gy_any, const Tensor& w, co
 void CudaBackend::conv_backward_weights(const Tensor& x_any, const Tensor& gy_any, const ConvGeometry& g, Tensor& gw,
                                         Tensor& gb) {
   make_current(index_);
-  const Tensor x = to_layout(x_any, Layout::Plain);    // (N, Cin, H, W)
-  const Tensor gy = to_layout(gy_any, Layout::Plain);  // (N, Cout, OH, OW)
+  const Layout layout = activation_layout();
+  const Tensor x = to_layout(x_any, layout);    // (N, Cin, H, W)
+  const Tensor gy = to_layout(gy_any, layout);  // (N, Cout, OH, OW)
   check_conv_operand(x, input_shape(g), "input", g);
   check_conv_operand(gy, output_shape(g), "output gradient", g);
-  gw = Tensor::empty(weight_shape(g), DType::f32, Layout::Plain, TagScope::current(), device());  // (Cout, Cin/groups, KH, KW)
-  if (g.has_bias) gb = Tensor::empty(Shape{g.Cout}, DType::f32, Layout::Plain, TagScope::current(), device());  // (Cout)
+  const MemTag tag = TagScope::current();
+  if (g.has_bias) gb = Tensor::empty(Shape{g.Cout}, DType::f32, Layout::Plain, tag, device());  // (Cout)
   if (x.numel() == 0 || gy.numel() == 0) {  // nothing to sum over
+    gw = Tensor::empty(weight_shape(g), DType::f32, Layout::Plain, tag, device());  // (Cout, Cin/groups, KH, KW)
     fill(gw, 0.0);
     if (g.has_bias) fill(gb, 0.0);
     return;
   }
-  const auto plan = conv_plan(index_, g);
+  const auto plan = conv_plan(index_, g, layout);
   cudnnHandle_t h = cudnn_handle(index_);
   const ConvChoice& c = plan->backward_filter(h);
   {
+    // cuDNN writes the filter's format: plain gw itself, or KRSC into a Workspace tensor that is
+    // reordered to plain after.
+    const Tensor filter_grad = Tensor::empty(weight_shape(g), DType::f32, layout,
+                                             layout == Layout::Plain ? tag : MemTag::Workspace, device());
     const Tensor ws = workspace(c.workspace, device());
     PACKRAT_CUDNN_CHECK(cudnnConvolutionBackwardFilter(h, &kOne, plan->x, x.raw(), plan->y, gy.raw(), plan->conv,
                                                        static_cast<cudnnConvolutionBwdFilterAlgo_t>(c.algo),
-                                                       data_or_null(ws), c.workspace, &kZero, plan->w, gw.raw()),
+                                                       data_or_null(ws), c.workspace, &kZero, plan->w,
+                                                       filter_grad.raw()),
                         fmt::format("{}, backward-filter algorithm {}", plan->what(), c.algo));
+    const TagScope as_gw(tag);
+    gw = to_layout(filter_grad, Layout::Plain);  // (Cout, Cin/groups, KH, KW)
   }
   if (g.has_bias) {
-    const int splits = channel_splits(g.N * g.OH * g.OW);
+    const ChannelRows v = channel_rows(g.N, g.OH * g.OW, layout);
+    const int splits = channel_splits(v.rows * v.hw, v.hw);
     const Tensor partial = Tensor::empty(Shape{g.Cout * splits * 2}, DType::f64, Layout::Plain, MemTag::Workspace,
                                          device());  // (Cout, splits, 2)
-    launch_channel_sums(gy.device_data<float>(), g.N, g.Cout, g.OH * g.OW, partial.device_data<double>(), splits,
+    launch_channel_sums(gy.device_data<float>(), v.rows, g.Cout, v.hw, partial.device_data<double>(), splits,
                         gb.device_data<float>());
     PACKRAT_CHECK_LAUNCH("conv_backward_weights (bias)");
   }

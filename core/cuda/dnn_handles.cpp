@@ -50,6 +50,16 @@ bool tf32_allowed() {
   return allowed;
 }
 
+Layout activation_layout() {
+  static const Layout layout = [] {
+    const char* v = std::getenv("PACKRAT_CUDA_LAYOUT");
+    const std::string name = v ? v : "nhwc";
+    PACKRAT_CHECK(name == "nhwc" || name == "nchw", "PACKRAT_CUDA_LAYOUT={}: expected nhwc or nchw", name);
+    return name == "nchw" ? Layout::Plain : Layout::NHWC;
+  }();
+  return layout;
+}
+
 void make_current(int index) {
   int current = -1;
   PACKRAT_CUDA_CHECK(cudaGetDevice(&current));

@@ -6,6 +6,8 @@
 #include <cublas_v2.h>
 #include <cudnn.h>
 
+#include "core/dtype.h"
+
 namespace packrat::cuda {
 
 // Makes GPU `index` the calling thread's current device (where kernels launch and cuDNN and
@@ -21,5 +23,10 @@ cublasHandle_t cublas_handle(int index);
 // and GEMMs on TF32 tensor cores (10-bit mantissa), as PyTorch does by default for convolutions.
 // Off by default: the backend tests compare with the CPU at f32 tolerance. For speed comparisons.
 bool tf32_allowed();
+
+// The layout of the activations this backend's convolutions read and write (read once):
+// NHWC, channels innermost, which cuDNN's fastest convolutions read without transposing, unless
+// PACKRAT_CUDA_LAYOUT=nchw in the environment (plain NCHW, for comparisons).
+Layout activation_layout();
 
 }  // namespace packrat::cuda

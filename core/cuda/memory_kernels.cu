@@ -1,4 +1,4 @@
-// The memory section's kernels: fill, dtype conversion, plain <-> nChw16c reorder.
+// The memory section's kernels: fill, dtype conversion, plain <-> nChw16c and plain <-> NHWC reorders.
 #include <cstdint>
 #include <type_traits>
 
@@ -34,6 +34,36 @@ __global__ void reorder_kernel(const char* src, char* dst, int64_t N, int64_t C,
   for (int b = 0; b < es; ++b) dst[to * es + b] = src[from * es + b];
 }
 
+// out[n][s][r] = in[n][r][s] for R x S matrices, through a 32 x 32 shared tile so that both the
+// reads and the writes of a warp are consecutive. Block (32, 8); grid (S tiles, R tiles, samples).
+template <typename T>
+__global__ void transpose_kernel(const T* in, T* out, int64_t N, int64_t R, int64_t S) {
+  __shared__ T tile[32][33];  // +1: no bank conflicts on the transposed read
+  const int64_t r0 = static_cast<int64_t>(blockIdx.y) * 32, s0 = static_cast<int64_t>(blockIdx.x) * 32;
+  for (int64_t n = blockIdx.z; n < N; n += gridDim.z) {
+    const T* src = in + n * R * S;  // (R, S)
+    T* dst = out + n * R * S;       // (S, R)
+    for (int k = threadIdx.y; k < 32; k += 8) {
+      const int64_t r = r0 + k, s = s0 + threadIdx.x;
+      if (r < R && s < S) tile[k][threadIdx.x] = src[r * S + s];
+    }
+    __syncthreads();
+    for (int k = threadIdx.y; k < 32; k += 8) {
+      const int64_t s = s0 + k, r = r0 + threadIdx.x;
+      if (r < R && s < S) dst[s * R + r] = tile[threadIdx.x][k];
+    }
+    __syncthreads();
+  }
+}
+
+template <typename T>
+void launch_transpose(const void* src, void* dst, int64_t N, int64_t R, int64_t S) {
+  const dim3 block(32, 8);
+  const dim3 grid(static_cast<unsigned>((S + 31) / 32), static_cast<unsigned>((R + 31) / 32),
+                  static_cast<unsigned>(N < 65535 ? N : 65535));
+  transpose_kernel<T><<<grid, block>>>(static_cast<const T*>(src), static_cast<T*>(dst), N, R, S);
+}
+
 }  // namespace
 
 void launch_fill(void* p, DType dtype, int64_t n, double value) {
@@ -53,6 +83,16 @@ void launch_reorder_nchw16c(const void* src, void* dst, int64_t N, int64_t C, in
                             bool to_blocked) {
   reorder_kernel<<<blocks_for(N * C * HW), kThreads>>>(static_cast<const char*>(src), static_cast<char*>(dst), N, C,
                                                        HW, element_size, to_blocked);
+}
+
+void launch_reorder_nhwc(const void* src, void* dst, int64_t N, int64_t C, int64_t HW, int element_size, bool to_nhwc) {
+  const int64_t R = to_nhwc ? C : HW, S = to_nhwc ? HW : C;  // per sample: (R, S) -> (S, R)
+  switch (element_size) {
+    case 1: launch_transpose<uint8_t>(src, dst, N, R, S); break;
+    case 2: launch_transpose<uint16_t>(src, dst, N, R, S); break;
+    case 4: launch_transpose<uint32_t>(src, dst, N, R, S); break;
+    default: launch_transpose<uint64_t>(src, dst, N, R, S); break;
+  }
 }
 
 }  // namespace packrat::cuda

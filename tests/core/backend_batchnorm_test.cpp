@@ -1,6 +1,6 @@
 // The backend test, batchnorm section: training and inference forward, backward with batch or
 // global statistics, the running-statistics update and the batch counter, on every backend
-// against a two-pass reference in double, plain and blocked.
+// against a two-pass reference in double, plain, blocked and (on a GPU) NHWC.
 #include <cmath>
 
 #include "tests/core/backend_test_support.h"
@@ -63,13 +63,16 @@ TEST(BackendBatchnorm, ForwardAndBackwardMatchTwoPassDoublesOnEveryBackend) {
   const float eps = 1e-5f;
   PACKRAT_FOR_EACH_BACKEND(b) {
     DeviceScope on(b->device());
-    for (const int64_t C : {3, 32}) {
-      const int64_t N = 2, H = 3, W = 5;
+    // The last shape gives the CUDA backend's channels-innermost sums a partial tile of 32
+    // channels and two splits of the rows.
+    for (const Shape& shape : {Shape{2, 3, 3, 5}, Shape{2, 32, 3, 5}, Shape{4, 40, 20, 20}}) {
+      const int64_t N = shape[0], C = shape[1], H = shape[2], W = shape[3];
       const Tensor hx = host_random({N, C, H, W}, 1 + C, -1.0f, 3.0f), hgy = host_random({N, C, H, W}, 2 + C);
       const Tensor hw = host_random({C}, 3 + C, 0.5f, 1.5f), hb = host_random({C}, 4 + C);
       const Tensor hmean = host_random({C}, 5 + C), hvar = host_random({C}, 6 + C, 0.5f, 2.0f);
-      for (Layout l : {Layout::Plain, Layout::nChw16c}) {
+      for (Layout l : {Layout::Plain, Layout::nChw16c, Layout::NHWC}) {
         if (l == Layout::nChw16c && C % 16 != 0) continue;
+        if (l == Layout::NHWC && b->device().is_cpu()) continue;  // a GPU's layout
         for (const bool affine : {true, false}) {
           SCOPED_TRACE(fmt::format("C={} {} affine={}", C, layout_name(l), affine));
           const Tensor x = b->to_layout(hx.to(b->device()), l), gy = b->to_layout(hgy.to(b->device()), l);

@@ -1,6 +1,6 @@
 // The backend test, convolution section: conv_input, conv_forward and both backwards on every
 // backend against a direct 7-loop convolution in double, for strided, padded, dilated, grouped,
-// depthwise and pointwise geometries, plain and blocked inputs.
+// depthwise and pointwise geometries, plain, blocked and (on a GPU) NHWC inputs.
 #include "tests/core/backend_test_support.h"
 
 namespace packrat {
@@ -89,11 +89,14 @@ TEST(BackendConv, ForwardAndBothBackwardsMatchDirectLoopsOnEveryBackend) {
       const Tensor w = hw.to(b->device()), bias = g.has_bias ? hb.to(b->device()) : Tensor();
       std::vector<Layout> layouts = {Layout::Plain};
       if (g.Cin % 16 == 0 || g.Cout % 16 == 0) layouts.push_back(Layout::nChw16c);
+      if (!b->device().is_cpu()) layouts.push_back(Layout::NHWC);  // what the CUDA backend's convolutions make
       for (Layout l : layouts) {
         SCOPED_TRACE(layout_name(l));
         // Inputs in layout l where their channels allow it.
-        const Tensor x = g.Cin % 16 == 0 ? b->to_layout(hx.to(b->device()), l) : hx.to(b->device());
-        const Tensor gy = g.Cout % 16 == 0 ? b->to_layout(hgy.to(b->device()), l) : hgy.to(b->device());
+        auto in_layout = [&](const Tensor& h) {
+          return l == Layout::NHWC || h.dim(1) % 16 == 0 ? b->to_layout(h.to(b->device()), l) : h.to(b->device());
+        };
+        const Tensor x = in_layout(hx), gy = in_layout(hgy);
         const Tensor xs = b->conv_input(x, g);
         EXPECT_EQ(host_values(xs), hx.to_vector()) << "conv_input keeps the values";
         EXPECT_EQ(b->conv_input(xs, g).raw(), xs.raw()) << "conv_input of its own result is that result";

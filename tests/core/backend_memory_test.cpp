@@ -33,11 +33,22 @@ TEST(BackendMemory, CopyFillConvertAndReorderMatchTheHostOnEveryBackend) {
     const std::vector<float> want = host.to_vector();
     for (size_t k = 0; k < want.size(); ++k) EXPECT_EQ(got[k], static_cast<float>(static_cast<int32_t>(want[k])));
 
-    // Any layout the backend offers round-trips to the same logical values.
-    for (Layout l : {Layout::Plain, Layout::nChw16c}) {
+    // Any layout the backend offers round-trips to the same logical values, between any two of them.
+    std::vector<Layout> layouts = {Layout::Plain, Layout::nChw16c};
+    if (!b->device().is_cpu()) layouts.push_back(Layout::NHWC);
+    for (Layout l : layouts) {
       Tensor r = b->to_layout(x, l);
+      EXPECT_EQ(r.layout(), l);
       EXPECT_EQ(host_values(r), host.to_vector()) << layout_name(l);
       EXPECT_EQ(host_values(b->to_layout(r, Layout::Plain)), host.to_vector());
+      for (Layout other : layouts) EXPECT_EQ(host_values(b->to_layout(r, other)), host.to_vector()) << layout_name(other);
+      // Integer buffers (max-pool indices, masks) reorder the same way.
+      const Tensor ri = b->to_layout(i, l);
+      EXPECT_EQ(host_values(b->to_layout(ri, Layout::Plain)), got) << layout_name(l) << " i32";
+    }
+    // (That NHWC puts channels innermost is what cuDNN reads: BackendConv's NHWC cases check it.)
+    if (b->device().is_cpu()) {
+      EXPECT_THROW(b->to_layout(x, Layout::NHWC), Error) << "NHWC is a GPU's layout";
     }
   }
 }

@@ -45,9 +45,13 @@ TEST(CudaKernelsBatchnorm, ChannelElementWalksEachChannelOfAnNchwBuffer) {
       ++seen[static_cast<size_t>(at)];
     }
   EXPECT_EQ(seen, std::vector<int>(seen.size(), 1));
-  EXPECT_EQ(cuda::channel_splits(1), 1);
-  EXPECT_EQ(cuda::channel_splits(8193), 2);
-  EXPECT_EQ(cuda::channel_splits(int64_t{1} << 40), 64);
+  EXPECT_EQ(cuda::channel_splits(1, 4), 1);
+  EXPECT_EQ(cuda::channel_splits(8193, 4), 2);
+  EXPECT_EQ(cuda::channel_splits(int64_t{1} << 40, 4), 64);
+  // Channels innermost (NHWC as (N * H * W, C, 1)): more, shorter splits.
+  EXPECT_EQ(cuda::channel_splits(1, 1), 1);
+  EXPECT_EQ(cuda::channel_splits(1025, 1), 2);
+  EXPECT_EQ(cuda::channel_splits(int64_t{1} << 40, 1), 256);
 }
 
 TEST(CudaKernelsBatchnorm, TrainingAndInferenceForwardMatchTheCpuBackend) {

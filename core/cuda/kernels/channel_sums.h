@@ -16,10 +16,13 @@ PACKRAT_HD inline int64_t channel_element(int64_t c, int64_t j, int64_t C, int64
 }
 
 // Splits per channel: enough blocks to fill a GPU when C is small, at most 64, each summing
-// at least 8192 elements when there are that many.
-inline int channel_splits(int64_t per_channel) {
-  const int64_t s = (per_channel + 8191) / 8192;
-  return static_cast<int>(s < 1 ? 1 : (s > 64 ? 64 : s));
+// at least 8192 elements when there are that many. Channels innermost (HW == 1, an NHWC buffer
+// seen as (N * H * W, C, 1)), one block sums 32 channels at once, so a channel takes more and
+// shorter splits: at most 256, of at least 1024 rows.
+inline int channel_splits(int64_t per_channel, int64_t HW) {
+  const int64_t min_len = HW == 1 ? 1024 : 8192, max_splits = HW == 1 ? 256 : 64;
+  const int64_t s = (per_channel + min_len - 1) / min_len;
+  return static_cast<int>(s < 1 ? 1 : (s > max_splits ? max_splits : s));
 }
 
 // Partial sums of split s of channel c: (a, b) at partial[(c * splits + s) * 2 + {0, 1}].
