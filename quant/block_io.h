@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "core/hd.h"
+#include "quant/bitpack.h"
 
 namespace packrat {
 
@@ -81,6 +82,18 @@ PACKRAT_HD inline void store_floats4(const float* v, int n, float* dst) {
 #endif
   for (int k = 0; k < 4; ++k)
     if (k < n) dst[k] = v[k];
+}
+
+// The codes of quad q (elements 4q .. 4q + 3, clipped to len) of a packed stream of len codes
+// (a group's, or a whole tensor's; quant/bitpack.h's layout), code k at bits [k bits, (k + 1) bits)
+// of the result; no byte past the stream is read.
+PACKRAT_HD inline uint32_t load_quad_codes(const uint8_t* codes, int64_t len, int64_t q, int bits) {
+  const int64_t bit = 4 * q * bits, byte = bit >> 3;
+  const int shift = static_cast<int>(bit & 7);
+  const int64_t avail = packed_bytes(len, bits) - byte;
+  const int want = (shift + 4 * bits + 7) >> 3;
+  const int count = want < avail ? want : static_cast<int>(avail);
+  return static_cast<uint32_t>(load_bytes_wide(codes + byte, count) >> shift);
 }
 
 }  // namespace packrat

@@ -183,17 +183,6 @@ PACKRAT_HD inline int dequantize_lanes(int64_t group_size) {
   return s;
 }
 
-// The codes of quad q (elements 4q .. 4q + 3, clipped to len) of a group's codes, in the low
-// 4 * bits bits; no byte past the group's codes is read.
-PACKRAT_HD inline uint32_t load_quad_codes(const uint8_t* group_codes, int64_t len, int64_t q, int bits) {
-  const int64_t bit = 4 * q * bits, byte = bit >> 3;
-  const int shift = static_cast<int>(bit & 7);
-  const int64_t avail = packed_bytes(len, bits) - byte;
-  const int want = (shift + 4 * bits + 7) >> 3;
-  const int count = want < avail ? want : static_cast<int>(avail);
-  return static_cast<uint32_t>(load_bytes_wide(group_codes + byte, count) >> shift);
-}
-
 // Lane `sub` of the `lanes` on group `group`: its quads sub, sub + lanes, ..., dequantized into out.
 struct DequantizeQuadsBody {
   const uint8_t* codes;  // (g.code_bytes())
