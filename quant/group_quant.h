@@ -128,6 +128,21 @@ struct GroupGeometry {
   }
   // Blocks of 8 elements (one packed block of `bits` bytes each) in the longest group.
   PACKRAT_HD int64_t blocks_per_group() const { return (group_size + 7) / 8; }
+  // Group g's first element, length and first code byte with one division (the three calls
+  // above take one each; a GPU divides 64-bit integers in software).
+  struct Place {
+    int64_t start, len, code_offset;
+  };
+  PACKRAT_HD Place place(int64_t g) const {
+    const int64_t span = div_nonneg(g, groups_per_span), i = g - span * groups_per_span;
+    return {span * span_len + i * group_size, i == groups_per_span - 1 ? tail_len : group_size,
+            span * span_bytes() + i * full_group_bytes()};
+  }
+  // a / b for a >= 0, b > 0: a 32-bit division when both fit.
+  PACKRAT_HD static int64_t div_nonneg(int64_t a, int64_t b) {
+    if (((a | b) >> 32) == 0) return static_cast<int64_t>(static_cast<uint32_t>(a) / static_cast<uint32_t>(b));
+    return a / b;
+  }
 };
 
 // Geometry for a tensor of `numel` elements whose leading dimension is `samples` (ignored for
@@ -288,20 +303,28 @@ PACKRAT_HD inline void unpack_group_codes(const uint8_t* src, int64_t n, int bit
 
 // ---- one block of 8 elements: what a GPU thread does ----------------------------------------
 
+// The block word (block_put's layout) of n <= 8 values v, value k rounded with the uniform r[k]
+// (0.5: to nearest): quantize_block8's arithmetic, for kernels that find the noise elsewhere.
+PACKRAT_HD inline uint64_t quantize_block8_word(const float* v, int n, const GroupParams& p, int bits, const float* r) {
+  const uint32_t levels = (1u << bits) - 1u;
+  uint64_t w = 0;
+  for (int k = 0; k < 8; ++k)  // a constant trip count: a GPU keeps v and r in registers
+    if (k < n) w |= block_put(quantize_value(v[k], p, levels, r[k]), k, bits);
+  return w;
+}
+
 // Quantizes the elements [8 * block, 8 * block + 8) of a group of len values starting at x
 // (clipped to len), whose first element has index e0 in its Philox stream, into the block's
 // `bits` bytes at group_codes + block * bits. The block must exist (8 * block < len).
 PACKRAT_HD inline void quantize_block8(const float* x, int64_t len, int64_t block, uint64_t e0, const GroupParams& p,
                                        int bits, Rounding rounding, const QuantNoise& noise, uint8_t* group_codes) {
-  const uint32_t levels = (1u << bits) - 1u;
   const int64_t b = 8 * block;
   const int n = len - b < 8 ? static_cast<int>(len - b) : 8;
-  uint64_t w = 0;
-  for (int k = 0; k < n; ++k) {
-    const float r = rounding == Rounding::Stochastic ? rounding_uniform(noise.seed, noise.stream, e0 + b + k) : 0.5f;
-    w |= block_put(quantize_value(x[b + k], p, levels, r), k, bits);
-  }
-  store_block8(w, static_cast<int>(packed_bytes(n, bits)), group_codes + block * bits);
+  float r[8];
+  for (int k = 0; k < n; ++k)
+    r[k] = rounding == Rounding::Stochastic ? rounding_uniform(noise.seed, noise.stream, e0 + b + k) : 0.5f;
+  store_block8(quantize_block8_word(x + b, n, p, bits, r), static_cast<int>(packed_bytes(n, bits)),
+               group_codes + block * bits);
 }
 
 // Dequantizes the same block of a group: out[8 * block ..] (clipped to len), out the group's first value.

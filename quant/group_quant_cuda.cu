@@ -1,35 +1,93 @@
-// The per-group codec's CUDA kernels over the PACKRAT_HD helpers of group_quant.h, so that a
-// GPU writes the CPU's bytes (same Philox draws, same rounding, same packing).
+// The per-group codec's CUDA kernels over the PACKRAT_HD helpers of group_quant.h and the
+// per-lane steps of group_quant_warp.h, so that a GPU writes the CPU's bytes (same Philox draws,
+// same rounding, same packing). group_quant_warp.h says which lane does what, and why.
 #include <cuda_runtime.h>
 
 #include "core/cuda/launch.cuh"
 #include "quant/group_quant_device.h"
+#include "quant/group_quant_warp.h"
 #include "quant/warp_range.cuh"
 
 namespace packrat::cuda {
 
 namespace {
 
-// One warp per group: its range (each lane scans a stride, then the lanes combine), its
-// metadata record, then its blocks of 8 codes across the lanes. Every lane computes the same
-// parameters from the same range, so none is broadcast.
-__global__ void quantize_groups_kernel(const float* x, GroupGeometry g, Rounding rounding, QuantNoise noise,
-                                       uint8_t* codes, uint8_t* meta, double* range_sq) {
-  const int lane = static_cast<int>(threadIdx.x % 32);
-  const int64_t group = (blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x) / 32;
-  if (group >= g.groups()) return;  // the whole warp: one group per warp
-  const int64_t len = g.group_len(group), start = g.group_start(group);
-  const float* xg = x + start;  // (len)
-  float mn, mx;
-  warp_range(xg, len, lane, mn, mx);
-  const GroupParams p = group_params(mn, mx, g.bits, g.meta);
-  if (lane == 0) {
-    store_group_meta(p, g.meta, meta + group * meta_bytes_per_group(g.meta));
-    if (range_sq) range_sq[group] = group_range_sq(p, len, g.bits);
+constexpr int kWarpsPerBlock = kThreadsPerBlock / kWarpLanes;
+
+// 32 / lanes groups a warp, `lanes` lanes a group: each lane's first block of 8 values stays in
+// registers from the range scan to its codes (every block does when 8 * lanes >= G).
+__global__ void quantize_groups_kernel(const float* x, GroupGeometry g, int lanes, Rounding rounding,
+                                       QuantNoise noise, uint8_t* codes, uint8_t* meta, double* range_sq) {
+  __shared__ uint32_t noise_words[kWarpsPerBlock][kRoundNoiseWords];  // (warps, calls * stride)
+  const int lane = static_cast<int>(threadIdx.x % kWarpLanes), warp_here = static_cast<int>(threadIdx.x / kWarpLanes);
+  const int64_t warp = blockIdx.x * static_cast<int64_t>(kWarpsPerBlock) + warp_here;
+  if (warp >= quantize_warps(g, lanes)) return;  // the whole warp
+  const QuantLane q = quant_lane(g, lanes, warp, lane);
+  const float* xg = x + q.at.start;  // (len) of the lane's group
+  const int64_t rounds = quantize_rounds(g, lanes);
+
+  // The range: every lane scans its blocks, then the group's lanes merge (xor offsets < lanes
+  // stay within the group's lanes).
+  float v[8] = {};  // the lane's block of the current round
+  int n = lane_block_len(q, lanes, 0);
+  load_floats8(xg + 8 * lane_block(q, lanes, 0), n, v);
+  RangeScan range(__shfl_sync(kFullWarp, v[0], lane & ~(lanes - 1)));  // the group's first value: its first lane's
+  range.keep(v, n, 8 * lane_block(q, lanes, 0));
+  for (int64_t r = 1; r < rounds; ++r) {
+    float w[8];
+    const int m = lane_block_len(q, lanes, r);
+    load_floats8(xg + 8 * lane_block(q, lanes, r), m, w);
+    range.keep(w, m, 8 * lane_block(q, lanes, r));
   }
-  uint8_t* group_codes = codes + g.group_code_offset(group);
-  for (int64_t block = lane; 8 * block < len; block += 32)
-    quantize_block8(xg, len, block, static_cast<uint64_t>(start), p, g.bits, rounding, noise, group_codes);
+  for (int offset = lanes / 2; offset > 0; offset /= 2) {
+    RangeScan o = range;
+    o.mn = __shfl_xor_sync(kFullWarp, range.mn, offset);
+    o.imn = __shfl_xor_sync(kFullWarp, range.imn, offset);
+    o.mx = __shfl_xor_sync(kFullWarp, range.mx, offset);
+    o.imx = __shfl_xor_sync(kFullWarp, range.imx, offset);
+    range.merge(o);
+  }
+  const GroupParams p = group_params(range.mn, range.mx, g.bits, g.meta);
+  if (q.active && q.sub == 0) {
+    store_group_meta(p, g.meta, meta + q.group * meta_bytes_per_group(g.meta));
+    if (range_sq) range_sq[q.group] = group_range_sq(p, q.at.len, g.bits);
+  }
+
+  // The codes, a round at a time; stochastic rounding reads the round's noise from shared memory.
+  const int64_t warp_begin = __shfl_sync(kFullWarp, q.at.start, 0);
+  const int64_t warp_end = __shfl_sync(kFullWarp, q.at.start + q.at.len, q.last_lead);
+  const bool stochastic = rounding == Rounding::Stochastic;
+  uint32_t* words = noise_words[warp_here];
+  for (int64_t r = 0; r < rounds; ++r) {  // the same trip count on every lane
+    const int64_t block = lane_block(q, lanes, r);
+    if (r > 0) {
+      n = lane_block_len(q, lanes, r);
+      load_floats8(xg + 8 * block, n, v);  // a second read (L1 or L2) only for groups over 256
+    }
+    const NoiseRound nr = noise_round(round_elements(warp_begin, warp_end, lanes, r));
+    if (stochastic) {
+      __syncwarp();  // the last round's reads are done
+      make_round_noise(noise, nr, lane, words);
+      __syncwarp();
+    }
+    if (n > 0)
+      quantize_lane_block(v, n, static_cast<uint64_t>(q.at.start + 8 * block), p, g.bits, nr,
+                          stochastic ? words : nullptr, codes + q.at.code_offset + block * g.bits);
+  }
+}
+
+// Thread t: lane t % lanes of group t / lanes (lanes a power of two), grid-stride.
+__global__ void dequantize_groups_kernel(DequantizeQuadsBody body, int lane_shift, int64_t threads) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  const int lanes = 1 << lane_shift;
+  for (int64_t t = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; t < threads; t += stride)
+    body(t >> lane_shift, static_cast<int>(t & (lanes - 1)), lanes);
+}
+
+int log2_of(int pow2) {
+  int s = 0;
+  while ((1 << s) < pow2) ++s;
+  return s;
 }
 
 }  // namespace
@@ -37,14 +95,18 @@ __global__ void quantize_groups_kernel(const float* x, GroupGeometry g, Rounding
 void launch_quantize_groups(const float* x, const GroupGeometry& g, Rounding rounding, const QuantNoise& noise,
                             uint8_t* codes, uint8_t* meta, double* group_range_sq) {
   if (g.groups() == 0) return;
-  constexpr int kWarpsPerBlock = kThreadsPerBlock / 32;
-  const int64_t blocks = (g.groups() + kWarpsPerBlock - 1) / kWarpsPerBlock;
-  quantize_groups_kernel<<<static_cast<unsigned>(blocks), kThreadsPerBlock>>>(x, g, rounding, noise, codes, meta,
-                                                                              group_range_sq);
+  const int lanes = quantize_lanes(g.group_size);
+  const int64_t blocks = (quantize_warps(g, lanes) + kWarpsPerBlock - 1) / kWarpsPerBlock;
+  quantize_groups_kernel<<<static_cast<unsigned>(blocks), kThreadsPerBlock>>>(x, g, lanes, rounding, noise, codes,
+                                                                              meta, group_range_sq);
 }
 
 void launch_dequantize_groups(const uint8_t* codes, const uint8_t* meta, const GroupGeometry& g, float* out) {
-  launch_for_each(g.groups() * g.blocks_per_group(), DequantizeBlockBody{codes, meta, g, out});
+  if (g.groups() == 0) return;
+  const int shift = log2_of(dequantize_lanes(g.group_size));
+  const int64_t threads = g.groups() << shift;
+  dequantize_groups_kernel<<<blocks_for(threads), kThreadsPerBlock>>>(DequantizeQuadsBody{codes, meta, g, out}, shift,
+                                                                      threads);
 }
 
 }  // namespace packrat::cuda

@@ -6,25 +6,11 @@
 
 #include <cstdint>
 
+#include "quant/group_quant_warp.h"  // keep_min, keep_max
+
 namespace packrat::cuda {
 
 constexpr unsigned kFullWarp = 0xffffffffu;
-
-// The smaller of two (value, index) pairs: the value compared with <, ties (+0 and -0) to the
-// lower index. The CPU's scan keeps the first element of the minimum's class, so this gives its
-// result in any order of combination; a NaN first element stays, as in the scan.
-__device__ inline void keep_min(float& v, int64_t& i, float ov, int64_t oi) {
-  if (ov < v || (ov == v && oi < i)) {
-    v = ov;
-    i = oi;
-  }
-}
-__device__ inline void keep_max(float& v, int64_t& i, float ov, int64_t oi) {
-  if (ov > v || (ov == v && oi < i)) {
-    v = ov;
-    i = oi;
-  }
-}
 
 // min and max of x[0..len), len >= 1, by the whole warp (every lane calls it; every lane gets
 // the result): each lane scans a stride, then the lanes combine.

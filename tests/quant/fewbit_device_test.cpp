@@ -1,5 +1,5 @@
 // The few-bit codec on a GPU. Without one: the bodies its CUDA kernels run (quant/fewbit_device.h),
-// index by index on the host, write the CPU kernel's codes and forward values and decode to its
+// thread by thread on the host (the encode's pair exchange replayed warp by warp), write the CPU kernel's codes and forward values and decode to its
 // floats, for every kind (table, step mask, boolean mask) and width. With one: the CUDA kernels do.
 #include <gtest/gtest.h>
 
@@ -66,7 +66,7 @@ std::vector<Case> cases() {
 
 TEST(FewbitDevice, TheKernelBodiesWriteTheCpuKernelsCodesAndValues) {
   for (const Case& k : cases()) {
-    for (int64_t n : {int64_t{1}, int64_t{8}, int64_t{1003}}) {
+    for (int64_t n : {int64_t{1}, int64_t{4}, int64_t{8}, int64_t{13}, int64_t{1003}}) {
       const std::string what = k.name + " n " + std::to_string(n);
       const std::vector<float> x = values(n, static_cast<uint64_t>(n));
       std::vector<uint8_t> m(static_cast<size_t>(n));
@@ -77,12 +77,17 @@ TEST(FewbitDevice, TheKernelBodiesWriteTheCpuKernelsCodesAndValues) {
       std::vector<uint8_t> packed(static_cast<size_t>(bytes)), body_packed(static_cast<size_t>(bytes), 0xEE);
       std::vector<float> y(static_cast<size_t>(n)), body_y(static_cast<size_t>(n), -9.0f);
       fewbit_encode(k.c, k.fn, src, is_mask ? 1 : sizeof(float), k.with_y ? y.data() : nullptr, n, packed.data());
-      const int64_t blocks = (n + 7) / 8;
-      auto run = [&](auto a, auto b) {
+      const int64_t quads = fewbit_quads(n);
+      auto run = [&](auto a, auto b) {  // fewbit_encode_kernel: codes on every lane, then the even lanes store
         using A = decltype(a);
         constexpr int B = decltype(b)::value;
-        testing::run_on_host(blocks, FewbitEncodeBody<A, B>{k.c, src, k.with_y ? body_y.data() : nullptr, n,
-                                                             body_packed.data()});
+        const FewbitEncodeQuads<A, B> body{k.c, src, k.with_y ? body_y.data() : nullptr, n, body_packed.data()};
+        for (int64_t t0 = 0; t0 < quads; t0 += 32) {
+          uint32_t mine[32];
+          for (int lane = 0; lane < 32; ++lane) mine[lane] = t0 + lane < quads ? body.codes(t0 + lane) : 0u;
+          for (int lane = 0; lane < 32; lane += 2)
+            if (t0 + lane < quads) body.store_pair(t0 + lane, mine[lane], mine[lane ^ 1]);
+        }
       };
       auto with_bits = [&](auto a) {
         switch (k.c.bits) {
@@ -110,9 +115,9 @@ TEST(FewbitDevice, TheKernelBodiesWriteTheCpuKernelsCodesAndValues) {
         fewbit_decode(k.c, packed.data(), grad, out.data(), n);
         auto decode = [&](auto b) {
           constexpr int B = decltype(b)::value;
-          FewbitDecodeBody<B> body{k.c.kind, {}, packed.data(), grad, body_out.data(), n};
+          FewbitDecodeQuads<B> body{k.c.kind, {}, packed.data(), grad, body_out.data(), n};
           for (int i = 0; i < (1 << B); ++i) body.levels[i] = k.c.lut.levels[i];
-          testing::run_on_host(blocks, body);
+          testing::run_on_host(quads, body);
         };
         switch (k.c.bits) {
           case 1: decode(std::integral_constant<int, 1>{}); break;

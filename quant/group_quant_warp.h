@@ -1,0 +1,207 @@
+#pragma once
+// How a CUDA warp runs the per-group codec (quant/group_quant_cuda.cu), CUDA-free: the kernels
+// call these per-lane steps between their shuffles and warp barriers, and
+// tests/quant/group_quant_warp_test.cpp replays the same steps lane by lane on the host (the
+// shuffles and the shared-memory phases included) against the CPU kernel's bytes.
+//
+// Quantize. A warp takes 32 / S consecutive groups, S = quantize_lanes(G) lanes each (groups of 64
+// take 8 lanes, not a warp with 24 of them idle). Lane s of a group loads its blocks of 8 values
+// s, s + S, ... (one round of S blocks at a time; a single round when 8 S >= G), the lanes reduce
+// the group's range by shuffles (RangeScan: any order gives the CPU's scan), then quantize their
+// blocks. Groups tile the buffer in order, so a round's elements over all the warp's groups are
+// one run of at most 256 (round_elements), whose rounding noise lies in at most three of
+// rounding_noise16's 128-element Philox blocks: the lanes make those 16 to 48 Philox calls once
+// (make_round_noise, one or two a lane) into shared memory, and every element reads its half-word
+// back (round_noise16). For groups of 256 on 128-element boundaries that is one call per 8
+// elements, 8x fewer than rounding_uniform's one per element, which kept the old kernel bound by
+// arithmetic rather than memory.
+//
+// Dequantize. S = dequantize_lanes(G) lanes a group, lane s writing the group's quads of 4 values
+// s, s + S, ... (DequantizeQuadsBody): consecutive lanes write consecutive 16 bytes, one float4
+// each where the group starts on a 4-float boundary, so a warp's stores are coalesced (one thread
+// per block of 8 wrote 8 floats at a 32-byte stride between lanes).
+#include <cstdint>
+
+#include "core/philox.h"
+#include "quant/block_io.h"
+#include "quant/group_quant.h"
+
+namespace packrat {
+
+constexpr int kWarpLanes = 32;
+
+// ---- a group's range, by lanes, in any order -----------------------------------------------
+
+// The smaller of (v, i) and (ov, oi): the value compared with <, equal values (+0 and -0) to the
+// lower index. The CPU's plain scan keeps the first element of the minimum's class, so any order
+// of combination gives its result; a NaN first value stays (nothing compares below it), later
+// NaNs never win.
+PACKRAT_HD inline void keep_min(float& v, int64_t& i, float ov, int64_t oi) {
+  if (ov < v || (ov == v && oi < i)) {
+    v = ov;
+    i = oi;
+  }
+}
+PACKRAT_HD inline void keep_max(float& v, int64_t& i, float ov, int64_t oi) {
+  if (ov > v || (ov == v && oi < i)) {
+    v = ov;
+    i = oi;
+  }
+}
+
+// A lane's running range of a group: it starts from the group's first value (index 0) on every
+// lane, keeps its own values, then merges the other lanes' scans.
+struct RangeScan {
+  float mn, mx;
+  int64_t imn = 0, imx = 0;
+  PACKRAT_HD explicit RangeScan(float first) : mn(first), mx(first) {}
+  // v[0..n), n <= 8, the group's elements first, first + 1, ...
+  PACKRAT_HD void keep(const float* v, int n, int64_t first) {
+    for (int k = 0; k < 8; ++k) {  // a constant trip count: v stays in registers
+      if (k >= n) break;
+      keep_min(mn, imn, v[k], first + k);
+      keep_max(mx, imx, v[k], first + k);
+    }
+  }
+  PACKRAT_HD void merge(const RangeScan& o) {
+    keep_min(mn, imn, o.mn, o.imn);
+    keep_max(mx, imx, o.mx, o.imx);
+  }
+};
+
+// ---- quantize: which lane does what ----------------------------------------------------------
+
+// Lanes a group takes: the smallest power of two whose blocks of 8 cover G, at most a warp.
+PACKRAT_HD inline int quantize_lanes(int64_t group_size) {
+  int s = 1;
+  while (s < kWarpLanes && 8 * static_cast<int64_t>(s) < group_size) s *= 2;
+  return s;
+}
+// Warps for all of g's groups.
+PACKRAT_HD inline int64_t quantize_warps(const GroupGeometry& g, int lanes) {
+  const int per_warp = kWarpLanes / lanes;
+  return (g.groups() + per_warp - 1) / per_warp;
+}
+// Rounds of S blocks: the same on every lane (each round ends at a warp barrier).
+PACKRAT_HD inline int64_t quantize_rounds(const GroupGeometry& g, int lanes) {
+  return (g.blocks_per_group() + lanes - 1) / lanes;
+}
+
+// What lane `lane` of warp `warp` works on.
+struct QuantLane {
+  int64_t group;             // its group; past the last one for an idle lane (its whole sub-warp idles)
+  int sub;                   // its index among its group's lanes
+  bool active;               // its group exists
+  GroupGeometry::Place at;   // its group's place (an idle lane: the warp's first group's)
+  int last_lead;             // the first lane of the warp's last group, which knows where the warp's elements end
+};
+PACKRAT_HD inline QuantLane quant_lane(const GroupGeometry& g, int lanes, int64_t warp, int lane) {
+  const int per_warp = kWarpLanes / lanes;
+  const int64_t first = warp * per_warp;
+  const int64_t last = (first + per_warp < g.groups() ? first + per_warp : g.groups()) - 1;
+  QuantLane q;
+  q.group = first + lane / lanes;
+  q.sub = lane % lanes;
+  q.active = q.group <= last;
+  q.at = g.place(q.active ? q.group : first);
+  q.last_lead = static_cast<int>(last - first) * lanes;
+  return q;
+}
+// The lane's block in round r (s + S r) and the number of its elements (0: none).
+PACKRAT_HD inline int64_t lane_block(const QuantLane& q, int lanes, int64_t r) { return q.sub + lanes * r; }
+PACKRAT_HD inline int lane_block_len(const QuantLane& q, int lanes, int64_t r) {
+  if (!q.active) return 0;
+  const int64_t left = q.at.len - 8 * lane_block(q, lanes, r);
+  return left <= 0 ? 0 : left < 8 ? static_cast<int>(left) : 8;
+}
+
+// ---- quantize: one round's rounding noise, shared by the warp --------------------------------
+
+// The elements [begin, end) that round r quantizes, over all the warp's groups: its first group
+// starts at warp_begin, its last ends at warp_end. Empty when the round has no block left.
+struct ElementRun {
+  int64_t begin, end;
+};
+PACKRAT_HD inline ElementRun round_elements(int64_t warp_begin, int64_t warp_end, int lanes, int64_t r) {
+  const int64_t b = warp_begin + 8 * static_cast<int64_t>(lanes) * r;
+  return {b, warp_end < b + 8 * kWarpLanes ? warp_end : b + 8 * kWarpLanes};
+}
+
+constexpr int kRoundCalls = 48;      // a run of 256 touches at most 3 noise blocks of 16 calls
+constexpr int kNoiseCallStride = 5;  // shared words per call: its 4 and one of padding (odd: the
+                                     // lanes' writes, and an aligned round's reads, hit distinct banks)
+constexpr int kRoundNoiseWords = kRoundCalls * kNoiseCallStride;  // a warp's shared words
+
+// The Philox calls of a run: those of the 128-element noise blocks [first_block, first_block +
+// calls / 16), call c with counter 16 (first_block + c / 16) + c % 16 (rounding_noise16's).
+struct NoiseRound {
+  uint64_t first_block = 0;
+  int calls = 0;
+};
+PACKRAT_HD inline NoiseRound noise_round(const ElementRun& run) {
+  NoiseRound r;
+  if (run.end <= run.begin) return r;
+  r.first_block = static_cast<uint64_t>(run.begin) >> 7;
+  r.calls = 16 * static_cast<int>((static_cast<uint64_t>(run.end - 1) >> 7) - r.first_block + 1);
+  return r;
+}
+// Lane `lane`'s calls (lane, lane + 32 < r.calls) into the warp's shared words
+// (kRoundNoiseWords): word j of call c at c * kNoiseCallStride + j.
+PACKRAT_HD inline void make_round_noise(const QuantNoise& noise, const NoiseRound& r, int lane, uint32_t* shared) {
+  for (int c = lane; c < r.calls; c += kWarpLanes) {
+    uint32_t w[4];
+    Philox4x32::generate(noise.seed, noise.stream,
+                         ((r.first_block + static_cast<uint64_t>(c >> 4)) << 4) | static_cast<uint64_t>(c & 15), w);
+    for (int j = 0; j < 4; ++j) shared[c * kNoiseCallStride + j] = w[j];
+  }
+}
+// rounding_noise16(seed, stream, e) of an element e of the round, from the shared words: call
+// 16 (e / 128 - first_block) + e % 16, half-word (e % 128) / 16.
+PACKRAT_HD inline uint32_t round_noise16(const NoiseRound& r, const uint32_t* shared, uint64_t e) {
+  const int c = static_cast<int>((((e >> 7) - r.first_block) << 4) | (e & 15));
+  const int h = static_cast<int>((e >> 4) & 7);
+  return (shared[c * kNoiseCallStride + (h >> 1)] >> (16 * (h & 1))) & 0xFFFFu;
+}
+
+// A lane's work in a round once the noise is shared: the codes of its block (n values v, the
+// first one element e0 of the stream) rounded with the shared noise (null: to nearest), stored
+// at dst (the block's bytes).
+PACKRAT_HD inline void quantize_lane_block(const float* v, int n, uint64_t e0, const GroupParams& p, int bits,
+                                           const NoiseRound& r, const uint32_t* shared, uint8_t* dst) {
+  float u[8];
+  for (int k = 0; k < 8; ++k)
+    u[k] = shared && k < n ? uniform16(round_noise16(r, shared, e0 + static_cast<uint64_t>(k))) : 0.5f;
+  store_bytes_wide(quantize_block8_word(v, n, p, bits, u), static_cast<int>(packed_bytes(n, bits)), dst);
+}
+
+// ---- dequantize: quads of 4 values, consecutive lanes on consecutive quads ------------------
+
+// Lanes a group takes: the smallest power of two whose quads cover G, at most a warp.
+PACKRAT_HD inline int dequantize_lanes(int64_t group_size) {
+  int s = 1;
+  while (s < kWarpLanes && 4 * static_cast<int64_t>(s) < group_size) s *= 2;
+  return s;
+}
+
+// Lane `sub` of the `lanes` on group `group`: its quads sub, sub + lanes, ..., dequantized into out.
+struct DequantizeQuadsBody {
+  const uint8_t* codes;  // (g.code_bytes())
+  const uint8_t* meta;   // (g.meta_bytes())
+  GroupGeometry g;
+  float* out;  // (g.numel)
+
+  PACKRAT_HD void operator()(int64_t group, int sub, int lanes) const {
+    const GroupGeometry::Place at = g.place(group);
+    const GroupParams p = load_group_meta(meta + group * meta_bytes_per_group(g.meta), g.meta);
+    const uint32_t mask = (1u << g.bits) - 1u;
+    for (int64_t q = sub; 4 * q < at.len; q += lanes) {
+      const int n = at.len - 4 * q < 4 ? static_cast<int>(at.len - 4 * q) : 4;
+      const uint32_t c = load_quad_codes(codes + at.code_offset, at.len, q, g.bits);
+      float v[4];
+      for (int k = 0; k < 4; ++k) v[k] = dequantize_value((c >> (k * g.bits)) & mask, p);  // past n: unused
+      store_floats4(v, n, out + at.start + 4 * q);
+    }
+  }
+};
+
+}  // namespace packrat

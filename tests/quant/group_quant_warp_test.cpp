@@ -1,0 +1,198 @@
+// The per-group codec's CUDA kernels without a GPU: their warps (quant/group_quant_warp.h's steps,
+// in quant/group_quant_cuda.cu's order) replayed on the host, lane by lane, shuffles and shared
+// memory included, write the CPU kernel's codes, metadata, variance bounds and floats byte for byte.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "core/philox.h"
+#include "quant/group_quant.h"
+#include "quant/group_quant_warp.h"
+#include "tests/support/group_cases.h"
+
+namespace packrat {
+namespace {
+
+const QuantNoise kNoise{0x5EEDull, quant_stream(7, 2)};
+
+// quantize_groups_kernel, warp by warp: every phase runs on all 32 lanes before the next, a
+// shuffle reads what its source lane held before the step, and the shared noise words are
+// poisoned before each round so that a word no lane wrote cannot pass.
+void replay_quantize(const float* x, const GroupGeometry& g, int lanes, Rounding rounding, const QuantNoise& noise,
+                     uint8_t* codes, uint8_t* meta, double* range_sq) {
+  const int64_t rounds = quantize_rounds(g, lanes);
+  for (int64_t warp = 0; warp < quantize_warps(g, lanes); ++warp) {
+    std::vector<QuantLane> q;
+    std::array<std::array<float, 8>, kWarpLanes> v{};
+    std::array<int, kWarpLanes> n{};
+    std::vector<RangeScan> range;
+    for (int lane = 0; lane < kWarpLanes; ++lane) {
+      q.push_back(quant_lane(g, lanes, warp, lane));
+      n[lane] = lane_block_len(q[lane], lanes, 0);
+      load_floats8(x + q[lane].at.start + 8 * lane_block(q[lane], lanes, 0), n[lane], v[lane].data());
+    }
+    for (int lane = 0; lane < kWarpLanes; ++lane) {
+      range.emplace_back(v[lane & ~(lanes - 1)][0]);  // __shfl_sync(v[0], the group's first lane)
+      range[lane].keep(v[lane].data(), n[lane], 8 * lane_block(q[lane], lanes, 0));
+      for (int64_t r = 1; r < rounds; ++r) {
+        float w[8];
+        const int m = lane_block_len(q[lane], lanes, r);
+        load_floats8(x + q[lane].at.start + 8 * lane_block(q[lane], lanes, r), m, w);
+        range[lane].keep(w, m, 8 * lane_block(q[lane], lanes, r));
+      }
+    }
+    for (int offset = lanes / 2; offset > 0; offset /= 2) {
+      const std::vector<RangeScan> before = range;
+      for (int lane = 0; lane < kWarpLanes; ++lane) range[lane].merge(before[lane ^ offset]);
+    }
+    std::vector<GroupParams> p;
+    for (int lane = 0; lane < kWarpLanes; ++lane) {
+      p.push_back(group_params(range[lane].mn, range[lane].mx, g.bits, g.meta));
+      if (q[lane].active && q[lane].sub == 0) {
+        store_group_meta(p[lane], g.meta, meta + q[lane].group * meta_bytes_per_group(g.meta));
+        if (range_sq) range_sq[q[lane].group] = group_range_sq(p[lane], q[lane].at.len, g.bits);
+      }
+    }
+    const int64_t warp_begin = q[0].at.start;
+    const int64_t warp_end = q[q[0].last_lead].at.start + q[q[0].last_lead].at.len;
+    const bool stochastic = rounding == Rounding::Stochastic;
+    for (int64_t r = 0; r < rounds; ++r) {
+      std::array<uint32_t, kRoundNoiseWords> words;
+      words.fill(0xA5A5A5A5u);
+      const NoiseRound nr = noise_round(round_elements(warp_begin, warp_end, lanes, r));
+      EXPECT_LE(nr.calls, kRoundCalls);
+      if (stochastic)
+        for (int lane = 0; lane < kWarpLanes; ++lane) make_round_noise(noise, nr, lane, words.data());
+      for (int lane = 0; lane < kWarpLanes; ++lane) {
+        const int64_t block = lane_block(q[lane], lanes, r);
+        if (r > 0) {
+          n[lane] = lane_block_len(q[lane], lanes, r);
+          load_floats8(x + q[lane].at.start + 8 * block, n[lane], v[lane].data());
+        }
+        if (n[lane] > 0)
+          quantize_lane_block(v[lane].data(), n[lane], static_cast<uint64_t>(q[lane].at.start + 8 * block), p[lane],
+                              g.bits, nr, stochastic ? words.data() : nullptr,
+                              codes + q[lane].at.code_offset + block * g.bits);
+      }
+    }
+  }
+}
+
+TEST(GroupQuantWarp, ReplayedQuantizeWarpsWriteTheCpuKernelsBytes) {
+  for (const testing::GroupCase& k : testing::group_cases()) {
+    const int64_t n = k.samples * k.span;
+    const std::vector<float> x = testing::group_values(n, static_cast<uint64_t>(k.c.bits * 7 + k.c.group_size));
+    const GroupGeometry g = group_geometry(n, k.samples, k.c, k.plane);
+    std::vector<uint8_t> codes(static_cast<size_t>(g.code_bytes())), meta(static_cast<size_t>(g.meta_bytes()));
+    std::vector<double> range_sq;
+    quantize_groups(x.data(), g, k.c.rounding, kNoise, codes.data(), meta.data(), &range_sq);
+    // The kernel's lanes, and a whole warp a group (the other schedule round_elements allows).
+    for (int lanes : {quantize_lanes(g.group_size), kWarpLanes}) {
+      std::vector<uint8_t> wcodes(codes.size(), 0xEE), wmeta(meta.size(), 0xEE);
+      std::vector<double> wrange_sq(range_sq.size(), -1.0);
+      replay_quantize(x.data(), g, lanes, k.c.rounding, kNoise, wcodes.data(), wmeta.data(), wrange_sq.data());
+      ASSERT_EQ(wcodes, codes) << k.name() << " lanes " << lanes << ": codes";
+      ASSERT_EQ(wmeta, meta) << k.name() << " lanes " << lanes << ": metadata";
+      ASSERT_EQ(wrange_sq, range_sq) << k.name() << " lanes " << lanes << ": variance bounds";
+    }
+  }
+}
+
+TEST(GroupQuantWarp, SmallGroupsShareAWarpAndLargeOnesTakeRounds) {
+  EXPECT_EQ(quantize_lanes(7), 1);
+  EXPECT_EQ(quantize_lanes(32), 4);
+  EXPECT_EQ(quantize_lanes(49), 8);
+  EXPECT_EQ(quantize_lanes(64), 8);
+  EXPECT_EQ(quantize_lanes(256), 32);
+  EXPECT_EQ(quantize_lanes(1000), 32);
+  EXPECT_EQ(dequantize_lanes(7), 2);
+  EXPECT_EQ(dequantize_lanes(64), 16);
+  EXPECT_EQ(dequantize_lanes(256), 32);
+  GroupQuantConfig c;
+  c.group_size = 1000;
+  const GroupGeometry g = group_geometry(3 * 1013, 3, c);
+  EXPECT_EQ(quantize_rounds(g, 32), 4);
+  // Groups of 256 from element 0: one Philox call a lane, 8 elements a call.
+  c.group_size = 256;
+  const GroupGeometry a = group_geometry(4096, 1, c);
+  const QuantLane q = quant_lane(a, 32, 3, 5);
+  EXPECT_EQ(q.at.start, 3 * 256);
+  EXPECT_EQ(noise_round(round_elements(q.at.start, q.at.start + 256, 32, 0)).calls, 32);
+}
+
+// Runs of up to 256 elements from any start: every element's noise read back from the words the
+// 32 lanes wrote is rounding_noise16's.
+TEST(GroupQuantWarp, ARoundsSharedPhiloxCallsGiveEveryElementItsRoundingNoise) {
+  const uint64_t seed = 0x5EEDull, stream = quant_stream(3, 1);
+  for (int64_t begin : {int64_t{0}, int64_t{1}, int64_t{127}, int64_t{128}, int64_t{1013}, int64_t{5} << 33})
+    for (int64_t len : {1, 7, 49, 128, 129, 255, 256}) {
+      const NoiseRound r = noise_round({begin, begin + len});
+      ASSERT_LE(r.calls, kRoundCalls);
+      std::array<uint32_t, kRoundNoiseWords> words;
+      words.fill(0xA5A5A5A5u);
+      for (int lane = 0; lane < kWarpLanes; ++lane) make_round_noise({seed, stream}, r, lane, words.data());
+      for (int64_t e = begin; e < begin + len; ++e)
+        ASSERT_EQ(round_noise16(r, words.data(), static_cast<uint64_t>(e)),
+                  rounding_noise16(seed, stream, static_cast<uint64_t>(e)))
+            << "run from " << begin << " of " << len << ", element " << e;
+    }
+  EXPECT_EQ(noise_round({10, 10}).calls, 0);  // an empty round draws nothing
+}
+
+// The lanes' scans merged in the kernel's butterfly order give the plain scan's (min, max), with
+// a NaN first value (kept), later NaNs (ignored) and signed zeros (the first one found).
+TEST(GroupQuantWarp, MergedLaneRangesAreThePlainScans) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  std::vector<std::vector<float>> groups = {{nan, 1.0f, -2.0f, 3.0f}, {1.0f, nan, -2.0f, 3.0f, nan},
+                                            {0.0f, -0.0f, 0.0f, -0.0f}, {-0.0f, 1.0f, 0.0f, 2.0f, -0.0f}};
+  std::vector<float> long_one(300);
+  for (size_t i = 0; i < long_one.size(); ++i) long_one[i] = i % 7 == 3 ? -0.0f : i % 5 == 1 ? 0.0f : 1.0f;
+  groups.push_back(long_one);
+  for (const std::vector<float>& x : groups) {
+    float mn = x[0], mx = x[0];
+    for (float y : x) {
+      mn = y < mn ? y : mn;
+      mx = y > mx ? y : mx;
+    }
+    const int64_t len = static_cast<int64_t>(x.size());
+    std::vector<RangeScan> lane(kWarpLanes, RangeScan(x[0]));
+    for (int l = 0; l < kWarpLanes; ++l)
+      for (int64_t b = l; 8 * b < len; b += kWarpLanes)
+        lane[l].keep(x.data() + 8 * b, static_cast<int>(std::min<int64_t>(8, len - 8 * b)), 8 * b);
+    for (int offset = 16; offset > 0; offset /= 2) {
+      const std::vector<RangeScan> before = lane;
+      for (int l = 0; l < kWarpLanes; ++l) lane[l].merge(before[l ^ offset]);
+    }
+    for (int l = 0; l < kWarpLanes; ++l) {
+      ASSERT_EQ(std::memcmp(&lane[l].mn, &mn, 4), 0) << "lane " << l << " of a group of " << len;
+      ASSERT_EQ(std::memcmp(&lane[l].mx, &mx, 4), 0) << "lane " << l << " of a group of " << len;
+    }
+  }
+}
+
+TEST(GroupQuantWarp, DequantizeQuadsWriteTheCpuKernelsFloats) {
+  for (const testing::GroupCase& k : testing::group_cases()) {
+    const int64_t n = k.samples * k.span;
+    const std::vector<float> x = testing::group_values(n, static_cast<uint64_t>(k.c.bits * 5 + k.c.group_size));
+    const GroupGeometry g = group_geometry(n, k.samples, k.c, k.plane);
+    std::vector<uint8_t> codes(static_cast<size_t>(g.code_bytes())), meta(static_cast<size_t>(g.meta_bytes()));
+    quantize_groups(x.data(), g, k.c.rounding, kNoise, codes.data(), meta.data());
+    std::vector<float> out(static_cast<size_t>(n));
+    dequantize_groups(codes.data(), meta.data(), g, out.data());
+    for (int lanes : {dequantize_lanes(g.group_size), 1, kWarpLanes}) {
+      std::vector<float> body_out(static_cast<size_t>(n), -99.0f);
+      const DequantizeQuadsBody body{codes.data(), meta.data(), g, body_out.data()};
+      for (int64_t group = 0; group < g.groups(); ++group)
+        for (int sub = 0; sub < lanes; ++sub) body(group, sub, lanes);
+      ASSERT_EQ(std::memcmp(out.data(), body_out.data(), out.size() * sizeof(float)), 0) << k.name() << " lanes " << lanes;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace packrat
