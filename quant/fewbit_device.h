@@ -60,9 +60,9 @@ struct FewbitEncodeQuads {
         if (k < m) w |= ((bytes >> (8 * k)) & 0xFFu) != 0 ? 1u << (k * B) : 0u;
       return w;
     }
-    float v[4];
+    float v[4] = {};
     load_floats4(static_cast<const float*>(src) + 4 * t, m, v);
-    float fy[4];
+    float fy[4] = {};
     for (int k = 0; k < 4; ++k)  // a constant trip count: v and fy stay in registers
       if (k < m) {
         w |= code_of(v[k]) << (k * B);
@@ -110,7 +110,7 @@ struct FewbitDecodeQuads {
   PACKRAT_HD void operator()(int64_t t) const {
     const int m = n - 4 * t < 4 ? static_cast<int>(n - 4 * t) : 4;
     const uint32_t c = load_quad_codes(packed, n, t, B);
-    float g[4] = {}, v[4];
+    float g[4] = {}, v[4] = {};
     if (grad) load_floats4(grad + 4 * t, m, g);
     for (int k = 0; k < 4; ++k) {
       const uint32_t code = (c >> (k * B)) & ((1u << B) - 1u);

@@ -197,7 +197,7 @@ struct DequantizeQuadsBody {
     for (int64_t q = sub; 4 * q < at.len; q += lanes) {
       const int n = at.len - 4 * q < 4 ? static_cast<int>(at.len - 4 * q) : 4;
       const uint32_t c = load_quad_codes(codes + at.code_offset, at.len, q, g.bits);
-      float v[4];
+      float v[4] = {};
       for (int k = 0; k < 4; ++k) v[k] = dequantize_value((c >> (k * g.bits)) & mask, p);  // past n: unused
       store_floats4(v, n, out + at.start + 4 * q);
     }

@@ -7,7 +7,8 @@
 # tests: the GPU test suites (every backend primitive against the CPU, the CUDA kernels' bytes
 #        against the CPU kernels', the stores on GPU tensors, the CUDA training steps), in parallel;
 # train: the quickstart on the GPU with FP32 and with 2-bit per-group storage, --find-max-batch;
-# bench: packrat_bench's CUDA benchmarks, then bench/compare_torch.py --device cuda.
+# bench: the codec kernels against copy bandwidth, the ResNet-18 step (TF32 and exact f32, NHWC
+#        and NCHW), then bench/compare_torch.py --device cuda at batch 128 and 512 (TF32, as PyTorch).
 # Logs (one file per check) go to OUT/logs.tar.gz; a summary of each is printed at the end.
 set -uo pipefail
 dest=${1:?usage: scripts/device_check.sh OUT [tests|train|bench ...]}; shift
@@ -31,6 +32,9 @@ if [[ $phases == *tests* ]]; then
   for g in "${!groups[@]}"; do
     OMP_NUM_THREADS=4 timeout 200 $run packrat_tests --gtest_filter="${groups[$g]}" >"$out/tests_$g.log" 2>&1 &
   done
+  # The plain NCHW path of the convolutions (PACKRAT_CUDA_LAYOUT=nchw) against the CPU too.
+  PACKRAT_CUDA_LAYOUT=nchw OMP_NUM_THREADS=4 timeout 200 $run packrat_tests \
+    --gtest_filter='Backend*:CudaTrainer.ResNet20StepMatchesTheCpuStep' >"$out/tests_nchw.log" 2>&1 &
   OMP_NUM_THREADS=1 timeout 60 $run packrat_mpi_tests --gtest_filter='Nccl.*' >"$out/tests_nccl.log" 2>&1 &
 fi
 if [[ $phases == *train* ]]; then
@@ -52,11 +56,18 @@ fi
 wait
 
 if [[ $phases == *bench* ]]; then
-  timeout 100 $run packrat_bench --benchmark_filter='cuda|Cuda' --benchmark_min_time=1 >"$out/bench.log" 2>&1
+  step=TrainStep/resnet18_cifar_gelu_cuda
+  timeout 60 $run packrat_bench --benchmark_filter=CodecCuda --benchmark_min_time=1 >"$out/bench_codec.log" 2>&1
+  # The training step with TF32 convolutions (PyTorch's default) and with exact f32, NHWC; then NCHW.
+  PACKRAT_CUDA_TF32=1 timeout 90 $run packrat_bench --benchmark_filter="$step" --benchmark_min_time=2 \
+    >"$out/bench_step_tf32.log" 2>&1
+  timeout 60 $run packrat_bench --benchmark_filter="$step.*/512" --benchmark_min_time=2 >"$out/bench_step_f32.log" 2>&1
+  PACKRAT_CUDA_LAYOUT=nchw PACKRAT_CUDA_TF32=1 timeout 60 $run packrat_bench --benchmark_filter="$step.*/512" \
+    --benchmark_min_time=2 >"$out/bench_step_nchw_tf32.log" 2>&1
   printf '#!/usr/bin/env bash\nexec %s/.device/run packrat_bench "$@"\n' "$PWD" >/tmp/packrat_bench
   chmod +x /tmp/packrat_bench
-  PACKRAT_CUDA_TF32=1 PYTHONUNBUFFERED=1 timeout 120 python3 bench/compare_torch.py --device cuda --bench /tmp/packrat_bench \
-    --rounds 2 >"$out/compare_torch.log" 2>&1
+  PACKRAT_CUDA_TF32=1 PYTHONUNBUFFERED=1 timeout 150 python3 bench/compare_torch.py --device cuda --bench /tmp/packrat_bench \
+    --name $step/128 --name $step/512 --rounds 2 >"$out/compare_torch.log" 2>&1
 fi
 
 echo "== summary"
@@ -67,4 +78,6 @@ for f in "$out"/tests_*.log; do
   grep -qE '^\[ +PASSED' "$f" || tail -n 5 "$f"  # a run that did not finish: its last words
 done
 for f in "$out"/train_*.log "$out"/maxbatch_*.log; do [[ -f $f ]] && { echo "-- $(basename "$f")"; tail -n 4 "$f"; }; done
-for f in "$out"/bench.log "$out"/compare_torch.log; do [[ -f $f ]] && { echo "-- $(basename "$f")"; tail -n 30 "$f"; }; done
+for f in "$out"/bench_*.log "$out"/compare_torch.log; do
+  [[ -f $f ]] && { echo "-- $(basename "$f")"; grep -E '^(Codec|Train|BM_|\{|ERROR)|round|error' "$f" | cut -c1-220; }
+done

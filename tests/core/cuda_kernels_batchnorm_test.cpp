@@ -42,9 +42,14 @@ TEST(CudaKernelsBatchnorm, ChannelElementWalksEachChannelOfAnNchwBuffer) {
     for (int64_t j = 0; j < N * HW; ++j) {
       const int64_t at = cuda::channel_element(c, j, C, HW);
       EXPECT_EQ((at / HW) % C, c);
+      EXPECT_EQ(cuda::channel_of(at, C, HW), c);
       ++seen[static_cast<size_t>(at)];
     }
   EXPECT_EQ(seen, std::vector<int>(seen.size(), 1));
+  // channel_of's 32-bit and 64-bit paths, channels innermost (HW 1) and not.
+  for (const int64_t i : {int64_t{0}, int64_t{12345}, (int64_t{1} << 32) - 1, int64_t{1} << 32, (int64_t{1} << 40) + 77})
+    for (const int64_t hw : {int64_t{1}, int64_t{49}})
+      EXPECT_EQ(cuda::channel_of(i, 40, hw), (i / hw) % 40) << i << " " << hw;
   EXPECT_EQ(cuda::channel_splits(1, 4), 1);
   EXPECT_EQ(cuda::channel_splits(8193, 4), 2);
   EXPECT_EQ(cuda::channel_splits(int64_t{1} << 40, 4), 64);

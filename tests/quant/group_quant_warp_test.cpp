@@ -40,7 +40,7 @@ void replay_quantize(const float* x, const GroupGeometry& g, int lanes, Rounding
       range.emplace_back(v[lane & ~(lanes - 1)][0]);  // __shfl_sync(v[0], the group's first lane)
       range[lane].keep(v[lane].data(), n[lane], 8 * lane_block(q[lane], lanes, 0));
       for (int64_t r = 1; r < rounds; ++r) {
-        float w[8];
+        float w[8] = {};
         const int m = lane_block_len(q[lane], lanes, r);
         load_floats8(x + q[lane].at.start + 8 * lane_block(q[lane], lanes, r), m, w);
         range[lane].keep(w, m, 8 * lane_block(q[lane], lanes, r));

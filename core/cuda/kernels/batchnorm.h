@@ -73,7 +73,7 @@ struct ChannelAffine {
   const float* shift;  // (C)
   int64_t C, HW;
   PACKRAT_HD void operator()(int64_t i) const {
-    const int64_t c = (i / HW) % C;
+    const int64_t c = channel_of(i, C, HW);
     y[i] = x[i] * scale[c] + shift[c];
   }
 };
@@ -116,7 +116,7 @@ struct BatchNormBackwardElement {
   const float* b;     // (C)
   int64_t C, HW;
   PACKRAT_HD void operator()(int64_t i) const {
-    const int64_t c = (i / HW) % C;
+    const int64_t c = channel_of(i, C, HW);
     dx[i] = k[c] * (gy[i] - a[c] - (x[i] - mean[c]) * b[c]);
   }
 };

@@ -13,7 +13,7 @@ struct AddChannelBias {
   float* y;           // (N, C, H, W)
   const float* bias;  // (C)
   int64_t C, HW;
-  PACKRAT_HD void operator()(int64_t i) const { y[i] += bias[(i / HW) % C]; }
+  PACKRAT_HD void operator()(int64_t i) const { y[i] += bias[channel_of(i, C, HW)]; }
 };
 
 // c[r, j] = bias[j] for element i of a (rows, N) buffer: the matmul's C before cuBLAS adds

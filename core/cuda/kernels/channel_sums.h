@@ -15,6 +15,16 @@ PACKRAT_HD inline int64_t channel_element(int64_t c, int64_t j, int64_t C, int64
   return ((j / HW) * C + c) * HW + j % HW;
 }
 
+// The channel of element i of an (N, C, HW) buffer, (i / HW) % C, in 32-bit arithmetic where it
+// fits (a GPU divides 64-bit integers in software, slower than these kernels' memory traffic).
+PACKRAT_HD inline int64_t channel_of(int64_t i, int64_t C, int64_t HW) {
+  if (((i | C | HW) >> 32) == 0) {
+    const uint32_t u = static_cast<uint32_t>(i), c = static_cast<uint32_t>(C), hw = static_cast<uint32_t>(HW);
+    return static_cast<int64_t>((hw == 1 ? u : u / hw) % c);
+  }
+  return (i / HW) % C;
+}
+
 // Splits per channel: enough blocks to fill a GPU when C is small, at most 64, each summing
 // at least 8192 elements when there are that many. Channels innermost (HW == 1, an NHWC buffer
 // seen as (N * H * W, C, 1)), one block sums 32 channels at once, so a channel takes more and
