@@ -6,14 +6,14 @@
 #
 # tests:   the GPU test suites (every backend primitive against the CPU, the CUDA kernels' bytes
 #          against the CPU kernels', the stores on GPU tensors, the CUDA training steps), in
-#          parallel; again for plain NCHW convolutions and for cuDNN's timed search;
+#          parallel; again for plain NCHW convolutions;
 # train:   the quickstart on the GPU with FP32 and with 2-bit per-group storage, --find-max-batch;
 # codec:   the codec kernels against copy bandwidth;
 # step:    the ResNet-18 step (FP32, few-bit 3, ActNN 2; batch 128, 512) with TF32 convolutions, as
-#          PyTorch, and cuDNN's timed search (PACKRAT_CUDNN_BENCHMARK=1), as compare_torch's PyTorch;
-# layouts: the step at 512 with exact f32, with heuristic algorithms, and in NCHW;
-# torch:   bench/compare_torch.py --device cuda at batch 128 and 512 (TF32, timed search);
-# ncu:     Nsight Compute's time of every kernel of about two steps at batch 512 (CSV).
+#          PyTorch's default;
+# layouts: the step at 512 with exact f32, and in NCHW;
+# torch:   bench/compare_torch.py --device cuda at batch 128 and 512 (TF32);
+# ncu:     Nsight Compute's time of every kernel of 4 FP32 ResNet-18 steps at batch 512, by name.
 # Logs (one file per check) go to OUT/logs.tar.gz; a summary of each is printed at the end.
 set -uo pipefail
 dest=${1:?usage: scripts/device_check.sh OUT [tests|train|bench ...]}; shift
@@ -37,11 +37,9 @@ if [[ $phases == *tests* ]]; then
   for g in "${!groups[@]}"; do
     OMP_NUM_THREADS=4 timeout 200 $run packrat_tests --gtest_filter="${groups[$g]}" >"$out/tests_$g.log" 2>&1 &
   done
-  # The plain NCHW path of the convolutions (PACKRAT_CUDA_LAYOUT=nchw), and cuDNN's timed search.
+  # The plain NCHW path of the convolutions (PACKRAT_CUDA_LAYOUT=nchw).
   PACKRAT_CUDA_LAYOUT=nchw OMP_NUM_THREADS=4 timeout 200 $run packrat_tests \
     --gtest_filter='Backend*:CudaTrainer.ResNet20StepMatchesTheCpuStep' >"$out/tests_nchw.log" 2>&1 &
-  PACKRAT_CUDNN_BENCHMARK=1 OMP_NUM_THREADS=4 timeout 200 $run packrat_tests \
-    --gtest_filter='BackendConv*:CudaTrainer.ResNet18StepMatchesTheCpuStep' >"$out/tests_search.log" 2>&1 &
   OMP_NUM_THREADS=1 timeout 60 $run packrat_mpi_tests --gtest_filter='Nccl.*' >"$out/tests_nccl.log" 2>&1 &
 fi
 if [[ $phases == *train* ]]; then
@@ -63,7 +61,7 @@ fi
 wait
 
 step=TrainStep/resnet18_cifar_gelu_cuda
-export PACKRAT_CUDA_TF32=1 PACKRAT_CUDNN_BENCHMARK=1  # PyTorch's settings in compare_torch.py
+export PACKRAT_CUDA_TF32=1  # TF32 convolutions, PyTorch's default
 if [[ $phases == *codec* ]]; then
   timeout 60 $run packrat_bench --benchmark_filter=CodecCuda --benchmark_min_time=1 >"$out/bench_codec.log" 2>&1
 fi
@@ -73,8 +71,6 @@ fi
 if [[ $phases == *layouts* ]]; then
   PACKRAT_CUDA_TF32=0 timeout 60 $run packrat_bench --benchmark_filter="$step.*/512" --benchmark_min_time=1 \
     >"$out/bench_step_f32.log" 2>&1
-  PACKRAT_CUDNN_BENCHMARK=0 timeout 60 $run packrat_bench --benchmark_filter="$step.*/512" --benchmark_min_time=1 \
-    >"$out/bench_step_heuristics.log" 2>&1
   PACKRAT_CUDA_LAYOUT=nchw timeout 60 $run packrat_bench --benchmark_filter="$step/512" --benchmark_min_time=1 \
     >"$out/bench_step_nchw.log" 2>&1
 fi
@@ -85,9 +81,9 @@ if [[ $phases == *torch* ]]; then
     --name $step/128 --name $step/512 --rounds 2 >"$out/compare_torch.log" 2>&1
 fi
 if [[ $phases == *ncu* ]]; then
-  timeout 90 ncu --metrics gpu__time_duration.sum --csv --launch-skip 4000 --launch-count 2000 \
-    $run packrat_bench --benchmark_filter="^$step/512\$" --benchmark_min_time=0.5 \
-    >"$out/ncu_step.csv" 2>"$out/ncu_step.err"
+  timeout 150 ncu --metrics gpu__time_duration.sum --csv --print-units base $run trainer --config configs/resnet18_gelu_3bit.yaml \
+    --set device=cuda --set saved_tensors.default=fp32 --set 'saved_tensors.rules=[]' --set data.batch_size=512 \
+    --benchmark 4 >"$out/ncu_step.csv" 2>"$out/ncu_step.err"
 fi
 
 echo "== summary"
@@ -102,13 +98,15 @@ if [[ -s $out/ncu_step.csv ]]; then  # GPU time by kernel name over the profiled
   echo "-- ncu_step.csv: kernels by GPU time"
   python3 - "$out/ncu_step.csv" <<'PY'
 import collections, csv, sys
-rows = [r for r in csv.reader(open(sys.argv[1])) if len(r) > 5]
-head = rows[0]; name, value = head.index("Kernel Name"), head.index("Metric Value")
+rows = list(csv.reader(open(sys.argv[1])))
+first = next(i for i, r in enumerate(rows) if "Kernel Name" in r)  # the trainer's own lines come first
+head, rows = rows[first], rows[first:]
+name, value = head.index("Kernel Name"), head.index("Metric Value")
 total, count = collections.Counter(), collections.Counter()
 for r in rows[1:]:
     try: t = float(r[value].replace(",", ""))
-    except ValueError: continue
-    k = r[name].split("(")[0][:90]; total[k] += t; count[k] += 1
+    except (IndexError, ValueError): continue  # the trainer's own lines
+    k = r[name].split("(")[0][:140]; total[k] += t; count[k] += 1
 all_ns = sum(total.values())
 print(f"{sum(count.values())} launches, {all_ns / 1e6:.2f} ms of kernel time")
 for k, t in total.most_common(25): print(f"{t / 1e6:8.3f} ms {100 * t / all_ns:5.1f}% {count[k]:5d}x {k}")

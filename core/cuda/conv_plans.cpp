@@ -1,14 +1,11 @@
 // cuDNN convolution plans (conv_plans.h).
 #include "core/cuda/conv_plans.h"
 
-#include <algorithm>
 #include <climits>
-#include <cstdlib>
 #include <unordered_map>
 
 #include "core/cuda/dnn_check.h"
 #include "core/cuda/dnn_handles.h"
-#include "core/tensor.h"
 
 namespace packrat::cuda {
 
@@ -40,49 +37,11 @@ int pick(const Perf* results, int count, bool direct, const std::string& what, c
   return results[best].algo;
 }
 
-// The search's workspace: the largest an allowed heuristic candidate asks for, at most
-// kSearchWorkspaceCap, from packrat's allocator (Workspace, freed when the search returns).
-template <typename Perf>
-Tensor search_workspace(const Perf* results, int count, int device) {
-  size_t bytes = 0;
-  for (int i = 0; i < count; ++i)
-    if (results[i].status == CUDNN_STATUS_SUCCESS && !tensor_core_math(results[i].mathType) &&
-        results[i].memory <= kSearchWorkspaceCap)
-      bytes = std::max(bytes, results[i].memory);
-  if (bytes == 0) return Tensor();
-  return Tensor::empty(Shape{static_cast<int64_t>(bytes)}, DType::u8, Layout::Plain, MemTag::Workspace,
-                       Device::cuda(device));
-}
-
-// The fastest timed result (cuDNN sorts them by time) that succeeded, is allowed and fits
-// `bytes`; `fallback` (the heuristics' choice) when none does.
-template <typename Perf>
-int pick_timed(const Perf* results, int count, size_t bytes, int fallback) {
-  for (int i = 0; i < count; ++i)
-    if (results[i].status == CUDNN_STATUS_SUCCESS && !tensor_core_math(results[i].mathType) &&
-        results[i].memory <= bytes)
-      return results[i].algo;
-  return fallback;
-}
-
-size_t bytes_of(const Tensor& t) { return t.defined() ? static_cast<size_t>(t.numel()) : 0; }
-void* data_of(const Tensor& t) { return t.defined() ? t.raw() : nullptr; }
-
 }  // namespace
-
-bool cudnn_benchmark() {
-  static const bool on = [] {
-    const char* v = std::getenv("PACKRAT_CUDNN_BENCHMARK");
-    return v && std::string(v) == "1";
-  }();
-  return on;
-}
 
 ConvPlan::ConvPlan(int device, const ConvGeometry& g, Layout layout)
     : what_(fmt::format("conv2d on cuda:{}, geometry {}, {}", device, g.key(), layout_name(layout))),
-      direct_(conv_algorithm_setting() == ConvAlgorithm::Direct),
-      timed_(!direct_ && cudnn_benchmark()),
-      device_(device) {
+      direct_(conv_algorithm_setting() == ConvAlgorithm::Direct) {
   const int N = as_int(g.N, "N", what_), Cin = as_int(g.Cin, "Cin", what_), H = as_int(g.H, "H", what_),
             W = as_int(g.W, "W", what_), Cout = as_int(g.Cout, "Cout", what_), OH = as_int(g.OH, "OH", what_),
             OW = as_int(g.OW, "OW", what_);
@@ -124,22 +83,14 @@ ConvPlan::~ConvPlan() {
   if (x) cudnnDestroyTensorDescriptor(x);
 }
 
-const ConvChoice& ConvPlan::forward(cudnnHandle_t h, const ConvBuffers& b) {
+const ConvChoice& ConvPlan::forward(cudnnHandle_t h) {
   std::call_once(forward_once_, [&] {
     cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
     int count = 0;
     PACKRAT_CUDNN_CHECK(
         cudnnGetConvolutionForwardAlgorithm_v7(h, x, w, conv, y, CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &count, perf),
         what_);
-    auto algo = static_cast<cudnnConvolutionFwdAlgo_t>(pick(perf, count, direct_, what_, "forward"));
-    if (timed_) {
-      const Tensor ws = search_workspace(perf, count, device_);
-      PACKRAT_CUDNN_CHECK(cudnnFindConvolutionForwardAlgorithmEx(h, x, b.x, w, b.w, conv, y, b.y,
-                                                                 CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &count, perf,
-                                                                 data_of(ws), bytes_of(ws)),
-                          fmt::format("{}, forward search", what_));
-      algo = static_cast<cudnnConvolutionFwdAlgo_t>(pick_timed(perf, count, bytes_of(ws), algo));
-    }
+    const auto algo = static_cast<cudnnConvolutionFwdAlgo_t>(pick(perf, count, direct_, what_, "forward"));
     size_t bytes = 0;
     PACKRAT_CUDNN_CHECK(cudnnGetConvolutionForwardWorkspaceSize(h, x, w, conv, y, algo, &bytes),
                         fmt::format("{}, forward algorithm {}", what_, static_cast<int>(algo)));
@@ -148,22 +99,14 @@ const ConvChoice& ConvPlan::forward(cudnnHandle_t h, const ConvBuffers& b) {
   return forward_;
 }
 
-const ConvChoice& ConvPlan::backward_data(cudnnHandle_t h, const ConvBuffers& b) {
+const ConvChoice& ConvPlan::backward_data(cudnnHandle_t h) {
   std::call_once(backward_data_once_, [&] {
     cudnnConvolutionBwdDataAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
     int count = 0;
     PACKRAT_CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(h, w, y, conv, x,
                                                                     CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &count, perf),
                         what_);
-    auto algo = static_cast<cudnnConvolutionBwdDataAlgo_t>(pick(perf, count, direct_, what_, "backward-data"));
-    if (timed_) {
-      const Tensor ws = search_workspace(perf, count, device_);
-      PACKRAT_CUDNN_CHECK(cudnnFindConvolutionBackwardDataAlgorithmEx(h, w, b.w, y, b.y, conv, x, b.x,
-                                                                      CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &count,
-                                                                      perf, data_of(ws), bytes_of(ws)),
-                          fmt::format("{}, backward-data search", what_));
-      algo = static_cast<cudnnConvolutionBwdDataAlgo_t>(pick_timed(perf, count, bytes_of(ws), algo));
-    }
+    const auto algo = static_cast<cudnnConvolutionBwdDataAlgo_t>(pick(perf, count, direct_, what_, "backward-data"));
     size_t bytes = 0;
     PACKRAT_CUDNN_CHECK(cudnnGetConvolutionBackwardDataWorkspaceSize(h, w, y, conv, x, algo, &bytes),
                         fmt::format("{}, backward-data algorithm {}", what_, static_cast<int>(algo)));
@@ -172,22 +115,15 @@ const ConvChoice& ConvPlan::backward_data(cudnnHandle_t h, const ConvBuffers& b)
   return backward_data_;
 }
 
-const ConvChoice& ConvPlan::backward_filter(cudnnHandle_t h, const ConvBuffers& b) {
+const ConvChoice& ConvPlan::backward_filter(cudnnHandle_t h) {
   std::call_once(backward_filter_once_, [&] {
     cudnnConvolutionBwdFilterAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
     int count = 0;
     PACKRAT_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(
                             h, x, y, conv, w, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &count, perf),
                         what_);
-    auto algo = static_cast<cudnnConvolutionBwdFilterAlgo_t>(pick(perf, count, direct_, what_, "backward-filter"));
-    if (timed_) {
-      const Tensor ws = search_workspace(perf, count, device_);
-      PACKRAT_CUDNN_CHECK(cudnnFindConvolutionBackwardFilterAlgorithmEx(h, x, b.x, y, b.y, conv, w, b.w,
-                                                                        CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &count,
-                                                                        perf, data_of(ws), bytes_of(ws)),
-                          fmt::format("{}, backward-filter search", what_));
-      algo = static_cast<cudnnConvolutionBwdFilterAlgo_t>(pick_timed(perf, count, bytes_of(ws), algo));
-    }
+    const auto algo =
+        static_cast<cudnnConvolutionBwdFilterAlgo_t>(pick(perf, count, direct_, what_, "backward-filter"));
     size_t bytes = 0;
     PACKRAT_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterWorkspaceSize(h, x, y, conv, w, algo, &bytes),
                         fmt::format("{}, backward-filter algorithm {}", what_, static_cast<int>(algo)));

@@ -21,26 +21,10 @@ namespace packrat::cuda {
 // first (expected fastest) algorithm the heuristics support; Direct the one with the smallest
 // workspace. TF32 tensor cores are never used: math type CUDNN_FMA_MATH (CUDNN_DEFAULT_MATH
 // would permit TF32 on Ampere and later), unless PACKRAT_CUDA_TF32=1 (dnn_handles.h).
-//
-// PACKRAT_CUDNN_BENCHMARK=1 (cudnn_benchmark(), PyTorch's torch.backends.cudnn.benchmark) times
-// the candidates instead, once per geometry and direction on the first call's own buffers
-// (cudnnFind*AlgorithmEx), and takes the fastest allowed one whose workspace fits the largest
-// the heuristics ask for (at most kSearchWorkspaceCap); the choice then depends on timing.
 struct ConvChoice {
   int algo = -1;           // a cudnnConvolution{Fwd,BwdData,BwdFilter}Algo_t
   size_t workspace = 0;    // bytes
 };
-
-// The operands of the first call of a direction, for the timed search: x, the filter as the
-// descriptor reads it, y, in the plan's layout; the direction's output among them is overwritten.
-struct ConvBuffers {
-  void* x;
-  void* w;
-  void* y;
-};
-
-bool cudnn_benchmark();
-constexpr size_t kSearchWorkspaceCap = size_t{256} << 20;
 
 class ConvPlan {
  public:
@@ -49,10 +33,9 @@ class ConvPlan {
   ConvPlan(const ConvPlan&) = delete;
   ConvPlan& operator=(const ConvPlan&) = delete;
 
-  // The direction's choice, made on its first call (with that call's buffers in benchmark mode).
-  const ConvChoice& forward(cudnnHandle_t h, const ConvBuffers& b);
-  const ConvChoice& backward_data(cudnnHandle_t h, const ConvBuffers& b);
-  const ConvChoice& backward_filter(cudnnHandle_t h, const ConvBuffers& b);
+  const ConvChoice& forward(cudnnHandle_t h);
+  const ConvChoice& backward_data(cudnnHandle_t h);
+  const ConvChoice& backward_filter(cudnnHandle_t h);
   // "conv2d geometry N,Cin,H,W,...": the context of every error about this plan.
   const std::string& what() const { return what_; }
 
@@ -63,8 +46,7 @@ class ConvPlan {
 
  private:
   std::string what_;
-  bool direct_, timed_;  // the smallest workspace; cuDNN's timed search (benchmark mode)
-  int device_;
+  bool direct_;
   ConvChoice forward_, backward_data_, backward_filter_;
   std::once_flag forward_once_, backward_data_once_, backward_filter_once_;
 };

@@ -68,8 +68,8 @@ Tensor CudaBackend::conv_forward(const Tensor& x_any, const Tensor& w, const Ten
   if (y.numel() == 0) return y;
   const auto plan = conv_plan(index_, g, layout);
   cudnnHandle_t h = cudnn_handle(index_);
+  const ConvChoice& c = plan->forward(h);
   const Tensor filter = conv_filter(w, layout);
-  const ConvChoice& c = plan->forward(h, {x.raw(), filter.raw(), y.raw()});
   const Tensor ws = workspace(c.workspace, device());
   PACKRAT_CUDNN_CHECK(cudnnConvolutionForward(h, &kOne, plan->x, x.raw(), plan->w, filter.raw(), plan->conv,
                                               static_cast<cudnnConvolutionFwdAlgo_t>(c.algo), data_or_null(ws),
@@ -97,8 +97,8 @@ Tensor CudaBackend::conv_backward_data(const Tensor& gy_any, const Tensor& w, co
   }
   const auto plan = conv_plan(index_, g, layout);
   cudnnHandle_t h = cudnn_handle(index_);
+  const ConvChoice& c = plan->backward_data(h);
   const Tensor filter = conv_filter(w, layout);
-  const ConvChoice& c = plan->backward_data(h, {dx.raw(), filter.raw(), gy.raw()});
   const Tensor ws = workspace(c.workspace, device());
   PACKRAT_CUDNN_CHECK(cudnnConvolutionBackwardData(h, &kOne, plan->w, filter.raw(), plan->y, gy.raw(), plan->conv,
                                                    static_cast<cudnnConvolutionBwdDataAlgo_t>(c.algo),
@@ -125,12 +125,12 @@ void CudaBackend::conv_backward_weights(const Tensor& x_any, const Tensor& gy_an
   }
   const auto plan = conv_plan(index_, g, layout);
   cudnnHandle_t h = cudnn_handle(index_);
+  const ConvChoice& c = plan->backward_filter(h);
   {
     // cuDNN writes the filter's format: plain gw itself, or KRSC into a Workspace tensor that is
     // reordered to plain after.
     const Tensor filter_grad = Tensor::empty(weight_shape(g), DType::f32, layout,
                                              layout == Layout::Plain ? tag : MemTag::Workspace, device());
-    const ConvChoice& c = plan->backward_filter(h, {x.raw(), filter_grad.raw(), gy.raw()});
     const Tensor ws = workspace(c.workspace, device());
     PACKRAT_CUDNN_CHECK(cudnnConvolutionBackwardFilter(h, &kOne, plan->x, x.raw(), plan->y, gy.raw(), plan->conv,
                                                        static_cast<cudnnConvolutionBwdFilterAlgo_t>(c.algo),
