@@ -1,11 +1,12 @@
 #pragma once
-// Loads and stores of packed code bytes and of short runs of floats, as wide as their address
-// allows on a GPU (one 2-, 4- or 8-byte access for a block's bytes, float4 for 4 floats) and
+// Loads and stores of packed code bytes (and, from core/cuda/kernels/float_io.h, of short runs of
+// floats), as wide as their address allows on a GPU (one 2-, 4- or 8-byte access for a block's bytes) and
 // element by element on the host: the same bytes either way (both are little-endian), so the
 // host tests of the kernels' bodies check what a GPU writes. The alignment is checked at run
 // time: groups, and with them their codes, start anywhere.
 #include <cstdint>
 
+#include "core/cuda/kernels/float_io.h"  // load_floats4 / load_floats8 / store_floats4
 #include "core/hd.h"
 #include "quant/bitpack.h"
 
@@ -44,44 +45,6 @@ PACKRAT_HD inline uint64_t load_bytes_wide(const uint8_t* src, int count) {
   for (int j = 0; j < 8; ++j)
     if (j < count) w |= static_cast<uint64_t>(src[j]) << (8 * j);
   return w;
-}
-
-// v[0..n) = src[0..n), n <= 8 (v[n..8) untouched).
-PACKRAT_HD inline void load_floats8(const float* src, int n, float* v) {
-#if defined(__CUDA_ARCH__)
-  if (n == 8 && reinterpret_cast<uintptr_t>(src) % 16 == 0) {
-    const float4 a = reinterpret_cast<const float4*>(src)[0], b = reinterpret_cast<const float4*>(src)[1];
-    v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
-    return;
-  }
-#endif
-  for (int k = 0; k < 8; ++k)
-    if (k < n) v[k] = src[k];
-}
-
-// v[0..n) = src[0..n), n <= 4.
-PACKRAT_HD inline void load_floats4(const float* src, int n, float* v) {
-#if defined(__CUDA_ARCH__)
-  if (n == 4 && reinterpret_cast<uintptr_t>(src) % 16 == 0) {
-    const float4 a = *reinterpret_cast<const float4*>(src);
-    v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w;
-    return;
-  }
-#endif
-  for (int k = 0; k < 4; ++k)
-    if (k < n) v[k] = src[k];
-}
-
-// dst[0..n) = v[0..n), n <= 4.
-PACKRAT_HD inline void store_floats4(const float* v, int n, float* dst) {
-#if defined(__CUDA_ARCH__)
-  if (n == 4 && reinterpret_cast<uintptr_t>(dst) % 16 == 0) {
-    *reinterpret_cast<float4*>(dst) = make_float4(v[0], v[1], v[2], v[3]);
-    return;
-  }
-#endif
-  for (int k = 0; k < 4; ++k)
-    if (k < n) dst[k] = v[k];
 }
 
 // The codes of quad q (elements 4q .. 4q + 3, clipped to len) of a packed stream of len codes

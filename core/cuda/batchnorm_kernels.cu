@@ -23,7 +23,7 @@ void launch_batchnorm_given_affine(const float* mean, const float* var, const fl
 
 void launch_channel_affine(const float* x, float* y, const float* scale, const float* shift, int64_t N, int64_t C,
                            int64_t HW) {
-  launch_for_each(N * C * HW, ChannelAffine{x, y, scale, shift, C, HW});
+  launch_for_each(quads_of(N * C * HW), ChannelAffine{x, y, scale, shift, C, HW, N * C * HW});
 }
 
 void launch_batchnorm_backward(const float* x, const float* gy, const float* mean, const float* var,
@@ -33,7 +33,7 @@ void launch_batchnorm_backward(const float* x, const float* gy, const float* mea
   launch_channel_partial_sums(GradMomentsTerm{x, gy, mean}, N, C, HW, splits, partial);
   launch_for_each(C, BatchGradFinalize{ChannelPartials{partial, splits}, var, weight, static_cast<double>(N * HW), eps,
                                        global_stats, dweight, dbias, k, a, b});
-  launch_for_each(N * C * HW, BatchNormBackwardElement{x, gy, dx, mean, k, a, b, C, HW});
+  launch_for_each(quads_of(N * C * HW), BatchNormBackwardElement{x, gy, dx, mean, k, a, b, C, HW, N * C * HW});
 }
 
 void launch_running_update(float* running, const float* batch, int64_t C, float momentum, double correction) {

@@ -62,8 +62,8 @@ void launch_binary_same_shape(ElementwiseOp op, DType dtype, const void* a, cons
   with_float_type(dtype, [&](auto t) {
     using T = decltype(t);
     with_op(op, [&](auto f) {
-      launch_for_each(n, BinarySameShapeBody<T, decltype(f)>{static_cast<const T*>(a), static_cast<const T*>(b),
-                                                              static_cast<T*>(out)});
+      launch_for_each(quads_of(n), BinarySameShapeBody<T, decltype(f)>{static_cast<const T*>(a), static_cast<const T*>(b),
+                                                                        static_cast<T*>(out), n});
     });
   });
 }

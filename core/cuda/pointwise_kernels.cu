@@ -10,7 +10,7 @@ namespace packrat::cuda {
 void launch_pointwise_forward(ActivationId id, const float* x, float* y, int64_t n) {
   with_activation(id, [&](auto a) {
     using A = decltype(a);
-    launch_for_each(n, PointwiseForwardBody<A>{x, y});
+    launch_for_each(quads_of(n), PointwiseForwardBody<A>{x, y, n});
   });
 }
 
@@ -29,9 +29,9 @@ void launch_pointwise_backward(ActivationId id, const float* saved, const float*
   with_activation(id, [&](auto a) {
     using A = decltype(a);
     if constexpr (A::kFromOutput) {
-      if (from_output) return launch_for_each(n, PointwiseBackwardBody<A, true>{saved, grad, gx});
+      if (from_output) return launch_for_each(quads_of(n), PointwiseBackwardBody<A, true>{saved, grad, gx, n});
     }
-    launch_for_each(n, PointwiseBackwardBody<A, false>{saved, grad, gx});
+    launch_for_each(quads_of(n), PointwiseBackwardBody<A, false>{saved, grad, gx, n});
   });
 }
 

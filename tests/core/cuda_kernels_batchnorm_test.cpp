@@ -15,6 +15,7 @@ namespace {
 using testing::expect_close;
 using testing::host_random;
 using testing::run_on_host;
+using testing::run_quads_on_host;
 
 // What channel_partial_sums_kernel computes: for block (c, s), the Term summed over elements
 // [s * chunk, min(count, (s + 1) * chunk)) of channel c, into partial[(c * splits + s) * 2 + {0, 1}].
@@ -46,6 +47,15 @@ TEST(CudaKernelsBatchnorm, ChannelElementWalksEachChannelOfAnNchwBuffer) {
       ++seen[static_cast<size_t>(at)];
     }
   EXPECT_EQ(seen, std::vector<int>(seen.size(), 1));
+  // channels_of4 (a quad's channels) against channel_of, with channels innermost (HW 1) for few
+  // channels too (C < 4 wraps within a quad).
+  for (const int64_t c_count : {int64_t{1}, int64_t{3}, int64_t{5}, int64_t{64}})
+    for (const int64_t hw : {int64_t{1}, int64_t{3}, int64_t{16}})
+      for (int64_t i0 = 0; i0 < 3 * c_count * hw; i0 += 4) {
+        int64_t c[4];
+        cuda::channels_of4(i0, c_count, hw, c);
+        for (int k = 0; k < 4; ++k) EXPECT_EQ(c[k], cuda::channel_of(i0 + k, c_count, hw)) << i0 << " " << k;
+      }
   // channel_of's 32-bit and 64-bit paths, channels innermost (HW 1) and not.
   for (const int64_t i : {int64_t{0}, int64_t{12345}, (int64_t{1} << 32) - 1, int64_t{1} << 32, (int64_t{1} << 40) + 77})
     for (const int64_t hw : {int64_t{1}, int64_t{49}})
@@ -80,7 +90,7 @@ TEST(CudaKernelsBatchnorm, TrainingAndInferenceForwardMatchTheCpuBackend) {
       run_on_host(C, cuda::BatchStatsFinalize{cuda::ChannelPartials{partial.data(), splits}, center.data(),
                                               ptr_or_null(w), ptr_or_null(b), double(N * HW), eps, mean.data(),
                                               var.data(), scale.data(), shift.data()});
-      run_on_host(x.numel(), cuda::ChannelAffine{x.data<float>(), y.data(), scale.data(), shift.data(), C, HW});
+      run_quads_on_host(x.numel(), cuda::ChannelAffine{x.data<float>(), y.data(), scale.data(), shift.data(), C, HW, x.numel()});
       expect_close(mean, want_mean.to_vector(), 1e-7f, 0.0f, "mean");
       expect_close(var, want_var.to_vector(), 1e-5f, 1e-7f, "var");
       expect_close(y, want_y.to_vector(), 1e-5f, 1e-5f, "y");
@@ -90,7 +100,7 @@ TEST(CudaKernelsBatchnorm, TrainingAndInferenceForwardMatchTheCpuBackend) {
       const Tensor want_inference = cpu.batchnorm_forward_inference(x, w, b, given_mean, given_var, eps);
       run_on_host(C, cuda::GivenStatsAffine{given_mean.data<float>(), given_var.data<float>(), ptr_or_null(w),
                                             ptr_or_null(b), eps, scale.data(), shift.data()});
-      run_on_host(x.numel(), cuda::ChannelAffine{x.data<float>(), y.data(), scale.data(), shift.data(), C, HW});
+      run_quads_on_host(x.numel(), cuda::ChannelAffine{x.data<float>(), y.data(), scale.data(), shift.data(), C, HW, x.numel()});
       expect_close(y, want_inference.to_vector(), 1e-6f, 1e-5f, "inference y");
     }
 }
@@ -120,8 +130,9 @@ TEST(CudaKernelsBatchnorm, BackwardWithBatchAndGlobalStatisticsMatchesTheCpuBack
                                                ptr_or_null(w), double(N * HW), eps, global_stats,
                                                affine ? dweight.data() : nullptr, affine ? dbias.data() : nullptr,
                                                k.data(), a.data(), b.data()});
-        run_on_host(x.numel(), cuda::BatchNormBackwardElement{x.data<float>(), gy.data<float>(), dx.data(),
-                                                              mean.data<float>(), k.data(), a.data(), b.data(), C, HW});
+        run_quads_on_host(x.numel(), cuda::BatchNormBackwardElement{x.data<float>(), gy.data<float>(), dx.data(),
+                                                                    mean.data<float>(), k.data(), a.data(), b.data(), C,
+                                                                    HW, x.numel()});
         expect_close(dx, want_dx.to_vector(), 1e-5f, 1e-6f, "dx");
         if (affine) {
           expect_close(dweight, want_dw.to_vector(), 1e-5f, 1e-6f, "dweight");

@@ -23,6 +23,7 @@ namespace {
 
 using testing::host_random;
 using testing::run_on_host;
+using testing::run_quads_on_host;
 
 constexpr int kBlockThreads = 256;  // launch.cuh's kThreadsPerBlock, the reductions' block size
 
@@ -76,7 +77,7 @@ TEST(CudaKernelsElementwise, BinaryBodiesMatchTheCpuBackendWithAndWithoutBroadca
           with_body_op(op, [&](auto f) {
             using Op = decltype(f);
             if (sa == sb) {
-              run_on_host(got.numel(), cuda::BinarySameShapeBody<T, Op>{a.data<T>(), b.data<T>(), got.data<T>()});
+              run_quads_on_host(got.numel(), cuda::BinarySameShapeBody<T, Op>{a.data<T>(), b.data<T>(), got.data<T>(), got.numel()});
             } else {
               const std::vector<int64_t> out = broadcast_shape("test", sa, sb);
               cuda::BroadcastGeometry g = cuda::broadcast_geometry(out, sa, sb, "test");

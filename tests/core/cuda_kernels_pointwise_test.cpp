@@ -21,6 +21,7 @@ namespace {
 
 using testing::host_random;
 using testing::run_on_host;
+using testing::run_quads_on_host;
 
 // Bitwise equality, reporting the first few misses; any NaN matches any NaN (the scalar and the
 // vectorised code may give a NaN input's result another sign bit).
@@ -63,9 +64,9 @@ TEST(CudaKernelsPointwise, EveryActivationBodyMatchesTheCpuBackendBitForBit) {
     std::vector<float> y(static_cast<size_t>(n)), d(y.size()), gx(y.size());
     with_activation(id, [&](auto a) {
       using A = decltype(a);
-      run_on_host(n, cuda::PointwiseForwardBody<A>{xp, y.data()});
+      run_quads_on_host(n, cuda::PointwiseForwardBody<A>{xp, y.data(), n});
       run_on_host(n, cuda::PointwiseDerivativeBody<A, false>{xp, d.data()});
-      run_on_host(n, cuda::PointwiseBackwardBody<A, false>{xp, gp, gx.data()});
+      run_quads_on_host(n, cuda::PointwiseBackwardBody<A, false>{xp, gp, gx.data(), n});
     });
     expect_same_bits(y, cpu.pointwise_forward(id, x), name + " f");
     expect_same_bits(d, cpu.pointwise_derivative(id, x, false), name + " f'");
@@ -77,7 +78,7 @@ TEST(CudaKernelsPointwise, EveryActivationBodyMatchesTheCpuBackendBitForBit) {
       using A = decltype(a);
       if constexpr (A::kFromOutput) {
         run_on_host(n, cuda::PointwiseDerivativeBody<A, true>{yt.data<float>(), d.data()});
-        run_on_host(n, cuda::PointwiseBackwardBody<A, true>{yt.data<float>(), gp, gx.data()});
+        run_quads_on_host(n, cuda::PointwiseBackwardBody<A, true>{yt.data<float>(), gp, gx.data(), n});
       }
     });
     expect_same_bits(d, cpu.pointwise_derivative(id, yt, true), name + " f' from y");

@@ -11,4 +11,10 @@ void run_on_host(int64_t n, const Body& body) {
   for (int64_t i = 0; i < n; ++i) body(i);
 }
 
+// The same for a body over quads of 4 elements (core/cuda/kernels/float_io.h): n elements.
+template <class Body>
+void run_quads_on_host(int64_t n, const Body& body) {
+  run_on_host((n + 3) / 4, body);
+}
+
 }  // namespace packrat::testing

@@ -1,12 +1,13 @@
 #pragma once
 // Per-channel and per-element bodies of the CUDA batchnorm (core/cuda/batchnorm_kernels.cu), on
-// plain NCHW buffers, in the CPU backend's arithmetic (core/cpu/batchnorm_loops.cpp): statistics
+// (N, C, HW) buffers (plain NCHW, or NHWC as (N * H * W, C, 1)), in the CPU backend's arithmetic (core/cpu/batchnorm_loops.cpp): statistics
 // about a per-channel shift in double, then y = x * scale + shift, dx = k (dy - a - (x - mean) b).
 // CUDA-free: tests/core/cuda_kernels_batchnorm_test.cpp runs them on the host.
 #include <cmath>
 #include <cstdint>
 
 #include "core/cuda/kernels/channel_sums.h"
+#include "core/cuda/kernels/float_io.h"
 #include "core/hd.h"
 
 namespace packrat::cuda {
@@ -65,16 +66,21 @@ struct GivenStatsAffine {
   PACKRAT_HD void operator()(int64_t c) const { normalizing_affine(mean[c], var[c], weight, bias, c, eps, scale[c], shift[c]); }
 };
 
-// y = x * scale[c] + shift[c] for element i of an (N, C, HW) buffer.
+// y = x * scale[c] + shift[c] for quad q (core/cuda/kernels/float_io.h) of an (N, C, HW) buffer.
 struct ChannelAffine {
   const float* x;      // (N, C, H, W)
   float* y;            // (N, C, H, W)
   const float* scale;  // (C)
   const float* shift;  // (C)
-  int64_t C, HW;
-  PACKRAT_HD void operator()(int64_t i) const {
-    const int64_t c = channel_of(i, C, HW);
-    y[i] = x[i] * scale[c] + shift[c];
+  int64_t C, HW, n;    // n = N * C * HW
+  PACKRAT_HD void operator()(int64_t q) const {
+    const int m = quad_len(q, n);
+    float v[4] = {};
+    int64_t c[4];
+    load_floats4(x + 4 * q, m, v);
+    channels_of4(4 * q, C, HW, c);
+    for (int k = 0; k < 4; ++k) v[k] = v[k] * scale[c[k]] + shift[c[k]];
+    store_floats4(v, m, y + 4 * q);
   }
 };
 
@@ -105,7 +111,7 @@ struct BatchGradFinalize {
   }
 };
 
-// dx = k (dy - a - (x - mean) b) for element i.
+// dx = k (dy - a - (x - mean) b) for quad q.
 struct BatchNormBackwardElement {
   const float* x;     // (N, C, H, W)
   const float* gy;    // (N, C, H, W)
@@ -114,10 +120,16 @@ struct BatchNormBackwardElement {
   const float* k;     // (C)
   const float* a;     // (C)
   const float* b;     // (C)
-  int64_t C, HW;
-  PACKRAT_HD void operator()(int64_t i) const {
-    const int64_t c = channel_of(i, C, HW);
-    dx[i] = k[c] * (gy[i] - a[c] - (x[i] - mean[c]) * b[c]);
+  int64_t C, HW, n;   // n = N * C * HW
+  PACKRAT_HD void operator()(int64_t q) const {
+    const int m = quad_len(q, n);
+    float xv[4] = {}, gv[4] = {};
+    int64_t c[4];
+    load_floats4(x + 4 * q, m, xv);
+    load_floats4(gy + 4 * q, m, gv);
+    channels_of4(4 * q, C, HW, c);
+    for (int j = 0; j < 4; ++j) xv[j] = k[c[j]] * (gv[j] - a[c[j]] - (xv[j] - mean[c[j]]) * b[c[j]]);
+    store_floats4(xv, m, dx + 4 * q);
   }
 };
 

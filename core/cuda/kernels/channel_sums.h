@@ -25,6 +25,14 @@ PACKRAT_HD inline int64_t channel_of(int64_t i, int64_t C, int64_t HW) {
   return (i / HW) % C;
 }
 
+// The channels of elements i0 .. i0 + 3 (c[0..4)): one channel_of, then, channels innermost
+// (HW == 1), the next channel each; otherwise each its own.
+PACKRAT_HD inline void channels_of4(int64_t i0, int64_t C, int64_t HW, int64_t* c) {
+  c[0] = channel_of(i0, C, HW);
+  for (int k = 1; k < 4; ++k)
+    c[k] = HW == 1 ? (c[k - 1] + 1 == C ? 0 : c[k - 1] + 1) : channel_of(i0 + k, C, HW);
+}
+
 // Splits per channel: enough blocks to fill a GPU when C is small, at most 64, each summing
 // at least 8192 elements when there are that many. Channels innermost (HW == 1, an NHWC buffer
 // seen as (N * H * W, C, 1)), one block sums 32 channels at once, so a channel takes more and

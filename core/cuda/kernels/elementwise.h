@@ -3,7 +3,9 @@
 // and broadcast), scale, accumulate, and the shares of the reductions. PACKRAT_HD and CUDA-free,
 // so that the host tests run them (tests/core/cuda_kernels_elementwise_test.cpp).
 #include <cstdint>
+#include <type_traits>
 
+#include "core/cuda/kernels/float_io.h"
 #include "core/hd.h"
 
 namespace packrat::cuda {
@@ -29,13 +31,26 @@ struct DivOp {
   PACKRAT_HD static T apply(T x, T y) { return x / y; }
 };
 
-// out[i] = a[i] op b[i] over equal buffers.
+// out = a op b over equal buffers of n elements, quad q (core/cuda/kernels/float_io.h; f32 as
+// float4 where aligned).
 template <typename T, class Op>
 struct BinarySameShapeBody {
   const T* a;
   const T* b;
   T* out;
-  PACKRAT_HD void operator()(int64_t i) const { out[i] = Op::apply(a[i], b[i]); }
+  int64_t n;
+  PACKRAT_HD void operator()(int64_t q) const {
+    const int m = quad_len(q, n);
+    if constexpr (std::is_same_v<T, float>) {
+      float x[4] = {}, y[4] = {};
+      load_floats4(a + 4 * q, m, x);
+      load_floats4(b + 4 * q, m, y);
+      for (int k = 0; k < 4; ++k) x[k] = Op::apply(x[k], y[k]);  // past m: computed, not stored
+      store_floats4(x, m, out + 4 * q);
+    } else {
+      for (int k = 0; k < m; ++k) out[4 * q + k] = Op::apply(a[4 * q + k], b[4 * q + k]);
+    }
+  }
 };
 
 // The offset of flat index i, row-major over `size` (rank dims, outermost first), in a buffer of

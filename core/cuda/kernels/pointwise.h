@@ -4,6 +4,7 @@
 // A is an Activation<id> of core/pointwise_math.h, the math the CPU loops run too.
 #include <cstdint>
 
+#include "core/cuda/kernels/float_io.h"
 #include "core/hd.h"
 #include "core/pointwise_math.h"
 
@@ -19,12 +20,19 @@ PACKRAT_HD inline float derivative_from_saved(float saved) {
   }
 }
 
-// y = f(x).
+// y = f(x) for quad q (core/cuda/kernels/float_io.h) of n elements.
 template <class A>
 struct PointwiseForwardBody {
   const float* x;
   float* y;
-  PACKRAT_HD void operator()(int64_t i) const { y[i] = A::f(x[i]); }
+  int64_t n;
+  PACKRAT_HD void operator()(int64_t q) const {
+    const int m = quad_len(q, n);
+    float v[4] = {};
+    load_floats4(x + 4 * q, m, v);
+    for (int k = 0; k < 4; ++k) v[k] = A::f(v[k]);
+    store_floats4(v, m, y + 4 * q);
+  }
 };
 
 // d = f'(saved).
@@ -35,13 +43,21 @@ struct PointwiseDerivativeBody {
   PACKRAT_HD void operator()(int64_t i) const { d[i] = derivative_from_saved<A, FromOutput>(saved[i]); }
 };
 
-// gx = grad * f'(saved), f' never stored.
+// gx = grad * f'(saved), f' never stored, for quad q of n elements.
 template <class A, bool FromOutput>
 struct PointwiseBackwardBody {
   const float* saved;
   const float* grad;
   float* gx;
-  PACKRAT_HD void operator()(int64_t i) const { gx[i] = grad[i] * derivative_from_saved<A, FromOutput>(saved[i]); }
+  int64_t n;
+  PACKRAT_HD void operator()(int64_t q) const {
+    const int m = quad_len(q, n);
+    float s[4] = {}, g[4] = {};
+    load_floats4(saved + 4 * q, m, s);
+    load_floats4(grad + 4 * q, m, g);
+    for (int k = 0; k < 4; ++k) g[k] *= derivative_from_saved<A, FromOutput>(s[k]);
+    store_floats4(g, m, gx + 4 * q);
+  }
 };
 
 }  // namespace packrat::cuda

@@ -1,0 +1,55 @@
+#pragma once
+// Short runs of floats loaded and stored as wide as their address allows on a GPU (float4 for 4
+// floats at a 16-byte boundary) and element by element on the host: the same values either way,
+// so the host tests of the kernels' bodies check what a GPU reads and writes. The alignment is
+// checked at run time: a run may start anywhere.
+#include <cstdint>
+
+#include "core/hd.h"
+
+namespace packrat {
+
+// Elementwise kernels take four elements a thread (one float4 each way where aligned): quad q
+// is elements [4q, 4q + quad_len(q, n)) of n; quads_of(n) quads cover them.
+PACKRAT_HD inline int64_t quads_of(int64_t n) { return (n + 3) / 4; }
+PACKRAT_HD inline int quad_len(int64_t q, int64_t n) { return n - 4 * q < 4 ? static_cast<int>(n - 4 * q) : 4; }
+
+// v[0..n) = src[0..n), n <= 8 (v[n..8) untouched).
+PACKRAT_HD inline void load_floats8(const float* src, int n, float* v) {
+#if defined(__CUDA_ARCH__)
+  if (n == 8 && reinterpret_cast<uintptr_t>(src) % 16 == 0) {
+    const float4 a = reinterpret_cast<const float4*>(src)[0], b = reinterpret_cast<const float4*>(src)[1];
+    v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
+    return;
+  }
+#endif
+  for (int k = 0; k < 8; ++k)
+    if (k < n) v[k] = src[k];
+}
+
+// v[0..n) = src[0..n), n <= 4.
+PACKRAT_HD inline void load_floats4(const float* src, int n, float* v) {
+#if defined(__CUDA_ARCH__)
+  if (n == 4 && reinterpret_cast<uintptr_t>(src) % 16 == 0) {
+    const float4 a = *reinterpret_cast<const float4*>(src);
+    v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w;
+    return;
+  }
+#endif
+  for (int k = 0; k < 4; ++k)
+    if (k < n) v[k] = src[k];
+}
+
+// dst[0..n) = v[0..n), n <= 4.
+PACKRAT_HD inline void store_floats4(const float* v, int n, float* dst) {
+#if defined(__CUDA_ARCH__)
+  if (n == 4 && reinterpret_cast<uintptr_t>(dst) % 16 == 0) {
+    *reinterpret_cast<float4*>(dst) = make_float4(v[0], v[1], v[2], v[3]);
+    return;
+  }
+#endif
+  for (int k = 0; k < 4; ++k)
+    if (k < n) dst[k] = v[k];
+}
+
+}  // namespace packrat
