@@ -13,7 +13,8 @@
 #          PyTorch's default;
 # layouts: the step at 512 with exact f32, and in NCHW;
 # torch:   bench/compare_torch.py --device cuda at batch 128 and 512 (TF32);
-# ncu:     Nsight Compute's time of every kernel of 4 FP32 ResNet-18 steps at batch 512, by name.
+# ncu:     Nsight Compute's time of every kernel of 4 ResNet-18 steps at batch 512 (FP32 and ActNN
+#          2-bit storage), by name.
 # Logs (one file per check) go to OUT/logs.tar.gz; a summary of each is printed at the end.
 set -uo pipefail
 dest=${1:?usage: scripts/device_check.sh OUT [tests|train|bench ...]}; shift
@@ -81,9 +82,12 @@ if [[ $phases == *torch* ]]; then
     --name $step/128 --name $step/512 --rounds 2 >"$out/compare_torch.log" 2>&1
 fi
 if [[ $phases == *ncu* ]]; then
-  timeout 150 ncu --metrics gpu__time_duration.sum --csv --print-units base $run trainer --config configs/resnet18_gelu_3bit.yaml \
-    --set device=cuda --set saved_tensors.default=fp32 --set 'saved_tensors.rules=[]' --set data.batch_size=512 \
-    --benchmark 4 >"$out/ncu_step.csv" 2>"$out/ncu_step.err"
+  for scheme in fp32 actnn2; do
+    default=fp32; [[ $scheme == actnn2 ]] && default='{scheme: actnn, bits: 2}'
+    timeout 150 ncu --metrics gpu__time_duration.sum --csv --print-units base $run trainer \
+      --config configs/resnet18_gelu_3bit.yaml --set device=cuda --set "saved_tensors.default=$default" \
+      --set 'saved_tensors.rules=[]' --set data.batch_size=512 --benchmark 4 >"$out/ncu_$scheme.csv" 2>"$out/ncu_$scheme.err"
+  done
 fi
 
 echo "== summary"
@@ -94,9 +98,10 @@ for f in "$out"/tests_*.log; do
   grep -qE '^\[ +PASSED' "$f" || tail -n 5 "$f"  # a run that did not finish: its last words
 done
 for f in "$out"/train_*.log "$out"/maxbatch_*.log; do [[ -f $f ]] && { echo "-- $(basename "$f")"; tail -n 4 "$f"; }; done
-if [[ -s $out/ncu_step.csv ]]; then  # GPU time by kernel name over the profiled launches
-  echo "-- ncu_step.csv: kernels by GPU time"
-  python3 - "$out/ncu_step.csv" <<'PY'
+for f in "$out"/ncu_*.csv; do  # GPU time by kernel name over the profiled launches
+  [[ -s $f ]] || continue
+  echo "-- $(basename "$f"): kernels by GPU time"
+  python3 - "$f" <<'PY'
 import collections, csv, sys
 rows = list(csv.reader(open(sys.argv[1])))
 first = next(i for i, r in enumerate(rows) if "Kernel Name" in r)  # the trainer's own lines come first
@@ -111,7 +116,9 @@ all_ns = sum(total.values())
 print(f"{sum(count.values())} launches, {all_ns / 1e6:.2f} ms of kernel time")
 for k, t in total.most_common(25): print(f"{t / 1e6:8.3f} ms {100 * t / all_ns:5.1f}% {count[k]:5d}x {k}")
 PY
-fi
+done
 for f in "$out"/bench_*.log "$out"/compare_torch.log; do
   [[ -f $f ]] && { echo "-- $(basename "$f")"; grep -E '^(Codec|Train|BM_|\{|ERROR)|round|error' "$f" | cut -c1-220; }
 done
+# The exit status: 1 when a test failed (its log is named).
+! grep -lE '^\[  FAILED  \]' "$out"/tests_*.log 2>/dev/null

@@ -512,6 +512,32 @@ TEST(StoreCuda, FewbitStoresOnTheGpuGiveTheCpuStoresResultsAndBytes) {
   expect_fewbit_stores_match_the_cpu(Device::cuda(0), true);
 }
 
+// Per-plane groups hold one channel each whatever the layout: an NHWC tensor (what the CUDA
+// backend's convolutions make) is quantized as its plain copy is, and loads back in NHWC.
+TEST(StoreCuda, PerPlaneGroupsOfAnNhwcTensorAreThePlainTensors) {
+  PACKRAT_SKIP_WITHOUT_GPU();
+  const Device d = Device::cuda(0);
+  const Tensor host = random_tensor({4, 3, 9, 11}, 61, -3.0f, 3.0f);  // (N, C, H, W)
+  GroupStoreOptions o = GroupCase{2, Rounding::Stochastic, MetaType::BF16}.options();
+  o.quant.grouping = Grouping::PerPlane;
+  o.quant.group_size = 32;  // planes of 99: 4 groups each
+  GroupStore plain_store(o), nhwc_store(o);
+  DeviceScope on(d);
+  const Tensor x = host.to(d);  // plain
+  const Tensor x_nhwc = backend(d).to_layout(x, Layout::NHWC);
+  const SavedHandle hp = plain_store.save(x, request(Need::Value, "conv2d", "c"));
+  const SavedHandle hn = nhwc_store.save(x_nhwc, request(Need::Value, "conv2d", "c"));
+  const Tensor loaded = nhwc_store.load(hn);
+  EXPECT_EQ(loaded.layout(), Layout::NHWC);
+  EXPECT_EQ(loaded.to(Device::cpu()).to_vector(), plain_store.load(hp).to(Device::cpu()).to_vector());
+  std::vector<SavedRecord> nhwc_records, plain_records;
+  nhwc_store.describe(nhwc_records);
+  plain_store.describe(plain_records);
+  ASSERT_EQ(nhwc_records.size(), 1u);
+  ASSERT_EQ(plain_records.size(), 1u);
+  EXPECT_EQ(nhwc_records[0].bytes, plain_records[0].bytes);
+}
+
 TEST(StoreCuda, StochasticRoundingIsUnbiasedOnGpuTensors) {
   PACKRAT_SKIP_WITHOUT_GPU();
   expect_unbiased(Device::cuda(0));
