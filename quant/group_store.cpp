@@ -125,8 +125,8 @@ std::unique_ptr<CompressingStore::Encoded> GroupStore::encode(const Tensor& x, c
                           x.device());  // (groups * meta bytes per group,)
   std::vector<double> group_range_sq;  // (groups,)
   const QuantNoise noise{noise_seed(index), quant_stream(static_cast<uint64_t>(step_), static_cast<uint64_t>(index))};
-  quantize_groups(in_codec_order(x, cfg), q->geometry, cfg.rounding, noise, q->codes, q->meta, provider_ ? &group_range_sq : nullptr,
-                  q->blocking);
+  quantize_groups(in_codec_order(x, cfg), q->geometry, cfg.rounding, noise, q->codes, q->meta,
+                  provider_ ? &group_range_sq : nullptr, q->blocking);
 
   QuantizedTensorInfo info;
   info.index = index;
@@ -153,8 +153,9 @@ std::unique_ptr<CompressingStore::Encoded> GroupStore::encode(const Tensor& x, c
 Tensor GroupStore::decode(const Encoded& enc, const Entry& e) {
   const auto& q = static_cast<const Quantized&>(enc);
   TagScope tag(MemTag::Workspace);  // a transient copy for the backward of one op, freed after it
+  // Same shape and device as saved; the layout too, after a plain detour for via_plain codes.
   Tensor out = Tensor::empty(e.shape, DType::f32, q.via_plain ? Layout::Plain : e.layout, MemTag::Workspace,
-                             q.codes.device());  // same shape, layout and device as saved
+                             q.codes.device());
   dequantize_groups(q.codes, q.meta, q.geometry, out, q.blocking);
   out = out.to_layout(e.layout);
   if (e.request.need == Need::Derivative) return pointwise_derivative(*e.request.fn, out);
