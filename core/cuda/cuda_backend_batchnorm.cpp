@@ -16,20 +16,15 @@ namespace packrat::cuda {
 
 namespace {
 
-// The (N, C, HW) buffer the kernels see: plain as it is, NHWC as (N * H * W, C, 1).
-struct ChannelView {
-  int64_t N, C, HW;
-};
-
 ChannelView check_bn_input(const Tensor& x, const char* primitive) {
   PACKRAT_CHECK(x.rank() == 4 && x.dtype() == DType::f32, "{} ({}): input {} is not a 4-d f32 tensor",
                 op_where("batchnorm"), primitive, x.describe());
   return {x.dim(0), x.dim(1), x.dim(2) * x.dim(3)};
 }
 
+// The (N, C, HW) buffer the kernels see (channel_sums.h): plain as it is, NHWC as (N * H * W, C, 1).
 ChannelView view_of(const Tensor& x) {
-  if (x.layout() == Layout::NHWC) return {x.dim(0) * x.dim(2) * x.dim(3), x.dim(1), 1};
-  return {x.dim(0), x.dim(1), x.dim(2) * x.dim(3)};
+  return channel_view(x.dim(0), x.dim(1), x.dim(2) * x.dim(3), x.layout() == Layout::NHWC);
 }
 
 // The layout the kernels run in: NHWC stays, anything else becomes plain.

@@ -36,15 +36,6 @@ Shape input_shape(const ConvGeometry& g) { return Shape{g.N, g.Cin, g.H, g.W}; }
 Shape output_shape(const ConvGeometry& g) { return Shape{g.N, g.Cout, g.OH, g.OW}; }
 Shape weight_shape(const ConvGeometry& g) { return Shape{g.Cout, g.Cin / g.groups, g.KH, g.KW}; }
 
-// (N, C, H, W) elements -> the (N * H * W, C, 1) view of an NHWC buffer, or (N, C, H * W) plain:
-// the per-channel bias kernels serve both.
-struct ChannelRows {
-  int64_t rows, hw;
-};
-ChannelRows channel_rows(int64_t N, int64_t HW, Layout layout) {
-  return layout == Layout::NHWC ? ChannelRows{N * HW, 1} : ChannelRows{N, HW};
-}
-
 // The weight as the plan's filter descriptor reads it: plain OIHW itself, or a KRSC (NHWC)
 // Workspace copy. keep_weights needs nothing here: the copy is a fraction of the convolution.
 Tensor conv_filter(const Tensor& w, Layout layout) {
@@ -76,8 +67,8 @@ Tensor CudaBackend::conv_forward(const Tensor& x_any, const Tensor& w, const Ten
                                               c.workspace, &kZero, plan->y, y.raw()),
                       fmt::format("{}, forward algorithm {}", plan->what(), c.algo));
   if (g.has_bias) {
-    const ChannelRows v = channel_rows(g.N, g.OH * g.OW, layout);
-    launch_add_channel_bias(y.device_data<float>(), b.device_data<float>(), v.rows, g.Cout, v.hw);
+    const ChannelView v = channel_view(g.N, g.Cout, g.OH * g.OW, layout == Layout::NHWC);  // the bias kernels' view
+    launch_add_channel_bias(y.device_data<float>(), b.device_data<float>(), v.N, v.C, v.HW);
     PACKRAT_CHECK_LAUNCH("conv_forward (bias)");
   }
   return y;
@@ -141,11 +132,11 @@ void CudaBackend::conv_backward_weights(const Tensor& x_any, const Tensor& gy_an
     gw = to_layout(filter_grad, Layout::Plain);  // (Cout, Cin/groups, KH, KW)
   }
   if (g.has_bias) {
-    const ChannelRows v = channel_rows(g.N, g.OH * g.OW, layout);
-    const int splits = channel_splits(v.rows * v.hw, v.hw);
+    const ChannelView v = channel_view(g.N, g.Cout, g.OH * g.OW, layout == Layout::NHWC);
+    const int splits = channel_splits(v.N * v.HW, v.HW);
     const Tensor partial = Tensor::empty(Shape{g.Cout * splits * 2}, DType::f64, Layout::Plain, MemTag::Workspace,
                                          device());  // (Cout, splits, 2)
-    launch_channel_sums(gy.device_data<float>(), v.rows, g.Cout, v.hw, partial.device_data<double>(), splits,
+    launch_channel_sums(gy.device_data<float>(), v.N, v.C, v.HW, partial.device_data<double>(), splits,
                         gb.device_data<float>());
     PACKRAT_CHECK_LAUNCH("conv_backward_weights (bias)");
   }

@@ -47,6 +47,10 @@ TEST(CudaKernelsBatchnorm, ChannelElementWalksEachChannelOfAnNchwBuffer) {
       ++seen[static_cast<size_t>(at)];
     }
   EXPECT_EQ(seen, std::vector<int>(seen.size(), 1));
+  // The kernels' view of an NHWC tensor: N * H * W rows of C channels.
+  const cuda::ChannelView nhwc = cuda::channel_view(2, 3, 5, true), plain = cuda::channel_view(2, 3, 5, false);
+  EXPECT_EQ(std::vector<int64_t>({nhwc.N, nhwc.C, nhwc.HW}), std::vector<int64_t>({10, 3, 1}));
+  EXPECT_EQ(std::vector<int64_t>({plain.N, plain.C, plain.HW}), std::vector<int64_t>({2, 3, 5}));
   // channels_of4 (a quad's channels) against channel_of, with channels innermost (HW 1) for few
   // channels too (C < 4 wraps within a quad).
   for (const int64_t c_count : {int64_t{1}, int64_t{3}, int64_t{5}, int64_t{64}})

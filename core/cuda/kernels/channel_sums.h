@@ -10,6 +10,15 @@
 
 namespace packrat::cuda {
 
+// The (N, C, HW) buffer the per-channel kernels see for an (N, C, H, W) tensor of HW = H * W:
+// plain as it is, NHWC (channels_last) as (N * H * W, C, 1).
+struct ChannelView {
+  int64_t N, C, HW;
+};
+inline ChannelView channel_view(int64_t N, int64_t C, int64_t HW, bool channels_last) {
+  return channels_last ? ChannelView{N * HW, C, 1} : ChannelView{N, C, HW};
+}
+
 // Element j in [0, N * HW) of channel c of an (N, C, HW) buffer.
 PACKRAT_HD inline int64_t channel_element(int64_t c, int64_t j, int64_t C, int64_t HW) {
   return ((j / HW) * C + c) * HW + j % HW;
