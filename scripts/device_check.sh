@@ -14,7 +14,9 @@
 # layouts: the step at 512 with exact f32, and in NCHW;
 # torch:   bench/compare_torch.py --device cuda at batch 128 and 512 (TF32);
 # ncu:     Nsight Compute's time of every kernel of 4 ResNet-18 steps at batch 512 (FP32 and ActNN
-#          2-bit storage), by name.
+#          2-bit storage), by name;
+# kernels: Nsight Compute's detailed sections (speed of light, memory, occupancy, warp stalls by
+#          source line) for the codec kernels and the batchnorm and activation kernels of the step.
 # Logs (one file per check) go to OUT/logs.tar.gz; a summary of each is printed at the end.
 set -uo pipefail
 dest=${1:?usage: scripts/device_check.sh OUT [tests|train|bench ...]}; shift
@@ -90,6 +92,19 @@ if [[ $phases == *ncu* ]]; then
   done
 fi
 
+if [[ $phases == *kernels* ]]; then
+  sections=(--section SpeedOfLight --section MemoryWorkloadAnalysis --section Occupancy --section LaunchStats
+            --section WarpStateStats --section ComputeWorkloadAnalysis --section SourceCounters)
+  timeout 150 ncu "${sections[@]}" --kernel-name-base demangled -k 'regex:quantize|mixed' --launch-skip 1 \
+    --launch-count 6 $run packrat_bench --benchmark_filter='CodecCuda/(GroupQuantize/bits:2|Mixed)' \
+    --benchmark_min_time=0.01 >"$out/kernels_codec.txt" 2>&1
+  timeout 150 ncu "${sections[@]}" --kernel-name-base demangled \
+    -k 'regex:ChannelAffine|BatchNormBackwardElement|Finalize|partial_sums|Pointwise|BinarySameShape' \
+    --launch-count 14 $run trainer --config configs/resnet18_gelu_3bit.yaml --set device=cuda \
+    --set saved_tensors.default=fp32 --set 'saved_tensors.rules=[]' --set data.batch_size=512 --benchmark 1 \
+    >"$out/kernels_step.txt" 2>&1
+fi
+
 echo "== summary"
 for f in "$out"/tests_*.log; do
   [[ -f $f ]] || continue
@@ -116,6 +131,12 @@ all_ns = sum(total.values())
 print(f"{sum(count.values())} launches, {all_ns / 1e6:.2f} ms of kernel time")
 for k, t in total.most_common(25): print(f"{t / 1e6:8.3f} ms {100 * t / all_ns:5.1f}% {count[k]:5d}x {k}")
 PY
+done
+for f in "$out"/kernels_*.txt; do  # each profiled kernel's duration, throughputs and occupancy
+  [[ -f $f ]] || continue
+  echo "-- $(basename "$f")"
+  grep -E '^  [a-zA-Z].*\(.*\)x\(|^    (Duration|DRAM Throughput|Memory Throughput|Compute \(SM\) Throughput|Achieved Occupancy|Registers Per Thread) ' \
+    "$f" | sed -E 's/\(([^()]|\([^()]*\))*\) \(/ (/' | cut -c1-150 | head -150
 done
 for f in "$out"/bench_*.log "$out"/compare_torch.log; do
   [[ -f $f ]] && { echo "-- $(basename "$f")"; grep -E '^(Codec|Train|BM_|\{|ERROR)|round|error' "$f" | cut -c1-220; }

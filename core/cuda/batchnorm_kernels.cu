@@ -12,8 +12,9 @@ void launch_batchnorm_statistics(const float* x, int64_t N, int64_t C, int64_t H
                                  float* var, float* scale, float* shift) {
   launch_for_each(C, FirstOfChannel{x, center, HW});
   launch_channel_partial_sums(CenteredMomentsTerm{x, center}, N, C, HW, splits, partial);
-  launch_for_each(C, BatchStatsFinalize{ChannelPartials{partial, splits}, center, weight, bias,
-                                        static_cast<double>(N * HW), eps, mean, var, scale, shift});
+  launch_channel_finalize(
+      ChannelPartials{partial, splits}, C,
+      BatchStatsFinalize{center, weight, bias, static_cast<double>(N * HW), eps, mean, var, scale, shift});
 }
 
 void launch_batchnorm_given_affine(const float* mean, const float* var, const float* weight, const float* bias,
@@ -31,8 +32,9 @@ void launch_batchnorm_backward(const float* x, const float* gy, const float* mea
                                double* partial, int splits, float* dweight, float* dbias, float* k, float* a, float* b,
                                float* dx) {
   launch_channel_partial_sums(GradMomentsTerm{x, gy, mean}, N, C, HW, splits, partial);
-  launch_for_each(C, BatchGradFinalize{ChannelPartials{partial, splits}, var, weight, static_cast<double>(N * HW), eps,
-                                       global_stats, dweight, dbias, k, a, b});
+  launch_channel_finalize(
+      ChannelPartials{partial, splits}, C,
+      BatchGradFinalize{var, weight, static_cast<double>(N * HW), eps, global_stats, dweight, dbias, k, a, b});
   launch_for_each(quads_of(N * C * HW), BatchNormBackwardElement{x, gy, dx, mean, k, a, b, C, HW, N * C * HW});
 }
 

@@ -2,7 +2,8 @@
 // The per-channel reduction behind batchnorm and the convolution's bias gradient: block (c, s)
 // of a (C, splits) grid sums a Term (core/cuda/kernels/channel_sums.h) over its share of channel
 // c's N * HW elements in double and writes one (a, b) pair to partial[(c * splits + s) * 2].
-// A finalize body adds the splits per channel. Included by .cu files only.
+// Then a warp per channel adds its splits (ChannelPartials) and calls a finalize body with the
+// sums. Included by .cu files only.
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -67,6 +68,30 @@ void launch_channel_partial_sums(const Term& term, int64_t N, int64_t C, int64_t
   }
   const dim3 grid(static_cast<unsigned>(C), static_cast<unsigned>(splits));
   channel_partial_sums_kernel<<<grid, 256>>>(term, C, HW, count, chunk, partial);
+}
+
+// body(c, a, b) with channel c's sums of `partials`, for c in [0, C): a warp a channel, its lanes
+// adding the splits as ChannelPartials says (one thread over 256 splits took 45 us a channel).
+template <class Body>
+__global__ void channel_finalize_kernel(ChannelPartials partials, int64_t C, Body body) {
+  const int64_t c = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / kSplitLanes;
+  const int lane = static_cast<int>(threadIdx.x % kSplitLanes);
+  if (c >= C) return;  // the whole warp: blockDim.x is a multiple of 32
+  double a, b;
+  partials.lane_sums(c, lane, a, b);
+  for (int offset = kSplitLanes / 2; offset > 0; offset /= 2) {
+    a += __shfl_down_sync(0xffffffffu, a, offset);  // lane l += lane l + offset, as sums() replays
+    b += __shfl_down_sync(0xffffffffu, b, offset);
+  }
+  if (lane == 0) body(c, a, b);
+}
+
+template <class Body>
+void launch_channel_finalize(const ChannelPartials& partials, int64_t C, const Body& body) {
+  if (C <= 0) return;
+  constexpr int kThreads = 256;
+  const int64_t blocks = (C * kSplitLanes + kThreads - 1) / kThreads;
+  channel_finalize_kernel<<<static_cast<unsigned>(blocks), kThreads>>>(partials, C, body);
 }
 
 }  // namespace packrat::cuda

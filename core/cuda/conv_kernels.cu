@@ -12,7 +12,7 @@ void launch_add_channel_bias(float* y, const float* bias, int64_t N, int64_t C, 
 
 void launch_channel_sums(const float* g, int64_t N, int64_t C, int64_t HW, double* partial, int splits, float* out) {
   launch_channel_partial_sums(SumTerm{g}, N, C, HW, splits, partial);
-  launch_for_each(C, ChannelSumFinalize{ChannelPartials{partial, splits}, out});
+  launch_channel_finalize(ChannelPartials{partial, splits}, C, ChannelSumFinalize{out});
 }
 
 }  // namespace packrat::cuda

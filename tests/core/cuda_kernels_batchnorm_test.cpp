@@ -14,6 +14,7 @@ namespace {
 
 using testing::expect_close;
 using testing::host_random;
+using testing::run_channel_finalize_on_host;
 using testing::run_on_host;
 using testing::run_quads_on_host;
 
@@ -61,7 +62,8 @@ TEST(CudaKernelsBatchnorm, ChannelElementWalksEachChannelOfAnNchwBuffer) {
         for (int k = 0; k < 4; ++k) EXPECT_EQ(c[k], cuda::channel_of(i0 + k, c_count, hw)) << i0 << " " << k;
       }
   // channel_of's 32-bit and 64-bit paths, channels innermost (HW 1) and not.
-  for (const int64_t i : {int64_t{0}, int64_t{12345}, (int64_t{1} << 32) - 1, int64_t{1} << 32, (int64_t{1} << 40) + 77})
+  for (const int64_t i :
+       {int64_t{0}, int64_t{12345}, (int64_t{1} << 32) - 1, int64_t{1} << 32, (int64_t{1} << 40) + 77})
     for (const int64_t hw : {int64_t{1}, int64_t{49}})
       EXPECT_EQ(cuda::channel_of(i, 40, hw), (i / hw) % 40) << i << " " << hw;
   EXPECT_EQ(cuda::channel_splits(1, 4), 1);
@@ -81,7 +83,7 @@ TEST(CudaKernelsBatchnorm, TrainingAndInferenceForwardMatchTheCpuBackend) {
   const Tensor x = host_random({N, C, H, W}, 1, 90.0f, 94.0f);
   const Tensor weight = host_random({C}, 2, 0.5f, 1.5f), bias = host_random({C}, 3);
   for (const bool affine : {true, false})
-    for (const int splits : {1, 3, 64}) {  // 64 > elements per chunk: empty splits too
+    for (const int splits : {1, 3, 64, 100}) {  // 64, 100 > elements per chunk: empty splits too
       SCOPED_TRACE(fmt::format("affine={} splits={}", affine, splits));
       const Tensor w = affine ? weight : Tensor(), b = affine ? bias : Tensor();
       Tensor want_y, want_mean, want_var;
@@ -91,10 +93,12 @@ TEST(CudaKernelsBatchnorm, TrainingAndInferenceForwardMatchTheCpuBackend) {
       run_on_host(C, cuda::FirstOfChannel{x.data<float>(), center.data(), HW});
       const std::vector<double> partial =
           host_partials(cuda::CenteredMomentsTerm{x.data<float>(), center.data()}, N, C, HW, splits);
-      run_on_host(C, cuda::BatchStatsFinalize{cuda::ChannelPartials{partial.data(), splits}, center.data(),
-                                              ptr_or_null(w), ptr_or_null(b), double(N * HW), eps, mean.data(),
-                                              var.data(), scale.data(), shift.data()});
-      run_quads_on_host(x.numel(), cuda::ChannelAffine{x.data<float>(), y.data(), scale.data(), shift.data(), C, HW, x.numel()});
+      run_channel_finalize_on_host(
+          cuda::ChannelPartials{partial.data(), splits}, C,
+          cuda::BatchStatsFinalize{center.data(), ptr_or_null(w), ptr_or_null(b), double(N * HW), eps, mean.data(),
+                                   var.data(), scale.data(), shift.data()});
+      run_quads_on_host(x.numel(),
+                        cuda::ChannelAffine{x.data<float>(), y.data(), scale.data(), shift.data(), C, HW, x.numel()});
       expect_close(mean, want_mean.to_vector(), 1e-7f, 0.0f, "mean");
       expect_close(var, want_var.to_vector(), 1e-5f, 1e-7f, "var");
       expect_close(y, want_y.to_vector(), 1e-5f, 1e-5f, "y");
@@ -104,7 +108,8 @@ TEST(CudaKernelsBatchnorm, TrainingAndInferenceForwardMatchTheCpuBackend) {
       const Tensor want_inference = cpu.batchnorm_forward_inference(x, w, b, given_mean, given_var, eps);
       run_on_host(C, cuda::GivenStatsAffine{given_mean.data<float>(), given_var.data<float>(), ptr_or_null(w),
                                             ptr_or_null(b), eps, scale.data(), shift.data()});
-      run_quads_on_host(x.numel(), cuda::ChannelAffine{x.data<float>(), y.data(), scale.data(), shift.data(), C, HW, x.numel()});
+      run_quads_on_host(x.numel(),
+                        cuda::ChannelAffine{x.data<float>(), y.data(), scale.data(), shift.data(), C, HW, x.numel()});
       expect_close(y, want_inference.to_vector(), 1e-6f, 1e-5f, "inference y");
     }
 }
@@ -130,13 +135,14 @@ TEST(CudaKernelsBatchnorm, BackwardWithBatchAndGlobalStatisticsMatchesTheCpuBack
         std::vector<float> dweight(C), dbias(C), k(C), a(C), b(C), dx(static_cast<size_t>(x.numel()));
         const std::vector<double> partial = host_partials(
             cuda::GradMomentsTerm{x.data<float>(), gy.data<float>(), mean.data<float>()}, N, C, HW, splits);
-        run_on_host(C, cuda::BatchGradFinalize{cuda::ChannelPartials{partial.data(), splits}, var.data<float>(),
-                                               ptr_or_null(w), double(N * HW), eps, global_stats,
-                                               affine ? dweight.data() : nullptr, affine ? dbias.data() : nullptr,
-                                               k.data(), a.data(), b.data()});
-        run_quads_on_host(x.numel(), cuda::BatchNormBackwardElement{x.data<float>(), gy.data<float>(), dx.data(),
-                                                                    mean.data<float>(), k.data(), a.data(), b.data(), C,
-                                                                    HW, x.numel()});
+        run_channel_finalize_on_host(
+            cuda::ChannelPartials{partial.data(), splits}, C,
+            cuda::BatchGradFinalize{var.data<float>(), ptr_or_null(w), double(N * HW), eps, global_stats,
+                                    affine ? dweight.data() : nullptr, affine ? dbias.data() : nullptr, k.data(),
+                                    a.data(), b.data()});
+        run_quads_on_host(
+            x.numel(), cuda::BatchNormBackwardElement{x.data<float>(), gy.data<float>(), dx.data(), mean.data<float>(),
+                                                      k.data(), a.data(), b.data(), C, HW, x.numel()});
         expect_close(dx, want_dx.to_vector(), 1e-5f, 1e-6f, "dx");
         if (affine) {
           expect_close(dweight, want_dw.to_vector(), 1e-5f, 1e-6f, "dweight");

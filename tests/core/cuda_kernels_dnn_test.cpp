@@ -14,6 +14,7 @@ namespace {
 
 using testing::expect_close;
 using testing::host_random;
+using testing::run_channel_finalize_on_host;
 using testing::run_on_host;
 
 ConvGeometry conv_geometry(int64_t N, int64_t Cin, int64_t H, int64_t W, int64_t Cout) {
@@ -31,7 +32,8 @@ std::vector<double> host_channel_partials(const float* g, int64_t N, int64_t C, 
   for (int64_t c = 0; c < C; ++c)
     for (int s = 0; s < splits; ++s) {
       double a = 0, b = 0;
-      for (int64_t j = s * chunk; j < count && j < (s + 1) * chunk; ++j) term(c, cuda::channel_element(c, j, C, HW), a, b);
+      for (int64_t j = s * chunk; j < count && j < (s + 1) * chunk; ++j)
+        term(c, cuda::channel_element(c, j, C, HW), a, b);
       partial[static_cast<size_t>((c * splits + s) * 2)] = a;
       partial[static_cast<size_t>((c * splits + s) * 2 + 1)] = b;
     }
@@ -57,7 +59,8 @@ TEST(CudaKernelsDnn, ConvolutionBiasAndItsGradientMatchTheCpuBackend) {
   for (const int splits : {1, 2, 7}) {
     const std::vector<double> partial = host_channel_partials(gy.data<float>(), g.N, g.Cout, g.OH * g.OW, splits);
     std::vector<float> gb(static_cast<size_t>(g.Cout));
-    run_on_host(g.Cout, cuda::ChannelSumFinalize{cuda::ChannelPartials{partial.data(), splits}, gb.data()});
+    run_channel_finalize_on_host(cuda::ChannelPartials{partial.data(), splits}, g.Cout,
+                                 cuda::ChannelSumFinalize{gb.data()});
     expect_close(gb, want_gb.to_vector(), 1e-6f, 1e-6f, fmt::format("bias gradient, {} splits", splits));
   }
 }

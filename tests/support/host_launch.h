@@ -4,6 +4,8 @@
 // arithmetic of every such kernel against the CPU backend, with no GPU.
 #include <cstdint>
 
+#include "core/cuda/kernels/channel_sums.h"
+
 namespace packrat::testing {
 
 template <class Body>
@@ -15,6 +17,17 @@ void run_on_host(int64_t n, const Body& body) {
 template <class Body>
 void run_quads_on_host(int64_t n, const Body& body) {
   run_on_host((n + 3) / 4, body);
+}
+
+// A per-channel finalize body (body(c, a, b)) over channels [0, C), with each channel's sums as
+// launch_channel_finalize's warps add them (ChannelPartials::sums replays their order).
+template <class Body>
+void run_channel_finalize_on_host(const cuda::ChannelPartials& partials, int64_t C, const Body& body) {
+  for (int64_t c = 0; c < C; ++c) {
+    double a, b;
+    partials.sums(c, a, b);
+    body(c, a, b);
+  }
 }
 
 }  // namespace packrat::testing

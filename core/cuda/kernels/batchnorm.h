@@ -1,8 +1,9 @@
 #pragma once
 // Per-channel and per-element bodies of the CUDA batchnorm (core/cuda/batchnorm_kernels.cu), on
-// (N, C, HW) buffers (plain NCHW, or NHWC as (N * H * W, C, 1)), in the CPU backend's arithmetic (core/cpu/batchnorm_loops.cpp): statistics
-// about a per-channel shift in double, then y = x * scale + shift, dx = k (dy - a - (x - mean) b).
-// CUDA-free: tests/core/cuda_kernels_batchnorm_test.cpp runs them on the host.
+// (N, C, HW) buffers (plain NCHW, or NHWC as (N * H * W, C, 1)), in the CPU backend's arithmetic
+// (core/cpu/batchnorm_loops.cpp): statistics about a per-channel shift in double, then
+// y = x * scale + shift, dx = k (dy - a - (x - mean) b). CUDA-free:
+// tests/core/cuda_kernels_batchnorm_test.cpp runs them on the host.
 #include <cmath>
 #include <cstdint>
 
@@ -33,7 +34,6 @@ PACKRAT_HD inline void normalizing_affine(float mean, float var, const float* we
 // Training statistics of channel c from the partial moments: mean and biased var (C), and the
 // affine that normalizes with them.
 struct BatchStatsFinalize {
-  ChannelPartials partials;
   const float* center;  // (C)
   const float* weight;  // (C) or null
   const float* bias;    // (C) or null
@@ -43,9 +43,8 @@ struct BatchStatsFinalize {
   float* var;    // (C)
   float* scale;  // (C)
   float* shift;  // (C)
-  PACKRAT_HD void operator()(int64_t c) const {
-    double a, b;
-    partials.sums(c, a, b);
+  // a, b: the channel's sums of CenteredMomentsTerm.
+  PACKRAT_HD void operator()(int64_t c, double a, double b) const {
     const double d = a / count;  // mean - center
     const double v = b / count - d * d;
     mean[c] = static_cast<float>(center[c] + d);
@@ -63,7 +62,9 @@ struct GivenStatsAffine {
   float eps;
   float* scale;  // (C)
   float* shift;  // (C)
-  PACKRAT_HD void operator()(int64_t c) const { normalizing_affine(mean[c], var[c], weight, bias, c, eps, scale[c], shift[c]); }
+  PACKRAT_HD void operator()(int64_t c) const {
+    normalizing_affine(mean[c], var[c], weight, bias, c, eps, scale[c], shift[c]);
+  }
 };
 
 // y = x * scale[c] + shift[c] for quad q (core/cuda/kernels/float_io.h) of an (N, C, HW) buffer.
@@ -88,7 +89,6 @@ struct ChannelAffine {
 // asked), and the coefficients of dx = k (dy - a - (x - mean) b); with global statistics (eval
 // mode) a = b = 0.
 struct BatchGradFinalize {
-  ChannelPartials partials;
   const float* var;     // (C)
   const float* weight;  // (C) or null
   double count;         // N * H * W
@@ -99,9 +99,8 @@ struct BatchGradFinalize {
   float* k;        // (C)
   float* a;        // (C)
   float* b;        // (C)
-  PACKRAT_HD void operator()(int64_t c) const {
-    double sdy, sdyx;
-    partials.sums(c, sdy, sdyx);
+  // sdy, sdyx: the channel's sums of GradMomentsTerm.
+  PACKRAT_HD void operator()(int64_t c, double sdy, double sdyx) const {
     const double invstd = 1.0 / sqrt(static_cast<double>(var[c]) + eps);
     k[c] = static_cast<float>((weight ? weight[c] : 1.0) * invstd);
     a[c] = global_stats ? 0.0f : static_cast<float>(sdy / count);

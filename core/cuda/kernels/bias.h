@@ -25,21 +25,16 @@ struct BroadcastRow {
   PACKRAT_HD void operator()(int64_t i) const { c[i] = bias[i % N]; }
 };
 
-// gb[c] = the channel's sum of gy, from the channel-sum partials (SumTerm).
+// gb[c] = the channel's sum of gy (a: the channel's sum of SumTerm).
 struct ChannelSumFinalize {
-  ChannelPartials partials;
   float* out;  // (C)
-  PACKRAT_HD void operator()(int64_t c) const {
-    double a, b;
-    partials.sums(c, a, b);
-    out[c] = static_cast<float>(a);
-  }
+  PACKRAT_HD void operator()(int64_t c, double a, double) const { out[c] = static_cast<float>(a); }
 };
 
 // Column sums of an (M, N) row-major matrix in double, over rows [r0, r1) of the column j:
 // part `p` of `parts` of column j covers rows [p * M / parts, (p + 1) * M / parts).
 struct ColumnPartialSums {
-  const float* m;  // (M, N)
+  const float* m;   // (M, N)
   double* partial;  // (parts, N)
   int64_t M, N, parts;
   PACKRAT_HD void operator()(int64_t i) const {  // i = p * N + j: neighbouring threads read neighbouring columns

@@ -2,8 +2,9 @@
 // Per-channel sums over an NCHW buffer (batchnorm statistics and gradients, the convolution's
 // bias gradient), CUDA-free: the reduction kernel (core/cuda/channel_sums.cuh) gives channel c's
 // elements to a grid of (C, splits) blocks; each thread adds a Term's two values per element in
-// double, the block sums them, and a per-channel finalize body (kernels/batchnorm.h,
-// kernels/bias.h) adds the splits in a fixed order, so results do not vary between runs.
+// double, the block sums them, a warp per channel adds the splits in a fixed order
+// (ChannelPartials), so results do not vary between runs, and hands the two sums to a finalize
+// body (kernels/batchnorm.h, kernels/bias.h): body(c, a, b).
 #include <cstdint>
 
 #include "core/hd.h"
@@ -38,8 +39,7 @@ PACKRAT_HD inline int64_t channel_of(int64_t i, int64_t C, int64_t HW) {
 // (HW == 1), the next channel each; otherwise each its own.
 PACKRAT_HD inline void channels_of4(int64_t i0, int64_t C, int64_t HW, int64_t* c) {
   c[0] = channel_of(i0, C, HW);
-  for (int k = 1; k < 4; ++k)
-    c[k] = HW == 1 ? (c[k - 1] + 1 == C ? 0 : c[k - 1] + 1) : channel_of(i0 + k, C, HW);
+  for (int k = 1; k < 4; ++k) c[k] = HW == 1 ? (c[k - 1] + 1 == C ? 0 : c[k - 1] + 1) : channel_of(i0 + k, C, HW);
 }
 
 // Splits per channel: enough blocks to fill a GPU when C is small, at most 64, each summing
@@ -52,16 +52,31 @@ inline int channel_splits(int64_t per_channel, int64_t HW) {
   return static_cast<int>(s < 1 ? 1 : (s > max_splits ? max_splits : s));
 }
 
-// Partial sums of split s of channel c: (a, b) at partial[(c * splits + s) * 2 + {0, 1}].
+// Partial sums of split s of channel c: (a, b) at partial[(c * splits + s) * 2 + {0, 1}]. One warp
+// totals a channel (channel_sums.cuh's channel_finalize_kernel): lane l adds splits l, l + 32, ...
+// in order (lane_sums), then lane l + offset is added into lane l for offset 16, 8, 4, 2, 1;
+// sums() replays exactly that on the host, so both give the same bits, run after run.
+constexpr int kSplitLanes = 32;
 struct ChannelPartials {
   const double* partial;  // (C, splits, 2)
   int splits;
-  PACKRAT_HD void sums(int64_t c, double& a, double& b) const {
+  PACKRAT_HD void lane_sums(int64_t c, int lane, double& a, double& b) const {
     a = 0, b = 0;
-    for (int s = 0; s < splits; ++s) {
+    for (int s = lane; s < splits; s += kSplitLanes) {  // neighbouring lanes read neighbouring pairs
       a += partial[(c * splits + s) * 2];
       b += partial[(c * splits + s) * 2 + 1];
     }
+  }
+  void sums(int64_t c, double& a, double& b) const {
+    double la[kSplitLanes], lb[kSplitLanes];
+    for (int l = 0; l < kSplitLanes; ++l) lane_sums(c, l, la[l], lb[l]);
+    for (int offset = kSplitLanes / 2; offset > 0; offset /= 2)
+      for (int l = 0; l < offset; ++l) {
+        la[l] += la[l + offset];
+        lb[l] += lb[l + offset];
+      }
+    a = la[0];
+    b = lb[0];
   }
 };
 
