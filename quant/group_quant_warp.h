@@ -20,6 +20,7 @@
 // s, s + S, ... (DequantizeQuadsBody): consecutive lanes write consecutive 16 bytes, one float4
 // each where the group starts on a 4-float boundary, so a warp's stores are coalesced (one thread
 // per block of 8 wrote 8 floats at a 32-byte stride between lanes).
+#include <cmath>
 #include <cstdint>
 
 #include "core/philox.h"
@@ -35,7 +36,8 @@ constexpr int kWarpLanes = 32;
 // The smaller of (v, i) and (ov, oi): the value compared with <, equal values (+0 and -0) to the
 // lower index. The CPU's plain scan keeps the first element of the minimum's class, so any order
 // of combination gives its result; a NaN first value stays (nothing compares below it), later
-// NaNs never win.
+// NaNs never win. (The mixed quantizer's warp_range; the per-group kernel's RangeScan does
+// without the indices.)
 PACKRAT_HD inline void keep_min(float& v, int64_t& i, float ov, int64_t oi) {
   if (ov < v || (ov == v && oi < i)) {
     v = ov;
@@ -49,25 +51,51 @@ PACKRAT_HD inline void keep_max(float& v, int64_t& i, float ov, int64_t oi) {
   }
 }
 
-// A lane's running range of a group: it starts from the group's first value (index 0) on every
-// lane, keeps its own values, then merges the other lanes' scans.
+// A lane's running range of a group, by value alone: it starts from the group's first value on
+// every lane, keeps its own values, then merges the other lanes' scans, with fminf / fmaxf (one
+// instruction each on a GPU; the 64-bit indices that keep_min carries kept the kernel bound by
+// arithmetic). That is the CPU's plain scan (x < mn from the first value) in any order, but for
+// two cases settled after the merge: a NaN first value, which the CPU keeps (nothing compares
+// below it) while fminf skips it (finish); and a range that ends in a zero, whose sign the CPU
+// takes from the group's first zero (the first element of the extreme's class) while fminf may
+// return either zero (ends_in_zero, then settle_zero with the first zero the group's lanes find).
 struct RangeScan {
-  float mn, mx;
-  int64_t imn = 0, imx = 0;
-  PACKRAT_HD explicit RangeScan(float first) : mn(first), mx(first) {}
-  // v[0..n), n <= 8, the group's elements first, first + 1, ...
-  PACKRAT_HD void keep(const float* v, int n, int64_t first) {
+  float first, mn, mx;
+  PACKRAT_HD explicit RangeScan(float first_value) : first(first_value), mn(first_value), mx(first_value) {}
+  // v[0..n), n <= 8, of the group's elements.
+  PACKRAT_HD void keep(const float* v, int n) {
     for (int k = 0; k < 8; ++k) {  // a constant trip count: v stays in registers
       if (k >= n) break;
-      keep_min(mn, imn, v[k], first + k);
-      keep_max(mx, imx, v[k], first + k);
+      mn = fminf(mn, v[k]);
+      mx = fmaxf(mx, v[k]);
     }
   }
   PACKRAT_HD void merge(const RangeScan& o) {
-    keep_min(mn, imn, o.mn, o.imn);
-    keep_max(mx, imx, o.mx, o.imx);
+    mn = fminf(mn, o.mn);
+    mx = fmaxf(mx, o.mx);
+  }
+  // Merged: whether the sign of a zero extreme must come from the group's first zero.
+  PACKRAT_HD bool ends_in_zero() const { return first == first && (mn == 0.0f || mx == 0.0f); }
+  // first_zero: the group's first zero (first_zero_in's encoding, the least over its lanes).
+  PACKRAT_HD void settle_zero(uint64_t first_zero) {
+    const float zero = (first_zero & 1) ? -0.0f : 0.0f;
+    if (mn == 0.0f) mn = zero;
+    if (mx == 0.0f) mx = zero;
+  }
+  // Merged (and settled): the CPU's (min, max).
+  PACKRAT_HD void finish() {
+    if (first != first) mn = mx = first;
   }
 };
+
+// The first zero among v[0..n), n <= 8, the group's elements first, first + 1, ...: 2 * index +
+// its sign bit, so that the least over lanes is the group's first zero; kNoZero when none is.
+constexpr uint64_t kNoZero = ~uint64_t{0};
+PACKRAT_HD inline uint64_t first_zero_in(const float* v, int n, int64_t first) {
+  for (int k = 0; k < 8; ++k)
+    if (k < n && v[k] == 0.0f) return (static_cast<uint64_t>(first + k) << 1) | (f32_bits(v[k]) >> 31);
+  return kNoZero;
+}
 
 // ---- quantize: which lane does what ----------------------------------------------------------
 
@@ -89,11 +117,11 @@ PACKRAT_HD inline int64_t quantize_rounds(const GroupGeometry& g, int lanes) {
 
 // What lane `lane` of warp `warp` works on.
 struct QuantLane {
-  int64_t group;             // its group; past the last one for an idle lane (its whole sub-warp idles)
-  int sub;                   // its index among its group's lanes
-  bool active;               // its group exists
-  GroupGeometry::Place at;   // its group's place (an idle lane: the warp's first group's)
-  int last_lead;             // the first lane of the warp's last group, which knows where the warp's elements end
+  int64_t group;            // its group; past the last one for an idle lane (its whole sub-warp idles)
+  int sub;                  // its index among its group's lanes
+  bool active;              // its group exists
+  GroupGeometry::Place at;  // its group's place (an idle lane: the warp's first group's)
+  int last_lead;            // the first lane of the warp's last group, which knows where the warp's elements end
 };
 PACKRAT_HD inline QuantLane quant_lane(const GroupGeometry& g, int lanes, int64_t warp, int lane) {
   const int per_warp = kWarpLanes / lanes;
@@ -162,6 +190,20 @@ PACKRAT_HD inline uint32_t round_noise16(const NoiseRound& r, const uint32_t* sh
   const int h = static_cast<int>((e >> 4) & 7);
   return (shared[c * kNoiseCallStride + (h >> 1)] >> (16 * (h & 1))) & 0xFFFFu;
 }
+// The same for the elements e0 .. e0 + 7 (half[0..8); those past the round's end are garbage).
+// A block on an 8-element boundary (every full block of a group that starts on one) takes one
+// half-word of 8 consecutive calls: one shared load an element, the index arithmetic once.
+PACKRAT_HD inline void round_noise16_block8(const NoiseRound& r, const uint32_t* shared, uint64_t e0, uint32_t* half) {
+  if ((e0 & 7) != 0) {
+    for (int k = 0; k < 8; ++k) half[k] = round_noise16(r, shared, e0 + static_cast<uint64_t>(k));
+    return;
+  }
+  const int c0 = static_cast<int>((((e0 >> 7) - r.first_block) << 4) | (e0 & 15));  // e0 % 16 is 0 or 8
+  const int h = static_cast<int>((e0 >> 4) & 7);
+  const uint32_t* words = shared + c0 * kNoiseCallStride + (h >> 1);
+  const int shift = 16 * (h & 1);
+  for (int k = 0; k < 8; ++k) half[k] = (words[k * kNoiseCallStride] >> shift) & 0xFFFFu;
+}
 
 // A lane's work in a round once the noise is shared: the codes of its block (n values v, the
 // first one element e0 of the stream) rounded with the shared noise (null: to nearest), stored
@@ -169,8 +211,13 @@ PACKRAT_HD inline uint32_t round_noise16(const NoiseRound& r, const uint32_t* sh
 PACKRAT_HD inline void quantize_lane_block(const float* v, int n, uint64_t e0, const GroupParams& p, int bits,
                                            const NoiseRound& r, const uint32_t* shared, uint8_t* dst) {
   float u[8];
-  for (int k = 0; k < 8; ++k)
-    u[k] = shared && k < n ? uniform16(round_noise16(r, shared, e0 + static_cast<uint64_t>(k))) : 0.5f;
+  if (shared) {
+    uint32_t half[8];
+    round_noise16_block8(r, shared, e0, half);
+    for (int k = 0; k < 8; ++k) u[k] = uniform16(half[k]);  // past n: unused
+  } else {
+    for (int k = 0; k < 8; ++k) u[k] = 0.5f;
+  }
   store_bytes_wide(quantize_block8_word(v, n, p, bits, u), static_cast<int>(packed_bytes(n, bits)), dst);
 }
 

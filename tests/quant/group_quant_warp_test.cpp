@@ -1,6 +1,8 @@
 // The per-group codec's CUDA kernels without a GPU: their warps (quant/group_quant_warp.h's steps,
 // in quant/group_quant_cuda.cu's order) replayed on the host, lane by lane, shuffles and shared
 // memory included, write the CPU kernel's codes, metadata, variance bounds and floats byte for byte.
+#include "quant/group_quant_warp.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -12,7 +14,6 @@
 
 #include "core/philox.h"
 #include "quant/group_quant.h"
-#include "quant/group_quant_warp.h"
 #include "tests/support/group_cases.h"
 
 namespace packrat {
@@ -38,17 +39,37 @@ void replay_quantize(const float* x, const GroupGeometry& g, int lanes, Rounding
     }
     for (int lane = 0; lane < kWarpLanes; ++lane) {
       range.emplace_back(v[lane & ~(lanes - 1)][0]);  // __shfl_sync(v[0], the group's first lane)
-      range[lane].keep(v[lane].data(), n[lane], 8 * lane_block(q[lane], lanes, 0));
+      range[lane].keep(v[lane].data(), n[lane]);
       for (int64_t r = 1; r < rounds; ++r) {
         float w[8] = {};
         const int m = lane_block_len(q[lane], lanes, r);
         load_floats8(x + q[lane].at.start + 8 * lane_block(q[lane], lanes, r), m, w);
-        range[lane].keep(w, m, 8 * lane_block(q[lane], lanes, r));
+        range[lane].keep(w, m);
       }
     }
     for (int offset = lanes / 2; offset > 0; offset /= 2) {
       const std::vector<RangeScan> before = range;
       for (int lane = 0; lane < kWarpLanes; ++lane) range[lane].merge(before[lane ^ offset]);
+    }
+    // A zero extreme's sign: the lanes' first zeros, merged by the group's lanes.
+    std::array<uint64_t, kWarpLanes> zero;
+    zero.fill(kNoZero);
+    for (int lane = 0; lane < kWarpLanes; ++lane) {
+      if (!range[lane].ends_in_zero()) continue;
+      for (int64_t r = 0; r < rounds; ++r) {
+        float w[8] = {};
+        const int m = lane_block_len(q[lane], lanes, r);
+        load_floats8(x + q[lane].at.start + 8 * lane_block(q[lane], lanes, r), m, w);
+        zero[lane] = std::min(zero[lane], first_zero_in(w, m, 8 * lane_block(q[lane], lanes, r)));
+      }
+    }
+    for (int offset = lanes / 2; offset > 0; offset /= 2) {
+      const std::array<uint64_t, kWarpLanes> before = zero;
+      for (int lane = 0; lane < kWarpLanes; ++lane) zero[lane] = std::min(before[lane], before[lane ^ offset]);
+    }
+    for (int lane = 0; lane < kWarpLanes; ++lane) {
+      if (range[lane].ends_in_zero()) range[lane].settle_zero(zero[lane]);
+      range[lane].finish();
     }
     std::vector<GroupParams> p;
     for (int lane = 0; lane < kWarpLanes; ++lane) {
@@ -148,8 +169,10 @@ TEST(GroupQuantWarp, ARoundsSharedPhiloxCallsGiveEveryElementItsRoundingNoise) {
 // a NaN first value (kept), later NaNs (ignored) and signed zeros (the first one found).
 TEST(GroupQuantWarp, MergedLaneRangesAreThePlainScans) {
   const float nan = std::numeric_limits<float>::quiet_NaN();
-  std::vector<std::vector<float>> groups = {{nan, 1.0f, -2.0f, 3.0f}, {1.0f, nan, -2.0f, 3.0f, nan},
-                                            {0.0f, -0.0f, 0.0f, -0.0f}, {-0.0f, 1.0f, 0.0f, 2.0f, -0.0f}};
+  std::vector<std::vector<float>> groups = {{nan, 1.0f, -2.0f, 3.0f},         {1.0f, nan, -2.0f, 3.0f, nan},
+                                            {0.0f, -0.0f, 0.0f, -0.0f},       {-0.0f, 1.0f, 0.0f, 2.0f, -0.0f},
+                                            {nan, 0.0f, -0.0f, 1.0f},         {3.0f, -0.0f, 0.0f, -1.0f},
+                                            {-2.0f, 0.0f, -0.0f, -1.0f, 0.0f}};
   std::vector<float> long_one(300);
   for (size_t i = 0; i < long_one.size(); ++i) long_one[i] = i % 7 == 3 ? -0.0f : i % 5 == 1 ? 0.0f : 1.0f;
   groups.push_back(long_one);
@@ -161,12 +184,25 @@ TEST(GroupQuantWarp, MergedLaneRangesAreThePlainScans) {
     }
     const int64_t len = static_cast<int64_t>(x.size());
     std::vector<RangeScan> lane(kWarpLanes, RangeScan(x[0]));
+    std::array<uint64_t, kWarpLanes> zero;
+    zero.fill(kNoZero);
     for (int l = 0; l < kWarpLanes; ++l)
-      for (int64_t b = l; 8 * b < len; b += kWarpLanes)
-        lane[l].keep(x.data() + 8 * b, static_cast<int>(std::min<int64_t>(8, len - 8 * b)), 8 * b);
+      for (int64_t b = l; 8 * b < len; b += kWarpLanes) {
+        const int m = static_cast<int>(std::min<int64_t>(8, len - 8 * b));
+        lane[l].keep(x.data() + 8 * b, m);
+        zero[l] = std::min(zero[l], first_zero_in(x.data() + 8 * b, m, 8 * b));
+      }
     for (int offset = 16; offset > 0; offset /= 2) {
       const std::vector<RangeScan> before = lane;
-      for (int l = 0; l < kWarpLanes; ++l) lane[l].merge(before[l ^ offset]);
+      const std::array<uint64_t, kWarpLanes> zero_before = zero;
+      for (int l = 0; l < kWarpLanes; ++l) {
+        lane[l].merge(before[l ^ offset]);
+        zero[l] = std::min(zero_before[l], zero_before[l ^ offset]);
+      }
+    }
+    for (int l = 0; l < kWarpLanes; ++l) {
+      if (lane[l].ends_in_zero()) lane[l].settle_zero(zero[l]);
+      lane[l].finish();
     }
     for (int l = 0; l < kWarpLanes; ++l) {
       ASSERT_EQ(std::memcmp(&lane[l].mn, &mn, 4), 0) << "lane " << l << " of a group of " << len;
@@ -189,7 +225,8 @@ TEST(GroupQuantWarp, DequantizeQuadsWriteTheCpuKernelsFloats) {
       const DequantizeQuadsBody body{codes.data(), meta.data(), g, body_out.data()};
       for (int64_t group = 0; group < g.groups(); ++group)
         for (int sub = 0; sub < lanes; ++sub) body(group, sub, lanes);
-      ASSERT_EQ(std::memcmp(out.data(), body_out.data(), out.size() * sizeof(float)), 0) << k.name() << " lanes " << lanes;
+      ASSERT_EQ(std::memcmp(out.data(), body_out.data(), out.size() * sizeof(float)), 0)
+          << k.name() << " lanes " << lanes;
     }
   }
 }
