@@ -29,7 +29,7 @@
 
 namespace packrat {
 
-constexpr int kWarpLanes = 32;
+constexpr int kWarpLanes = 32, kWarpLanesLog2 = 5;
 
 // ---- a group's range, by lanes, in any order -----------------------------------------------
 
@@ -105,14 +105,20 @@ PACKRAT_HD inline int quantize_lanes(int64_t group_size) {
   while (s < kWarpLanes && 8 * static_cast<int64_t>(s) < group_size) s *= 2;
   return s;
 }
-// Warps for all of g's groups.
+// log2 of a power of two <= 32: the lane arithmetic shifts, for a GPU divides in software.
+PACKRAT_HD inline int lanes_log2(int lanes) {
+  int s = 0;
+  while ((1 << s) < lanes) ++s;
+  return s;
+}
+// Warps for all of g's groups (32 / S groups a warp).
 PACKRAT_HD inline int64_t quantize_warps(const GroupGeometry& g, int lanes) {
-  const int per_warp = kWarpLanes / lanes;
-  return (g.groups() + per_warp - 1) / per_warp;
+  const int per_warp_log2 = kWarpLanesLog2 - lanes_log2(lanes);
+  return (g.groups() + (int64_t{1} << per_warp_log2) - 1) >> per_warp_log2;
 }
 // Rounds of S blocks: the same on every lane (each round ends at a warp barrier).
 PACKRAT_HD inline int64_t quantize_rounds(const GroupGeometry& g, int lanes) {
-  return (g.blocks_per_group() + lanes - 1) / lanes;
+  return (g.blocks_per_group() + lanes - 1) >> lanes_log2(lanes);
 }
 
 // What lane `lane` of warp `warp` works on.
@@ -124,12 +130,12 @@ struct QuantLane {
   int last_lead;            // the first lane of the warp's last group, which knows where the warp's elements end
 };
 PACKRAT_HD inline QuantLane quant_lane(const GroupGeometry& g, int lanes, int64_t warp, int lane) {
-  const int per_warp = kWarpLanes / lanes;
+  const int shift = lanes_log2(lanes), per_warp = kWarpLanes >> shift;
   const int64_t first = warp * per_warp;
   const int64_t last = (first + per_warp < g.groups() ? first + per_warp : g.groups()) - 1;
   QuantLane q;
-  q.group = first + lane / lanes;
-  q.sub = lane % lanes;
+  q.group = first + (lane >> shift);
+  q.sub = lane & (lanes - 1);
   q.active = q.group <= last;
   q.at = g.place(q.active ? q.group : first);
   q.last_lead = static_cast<int>(last - first) * lanes;
