@@ -9,6 +9,12 @@ Tensor pointwise_derivative(const Pointwise& fn, const Tensor& saved) {
   return backend_of(saved).pointwise_derivative(fn.id, saved, fn.derivative_from_output != nullptr);
 }
 
+Tensor pointwise_backward(const Pointwise& fn, const Tensor& saved, const Tensor& grad_out) {
+  saved.check_dtype(DType::f32, fn.name.data());
+  const Tensor g = grad_out.to_layout(saved.layout());
+  return backend_of(g).pointwise_backward(fn.id, saved, g, fn.derivative_from_output != nullptr);
+}
+
 SavedHandle Fp32Store::save(const Tensor& x, const SaveRequest& r) {
   const Storage* key = x.storage().get();
   Held& h = held_[key];
@@ -44,9 +50,7 @@ Tensor Fp32Store::apply_derivative(const SavedHandle& handle, const Tensor& grad
   PACKRAT_CHECK(grad_out.numel() == held.numel(), "{} {}: gradient {} does not match the saved tensor {}",
                 e.request.op, e.request.name, grad_out.shape().str(), e.shape.str());
   check_same_device(e.request.op, {&held, &grad_out});
-  const Tensor g = grad_out.to_layout(held.layout());
-  const Pointwise& fn = *e.request.fn;
-  return backend_of(g).pointwise_backward(fn.id, held, g, fn.derivative_from_output != nullptr);
+  return pointwise_backward(*e.request.fn, held, grad_out);
 }
 
 Tensor Fp32Store::load(const SavedHandle& handle) {

@@ -52,5 +52,8 @@ class Fp32Policy : public StorePolicy {
 
 // f'(x) (or f'(x) from y) over a saved f32 tensor, same shape and layout.
 Tensor pointwise_derivative(const Pointwise& fn, const Tensor& saved);
+// grad_out * f'(saved) in one pass (the backend's pointwise_backward), in saved's layout; the
+// product pointwise_derivative then a multiply give, without the f' tensor between them.
+Tensor pointwise_backward(const Pointwise& fn, const Tensor& saved, const Tensor& grad_out);
 
 }  // namespace packrat

@@ -228,6 +228,22 @@ TEST(GroupStore, DerivativeUsesDequantizedInputAndStepFunctionsKeepAnExactMask) 
   }
 }
 
+// A derivative is applied in one pass over the dequantized input: the product grad * load(h)
+// gives, holding one Workspace tensor (x dequantized), not two (x and f'(x)).
+TEST(GroupStore, ADerivativeIsAppliedToTheDequantizedInputWithoutAnFPrimeTensor) {
+  GroupStore store(options(4));
+  const Tensor x = random_tensor({4, 512}, 10, -3.0f, 3.0f), g = random_tensor({4, 512}, 11);
+  SaveRequest r{Need::Derivative, &pointwise_by_name("gelu"), "gelu", "act"};
+  auto [y, h] = store.forward_and_save(x, r);
+  const Tensor want = multiply_elementwise(g, store.load(h));
+  Allocator::cpu().reset_peak();
+  const int64_t before = Allocator::cpu().current(MemTag::Workspace);
+  const Tensor gx = store.apply_derivative(h, g);
+  EXPECT_EQ(Allocator::cpu().peak(MemTag::Workspace) - before, x.numel() * 4);
+  EXPECT_EQ(gx.to_vector(), want.to_vector());
+  store.release(h);
+}
+
 TEST(GroupStore, ModifiedInPlaceAfterSaveIsAnError) {
   GroupStore store(options(2));
   Tensor x = random_tensor({2, 64}, 1);

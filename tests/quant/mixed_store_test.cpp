@@ -130,6 +130,25 @@ TEST(MixedStore, DerivativesUseTheDequantizedInputOrOutput) {
   }
 }
 
+// A derivative is applied in one pass over the dequantized input: the product grad * load(h)
+// gives, holding one Workspace tensor (x dequantized), not two (x and f'(x)).
+TEST(MixedStore, ADerivativeIsAppliedToTheDequantizedInputWithoutAnFPrimeTensor) {
+  auto store = mixed({{"preset", "2/4@0.5"}});
+  const Tensor x = random_tensor(Shape{4, 512}, 10, -3.0f, 3.0f), g = random_tensor(Shape{4, 512}, 11);
+  SaveRequest r;
+  r.need = Need::Derivative;
+  r.fn = &pointwise_by_name("gelu");
+  r.op = "gelu";
+  auto [y, h] = store->forward_and_save(x, r);
+  const Tensor want = multiply_elementwise(g, store->load(h));
+  Allocator::cpu().reset_peak();
+  const int64_t before = Allocator::cpu().current(MemTag::Workspace);
+  const Tensor gx = store->apply_derivative(h, g);
+  EXPECT_EQ(Allocator::cpu().peak(MemTag::Workspace) - before, x.numel() * 4);
+  EXPECT_EQ(gx.to_vector(), want.to_vector());
+  store->release(h);
+}
+
 TEST(MixedStore, StepDerivativesMasksAndIndicesAreExact) {
   auto store = mixed({{"preset", "2/4@0.5"}});
   const Tensor x = random_tensor(Shape{5, 77}, 3);  // 385 elements
