@@ -2,6 +2,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "core/cuda/kernels/shape.h"  // ThinTranspose
 #include "core/cuda/memory_kernels.h"
 #include "core/cuda/typed_dispatch.h"
 
@@ -57,7 +58,19 @@ __global__ void transpose_kernel(const T* in, T* out, int64_t N, int64_t R, int6
 }
 
 template <typename T>
+__global__ void thin_transpose_kernel(ThinTranspose<T> body, int64_t n) {
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i < n) body(i);
+}
+
+template <typename T>
 void launch_transpose(const void* src, void* dst, int64_t N, int64_t R, int64_t S) {
+  if (R <= kThinSide || S <= kThinSide) {
+    const int64_t n = thin_transpose_indices(N, R, S);
+    thin_transpose_kernel<T><<<blocks_for(n), kThreads>>>(
+        ThinTranspose<T>{static_cast<const T*>(src), static_cast<T*>(dst), R, S}, n);
+    return;
+  }
   const dim3 block(32, 8);
   const dim3 grid(static_cast<unsigned>((S + 31) / 32), static_cast<unsigned>((R + 31) / 32),
                   static_cast<unsigned>(N < 65535 ? N : 65535));

@@ -165,6 +165,27 @@ TEST(CudaKernelsShape, PadChannelsSubsampleAndItsBackwardMatchTheCpuBackend) {
   }
 }
 
+// The thin transpose (plain <-> NHWC of convolution weights, of 3-channel images) moves what
+// the general transpose body moves, whichever side is the short one.
+TEST(CudaKernelsShape, ThinTransposeMovesWhatTheGeneralTransposeMoves) {
+  DeviceScope on_cpu(Device::cpu());
+  struct Case {
+    int64_t N, R, S;
+  };
+  for (const Case c :
+       {Case{5, 37, 9}, Case{3, 9, 37}, Case{2, 1, 7}, Case{4, 7, 1}, Case{2, 16, 16}, Case{1, 3, 1030}}) {
+    const std::string what = std::to_string(c.N) + "x" + std::to_string(c.R) + "x" + std::to_string(c.S);
+    ASSERT_TRUE(c.R <= cuda::kThinSide || c.S <= cuda::kThinSide) << what;
+    const Tensor x = host_random({c.N, c.R, c.S}, 9);
+    Tensor want = Tensor::empty({c.N, c.S, c.R}), got = Tensor::empty({c.N, c.S, c.R});
+    run_on_host(want.numel(), cuda::TransposeLast2<float>{x.data<float>(), want.data<float>(), c.R, c.S});
+    cpu().fill(got, -1.0);
+    run_on_host(cuda::thin_transpose_indices(c.N, c.R, c.S),
+                cuda::ThinTranspose<float>{x.data<float>(), got.data<float>(), c.R, c.S});
+    EXPECT_EQ(bytes_of(got), bytes_of(want)) << what;
+  }
+}
+
 TEST(CudaKernelsShape, CausalMaskMatchesTheCpuBackend) {
   DeviceScope on_cpu(Device::cpu());
   for (const Shape& shape : {Shape{2, 3, 5}, Shape{4, 4}, Shape{1, 1}, Shape{2, 2, 1, 6}}) {

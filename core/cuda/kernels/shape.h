@@ -21,6 +21,30 @@ struct TransposeLast2 {
   }
 };
 
+// out[n][s][r] = in[n][r][s] for N (R, S) matrices with a short side (at most kThinSide): index
+// i runs over N times the long side and moves the short side's elements of its row or column, so
+// a warp's reads or its writes are consecutive and the others are short contiguous runs. The
+// plain <-> NHWC reorder of a convolution weight is one (9 taps a filter row); a 32 x 32 tiled
+// transpose leaves most of each tile idle there.
+constexpr int64_t kThinSide = 16;
+PACKRAT_HD inline int64_t thin_transpose_indices(int64_t N, int64_t R, int64_t S) { return N * (S <= R ? R : S); }
+template <typename T>
+struct ThinTranspose {
+  const T* in;  // (N, R, S)
+  T* out;       // (N, S, R)
+  int64_t R, S;
+  PACKRAT_HD void operator()(int64_t i) const {
+    const int64_t along = S <= R ? R : S;  // the long side
+    const int64_t n = ((i | along) >> 32) == 0 ? static_cast<uint32_t>(i) / static_cast<uint32_t>(along) : i / along;
+    const int64_t j = i - n * along;
+    if (S <= R) {  // j = r: input row r's S elements, one into each output row
+      for (int64_t s = 0; s < S; ++s) out[(n * S + s) * R + j] = in[(n * R + j) * S + s];
+    } else {  // j = s: input column s's R elements, into output row s
+      for (int64_t r = 0; r < R; ++r) out[(n * S + j) * R + r] = in[(n * R + r) * S + j];
+    }
+  }
+};
+
 // The option-A shortcut on plain tensors: y[n, c + front, ho, wo] = x[n, c, ho * s, wo * s], zero
 // in the padded channels; index i runs over y (N, Cout, Ho, Wo).
 struct PadChannelsSubsample {
