@@ -96,20 +96,6 @@ __global__ void __launch_bounds__(kThreadsPerBlock, 4)
   }
 }
 
-// Thread t: lane t % lanes of group t / lanes (lanes a power of two), grid-stride.
-__global__ void dequantize_groups_kernel(DequantizeQuadsBody body, int lane_shift, int64_t threads) {
-  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  const int lanes = 1 << lane_shift;
-  for (int64_t t = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; t < threads; t += stride)
-    body(t >> lane_shift, static_cast<int>(t & (lanes - 1)), lanes);
-}
-
-int log2_of(int pow2) {
-  int s = 0;
-  while ((1 << s) < pow2) ++s;
-  return s;
-}
-
 }  // namespace
 
 void launch_quantize_groups(const float* x, const GroupGeometry& g, Rounding rounding, const QuantNoise& noise,
@@ -135,11 +121,7 @@ void launch_quantize_groups(const float* x, const GroupGeometry& g, Rounding rou
 }
 
 void launch_dequantize_groups(const uint8_t* codes, const uint8_t* meta, const GroupGeometry& g, float* out) {
-  if (g.groups() == 0) return;
-  const int shift = log2_of(dequantize_lanes(g.group_size));
-  const int64_t threads = g.groups() << shift;
-  dequantize_groups_kernel<<<blocks_for(threads), kThreadsPerBlock>>>(DequantizeQuadsBody{codes, meta, g, out}, shift,
-                                                                      threads);
+  launch_for_each_lane(g.groups(), dequantize_lanes(g.group_size), DequantizeQuadsBody{codes, meta, g, out});
 }
 
 }  // namespace packrat::cuda

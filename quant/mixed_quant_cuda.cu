@@ -108,7 +108,8 @@ void launch_decide_buckets(const MixedQuantConfig& c, const BucketGeometry& g, c
   cub::DeviceScan::ExclusiveSum(scratch, bytes, offsets, g.buckets + 1, kDefaultStream);  // in place: bytes -> offsets
   cudaMemcpyAsync(totals, offsets + g.buckets, sizeof(int64_t), cudaMemcpyDeviceToDevice, kDefaultStream);
   bytes = scratch_bytes;
-  cub::DeviceReduce::Sum(scratch, bytes, static_cast<const uint8_t*>(flags), totals + 1, g.buckets, kDefaultStream);  // int64 accumulator: the output's type
+  cub::DeviceReduce::Sum(scratch, bytes, static_cast<const uint8_t*>(flags), totals + 1, g.buckets,
+                         kDefaultStream);  // int64 accumulator: the output's type
 }
 
 void launch_pack_flags(const uint8_t* flags, int64_t buckets, uint8_t* packed) {
@@ -132,7 +133,8 @@ void launch_quantize_mixed(const float* x, const MixedFormat& f, Rounding roundi
 
 void launch_dequantize_mixed(const uint8_t* codes, const uint8_t* meta, const MixedFormat& f, const BucketFlags& flags,
                              const BucketOffsets& offsets, float* out) {
-  launch_for_each(f.g.buckets * f.g.blocks_per_bucket(), DequantizeBucketBlockBody{codes, meta, f, flags, offsets, out});
+  launch_for_each_lane(f.g.buckets, dequantize_lanes(f.g.bucket_size),
+                       DequantizeBucketQuadsBody{codes, meta, f, flags, offsets, out});
 }
 
 }  // namespace packrat::cuda

@@ -11,7 +11,9 @@
 #include <cstring>
 #include <string_view>
 
-#include "quant/group_quant.h"  // GroupParams, the metadata rounding, quantize_value, Philox noise
+#include "quant/block_io.h"          // load_quad_codes, store_floats4
+#include "quant/group_quant.h"       // GroupParams, the metadata rounding, quantize_value, Philox noise
+#include "quant/group_quant_warp.h"  // dequantize_lanes
 
 namespace packrat {
 
@@ -437,7 +439,13 @@ struct QuantizeBucketBlockBody {
 };
 
 // Index i: the same block, unpacked and dequantized into out.
-struct DequantizeBucketBlockBody {
+// Lane `sub` of the `lanes` on bucket g (dequantize_lanes(bucket size) of them): its quads of 4
+// values sub, sub + lanes, ..., dequantize_bucket_block8's values, so that consecutive lanes write
+// consecutive 16 bytes (one float4 where aligned) and read their codes 2 to 5 bytes at once, as
+// group_quant_warp.h's DequantizeQuadsBody does for per-group codes. (One thread per block of 8
+// wrote 8 floats at a 32-byte stride between lanes and read its codes byte by byte: 0.2 of copy
+// bandwidth on an H100.)
+struct DequantizeBucketQuadsBody {
   const uint8_t* codes;  // (code bytes,)
   const uint8_t* meta;   // (buckets * bucket_meta_bytes,)
   MixedFormat f;
@@ -445,13 +453,27 @@ struct DequantizeBucketBlockBody {
   BucketOffsets offsets;
   float* out;  // (numel,)
 
-  PACKRAT_HD void operator()(int64_t i) const {
-    const int64_t g = i / f.g.blocks_per_bucket(), block = i % f.g.blocks_per_bucket();
+  PACKRAT_HD void operator()(int64_t g, int sub, int lanes) const {
     const int64_t len = f.g.len(g);
-    if (8 * block >= len) return;
     const BucketWidth& w = flags(g) ? f.mix : f.base;
     const BucketGrid grid = load_bucket_meta(meta + g * bucket_meta_bytes(f.scale, f.meta), f.scale, f.meta, w.levels);
-    dequantize_bucket_block8(codes + offsets(g), len, block, w, f.scale, grid, out + f.g.start(g));
+    // Codes over 8 bits keep their low bytes first (len of them), then their high bits.
+    const int lo_bits = w.code_bits < 8 ? w.code_bits : 8, hi_bits = w.code_bits - lo_bits;
+    const uint32_t lo_mask = (1u << lo_bits) - 1u, hi_mask = (1u << hi_bits) - 1u;
+    const uint8_t* src = codes + offsets(g);
+    float* dst = out + f.g.start(g);  // (len)
+    for (int64_t q = sub; 4 * q < len; q += lanes) {
+      const int n = len - 4 * q < 4 ? static_cast<int>(len - 4 * q) : 4;
+      const uint32_t lo = load_quad_codes(src, len, q, lo_bits);
+      const uint32_t hi = hi_bits ? load_quad_codes(src + len, len, q, hi_bits) : 0;
+      float v[4];
+      for (int k = 0; k < 4; ++k) {  // past n: unused
+        const uint32_t code = ((lo >> (k * lo_bits)) & lo_mask) | (((hi >> (k * hi_bits)) & hi_mask) << 8);
+        v[k] = is_sign_magnitude(f.scale) ? dequantize_sign_magnitude(code, grid.scale_over_levels, w.levels)
+                                          : dequantize_value(code, grid.affine);
+      }
+      store_floats4(v, n, dst + 4 * q);
+    }
   }
 };
 
@@ -475,7 +497,7 @@ void launch_code_offsets(const MixedFormat& f, const BucketFlags& flags, int64_t
 // with the grid in registers), at offsets(g).
 void launch_quantize_mixed(const float* x, const MixedFormat& f, Rounding rounding, const QuantNoise& noise,
                            const BucketFlags& flags, const BucketOffsets& offsets, uint8_t* codes, uint8_t* meta);
-// One thread per block of 8: DequantizeBucketBlockBody.
+// dequantize_lanes(bucket size) lanes a bucket: DequantizeBucketQuadsBody.
 void launch_dequantize_mixed(const uint8_t* codes, const uint8_t* meta, const MixedFormat& f, const BucketFlags& flags,
                              const BucketOffsets& offsets, float* out);
 }  // namespace cuda

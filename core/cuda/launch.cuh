@@ -35,4 +35,24 @@ void launch_for_each(int64_t n, const Body& body) {
   for_each_index_kernel<<<blocks_for(n), kThreadsPerBlock>>>(n, body);
 }
 
+template <class Body>
+__global__ void for_each_lane_kernel(int64_t threads, int lane_shift, Body body) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  const int lanes = 1 << lane_shift;
+  for (int64_t t = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; t < threads; t += stride)
+    body(t >> lane_shift, static_cast<int>(t & (lanes - 1)), lanes);
+}
+
+// body(item, sub, lanes) for every item in [0, items) and sub in [0, lanes), lanes a power of two
+// up to 32: thread t takes item t / lanes, lane t % lanes, so an item's lanes are neighbours in a
+// warp (a quantized group's or bucket's lanes writing consecutive quads).
+template <class Body>
+void launch_for_each_lane(int64_t items, int lanes, const Body& body) {
+  if (items <= 0) return;
+  int shift = 0;
+  while ((1 << shift) < lanes) ++shift;
+  const int64_t threads = items << shift;
+  for_each_lane_kernel<<<blocks_for(threads), kThreadsPerBlock>>>(threads, shift, body);
+}
+
 }  // namespace packrat::cuda

@@ -15,6 +15,7 @@
 #include "core/philox.h"
 #include "quant/group_quant.h"
 #include "tests/support/group_cases.h"
+#include "tests/support/host_launch.h"
 
 namespace packrat {
 namespace {
@@ -222,9 +223,7 @@ TEST(GroupQuantWarp, DequantizeQuadsWriteTheCpuKernelsFloats) {
     dequantize_groups(codes.data(), meta.data(), g, out.data());
     for (int lanes : {dequantize_lanes(g.group_size), 1, kWarpLanes}) {
       std::vector<float> body_out(static_cast<size_t>(n), -99.0f);
-      const DequantizeQuadsBody body{codes.data(), meta.data(), g, body_out.data()};
-      for (int64_t group = 0; group < g.groups(); ++group)
-        for (int sub = 0; sub < lanes; ++sub) body(group, sub, lanes);
+      testing::run_lanes_on_host(g.groups(), lanes, DequantizeQuadsBody{codes.data(), meta.data(), g, body_out.data()});
       ASSERT_EQ(std::memcmp(out.data(), body_out.data(), out.size() * sizeof(float)), 0)
           << k.name() << " lanes " << lanes;
     }

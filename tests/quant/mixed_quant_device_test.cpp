@@ -112,9 +112,13 @@ TEST(MixedQuantDevice, TheKernelBodiesWriteTheCpuKernelsBytes) {
       ASSERT_EQ(exclusive_scan(held_bytes), offsets) << what << ": offsets from the held flags";
       std::vector<float> out(static_cast<size_t>(n)), body_out(static_cast<size_t>(n), -99.0f);
       dequantize_mixed(p, out.data());
-      testing::run_on_host(blocks, DequantizeBucketBlockBody{codes.data(), meta.data(), f, held_flags, by_scan,
-                                                             body_out.data()});
-      ASSERT_TRUE(same_floats(body_out, out)) << what << ": dequantized values";
+      // The kernel's lanes, one lane a bucket, and a whole warp a bucket.
+      for (int lanes : {dequantize_lanes(g.bucket_size), 1, kWarpLanes}) {
+        std::fill(body_out.begin(), body_out.end(), -99.0f);
+        testing::run_lanes_on_host(g.buckets, lanes, DequantizeBucketQuadsBody{codes.data(), meta.data(), f, held_flags,
+                                                                               by_scan, body_out.data()});
+        ASSERT_TRUE(same_floats(body_out, out)) << what << ": dequantized values, lanes " << lanes;
+      }
     }
 }
 

@@ -19,6 +19,13 @@ void run_quads_on_host(int64_t n, const Body& body) {
   run_on_host((n + 3) / 4, body);
 }
 
+// A body over (item, lane, lanes) (launch_for_each_lane): every lane of every item, in order.
+template <class Body>
+void run_lanes_on_host(int64_t items, int lanes, const Body& body) {
+  for (int64_t item = 0; item < items; ++item)
+    for (int sub = 0; sub < lanes; ++sub) body(item, sub, lanes);
+}
+
 // A per-channel finalize body (body(c, a, b)) over channels [0, C), with each channel's sums as
 // launch_channel_finalize's warps add them (ChannelPartials::sums replays their order).
 template <class Body>
