@@ -33,32 +33,15 @@ constexpr int kWarpLanes = 32, kWarpLanesLog2 = 5;
 
 // ---- a group's range, by lanes, in any order -----------------------------------------------
 
-// The smaller of (v, i) and (ov, oi): the value compared with <, equal values (+0 and -0) to the
-// lower index. The CPU's plain scan keeps the first element of the minimum's class, so any order
-// of combination gives its result; a NaN first value stays (nothing compares below it), later
-// NaNs never win. (The mixed quantizer's warp_range; the per-group kernel's RangeScan does
-// without the indices.)
-PACKRAT_HD inline void keep_min(float& v, int64_t& i, float ov, int64_t oi) {
-  if (ov < v || (ov == v && oi < i)) {
-    v = ov;
-    i = oi;
-  }
-}
-PACKRAT_HD inline void keep_max(float& v, int64_t& i, float ov, int64_t oi) {
-  if (ov > v || (ov == v && oi < i)) {
-    v = ov;
-    i = oi;
-  }
-}
-
 // A lane's running range of a group, by value alone: it starts from the group's first value on
 // every lane, keeps its own values, then merges the other lanes' scans, with fminf / fmaxf (one
-// instruction each on a GPU; the 64-bit indices that keep_min carries kept the kernel bound by
-// arithmetic). That is the CPU's plain scan (x < mn from the first value) in any order, but for
-// two cases settled after the merge: a NaN first value, which the CPU keeps (nothing compares
-// below it) while fminf skips it (finish); and a range that ends in a zero, whose sign the CPU
-// takes from the group's first zero (the first element of the extreme's class) while fminf may
-// return either zero (ends_in_zero, then settle_zero with the first zero the group's lanes find).
+// instruction each on a GPU; carrying each extreme's 64-bit index for the tie-break, as before,
+// kept the kernel bound by arithmetic). That is the CPU's plain scan (x < mn from the first
+// value) in any order, but for two cases settled after the merge: a NaN first value, which the
+// CPU keeps (nothing compares below it) while fminf skips it (finish); and a range that ends in a
+// zero, whose sign the CPU takes from the group's first zero (the first element of the
+// extreme's class) while fminf may return either zero (ends_in_zero, then settle_zero with the
+// first zero the group's lanes find).
 struct RangeScan {
   float first, mn, mx;
   PACKRAT_HD explicit RangeScan(float first_value) : first(first_value), mn(first_value), mx(first_value) {}

@@ -6,27 +6,36 @@
 
 #include <cstdint>
 
-#include "quant/group_quant_warp.h"  // keep_min, keep_max
+#include "quant/group_quant_warp.h"  // RangeScan, first_zero_in
 
 namespace packrat::cuda {
 
 constexpr unsigned kFullWarp = 0xffffffffu;
 
 // min and max of x[0..len), len >= 1, by the whole warp (every lane calls it; every lane gets
-// the result): each lane scans a stride, then the lanes combine.
+// the result): each lane scans a stride by value (RangeScan), the lanes combine, and a range
+// ending in a zero takes the sign of the run's first zero, found by the lanes (first_zero_in).
 __device__ inline void warp_range(const float* x, int64_t len, int lane, float& mn_out, float& mx_out) {
-  float mn = x[0], mx = x[0];
-  int64_t imn = 0, imx = 0;
-  for (int64_t i = 1 + lane; i < len; i += 32) {
-    keep_min(mn, imn, x[i], i);
-    keep_max(mx, imx, x[i], i);
-  }
+  RangeScan range(x[0]);
+  for (int64_t i = lane; i < len; i += 32) range.keep(x + i, 1);
   for (int offset = 16; offset > 0; offset /= 2) {
-    keep_min(mn, imn, __shfl_xor_sync(kFullWarp, mn, offset), __shfl_xor_sync(kFullWarp, imn, offset));
-    keep_max(mx, imx, __shfl_xor_sync(kFullWarp, mx, offset), __shfl_xor_sync(kFullWarp, imx, offset));
+    RangeScan o = range;
+    o.mn = __shfl_xor_sync(kFullWarp, range.mn, offset);
+    o.mx = __shfl_xor_sync(kFullWarp, range.mx, offset);
+    range.merge(o);
   }
-  mn_out = mn;
-  mx_out = mx;
+  if (range.ends_in_zero()) {  // the same on every lane
+    uint64_t zero = kNoZero;
+    for (int64_t i = lane; i < len && zero == kNoZero; i += 32) zero = first_zero_in(x + i, 1, i);
+    for (int offset = 16; offset > 0; offset /= 2) {
+      const uint64_t z = __shfl_xor_sync(kFullWarp, zero, offset);
+      zero = z < zero ? z : zero;
+    }
+    range.settle_zero(zero);
+  }
+  range.finish();
+  mn_out = range.mn;
+  mx_out = range.mx;
 }
 
 }  // namespace packrat::cuda

@@ -166,8 +166,9 @@ TEST(GroupQuantWarp, ARoundsSharedPhiloxCallsGiveEveryElementItsRoundingNoise) {
   EXPECT_EQ(noise_round({10, 10}).calls, 0);  // an empty round draws nothing
 }
 
-// The lanes' scans merged in the kernel's butterfly order give the plain scan's (min, max), with
-// a NaN first value (kept), later NaNs (ignored) and signed zeros (the first one found).
+// The lanes' scans merged in the kernels' butterfly order give the plain scan's (min, max), with
+// a NaN first value (kept), later NaNs (ignored) and signed zeros (the first one found): a
+// group's lanes on blocks of 8 (the per-group kernel) and a warp's lanes on a stride (warp_range).
 TEST(GroupQuantWarp, MergedLaneRangesAreThePlainScans) {
   const float nan = std::numeric_limits<float>::quiet_NaN();
   std::vector<std::vector<float>> groups = {{nan, 1.0f, -2.0f, 3.0f},         {1.0f, nan, -2.0f, 3.0f, nan},
@@ -208,6 +209,28 @@ TEST(GroupQuantWarp, MergedLaneRangesAreThePlainScans) {
     for (int l = 0; l < kWarpLanes; ++l) {
       ASSERT_EQ(std::memcmp(&lane[l].mn, &mn, 4), 0) << "lane " << l << " of a group of " << len;
       ASSERT_EQ(std::memcmp(&lane[l].mx, &mx, 4), 0) << "lane " << l << " of a group of " << len;
+    }
+    // The mixed quantizer's warp_range (quant/warp_range.cuh): lane l scans elements l, l + 32, ...
+    std::vector<RangeScan> strided(kWarpLanes, RangeScan(x[0]));
+    zero.fill(kNoZero);
+    for (int l = 0; l < kWarpLanes; ++l)
+      for (int64_t i = l; i < len; i += kWarpLanes) {
+        strided[l].keep(x.data() + i, 1);
+        if (zero[l] == kNoZero) zero[l] = first_zero_in(x.data() + i, 1, i);
+      }
+    for (int offset = 16; offset > 0; offset /= 2) {
+      const std::vector<RangeScan> before = strided;
+      const std::array<uint64_t, kWarpLanes> zero_before = zero;
+      for (int l = 0; l < kWarpLanes; ++l) {
+        strided[l].merge(before[l ^ offset]);
+        zero[l] = std::min(zero_before[l], zero_before[l ^ offset]);
+      }
+    }
+    for (int l = 0; l < kWarpLanes; ++l) {
+      if (strided[l].ends_in_zero()) strided[l].settle_zero(zero[l]);
+      strided[l].finish();
+      ASSERT_EQ(std::memcmp(&strided[l].mn, &mn, 4), 0) << "strided lane " << l << " of a run of " << len;
+      ASSERT_EQ(std::memcmp(&strided[l].mx, &mx, 4), 0) << "strided lane " << l << " of a run of " << len;
     }
   }
 }
