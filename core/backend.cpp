@@ -17,6 +17,15 @@ namespace {
 std::atomic<Backend*> g_override{nullptr};  // set_backend_override
 std::atomic<ConvAlgorithm> g_conv_algorithm{std::getenv("PACKRAT_CONV_DIRECT") ? ConvAlgorithm::Direct
                                                                               : ConvAlgorithm::Auto};
+
+// The setting in ConvGeometry::key(), so that plans cached under one are not reused under another.
+const char* conv_algorithm_suffix() {
+  switch (g_conv_algorithm.load()) {
+    case ConvAlgorithm::Direct: return ",direct";
+    case ConvAlgorithm::Deterministic: return ",deterministic";
+    default: return ",auto";
+  }
+}
 }  // namespace
 
 void set_conv_algorithm(ConvAlgorithm a) { g_conv_algorithm = a; }
@@ -25,7 +34,7 @@ ConvAlgorithm conv_algorithm_setting() { return g_conv_algorithm.load(); }
 std::string ConvGeometry::key() const {
   return fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}", N, Cin, H, W, Cout, KH, KW, OH, OW, stride_h,
                      stride_w, pad_h, pad_w, dilation_h, dilation_w, groups) +
-         (has_bias ? ",b" : "") + (conv_algorithm_setting() == ConvAlgorithm::Direct ? ",direct" : ",auto");
+         (has_bias ? ",b" : "") + conv_algorithm_suffix();
 }
 
 void set_backend_override(Device device, Backend* b) {

@@ -40,8 +40,10 @@ struct ConvGeometry {
 };
 
 // Auto lets a backend pick the fastest algorithm (Winograd on the CPU, at the price of a larger
-// Workspace); Direct keeps memory lowest. Process-wide; every backend reads it.
-enum class ConvAlgorithm { Auto, Direct };
+// Workspace); Direct keeps memory lowest; Deterministic takes only algorithms that give the same
+// bits run after run (on CUDA, cuDNN's deterministic ones; the CPU's oneDNN convolutions are
+// deterministic anyway, so there it is Auto). Process-wide; every backend reads it.
+enum class ConvAlgorithm { Auto, Direct, Deterministic };
 void set_conv_algorithm(ConvAlgorithm a);
 ConvAlgorithm conv_algorithm_setting();
 

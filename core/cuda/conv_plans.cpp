@@ -23,17 +23,22 @@ bool tensor_core_math(cudnnMathType_t m) {
 }
 
 // The chosen entry of cuDNN's ranked results (see ConvChoice): the first supported FMA-math one,
-// or with `direct` the supported one with the smallest workspace (the first on ties).
+// or with `direct` the supported one with the smallest workspace (the first on ties); with
+// `deterministic` only those cuDNN marks deterministic count.
 template <typename Perf>
-int pick(const Perf* results, int count, bool direct, const std::string& what, const char* direction) {
+int pick(const Perf* results, int count, bool direct, bool deterministic, const std::string& what,
+         const char* direction) {
   int best = -1;
   for (int i = 0; i < count; ++i) {
     const Perf& p = results[i];
     if (p.status != CUDNN_STATUS_SUCCESS || tensor_core_math(p.mathType)) continue;
+    if (deterministic && p.determinism != CUDNN_DETERMINISTIC) continue;
     if (best < 0 || (direct && p.memory < results[best].memory)) best = i;
     if (!direct) break;
   }
-  if (best < 0) fail("{}: cuDNN's heuristics offer no f32 {} algorithm (of {} ranked)", what, direction, count);
+  if (best < 0)
+    fail("{}: cuDNN's heuristics offer no f32 {}{} algorithm (of {} ranked)", what,
+         deterministic ? "deterministic " : "", direction, count);
   return results[best].algo;
 }
 
@@ -41,7 +46,8 @@ int pick(const Perf* results, int count, bool direct, const std::string& what, c
 
 ConvPlan::ConvPlan(int device, const ConvGeometry& g, Layout layout)
     : what_(fmt::format("conv2d on cuda:{}, geometry {}, {}", device, g.key(), layout_name(layout))),
-      direct_(conv_algorithm_setting() == ConvAlgorithm::Direct) {
+      direct_(conv_algorithm_setting() == ConvAlgorithm::Direct),
+      deterministic_(conv_algorithm_setting() == ConvAlgorithm::Deterministic) {
   const int N = as_int(g.N, "N", what_), Cin = as_int(g.Cin, "Cin", what_), H = as_int(g.H, "H", what_),
             W = as_int(g.W, "W", what_), Cout = as_int(g.Cout, "Cout", what_), OH = as_int(g.OH, "OH", what_),
             OW = as_int(g.OW, "OW", what_);
@@ -90,7 +96,7 @@ const ConvChoice& ConvPlan::forward(cudnnHandle_t h) {
     PACKRAT_CUDNN_CHECK(
         cudnnGetConvolutionForwardAlgorithm_v7(h, x, w, conv, y, CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &count, perf),
         what_);
-    const auto algo = static_cast<cudnnConvolutionFwdAlgo_t>(pick(perf, count, direct_, what_, "forward"));
+    const auto algo = static_cast<cudnnConvolutionFwdAlgo_t>(pick(perf, count, direct_, deterministic_, what_, "forward"));
     size_t bytes = 0;
     PACKRAT_CUDNN_CHECK(cudnnGetConvolutionForwardWorkspaceSize(h, x, w, conv, y, algo, &bytes),
                         fmt::format("{}, forward algorithm {}", what_, static_cast<int>(algo)));
@@ -106,7 +112,7 @@ const ConvChoice& ConvPlan::backward_data(cudnnHandle_t h) {
     PACKRAT_CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(h, w, y, conv, x,
                                                                     CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &count, perf),
                         what_);
-    const auto algo = static_cast<cudnnConvolutionBwdDataAlgo_t>(pick(perf, count, direct_, what_, "backward-data"));
+    const auto algo = static_cast<cudnnConvolutionBwdDataAlgo_t>(pick(perf, count, direct_, deterministic_, what_, "backward-data"));
     size_t bytes = 0;
     PACKRAT_CUDNN_CHECK(cudnnGetConvolutionBackwardDataWorkspaceSize(h, w, y, conv, x, algo, &bytes),
                         fmt::format("{}, backward-data algorithm {}", what_, static_cast<int>(algo)));
@@ -123,7 +129,7 @@ const ConvChoice& ConvPlan::backward_filter(cudnnHandle_t h) {
                             h, x, y, conv, w, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &count, perf),
                         what_);
     const auto algo =
-        static_cast<cudnnConvolutionBwdFilterAlgo_t>(pick(perf, count, direct_, what_, "backward-filter"));
+        static_cast<cudnnConvolutionBwdFilterAlgo_t>(pick(perf, count, direct_, deterministic_, what_, "backward-filter"));
     size_t bytes = 0;
     PACKRAT_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterWorkspaceSize(h, x, y, conv, w, algo, &bytes),
                         fmt::format("{}, backward-filter algorithm {}", what_, static_cast<int>(algo)));

@@ -19,7 +19,8 @@ namespace packrat::cuda {
 // algorithms without running them, so the first step neither benchmarks nor allocates a search
 // workspace, and the choice does not depend on timing noise. ConvAlgorithm::Auto takes the
 // first (expected fastest) algorithm the heuristics support; Direct the one with the smallest
-// workspace. TF32 tensor cores are never used: math type CUDNN_FMA_MATH (CUDNN_DEFAULT_MATH
+// workspace; Deterministic the first that cuDNN marks CUDNN_DETERMINISTIC (the same bits run
+// after run: no split reductions in a nondeterministic order). TF32 tensor cores are never used: math type CUDNN_FMA_MATH (CUDNN_DEFAULT_MATH
 // would permit TF32 on Ampere and later), unless PACKRAT_CUDA_TF32=1 (dnn_handles.h).
 struct ConvChoice {
   int algo = -1;           // a cudnnConvolution{Fwd,BwdData,BwdFilter}Algo_t
@@ -47,6 +48,7 @@ class ConvPlan {
  private:
   std::string what_;
   bool direct_;
+  bool deterministic_;
   ConvChoice forward_, backward_data_, backward_filter_;
   std::once_flag forward_once_, backward_data_once_, backward_filter_once_;
 };

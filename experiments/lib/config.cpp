@@ -397,7 +397,7 @@ Config parse_root(YAML::Node root, const Origin& origin) {
   } catch (const Error&) {
     top.error_at("device", root["device"].Mark(), fmt::format("is '{}', must be cpu, cuda or cuda:N", c.device));
   }
-  c.conv_algorithm = top.get_string("conv_algorithm", "auto", {"auto", "direct"});
+  c.conv_algorithm = top.get_string("conv_algorithm", "auto", {"auto", "direct", "deterministic"});
 
   {
     Section d = top.child("data");

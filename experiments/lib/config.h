@@ -87,7 +87,8 @@ struct Config {
   int64_t threads = 0;          // OpenMP threads; 0 = OpenMP's default
   std::string device = "cpu";  // cpu | cuda:N ("cuda" is read as cuda:0); apply_process_settings checks it
   // auto: oneDNN may pick Winograd for 3x3 convolutions (faster, more Workspace memory);
-  // direct: direct convolutions only (less memory at the peak). See core/cpu/conv.h.
+  // direct: direct convolutions only (less memory at the peak); deterministic: on a GPU, only
+  // cuDNN algorithms that give the same bits run after run (on the CPU, auto). See core/backend.h.
   std::string conv_algorithm = "auto";
   DataConfig data;
   ModelConfig model;

@@ -109,7 +109,9 @@ void apply_process_settings(const Config& c) {
                    c.source, c.threads, procs);
     set_num_threads(static_cast<int>(c.threads));
   }
-  set_conv_algorithm(c.conv_algorithm == "direct" ? ConvAlgorithm::Direct : ConvAlgorithm::Auto);
+  set_conv_algorithm(c.conv_algorithm == "direct"          ? ConvAlgorithm::Direct
+                     : c.conv_algorithm == "deterministic" ? ConvAlgorithm::Deterministic
+                                                           : ConvAlgorithm::Auto);
   set_dropout_seed(c.seed);
 }
 

@@ -85,6 +85,9 @@ TEST(Config, BadChoicesAndMissingKeys) {
   EXPECT_TRUE(contains(error_of("data: [1, 2\n"), "YAML syntax error at line"));
   const std::string act = error_of("data: {dataset: x}\nmodel: {arch: r, activation: swish2}\n");
   EXPECT_TRUE(contains(act, "model.activation (line 2)")) << act;
+  const std::string conv = error_of(std::string(kMinimal) + "conv_algorithm: fastest\n");
+  EXPECT_TRUE(contains(conv, "auto, direct, deterministic")) << conv;
+  EXPECT_EQ(parse_config(kMinimal, "test.yaml", {"conv_algorithm=deterministic"}).conv_algorithm, "deterministic");
 }
 
 TEST(Config, SetOverridesAnyKey) {

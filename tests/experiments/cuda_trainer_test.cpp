@@ -110,6 +110,30 @@ TEST(CudaTrainer, OutOfGpuMemoryNamesTheLayerAndTag) {
   EXPECT_EQ(Allocator::of(kGpu).limit(), 0);
 }
 
+// conv_algorithm: deterministic takes only the cuDNN algorithms marked deterministic (and every
+// packrat kernel sums in a fixed order): the same run twice gives the same losses bit for bit.
+TEST(CudaTrainer, DeterministicConvolutionsRepeatARunBitForBit) {
+  PACKRAT_REQUIRE_TRAINING_GPU();
+  static const fs::path data = make_idx_dataset("idx_cuda_deterministic", 96, 64);
+  RunOptions o;
+  o.tty = 0;
+  o.print_report = false;
+  const ConvAlgorithm before = conv_algorithm_setting();
+  auto run = [&](const std::string& name) {
+    return run_training(tiny_config(data, temp_dir(name), {"saved_tensors.rules=[]", "train.epochs=2", "device=cuda:0",
+                                                           "conv_algorithm=deterministic"}),
+                        o);
+  };
+  const RunResult a = run("cuda_deterministic_a"), b = run("cuda_deterministic_b");
+  set_conv_algorithm(before);
+  ASSERT_EQ(a.epochs.size(), 2u);
+  ASSERT_EQ(b.epochs.size(), 2u);
+  for (size_t e = 0; e < 2; ++e) {
+    EXPECT_EQ(a.epochs[e].train_loss, b.epochs[e].train_loss) << "epoch " << e;
+    EXPECT_EQ(a.epochs[e].test_loss, b.epochs[e].test_loss) << "epoch " << e;
+  }
+}
+
 TEST(CudaTrainer, AShortRunTracksTheCpuRun) {
   PACKRAT_REQUIRE_TRAINING_GPU();
   static const fs::path data = make_idx_dataset("idx_cuda", 96, 64);
