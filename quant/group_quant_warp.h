@@ -179,12 +179,15 @@ PACKRAT_HD inline uint32_t round_noise16(const NoiseRound& r, const uint32_t* sh
   const int h = static_cast<int>((e >> 4) & 7);
   return (shared[c * kNoiseCallStride + (h >> 1)] >> (16 * (h & 1))) & 0xFFFFu;
 }
-// The same for the elements e0 .. e0 + 7 (half[0..8); those past the round's end are garbage).
+// The same for the n <= 8 elements e0 .. e0 + n - 1 (half[0..n); the rest are not meaningful).
 // A block on an 8-element boundary (every full block of a group that starts on one) takes one
-// half-word of 8 consecutive calls: one shared load an element, the index arithmetic once.
-PACKRAT_HD inline void round_noise16_block8(const NoiseRound& r, const uint32_t* shared, uint64_t e0, uint32_t* half) {
+// half-word of 8 consecutive calls, all within its 128-element noise block's 16: one shared load
+// an element, the index arithmetic once. Elsewhere, element by element, the n elements only (an
+// element past them may lie in a noise block the round did not draw, past the warp's words).
+PACKRAT_HD inline void round_noise16_block8(const NoiseRound& r, const uint32_t* shared, uint64_t e0, int n,
+                                            uint32_t* half) {
   if ((e0 & 7) != 0) {
-    for (int k = 0; k < 8; ++k) half[k] = round_noise16(r, shared, e0 + static_cast<uint64_t>(k));
+    for (int k = 0; k < 8; ++k) half[k] = k < n ? round_noise16(r, shared, e0 + static_cast<uint64_t>(k)) : 0u;
     return;
   }
   const int c0 = static_cast<int>((((e0 >> 7) - r.first_block) << 4) | (e0 & 15));  // e0 % 16 is 0 or 8
@@ -202,7 +205,7 @@ PACKRAT_HD inline void quantize_lane_block(const float* v, int n, uint64_t e0, c
   float u[8];
   if (shared) {
     uint32_t half[8];
-    round_noise16_block8(r, shared, e0, half);
+    round_noise16_block8(r, shared, e0, n, half);
     for (int k = 0; k < 8; ++k) u[k] = uniform16(half[k]);  // past n: unused
   } else {
     for (int k = 0; k < 8; ++k) u[k] = 0.5f;

@@ -148,20 +148,29 @@ TEST(GroupQuantWarp, SmallGroupsShareAWarpAndLargeOnesTakeRounds) {
 }
 
 // Runs of up to 256 elements from any start: every element's noise read back from the words the
-// 32 lanes wrote is rounding_noise16's.
+// 32 lanes wrote is rounding_noise16's, element by element and a block of 8 at a time (from
+// every block start of the run, clipped to it; the words on the heap, exactly a warp's, so that a
+// sanitizer build sees a read past them).
 TEST(GroupQuantWarp, ARoundsSharedPhiloxCallsGiveEveryElementItsRoundingNoise) {
   const uint64_t seed = 0x5EEDull, stream = quant_stream(3, 1);
   for (int64_t begin : {int64_t{0}, int64_t{1}, int64_t{127}, int64_t{128}, int64_t{1013}, int64_t{5} << 33})
     for (int64_t len : {1, 7, 49, 128, 129, 255, 256}) {
       const NoiseRound r = noise_round({begin, begin + len});
       ASSERT_LE(r.calls, kRoundCalls);
-      std::array<uint32_t, kRoundNoiseWords> words;
-      words.fill(0xA5A5A5A5u);
+      std::vector<uint32_t> words(kRoundNoiseWords, 0xA5A5A5A5u);
       for (int lane = 0; lane < kWarpLanes; ++lane) make_round_noise({seed, stream}, r, lane, words.data());
       for (int64_t e = begin; e < begin + len; ++e)
         ASSERT_EQ(round_noise16(r, words.data(), static_cast<uint64_t>(e)),
                   rounding_noise16(seed, stream, static_cast<uint64_t>(e)))
             << "run from " << begin << " of " << len << ", element " << e;
+      for (int64_t e0 = begin; e0 < begin + len; e0 += 8) {
+        const int n = static_cast<int>(std::min<int64_t>(8, begin + len - e0));
+        uint32_t half[8];
+        round_noise16_block8(r, words.data(), static_cast<uint64_t>(e0), n, half);
+        for (int k = 0; k < n; ++k)
+          ASSERT_EQ(half[k], rounding_noise16(seed, stream, static_cast<uint64_t>(e0 + k)))
+              << "run from " << begin << " of " << len << ", block at " << e0 << ", element " << k;
+      }
     }
   EXPECT_EQ(noise_round({10, 10}).calls, 0);  // an empty round draws nothing
 }
