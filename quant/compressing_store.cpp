@@ -47,7 +47,20 @@ CompressingStore::Form CompressingStore::form_for(const Tensor& x, const SaveReq
 
 std::pair<const Pointwise*, int> CompressingStore::codec_key(const SaveRequest&) const { return {nullptr, 0}; }
 
-Tensor CompressingStore::apply_encoded(const Encoded&, const Entry&, const Tensor&) { return Tensor(); }
+Tensor CompressingStore::values(const Encoded&, const Entry& e) {
+  fail("{} {}: the {} codec implements neither decode nor values", e.request.op, e.request.name, scheme());
+}
+
+Tensor CompressingStore::decode(const Encoded& enc, const Entry& e) {
+  TagScope tag(MemTag::Workspace);  // a transient copy for the backward of one op, freed after it
+  const Tensor x = values(enc, e);
+  return e.request.need == Need::Derivative ? pointwise_derivative(*e.request.fn, x) : x;
+}
+
+Tensor CompressingStore::apply_encoded(const Encoded& enc, const Entry& e, const Tensor& grad_out) {
+  if (e.request.need != Need::Derivative || grad_out.dtype() != DType::f32) return Tensor();
+  return pointwise_backward(*e.request.fn, values(enc, e), grad_out);
+}
 
 // ---- the entry table ------------------------------------------------------------------------
 

@@ -21,8 +21,10 @@
 //                        there (codec_on_devices); otherwise a device tensor is a clear error
 //
 // The derived class supplies its codec: encode (what it keeps of an f32 Value or Derivative,
-// as an Encoded holding packrat Tensors), decode (what the request asks for back), and its
-// scheme() name; optionally a fused apply_encoded and its own routing (form_for).
+// as an Encoded holding packrat Tensors), decode (what the request asks for back) or, for a
+// codec that keeps x's values for a Derivative too, values (x decoded: the base's decode gives x
+// or f'(x), its apply_encoded grad * f'(x) in one pass), and its scheme() name; optionally a
+// fused apply_encoded and its own routing (form_for).
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -98,9 +100,15 @@ class CompressingStore : public SavedTensorStore {
   // ---- the codec ----
   // Encodes an f32 Value or Derivative request (the tensor as handed to save()).
   virtual std::unique_ptr<Encoded> encode(const Tensor& x, const SaveRequest& r) = 0;
-  // What e.request.need asks for, from what encode kept (sets its own TagScope).
-  virtual Tensor decode(const Encoded& enc, const Entry& e) = 0;
-  // grad_out * f'(x) fused from the codes; an undefined Tensor: grad_out * load(h).
+  // What e.request.need asks for, from what encode kept (sets its own TagScope). Default: from
+  // values(), x itself, or f'(x) for a Derivative.
+  virtual Tensor decode(const Encoded& enc, const Entry& e);
+  // The saved tensor's values, decoded (its shape and layout, a Workspace tensor), for a codec
+  // that keeps x itself for Value and Derivative requests alike. Default: an error (a codec that
+  // overrides decode and apply_encoded needs none).
+  virtual Tensor values(const Encoded& enc, const Entry& e);
+  // grad_out * f'(x) fused from the codes; an undefined Tensor: grad_out * load(h). Default: for
+  // a Derivative, one pointwise_backward pass over values(), with no f'(x) tensor.
   virtual Tensor apply_encoded(const Encoded& enc, const Entry& e, const Tensor& grad_out);
   // How a request is held. Default: exact requests and what can be neither encoded nor packed
   // -> Exact; a step derivative -> StepMask; other f32 Values and Derivatives -> Codec; masks

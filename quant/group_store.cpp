@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cstring>
 
-#include "autograd/fp32_store.h"  // pointwise_derivative, pointwise_backward
 #include "core/parallel.h"
 #include "quant/bitpack.h"
 
@@ -151,7 +150,7 @@ std::unique_ptr<CompressingStore::Encoded> GroupStore::encode(const Tensor& x, c
   return q;
 }
 
-Tensor GroupStore::dequantized(const Encoded& enc, const Entry& e) const {
+Tensor GroupStore::values(const Encoded& enc, const Entry& e) {
   const auto& q = static_cast<const Quantized&>(enc);
   TagScope tag(MemTag::Workspace);  // a transient copy for the backward of one op, freed after it
   // Same shape and device as saved; the layout too, after a plain detour for via_plain codes.
@@ -159,17 +158,6 @@ Tensor GroupStore::dequantized(const Encoded& enc, const Entry& e) const {
                              q.codes.device());
   dequantize_groups(q.codes, q.meta, q.geometry, out, q.blocking);
   return out.to_layout(e.layout);
-}
-
-Tensor GroupStore::decode(const Encoded& enc, const Entry& e) {
-  TagScope tag(MemTag::Workspace);
-  const Tensor x = dequantized(enc, e);
-  return e.request.need == Need::Derivative ? pointwise_derivative(*e.request.fn, x) : x;
-}
-
-Tensor GroupStore::apply_encoded(const Encoded& enc, const Entry& e, const Tensor& grad_out) {
-  if (e.request.need != Need::Derivative || grad_out.dtype() != DType::f32) return Tensor();
-  return pointwise_backward(*e.request.fn, dequantized(enc, e), grad_out);
 }
 
 }  // namespace packrat

@@ -72,15 +72,12 @@ class GroupStore : public CompressingStore {
  protected:
   // The codec: per-group codes + metadata (quant/group_quant.h) of an f32 Value or Derivative.
   std::unique_ptr<Encoded> encode(const Tensor& x, const SaveRequest& r) override;
-  Tensor decode(const Encoded& enc, const Entry& e) override;
-  // A Derivative: grad_out * f'(dequantized x) in one pass after the dequantize (no f' tensor).
-  Tensor apply_encoded(const Encoded& enc, const Entry& e, const Tensor& grad_out) override;
+  // x dequantized (a Workspace tensor); the base's decode and apply_encoded take f' of it.
+  Tensor values(const Encoded& enc, const Entry& e) override;
   bool codec_on_devices() const override { return true; }  // quant/group_quant.h's entry points
 
  private:
   struct Quantized;  // the Encoded of one tensor
-  // The saved tensor's dequantized values: its shape and layout, a Workspace tensor.
-  Tensor dequantized(const Encoded& enc, const Entry& e) const;
   uint64_t noise_seed(int64_t index) const;
 
   GroupStoreOptions opts_;

@@ -4,7 +4,6 @@
 #include <cmath>
 #include <fmt/format.h>
 
-#include "autograd/fp32_store.h"  // pointwise_derivative, pointwise_backward
 #include "core/error.h"
 #include "core/parallel.h"
 
@@ -77,7 +76,7 @@ std::unique_ptr<CompressingStore::Encoded> MixedStore::encode(const Tensor& x, c
   return q;
 }
 
-Tensor MixedStore::dequantized(const Encoded& enc, const Entry& e) {
+Tensor MixedStore::values(const Encoded& enc, const Entry& e) {
   const auto& q = static_cast<const Quantized&>(enc);
   TagScope tag(MemTag::Workspace);  // a transient copy for the backward of one op
   Tensor out = Tensor::empty(e.shape, DType::f32, e.layout, MemTag::Workspace, q.device);  // the saved tensor's shape and layout
@@ -89,17 +88,6 @@ Tensor MixedStore::dequantized(const Encoded& enc, const Entry& e) {
     dequantize_mixed(p, out);
   }
   return out;
-}
-
-Tensor MixedStore::decode(const Encoded& enc, const Entry& e) {
-  TagScope tag(MemTag::Workspace);
-  const Tensor x = dequantized(enc, e);
-  return e.request.need == Need::Derivative ? pointwise_derivative(*e.request.fn, x) : x;
-}
-
-Tensor MixedStore::apply_encoded(const Encoded& enc, const Entry& e, const Tensor& grad_out) {
-  if (e.request.need != Need::Derivative || grad_out.dtype() != DType::f32) return Tensor();
-  return pointwise_backward(*e.request.fn, dequantized(enc, e), grad_out);
 }
 
 void MixedStore::begin_step(int64_t step) {

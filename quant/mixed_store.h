@@ -91,15 +91,12 @@ class MixedStore : public CompressingStore {
   // The codec: per-bucket codes (quant/mixed_quant.h) of an f32 Value or Derivative, or under
   // quantize_on_backward the f32 tensor itself, quantized when loaded.
   std::unique_ptr<Encoded> encode(const Tensor& x, const SaveRequest& r) override;
-  Tensor decode(const Encoded& enc, const Entry& e) override;
-  // A Derivative: grad_out * f'(dequantized x) in one pass after the dequantize (no f' tensor).
-  Tensor apply_encoded(const Encoded& enc, const Entry& e, const Tensor& grad_out) override;
+  // x dequantized (a Workspace tensor); the base's decode and apply_encoded take f' of it.
+  Tensor values(const Encoded& enc, const Entry& e) override;
   bool codec_on_devices() const override { return true; }  // quant/mixed_quant.h's entry points
 
  private:
   struct Quantized;  // the Encoded of one tensor
-  // The saved tensor's dequantized values: its shape and layout, a Workspace tensor.
-  Tensor dequantized(const Encoded& enc, const Entry& e);
   void count(const MixedPacked& p);
 
   MixedStoreOptions options_;

@@ -22,6 +22,26 @@ namespace {
 
 const QuantNoise kNoise{0x5EEDull, quant_stream(7, 2)};
 
+using LaneZeros = std::array<uint64_t, kWarpLanes>;  // each lane's first zero (first_zero_in's encoding)
+
+// The kernels' butterfly over groups of `lanes` lanes: lane l merges lane l ^ offset's scan and
+// first zero for offset lanes / 2, ..., 1 (each reading what the other held before the step),
+// then settles a zero extreme and finishes.
+void merge_lanes(std::vector<RangeScan>& range, LaneZeros& zero, int lanes) {
+  for (int offset = lanes / 2; offset > 0; offset /= 2) {
+    const std::vector<RangeScan> before = range;
+    const LaneZeros zero_before = zero;
+    for (int l = 0; l < kWarpLanes; ++l) {
+      range[l].merge(before[l ^ offset]);
+      zero[l] = std::min(zero_before[l], zero_before[l ^ offset]);
+    }
+  }
+  for (int l = 0; l < kWarpLanes; ++l) {
+    if (range[l].ends_in_zero()) range[l].settle_zero(zero[l]);
+    range[l].finish();
+  }
+}
+
 // quantize_groups_kernel, warp by warp: every phase runs on all 32 lanes before the next, a
 // shuffle reads what its source lane held before the step, and the shared noise words are
 // poisoned before each round so that a word no lane wrote cannot pass.
@@ -48,30 +68,18 @@ void replay_quantize(const float* x, const GroupGeometry& g, int lanes, Rounding
         range[lane].keep(w, m);
       }
     }
-    for (int offset = lanes / 2; offset > 0; offset /= 2) {
-      const std::vector<RangeScan> before = range;
-      for (int lane = 0; lane < kWarpLanes; ++lane) range[lane].merge(before[lane ^ offset]);
-    }
-    // A zero extreme's sign: the lanes' first zeros, merged by the group's lanes.
-    std::array<uint64_t, kWarpLanes> zero;
+    // Each lane's first zero (the kernel looks for it only where the merged range ends in a zero;
+    // it is used only there), then the butterfly.
+    LaneZeros zero;
     zero.fill(kNoZero);
-    for (int lane = 0; lane < kWarpLanes; ++lane) {
-      if (!range[lane].ends_in_zero()) continue;
+    for (int lane = 0; lane < kWarpLanes; ++lane)
       for (int64_t r = 0; r < rounds; ++r) {
         float w[8] = {};
         const int m = lane_block_len(q[lane], lanes, r);
         load_floats8(x + q[lane].at.start + 8 * lane_block(q[lane], lanes, r), m, w);
         zero[lane] = std::min(zero[lane], first_zero_in(w, m, 8 * lane_block(q[lane], lanes, r)));
       }
-    }
-    for (int offset = lanes / 2; offset > 0; offset /= 2) {
-      const std::array<uint64_t, kWarpLanes> before = zero;
-      for (int lane = 0; lane < kWarpLanes; ++lane) zero[lane] = std::min(before[lane], before[lane ^ offset]);
-    }
-    for (int lane = 0; lane < kWarpLanes; ++lane) {
-      if (range[lane].ends_in_zero()) range[lane].settle_zero(zero[lane]);
-      range[lane].finish();
-    }
+    merge_lanes(range, zero, lanes);
     std::vector<GroupParams> p;
     for (int lane = 0; lane < kWarpLanes; ++lane) {
       p.push_back(group_params(range[lane].mn, range[lane].mx, g.bits, g.meta));
@@ -195,7 +203,7 @@ TEST(GroupQuantWarp, MergedLaneRangesAreThePlainScans) {
     }
     const int64_t len = static_cast<int64_t>(x.size());
     std::vector<RangeScan> lane(kWarpLanes, RangeScan(x[0]));
-    std::array<uint64_t, kWarpLanes> zero;
+    LaneZeros zero;
     zero.fill(kNoZero);
     for (int l = 0; l < kWarpLanes; ++l)
       for (int64_t b = l; 8 * b < len; b += kWarpLanes) {
@@ -203,18 +211,7 @@ TEST(GroupQuantWarp, MergedLaneRangesAreThePlainScans) {
         lane[l].keep(x.data() + 8 * b, m);
         zero[l] = std::min(zero[l], first_zero_in(x.data() + 8 * b, m, 8 * b));
       }
-    for (int offset = 16; offset > 0; offset /= 2) {
-      const std::vector<RangeScan> before = lane;
-      const std::array<uint64_t, kWarpLanes> zero_before = zero;
-      for (int l = 0; l < kWarpLanes; ++l) {
-        lane[l].merge(before[l ^ offset]);
-        zero[l] = std::min(zero_before[l], zero_before[l ^ offset]);
-      }
-    }
-    for (int l = 0; l < kWarpLanes; ++l) {
-      if (lane[l].ends_in_zero()) lane[l].settle_zero(zero[l]);
-      lane[l].finish();
-    }
+    merge_lanes(lane, zero, kWarpLanes);
     for (int l = 0; l < kWarpLanes; ++l) {
       ASSERT_EQ(std::memcmp(&lane[l].mn, &mn, 4), 0) << "lane " << l << " of a group of " << len;
       ASSERT_EQ(std::memcmp(&lane[l].mx, &mx, 4), 0) << "lane " << l << " of a group of " << len;
@@ -227,17 +224,8 @@ TEST(GroupQuantWarp, MergedLaneRangesAreThePlainScans) {
         strided[l].keep(x.data() + i, 1);
         if (zero[l] == kNoZero) zero[l] = first_zero_in(x.data() + i, 1, i);
       }
-    for (int offset = 16; offset > 0; offset /= 2) {
-      const std::vector<RangeScan> before = strided;
-      const std::array<uint64_t, kWarpLanes> zero_before = zero;
-      for (int l = 0; l < kWarpLanes; ++l) {
-        strided[l].merge(before[l ^ offset]);
-        zero[l] = std::min(zero_before[l], zero_before[l ^ offset]);
-      }
-    }
+    merge_lanes(strided, zero, kWarpLanes);
     for (int l = 0; l < kWarpLanes; ++l) {
-      if (strided[l].ends_in_zero()) strided[l].settle_zero(zero[l]);
-      strided[l].finish();
       ASSERT_EQ(std::memcmp(&strided[l].mn, &mn, 4), 0) << "strided lane " << l << " of a run of " << len;
       ASSERT_EQ(std::memcmp(&strided[l].mx, &mx, 4), 0) << "strided lane " << l << " of a run of " << len;
     }
