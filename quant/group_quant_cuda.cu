@@ -121,7 +121,8 @@ void launch_quantize_groups(const float* x, const GroupGeometry& g, Rounding rou
 }
 
 void launch_dequantize_groups(const uint8_t* codes, const uint8_t* meta, const GroupGeometry& g, float* out) {
-  launch_for_each_lane(g.groups(), dequantize_lanes(g.group_size), DequantizeQuadsBody{codes, meta, g, out});
+  launch_for_each_lane(g.groups(), lanes_log2(dequantize_lanes(g.group_size)),
+                       DequantizeQuadsBody{codes, meta, g, out});
 }
 
 }  // namespace packrat::cuda

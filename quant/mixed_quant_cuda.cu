@@ -133,7 +133,7 @@ void launch_quantize_mixed(const float* x, const MixedFormat& f, Rounding roundi
 
 void launch_dequantize_mixed(const uint8_t* codes, const uint8_t* meta, const MixedFormat& f, const BucketFlags& flags,
                              const BucketOffsets& offsets, float* out) {
-  launch_for_each_lane(f.g.buckets, dequantize_lanes(f.g.bucket_size),
+  launch_for_each_lane(f.g.buckets, lanes_log2(dequantize_lanes(f.g.bucket_size)),
                        DequantizeBucketQuadsBody{codes, meta, f, flags, offsets, out});
 }
 

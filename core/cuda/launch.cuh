@@ -43,16 +43,14 @@ __global__ void for_each_lane_kernel(int64_t threads, int lane_shift, Body body)
     body(t >> lane_shift, static_cast<int>(t & (lanes - 1)), lanes);
 }
 
-// body(item, sub, lanes) for every item in [0, items) and sub in [0, lanes), lanes a power of two
+// body(item, sub, lanes) for every item in [0, items) and sub in [0, lanes), lanes = 2^lane_shift
 // up to 32: thread t takes item t / lanes, lane t % lanes, so an item's lanes are neighbours in a
 // warp (a quantized group's or bucket's lanes writing consecutive quads).
 template <class Body>
-void launch_for_each_lane(int64_t items, int lanes, const Body& body) {
+void launch_for_each_lane(int64_t items, int lane_shift, const Body& body) {
   if (items <= 0) return;
-  int shift = 0;
-  while ((1 << shift) < lanes) ++shift;
-  const int64_t threads = items << shift;
-  for_each_lane_kernel<<<blocks_for(threads), kThreadsPerBlock>>>(threads, shift, body);
+  const int64_t threads = items << lane_shift;
+  for_each_lane_kernel<<<blocks_for(threads), kThreadsPerBlock>>>(threads, lane_shift, body);
 }
 
 }  // namespace packrat::cuda

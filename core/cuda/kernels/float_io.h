@@ -14,19 +14,6 @@ namespace packrat {
 PACKRAT_HD inline int64_t quads_of(int64_t n) { return (n + 3) / 4; }
 PACKRAT_HD inline int quad_len(int64_t q, int64_t n) { return n - 4 * q < 4 ? static_cast<int>(n - 4 * q) : 4; }
 
-// v[0..n) = src[0..n), n <= 8 (v[n..8) untouched).
-PACKRAT_HD inline void load_floats8(const float* src, int n, float* v) {
-#if defined(__CUDA_ARCH__)
-  if (n == 8 && reinterpret_cast<uintptr_t>(src) % 16 == 0) {
-    const float4 a = reinterpret_cast<const float4*>(src)[0], b = reinterpret_cast<const float4*>(src)[1];
-    v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
-    return;
-  }
-#endif
-  for (int k = 0; k < 8; ++k)
-    if (k < n) v[k] = src[k];
-}
-
 // v[0..n) = src[0..n), n <= 4.
 PACKRAT_HD inline void load_floats4(const float* src, int n, float* v) {
 #if defined(__CUDA_ARCH__)
@@ -38,6 +25,12 @@ PACKRAT_HD inline void load_floats4(const float* src, int n, float* v) {
 #endif
   for (int k = 0; k < 4; ++k)
     if (k < n) v[k] = src[k];
+}
+
+// v[0..n) = src[0..n), n <= 8 (v[n..8) untouched): two runs of 4 (two float4 where aligned).
+PACKRAT_HD inline void load_floats8(const float* src, int n, float* v) {
+  load_floats4(src, n < 4 ? n : 4, v);
+  if (n > 4) load_floats4(src + 4, n - 4, v + 4);
 }
 
 // dst[0..n) = v[0..n), n <= 4.
