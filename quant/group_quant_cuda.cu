@@ -14,32 +14,40 @@ namespace {
 
 constexpr int kWarpsPerBlock = kThreadsPerBlock / kWarpLanes;
 
-// 32 / lanes groups a warp, `lanes` lanes a group: each lane's first block of 8 values stays in
-// registers from the range scan to its codes (every block does when 8 * lanes >= G). kBits: the
-// width where it is one of the common ones (the packing's shifts become constants), else 0 (g.bits).
+// 32 / lanes groups a warp, `lanes` lanes a group, kLaneBlocks blocks of 8 values a lane a chunk:
+// a lane's first chunk stays in registers from the range scan to its codes (all of a group's
+// blocks do where a warp takes several groups). kBits: the width where it is one of the common
+// ones (the packing's shifts become constants), else 0 (g.bits). Two blocks an SM: the lane's 32
+// values stay in registers (about 110) without spilling, and 16 warps of 4 KiB loads each keep
+// enough bytes in flight.
 template <int kBits>
-__global__ void __launch_bounds__(kThreadsPerBlock, 4)
+__global__ void __launch_bounds__(kThreadsPerBlock, 2)
     quantize_groups_kernel(const float* x, GroupGeometry g, int lanes, Rounding rounding, QuantNoise noise,
                            uint8_t* codes, uint8_t* meta, double* range_sq) {
-  __shared__ uint32_t noise_words[kWarpsPerBlock][kRoundNoiseWords];  // (warps, calls * stride)
+  __shared__ uint32_t noise_words[kWarpsPerBlock][kChunkNoiseWords];  // (warps, noise_word's places)
   const int bits = kBits > 0 ? kBits : g.bits;
   const int lane = static_cast<int>(threadIdx.x % kWarpLanes), warp_here = static_cast<int>(threadIdx.x / kWarpLanes);
   const int64_t warp = blockIdx.x * static_cast<int64_t>(kWarpsPerBlock) + warp_here;
   if (warp >= quantize_warps(g, lanes)) return;  // the whole warp
   const QuantLane q = quant_lane(g, lanes, warp, lane);
   const float* xg = x + q.at.start;  // (len) of the lane's group
-  const int64_t rounds = quantize_rounds(g, lanes);
+  const int64_t rounds = quantize_rounds(g, lanes), chunks = quantize_chunks(g, lanes);
   const int group_lead = lane & ~(lanes - 1);
   const unsigned group_lanes = lanes == kWarpLanes ? kFullWarp : ((1u << lanes) - 1u) << group_lead;
 
   // The range: every lane scans its blocks, then the group's lanes merge (xor offsets < lanes
   // stay within the group's lanes).
-  float v[8] = {};  // the lane's block of the current round
-  int n = lane_block_len(q, lanes, 0);
-  load_floats8(xg + 8 * lane_block(q, lanes, 0), n, v);
-  RangeScan range(__shfl_sync(kFullWarp, v[0], group_lead));  // the group's first value: its first lane's
-  range.keep(v, n);
-  for (int64_t r = 1; r < rounds; ++r) {
+  float v[kLaneBlocks][8];  // the lane's blocks of the current chunk
+  int n[kLaneBlocks];       // their lengths (0: none)
+#pragma unroll
+  for (int j = 0; j < kLaneBlocks; ++j) {
+    n[j] = lane_block_len(q, lanes, j);
+    load_floats8(xg + 8 * lane_block(q, lanes, j), n[j], v[j]);
+  }
+  RangeScan range(__shfl_sync(kFullWarp, v[0][0], group_lead));  // the group's first value: its first lane's
+#pragma unroll
+  for (int j = 0; j < kLaneBlocks; ++j) range.keep(v[j], n[j]);
+  for (int64_t r = kLaneBlocks; r < rounds; ++r) {  // groups over 1024 values only
     float w[8];
     const int m = lane_block_len(q, lanes, r);
     load_floats8(xg + 8 * lane_block(q, lanes, r), m, w);
@@ -52,8 +60,8 @@ __global__ void __launch_bounds__(kThreadsPerBlock, 4)
     range.merge(o);
   }
   if (range.ends_in_zero()) {  // the same on all of the group's lanes: its first zero's sign
-    uint64_t zero = first_zero_in(v, n, 8 * lane_block(q, lanes, 0));
-    for (int64_t r = 1; r < rounds; ++r) {
+    uint64_t zero = kNoZero;
+    for (int64_t r = 0; r < rounds; ++r) {
       float w[8];
       const int m = lane_block_len(q, lanes, r);
       load_floats8(xg + 8 * lane_block(q, lanes, r), m, w);
@@ -73,26 +81,32 @@ __global__ void __launch_bounds__(kThreadsPerBlock, 4)
     if (range_sq) range_sq[q.group] = group_range_sq(p, q.at.len, bits);
   }
 
-  // The codes, a round at a time; stochastic rounding reads the round's noise from shared memory.
+  // The codes, a chunk at a time; stochastic rounding reads the chunk's noise from shared memory.
   const int64_t warp_begin = __shfl_sync(kFullWarp, q.at.start, 0);
   const int64_t warp_end = __shfl_sync(kFullWarp, q.at.start + q.at.len, q.last_lead);
   const bool stochastic = rounding == Rounding::Stochastic;
   uint32_t* words = noise_words[warp_here];
-  for (int64_t r = 0; r < rounds; ++r) {  // the same trip count on every lane
-    const int64_t block = lane_block(q, lanes, r);
-    if (r > 0) {
-      n = lane_block_len(q, lanes, r);
-      load_floats8(xg + 8 * block, n, v);  // a second read (L1 or L2) only for groups over 256
+  for (int64_t c = 0; c < chunks; ++c) {  // the same trip count on every lane
+    if (c > 0) {                          // a second read (L1 or L2) only for groups over 1024 values
+#pragma unroll
+      for (int j = 0; j < kLaneBlocks; ++j) {
+        n[j] = lane_block_len(q, lanes, c * kLaneBlocks + j);
+        load_floats8(xg + 8 * lane_block(q, lanes, c * kLaneBlocks + j), n[j], v[j]);
+      }
     }
-    const NoiseRound nr = noise_round(round_elements(warp_begin, warp_end, lanes, r));
+    const NoiseChunk nc = noise_chunk(chunk_elements(warp_begin, warp_end, lanes, c));
     if (stochastic) {
-      __syncwarp();  // the last round's reads are done
-      make_round_noise(noise, nr, lane, words);
+      __syncwarp();  // the last chunk's reads are done
+      make_chunk_noise(noise, nc, lane, words);
       __syncwarp();
     }
-    if (n > 0)
-      quantize_lane_block(v, n, static_cast<uint64_t>(q.at.start + 8 * block), p, bits, nr,
-                          stochastic ? words : nullptr, codes + q.at.code_offset + block * bits);
+#pragma unroll
+    for (int j = 0; j < kLaneBlocks; ++j) {
+      const int64_t block = lane_block(q, lanes, c * kLaneBlocks + j);
+      if (n[j] > 0)
+        quantize_lane_block(v[j], n[j], static_cast<uint64_t>(q.at.start + 8 * block), p, bits, nc,
+                            stochastic ? words : nullptr, codes + q.at.code_offset + block * bits);
+    }
   }
 }
 

@@ -44,24 +44,34 @@ void merge_lanes(std::vector<RangeScan>& range, LaneZeros& zero, int lanes) {
 
 // quantize_groups_kernel, warp by warp: every phase runs on all 32 lanes before the next, a
 // shuffle reads what its source lane held before the step, and the shared noise words are
-// poisoned before each round so that a word no lane wrote cannot pass.
+// poisoned before each chunk so that a word no lane wrote cannot pass.
 void replay_quantize(const float* x, const GroupGeometry& g, int lanes, Rounding rounding, const QuantNoise& noise,
                      uint8_t* codes, uint8_t* meta, double* range_sq) {
-  const int64_t rounds = quantize_rounds(g, lanes);
+  const int64_t rounds = quantize_rounds(g, lanes), chunks = quantize_chunks(g, lanes);
+  using Block = std::array<float, 8>;
+  using LaneBlocks = std::array<Block, kLaneBlocks>;  // a lane's blocks of the current chunk
   for (int64_t warp = 0; warp < quantize_warps(g, lanes); ++warp) {
     std::vector<QuantLane> q;
-    std::array<std::array<float, 8>, kWarpLanes> v{};
-    std::array<int, kWarpLanes> n{};
+    std::array<LaneBlocks, kWarpLanes> v{};
+    std::array<std::array<int, kLaneBlocks>, kWarpLanes> n{};
+    // Lane `lane`'s blocks of chunk c into v and n.
+    auto load_chunk = [&](int lane, int64_t c) {
+      for (int j = 0; j < kLaneBlocks; ++j) {
+        const int64_t r = c * kLaneBlocks + j;
+        n[lane][j] = lane_block_len(q[lane], lanes, r);
+        v[lane][j].fill(0.0f);
+        load_floats8(x + q[lane].at.start + 8 * lane_block(q[lane], lanes, r), n[lane][j], v[lane][j].data());
+      }
+    };
     std::vector<RangeScan> range;
     for (int lane = 0; lane < kWarpLanes; ++lane) {
       q.push_back(quant_lane(g, lanes, warp, lane));
-      n[lane] = lane_block_len(q[lane], lanes, 0);
-      load_floats8(x + q[lane].at.start + 8 * lane_block(q[lane], lanes, 0), n[lane], v[lane].data());
+      load_chunk(lane, 0);
     }
     for (int lane = 0; lane < kWarpLanes; ++lane) {
-      range.emplace_back(v[lane & ~(lanes - 1)][0]);  // __shfl_sync(v[0], the group's first lane)
-      range[lane].keep(v[lane].data(), n[lane]);
-      for (int64_t r = 1; r < rounds; ++r) {
+      range.emplace_back(v[lane & ~(lanes - 1)][0][0]);  // __shfl_sync(v[0][0], the group's first lane)
+      for (int j = 0; j < kLaneBlocks; ++j) range[lane].keep(v[lane][j].data(), n[lane][j]);
+      for (int64_t r = kLaneBlocks; r < rounds; ++r) {
         float w[8] = {};
         const int m = lane_block_len(q[lane], lanes, r);
         load_floats8(x + q[lane].at.start + 8 * lane_block(q[lane], lanes, r), m, w);
@@ -91,24 +101,23 @@ void replay_quantize(const float* x, const GroupGeometry& g, int lanes, Rounding
     const int64_t warp_begin = q[0].at.start;
     const int64_t warp_end = q[q[0].last_lead].at.start + q[q[0].last_lead].at.len;
     const bool stochastic = rounding == Rounding::Stochastic;
-    for (int64_t r = 0; r < rounds; ++r) {
-      std::array<uint32_t, kRoundNoiseWords> words;
+    for (int64_t c = 0; c < chunks; ++c) {
+      if (c > 0)
+        for (int lane = 0; lane < kWarpLanes; ++lane) load_chunk(lane, c);
+      std::array<uint32_t, kChunkNoiseWords> words;
       words.fill(0xA5A5A5A5u);
-      const NoiseRound nr = noise_round(round_elements(warp_begin, warp_end, lanes, r));
-      EXPECT_LE(nr.calls, kRoundCalls);
+      const NoiseChunk nc = noise_chunk(chunk_elements(warp_begin, warp_end, lanes, c));
+      EXPECT_LE(nc.calls, kChunkCalls);
       if (stochastic)
-        for (int lane = 0; lane < kWarpLanes; ++lane) make_round_noise(noise, nr, lane, words.data());
-      for (int lane = 0; lane < kWarpLanes; ++lane) {
-        const int64_t block = lane_block(q[lane], lanes, r);
-        if (r > 0) {
-          n[lane] = lane_block_len(q[lane], lanes, r);
-          load_floats8(x + q[lane].at.start + 8 * block, n[lane], v[lane].data());
+        for (int lane = 0; lane < kWarpLanes; ++lane) make_chunk_noise(noise, nc, lane, words.data());
+      for (int lane = 0; lane < kWarpLanes; ++lane)
+        for (int j = 0; j < kLaneBlocks; ++j) {
+          const int64_t block = lane_block(q[lane], lanes, c * kLaneBlocks + j);
+          if (n[lane][j] > 0)
+            quantize_lane_block(v[lane][j].data(), n[lane][j], static_cast<uint64_t>(q[lane].at.start + 8 * block),
+                                p[lane], g.bits, nc, stochastic ? words.data() : nullptr,
+                                codes + q[lane].at.code_offset + block * g.bits);
         }
-        if (n[lane] > 0)
-          quantize_lane_block(v[lane].data(), n[lane], static_cast<uint64_t>(q[lane].at.start + 8 * block), p[lane],
-                              g.bits, nr, stochastic ? words.data() : nullptr,
-                              codes + q[lane].at.code_offset + block * g.bits);
-      }
     }
   }
 }
@@ -121,7 +130,7 @@ TEST(GroupQuantWarp, ReplayedQuantizeWarpsWriteTheCpuKernelsBytes) {
     std::vector<uint8_t> codes(static_cast<size_t>(g.code_bytes())), meta(static_cast<size_t>(g.meta_bytes()));
     std::vector<double> range_sq;
     quantize_groups(x.data(), g, k.c.rounding, kNoise, codes.data(), meta.data(), &range_sq);
-    // The kernel's lanes, and a whole warp a group (the other schedule round_elements allows).
+    // The kernel's lanes, and a whole warp a group (the other schedule chunk_elements allows).
     for (int lanes : {quantize_lanes(g.group_size), kWarpLanes}) {
       std::vector<uint8_t> wcodes(codes.size(), 0xEE), wmeta(meta.size(), 0xEE);
       std::vector<double> wrange_sq(range_sq.size(), -1.0);
@@ -133,54 +142,59 @@ TEST(GroupQuantWarp, ReplayedQuantizeWarpsWriteTheCpuKernelsBytes) {
   }
 }
 
-TEST(GroupQuantWarp, SmallGroupsShareAWarpAndLargeOnesTakeRounds) {
+TEST(GroupQuantWarp, SmallGroupsShareAWarpAndLargeOnesTakeChunks) {
+  // Each lane takes kLaneBlocks (4) blocks of 8: groups of 256 take 8 lanes, 4 groups a warp.
   EXPECT_EQ(quantize_lanes(7), 1);
-  EXPECT_EQ(quantize_lanes(32), 4);
-  EXPECT_EQ(quantize_lanes(49), 8);
-  EXPECT_EQ(quantize_lanes(64), 8);
-  EXPECT_EQ(quantize_lanes(256), 32);
+  EXPECT_EQ(quantize_lanes(32), 1);
+  EXPECT_EQ(quantize_lanes(49), 2);
+  EXPECT_EQ(quantize_lanes(64), 2);
+  EXPECT_EQ(quantize_lanes(256), 8);
   EXPECT_EQ(quantize_lanes(1000), 32);
+  EXPECT_EQ(quantize_lanes(5000), 32);
   EXPECT_EQ(dequantize_lanes(7), 2);
   EXPECT_EQ(dequantize_lanes(64), 16);
   EXPECT_EQ(dequantize_lanes(256), 32);
   GroupQuantConfig c;
-  c.group_size = 1000;
-  const GroupGeometry g = group_geometry(3 * 1013, 3, c);
-  EXPECT_EQ(quantize_rounds(g, 32), 4);
-  // Groups of 256 from element 0: one Philox call a lane, 8 elements a call.
+  c.group_size = 5000;
+  const GroupGeometry big = group_geometry(3 * 5013, 3, c);
+  EXPECT_EQ(quantize_rounds(big, 32), 20);
+  EXPECT_EQ(quantize_chunks(big, 32), 5);
+  // Groups of 256 from element 0: 4 a warp, one Philox call a lane a round, 8 elements a call.
   c.group_size = 256;
   const GroupGeometry a = group_geometry(4096, 1, c);
-  const QuantLane q = quant_lane(a, 32, 3, 5);
-  EXPECT_EQ(q.at.start, 3 * 256);
-  EXPECT_EQ(noise_round(round_elements(q.at.start, q.at.start + 256, 32, 0)).calls, 32);
+  EXPECT_EQ(quantize_chunks(a, 8), 1);
+  const QuantLane q = quant_lane(a, 8, 3, 13);
+  EXPECT_EQ(q.at.start, (3 * 4 + 1) * 256);
+  EXPECT_EQ(q.sub, 5);
+  EXPECT_EQ(noise_chunk(chunk_elements(3 * 1024, 4 * 1024, 8, 0)).calls, 4 * 32);
 }
 
-// Runs of up to 256 elements from any start: every element's noise read back from the words the
+// Runs of up to 1024 elements from any start: every element's noise read back from the words the
 // 32 lanes wrote is rounding_noise16's, element by element and a block of 8 at a time (from
 // every block start of the run, clipped to it; the words on the heap, exactly a warp's, so that a
 // sanitizer build sees a read past them).
-TEST(GroupQuantWarp, ARoundsSharedPhiloxCallsGiveEveryElementItsRoundingNoise) {
+TEST(GroupQuantWarp, AChunksSharedPhiloxCallsGiveEveryElementItsRoundingNoise) {
   const uint64_t seed = 0x5EEDull, stream = quant_stream(3, 1);
   for (int64_t begin : {int64_t{0}, int64_t{1}, int64_t{127}, int64_t{128}, int64_t{1013}, int64_t{5} << 33})
-    for (int64_t len : {1, 7, 49, 128, 129, 255, 256}) {
-      const NoiseRound r = noise_round({begin, begin + len});
-      ASSERT_LE(r.calls, kRoundCalls);
-      std::vector<uint32_t> words(kRoundNoiseWords, 0xA5A5A5A5u);
-      for (int lane = 0; lane < kWarpLanes; ++lane) make_round_noise({seed, stream}, r, lane, words.data());
+    for (int64_t len : {1, 7, 49, 128, 129, 255, 256, 897, 1023, 1024}) {
+      const NoiseChunk r = noise_chunk({begin, begin + len});
+      ASSERT_LE(r.calls, kChunkCalls);
+      std::vector<uint32_t> words(kChunkNoiseWords, 0xA5A5A5A5u);
+      for (int lane = 0; lane < kWarpLanes; ++lane) make_chunk_noise({seed, stream}, r, lane, words.data());
       for (int64_t e = begin; e < begin + len; ++e)
-        ASSERT_EQ(round_noise16(r, words.data(), static_cast<uint64_t>(e)),
+        ASSERT_EQ(chunk_noise16(r, words.data(), static_cast<uint64_t>(e)),
                   rounding_noise16(seed, stream, static_cast<uint64_t>(e)))
             << "run from " << begin << " of " << len << ", element " << e;
       for (int64_t e0 = begin; e0 < begin + len; e0 += 8) {
         const int n = static_cast<int>(std::min<int64_t>(8, begin + len - e0));
         uint32_t half[8];
-        round_noise16_block8(r, words.data(), static_cast<uint64_t>(e0), n, half);
+        chunk_noise16_block8(r, words.data(), static_cast<uint64_t>(e0), n, half);
         for (int k = 0; k < n; ++k)
           ASSERT_EQ(half[k], rounding_noise16(seed, stream, static_cast<uint64_t>(e0 + k)))
               << "run from " << begin << " of " << len << ", block at " << e0 << ", element " << k;
       }
     }
-  EXPECT_EQ(noise_round({10, 10}).calls, 0);  // an empty round draws nothing
+  EXPECT_EQ(noise_chunk({10, 10}).calls, 0);  // an empty round draws nothing
 }
 
 // The lanes' scans merged in the kernels' butterfly order give the plain scan's (min, max), with

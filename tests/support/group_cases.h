@@ -2,9 +2,10 @@
 // The per-group quantizer configurations the device tests sweep (the CUDA kernels' warp schedule
 // replayed on the host in group_quant_warp_test.cpp, the kernels themselves in
 // group_quant_device_test.cpp): every width, both roundings and metadata types, groups of 7, 32,
-// 33, 64, 256 and 1000 (one lane to a warp per group, several rounds) per sample and flat over
-// spans of 1013 (no group on an 8- or 128-element boundary after the first), and per-plane
-// groups of 49 (planes of 7 x 7 grouped whole, of 14 x 14 cut in four).
+// 33, 64, 256 and 1000 (one lane to a warp per group) per sample and flat over spans of 1013 (no
+// group on an 8- or 128-element boundary after the first), groups of 2500 over spans of 5013 (a
+// warp's chunks of 1024 in turn), and per-plane groups of 49 (planes of 7 x 7 grouped whole, of
+// 14 x 14 cut in four).
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -38,7 +39,7 @@ struct GroupCase {
 inline std::vector<GroupCase> group_cases() {
   std::vector<GroupCase> out;
   for (int bits : {1, 2, 3, 4, 8})
-    for (int64_t G : {int64_t{7}, int64_t{32}, int64_t{33}, int64_t{64}, int64_t{256}, int64_t{1000}})
+    for (int64_t G : {int64_t{7}, int64_t{32}, int64_t{33}, int64_t{64}, int64_t{256}, int64_t{1000}, int64_t{2500}})
       for (Rounding r : {Rounding::Stochastic, Rounding::Nearest})
         for (MetaType m : {MetaType::BF16, MetaType::F32}) {
           GroupCase k;
@@ -48,7 +49,7 @@ inline std::vector<GroupCase> group_cases() {
           k.c.meta = m;
           k.c.grouping = G == 33 ? Grouping::Flat : Grouping::PerSample;
           k.samples = 3;
-          k.span = 1013;  // not a multiple of 8, of 128 or of any G
+          k.span = G > 1013 ? 5013 : 1013;  // not a multiple of 8, of 128 or of any G
           out.push_back(k);
           if (G != 7) continue;
           k.c.grouping = Grouping::PerPlane;  // planes of 7 x 7 and 14 x 14: groups of 49, one or four a plane
