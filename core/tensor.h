@@ -23,6 +23,9 @@ struct Storage {
   Device device;
   int64_t version = 0;
   uint64_t id = 0;  // unique for the process's lifetime (addresses are reused; ids are not)
+  // Copies made from these bytes and kept for reuse (a weight reordered for a primitive:
+  // core/cpu/weight_cache.cpp), owned here so that they are freed with the storage.
+  std::shared_ptr<void> derived;
 };
 
 class Tensor {

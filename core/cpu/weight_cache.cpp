@@ -9,17 +9,22 @@
 namespace packrat::cpu {
 
 namespace {
+// One kept copy of a weight.
 struct Entry {
-  std::weak_ptr<Storage> storage;
-  const Storage* key;
   int64_t version;
   dnnl::memory::desc plain, want;
   Tensor buffer;  // (want.get_size() / 4,) the reordered weight
 };
+// A weight's kept copies, held by its Storage (Storage::derived): they are freed with the weight,
+// not when the next convolution looks them up (a model freed after its evaluation would leave
+// them in the next run's Workspace figures).
+struct Copies {
+  std::vector<Entry> entries;
+};
 
 struct Cache {
   std::mutex mutex;
-  std::vector<Entry> entries;
+  std::vector<std::weak_ptr<Storage>> holders;  // the storages that hold copies (for the counts)
   bool enabled = true;
 };
 
@@ -29,49 +34,68 @@ Cache& cache() {
 }
 
 std::atomic<int64_t> g_reorders{0};
+
+// The storages that hold copies and are alive; the freed ones leave the list. Under the mutex.
+std::vector<std::shared_ptr<Storage>> live_holders(Cache& c) {
+  std::vector<std::shared_ptr<Storage>> out;
+  std::erase_if(c.holders, [&](const std::weak_ptr<Storage>& h) {
+    std::shared_ptr<Storage> s = h.lock();
+    if (!s) return true;
+    out.push_back(std::move(s));
+    return false;
+  });
+  return out;
+}
 }  // namespace
 
 Tensor weights_as(const Tensor& w, const dnnl::memory::desc& plain, const dnnl::memory::desc& want, bool keep) {
   if (want == plain) return w;
   Cache& c = cache();
   std::unique_lock lock(c.mutex);
-  const bool parameter = w.storage()->allocation->tag() == MemTag::Parameter;
-  if (c.enabled && parameter) {
-    // Drop entries whose weight is gone (its storage address may be reused).
-    std::erase_if(c.entries, [](const Entry& e) { return e.storage.expired(); });
-    auto it = std::find_if(c.entries.begin(), c.entries.end(), [&](const Entry& e) {
-      return e.key == w.storage().get() && e.plain == plain && e.want == want;
-    });
-    if (it != c.entries.end()) {
+  Storage& storage = *w.storage();
+  const bool parameter = storage.allocation->tag() == MemTag::Parameter;
+  auto* copies = static_cast<Copies*>(storage.derived.get());
+  if (c.enabled && parameter && copies) {
+    auto it = std::find_if(copies->entries.begin(), copies->entries.end(),
+                           [&](const Entry& e) { return e.plain == plain && e.want == want; });
+    if (it != copies->entries.end()) {
       if (it->version == w.version()) return it->buffer;
-      c.entries.erase(it);  // stale: free it before reordering again
+      copies->entries.erase(it);  // stale: free it before reordering again
     }
   }
   ++g_reorders;
   Tensor buffer = reorder_into_buffer(w, plain, want, MemTag::Workspace);
-  if (c.enabled && parameter && keep)
-    c.entries.push_back(Entry{w.storage(), w.storage().get(), w.version(), plain, want, buffer});
+  if (c.enabled && parameter && keep) {
+    if (!copies) {
+      storage.derived = std::make_shared<Copies>();
+      copies = static_cast<Copies*>(storage.derived.get());
+      c.holders.push_back(w.storage());
+    }
+    copies->entries.push_back(Entry{w.version(), plain, want, buffer});
+  }
   return buffer;
 }
 
+void clear_weight_cache() {
+  std::unique_lock lock(cache().mutex);
+  for (const auto& s : live_holders(cache())) s->derived.reset();
+  cache().holders.clear();
+}
+
 void set_weight_cache_enabled(bool on) {
+  if (!on) clear_weight_cache();
   std::unique_lock lock(cache().mutex);
   cache().enabled = on;
-  if (!on) cache().entries.clear();
 }
 
 bool weight_cache_enabled() { return cache().enabled; }
 
-void clear_weight_cache() {
-  std::unique_lock lock(cache().mutex);
-  cache().entries.clear();
-}
-
 int64_t weight_cache_bytes() {
   std::unique_lock lock(cache().mutex);
   int64_t bytes = 0;
-  for (const Entry& e : cache().entries)
-    if (!e.storage.expired() && e.buffer.defined()) bytes += static_cast<int64_t>(e.buffer.nbytes());
+  for (const auto& s : live_holders(cache()))
+    if (const auto* copies = static_cast<const Copies*>(s->derived.get()))
+      for (const Entry& e : copies->entries) bytes += static_cast<int64_t>(e.buffer.nbytes());
   return bytes;
 }
 

@@ -1,9 +1,9 @@
 #pragma once
 // Cache of weights reordered into a primitive's preferred (blocked) format. Weights stay plain
 // OIHW (PyTorch layout, for checkpoints); a convolution asks for them in, e.g., OIhw16i16o.
-// Entries are keyed by the weight's storage, its in-place version and the wanted format, so an
-// optimizer step (which bumps the version) invalidates them; an entry whose weight was freed
-// is dropped. The copies are allocator-accounted under the Workspace tag.
+// Entries are kept by the weight's storage (Storage::derived), keyed by its in-place version and
+// the wanted format, so an optimizer step (which bumps the version) invalidates them, and they
+// are freed with the weight. The copies are allocator-accounted under the Workspace tag.
 //
 // What is kept: only model parameters (allocation tagged Parameter: their one writer, the
 // optimizer, bumps the version) and only when the caller says the weight will be reused as is

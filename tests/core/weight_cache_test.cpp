@@ -1,6 +1,6 @@
 // The CPU weight cache's own rules, on any ISA: a parameter's reordered copy is reused until
 // its version changes, kept only when the caller says the weight will be reused, never kept for
-// a non-parameter, dropped when the weight is freed. (Conv2dOp.WeightCacheReordersOncePerVersion
+// a non-parameter, freed with the weight. (Conv2dOp.WeightCacheReordersOncePerVersion
 // checks the same through conv2d where the kernel wants blocked weights, i.e. on AVX-512.)
 #include "core/cpu/weight_cache.h"
 
@@ -8,6 +8,7 @@
 
 #include <algorithm>
 
+#include "core/allocator.h"
 #include "tests/support/gradcheck.h"
 
 namespace packrat {
@@ -53,12 +54,23 @@ TEST(WeightCache, ReordersOncePerVersion) {
   cpu::weights_as(other, plain, blocked, true);
   EXPECT_EQ(cpu::weight_cache_reorders(), r0 + 5);
   EXPECT_EQ(cpu::weight_cache_bytes(), 0);
-  // Kept again, then the weight is freed: its entry no longer counts.
+  // Kept again, then the weight is freed: its copy is freed with it, in the allocator too (not
+  // when the next convolution looks it up: a model freed after its evaluation would leave the
+  // copies in the next run's Workspace figures).
+  const int64_t workspace = Allocator::cpu().current(MemTag::Workspace);
   cpu::weights_as(w, plain, blocked, true);
   EXPECT_GT(cpu::weight_cache_bytes(), 0);
+  EXPECT_EQ(Allocator::cpu().current(MemTag::Workspace), workspace + static_cast<int64_t>(blocked.get_size()));
   w = Tensor();
   EXPECT_EQ(cpu::weight_cache_bytes(), 0);
+  EXPECT_EQ(Allocator::cpu().current(MemTag::Workspace), workspace);
+  // clear_weight_cache frees the copies of live weights.
+  Tensor v = Tensor::empty({32, 16, 3, 3}, DType::f32, Layout::Plain, MemTag::Parameter);
+  cpu::weights_as(v, plain, blocked, true);
+  EXPECT_GT(Allocator::cpu().current(MemTag::Workspace), workspace);
   cpu::clear_weight_cache();
+  EXPECT_EQ(Allocator::cpu().current(MemTag::Workspace), workspace);
+  EXPECT_EQ(cpu::weight_cache_bytes(), 0);
 }
 
 }  // namespace
