@@ -16,7 +16,10 @@
 # ncu:     Nsight Compute's time of every kernel of 4 ResNet-18 steps at batch 512 (FP32 and ActNN
 #          2-bit storage), by name;
 # kernels: Nsight Compute's detailed sections (speed of light, memory, occupancy, warp stalls by
-#          source line) for the codec kernels and the batchnorm and activation kernels of the step.
+#          source line) for the codec kernels and the batchnorm and activation kernels of the step;
+# timeline: Nsight Systems' trace of 8 FP32 steps at batch 512, at the GPU's own clocks: how much of
+#          the step the GPU is busy (kernels and copies, overlaps merged) and how long it waits
+#          between launches, i.e. whether the step is bound by its kernels or by the host.
 # Logs (one file per check) go to OUT/logs.tar.gz; a summary of each is printed at the end.
 set -uo pipefail
 dest=${1:?usage: scripts/device_check.sh OUT [tests|train|bench ...]}; shift
@@ -105,6 +108,18 @@ if [[ $phases == *kernels* ]]; then
     >"$out/kernels_step.txt" 2>&1
 fi
 
+if [[ $phases == *timeline* ]]; then
+  if command -v nsys >/dev/null; then
+    timeout 150 nsys profile --trace=cuda --sample=none --cpuctxsw=none --force-overwrite=true -o /tmp/timeline \
+      $run trainer --config configs/resnet18_gelu_3bit.yaml --set device=cuda --set saved_tensors.default=fp32 \
+      --set 'saved_tensors.rules=[]' --set data.batch_size=512 --benchmark 8 >"$out/timeline.log" 2>&1
+    nsys stats --report cuda_gpu_trace --format csv --output /tmp/timeline /tmp/timeline.nsys-rep >>"$out/timeline.log" 2>&1
+    cp /tmp/timeline_cuda_gpu_trace.csv "$out/timeline_gpu_trace.csv" 2>/dev/null
+  else
+    echo "nsys is not installed on this machine" >"$out/timeline.log"
+  fi
+fi
+
 echo "== summary"
 for f in "$out"/tests_*.log; do
   [[ -f $f ]] || continue
@@ -132,6 +147,21 @@ print(f"{sum(count.values())} launches, {all_ns / 1e6:.2f} ms of kernel time")
 for k, t in total.most_common(25): print(f"{t / 1e6:8.3f} ms {100 * t / all_ns:5.1f}% {count[k]:5d}x {k}")
 PY
 done
+if [[ -s $out/timeline_gpu_trace.csv ]]; then  # the GPU's busy share of the last 5 steps' span
+  echo "-- timeline"
+  python3 - "$out/timeline_gpu_trace.csv" <<'PY'
+import csv, sys
+rows = list(csv.DictReader(open(sys.argv[1])))
+spans = sorted((int(r["Start (ns)"]), int(r["Start (ns)"]) + int(r["Duration (ns)"])) for r in rows)
+spans = spans[len(spans) * 3 // 8:]  # the first 3 of 8 steps warm up (allocator, cuDNN plans)
+busy, end = 0, spans[0][0]
+for a, b in spans:  # the union of the intervals
+    if b > end: busy += b - max(a, end); end = b
+span = spans[-1][1] - spans[0][0]
+print(f"{len(spans)} kernels and copies over {span / 1e6:.2f} ms: GPU busy {busy / 1e6:.2f} ms ({100 * busy / span:.1f}%), "
+      f"idle {(span - busy) / 1e6:.2f} ms between them")
+PY
+fi
 for f in "$out"/kernels_*.txt; do  # each profiled kernel's duration, throughputs and occupancy
   [[ -f $f ]] || continue
   echo "-- $(basename "$f")"
