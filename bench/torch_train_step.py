@@ -83,11 +83,17 @@ def main():
     sync()
     if gpu:
         torch.cuda.reset_peak_memory_stats()
+        # The timed steps are the profiled ones under `ncu --profile-from-start off` or `nsys
+        # --capture-range=cudaProfilerApi` (scripts/device_check.sh), not cuDNN's algorithm search
+        # in the warm-up; without a profiler this does nothing.
+        torch.cuda.profiler.start()
     t0, c0 = time.perf_counter(), time.process_time()
     for _ in range(a.steps):
         step()
     sync()
     dt, dc = time.perf_counter() - t0, time.process_time() - c0
+    if gpu:
+        torch.cuda.profiler.stop()
     out = {"img_per_s": a.batch * a.steps / dt, "cpu_img_per_s": a.batch * a.steps / dc, "threads": a.threads}
     if gpu:
         out.update(device=torch.cuda.get_device_name(), peak_bytes=torch.cuda.max_memory_allocated())

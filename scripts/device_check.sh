@@ -13,13 +13,14 @@
 #          PyTorch's default;
 # layouts: the step at 512 with exact f32, and in NCHW;
 # torch:   bench/compare_torch.py --device cuda at batch 128 and 512 (TF32);
-# ncu:     Nsight Compute's time of every kernel of 4 ResNet-18 steps at batch 512 (FP32 and ActNN
-#          2-bit storage), by name;
+# ncu:     Nsight Compute's time of every kernel of 5 ResNet-18 steps at batch 512 (FP32 and ActNN
+#          2-bit storage), by name, and of PyTorch's 4 timed steps (the same FP32 step);
 # kernels: Nsight Compute's detailed sections (speed of light, memory, occupancy, warp stalls by
 #          source line) for the codec kernels and the batchnorm and activation kernels of the step;
-# timeline: Nsight Systems' trace of 8 FP32 steps at batch 512, at the GPU's own clocks: how much of
-#          the step the GPU is busy (kernels and copies, overlaps merged) and how long it waits
-#          between launches, i.e. whether the step is bound by its kernels or by the host.
+# timeline: Nsight Systems' trace of 9 FP32 steps at batch 512 and of PyTorch's 4 timed steps, at
+#          the GPU's own clocks: how much of the step the GPU is busy (kernels and copies, overlaps
+#          merged) and how long it waits between launches, i.e. whether the step is bound by its
+#          kernels or by the host.
 # Logs (one file per check) go to OUT/logs.tar.gz; a summary of each is printed at the end.
 set -uo pipefail
 dest=${1:?usage: scripts/device_check.sh OUT [tests|train|bench ...]}; shift
@@ -86,7 +87,12 @@ if [[ $phases == *torch* ]]; then
   PYTHONUNBUFFERED=1 timeout 150 python3 bench/compare_torch.py --device cuda --bench /tmp/packrat_bench \
     --name $step/128 --name $step/512 --rounds 2 >"$out/compare_torch.log" 2>&1
 fi
+# PyTorch's step (bench/torch_train_step.py): its 4 timed steps after 3 warm-up ones, which hold
+# cuDNN's algorithm search (the script marks them for the profilers).
+torch_step=(python3 bench/torch_train_step.py --device cuda --batch 512 --warmup 3 --steps 4)
 if [[ $phases == *ncu* ]]; then
+  timeout 150 ncu --profile-from-start off --metrics gpu__time_duration.sum --csv --print-units base \
+    "${torch_step[@]}" >"$out/ncu_torch.csv" 2>"$out/ncu_torch.err"
   for scheme in fp32 actnn2; do
     default=fp32; [[ $scheme == actnn2 ]] && default='{scheme: actnn, bits: 2}'
     timeout 150 ncu --metrics gpu__time_duration.sum --csv --print-units base $run trainer \
@@ -115,6 +121,11 @@ if [[ $phases == *timeline* ]]; then
       --set 'saved_tensors.rules=[]' --set data.batch_size=512 --benchmark 8 >"$out/timeline.log" 2>&1
     nsys stats --report cuda_gpu_trace --format csv --output /tmp/timeline /tmp/timeline.nsys-rep >>"$out/timeline.log" 2>&1
     cp /tmp/timeline_cuda_gpu_trace.csv "$out/timeline_gpu_trace.csv" 2>/dev/null
+    timeout 150 nsys profile --trace=cuda --sample=none --cpuctxsw=none --force-overwrite=true \
+      --capture-range=cudaProfilerApi -o /tmp/timeline_torch "${torch_step[@]}" >"$out/timeline_torch.log" 2>&1
+    nsys stats --report cuda_gpu_trace --format csv --output /tmp/timeline_torch /tmp/timeline_torch.nsys-rep \
+      >>"$out/timeline_torch.log" 2>&1
+    cp /tmp/timeline_torch_cuda_gpu_trace.csv "$out/timeline_torch_gpu_trace.csv" 2>/dev/null
   else
     echo "nsys is not installed on this machine" >"$out/timeline.log"
   fi
@@ -147,13 +158,15 @@ print(f"{sum(count.values())} launches, {all_ns / 1e6:.2f} ms of kernel time")
 for k, t in total.most_common(25): print(f"{t / 1e6:8.3f} ms {100 * t / all_ns:5.1f}% {count[k]:5d}x {k}")
 PY
 done
-if [[ -s $out/timeline_gpu_trace.csv ]]; then  # the GPU's busy share of the last 5 steps' span
-  echo "-- timeline"
-  python3 - "$out/timeline_gpu_trace.csv" <<'PY'
+for f in "$out"/timeline*_gpu_trace.csv; do  # the GPU's busy share of the profiled steps' span
+  [[ -s $f ]] || continue
+  echo "-- $(basename "$f")"
+  python3 - "$f" <<'PY'
 import csv, sys
 rows = list(csv.DictReader(open(sys.argv[1])))
 spans = sorted((int(r["Start (ns)"]), int(r["Start (ns)"]) + int(r["Duration (ns)"])) for r in rows)
-spans = spans[len(spans) * 3 // 8:]  # the first 3 of 8 steps warm up (allocator, cuDNN plans)
+if "torch" not in sys.argv[1]:  # packrat's: the first 3 of its 9 steps warm up (allocator, cuDNN plans)
+    spans = spans[len(spans) // 3:]
 busy, end = 0, spans[0][0]
 for a, b in spans:  # the union of the intervals
     if b > end: busy += b - max(a, end); end = b
@@ -161,7 +174,7 @@ span = spans[-1][1] - spans[0][0]
 print(f"{len(spans)} kernels and copies over {span / 1e6:.2f} ms: GPU busy {busy / 1e6:.2f} ms ({100 * busy / span:.1f}%), "
       f"idle {(span - busy) / 1e6:.2f} ms between them")
 PY
-fi
+done
 for f in "$out"/kernels_*.txt; do  # each profiled kernel's duration, throughputs and occupancy
   [[ -f $f ]] || continue
   echo "-- $(basename "$f")"
