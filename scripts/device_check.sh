@@ -156,6 +156,19 @@ for r in rows[1:]:
 all_ns = sum(total.values())
 print(f"{sum(count.values())} launches, {all_ns / 1e6:.2f} ms of kernel time")
 for k, t in total.most_common(25): print(f"{t / 1e6:8.3f} ms {100 * t / all_ns:5.1f}% {count[k]:5d}x {k}")
+# By part of the step, the same buckets for packrat's kernels and PyTorch's (the first match wins).
+import re
+parts = [("codec", r"quantiz|[Ff]ewbit|[Mm]ixed|pack_|[Bb]itpack"), ("reorder", r"reorder|ranspose|nchwToNhwc|nhwcToNchw"),
+         ("convolution", r"conv|xmma|gemm|cutlass|cudnn|fprop|dgrad|wgrad|implicit"),
+         ("batchnorm", r"atch_?[Nn]orm|ChannelAffine|Finalize|partial_sums|channel_"),
+         ("activation", r"[Gg]elu|GELU|Pointwise|Activation"), ("add", r"add|Binary"),
+         ("optimizer", r"[Ss]gd|SGD|multi_tensor|foreach|momentum"),
+         ("loss, pool, linear", r"[Ss]oft[Mm]ax|nll|[Ll]oss|pool|Pool|Linear|Matmul|reduce")]
+by = collections.Counter()
+for k, t in total.items():
+    plain = k.replace("packrat::", "")  # (its namespace would match "pack")
+    by[next((p for p, rx in parts if re.search(rx, plain)), "other")] += t
+print("  by part: " + ", ".join(f"{p} {t / 1e6:.2f} ms ({100 * t / all_ns:.0f}%)" for p, t in by.most_common()))
 PY
 done
 for f in "$out"/timeline*_gpu_trace.csv; do  # the GPU's busy share of the profiled steps' span
