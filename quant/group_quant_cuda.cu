@@ -37,8 +37,9 @@ __global__ void __launch_bounds__(kThreadsPerBlock, 2)
 
   // The range: every lane scans its blocks, then the group's lanes merge (xor offsets < lanes
   // stay within the group's lanes).
-  float v[kLaneBlocks][8];  // the lane's blocks of the current chunk
+  float v[kLaneBlocks][8];  // the lane's blocks of the current chunk (past n[j]: not read)
   int n[kLaneBlocks];       // their lengths (0: none)
+  v[0][0] = 0.0f;           // an idle group's lead loads nothing, and its first value is shuffled below
 #pragma unroll
   for (int j = 0; j < kLaneBlocks; ++j) {
     n[j] = lane_block_len(q, lanes, j);
