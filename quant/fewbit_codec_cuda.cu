@@ -20,8 +20,6 @@ void with_bits(int bits, Fn&& fn) {
   }
 }
 
-constexpr unsigned kFullWarp = 0xffffffffu;
-
 // Thread t: quad t's codes; the even thread of each pair stores their block of 8. The loop runs
 // warp by warp (t0: the warp's first quad) so that both threads of a pair reach the shuffle.
 template <class Body>

@@ -6,7 +6,6 @@
 #include "core/cuda/launch.cuh"
 #include "quant/group_quant_device.h"
 #include "quant/group_quant_warp.h"
-#include "quant/warp_range.cuh"
 
 namespace packrat::cuda {
 

@@ -51,12 +51,17 @@ __device__ float warp_bucket_scale(const float* x, int64_t len, ScaleRule rule, 
 }
 
 constexpr int kWarpsPerBlock = kThreadsPerBlock / 32;
+// Blocks of 8 a lane keeps in registers from the range to its codes: buckets of up to 512 values
+// (the thesis's) are read once, a float4 a load (before: a strided scan of single floats for the
+// range, then every block again for the codes).
+constexpr int kBucketLaneBlocks = 2;
 
 // One warp per bucket: its grid (range or scale), its metadata record, then its blocks of 8
-// codes across the lanes, 32 consecutive blocks at a time. Every lane computes the same grid,
-// so none is broadcast. Stochastic rounding: each lane makes one Philox call per 32 blocks and
-// the lanes share the outputs through shared memory (warp_noise_counter and friends: the
-// uniforms of rounding_uniform, 8x fewer Philox calls than one per element).
+// codes across the lanes, 32 consecutive blocks (a pass) at a time, lane l on blocks l, l + 32,
+// ... Every lane computes the same grid, so none is broadcast. Stochastic rounding: each lane
+// makes one Philox call per pass and the lanes share the outputs through shared memory
+// (warp_noise_counter and friends: the uniforms of rounding_uniform, 8x fewer Philox calls than
+// one per element).
 __global__ void quantize_mixed_kernel(const float* x, MixedFormat f, Rounding rounding, QuantNoise noise,
                                       BucketFlags flags, BucketOffsets offsets, uint8_t* codes, uint8_t* meta) {
   __shared__ uint32_t philox_words[kWarpsPerBlock][32][4];  // (warps, lanes, words): each warp's Philox outputs
@@ -65,11 +70,18 @@ __global__ void quantize_mixed_kernel(const float* x, MixedFormat f, Rounding ro
   if (g >= f.g.buckets) return;  // the whole warp: one bucket per warp
   const int64_t len = f.g.len(g);
   const float* xb = x + f.g.start(g);  // (len)
+  float v[kBucketLaneBlocks][8];       // the lane's blocks of the first passes (past n[i]: not read)
+  int n[kBucketLaneBlocks];            // their lengths (0: none)
+#pragma unroll
+  for (int i = 0; i < kBucketLaneBlocks; ++i) {
+    n[i] = bucket_block_len(len, lane + 32 * i);
+    load_floats8(xb + 8 * (lane + 32 * i), n[i], v[i]);
+  }
   const BucketWidth w = flags(g) ? f.mix : f.base;
   BucketGrid grid;
   if (!is_sign_magnitude(f.scale)) {
     float mn, mx;
-    warp_range(xb, len, lane, mn, mx);
+    warp_range(xb, len, lane, v, n, mn, mx);
     grid = affine_grid(group_params(mn, mx, w.bits, f.meta));
   } else {
     grid = sign_magnitude_grid(sign_magnitude_scale(warp_bucket_scale(xb, len, f.scale, lane), f.meta), w.levels);
@@ -79,12 +91,14 @@ __global__ void quantize_mixed_kernel(const float* x, MixedFormat f, Rounding ro
   const bool stochastic = rounding == Rounding::Stochastic;
   uint8_t* dst = codes + offsets(g);
   uint32_t(*shared_words)[4] = philox_words[warp];
-  for (int64_t first = 0; 8 * first < len; first += 32) {  // the same trip count on every lane
+  // The pass from block `first` (a multiple of 32; the same on every lane): the lane's block
+  // first + lane, its m values vals.
+  auto quantize_pass = [&](int64_t first, const float* vals, int m) {
     float r[8];
     if (stochastic) {
       uint32_t words[4];
       Philox4x32::generate(noise.seed, stream, warp_noise_counter(first, lane), words);
-      __syncwarp();  // the last round's reads are done
+      __syncwarp();  // the last pass's reads are done
       for (int j = 0; j < 4; ++j) shared_words[lane][j] = words[j];
       __syncwarp();
       const int h = warp_noise_half(lane);
@@ -92,8 +106,16 @@ __global__ void quantize_mixed_kernel(const float* x, MixedFormat f, Rounding ro
     } else {
       for (int k = 0; k < 8; ++k) r[k] = 0.5f;
     }
-    const int64_t block = first + lane;
-    if (8 * block < len) quantize_bucket_block8_with(xb, len, block, w, f.scale, r, grid, dst);
+    if (m > 0) quantize_bucket_block8_with(vals, m, len, first + lane, w, f.scale, r, grid, dst);
+  };
+#pragma unroll
+  for (int i = 0; i < kBucketLaneBlocks; ++i)
+    if (8 * 32 * i < len) quantize_pass(32 * i, v[i], n[i]);
+  for (int64_t first = 32 * kBucketLaneBlocks; 8 * first < len; first += 32) {  // buckets over 512 values only
+    float u[8];
+    const int m = bucket_block_len(len, first + lane);
+    load_floats8(xb + 8 * (first + lane), m, u);
+    quantize_pass(first, u, m);
   }
 }
 

@@ -239,19 +239,25 @@ PACKRAT_HD inline BucketGrid bucket_grid_ref(const float* x, int64_t len, const 
 // A bucket's codes in this file's layout: widths up to 8 bits packed (quant/bitpack.h's layout);
 // wider codes as the bucket's low bytes (len bytes), then its high (bits - 8)-bit parts packed.
 
-// Quantizes elements [8 * block, 8 * block + 8) of a bucket of len values at x (clipped to
-// len) into the bucket's codes at dst, element 8 * block + k rounded with the uniform r[k]
-// (0.5: to nearest). The block must exist (8 * block < len).
-PACKRAT_HD inline void quantize_bucket_block8_with(const float* x, int64_t len, int64_t block, const BucketWidth& w,
-                                                   ScaleRule scale, const float* r, const BucketGrid& grid,
-                                                   uint8_t* dst) {
+// The values in block `block` (elements [8 * block, 8 * block + 8)) of a bucket of len: 8, fewer
+// for the last, 0 past it.
+PACKRAT_HD inline int bucket_block_len(int64_t len, int64_t block) {
+  const int64_t left = len - 8 * block;
+  return left <= 0 ? 0 : left < 8 ? static_cast<int>(left) : 8;
+}
+
+// Quantizes block `block` of a bucket of len values, its n = bucket_block_len(len, block) values
+// v, into the bucket's codes at dst, value k rounded with the uniform r[k] (0.5: to nearest).
+// The block must exist (n > 0).
+PACKRAT_HD inline void quantize_bucket_block8_with(const float* v, int n, int64_t len, int64_t block,
+                                                   const BucketWidth& w, ScaleRule scale, const float* r,
+                                                   const BucketGrid& grid, uint8_t* dst) {
   const int lo_bits = w.code_bits < 8 ? w.code_bits : 8, hi_bits = w.code_bits - lo_bits;
-  const int64_t b = 8 * block;
-  const int n = len - b < 8 ? static_cast<int>(len - b) : 8;
   uint64_t lo = 0, hi = 0;
-  for (int k = 0; k < n; ++k) {
-    const uint32_t code = is_sign_magnitude(scale) ? quantize_sign_magnitude(x[b + k], grid.levels_over_scale, w.levels, r[k])
-                                                   : quantize_value(x[b + k], grid.affine, w.levels, r[k]);
+  for (int k = 0; k < 8; ++k) {  // a constant trip count: a GPU keeps v and r in registers
+    if (k >= n) break;
+    const uint32_t code = is_sign_magnitude(scale) ? quantize_sign_magnitude(v[k], grid.levels_over_scale, w.levels, r[k])
+                                                   : quantize_value(v[k], grid.affine, w.levels, r[k]);
     lo |= block_put(code & 0xFFu, k, lo_bits);
     if (hi_bits) hi |= block_put(code >> 8, k, hi_bits);
   }
@@ -265,11 +271,11 @@ PACKRAT_HD inline void quantize_bucket_block8(const float* x, int64_t len, int64
                                               ScaleRule scale, Rounding rounding, const QuantNoise& noise,
                                               const BucketGrid& grid, uint8_t* dst) {
   float r[8];
-  const int n = len - 8 * block < 8 ? static_cast<int>(len - 8 * block) : 8;
+  const int n = bucket_block_len(len, block);
   for (int k = 0; k < n; ++k)
     r[k] = rounding == Rounding::Stochastic ? rounding_uniform(noise.seed, noise.stream, static_cast<uint64_t>(8 * block + k))
                                             : 0.5f;
-  quantize_bucket_block8_with(x, len, block, w, scale, r, grid, dst);
+  quantize_bucket_block8_with(x + 8 * block, n, len, block, w, scale, r, grid, dst);
 }
 
 // A warp's rounding noise. rounding_uniform spends one Philox call per element and uses 16 of

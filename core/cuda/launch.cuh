@@ -15,6 +15,7 @@
 namespace packrat::cuda {
 
 constexpr int kThreadsPerBlock = 256;
+constexpr unsigned kFullWarp = 0xffffffffu;  // every lane of a warp, for the *_sync intrinsics
 
 // Blocks for n indices, one thread each, capped so that a grid-stride loop covers the rest.
 inline unsigned blocks_for(int64_t n) {

@@ -198,8 +198,9 @@ TEST(GroupQuantWarp, AChunksSharedPhiloxCallsGiveEveryElementItsRoundingNoise) {
 }
 
 // The lanes' scans merged in the kernels' butterfly order give the plain scan's (min, max), with
-// a NaN first value (kept), later NaNs (ignored) and signed zeros (the first one found): a
-// group's lanes on blocks of 8 (the per-group kernel) and a warp's lanes on a stride (warp_range).
+// a NaN first value (kept), later NaNs (ignored) and signed zeros (the first one found): a warp's
+// lanes on blocks of 8, lane l on blocks l, l + 32, ... (the per-group kernel with a warp a
+// group, and the mixed quantizer's warp_range, quant/warp_range.cuh).
 TEST(GroupQuantWarp, MergedLaneRangesAreThePlainScans) {
   const float nan = std::numeric_limits<float>::quiet_NaN();
   std::vector<std::vector<float>> groups = {{nan, 1.0f, -2.0f, 3.0f},         {1.0f, nan, -2.0f, 3.0f, nan},
@@ -229,19 +230,6 @@ TEST(GroupQuantWarp, MergedLaneRangesAreThePlainScans) {
     for (int l = 0; l < kWarpLanes; ++l) {
       ASSERT_EQ(std::memcmp(&lane[l].mn, &mn, 4), 0) << "lane " << l << " of a group of " << len;
       ASSERT_EQ(std::memcmp(&lane[l].mx, &mx, 4), 0) << "lane " << l << " of a group of " << len;
-    }
-    // The mixed quantizer's warp_range (quant/warp_range.cuh): lane l scans elements l, l + 32, ...
-    std::vector<RangeScan> strided(kWarpLanes, RangeScan(x[0]));
-    zero.fill(kNoZero);
-    for (int l = 0; l < kWarpLanes; ++l)
-      for (int64_t i = l; i < len; i += kWarpLanes) {
-        strided[l].keep(x.data() + i, 1);
-        if (zero[l] == kNoZero) zero[l] = first_zero_in(x.data() + i, 1, i);
-      }
-    merge_lanes(strided, zero, kWarpLanes);
-    for (int l = 0; l < kWarpLanes; ++l) {
-      ASSERT_EQ(std::memcmp(&strided[l].mn, &mn, 4), 0) << "strided lane " << l << " of a run of " << len;
-      ASSERT_EQ(std::memcmp(&strided[l].mx, &mx, 4), 0) << "strided lane " << l << " of a run of " << len;
     }
   }
 }

@@ -1,10 +1,10 @@
 #pragma once
 // The mixed / deterministic bucket quantizer configurations the codec tests sweep (the CPU
 // reference kernels in codec_bitexact_test.cpp, the CUDA kernel bodies in
-// mixed_quant_device_test.cpp): both roundings and metadata types, buckets of 64, 100 and 512
-// (tails for any size), affine widths (the per-group ones, others, wide codes, per tensor, one
-// width) and sign-magnitude ones under both scales (2/4 bits, ternary / 1000 levels, per tensor,
-// one width).
+// mixed_quant_device_test.cpp): both roundings and metadata types, buckets of 64, 100, 512 and
+// 1000 (tails for any size; 1000 is more than the CUDA kernel keeps in registers), affine widths
+// (the per-group ones, others, wide codes, per tensor, one width) and sign-magnitude ones under
+// both scales (2/4 bits, ternary / 1000 levels, per tensor, one width).
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -39,7 +39,7 @@ inline std::vector<MixedCase> mixed_cases() {
   };
   for (Rounding r : {Rounding::Stochastic, Rounding::Nearest})
     for (MetaType m : {MetaType::BF16, MetaType::F32})
-      for (int64_t bucket : {int64_t{64}, int64_t{100}, int64_t{512}}) {
+      for (int64_t bucket : {int64_t{64}, int64_t{100}, int64_t{512}, int64_t{1000}}) {
         add(ScaleRule::Affine, affine_width(2), affine_width(4), 0.5, MixDecision::PerBucket, r, m, bucket);
         add(ScaleRule::Affine, affine_width(1), affine_width(8), 0.3, MixDecision::PerBucket, r, m, bucket);
         add(ScaleRule::Affine, affine_width(3), affine_width(6), 0.4, MixDecision::PerBucket, r, m, bucket);
