@@ -31,6 +31,18 @@ void synchronize(Device d) {
 #endif
 }
 
+void profiled_range_begin(Device d) {
+#if PACKRAT_HAVE_CUDA
+  if (real_gpu(d)) cuda::profiler_start();
+#endif
+}
+
+void profiled_range_end(Device d) {
+#if PACKRAT_HAVE_CUDA
+  if (real_gpu(d)) cuda::profiler_stop();
+#endif
+}
+
 Tensor empty_host(const Shape& shape, DType dtype, MemTag tag, Allocator* host_memory) {
   Tensor t = Tensor::empty(shape, dtype, Layout::Plain, tag, Device::cpu());
   // The same bytes from the other host allocator; the CPU's block goes back to its cache at once.

@@ -14,6 +14,11 @@ namespace packrat {
 void make_current(Device d);
 // Returns once every kernel and copy queued on d has finished (cudaDeviceSynchronize).
 void synchronize(Device d);
+// Marks the work a profiler should record (cudaProfilerStart / Stop): `ncu --profile-from-start
+// off` and `nsys --capture-range=cudaProfilerApi` then see the timed steps, not the set-up and
+// warm-up before them (scripts/device_check.sh). Without a profiler, or off a real GPU, nothing.
+void profiled_range_begin(Device d);
+void profiled_range_end(Device d);
 // Page-locked (cudaHostAlloc) host memory for tensors copied to d, accounted like any allocator
 // (a CPU allocator of its own); nullptr when d is the CPU or no real GPU. A block freed while a
 // copy from it may still be queued is reused only once the GPU has passed that point.

@@ -13,11 +13,12 @@
 #          PyTorch's default;
 # layouts: the step at 512 with exact f32, and in NCHW;
 # torch:   bench/compare_torch.py --device cuda at batch 128 and 512 (TF32);
-# ncu:     Nsight Compute's time of every kernel of 5 ResNet-18 steps at batch 512 (FP32 and ActNN
-#          2-bit storage), by name, and of PyTorch's 4 timed steps (the same FP32 step);
+# ncu:     Nsight Compute's time of every kernel of 4 timed ResNet-18 steps at batch 512 (FP32 and
+#          ActNN 2-bit storage; the warm-up left out), by name, and of PyTorch's 4 timed steps (the
+#          same FP32 step);
 # kernels: Nsight Compute's detailed sections (speed of light, memory, occupancy, warp stalls by
 #          source line) for the codec kernels and the batchnorm and activation kernels of the step;
-# timeline: Nsight Systems' trace of 9 FP32 steps at batch 512 and of PyTorch's 4 timed steps, at
+# timeline: Nsight Systems' trace of 4 timed FP32 steps at batch 512 and of PyTorch's 4, at
 #          the GPU's own clocks: how much of the step the GPU is busy (kernels and copies, overlaps
 #          merged) and how long it waits between launches, i.e. whether the step is bound by its
 #          kernels or by the host.
@@ -88,14 +89,15 @@ if [[ $phases == *torch* ]]; then
     --name $step/128 --name $step/512 --rounds 2 >"$out/compare_torch.log" 2>&1
 fi
 # PyTorch's step (bench/torch_train_step.py): its 4 timed steps after 3 warm-up ones, which hold
-# cuDNN's algorithm search (the script marks them for the profilers).
+# cuDNN's algorithm search. Both it and `trainer --benchmark` mark their timed steps for the
+# profilers (cudaProfilerStart / Stop).
 torch_step=(python3 bench/torch_train_step.py --device cuda --batch 512 --warmup 3 --steps 4)
 if [[ $phases == *ncu* ]]; then
   timeout 150 ncu --profile-from-start off --metrics gpu__time_duration.sum --csv --print-units base \
     "${torch_step[@]}" >"$out/ncu_torch.csv" 2>"$out/ncu_torch.err"
   for scheme in fp32 actnn2; do
     default=fp32; [[ $scheme == actnn2 ]] && default='{scheme: actnn, bits: 2}'
-    timeout 150 ncu --metrics gpu__time_duration.sum --csv --print-units base $run trainer \
+    timeout 150 ncu --profile-from-start off --metrics gpu__time_duration.sum --csv --print-units base $run trainer \
       --config configs/resnet18_gelu_3bit.yaml --set device=cuda --set "saved_tensors.default=$default" \
       --set 'saved_tensors.rules=[]' --set data.batch_size=512 --benchmark 4 >"$out/ncu_$scheme.csv" 2>"$out/ncu_$scheme.err"
   done
@@ -116,9 +118,10 @@ fi
 
 if [[ $phases == *timeline* ]]; then
   if command -v nsys >/dev/null; then
-    timeout 150 nsys profile --trace=cuda --sample=none --cpuctxsw=none --force-overwrite=true -o /tmp/timeline \
-      $run trainer --config configs/resnet18_gelu_3bit.yaml --set device=cuda --set saved_tensors.default=fp32 \
-      --set 'saved_tensors.rules=[]' --set data.batch_size=512 --benchmark 8 >"$out/timeline.log" 2>&1
+    timeout 150 nsys profile --trace=cuda --sample=none --cpuctxsw=none --force-overwrite=true \
+      --capture-range=cudaProfilerApi -o /tmp/timeline $run trainer --config configs/resnet18_gelu_3bit.yaml \
+      --set device=cuda --set saved_tensors.default=fp32 --set 'saved_tensors.rules=[]' --set data.batch_size=512 \
+      --benchmark 4 >"$out/timeline.log" 2>&1
     nsys stats --report cuda_gpu_trace --format csv --output /tmp/timeline /tmp/timeline.nsys-rep >>"$out/timeline.log" 2>&1
     cp /tmp/timeline_cuda_gpu_trace.csv "$out/timeline_gpu_trace.csv" 2>/dev/null
     timeout 150 nsys profile --trace=cuda --sample=none --cpuctxsw=none --force-overwrite=true \
@@ -154,7 +157,7 @@ for r in rows[1:]:
     except (IndexError, ValueError): continue  # the trainer's own lines
     k = r[name].split("(")[0][:140]; total[k] += t; count[k] += 1
 all_ns = sum(total.values())
-print(f"{sum(count.values())} launches, {all_ns / 1e6:.2f} ms of kernel time")
+print(f"{sum(count.values())} launches, {all_ns / 1e6:.2f} ms of kernel time, {all_ns / 4e6:.2f} ms a step (4 profiled)")
 for k, t in total.most_common(25): print(f"{t / 1e6:8.3f} ms {100 * t / all_ns:5.1f}% {count[k]:5d}x {k}")
 # By part of the step, the same buckets for packrat's kernels and PyTorch's (the first match wins).
 import re
@@ -178,8 +181,6 @@ for f in "$out"/timeline*_gpu_trace.csv; do  # the GPU's busy share of the profi
 import csv, sys
 rows = list(csv.DictReader(open(sys.argv[1])))
 spans = sorted((int(r["Start (ns)"]), int(r["Start (ns)"]) + int(r["Duration (ns)"])) for r in rows)
-if "torch" not in sys.argv[1]:  # packrat's: the first 3 of its 9 steps warm up (allocator, cuDNN plans)
-    spans = spans[len(spans) // 3:]
 busy, end = 0, spans[0][0]
 for a, b in spans:  # the union of the intervals
     if b > end: busy += b - max(a, end); end = b

@@ -1,6 +1,7 @@
 // Current device, device synchronisation, and page-locked host memory for asynchronous copies.
 #include "core/cuda/host_runtime.h"
 
+#include <cuda_profiler_api.h>
 #include <cuda_runtime.h>
 
 #include <limits>
@@ -88,6 +89,9 @@ void synchronize_device(int index) {
   if (s != cudaSuccess)  // an asynchronous kernel error surfaces here
     fail("cuda:{}: a kernel or copy queued on the GPU failed: {}", index, cudaGetErrorString(s));
 }
+
+void profiler_start() { cudaProfilerStart(); }
+void profiler_stop() { cudaProfilerStop(); }
 
 Allocator& pinned_host_allocator() {
   // Never destroyed, like the device allocators: tensors held by statics may outlive it.

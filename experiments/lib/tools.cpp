@@ -86,6 +86,7 @@ BenchmarkResult benchmark(const Config& c, int64_t steps, DataParallel* dp) {
   r.device = on.device().str();
   if (dp) dp->comm->barrier("benchmark start");
   synchronize(on.device());  // the clock starts on an idle GPU and stops once it has finished the steps
+  profiled_range_begin(on.device());
   const auto start = std::chrono::steady_clock::now();
   int64_t completed_bytes = 0, reduced_bytes = 0;
   for (int64_t i = 1; i <= steps; ++i) {
@@ -109,6 +110,7 @@ BenchmarkResult benchmark(const Config& c, int64_t steps, DataParallel* dp) {
   }
   synchronize(on.device());
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  profiled_range_end(on.device());
   if (dp_step) {
     std::vector<double> alone;
     for (int i = 0; i < 5; ++i) alone.push_back(dp_step->time_reduction_alone());
