@@ -318,13 +318,20 @@ PACKRAT_HD inline uint64_t quantize_block8_word(const float* v, int n, const Gro
   return w;
 }
 
+// The elements in block `block` (elements [8 * block, 8 * block + 8)) of a run of len (a group, a
+// bucket): 8, fewer for the last, 0 past it.
+PACKRAT_HD inline int block8_len(int64_t len, int64_t block) {
+  const int64_t left = len - 8 * block;
+  return left <= 0 ? 0 : left < 8 ? static_cast<int>(left) : 8;
+}
+
 // Quantizes the elements [8 * block, 8 * block + 8) of a group of len values starting at x
 // (clipped to len), whose first element has index e0 in its Philox stream, into the block's
 // `bits` bytes at group_codes + block * bits. The block must exist (8 * block < len).
 PACKRAT_HD inline void quantize_block8(const float* x, int64_t len, int64_t block, uint64_t e0, const GroupParams& p,
                                        int bits, Rounding rounding, const QuantNoise& noise, uint8_t* group_codes) {
   const int64_t b = 8 * block;
-  const int n = len - b < 8 ? static_cast<int>(len - b) : 8;
+  const int n = block8_len(len, block);
   float r[8];
   for (int k = 0; k < n; ++k)
     r[k] = rounding == Rounding::Stochastic ? rounding_uniform(noise.seed, noise.stream, e0 + b + k) : 0.5f;
@@ -336,7 +343,7 @@ PACKRAT_HD inline void quantize_block8(const float* x, int64_t len, int64_t bloc
 PACKRAT_HD inline void dequantize_block8(const uint8_t* group_codes, int64_t len, int64_t block, const GroupParams& p,
                                          int bits, float* out) {
   const int64_t b = 8 * block;
-  const int n = len - b < 8 ? static_cast<int>(len - b) : 8;
+  const int n = block8_len(len, block);
   const uint64_t w = load_block8(group_codes + block * bits, bits, static_cast<int>(packed_bytes(n, bits)));
   for (int k = 0; k < n; ++k) out[b + k] = dequantize_value(block_code(w, k, bits), p);
 }

@@ -141,9 +141,7 @@ PACKRAT_HD inline QuantLane quant_lane(const GroupGeometry& g, int lanes, int64_
 // The lane's block in round r (s + S r) and the number of its elements (0: none).
 PACKRAT_HD inline int64_t lane_block(const QuantLane& q, int lanes, int64_t r) { return q.sub + lanes * r; }
 PACKRAT_HD inline int lane_block_len(const QuantLane& q, int lanes, int64_t r) {
-  if (!q.active) return 0;
-  const int64_t left = q.at.len - 8 * lane_block(q, lanes, r);
-  return left <= 0 ? 0 : left < 8 ? static_cast<int>(left) : 8;
+  return q.active ? block8_len(q.at.len, lane_block(q, lanes, r)) : 0;
 }
 
 // ---- quantize: one chunk's rounding noise, shared by the warp --------------------------------

@@ -74,7 +74,7 @@ __global__ void quantize_mixed_kernel(const float* x, MixedFormat f, Rounding ro
   int n[kBucketLaneBlocks];            // their lengths (0: none)
 #pragma unroll
   for (int i = 0; i < kBucketLaneBlocks; ++i) {
-    n[i] = bucket_block_len(len, lane + 32 * i);
+    n[i] = block8_len(len, lane + 32 * i);
     load_floats8(xb + 8 * (lane + 32 * i), n[i], v[i]);
   }
   const BucketWidth w = flags(g) ? f.mix : f.base;
@@ -113,7 +113,7 @@ __global__ void quantize_mixed_kernel(const float* x, MixedFormat f, Rounding ro
     if (8 * 32 * i < len) quantize_pass(32 * i, v[i], n[i]);
   for (int64_t first = 32 * kBucketLaneBlocks; 8 * first < len; first += 32) {  // buckets over 512 values only
     float u[8];
-    const int m = bucket_block_len(len, first + lane);
+    const int m = block8_len(len, first + lane);
     load_floats8(xb + 8 * (first + lane), m, u);
     quantize_pass(first, u, m);
   }

@@ -239,14 +239,7 @@ PACKRAT_HD inline BucketGrid bucket_grid_ref(const float* x, int64_t len, const 
 // A bucket's codes in this file's layout: widths up to 8 bits packed (quant/bitpack.h's layout);
 // wider codes as the bucket's low bytes (len bytes), then its high (bits - 8)-bit parts packed.
 
-// The values in block `block` (elements [8 * block, 8 * block + 8)) of a bucket of len: 8, fewer
-// for the last, 0 past it.
-PACKRAT_HD inline int bucket_block_len(int64_t len, int64_t block) {
-  const int64_t left = len - 8 * block;
-  return left <= 0 ? 0 : left < 8 ? static_cast<int>(left) : 8;
-}
-
-// Quantizes block `block` of a bucket of len values, its n = bucket_block_len(len, block) values
+// Quantizes block `block` of a bucket of len values, its n = block8_len(len, block) values
 // v, into the bucket's codes at dst, value k rounded with the uniform r[k] (0.5: to nearest).
 // The block must exist (n > 0).
 PACKRAT_HD inline void quantize_bucket_block8_with(const float* v, int n, int64_t len, int64_t block,
@@ -271,7 +264,7 @@ PACKRAT_HD inline void quantize_bucket_block8(const float* x, int64_t len, int64
                                               ScaleRule scale, Rounding rounding, const QuantNoise& noise,
                                               const BucketGrid& grid, uint8_t* dst) {
   float r[8];
-  const int n = bucket_block_len(len, block);
+  const int n = block8_len(len, block);
   for (int k = 0; k < n; ++k)
     r[k] = rounding == Rounding::Stochastic ? rounding_uniform(noise.seed, noise.stream, static_cast<uint64_t>(8 * block + k))
                                             : 0.5f;
@@ -297,7 +290,7 @@ PACKRAT_HD inline void dequantize_bucket_block8(const uint8_t* src, int64_t len,
                                                 ScaleRule scale, const BucketGrid& grid, float* out) {
   const int lo_bits = w.code_bits < 8 ? w.code_bits : 8, hi_bits = w.code_bits - lo_bits;
   const int64_t b = 8 * block;
-  const int n = len - b < 8 ? static_cast<int>(len - b) : 8;
+  const int n = block8_len(len, block);
   const uint64_t lo = load_block8(src + block * lo_bits, lo_bits, static_cast<int>(packed_bytes(n, lo_bits)));
   const uint64_t hi = hi_bits ? load_block8(src + len + block * hi_bits, hi_bits, static_cast<int>(packed_bytes(n, hi_bits))) : 0;
   for (int k = 0; k < n; ++k) {

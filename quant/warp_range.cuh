@@ -7,8 +7,7 @@
 #include <cstdint>
 
 #include "core/cuda/launch.cuh"        // kFullWarp
-#include "quant/group_quant_warp.h"    // RangeScan, first_zero_in
-#include "quant/mixed_quant_device.h"  // bucket_block_len
+#include "quant/group_quant_warp.h"  // RangeScan, first_zero_in, block8_len
 
 namespace packrat::cuda {
 
@@ -25,7 +24,7 @@ __device__ inline void warp_range(const float* x, int64_t len, int lane, const f
   for (int i = 0; i < K; ++i) range.keep(v[i], n[i]);
   for (int64_t b = lane + 32 * K; 8 * b < len; b += 32) {  // buckets over 256 K values only
     float w[8];
-    const int m = bucket_block_len(len, b);
+    const int m = block8_len(len, b);
     load_floats8(x + 8 * b, m, w);
     range.keep(w, m);
   }
@@ -39,7 +38,7 @@ __device__ inline void warp_range(const float* x, int64_t len, int lane, const f
     uint64_t zero = kNoZero;
     for (int64_t b = lane; 8 * b < len; b += 32) {
       float w[8];
-      const int m = bucket_block_len(len, b);
+      const int m = block8_len(len, b);
       load_floats8(x + 8 * b, m, w);
       const uint64_t z = first_zero_in(w, m, 8 * b);
       zero = z < zero ? z : zero;
