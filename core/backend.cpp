@@ -62,6 +62,25 @@ std::vector<Backend*> available_backends() {
   return all;
 }
 
+void Backend::sgd_update_many(std::span<const SgdOperands> operands, const SgdStep& s) {
+  for (const SgdOperands& o : operands) {
+    SgdStep step = s;
+    step.first = o.first;
+    Tensor none;
+    sgd_update(*o.param, *o.grad, o.momentum_buffer ? *o.momentum_buffer : none, step);
+  }
+}
+
+void check_running_update(const Tensor& running_mean, const Tensor& running_var, const Tensor& mean,
+                          const Tensor& var) {
+  for (const Tensor* t : {&running_mean, &running_var, &mean, &var})
+    PACKRAT_CHECK(t->defined() && t->dtype() == DType::f32 && t->rank() == 1 && t->numel() == mean.numel(),
+                  "{} (batchnorm_update_running): running mean {}, running var {}, batch mean {} and batch var {} "
+                  "must be (C) f32 tensors of one size",
+                  op_where("batchnorm"), running_mean.describe(), running_var.describe(), mean.describe(),
+                  var.describe());
+}
+
 void check_copy_range(const Tensor& src, int64_t src_offset, const Tensor& dst, int64_t dst_offset, int64_t count) {
   PACKRAT_CHECK(src.device() == dst.device(), "copy_range: from {} to {}; both must be on one device", src.device().str(),
                 dst.device().str());

@@ -80,8 +80,13 @@ class Backend {
   virtual void copy_range(const Tensor& src, int64_t src_offset, Tensor& dst, int64_t dst_offset, int64_t count) = 0;
 
   // ---- convolution (ops/conv2d)
-  // Weights are plain (Cout, Cin/groups, KH, KW) tensors, biases (Cout) or undefined; the
-  // backend may keep a prepared copy of a weight (keep_weights) keyed by its storage and version.
+  // Weights are (Cout, Cin/groups, KH, KW) tensors, plain or in conv_weight_layout(); biases
+  // (Cout) or undefined; the backend may keep a prepared copy of a weight (keep_weights) keyed by
+  // its storage and version.
+  // The layout a convolution weight parameter is kept in on this backend: the one its
+  // convolutions read, so that a step reorders no weight and no weight gradient (PyTorch's
+  // channels_last model). Plain unless a backend says otherwise (the CUDA backend: NHWC).
+  virtual Layout conv_weight_layout() const { return Layout::Plain; }
   // x (N, Cin, H, W), any layout -> x in the layout conv_forward reads for g (x itself when it is
   // already so). The op saves this form for the weight gradient, so backward needs no reorder.
   virtual Tensor conv_input(const Tensor& x, const ConvGeometry& g) = 0;
@@ -91,8 +96,8 @@ class Backend {
                               bool keep_weights) = 0;
   // gy (N, Cout, OH, OW) any layout -> dx (N, Cin, H, W) in a layout of the backend's choice.
   virtual Tensor conv_backward_data(const Tensor& gy, const Tensor& w, const ConvGeometry& g) = 0;
-  // x (N, Cin, H, W), gy (N, Cout, OH, OW) any layouts -> gw (Cout, Cin/groups, KH, KW) plain and,
-  // when g.has_bias, gb (Cout).
+  // x (N, Cin, H, W), gy (N, Cout, OH, OW) any layouts -> gw (Cout, Cin/groups, KH, KW) in
+  // conv_weight_layout() and, when g.has_bias, gb (Cout).
   virtual void conv_backward_weights(const Tensor& x, const Tensor& gy, const ConvGeometry& g, Tensor& gw,
                                      Tensor& gb) = 0;
 
@@ -119,10 +124,12 @@ class Backend {
   virtual void batchnorm_backward(const Tensor& x, const Tensor& gy, const Tensor& weight, bool has_bias,
                                   const Tensor& mean, const Tensor& var, float eps, bool global_stats, Tensor& dx,
                                   Tensor& dweight, Tensor& dbias) = 0;
-  // In place, running and batch (C): running = (1 - momentum) * running + momentum * correction *
-  // batch, in double (correction n / (n - 1) makes a variance unbiased). Does not bump the version.
-  virtual void batchnorm_update_running(Tensor& running, const Tensor& batch, float momentum,
-                                        double correction) = 0;
+  // In place, both running statistics from the batch's (all (C) f32): running = (1 - momentum) *
+  // running + momentum * correction * batch, in double, with correction 1 for the mean and
+  // var_correction (n / (n - 1) makes the variance unbiased) for the variance; one pass (one
+  // kernel on a GPU). Does not bump the versions.
+  virtual void batchnorm_update_running(Tensor& running_mean, Tensor& running_var, const Tensor& mean,
+                                        const Tensor& var, float momentum, double var_correction) = 0;
   // In place, num_batches_tracked (i64 scalar) += 1. Does not bump the version.
   virtual void batchnorm_count_batch(Tensor& num_batches_tracked) = 0;
 
@@ -264,6 +271,16 @@ class Backend {
     bool nesterov, first;
   };
   virtual void sgd_update(Tensor& param, const Tensor& grad, Tensor& momentum_buffer, const SgdStep& s) = 0;
+  // The same step for several parameters at once (PyTorch's fused SGD), each entry with its own
+  // `first` and momentum buffer (null with momentum 0), as sgd_update on each; a backend may take
+  // them in one launch (the CUDA backend: one kernel for up to 40). Default: sgd_update on each.
+  struct SgdOperands {
+    Tensor* param;
+    const Tensor* grad;
+    Tensor* momentum_buffer;
+    bool first;
+  };
+  virtual void sgd_update_many(std::span<const SgdOperands> operands, const SgdStep& s);
   // One fused AdamW step, as PyTorch: p *= decay; m += (g - m)(1 - b1); v = b2 v + (1 - b2) g^2;
   // p -= step_size m / (sqrt(v) / bc2_sqrt + eps). param, grad, m, v f32 of one layout.
   struct AdamWStep {
@@ -282,6 +299,9 @@ std::vector<Backend*> available_backends();
 
 // Throws unless copy_range's operands are on one device, of one dtype, plain, and the ranges fit.
 void check_copy_range(const Tensor& src, int64_t src_offset, const Tensor& dst, int64_t dst_offset, int64_t count);
+
+// Throws unless batchnorm_update_running's four operands are (C) f32 tensors of one size.
+void check_running_update(const Tensor& running_mean, const Tensor& running_var, const Tensor& mean, const Tensor& var);
 
 // Throws "<op> <layer>: input 0 is on cuda:0, input 1 on cpu" unless all defined tensors share a device.
 void check_same_device(std::string_view op, std::initializer_list<const Tensor*> tensors);

@@ -1,6 +1,7 @@
 #include "layers/conv2d.h"
 
 #include "autograd/ops.h"
+#include "core/backend.h"
 #include "layers/init.h"
 
 namespace packrat {
@@ -16,7 +17,9 @@ Conv2d::Conv2d(int64_t in_channels, int64_t out_channels, int64_t kernel, const 
   PhiloxStream rng(seed, 0);
   Tensor w = Tensor::empty({out_, in_ / c.groups, kernel_, kernel_});  // (out, in/groups, k, k)
   init::default_weight(w, rng);
-  weight_ = register_parameter("weight", w);
+  // Kept in the layout the device's convolutions read (KRSC on a GPU), so no step reorders it;
+  // the values are the same on every device (init draws them in plain order).
+  weight_ = register_parameter("weight", w.to_layout(backend_of(w).conv_weight_layout()));
   if (c.bias) {
     Tensor b = Tensor::empty({out_});  // (out)
     PhiloxStream brng(seed, 1);

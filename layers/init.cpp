@@ -13,9 +13,24 @@ int64_t receptive_field(const Shape& s) {
   for (int64_t i = 2; i < s.rank(); ++i) r *= s[i];
   return r;
 }
-void check_f32_plain(const Tensor& t, const char* what) {
-  PACKRAT_CHECK(t.defined() && t.dtype() == DType::f32 && t.layout() == Layout::Plain,
-                "init::{}: needs a plain f32 tensor, got {}", what, t.describe());
+void check_f32(const Tensor& t, const char* what) {
+  PACKRAT_CHECK(t.defined() && t.dtype() == DType::f32, "init::{}: needs an f32 tensor, got {}", what, t.describe());
+}
+
+// fill(p) on t's elements in their logical (plain) order, whatever t's layout: a tensor in another
+// layout (a GPU's KRSC convolution weight) takes the values its plain twin would, through a plain
+// Workspace scratch reordered into it.
+template <typename Fill>
+void fill_in_plain_order(Tensor& t, Fill fill) {
+  if (t.layout() == Layout::Plain) {
+    fill(t);
+    return;
+  }
+  const TagScope scratch(MemTag::Workspace);
+  Tensor plain = Tensor::empty(t.shape(), DType::f32, Layout::Plain, MemTag::Workspace, t.device());
+  fill(plain);
+  const Tensor reordered = plain.to_layout(t.layout());
+  backend_of(t).copy(reordered, t);
 }
 }  // namespace
 
@@ -30,23 +45,25 @@ int64_t fan_out(const Shape& s) {
 }
 
 void uniform(Tensor& t, float lo, float hi, PhiloxStream& rng) {
-  check_f32_plain(t, "uniform");
+  check_f32(t, "uniform");
   // Block b of the tensor takes counter + b; the stream then moves past the blocks used.
   const auto st = rng.state();  // (seed, stream, counter, used words)
-  const int64_t blocks = backend_of(t).fill_uniform(t, lo, hi, st[0], st[1], st[2]);
+  int64_t blocks = 0;
+  fill_in_plain_order(t, [&](Tensor& p) { blocks = backend_of(p).fill_uniform(p, lo, hi, st[0], st[1], st[2]); });
   rng.set_state({st[0], st[1], st[2] + static_cast<uint64_t>(blocks), 4});
 }
 
 void normal(Tensor& t, float mean, float std, PhiloxStream& rng) {
-  check_f32_plain(t, "normal");
+  check_f32(t, "normal");
   const auto st = rng.state();  // (seed, stream, counter, used words)
-  const int64_t blocks = backend_of(t).fill_normal(t, mean, std, st[0], st[1], st[2]);
+  int64_t blocks = 0;
+  fill_in_plain_order(t, [&](Tensor& p) { blocks = backend_of(p).fill_normal(p, mean, std, st[0], st[1], st[2]); });
   rng.set_state({st[0], st[1], st[2] + static_cast<uint64_t>(blocks), 4});
 }
 
 void constant(Tensor& t, float value) {
-  check_f32_plain(t, "constant");
-  backend_of(t).fill(t, value);
+  check_f32(t, "constant");
+  backend_of(t).fill(t, value);  // the same value everywhere: any layout
   t.bump_version();
 }
 

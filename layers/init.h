@@ -14,9 +14,10 @@ namespace packrat::init {
 int64_t fan_in(const Shape& s);
 int64_t fan_out(const Shape& s);
 
-// Fills are parallel and deterministic: element i draws from Philox block (counter + i / 4) of
-// rng's (seed, stream); rng is advanced past the blocks used.
-void uniform(Tensor& t, float lo, float hi, PhiloxStream& rng);  // f32, plain
+// Fills are parallel and deterministic: element i, in logical (plain) order whatever t's layout,
+// draws from Philox block (counter + i / 4) of rng's (seed, stream); rng is advanced past the
+// blocks used. So a weight kept in a GPU's KRSC layout holds the CPU's values.
+void uniform(Tensor& t, float lo, float hi, PhiloxStream& rng);  // f32, any layout
 void normal(Tensor& t, float mean, float std, PhiloxStream& rng);
 void constant(Tensor& t, float value);
 

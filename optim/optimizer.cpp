@@ -37,6 +37,7 @@ Tensor Optimizer::new_state(size_t i) const {
 }
 
 void Optimizer::step() {
+  std::vector<Due> due;
   for (size_t i = 0; i < params_.size(); ++i) {
     Tensor& p = params_[i].second;
     Tensor g = p.grad();
@@ -44,10 +45,15 @@ void Optimizer::step() {
     PACKRAT_CHECK(g.shape() == p.shape(), "optimizer: gradient of '{}' has shape {}, the parameter {}",
                   params_[i].first, g.shape().str(), p.shape().str());
     if (g.layout() != p.layout()) g = g.to_layout(p.layout());
-    update(i, p, g);
-    p.bump_version();
+    due.push_back({i, &p, g});
   }
+  update_all(due);
+  for (Due& d : due) d.param->bump_version();
   ++steps_;
+}
+
+void Optimizer::update_all(std::span<Due> due) {
+  for (Due& d : due) update(d.index, *d.param, d.grad);
 }
 
 void Optimizer::zero_grad() {

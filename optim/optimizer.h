@@ -5,6 +5,7 @@
 // plus "step", the number of step() calls (an i64 scalar).
 #include <cstdint>
 #include <map>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -36,8 +37,17 @@ class Optimizer {
   void load_state_dict(const NamedTensors& state);
 
  protected:
-  // Updates parameter i in place from its gradient g (plain f32, same shape).
+  // Updates parameter i in place from its gradient g (f32, same shape and layout).
   virtual void update(size_t i, Tensor& param, const Tensor& grad) = 0;
+  // A parameter that has a gradient this step: its index, itself, the gradient in its layout.
+  struct Due {
+    size_t index;
+    Tensor* param;
+    Tensor grad;
+  };
+  // Updates every due parameter in place (step() then bumps their versions). Default: update() on
+  // each; an optimizer whose backend steps many tensors in one launch overrides it (SGD).
+  virtual void update_all(std::span<Due> due);
   // The state kinds this optimizer keeps per parameter, e.g. {"momentum_buffer"}.
   virtual std::vector<std::string> state_kinds() const = 0;
   // State tensor `kind` of parameter i, or an undefined tensor before its first update.

@@ -16,10 +16,15 @@ void check_channel_tensor(const std::string& where, const char* what, const Tens
   PACKRAT_CHECK(t.dtype() == DType::f32, "{}: {} has dtype {}, expected f32", where, what, dtype_name(t.dtype()));
 }
 
-// running = (1 - m) * running + m * batch; the variance estimate is unbiased (n / (n - 1)).
-void update_running(Tensor& running, const Tensor& batch, float momentum, double correction) {
-  backend_of(running).batchnorm_update_running(running, batch, momentum, correction);
-  running.bump_version();
+// running = (1 - m) * running + m * batch for the mean and the variance, whose estimate is
+// unbiased (n / (n - 1)).
+void update_running(Tensor& running_mean, Tensor& running_var, const Tensor& mean, const Tensor& var, float momentum,
+                    int64_t n) {
+  backend_of(running_mean)
+      .batchnorm_update_running(running_mean, running_var, mean, var, momentum,
+                                static_cast<double>(n) / static_cast<double>(n - 1));
+  running_mean.bump_version();
+  running_var.bump_version();
 }
 }  // namespace
 
@@ -47,10 +52,7 @@ Tensor batchnorm2d(const Tensor& x, const Tensor& weight, const Tensor& bias, Te
   if (training) {
     PACKRAT_CHECK(n > 1, "{}: training needs more than one value per channel, input is {}", where, x.shape().str());
     backend_of(x).batchnorm_forward_training(x, weight, bias, eps, y, mean, var);
-    if (running_mean.defined()) {
-      update_running(running_mean, mean, momentum, 1.0);
-      update_running(running_var, var, momentum, static_cast<double>(n) / static_cast<double>(n - 1));
-    }
+    if (running_mean.defined()) update_running(running_mean, running_var, mean, var, momentum, n);
   } else {
     PACKRAT_CHECK(running_mean.defined(), "{}: eval mode needs running statistics", where);
     y = backend_of(x).batchnorm_forward_inference(x, weight, bias, running_mean, running_var, eps);

@@ -16,7 +16,11 @@ ConvGeometry check_conv(const Tensor& x, const Tensor& w, const Tensor& b, const
   PACKRAT_CHECK(w.rank() == 4, "{}: weight must be 4-d (Cout, Cin/groups, KH, KW), got {}", where, w.shape().str());
   PACKRAT_CHECK(x.dtype() == DType::f32, "{}: input has dtype {}, expected f32", where, dtype_name(x.dtype()));
   PACKRAT_CHECK(w.dtype() == DType::f32, "{}: weight has dtype {}, expected f32", where, dtype_name(w.dtype()));
-  PACKRAT_CHECK(w.layout() == Layout::Plain, "{}: weight must be plain OIHW, got {}", where, w.describe());
+  const Layout kept = backend_of(w).conv_weight_layout();
+  PACKRAT_CHECK(w.layout() == Layout::Plain || w.layout() == kept,
+                "{}: weight must be plain OIHW{}, got {}", where,
+                kept == Layout::Plain ? "" : fmt::format(" or {} (the backend's weight layout)", layout_name(kept)),
+                w.describe());
   PACKRAT_CHECK(o.groups >= 1, "{}: groups must be >= 1, got {}", where, o.groups);
   PACKRAT_CHECK(o.stride_h >= 1 && o.stride_w >= 1, "{}: stride must be >= 1, got ({}, {})", where, o.stride_h,
                 o.stride_w);
@@ -74,20 +78,21 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const C
     iw = static_cast<int>(saved.size());
     saved.push_back(save_for_backward(weight, SaveRequest{Need::Value, nullptr, "conv2d", LayerScope::current()}));
   }
-  const Layout x_layout = x.layout();
+  const Layout x_layout = x.layout(), w_layout = weight.layout();
   record("conv2d", {&x, &weight, &bias}, {&y}, std::move(saved),
-         [g, x_layout, ix, iw](Node& n, const std::vector<Tensor>& grads) -> std::vector<Tensor> {
+         [g, x_layout, w_layout, ix, iw](Node& n, const std::vector<Tensor>& grads) -> std::vector<Tensor> {
            const Tensor& gy = grads[0];  // (N, Cout, OH, OW), y's layout
            std::vector<Tensor> out(3);
            if (n.inputs[0] && iw >= 0) {
-             Tensor w = n.load(static_cast<size_t>(iw)).to_plain();
+             const Tensor w = n.load(static_cast<size_t>(iw));  // plain or the backend's weight layout
              out[0] = backend_of(gy).conv_backward_data(gy, w, g).to_layout(x_layout);  // (N, Cin, H, W)
            }
            if (ix >= 0 && (n.inputs[1] || n.inputs[2])) {
              Tensor xs = n.load(static_cast<size_t>(ix));
              Tensor gw, gb;
              backend_of(gy).conv_backward_weights(xs, gy, g, gw, gb);
-             if (n.inputs[1]) out[1] = gw;
+             // The gradient in its weight's layout (a no-op for a weight the backend's Conv2d made).
+             if (n.inputs[1]) out[1] = gw.to_layout(w_layout);
              if (n.inputs[2]) out[2] = gb;
            }
            return out;

@@ -79,9 +79,8 @@ Tensor sync_batchnorm2d(const Tensor& x, const Tensor& weight, const Tensor& bia
   }
   y = be.batchnorm_forward_inference(x, weight, bias, mean, var, eps);
   if (running_mean.defined()) {
-    be.batchnorm_update_running(running_mean, mean, momentum, 1.0);
+    be.batchnorm_update_running(running_mean, running_var, mean, var, momentum, n / (n - 1));
     running_mean.bump_version();
-    be.batchnorm_update_running(running_var, var, momentum, n / (n - 1));
     running_var.bump_version();
   }
   if (!needs_grad({&x, &weight, &bias})) return y;

@@ -21,11 +21,17 @@ void CpuBackend::batchnorm_backward(const Tensor& x, const Tensor& gy, const Ten
   cpu::batchnorm_backward(x, gy, weight, has_bias, mean, var, eps, global_stats, dx, dweight, dbias);
 }
 
-void CpuBackend::batchnorm_update_running(Tensor& running, const Tensor& batch, float momentum, double correction) {
-  float* r = running.data<float>();      // (C)
-  const float* b = batch.data<float>();  // (C)
-  for (int64_t c = 0; c < running.numel(); ++c)
-    r[c] = static_cast<float>((1.0 - momentum) * r[c] + momentum * correction * b[c]);
+void CpuBackend::batchnorm_update_running(Tensor& running_mean, Tensor& running_var, const Tensor& mean,
+                                          const Tensor& var, float momentum, double var_correction) {
+  check_running_update(running_mean, running_var, mean, var);
+  float* rm = running_mean.data<float>();  // (C)
+  float* rv = running_var.data<float>();   // (C)
+  const float* m = mean.data<float>();     // (C)
+  const float* v = var.data<float>();      // (C)
+  for (int64_t c = 0; c < mean.numel(); ++c) {
+    rm[c] = static_cast<float>((1.0 - momentum) * rm[c] + momentum * 1.0 * m[c]);
+    rv[c] = static_cast<float>((1.0 - momentum) * rv[c] + momentum * var_correction * v[c]);
+  }
 }
 
 void CpuBackend::batchnorm_count_batch(Tensor& num_batches_tracked) { ++num_batches_tracked.data<int64_t>()[0]; }

@@ -8,13 +8,12 @@
 namespace packrat::cuda {
 
 void launch_batchnorm_statistics(const float* x, int64_t N, int64_t C, int64_t HW, const float* weight,
-                                 const float* bias, float eps, float* center, double* partial, int splits, float* mean,
-                                 float* var, float* scale, float* shift) {
-  launch_for_each(C, FirstOfChannel{x, center, HW});
-  launch_channel_partial_sums(CenteredMomentsTerm{x, center}, N, C, HW, splits, partial);
+                                 const float* bias, float eps, double* partial, int splits, float* mean, float* var,
+                                 float* scale, float* shift) {
+  launch_channel_partial_sums(CenteredMomentsTerm{x, HW}, N, C, HW, splits, partial);
   launch_channel_finalize(
       ChannelPartials{partial, splits}, C,
-      BatchStatsFinalize{center, weight, bias, static_cast<double>(N * HW), eps, mean, var, scale, shift});
+      BatchStatsFinalize{x, HW, weight, bias, static_cast<double>(N * HW), eps, mean, var, scale, shift});
 }
 
 void launch_batchnorm_given_affine(const float* mean, const float* var, const float* weight, const float* bias,
@@ -38,8 +37,9 @@ void launch_batchnorm_backward(const float* x, const float* gy, const float* mea
   launch_for_each(quads_of(N * C * HW), BatchNormBackwardElement{x, gy, dx, mean, k, a, b, C, HW, N * C * HW});
 }
 
-void launch_running_update(float* running, const float* batch, int64_t C, float momentum, double correction) {
-  launch_for_each(C, RunningUpdate{running, batch, momentum, correction});
+void launch_running_update(float* running_mean, float* running_var, const float* batch_mean, const float* batch_var,
+                           int64_t C, float momentum, double var_correction) {
+  launch_for_each(C, RunningUpdate{running_mean, running_var, batch_mean, batch_var, momentum, var_correction});
 }
 
 void launch_count_batch(int64_t* count) { launch_for_each(1, CountBatch{count}); }

@@ -11,8 +11,8 @@ namespace packrat::cuda {
 
 // Training statistics: mean, var (C), and the normalizing affine scale, shift (C).
 void launch_batchnorm_statistics(const float* x, int64_t N, int64_t C, int64_t HW, const float* weight,
-                                 const float* bias, float eps, float* center, double* partial, int splits, float* mean,
-                                 float* var, float* scale, float* shift);
+                                 const float* bias, float eps, double* partial, int splits, float* mean, float* var,
+                                 float* scale, float* shift);
 // The normalizing affine scale, shift (C) of given statistics.
 void launch_batchnorm_given_affine(const float* mean, const float* var, const float* weight, const float* bias,
                                    float eps, int64_t C, float* scale, float* shift);
@@ -24,7 +24,9 @@ void launch_batchnorm_backward(const float* x, const float* gy, const float* mea
                                const float* weight, float eps, bool global_stats, int64_t N, int64_t C, int64_t HW,
                                double* partial, int splits, float* dweight, float* dbias, float* k, float* a, float* b,
                                float* dx);
-void launch_running_update(float* running, const float* batch, int64_t C, float momentum, double correction);
+// Both running statistics (C) in one kernel (RunningUpdate).
+void launch_running_update(float* running_mean, float* running_var, const float* batch_mean, const float* batch_var,
+                           int64_t C, float momentum, double var_correction);
 void launch_count_batch(int64_t* count);
 
 }  // namespace packrat::cuda

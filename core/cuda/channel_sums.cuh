@@ -13,6 +13,11 @@
 
 namespace packrat::cuda {
 
+// Elements a thread loads before it adds them (in the same order as one at a time, so the sums'
+// bits do not change): one load in flight a thread kept the partial sums at 56-70% of the copy
+// bandwidth that the elementwise batchnorm passes reach (Nsight Compute, H100, ResNet-18 at 512).
+constexpr int kRowsInFlight = 4;
+
 template <class Term>
 __global__ void channel_partial_sums_kernel(Term term, int64_t C, int64_t HW, int64_t count, int64_t chunk,
                                             double* partial) {
@@ -20,7 +25,13 @@ __global__ void channel_partial_sums_kernel(Term term, int64_t C, int64_t HW, in
   const int64_t begin = static_cast<int64_t>(blockIdx.y) * chunk;
   const int64_t end = begin + chunk < count ? begin + chunk : count;
   double a = 0, b = 0;
-  for (int64_t j = begin + threadIdx.x; j < end; j += blockDim.x) term(c, channel_element(c, j, C, HW), a, b);
+  int64_t j = begin + threadIdx.x;
+  const int64_t stride = blockDim.x;
+  for (; j + (kRowsInFlight - 1) * stride < end; j += kRowsInFlight * stride) {
+#pragma unroll
+    for (int u = 0; u < kRowsInFlight; ++u) term(c, channel_element(c, j + u * stride, C, HW), a, b);
+  }
+  for (; j < end; j += stride) term(c, channel_element(c, j, C, HW), a, b);
   a = block_sum(a);
   b = block_sum(b);
   if (threadIdx.x == 0) {
@@ -40,8 +51,14 @@ __global__ void channels_last_partial_sums_kernel(Term term, int64_t C, int64_t 
   const int64_t begin = static_cast<int64_t>(blockIdx.y) * chunk;
   const int64_t end = begin + chunk < rows ? begin + chunk : rows;
   double a = 0, b = 0;
-  if (c < C)
-    for (int64_t r = begin + threadIdx.y; r < end; r += 8) term(c, r * C + c, a, b);
+  if (c < C) {
+    int64_t r = begin + threadIdx.y;
+    for (; r + (kRowsInFlight - 1) * 8 < end; r += kRowsInFlight * 8) {
+#pragma unroll
+      for (int u = 0; u < kRowsInFlight; ++u) term(c, (r + 8 * u) * C + c, a, b);
+    }
+    for (; r < end; r += 8) term(c, r * C + c, a, b);
+  }
   lanes[0][threadIdx.y][threadIdx.x] = a;
   lanes[1][threadIdx.y][threadIdx.x] = b;
   __syncthreads();

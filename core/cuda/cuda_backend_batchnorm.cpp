@@ -56,15 +56,14 @@ void CudaBackend::batchnorm_forward_training(const Tensor& x_any, const Tensor& 
   const int splits = channel_splits(v.N * v.HW, v.HW);
   const Tensor partial = Tensor::empty(Shape{v.C * splits * 2}, DType::f64, Layout::Plain, MemTag::Workspace,
                                        device());  // (C, splits, 2)
-  const Tensor coef = Tensor::empty(Shape{3, v.C}, DType::f32, Layout::Plain, MemTag::Workspace,
-                                    device());  // (3, C): center, scale, shift
-  float* center = coef.device_data<float>();
+  const Tensor coef = Tensor::empty(Shape{2, v.C}, DType::f32, Layout::Plain, MemTag::Workspace,
+                                    device());  // (2, C): scale, shift
+  float* scale = coef.device_data<float>();
   Tensor yp = Tensor::empty(x.shape(), DType::f32, x.layout(), tag, device());  // (N, C, H, W) as x
-  launch_batchnorm_statistics(x.device_data<float>(), v.N, v.C, v.HW, maybe(weight), maybe(bias), eps, center,
+  launch_batchnorm_statistics(x.device_data<float>(), v.N, v.C, v.HW, maybe(weight), maybe(bias), eps,
                               partial.device_data<double>(), splits, mean.device_data<float>(),
-                              var.device_data<float>(), center + v.C, center + 2 * v.C);
-  launch_channel_affine(x.device_data<float>(), yp.device_data<float>(), center + v.C, center + 2 * v.C, v.N, v.C,
-                        v.HW);
+                              var.device_data<float>(), scale, scale + v.C);
+  launch_channel_affine(x.device_data<float>(), yp.device_data<float>(), scale, scale + v.C, v.N, v.C, v.HW);
   PACKRAT_CHECK_LAUNCH("batchnorm_forward_training");
   y = to_layout(yp, x_any.layout());
 }
@@ -123,13 +122,12 @@ void CudaBackend::batchnorm_backward(const Tensor& x_any, const Tensor& gy_any, 
   dx = to_layout(dxp, x_any.layout());
 }
 
-void CudaBackend::batchnorm_update_running(Tensor& running, const Tensor& batch, float momentum, double correction) {
+void CudaBackend::batchnorm_update_running(Tensor& running_mean, Tensor& running_var, const Tensor& mean,
+                                           const Tensor& var, float momentum, double var_correction) {
   make_current(index_);
-  PACKRAT_CHECK(running.dtype() == DType::f32 && batch.dtype() == DType::f32 && running.numel() == batch.numel(),
-                "{} (batchnorm_update_running): running {} and batch {} differ", op_where("batchnorm"),
-                running.describe(), batch.describe());
-  launch_running_update(running.device_data<float>(), batch.device_data<float>(), running.numel(), momentum,
-                        correction);
+  check_running_update(running_mean, running_var, mean, var);
+  launch_running_update(running_mean.device_data<float>(), running_var.device_data<float>(), mean.device_data<float>(),
+                        var.device_data<float>(), mean.numel(), momentum, var_correction);
   PACKRAT_CHECK_LAUNCH("batchnorm_update_running");
 }
 

@@ -1,7 +1,7 @@
 // CudaBackend: convolution on cuDNN's legacy API (conv_plans.h), f32, in activation_layout():
-// NHWC by default (inputs of another layout are reordered, outputs are NHWC, the plain OIHW
-// weight is reordered to KRSC into a Workspace tensor for each call and the weight gradient back
-// to plain), or plain NCHW. The bias is added, and its gradient summed, by packrat's kernels
+// NHWC by default (inputs of another layout are reordered, outputs are NHWC; weights are kept as
+// KRSC parameters, conv_weight_layout(), and the weight gradient is written so: a plain OIHW
+// weight is still read, through a KRSC Workspace copy for each call), or plain NCHW. The bias is added, and its gradient summed, by packrat's kernels
 // (conv_kernels.h). Workspaces come from packrat's allocator under the Workspace tag and are
 // freed when the call returns (stream order keeps a reused block safe: every later kernel runs
 // after this one).
@@ -36,14 +36,16 @@ Shape input_shape(const ConvGeometry& g) { return Shape{g.N, g.Cin, g.H, g.W}; }
 Shape output_shape(const ConvGeometry& g) { return Shape{g.N, g.Cout, g.OH, g.OW}; }
 Shape weight_shape(const ConvGeometry& g) { return Shape{g.Cout, g.Cin / g.groups, g.KH, g.KW}; }
 
-// The weight as the plan's filter descriptor reads it: plain OIHW itself, or a KRSC (NHWC)
-// Workspace copy. keep_weights needs nothing here: the copy is a fraction of the convolution.
+// The weight as the plan's filter descriptor reads it: w itself when it is in the plan's layout
+// (a parameter made by Conv2d on this backend), else a Workspace copy in that layout.
 Tensor conv_filter(const Tensor& w, Layout layout) {
   const TagScope scratch(MemTag::Workspace);
   return w.to_layout(layout);  // (Cout, Cin / groups, KH, KW), as (Cout, KH, KW, Cin / groups) in memory for NHWC
 }
 
 }  // namespace
+
+Layout CudaBackend::conv_weight_layout() const { return activation_layout(); }
 
 // The layout cuDNN reads: x itself when already in it.
 Tensor CudaBackend::conv_input(const Tensor& x, const ConvGeometry&) { return to_layout(x, activation_layout()); }
@@ -108,8 +110,9 @@ void CudaBackend::conv_backward_weights(const Tensor& x_any, const Tensor& gy_an
   check_conv_operand(gy, output_shape(g), "output gradient", g);
   const MemTag tag = TagScope::current();
   if (g.has_bias) gb = Tensor::empty(Shape{g.Cout}, DType::f32, Layout::Plain, tag, device());  // (Cout)
+  // In the filter's format, the weight parameter's own (conv_weight_layout()): no reorder.
+  gw = Tensor::empty(weight_shape(g), DType::f32, layout, tag, device());  // (Cout, Cin/groups, KH, KW)
   if (x.numel() == 0 || gy.numel() == 0) {  // nothing to sum over
-    gw = Tensor::empty(weight_shape(g), DType::f32, Layout::Plain, tag, device());  // (Cout, Cin/groups, KH, KW)
     fill(gw, 0.0);
     if (g.has_bias) fill(gb, 0.0);
     return;
@@ -118,18 +121,11 @@ void CudaBackend::conv_backward_weights(const Tensor& x_any, const Tensor& gy_an
   cudnnHandle_t h = cudnn_handle(index_);
   const ConvChoice& c = plan->backward_filter(h);
   {
-    // cuDNN writes the filter's format: plain gw itself, or KRSC into a Workspace tensor that is
-    // reordered to plain after.
-    const Tensor filter_grad = Tensor::empty(weight_shape(g), DType::f32, layout,
-                                             layout == Layout::Plain ? tag : MemTag::Workspace, device());
     const Tensor ws = workspace(c.workspace, device());
     PACKRAT_CUDNN_CHECK(cudnnConvolutionBackwardFilter(h, &kOne, plan->x, x.raw(), plan->y, gy.raw(), plan->conv,
                                                        static_cast<cudnnConvolutionBwdFilterAlgo_t>(c.algo),
-                                                       data_or_null(ws), c.workspace, &kZero, plan->w,
-                                                       filter_grad.raw()),
+                                                       data_or_null(ws), c.workspace, &kZero, plan->w, gw.raw()),
                         fmt::format("{}, backward-filter algorithm {}", plan->what(), c.algo));
-    const TagScope as_gw(tag);
-    gw = to_layout(filter_grad, Layout::Plain);  // (Cout, Cin/groups, KH, KW)
   }
   if (g.has_bias) {
     const ChannelView v = channel_view(g.N, g.Cout, g.OH * g.OW, layout == Layout::NHWC);

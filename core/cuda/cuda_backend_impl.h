@@ -27,6 +27,7 @@ class CudaBackend final : public Backend {
   void convert(const Tensor& src, Tensor& dst) override;
 
   // ---- convolution on cuDNN (cuda_backend_conv.cpp)
+  Layout conv_weight_layout() const override;  // activation_layout(): KRSC (NHWC) unless PACKRAT_CUDA_LAYOUT=nchw
   Tensor conv_input(const Tensor& x, const ConvGeometry& g) override;
   Tensor conv_forward(const Tensor& x, const Tensor& w, const Tensor& b, const ConvGeometry& g,
                       bool keep_weights) override;
@@ -46,7 +47,8 @@ class CudaBackend final : public Backend {
   void batchnorm_backward(const Tensor& x, const Tensor& gy, const Tensor& weight, bool has_bias, const Tensor& mean,
                           const Tensor& var, float eps, bool global_stats, Tensor& dx, Tensor& dweight,
                           Tensor& dbias) override;
-  void batchnorm_update_running(Tensor& running, const Tensor& batch, float momentum, double correction) override;
+  void batchnorm_update_running(Tensor& running_mean, Tensor& running_var, const Tensor& mean, const Tensor& var,
+                                float momentum, double var_correction) override;
   void batchnorm_count_batch(Tensor& num_batches_tracked) override;
 
   // ---- pooling (cuda_backend_pool.cpp)
@@ -101,6 +103,7 @@ class CudaBackend final : public Backend {
 
   // ---- optimizer updates (cuda_backend_optim.cpp)
   void sgd_update(Tensor& param, const Tensor& grad, Tensor& momentum_buffer, const SgdStep& s) override;
+  void sgd_update_many(std::span<const SgdOperands> operands, const SgdStep& s) override;
   void adamw_update(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const AdamWStep& s) override;
 
  private:

@@ -1,7 +1,10 @@
 // CudaBackend: fused optimizer updates, one pass over param, grad and the state (kernels:
 // optim_kernels.cu; the step: core/optim_math.h, the CPU's too).
+#include <vector>
+
 #include "core/cuda/cuda_backend_impl.h"
 #include "core/cuda/cuda_check.h"
+#include "core/cuda/dnn_handles.h"
 #include "core/cuda/optim_kernels.h"
 
 namespace packrat::cuda {
@@ -29,6 +32,30 @@ void CudaBackend::sgd_update(Tensor& param, const Tensor& grad, Tensor& momentum
                     s.momentum, 1.0f - s.dampening, s.nesterov, s.first);
   PACKRAT_CHECK_LAUNCH("sgd_update");
   if (momentum_buffer.defined()) momentum_buffer.bump_version();
+}
+
+void CudaBackend::sgd_update_many(std::span<const SgdOperands> operands, const SgdStep& s) {
+  make_current(index_);
+  std::vector<SgdTensor> tensors;  // the kernels' table rows, in the parameters' order
+  tensors.reserve(operands.size());
+  for (const SgdOperands& o : operands) {
+    if (o.momentum_buffer) {
+      check_operands("sgd_update_many", *o.param, {o.grad, o.momentum_buffer});
+    } else {
+      check_operands("sgd_update_many", *o.param, {o.grad});
+    }
+    PACKRAT_CHECK(o.param->device() == device() && o.grad->device() == device(),
+                  "{}: parameter {} and gradient {} must be on {}", op_where("sgd_update_many"),
+                  o.param->describe(), o.grad->describe(), device().str());
+    tensors.push_back({o.param->device_data<float>(), o.grad->device_data<float>(),
+                       o.momentum_buffer ? o.momentum_buffer->device_data<float>() : nullptr, o.param->numel(),
+                       o.first});
+  }
+  launch_sgd_update_many(tensors.data(), static_cast<int>(tensors.size()), s.lr, s.weight_decay, s.momentum,
+                         1.0f - s.dampening, s.nesterov);
+  PACKRAT_CHECK_LAUNCH("sgd_update_many");
+  for (const SgdOperands& o : operands)
+    if (o.momentum_buffer) o.momentum_buffer->bump_version();
 }
 
 void CudaBackend::adamw_update(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const AdamWStep& s) {

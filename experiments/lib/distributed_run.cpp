@@ -154,10 +154,9 @@ void broadcast_model(DataParallel& dp, Module& model) {
   auto send = [&](const std::vector<std::pair<std::string, Tensor>>& named) {
     for (const auto& [name, t] : named) {
       Tensor x = t;
-      PACKRAT_CHECK(x.layout() == Layout::Plain, "distributed: {} is not in plain layout", name);
-      Tensor host = x.to(Device::cpu());
+      Tensor host = x.to_plain().to(Device::cpu());  // (a GPU's KRSC weight comes back plain)
       dp.comm->broadcast(host.raw(), static_cast<int64_t>(host.nbytes()), 0, "initial " + name);
-      if (!host.same_storage(x)) backend_of(x).copy(host, x);
+      if (!host.same_storage(x)) backend_of(x).copy(host.to(x.device()).to_layout(x.layout()), x);
       x.bump_version();
     }
   };

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "tests/core/backend_test_support.h"
+#include "tests/support/errors.h"
 
 namespace packrat {
 namespace {
@@ -123,16 +124,27 @@ TEST(BackendBatchnorm, RunningStatisticsAndTheBatchCounterUpdateInPlaceOnEveryBa
   PACKRAT_FOR_EACH_BACKEND(b) {
     DeviceScope on(b->device());
     const int64_t C = 19;
-    const Tensor hr = host_random({C}, 1), hbatch = host_random({C}, 2);
+    const Tensor hm = host_random({C}, 1), hv = host_random({C}, 3, 0.5f, 2.0f);
+    const Tensor hbatch_m = host_random({C}, 2), hbatch_v = host_random({C}, 4, 0.5f, 2.0f);
     const float momentum = 0.1f;
     const double correction = 30.0 / 29.0;
-    std::vector<float> want;
-    for (int64_t c = 0; c < C; ++c)
-      want.push_back(static_cast<float>((1.0 - momentum) * hr.to_vector()[static_cast<size_t>(c)] +
-                                        momentum * correction * hbatch.to_vector()[static_cast<size_t>(c)]));
-    Tensor running = hr.to(b->device()).clone();
-    b->batchnorm_update_running(running, hbatch.to(b->device()), momentum, correction);
-    expect_close(host_values(running), want, 1e-7f, 0.0f, "running");
+    auto expected = [&](const Tensor& running, const Tensor& batch, double k) {
+      std::vector<float> want;
+      for (int64_t c = 0; c < C; ++c)
+        want.push_back(static_cast<float>((1.0 - momentum) * running.to_vector()[static_cast<size_t>(c)] +
+                                          momentum * k * batch.to_vector()[static_cast<size_t>(c)]));
+      return want;
+    };
+    Tensor running_mean = hm.to(b->device()).clone(), running_var = hv.to(b->device()).clone();
+    b->batchnorm_update_running(running_mean, running_var, hbatch_m.to(b->device()), hbatch_v.to(b->device()),
+                                momentum, correction);
+    expect_close(host_values(running_mean), expected(hm, hbatch_m, 1.0), 1e-7f, 0.0f, "running mean");
+    expect_close(host_values(running_var), expected(hv, hbatch_v, correction), 1e-7f, 0.0f, "running var");
+    const std::string m = testing::message_of([&] {
+      b->batchnorm_update_running(running_mean, running_var, hbatch_m.to(b->device()),
+                                  Tensor::zeros({C + 1}).to(b->device()), momentum, correction);
+    });
+    EXPECT_NE(m.find("must be (C) f32 tensors of one size"), std::string::npos) << m;
 
     Tensor count = Tensor::zeros(Shape{}, DType::i64);
     for (int i = 0; i < 3; ++i) b->batchnorm_count_batch(count);

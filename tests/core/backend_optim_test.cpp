@@ -49,6 +49,42 @@ TEST(BackendOptim, SgdStepsMatchTheFormula) {
   }
 }
 
+// Several parameters in one call (one launch on a GPU): each as sgd_update steps it alone, with
+// its own first step and buffer (or none), in its own layout.
+TEST(BackendOptim, SgdOverManyParametersStepsEachAsAlone) {
+  PACKRAT_FOR_EACH_BACKEND(b) {
+    DeviceScope on(b->device());
+    const Backend::SgdStep step{0.05f, 0.001f, 0.9f, 0.0f, true, false};
+    const std::vector<Shape> shapes{{2, 16, 3, 3}, {7}, {0}, {64, 32, 3, 3}, {5000}, {3, 4}};
+    std::vector<Tensor> alone_p, alone_b, many_p, many_b, grads;
+    std::vector<Backend::SgdOperands> operands;
+    for (size_t k = 0; k < shapes.size(); ++k) {
+      const uint64_t seed = 10 + 3 * k;
+      const Layout layout = shapes[k].rank() == 4 && k == 0 ? Layout::nChw16c : Layout::Plain;
+      auto make = [&](uint64_t s) { return b->to_layout(host_random(shapes[k], s).to(b->device()), layout).clone(); };
+      grads.push_back(make(seed));
+      alone_p.push_back(make(seed + 1));
+      many_p.push_back(alone_p.back().clone());
+      const bool momentum = k != 1;
+      alone_b.push_back(momentum ? make(seed + 2) : Tensor());
+      many_b.push_back(momentum ? alone_b.back().clone() : Tensor());
+      Backend::SgdStep s = step;
+      s.first = k == 3;
+      if (!momentum) s.momentum = 0;
+      b->sgd_update(alone_p.back(), grads.back(), alone_b.back(), s);
+    }
+    for (size_t k = 0; k < shapes.size(); ++k)
+      operands.push_back({&many_p[k], &grads[k], many_b[k].defined() ? &many_b[k] : nullptr, k == 3});
+    // Momentum 0 for the entry without a buffer comes from its null buffer, not from the step.
+    b->sgd_update_many(operands, step);
+    for (size_t k = 0; k < shapes.size(); ++k) {
+      const std::string what = "parameter " + std::to_string(k) + " " + shapes[k].str();
+      EXPECT_EQ(host_values(many_p[k]), host_values(alone_p[k])) << what;
+      if (many_b[k].defined()) EXPECT_EQ(host_values(many_b[k]), host_values(alone_b[k])) << what << " buffer";
+    }
+  }
+}
+
 TEST(BackendOptim, AdamWStepsMatchTheFormula) {
   PACKRAT_FOR_EACH_BACKEND(b) {
     DeviceScope on(b->device());

@@ -89,14 +89,13 @@ TEST(CudaKernelsBatchnorm, TrainingAndInferenceForwardMatchTheCpuBackend) {
       Tensor want_y, want_mean, want_var;
       cpu.batchnorm_forward_training(x, w, b, eps, want_y, want_mean, want_var);
 
-      std::vector<float> center(C), mean(C), var(C), scale(C), shift(C), y(static_cast<size_t>(x.numel()));
-      run_on_host(C, cuda::FirstOfChannel{x.data<float>(), center.data(), HW});
+      std::vector<float> mean(C), var(C), scale(C), shift(C), y(static_cast<size_t>(x.numel()));
       const std::vector<double> partial =
-          host_partials(cuda::CenteredMomentsTerm{x.data<float>(), center.data()}, N, C, HW, splits);
+          host_partials(cuda::CenteredMomentsTerm{x.data<float>(), HW}, N, C, HW, splits);
       run_channel_finalize_on_host(
           cuda::ChannelPartials{partial.data(), splits}, C,
-          cuda::BatchStatsFinalize{center.data(), ptr_or_null(w), ptr_or_null(b), double(N * HW), eps, mean.data(),
-                                   var.data(), scale.data(), shift.data()});
+          cuda::BatchStatsFinalize{x.data<float>(), HW, ptr_or_null(w), ptr_or_null(b), double(N * HW), eps,
+                                   mean.data(), var.data(), scale.data(), shift.data()});
       run_quads_on_host(x.numel(),
                         cuda::ChannelAffine{x.data<float>(), y.data(), scale.data(), shift.data(), C, HW, x.numel()});
       expect_close(mean, want_mean.to_vector(), 1e-7f, 0.0f, "mean");
@@ -154,12 +153,15 @@ TEST(CudaKernelsBatchnorm, BackwardWithBatchAndGlobalStatisticsMatchesTheCpuBack
 TEST(CudaKernelsBatchnorm, RunningUpdateAndBatchCounterMatchTheCpuBackend) {
   Backend& cpu = backend(Device::cpu());
   const int64_t C = 19;
-  const Tensor start = host_random({C}, 1), batch = host_random({C}, 2);
-  Tensor want = start.clone();
-  cpu.batchnorm_update_running(want, batch, 0.1f, 30.0 / 29.0);
-  Tensor got = start.clone();
-  run_on_host(C, cuda::RunningUpdate{got.data<float>(), batch.data<float>(), 0.1f, 30.0 / 29.0});
-  EXPECT_EQ(got.to_vector(), want.to_vector());  // the same double arithmetic, bit for bit
+  const Tensor start_mean = host_random({C}, 1), batch_mean = host_random({C}, 2);
+  const Tensor start_var = host_random({C}, 3, 0.5f, 2.0f), batch_var = host_random({C}, 4, 0.5f, 2.0f);
+  Tensor want_mean = start_mean.clone(), want_var = start_var.clone();
+  cpu.batchnorm_update_running(want_mean, want_var, batch_mean, batch_var, 0.1f, 30.0 / 29.0);
+  Tensor got_mean = start_mean.clone(), got_var = start_var.clone();
+  run_on_host(C, cuda::RunningUpdate{got_mean.data<float>(), got_var.data<float>(), batch_mean.data<float>(),
+                                     batch_var.data<float>(), 0.1f, 30.0 / 29.0});
+  EXPECT_EQ(got_mean.to_vector(), want_mean.to_vector());  // the same double arithmetic, bit for bit
+  EXPECT_EQ(got_var.to_vector(), want_var.to_vector());
 
   DeviceScope on_cpu(Device::cpu());
   Tensor count = Tensor::zeros(Shape{}, DType::i64);

@@ -59,6 +59,47 @@ TEST(CudaKernelsOptim, SgdBodiesMatchTheCpuBackendBitForBit) {
   }
 }
 
+// The multi-tensor SGD kernel, replayed block by block and thread by thread: every tensor of a
+// set larger than one table (empty ones, one smaller than a chunk, several chunks with a ragged
+// end, some without momentum) takes the CPU backend's step bit for bit, and no block touches
+// anything else.
+TEST(CudaKernelsOptim, MultiTensorSgdStepsEveryTensorAsTheCpuBackend) {
+  Backend& cpu = backend(Device::cpu());
+  DeviceScope on_cpu(Device::cpu());
+  const Backend::SgdStep step{0.1f, 0.01f, 0.9f, 0.1f, false, false};
+  const int count = cuda::kSgdTableTensors + 7;
+  std::vector<Tensor> want_p, want_b, got_p, got_b, grads;
+  std::vector<cuda::SgdTensor> rows;
+  for (int k = 0; k < count; ++k) {
+    const int64_t n = k % 9 == 4 ? 0 : k % 5 == 0 ? 3 * cuda::kSgdChunk + 17 : 1 + 97 * k;
+    const bool momentum = k % 4 != 3, first = k % 3 == 0;
+    const uint64_t seed = 100 + 3 * static_cast<uint64_t>(k);
+    grads.push_back(host_random({n}, seed));
+    want_p.push_back(host_random({n}, seed + 1));
+    got_p.push_back(want_p.back().clone());
+    want_b.push_back(momentum ? host_random({n}, seed + 2) : Tensor());
+    got_b.push_back(momentum ? want_b.back().clone() : Tensor());
+    Backend::SgdStep s = step;
+    s.first = first;
+    if (!momentum) s.momentum = 0;
+    cpu.sgd_update(want_p.back(), grads.back(), want_b.back(), s);
+    rows.push_back({got_p.back().data<float>(), grads.back().data<float>(),
+                    momentum ? got_b.back().data<float>() : nullptr, n, first});
+  }
+  cuda::SgdManyBody body{{}, step.lr, step.weight_decay, step.momentum, 1.0f - step.dampening, step.nesterov};
+  int tables = 0;
+  for (int done = 0; done < count; ++tables) {
+    done += cuda::fill_sgd_table(body.table, rows.data() + done, count - done);
+    for (int64_t b = 0; b < body.table.first_block[body.table.count]; ++b)
+      for (int t = 0; t < 256; ++t) body.block(b, t, 256);
+  }
+  EXPECT_EQ(tables, 2);
+  for (int k = 0; k < count; ++k) {
+    expect_same_bits(got_p[k], want_p[k], "tensor " + std::to_string(k));
+    if (want_b[k].defined()) expect_same_bits(got_b[k], want_b[k], "buffer " + std::to_string(k));
+  }
+}
+
 TEST(CudaKernelsOptim, AdamWBodyMatchesTheCpuBackendBitForBit) {
   Backend& cpu = backend(Device::cpu());
   DeviceScope on_cpu(Device::cpu());

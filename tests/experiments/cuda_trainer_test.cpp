@@ -13,6 +13,11 @@
 #include "experiments/lib/run.h"
 #include "experiments/lib/session.h"
 #include "experiments/lib/tools.h"
+#include "experiments/lib/checkpoint.h"
+#include "experiments/lib/safetensors.h"
+#include "layers/conv2d.h"
+#include "optim/sgd.h"
+#include "tests/support/gradcheck.h"
 #include "tests/experiments/fixture.h"
 #include "tests/experiments/tiny_config.h"
 #include "tests/support/device_step.h"
@@ -69,6 +74,52 @@ TEST(CudaTrainer, ResNet18StepMatchesTheCpuStep) {
   spec.activation = "gelu";
   spec.seed = 3;
   expect_step_matches_cpu(spec, 16, 3, 32, 32);
+}
+
+// A convolution weight made on the GPU is kept in the layout cuDNN reads (KRSC: no reorder of it
+// or of its gradient in a step) with the CPU's values; its gradient and SGD's momentum follow it,
+// and a checkpoint written from it holds plain OIHW weights that load back bit for bit.
+TEST(CudaTrainer, ConvolutionWeightsKeepTheGpusLayoutWithTheCpusValues) {
+  PACKRAT_REQUIRE_TRAINING_GPU();
+  const ConvConfig cfg{.stride = 1, .padding = 1, .dilation = 1, .groups = 1, .bias = true};
+  Conv2d on_cpu(8, 16, 3, cfg, 7);
+  const Tensor x = random_tensor({2, 8, 6, 6}, 3);  // (N, Cin, H, W), host
+  DeviceScope on(kGpu);
+  Conv2d conv(8, 16, 3, cfg, 7);
+  const Layout kept = backend(kGpu).conv_weight_layout();
+  EXPECT_EQ(conv.weight().layout(), kept);
+  EXPECT_EQ(conv.weight().to(Device::cpu()).to_vector(), on_cpu.weight().to_vector());
+  Tensor y = conv(x.to(kGpu));
+  {
+    TagScope tag(MemTag::Gradient);
+    backward(y, Tensor::full(y.shape(), 1.0f).to(kGpu));
+  }
+  ASSERT_TRUE(conv.weight().grad().defined());
+  EXPECT_EQ(conv.weight().grad().layout(), kept);
+  // The CPU's gradient of the same sum.
+  Tensor y_cpu;
+  {
+    DeviceScope host(Device::cpu());
+    y_cpu = on_cpu(x);
+    TagScope tag(MemTag::Gradient);
+    backward(y_cpu, Tensor::full(y_cpu.shape(), 1.0f));
+  }
+  EXPECT_GT(cosine(conv.weight().grad().to(Device::cpu()).to_vector(), on_cpu.weight().grad().to_vector()), 0.9999);
+  SGD opt(conv.named_parameters(), SgdOptions{0.1, 0.9});
+  opt.step();
+  const std::vector<float> stepped = conv.weight().to(Device::cpu()).to_vector();
+  const fs::path file = temp_dir("cuda_conv_layout") / "epoch_0001.safetensors";
+  save_checkpoint(file.string(), conv, opt, TrainingPosition{1, 1, 7}, "conv");
+  const SafetensorsFile saved = read_safetensors(file.string());
+  const Tensor* w = saved.find("model.weight");
+  ASSERT_NE(w, nullptr);
+  EXPECT_EQ(w->layout(), Layout::Plain);
+  EXPECT_EQ(w->to_vector(), stepped);
+  Conv2d fresh(8, 16, 3, cfg, 99);
+  SGD fresh_opt(fresh.named_parameters(), SgdOptions{0.1, 0.9});
+  load_checkpoint(file.string(), fresh, fresh_opt);
+  EXPECT_EQ(fresh.weight().layout(), kept);
+  EXPECT_EQ(fresh.weight().to(Device::cpu()).to_vector(), stepped);
 }
 
 TEST(CudaTrainer, NothingIsLeftAfterAStepAndMemoryDoesNotGrowOver100Steps) {

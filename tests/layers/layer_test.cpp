@@ -79,6 +79,28 @@ TEST(LayerInit, KaimingNormalFanOutHasTheRightSpread) {
   EXPECT_EQ(init::fan_out(w.shape()), 64 * 9);
 }
 
+// A weight kept in another layout (a GPU's KRSC convolution weight; here the CPU's blocked
+// nChw16c) takes, element for element, the values its plain twin draws, and leaves the stream
+// where the plain fill leaves it.
+TEST(LayerInit, FillsDrawInLogicalOrderWhateverTheLayout) {
+  TagScope tag(MemTag::Parameter);
+  Tensor plain = Tensor::empty({32, 16, 3, 3});
+  Tensor blocked = Tensor::empty({32, 16, 3, 3}, DType::f32, Layout::nChw16c);
+  for (int fill = 0; fill < 2; ++fill) {
+    PhiloxStream a(4, 5), b(4, 5);
+    if (fill == 0) {
+      init::normal(plain, 0.5f, 2.0f, a);
+      init::normal(blocked, 0.5f, 2.0f, b);
+    } else {
+      init::uniform(plain, -1.0f, 3.0f, a);
+      init::uniform(blocked, -1.0f, 3.0f, b);
+    }
+    EXPECT_EQ(blocked.layout(), Layout::nChw16c);
+    EXPECT_EQ(blocked.to_vector(), plain.to_vector()) << (fill == 0 ? "normal" : "uniform");
+    EXPECT_EQ(a.state(), b.state());
+  }
+}
+
 TEST(LayerNames, BatchNormHasPyTorchParametersAndBuffers) {
   BatchNorm2d bn(16);
   EXPECT_EQ(names_of(bn.named_parameters()), (std::vector<std::string>{"weight", "bias"}));

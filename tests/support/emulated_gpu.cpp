@@ -171,9 +171,10 @@ class EmulatedBackend final : public Backend {
     adopt_into(dweight);
     adopt_into(dbias);
   }
-  void batchnorm_update_running(Tensor& running, const Tensor& batch, float momentum, double correction) override {
-    OnHost h(running, batch);
-    cpu().batchnorm_update_running(running, batch, momentum, correction);
+  void batchnorm_update_running(Tensor& running_mean, Tensor& running_var, const Tensor& mean, const Tensor& var,
+                                float momentum, double var_correction) override {
+    OnHost h(running_mean, running_var, mean, var);
+    cpu().batchnorm_update_running(running_mean, running_var, mean, var, momentum, var_correction);
   }
   void batchnorm_count_batch(Tensor& num_batches_tracked) override {
     OnHost h(num_batches_tracked);

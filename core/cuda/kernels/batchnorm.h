@@ -13,15 +13,6 @@
 
 namespace packrat::cuda {
 
-// center[c] = x[0, c, 0, 0]: the shift the moments are taken about (no cancellation when
-// |mean| >> std), as the CPU backend does.
-struct FirstOfChannel {
-  const float* x;  // (N, C, H, W)
-  float* center;   // (C)
-  int64_t HW;
-  PACKRAT_HD void operator()(int64_t c) const { center[c] = x[c * HW]; }
-};
-
 // y = x * scale + shift per channel from mean, var (C) and the optional weight / bias.
 PACKRAT_HD inline void normalizing_affine(float mean, float var, const float* weight, const float* bias, int64_t c,
                                           float eps, float& scale, float& shift) {
@@ -34,7 +25,8 @@ PACKRAT_HD inline void normalizing_affine(float mean, float var, const float* we
 // Training statistics of channel c from the partial moments: mean and biased var (C), and the
 // affine that normalizes with them.
 struct BatchStatsFinalize {
-  const float* center;  // (C)
+  const float* x;       // (N, C, H, W): channel_center's shifts
+  int64_t HW;
   const float* weight;  // (C) or null
   const float* bias;    // (C) or null
   double count;         // N * H * W
@@ -47,7 +39,7 @@ struct BatchStatsFinalize {
   PACKRAT_HD void operator()(int64_t c, double a, double b) const {
     const double d = a / count;  // mean - center
     const double v = b / count - d * d;
-    mean[c] = static_cast<float>(center[c] + d);
+    mean[c] = static_cast<float>(channel_center(x, c, HW) + d);
     var[c] = static_cast<float>(v > 0.0 ? v : 0.0);
     normalizing_affine(mean[c], var[c], weight, bias, c, eps, scale[c], shift[c]);
   }
@@ -132,14 +124,21 @@ struct BatchNormBackwardElement {
   }
 };
 
-// running = (1 - momentum) running + momentum correction batch, in double, per channel.
+// running = (1 - momentum) running + momentum correction batch, in double, per channel: the
+// mean (correction 1) and the variance (n / (n - 1)) in one kernel.
+PACKRAT_HD inline float running_average(float running, float batch, float momentum, double correction) {
+  return static_cast<float>((1.0 - momentum) * running + momentum * correction * batch);
+}
 struct RunningUpdate {
-  float* running;      // (C)
-  const float* batch;  // (C)
+  float* running_mean;      // (C)
+  float* running_var;       // (C)
+  const float* batch_mean;  // (C)
+  const float* batch_var;   // (C)
   float momentum;
-  double correction;
+  double var_correction;
   PACKRAT_HD void operator()(int64_t c) const {
-    running[c] = static_cast<float>((1.0 - momentum) * running[c] + momentum * correction * batch[c]);
+    running_mean[c] = running_average(running_mean[c], batch_mean[c], momentum, 1.0);
+    running_var[c] = running_average(running_var[c], batch_var[c], momentum, var_correction);
   }
 };
 

@@ -80,13 +80,18 @@ struct ChannelPartials {
   }
 };
 
+// The shift batchnorm's moments are taken about: channel c's first element x[0, c, 0, 0] (no
+// cancellation when |mean| >> std), as the CPU backend does; read where it is needed, so no kernel
+// gathers the shifts first.
+PACKRAT_HD inline float channel_center(const float* x, int64_t c, int64_t HW) { return x[c * HW]; }
+
 // Terms: what one element at offset `at` of channel c adds to (a, b).
-// (x - center, (x - center)^2): moments about a per-channel shift (batchnorm forward).
+// (x - center, (x - center)^2): moments about channel_center (batchnorm forward).
 struct CenteredMomentsTerm {
-  const float* x;       // (N, C, H, W)
-  const float* center;  // (C)
+  const float* x;  // (N, C, H, W)
+  int64_t HW;
   PACKRAT_HD void operator()(int64_t c, int64_t at, double& a, double& b) const {
-    const double v = static_cast<double>(x[at]) - center[c];
+    const double v = static_cast<double>(x[at]) - channel_center(x, c, HW);
     a += v;
     b += v * v;
   }
