@@ -139,13 +139,23 @@ void backward(const Tensor& output, const Tensor& seed) {
       LayerScope layer(node.layer);
       for (const auto& h : node.saved)
         if (h.valid()) h.store->note_backward(h, grad_outputs);
+      node.grads_so_far.assign(node.inputs.size(), Tensor());
+      for (size_t i = 0; i < node.inputs.size(); ++i) {
+        const auto& in = node.inputs[i];
+        if (in && in->requires_grad && !in->is_leaf && in->grad.defined() && in->grad.sole_reference())
+          node.grads_so_far[i] = in->grad;
+      }
       std::vector<Tensor> grads = node.backward(node, grad_outputs);
+      std::vector<Tensor> so_far = std::move(node.grads_so_far);
+      node.grads_so_far.clear();
       PACKRAT_CHECK(grads.size() == node.inputs.size(), "{}: backward returned {} gradients for {} inputs",
                     node.where(), grads.size(), node.inputs.size());
       for (size_t i = 0; i < grads.size(); ++i) {
         auto& in = node.inputs[i];
         if (!in || !in->requires_grad || !grads[i].defined()) continue;
-        if (in->is_leaf && !in->grad.defined()) {
+        if (so_far[i].defined() && grads[i].same_storage(so_far[i])) {
+          in->grad = grads[i];  // the op added its gradient into the one the input held
+        } else if (in->is_leaf && !in->grad.defined()) {
           in->grad = grads[i].clone();  // a leaf owns its gradient buffer (tagged Gradient)
         } else {
           accumulate_into(in->grad, grads[i]);

@@ -23,8 +23,14 @@ struct Node {
   // Captures only plain values (strides, shapes...), never tensors: tensors go through `saved`.
   std::function<std::vector<Tensor>(Node& self, const std::vector<Tensor>& grad_outputs)> backward;
   bool done = false;
+  // While backward runs: the gradient input i holds already, where the node may add its own into
+  // it in place (the tape offers a non-leaf gradient that no other tensor refers to); an op that
+  // does returns that very tensor as the input's gradient, and the tape adds nothing. A
+  // convolution's input gradient lands so (cuDNN's beta = 1) on a residual block's input.
+  std::vector<Tensor> grads_so_far;
 
   Tensor load(size_t i) const;  // saved[i] through its store
+  Tensor grad_so_far(size_t i) const { return i < grads_so_far.size() ? grads_so_far[i] : Tensor(); }
   std::string where() const { return layer.empty() ? op : op + " " + layer; }
 };
 

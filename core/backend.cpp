@@ -62,6 +62,11 @@ std::vector<Backend*> available_backends() {
   return all;
 }
 
+Tensor Backend::conv_backward_data_into(const Tensor& gy, const Tensor& w, const ConvGeometry& g, Tensor& into) {
+  accumulate(into, conv_backward_data(gy, w, g));
+  return into;
+}
+
 void Backend::sgd_update_many(std::span<const SgdOperands> operands, const SgdStep& s) {
   for (const SgdOperands& o : operands) {
     SgdStep step = s;

@@ -96,6 +96,11 @@ class Backend {
                               bool keep_weights) = 0;
   // gy (N, Cout, OH, OW) any layout -> dx (N, Cin, H, W) in a layout of the backend's choice.
   virtual Tensor conv_backward_data(const Tensor& gy, const Tensor& w, const ConvGeometry& g) = 0;
+  // into += conv_backward_data(gy, w, g), in place, and returns into (N, Cin, H, W): the gradient
+  // of an input that already has one (a residual block's input). The CUDA backend blends it in
+  // cuDNN's output (beta = 1), a pass and a kernel fewer than a separate add. Default: the
+  // gradient, then accumulate().
+  virtual Tensor conv_backward_data_into(const Tensor& gy, const Tensor& w, const ConvGeometry& g, Tensor& into);
   // x (N, Cin, H, W), gy (N, Cout, OH, OW) any layouts -> gw (Cout, Cin/groups, KH, KW) in
   // conv_weight_layout() and, when g.has_bias, gb (Cout).
   virtual void conv_backward_weights(const Tensor& x, const Tensor& gy, const ConvGeometry& g, Tensor& gw,

@@ -76,6 +76,9 @@ class Tensor {
   void bump_version() { ++impl_->storage->version; }
   const std::shared_ptr<Storage>& storage() const { return impl_->storage; }
   bool same_storage(const Tensor& o) const { return impl_->storage == o.impl_->storage; }
+  // No other Tensor refers to this one's data (through its handle or a view of its storage), so
+  // writing it in place is seen by no one else.
+  bool sole_reference() const { return impl_.use_count() == 1 && impl_->storage.use_count() == 1; }
 
   // A view with another shape over the same plain data (no copy).
   Tensor reshape(const Shape& shape) const;

@@ -85,7 +85,12 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const C
            std::vector<Tensor> out(3);
            if (n.inputs[0] && iw >= 0) {
              const Tensor w = n.load(static_cast<size_t>(iw));  // plain or the backend's weight layout
-             out[0] = backend_of(gy).conv_backward_data(gy, w, g).to_layout(x_layout);  // (N, Cin, H, W)
+             // x's gradient so far (a residual block's input: from the shortcut) takes this one
+             // in place; the tape then adds nothing.
+             Tensor so_far = n.grad_so_far(0);
+             out[0] = so_far.defined() && so_far.layout() == x_layout && so_far.dtype() == DType::f32
+                          ? backend_of(gy).conv_backward_data_into(gy, w, g, so_far)
+                          : backend_of(gy).conv_backward_data(gy, w, g).to_layout(x_layout);  // (N, Cin, H, W)
            }
            if (ix >= 0 && (n.inputs[1] || n.inputs[2])) {
              Tensor xs = n.load(static_cast<size_t>(ix));

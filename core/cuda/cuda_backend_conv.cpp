@@ -76,17 +76,19 @@ Tensor CudaBackend::conv_forward(const Tensor& x_any, const Tensor& w, const Ten
   return y;
 }
 
-Tensor CudaBackend::conv_backward_data(const Tensor& gy_any, const Tensor& w, const ConvGeometry& g) {
-  make_current(index_);
+// dx = beta dx + the input gradient (cuDNN's blend: beta 0 overwrites, 1 adds), dx (N, Cin, H, W)
+// in activation_layout().
+void CudaBackend::run_conv_backward_data(const Tensor& gy_any, const Tensor& w, const ConvGeometry& g, Tensor& dx,
+                                         float beta) {
   const Layout layout = activation_layout();
   const Tensor gy = to_layout(gy_any, layout);  // (N, Cout, OH, OW)
   check_conv_operand(gy, output_shape(g), "output gradient", g);
   check_conv_operand(w, weight_shape(g), "weight", g);
-  Tensor dx = Tensor::empty(input_shape(g), DType::f32, layout, TagScope::current(), device());  // (N, Cin, H, W)
-  if (dx.numel() == 0) return dx;
+  check_conv_operand(dx, input_shape(g), "input gradient", g);
+  if (dx.numel() == 0) return;
   if (gy.numel() == 0) {
-    fill(dx, 0.0);
-    return dx;
+    if (beta == 0.0f) fill(dx, 0.0);
+    return;
   }
   const auto plan = conv_plan(index_, g, layout);
   cudnnHandle_t h = cudnn_handle(index_);
@@ -95,9 +97,25 @@ Tensor CudaBackend::conv_backward_data(const Tensor& gy_any, const Tensor& w, co
   const Tensor ws = workspace(c.workspace, device());
   PACKRAT_CUDNN_CHECK(cudnnConvolutionBackwardData(h, &kOne, plan->w, filter.raw(), plan->y, gy.raw(), plan->conv,
                                                    static_cast<cudnnConvolutionBwdDataAlgo_t>(c.algo),
-                                                   data_or_null(ws), c.workspace, &kZero, plan->x, dx.raw()),
+                                                   data_or_null(ws), c.workspace, &beta, plan->x, dx.raw()),
                       fmt::format("{}, backward-data algorithm {}", plan->what(), c.algo));
+}
+
+Tensor CudaBackend::conv_backward_data(const Tensor& gy, const Tensor& w, const ConvGeometry& g) {
+  make_current(index_);
+  Tensor dx = Tensor::empty(input_shape(g), DType::f32, activation_layout(), TagScope::current(),
+                            device());  // (N, Cin, H, W)
+  run_conv_backward_data(gy, w, g, dx, 0.0f);
   return dx;
+}
+
+Tensor CudaBackend::conv_backward_data_into(const Tensor& gy, const Tensor& w, const ConvGeometry& g, Tensor& into) {
+  make_current(index_);
+  // cuDNN blends into its own output layout only; another one takes the separate add.
+  if (into.layout() != activation_layout() || into.dtype() != DType::f32 || into.device() != device())
+    return Backend::conv_backward_data_into(gy, w, g, into);
+  run_conv_backward_data(gy, w, g, into, 1.0f);
+  return into;
 }
 
 void CudaBackend::conv_backward_weights(const Tensor& x_any, const Tensor& gy_any, const ConvGeometry& g, Tensor& gw,

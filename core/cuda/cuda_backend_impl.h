@@ -32,6 +32,7 @@ class CudaBackend final : public Backend {
   Tensor conv_forward(const Tensor& x, const Tensor& w, const Tensor& b, const ConvGeometry& g,
                       bool keep_weights) override;
   Tensor conv_backward_data(const Tensor& gy, const Tensor& w, const ConvGeometry& g) override;
+  Tensor conv_backward_data_into(const Tensor& gy, const Tensor& w, const ConvGeometry& g, Tensor& into) override;
   void conv_backward_weights(const Tensor& x, const Tensor& gy, const ConvGeometry& g, Tensor& gw, Tensor& gb) override;
 
   // ---- matmul on cuBLAS (cuda_backend_matmul.cpp)
@@ -107,6 +108,8 @@ class CudaBackend final : public Backend {
   void adamw_update(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const AdamWStep& s) override;
 
  private:
+  void run_conv_backward_data(const Tensor& gy, const Tensor& w, const ConvGeometry& g, Tensor& dx, float beta);
+
   int index_;
   std::string name_;
   std::unique_ptr<Allocator> allocator_;

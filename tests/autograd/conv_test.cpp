@@ -155,6 +155,43 @@ TEST(Conv2dOp, SavesNothingWithoutGradAndReleasesEverythingAfterBackward) {
   }
 }
 
+// A residual block's input gets two gradients, the shortcut's and then the convolution's: the
+// tape offers the first to the convolution, which adds its own into it in place (cuDNN's beta = 1
+// on a GPU; here the backend's in-place accumulate). The same bits as a separate add, and one
+// gradient buffer fewer at the peak: shortcut + relu's + the convolution's, not also their sum.
+TEST(Conv2dOp, AResidualInputTakesTheConvolutionsGradientInPlace) {
+  const ops::Conv2dOptions same{1, 1, 1, 1, 1, 1, 1};
+  const Shape xs{8, 12, 16, 16};  // 12 channels: everything stays plain on the CPU
+  const int64_t S = xs.numel() * 4;
+  const Tensor input = param(xs, 1), w = param({12, 12, 3, 3}, 2);
+  Tensor seed;
+  {
+    TagScope tag(MemTag::Workspace);
+    seed = random_tensor(xs, 3);
+  }
+  Allocator& a = Allocator::cpu();
+  const int64_t before = a.current(MemTag::Gradient);
+  {
+    const Tensor x = ops::scale(input, 1.0f);  // not a leaf: its gradient can be summed into
+    const Tensor out = ops::scale(ops::add(ops::relu(ops::conv2d(x, w, Tensor(), same)), x), 1.0f);
+    a.reset_peak();
+    backward(out, seed);
+  }
+  const int64_t peak = a.peak(MemTag::Gradient) - before;
+  EXPECT_LT(peak, 4 * S) << "the convolution's input gradient was added out of place";
+  EXPECT_GE(peak, 3 * S);
+  // The reference: the convolution's input gradient alone (a leaf's), plus the shortcut's.
+  Tensor x_leaf = input.clone(), w_leaf = w.clone();
+  x_leaf.set_requires_grad(true);
+  w_leaf.set_requires_grad(true);
+  backward(ops::relu(ops::conv2d(x_leaf, w_leaf, Tensor(), same)), seed);
+  std::vector<float> want = x_leaf.grad().to_vector();
+  const std::vector<float> shortcut = seed.to_vector();
+  for (size_t i = 0; i < want.size(); ++i) want[i] += shortcut[i];
+  EXPECT_EQ(input.grad().to_vector(), want);
+  EXPECT_EQ(w.grad().to_vector(), w_leaf.grad().to_vector());
+}
+
 TEST(Conv2dOp, WeightCacheReordersOncePerVersion) {
   // On AVX-512 the kernel reads blocked weights: each miss below is one reorder. On AVX2 the
   // gemm kernel reads the plain weight in place: no reorder ever, nothing held. (The cache's own

@@ -109,9 +109,20 @@ TEST(BackendConv, ForwardAndBothBackwardsMatchDirectLoopsOnEveryBackend) {
         const Tensor dx = b->conv_backward_data(gy, w, g);
         EXPECT_EQ(dx.shape(), hx.shape());
         expect_close(host_values(dx), want.dx, kRtol, kAtol, "dx");
+        // The weight as this backend keeps a Conv2d's (KRSC on a GPU) gives the same results.
+        const Tensor w_kept = b->to_layout(w, b->conv_weight_layout());
+        expect_close(host_values(b->conv_forward(x, w_kept, bias, g, false)), want.y, kRtol, kAtol, "y, kept weight");
+        // dx added in place into a gradient the input holds already (cuDNN's beta = 1 on a GPU).
+        const Tensor base = host_random({g.N, g.Cin, g.H, g.W}, 500 + k);
+        Tensor into = b->to_layout(base.to(b->device()), dx.layout()).clone();  // not base itself on the CPU
+        const Tensor summed = b->conv_backward_data_into(gy, w_kept, g, into);
+        EXPECT_TRUE(summed.same_storage(into)) << "conv_backward_data_into returns its target";
+        std::vector<float> want_sum = base.to_vector();
+        for (size_t i = 0; i < want_sum.size(); ++i) want_sum[i] += want.dx[i];
+        expect_close(host_values(into), want_sum, kRtol, kAtol, "into + dx");
         Tensor gw, gb;
         b->conv_backward_weights(xs, gy, g, gw, gb);
-        EXPECT_EQ(gw.layout(), Layout::Plain);
+        EXPECT_EQ(gw.layout(), b->conv_weight_layout()) << "the weight gradient in the kept weight's layout";
         EXPECT_EQ(gw.shape(), hw.shape());
         expect_close(host_values(gw), want.dw, kRtol, 2 * kAtol, "dw");
         EXPECT_EQ(gb.defined(), g.has_bias);

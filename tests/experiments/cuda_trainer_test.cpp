@@ -76,6 +76,33 @@ TEST(CudaTrainer, ResNet18StepMatchesTheCpuStep) {
   expect_step_matches_cpu(spec, 16, 3, 32, 32);
 }
 
+// The other model families on the GPU against the CPU: a ViT (layernorm, attention, GELU, the
+// class token) at the ResNet steps' tolerances; an EfficientNet (depthwise convolutions,
+// squeeze-excitation, SiLU, stochastic depth) runs and saves the same bytes (its drop-path masks
+// differ between two builds of the model on any device: tests/experiments/emulated_gpu_trainer_test.cpp).
+TEST(CudaTrainer, ViTAndEfficientNetStepsMatchTheCpuStep) {
+  PACKRAT_REQUIRE_TRAINING_GPU();
+  for (const char* arch : {"vit_tiny_fmnist", "efficientnet_b0_small"}) {
+    SCOPED_TRACE(arch);
+    ModelSpec spec;
+    spec.arch = arch;
+    spec.in_channels = 1;
+    spec.image_size = 28;
+    spec.seed = 2;
+    if (std::string(arch).starts_with("vit")) {
+      expect_step_matches_cpu(spec, 4, 1, 28, 28);
+      continue;
+    }
+    const DeviceStep cpu = device_step(spec, Device::cpu(), 4, 1, 28, 28);
+    const DeviceStep gpu = device_step(spec, kGpu, 4, 1, 28, 28);
+    EXPECT_TRUE(std::isfinite(gpu.loss));
+    EXPECT_EQ(gpu.grads.size(), cpu.grads.size());
+    ASSERT_EQ(gpu.saved.size(), cpu.saved.size());
+    for (size_t i = 0; i < cpu.saved.size(); ++i)
+      EXPECT_EQ(gpu.saved[i].bytes, cpu.saved[i].bytes) << cpu.saved[i].layer << " " << cpu.saved[i].op;
+  }
+}
+
 // A convolution weight made on the GPU is kept in the layout cuDNN reads (KRSC: no reorder of it
 // or of its gradient in a step) with the CPU's values; its gradient and SGD's momentum follow it,
 // and a checkpoint written from it holds plain OIHW weights that load back bit for bit.
