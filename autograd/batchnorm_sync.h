@@ -34,7 +34,13 @@ namespace ops {
 // ops::batchnorm2d while a sync is installed). x (N, C, H, W) any layout; weight and bias (C)
 // both required.
 Tensor sync_batchnorm2d(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor& running_mean,
-                        Tensor& running_var, float momentum, float eps, const BatchnormSync& sync);
+                        Tensor& running_var, float momentum, float eps, const BatchnormSync& sync,
+                        Tensor* num_batches_tracked = nullptr);
+// A training step's update of both running statistics from the batch's, n values a channel (the
+// variance's estimate unbiased by n / (n - 1)), and the batch counted when num_batches_tracked is
+// given: one backend call (one kernel on a GPU), the versions bumped. Both batchnorm ops use it.
+void update_running(Tensor& running_mean, Tensor& running_var, Tensor* num_batches_tracked, const Tensor& mean,
+                    const Tensor& var, float momentum, double n);
 }  // namespace ops
 
 }  // namespace packrat

@@ -29,9 +29,11 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias);
 Tensor matmul(const Tensor& a, const Tensor& b);
 
 // Training mode updates running_mean/var in place (momentum as PyTorch: new = (1-m)*old + m*batch,
-// unbiased variance for the running estimate); eval mode normalizes with the running statistics.
+// unbiased variance for the running estimate) and counts the batch in num_batches_tracked (an i64
+// scalar; null: none), all in one backend call; eval mode normalizes with the running statistics.
 Tensor batchnorm2d(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor& running_mean,
-                   Tensor& running_var, bool training, float momentum = 0.1f, float eps = 1e-5f);
+                   Tensor& running_var, bool training, float momentum = 0.1f, float eps = 1e-5f,
+                   Tensor* num_batches_tracked = nullptr);
 // Normalizes over the last dimension. x (..., D), weight/bias (D).
 Tensor layernorm(const Tensor& x, const Tensor& weight, const Tensor& bias, float eps = 1e-5f);
 

@@ -76,8 +76,11 @@ void Backend::sgd_update_many(std::span<const SgdOperands> operands, const SgdSt
   }
 }
 
-void check_running_update(const Tensor& running_mean, const Tensor& running_var, const Tensor& mean,
-                          const Tensor& var) {
+void check_running_update(const Tensor& running_mean, const Tensor& running_var, const Tensor* num_batches_tracked,
+                          const Tensor& mean, const Tensor& var) {
+  PACKRAT_CHECK(!num_batches_tracked || (num_batches_tracked->dtype() == DType::i64 && num_batches_tracked->numel() == 1),
+                "{} (batchnorm_update_running): the batch counter is {}, expected a one-element i64",
+                op_where("batchnorm"), num_batches_tracked ? num_batches_tracked->describe() : "");
   for (const Tensor* t : {&running_mean, &running_var, &mean, &var})
     PACKRAT_CHECK(t->defined() && t->dtype() == DType::f32 && t->rank() == 1 && t->numel() == mean.numel(),
                   "{} (batchnorm_update_running): running mean {}, running var {}, batch mean {} and batch var {} "

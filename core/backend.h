@@ -129,14 +129,14 @@ class Backend {
   virtual void batchnorm_backward(const Tensor& x, const Tensor& gy, const Tensor& weight, bool has_bias,
                                   const Tensor& mean, const Tensor& var, float eps, bool global_stats, Tensor& dx,
                                   Tensor& dweight, Tensor& dbias) = 0;
-  // In place, both running statistics from the batch's (all (C) f32): running = (1 - momentum) *
-  // running + momentum * correction * batch, in double, with correction 1 for the mean and
-  // var_correction (n / (n - 1) makes the variance unbiased) for the variance; one pass (one
-  // kernel on a GPU). Does not bump the versions.
-  virtual void batchnorm_update_running(Tensor& running_mean, Tensor& running_var, const Tensor& mean,
-                                        const Tensor& var, float momentum, double var_correction) = 0;
-  // In place, num_batches_tracked (i64 scalar) += 1. Does not bump the version.
-  virtual void batchnorm_count_batch(Tensor& num_batches_tracked) = 0;
+  // A training step's bookkeeping, in place, in one pass (one kernel on a GPU): both running
+  // statistics from the batch's (all (C) f32): running = (1 - momentum) * running + momentum *
+  // correction * batch, in double, with correction 1 for the mean and var_correction (n / (n - 1)
+  // makes the variance unbiased) for the variance; and num_batches_tracked (an i64 scalar, or
+  // null) += 1. Does not bump the versions.
+  virtual void batchnorm_update_running(Tensor& running_mean, Tensor& running_var, Tensor* num_batches_tracked,
+                                        const Tensor& mean, const Tensor& var, float momentum,
+                                        double var_correction) = 0;
 
   // ---- pooling (ops/pool)
   // x (N, C, H, W) any layout -> y (N, C, OH, OW) in x's layout. With `argmax` (max pooling for
@@ -305,8 +305,10 @@ std::vector<Backend*> available_backends();
 // Throws unless copy_range's operands are on one device, of one dtype, plain, and the ranges fit.
 void check_copy_range(const Tensor& src, int64_t src_offset, const Tensor& dst, int64_t dst_offset, int64_t count);
 
-// Throws unless batchnorm_update_running's four operands are (C) f32 tensors of one size.
-void check_running_update(const Tensor& running_mean, const Tensor& running_var, const Tensor& mean, const Tensor& var);
+// Throws unless batchnorm_update_running's four statistics are (C) f32 tensors of one size and the
+// counter, when given, an i64 scalar.
+void check_running_update(const Tensor& running_mean, const Tensor& running_var, const Tensor* num_batches_tracked,
+                          const Tensor& mean, const Tensor& var);
 
 // Throws "<op> <layer>: input 0 is on cuda:0, input 1 on cpu" unless all defined tensors share a device.
 void check_same_device(std::string_view op, std::initializer_list<const Tensor*> tensors);

@@ -26,11 +26,9 @@ Tensor BatchNorm2d::forward(const Tensor& x) {
                 LayerScope::current(), x.defined() ? x.describe() : std::string("an undefined tensor"));
   PACKRAT_CHECK(x.dim(1) == channels_, "batchnorm2d {}: input has {} channels, the layer has {}",
                 LayerScope::current(), x.dim(1), channels_);
-  if (training()) {
-    backend_of(num_batches_tracked_).batchnorm_count_batch(num_batches_tracked_);
-    num_batches_tracked_.bump_version();
-  }
-  return ops::batchnorm2d(x, weight_, bias_, running_mean_, running_var_, training(), momentum_, eps_);
+  // Training counts the batch with the running statistics' update (one kernel on a GPU).
+  return ops::batchnorm2d(x, weight_, bias_, running_mean_, running_var_, training(), momentum_, eps_,
+                          &num_batches_tracked_);
 }
 
 }  // namespace packrat

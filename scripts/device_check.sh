@@ -163,7 +163,7 @@ for k, t in total.most_common(25): print(f"{t / 1e6:8.3f} ms {100 * t / all_ns:5
 import re
 parts = [("codec", r"quantiz|[Ff]ewbit|[Mm]ixed|pack_|[Bb]itpack"), ("reorder", r"reorder|ranspose|nchwToNhwc|nhwcToNchw"),
          ("convolution", r"conv|xmma|gemm|cutlass|cudnn|fprop|dgrad|wgrad|implicit"),
-         ("batchnorm", r"atch_?[Nn]orm|ChannelAffine|Finalize|partial_sums|channel_"),
+         ("batchnorm", r"atch_?[Nn]orm|ChannelAffine|Finalize|partial_sums|channel_|RunningUpdate"),
          ("activation", r"[Gg]elu|GELU|Pointwise|Activation"), ("add", r"add|Binary"),
          ("optimizer", r"[Ss]gd|SGD|multi_tensor|foreach|momentum"),
          ("loss, pool, linear", r"[Ss]oft[Mm]ax|nll|[Ll]oss|pool|Pool|Linear|Matmul|reduce")]

@@ -16,20 +16,19 @@ void check_channel_tensor(const std::string& where, const char* what, const Tens
   PACKRAT_CHECK(t.dtype() == DType::f32, "{}: {} has dtype {}, expected f32", where, what, dtype_name(t.dtype()));
 }
 
-// running = (1 - m) * running + m * batch for the mean and the variance, whose estimate is
-// unbiased (n / (n - 1)).
-void update_running(Tensor& running_mean, Tensor& running_var, const Tensor& mean, const Tensor& var, float momentum,
-                    int64_t n) {
-  backend_of(running_mean)
-      .batchnorm_update_running(running_mean, running_var, mean, var, momentum,
-                                static_cast<double>(n) / static_cast<double>(n - 1));
-  running_mean.bump_version();
-  running_var.bump_version();
-}
 }  // namespace
 
+void update_running(Tensor& running_mean, Tensor& running_var, Tensor* num_batches_tracked, const Tensor& mean,
+                    const Tensor& var, float momentum, double n) {
+  backend_of(running_mean)
+      .batchnorm_update_running(running_mean, running_var, num_batches_tracked, mean, var, momentum, n / (n - 1));
+  running_mean.bump_version();
+  running_var.bump_version();
+  if (num_batches_tracked) num_batches_tracked->bump_version();
+}
+
 Tensor batchnorm2d(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor& running_mean,
-                   Tensor& running_var, bool training, float momentum, float eps) {
+                   Tensor& running_var, bool training, float momentum, float eps, Tensor* num_batches_tracked) {
   check_same_device("batchnorm2d", {&x, &weight, &bias, &running_mean, &running_var});
   const std::string where = op_where("batchnorm2d");
   PACKRAT_CHECK(x.defined(), "{}: input must be defined", where);
@@ -45,14 +44,15 @@ Tensor batchnorm2d(const Tensor& x, const Tensor& weight, const Tensor& bias, Te
 
   if (training)  // data-parallel with distributed.sync_batchnorm: statistics of the global batch
     if (const auto sync = batchnorm_sync())
-      return sync_batchnorm2d(x, weight, bias, running_mean, running_var, momentum, eps, *sync);
+      return sync_batchnorm2d(x, weight, bias, running_mean, running_var, momentum, eps, *sync, num_batches_tracked);
 
   Tensor y, mean, var;  // (N, C, H, W) x's layout; (C); (C)
   const bool global_stats = !training;
   if (training) {
     PACKRAT_CHECK(n > 1, "{}: training needs more than one value per channel, input is {}", where, x.shape().str());
     backend_of(x).batchnorm_forward_training(x, weight, bias, eps, y, mean, var);
-    if (running_mean.defined()) update_running(running_mean, running_var, mean, var, momentum, n);
+    if (running_mean.defined())
+      update_running(running_mean, running_var, num_batches_tracked, mean, var, momentum, static_cast<double>(n));
   } else {
     PACKRAT_CHECK(running_mean.defined(), "{}: eval mode needs running statistics", where);
     y = backend_of(x).batchnorm_forward_inference(x, weight, bias, running_mean, running_var, eps);

@@ -52,7 +52,8 @@ Tensor sum_over_processes(const BatchnormSync& sync, const Tensor& t, const std:
 }  // namespace
 
 Tensor sync_batchnorm2d(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor& running_mean,
-                        Tensor& running_var, float momentum, float eps, const BatchnormSync& sync) {
+                        Tensor& running_var, float momentum, float eps, const BatchnormSync& sync,
+                        Tensor* num_batches_tracked) {
   const std::string where = op_where("sync_batchnorm2d");
   PACKRAT_CHECK(x.defined() && x.rank() == 4 && x.dtype() == DType::f32,
                 "{}: input must be a 4-d f32 tensor (N, C, H, W)", where);
@@ -78,11 +79,7 @@ Tensor sync_batchnorm2d(const Tensor& x, const Tensor& weight, const Tensor& bia
     var = as(DType::f32, be.scale(sum_over_processes(sync, spread, where + " variance"), 1.0 / n));
   }
   y = be.batchnorm_forward_inference(x, weight, bias, mean, var, eps);
-  if (running_mean.defined()) {
-    be.batchnorm_update_running(running_mean, running_var, mean, var, momentum, n / (n - 1));
-    running_mean.bump_version();
-    running_var.bump_version();
-  }
+  if (running_mean.defined()) update_running(running_mean, running_var, num_batches_tracked, mean, var, momentum, n);
   if (!needs_grad({&x, &weight, &bias})) return y;
 
   const std::string& layer = LayerScope::current();

@@ -40,9 +40,8 @@ class CpuBackend final : public Backend {
   void batchnorm_backward(const Tensor& x, const Tensor& gy, const Tensor& weight, bool has_bias, const Tensor& mean,
                           const Tensor& var, float eps, bool global_stats, Tensor& dx, Tensor& dweight,
                           Tensor& dbias) override;
-  void batchnorm_update_running(Tensor& running_mean, Tensor& running_var, const Tensor& mean, const Tensor& var,
-                                float momentum, double var_correction) override;
-  void batchnorm_count_batch(Tensor& num_batches_tracked) override;
+  void batchnorm_update_running(Tensor& running_mean, Tensor& running_var, Tensor* num_batches_tracked,
+                                const Tensor& mean, const Tensor& var, float momentum, double var_correction) override;
 
   // ---- pooling (cpu_backend_pool.cpp)
   Tensor pool_forward(const Tensor& x, const PoolGeometry& g, PoolKind kind, Tensor* argmax) override;

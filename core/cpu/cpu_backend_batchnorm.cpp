@@ -21,9 +21,11 @@ void CpuBackend::batchnorm_backward(const Tensor& x, const Tensor& gy, const Ten
   cpu::batchnorm_backward(x, gy, weight, has_bias, mean, var, eps, global_stats, dx, dweight, dbias);
 }
 
-void CpuBackend::batchnorm_update_running(Tensor& running_mean, Tensor& running_var, const Tensor& mean,
-                                          const Tensor& var, float momentum, double var_correction) {
-  check_running_update(running_mean, running_var, mean, var);
+void CpuBackend::batchnorm_update_running(Tensor& running_mean, Tensor& running_var, Tensor* num_batches_tracked,
+                                          const Tensor& mean, const Tensor& var, float momentum,
+                                          double var_correction) {
+  check_running_update(running_mean, running_var, num_batches_tracked, mean, var);
+  if (num_batches_tracked) ++num_batches_tracked->data<int64_t>()[0];
   float* rm = running_mean.data<float>();  // (C)
   float* rv = running_var.data<float>();   // (C)
   const float* m = mean.data<float>();     // (C)
@@ -33,7 +35,5 @@ void CpuBackend::batchnorm_update_running(Tensor& running_mean, Tensor& running_
     rv[c] = static_cast<float>((1.0 - momentum) * rv[c] + momentum * var_correction * v[c]);
   }
 }
-
-void CpuBackend::batchnorm_count_batch(Tensor& num_batches_tracked) { ++num_batches_tracked.data<int64_t>()[0]; }
 
 }  // namespace packrat::cpu

@@ -37,11 +37,9 @@ void launch_batchnorm_backward(const float* x, const float* gy, const float* mea
   launch_for_each(quads_of(N * C * HW), BatchNormBackwardElement{x, gy, dx, mean, k, a, b, C, HW, N * C * HW});
 }
 
-void launch_running_update(float* running_mean, float* running_var, const float* batch_mean, const float* batch_var,
-                           int64_t C, float momentum, double var_correction) {
-  launch_for_each(C, RunningUpdate{running_mean, running_var, batch_mean, batch_var, momentum, var_correction});
+void launch_running_update(float* running_mean, float* running_var, int64_t* count, const float* batch_mean,
+                           const float* batch_var, int64_t C, float momentum, double var_correction) {
+  launch_for_each(C, RunningUpdate{running_mean, running_var, count, batch_mean, batch_var, momentum, var_correction});
 }
-
-void launch_count_batch(int64_t* count) { launch_for_each(1, CountBatch{count}); }
 
 }  // namespace packrat::cuda

@@ -24,9 +24,8 @@ void launch_batchnorm_backward(const float* x, const float* gy, const float* mea
                                const float* weight, float eps, bool global_stats, int64_t N, int64_t C, int64_t HW,
                                double* partial, int splits, float* dweight, float* dbias, float* k, float* a, float* b,
                                float* dx);
-// Both running statistics (C) in one kernel (RunningUpdate).
-void launch_running_update(float* running_mean, float* running_var, const float* batch_mean, const float* batch_var,
-                           int64_t C, float momentum, double var_correction);
-void launch_count_batch(int64_t* count);
+// Both running statistics (C) and the batch counter (may be null) in one kernel (RunningUpdate).
+void launch_running_update(float* running_mean, float* running_var, int64_t* count, const float* batch_mean,
+                           const float* batch_var, int64_t C, float momentum, double var_correction);
 
 }  // namespace packrat::cuda

@@ -122,22 +122,15 @@ void CudaBackend::batchnorm_backward(const Tensor& x_any, const Tensor& gy_any, 
   dx = to_layout(dxp, x_any.layout());
 }
 
-void CudaBackend::batchnorm_update_running(Tensor& running_mean, Tensor& running_var, const Tensor& mean,
-                                           const Tensor& var, float momentum, double var_correction) {
+void CudaBackend::batchnorm_update_running(Tensor& running_mean, Tensor& running_var, Tensor* num_batches_tracked,
+                                           const Tensor& mean, const Tensor& var, float momentum,
+                                           double var_correction) {
   make_current(index_);
-  check_running_update(running_mean, running_var, mean, var);
-  launch_running_update(running_mean.device_data<float>(), running_var.device_data<float>(), mean.device_data<float>(),
-                        var.device_data<float>(), mean.numel(), momentum, var_correction);
+  check_running_update(running_mean, running_var, num_batches_tracked, mean, var);
+  launch_running_update(running_mean.device_data<float>(), running_var.device_data<float>(),
+                        num_batches_tracked ? num_batches_tracked->device_data<int64_t>() : nullptr,
+                        mean.device_data<float>(), var.device_data<float>(), mean.numel(), momentum, var_correction);
   PACKRAT_CHECK_LAUNCH("batchnorm_update_running");
-}
-
-void CudaBackend::batchnorm_count_batch(Tensor& num_batches_tracked) {
-  make_current(index_);
-  PACKRAT_CHECK(num_batches_tracked.dtype() == DType::i64 && num_batches_tracked.numel() == 1,
-                "{} (batchnorm_count_batch): the counter is {}, expected a one-element i64", op_where("batchnorm"),
-                num_batches_tracked.describe());
-  launch_count_batch(num_batches_tracked.device_data<int64_t>());
-  PACKRAT_CHECK_LAUNCH("batchnorm_count_batch");
 }
 
 }  // namespace packrat::cuda

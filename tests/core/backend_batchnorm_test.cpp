@@ -136,18 +136,23 @@ TEST(BackendBatchnorm, RunningStatisticsAndTheBatchCounterUpdateInPlaceOnEveryBa
       return want;
     };
     Tensor running_mean = hm.to(b->device()).clone(), running_var = hv.to(b->device()).clone();
-    b->batchnorm_update_running(running_mean, running_var, hbatch_m.to(b->device()), hbatch_v.to(b->device()),
+    Tensor count = Tensor::zeros(Shape{}, DType::i64).to(b->device());
+    b->batchnorm_update_running(running_mean, running_var, &count, hbatch_m.to(b->device()), hbatch_v.to(b->device()),
                                 momentum, correction);
     expect_close(host_values(running_mean), expected(hm, hbatch_m, 1.0), 1e-7f, 0.0f, "running mean");
     expect_close(host_values(running_var), expected(hv, hbatch_v, correction), 1e-7f, 0.0f, "running var");
     const std::string m = testing::message_of([&] {
-      b->batchnorm_update_running(running_mean, running_var, hbatch_m.to(b->device()),
+      b->batchnorm_update_running(running_mean, running_var, nullptr, hbatch_m.to(b->device()),
                                   Tensor::zeros({C + 1}).to(b->device()), momentum, correction);
     });
     EXPECT_NE(m.find("must be (C) f32 tensors of one size"), std::string::npos) << m;
 
-    Tensor count = Tensor::zeros(Shape{}, DType::i64);
-    for (int i = 0; i < 3; ++i) b->batchnorm_count_batch(count);
+    // The counter: once a call; without one, the statistics alone.
+    for (int i = 0; i < 2; ++i)
+      b->batchnorm_update_running(running_mean, running_var, &count, hbatch_m.to(b->device()),
+                                  hbatch_v.to(b->device()), momentum, correction);
+    b->batchnorm_update_running(running_mean, running_var, nullptr, hbatch_m.to(b->device()), hbatch_v.to(b->device()),
+                                momentum, correction);
     EXPECT_EQ(host_values(count), std::vector<float>{3.0f});
   }
 }

@@ -171,14 +171,11 @@ class EmulatedBackend final : public Backend {
     adopt_into(dweight);
     adopt_into(dbias);
   }
-  void batchnorm_update_running(Tensor& running_mean, Tensor& running_var, const Tensor& mean, const Tensor& var,
-                                float momentum, double var_correction) override {
+  void batchnorm_update_running(Tensor& running_mean, Tensor& running_var, Tensor* num_batches_tracked,
+                                const Tensor& mean, const Tensor& var, float momentum, double var_correction) override {
     OnHost h(running_mean, running_var, mean, var);
-    cpu().batchnorm_update_running(running_mean, running_var, mean, var, momentum, var_correction);
-  }
-  void batchnorm_count_batch(Tensor& num_batches_tracked) override {
-    OnHost h(num_batches_tracked);
-    cpu().batchnorm_count_batch(num_batches_tracked);
+    if (num_batches_tracked) h.add(*num_batches_tracked);
+    cpu().batchnorm_update_running(running_mean, running_var, num_batches_tracked, mean, var, momentum, var_correction);
   }
   Tensor pool_forward(const Tensor& x, const PoolGeometry& g, PoolKind kind, Tensor* argmax) override {
     Tensor y;

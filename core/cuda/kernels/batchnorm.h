@@ -125,13 +125,14 @@ struct BatchNormBackwardElement {
 };
 
 // running = (1 - momentum) running + momentum correction batch, in double, per channel: the
-// mean (correction 1) and the variance (n / (n - 1)) in one kernel.
+// mean (correction 1) and the variance (n / (n - 1)) in one kernel, which also counts the batch.
 PACKRAT_HD inline float running_average(float running, float batch, float momentum, double correction) {
   return static_cast<float>((1.0 - momentum) * running + momentum * correction * batch);
 }
 struct RunningUpdate {
   float* running_mean;      // (C)
   float* running_var;       // (C)
+  int64_t* count;           // () num_batches_tracked, or null
   const float* batch_mean;  // (C)
   const float* batch_var;   // (C)
   float momentum;
@@ -139,13 +140,8 @@ struct RunningUpdate {
   PACKRAT_HD void operator()(int64_t c) const {
     running_mean[c] = running_average(running_mean[c], batch_mean[c], momentum, 1.0);
     running_var[c] = running_average(running_var[c], batch_var[c], momentum, var_correction);
+    if (c == 0 && count) ++count[0];
   }
-};
-
-// num_batches_tracked += 1 (one index).
-struct CountBatch {
-  int64_t* count;  // ()
-  PACKRAT_HD void operator()(int64_t) const { ++count[0]; }
 };
 
 }  // namespace packrat::cuda
