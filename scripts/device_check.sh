@@ -157,7 +157,7 @@ for r in rows[1:]:
     except (IndexError, ValueError): continue  # the trainer's own lines
     k = r[name].split("(")[0][:140]; total[k] += t; count[k] += 1
 all_ns = sum(total.values())
-print(f"{sum(count.values())} launches, {all_ns / 1e6:.2f} ms of kernel time, {all_ns / 4e6:.2f} ms a step (4 profiled)")
+print(f"{sum(count.values())} launches ({sum(count.values()) / 4:.0f} a step), {all_ns / 1e6:.2f} ms of kernel time, {all_ns / 4e6:.2f} ms a step (4 profiled)")
 for k, t in total.most_common(25): print(f"{t / 1e6:8.3f} ms {100 * t / all_ns:5.1f}% {count[k]:5d}x {k}")
 # By part of the step, the same buckets for packrat's kernels and PyTorch's (the first match wins).
 import re
