@@ -80,7 +80,9 @@ TEST(BackendOptim, SgdOverManyParametersStepsEachAsAlone) {
     for (size_t k = 0; k < shapes.size(); ++k) {
       const std::string what = "parameter " + std::to_string(k) + " " + shapes[k].str();
       EXPECT_EQ(host_values(many_p[k]), host_values(alone_p[k])) << what;
-      if (many_b[k].defined()) EXPECT_EQ(host_values(many_b[k]), host_values(alone_b[k])) << what << " buffer";
+      if (many_b[k].defined()) {
+        EXPECT_EQ(host_values(many_b[k]), host_values(alone_b[k])) << what << " buffer";
+      }
     }
   }
 }
