@@ -1,5 +1,6 @@
 // CpuBackend: batch normalization (core/cpu/batchnorm.h: OpenMP loops by default, or oneDNN)
 // and the running-statistics updates.
+#include "core/batchnorm_math.h"
 #include "core/cpu/batchnorm.h"
 #include "core/cpu/cpu_backend.h"
 
@@ -31,8 +32,8 @@ void CpuBackend::batchnorm_update_running(Tensor& running_mean, Tensor& running_
   const float* m = mean.data<float>();     // (C)
   const float* v = var.data<float>();      // (C)
   for (int64_t c = 0; c < mean.numel(); ++c) {
-    rm[c] = static_cast<float>((1.0 - momentum) * rm[c] + momentum * 1.0 * m[c]);
-    rv[c] = static_cast<float>((1.0 - momentum) * rv[c] + momentum * var_correction * v[c]);
+    rm[c] = running_average(rm[c], m[c], momentum, 1.0);
+    rv[c] = running_average(rv[c], v[c], momentum, var_correction);
   }
 }
 

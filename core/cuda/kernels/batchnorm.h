@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "core/cuda/kernels/channel_sums.h"
+#include "core/batchnorm_math.h"
 #include "core/cuda/kernels/float_io.h"
 #include "core/hd.h"
 
@@ -124,11 +125,8 @@ struct BatchNormBackwardElement {
   }
 };
 
-// running = (1 - momentum) running + momentum correction batch, in double, per channel: the
-// mean (correction 1) and the variance (n / (n - 1)) in one kernel, which also counts the batch.
-PACKRAT_HD inline float running_average(float running, float batch, float momentum, double correction) {
-  return static_cast<float>((1.0 - momentum) * running + momentum * correction * batch);
-}
+// running_average (core/batchnorm_math.h) per channel: the mean (correction 1) and the variance
+// (n / (n - 1)) in one kernel, which also counts the batch.
 struct RunningUpdate {
   float* running_mean;      // (C)
   float* running_var;       // (C)
