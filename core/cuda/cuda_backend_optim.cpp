@@ -19,14 +19,18 @@ void check_operands(const char* op, const Tensor& param, std::initializer_list<c
                   op_where(op), t->describe(), param.describe());
   }
 }
+// An SGD step's operands: grad, and the momentum buffer when there is one (null: none).
+void check_sgd_operands(const char* op, const Tensor& param, const Tensor& grad, const Tensor* momentum_buffer) {
+  if (momentum_buffer) {
+    check_operands(op, param, {&grad, momentum_buffer});
+  } else {
+    check_operands(op, param, {&grad});
+  }
+}
 }  // namespace
 
 void CudaBackend::sgd_update(Tensor& param, const Tensor& grad, Tensor& momentum_buffer, const SgdStep& s) {
-  if (momentum_buffer.defined()) {
-    check_operands("sgd_update", param, {&grad, &momentum_buffer});
-  } else {
-    check_operands("sgd_update", param, {&grad});
-  }
+  check_sgd_operands("sgd_update", param, grad, momentum_buffer.defined() ? &momentum_buffer : nullptr);
   float* buf = momentum_buffer.defined() ? momentum_buffer.device_data<float>() : nullptr;
   launch_sgd_update(param.device_data<float>(), grad.device_data<float>(), buf, param.numel(), s.lr, s.weight_decay,
                     s.momentum, 1.0f - s.dampening, s.nesterov, s.first);
@@ -39,11 +43,7 @@ void CudaBackend::sgd_update_many(std::span<const SgdOperands> operands, const S
   std::vector<SgdTensor> tensors;  // the kernels' table rows, in the parameters' order
   tensors.reserve(operands.size());
   for (const SgdOperands& o : operands) {
-    if (o.momentum_buffer) {
-      check_operands("sgd_update_many", *o.param, {o.grad, o.momentum_buffer});
-    } else {
-      check_operands("sgd_update_many", *o.param, {o.grad});
-    }
+    check_sgd_operands("sgd_update_many", *o.param, *o.grad, o.momentum_buffer);
     PACKRAT_CHECK(o.param->device() == device() && o.grad->device() == device(),
                   "{}: parameter {} and gradient {} must be on {}", op_where("sgd_update_many"),
                   o.param->describe(), o.grad->describe(), device().str());
