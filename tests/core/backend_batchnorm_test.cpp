@@ -65,7 +65,8 @@ TEST(BackendBatchnorm, ForwardAndBackwardMatchTwoPassDoublesOnEveryBackend) {
   PACKRAT_FOR_EACH_BACKEND(b) {
     DeviceScope on(b->device());
     // The last shape gives the CUDA backend's channels-innermost sums a partial tile of 32
-    // channels and two splits of the rows.
+    // channels and seven splits of the rows (229 rows each, the last 226: a remainder in every
+    // block's row lanes).
     for (const Shape& shape : {Shape{2, 3, 3, 5}, Shape{2, 32, 3, 5}, Shape{4, 40, 20, 20}}) {
       const int64_t N = shape[0], C = shape[1], H = shape[2], W = shape[3];
       const Tensor hx = host_random({N, C, H, W}, 1 + C, -1.0f, 3.0f), hgy = host_random({N, C, H, W}, 2 + C);

@@ -71,8 +71,8 @@ TEST(CudaKernelsBatchnorm, ChannelElementWalksEachChannelOfAnNchwBuffer) {
   EXPECT_EQ(cuda::channel_splits(int64_t{1} << 40, 4), 64);
   // Channels innermost (NHWC as (N * H * W, C, 1)): more, shorter splits.
   EXPECT_EQ(cuda::channel_splits(1, 1), 1);
-  EXPECT_EQ(cuda::channel_splits(1025, 1), 2);
-  EXPECT_EQ(cuda::channel_splits(int64_t{1} << 40, 1), 256);
+  EXPECT_EQ(cuda::channel_splits(257, 1), 2);
+  EXPECT_EQ(cuda::channel_splits(int64_t{1} << 40, 1), 512);
 }
 
 TEST(CudaKernelsBatchnorm, TrainingAndInferenceForwardMatchTheCpuBackend) {
