@@ -5,7 +5,10 @@
 #include "core/build_config.h"
 #include "core/error.h"
 #include "core/tensor.h"
+#include "core/pointwise_math.h"  // with_activation
 #include "quant/codec_device.h"
+#include "quant/group_apply_derivative.h"
+#include "quant/group_quant_warp.h"
 #if PACKRAT_HAVE_CUDA
 #include "core/cuda/launch_check.h"
 #include "quant/group_quant_device.h"
@@ -144,6 +147,52 @@ void dequantize_groups(const Tensor& codes, const Tensor& meta, const GroupGeome
   cuda::check_last_launch("dequantize_groups");
 #else
   fail("dequantize_groups: the codes are on {}, but this packrat was built without CUDA", codes.device().str());
+#endif
+}
+
+namespace {
+
+// The one-pass backward on the host: each group's quads in order, groups in parallel.
+void dequantize_groups_apply_on_host(const uint8_t* codes, const uint8_t* meta, const GroupGeometry& g,
+                                     ActivationId fn, bool from_output, const float* grad, float* gx) {
+  with_activation(fn, [&](auto a) {
+    using A = decltype(a);
+    auto run = [&](const auto& body) {
+#pragma omp parallel for schedule(static)
+      for (int64_t group = 0; group < g.groups(); ++group) body(group, 0, 1);
+    };
+    if constexpr (A::kFromOutput) {
+      if (from_output) return run(DequantizeQuadsBody<ApplyDerivative<A, true>>{codes, meta, g, {grad, gx}});
+    }
+    run(DequantizeQuadsBody<ApplyDerivative<A, false>>{codes, meta, g, {grad, gx}});
+  });
+}
+
+}  // namespace
+
+void dequantize_groups_apply(const Tensor& codes, const Tensor& meta, const GroupGeometry& g, ActivationId fn,
+                             bool from_output, const Tensor& grad, const Tensor& gx) {
+  check_same_size(grad, g, codes, meta, "dequantize_groups_apply");
+  PACKRAT_CHECK(static_cast<int>(fn) < kNumActivations, "dequantize_groups_apply: no activation with id {}",
+                static_cast<int>(fn));
+  PACKRAT_CHECK(grad.dtype() == DType::f32 && gx.dtype() == DType::f32 && gx.numel() == grad.numel(),
+                "dequantize_groups_apply: gradient {} and output {} must be f32 of {} elements", grad.describe(),
+                gx.describe(), g.numel);
+  PACKRAT_CHECK(grad.device() == codes.device() && gx.device() == codes.device() && meta.device() == codes.device(),
+                "dequantize_groups_apply: codes on {}, metadata on {}, gradient on {}, output on {}",
+                codes.device().str(), meta.device().str(), grad.device().str(), gx.device().str());
+  auto on_host = [&] {
+    dequantize_groups_apply_on_host(codes.data<uint8_t>(), meta.data<uint8_t>(), g, fn, from_output,
+                                    grad.data<float>(), gx.data<float>());
+  };
+  if (codes.is_cpu()) return on_host();
+  if (codec_ran_on_host(codes.device(), {codes, meta, grad, gx}, on_host)) return;
+#if PACKRAT_HAVE_CUDA
+  cuda::launch_dequantize_groups_apply(codes.device_data<uint8_t>(), meta.device_data<uint8_t>(), g, fn, from_output,
+                                       grad.device_data<float>(), gx.device_data<float>());
+  cuda::check_last_launch("dequantize_groups_apply");
+#else
+  fail("dequantize_groups_apply: the codes are on {}, but this packrat was built without CUDA", codes.device().str());
 #endif
 }
 

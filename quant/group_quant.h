@@ -32,6 +32,7 @@
 #include <string_view>
 #include <vector>
 
+#include "core/activation_id.h"
 #include "core/philox.h"  // PACKRAT_HD, Philox4x32
 #include "quant/bitpack.h"
 
@@ -396,6 +397,12 @@ void quantize_groups(const Tensor& x, const GroupGeometry& g, Rounding rounding,
 // Dequantizes into out (g.numel f32, any shape) on the codes' device, walked as `blocking` says.
 void dequantize_groups(const Tensor& codes, const Tensor& meta, const GroupGeometry& g, const Tensor& out,
                        ChannelBlocking blocking = {});
+// An activation's backward from its codes in one pass: gx = grad * f'(x), x the dequantized values
+// (y = f(x) where from_output), never stored (quant/group_apply_derivative.h). grad and gx: g.numel
+// f32 on the codes' device, in the order the codes were taken (no blocking). The bits of
+// dequantize_groups followed by the backend's pointwise_backward.
+void dequantize_groups_apply(const Tensor& codes, const Tensor& meta, const GroupGeometry& g, ActivationId fn,
+                             bool from_output, const Tensor& grad, const Tensor& gx);
 
 // ---- the CPU kernels (group_quant_cpu.cpp), on host pointers ----------------------------------
 

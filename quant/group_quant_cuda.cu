@@ -4,6 +4,7 @@
 #include <cuda_runtime.h>
 
 #include "core/cuda/launch.cuh"
+#include "quant/group_apply_derivative.h"
 #include "quant/group_quant_device.h"
 #include "quant/group_quant_warp.h"
 
@@ -16,11 +17,13 @@ constexpr int kWarpsPerBlock = kThreadsPerBlock / kWarpLanes;
 // 32 / lanes groups a warp, `lanes` lanes a group, kLaneBlocks blocks of 8 values a lane a chunk:
 // a lane's first chunk stays in registers from the range scan to its codes (all of a group's
 // blocks do where a warp takes several groups). kBits: the width where it is one of the common
-// ones (the packing's shifts become constants), else 0 (g.bits). Two blocks an SM: the lane's 32
-// values stay in registers (about 110) without spilling, and 16 warps of 4 KiB loads each keep
-// enough bytes in flight.
+// ones (the packing's shifts become constants), else 0 (g.bits). Three blocks an SM: the lane's
+// 32 values in 80 registers (ptxas spills 36 bytes at 2 bits), 24 warps an SM. On an H100 this
+// quantized 2-bit groups at 0.53 of copy bandwidth against 0.45 with two blocks of 110 registers
+// and no spills (packrat_bench CodecCuda/GroupQuantize/bits:2, side by side in one run): the
+// kernel waits on memory more than on its spilled values.
 template <int kBits>
-__global__ void __launch_bounds__(kThreadsPerBlock, 2)
+__global__ void __launch_bounds__(kThreadsPerBlock, 3)
     quantize_groups_kernel(const float* x, GroupGeometry g, int lanes, Rounding rounding, QuantNoise noise,
                            uint8_t* codes, uint8_t* meta, double* range_sq) {
   __shared__ uint32_t noise_words[kWarpsPerBlock][kChunkNoiseWords];  // (warps, noise_word's places)
@@ -136,7 +139,22 @@ void launch_quantize_groups(const float* x, const GroupGeometry& g, Rounding rou
 
 void launch_dequantize_groups(const uint8_t* codes, const uint8_t* meta, const GroupGeometry& g, float* out) {
   launch_for_each_lane(g.groups(), lanes_log2(dequantize_lanes(g.group_size)),
-                       DequantizeQuadsBody{codes, meta, g, out});
+                       DequantizeQuadsBody<StoreValues>{codes, meta, g, StoreValues{out}});
+}
+
+void launch_dequantize_groups_apply(const uint8_t* codes, const uint8_t* meta, const GroupGeometry& g,
+                                    ActivationId fn, bool from_output, const float* grad, float* gx) {
+  const int lane_shift = lanes_log2(dequantize_lanes(g.group_size));
+  with_activation(fn, [&](auto a) {
+    using A = decltype(a);
+    if constexpr (A::kFromOutput) {
+      if (from_output)
+        return launch_for_each_lane(g.groups(), lane_shift,
+                                    DequantizeQuadsBody<ApplyDerivative<A, true>>{codes, meta, g, {grad, gx}});
+    }
+    launch_for_each_lane(g.groups(), lane_shift,
+                         DequantizeQuadsBody<ApplyDerivative<A, false>>{codes, meta, g, {grad, gx}});
+  });
 }
 
 }  // namespace packrat::cuda

@@ -4,6 +4,7 @@
 // lane by lane (tests/quant/group_quant_warp_test.cpp) against the CPU kernels, byte for byte.
 #include <cstdint>
 
+#include "core/activation_id.h"
 #include "quant/group_quant.h"
 
 namespace packrat::cuda {
@@ -16,5 +17,9 @@ void launch_quantize_groups(const float* x, const GroupGeometry& g, Rounding rou
                             uint8_t* codes, uint8_t* meta, double* group_range_sq);
 // dequantize_lanes(G) lanes a group, each on quads of 4 values: DequantizeQuadsBody.
 void launch_dequantize_groups(const uint8_t* codes, const uint8_t* meta, const GroupGeometry& g, float* out);
+// The same lanes, each quad's values x (y = f(x) where from_output) turned into gx = grad * f'(x)
+// (ApplyDerivative) instead of stored. fn < kNumActivations, checked by the caller.
+void launch_dequantize_groups_apply(const uint8_t* codes, const uint8_t* meta, const GroupGeometry& g,
+                                    ActivationId fn, bool from_output, const float* grad, float* gx);
 
 }  // namespace packrat::cuda

@@ -242,12 +242,20 @@ PACKRAT_HD inline int dequantize_lanes(int64_t group_size) {
   return s;
 }
 
-// Lane `sub` of the `lanes` on group `group`: its quads sub, sub + lanes, ..., dequantized into out.
+// Where DequantizeQuadsBody puts a quad: the values, at out[at, at + n).
+struct StoreValues {
+  float* out;  // (g.numel)
+  PACKRAT_HD void operator()(float* v, int n, int64_t at) const { store_floats4(v, n, out + at); }
+};
+
+// Lane `sub` of the `lanes` on group `group`: its quads sub, sub + lanes, ..., dequantized and
+// handed to the sink (StoreValues, or an activation's backward: quant/group_apply_derivative.h).
+template <class Sink = StoreValues>
 struct DequantizeQuadsBody {
   const uint8_t* codes;  // (g.code_bytes())
   const uint8_t* meta;   // (g.meta_bytes())
   GroupGeometry g;
-  float* out;  // (g.numel)
+  Sink sink;
 
   PACKRAT_HD void operator()(int64_t group, int sub, int lanes) const {
     const GroupGeometry::Place at = g.place(group);
@@ -258,7 +266,7 @@ struct DequantizeQuadsBody {
       const uint32_t c = load_quad_codes(codes + at.code_offset, at.len, q, g.bits);
       float v[4] = {};
       for (int k = 0; k < 4; ++k) v[k] = dequantize_value((c >> (k * g.bits)) & mask, p);  // past n: unused
-      store_floats4(v, n, out + at.start + 4 * q);
+      sink(v, n, at.start + 4 * q);
     }
   }
 };

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "autograd/pointwise.h"
 #include "core/parallel.h"
 #include "quant/bitpack.h"
 
@@ -158,6 +159,18 @@ Tensor GroupStore::values(const Encoded& enc, const Entry& e) {
                              q.codes.device());
   dequantize_groups(q.codes, q.meta, q.geometry, out, q.blocking);
   return out.to_layout(e.layout);
+}
+
+Tensor GroupStore::apply_encoded(const Encoded& enc, const Entry& e, const Tensor& grad_out) {
+  const auto& q = static_cast<const Quantized&>(enc);
+  const bool fused = !q.codes.is_cpu() && e.request.need == Need::Derivative && !q.via_plain &&
+                     q.blocking.channels == 0 && grad_out.dtype() == DType::f32 && grad_out.shape() == e.shape &&
+                     grad_out.layout() == e.layout && grad_out.device() == q.codes.device();
+  if (!fused) return CompressingStore::apply_encoded(enc, e, grad_out);
+  const Pointwise& fn = *e.request.fn;
+  Tensor gx = Tensor::empty_like(grad_out);
+  dequantize_groups_apply(q.codes, q.meta, q.geometry, fn.id, fn.derivative_from_output != nullptr, grad_out, gx);
+  return gx;
 }
 
 }  // namespace packrat

@@ -29,6 +29,7 @@ phases=${*:-tests train codec step layouts torch}
 out=$(mktemp -d)/logs  # the device tool brings back at most 8 files: everything leaves as one archive
 mkdir -p "$out" "$dest"
 trap 'tar -C "$(dirname "$out")" -czf "$dest/logs.tar.gz" logs' EXIT
+trap 'exit 143' TERM INT  # a run cut short by its time limit still packs the logs it has
 run=.device/run
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$out/gpu.txt"
 $run packrat_tests --gtest_list_tests >/dev/null  # unpacks the bundle once, before the parallel runs
@@ -37,7 +38,7 @@ $run packrat_tests --gtest_list_tests >/dev/null  # unpacks the bundle once, bef
 declare -A groups=(
   [backend]='Backend*'
   [cuda_core]='CudaDevice.*:CudaElementwiseGpu.*:CudaRowsDevice.*:CudaKernels*'
-  [quant]='StoreCuda.*:BitpackDevice.*:CodecBitExact.*:FewbitDevice.*:GactDevice.*:GroupQuantDevice.*:MixedQuantDevice.*:CodecDevice.*'
+  [quant]='StoreCuda.*:BitpackDevice.*:CodecBitExact.*:FewbitDevice.*:GactDevice.*:GroupQuantDevice.*:MixedQuantDevice.*:CodecDevice.*:GroupApplyDerivative*'
   [trainer]='CudaTrainer.*:BadInputs.ADeviceThatCannotTrainSaysWhy'
 )
 

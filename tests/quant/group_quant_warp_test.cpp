@@ -245,7 +245,7 @@ TEST(GroupQuantWarp, DequantizeQuadsWriteTheCpuKernelsFloats) {
     dequantize_groups(codes.data(), meta.data(), g, out.data());
     for (int lanes : {dequantize_lanes(g.group_size), 1, kWarpLanes}) {
       std::vector<float> body_out(static_cast<size_t>(n), -99.0f);
-      testing::run_lanes_on_host(g.groups(), lanes, DequantizeQuadsBody{codes.data(), meta.data(), g, body_out.data()});
+      testing::run_lanes_on_host(g.groups(), lanes, DequantizeQuadsBody<StoreValues>{codes.data(), meta.data(), g, StoreValues{body_out.data()}});
       ASSERT_EQ(std::memcmp(out.data(), body_out.data(), out.size() * sizeof(float)), 0)
           << k.name() << " lanes " << lanes;
     }
