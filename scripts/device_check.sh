@@ -21,7 +21,8 @@
 # timeline: Nsight Systems' trace of 4 timed FP32 steps at batch 512 and of PyTorch's 4, at
 #          the GPU's own clocks: how much of the step the GPU is busy (kernels and copies, overlaps
 #          merged) and how long it waits between launches, i.e. whether the step is bound by its
-#          kernels or by the host.
+#          kernels or by the host. Needs `nsys`, which the lent H100 machine did not have on
+#          2026-11-26 (not on PATH, nothing under /opt or /usr/local): there it logs just that.
 # Logs (one file per check) go to OUT/logs.tar.gz; a summary of each is printed at the end.
 set -uo pipefail
 dest=${1:?usage: scripts/device_check.sh OUT [tests|train|bench ...]}; shift
