@@ -4,8 +4,8 @@
 
 #include "core/build_config.h"
 #include "core/error.h"
-#include "core/tensor.h"
 #include "core/pointwise_math.h"  // with_activation
+#include "core/tensor.h"
 #include "quant/codec_device.h"
 #include "quant/group_apply_derivative.h"
 #include "quant/group_quant_warp.h"
