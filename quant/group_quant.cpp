@@ -4,6 +4,7 @@
 
 #include "core/build_config.h"
 #include "core/error.h"
+#include "core/parallel.h"
 #include "core/pointwise_math.h"  // with_activation
 #include "core/tensor.h"
 #include "quant/codec_device.h"
@@ -152,14 +153,14 @@ void dequantize_groups(const Tensor& codes, const Tensor& meta, const GroupGeome
 
 namespace {
 
-// The one-pass backward on the host: each group's quads in order, groups in parallel.
+// The one-pass backward on the host: each group's quads in order, groups in parallel where the
+// tensor is large enough to pay for it.
 void dequantize_groups_apply_on_host(const uint8_t* codes, const uint8_t* meta, const GroupGeometry& g,
                                      ActivationId fn, bool from_output, const float* grad, float* gx) {
   with_activation(fn, [&](auto a) {
     using A = decltype(a);
     auto run = [&](const auto& body) {
-#pragma omp parallel for schedule(static)
-      for (int64_t group = 0; group < g.groups(); ++group) body(group, 0, 1);
+      rows_for(g.groups(), g.group_size, [&](int64_t group) { body(group, 0, 1); });
     };
     if constexpr (A::kFromOutput) {
       if (from_output) return run(DequantizeQuadsBody<ApplyDerivative<A, true>>{codes, meta, g, {grad, gx}});
