@@ -5,10 +5,9 @@
 #include "core/build_config.h"
 #include "core/error.h"
 #include "core/parallel.h"
-#include "core/pointwise_math.h"  // with_activation
 #include "core/tensor.h"
+#include "quant/apply_derivative_sink.h"
 #include "quant/codec_device.h"
-#include "quant/group_apply_derivative.h"
 #include "quant/group_quant_warp.h"
 #if PACKRAT_HAVE_CUDA
 #include "core/cuda/launch_check.h"
@@ -157,15 +156,9 @@ namespace {
 // tensor is large enough to pay for it.
 void dequantize_groups_apply_on_host(const uint8_t* codes, const uint8_t* meta, const GroupGeometry& g,
                                      ActivationId fn, bool from_output, const float* grad, float* gx) {
-  with_activation(fn, [&](auto a) {
-    using A = decltype(a);
-    auto run = [&](const auto& body) {
-      rows_for(g.groups(), g.group_size, [&](int64_t group) { body(group, 0, 1); });
-    };
-    if constexpr (A::kFromOutput) {
-      if (from_output) return run(DequantizeQuadsBody<ApplyDerivative<A, true>>{codes, meta, g, {grad, gx}});
-    }
-    run(DequantizeQuadsBody<ApplyDerivative<A, false>>{codes, meta, g, {grad, gx}});
+  with_apply_derivative(fn, from_output, grad, gx, [&](auto sink) {
+    const DequantizeQuadsBody<decltype(sink)> body{codes, meta, g, sink};
+    rows_for(g.groups(), g.group_size, [&](int64_t group) { body(group, 0, 1); });
   });
 }
 

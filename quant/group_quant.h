@@ -398,7 +398,7 @@ void quantize_groups(const Tensor& x, const GroupGeometry& g, Rounding rounding,
 void dequantize_groups(const Tensor& codes, const Tensor& meta, const GroupGeometry& g, const Tensor& out,
                        ChannelBlocking blocking = {});
 // An activation's backward from its codes in one pass: gx = grad * f'(x), x the dequantized values
-// (y = f(x) where from_output), never stored (quant/group_apply_derivative.h). grad and gx: g.numel
+// (y = f(x) where from_output), never stored (quant/apply_derivative_sink.h). grad and gx: g.numel
 // f32 on the codes' device, in the order the codes were taken (no blocking). The bits of
 // dequantize_groups followed by the backend's pointwise_backward.
 void dequantize_groups_apply(const Tensor& codes, const Tensor& meta, const GroupGeometry& g, ActivationId fn,

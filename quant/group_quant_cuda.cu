@@ -4,7 +4,7 @@
 #include <cuda_runtime.h>
 
 #include "core/cuda/launch.cuh"
-#include "quant/group_apply_derivative.h"
+#include "quant/apply_derivative_sink.h"
 #include "quant/group_quant_device.h"
 #include "quant/group_quant_warp.h"
 
@@ -145,15 +145,8 @@ void launch_dequantize_groups(const uint8_t* codes, const uint8_t* meta, const G
 void launch_dequantize_groups_apply(const uint8_t* codes, const uint8_t* meta, const GroupGeometry& g,
                                     ActivationId fn, bool from_output, const float* grad, float* gx) {
   const int lane_shift = lanes_log2(dequantize_lanes(g.group_size));
-  with_activation(fn, [&](auto a) {
-    using A = decltype(a);
-    if constexpr (A::kFromOutput) {
-      if (from_output)
-        return launch_for_each_lane(g.groups(), lane_shift,
-                                    DequantizeQuadsBody<ApplyDerivative<A, true>>{codes, meta, g, {grad, gx}});
-    }
-    launch_for_each_lane(g.groups(), lane_shift,
-                         DequantizeQuadsBody<ApplyDerivative<A, false>>{codes, meta, g, {grad, gx}});
+  with_apply_derivative(fn, from_output, grad, gx, [&](auto sink) {
+    launch_for_each_lane(g.groups(), lane_shift, DequantizeQuadsBody<decltype(sink)>{codes, meta, g, sink});
   });
 }
 

@@ -249,7 +249,7 @@ struct StoreValues {
 };
 
 // Lane `sub` of the `lanes` on group `group`: its quads sub, sub + lanes, ..., dequantized and
-// handed to the sink (StoreValues, or an activation's backward: quant/group_apply_derivative.h).
+// handed to the sink (StoreValues, or an activation's backward: quant/apply_derivative_sink.h).
 template <class Sink = StoreValues>
 struct DequantizeQuadsBody {
   const uint8_t* codes;  // (g.code_bytes())

@@ -2,6 +2,8 @@
 
 #include "core/build_config.h"
 #include "core/error.h"
+#include "core/parallel.h"
+#include "quant/apply_derivative_sink.h"
 #include "quant/codec_device.h"
 #if PACKRAT_HAVE_CUDA
 #include "core/cuda/launch_check.h"
@@ -166,32 +168,74 @@ MixedPacked quantize_mixed_cuda(const Tensor& x, const MixedQuantConfig& c, cons
   return p;
 }
 
+// Where the device kernels find each bucket's width and codes: the packed flags held (or one width
+// for all) and the code offsets, scanned on the device from the flags (by arithmetic for one width).
+struct DeviceBucketTables {
+  BucketFlags flags;
+  BucketOffsets offsets;
+  Tensor offset_table;  // (buckets + 1,) i64 on the device, mixed widths only
+};
+
+DeviceBucketTables device_bucket_tables(const MixedPacked& p, const MixedFormat& f, Device d) {
+  DeviceBucketTables t;
+  t.flags = BucketFlags{nullptr, true, p.uniform_is_mix};
+  if (p.uniform) {
+    const BucketWidth& w = p.uniform_is_mix ? p.mix : p.base;
+    t.offsets.full_bytes = packed_bytes(f.g.bucket_size, w.code_bits);
+    const int64_t code_bytes = (f.g.buckets - 1) * t.offsets.full_bytes + bucket_code_bytes(f.g, f.g.buckets - 1, w);
+    PACKRAT_CHECK(p.codes.numel() == code_bytes, "mixed dequantization: {} code bytes held, the widths say {}",
+                  p.codes.numel(), code_bytes);
+    return t;
+  }
+  // (The offsets stay on the device: the code size is not checked against them here, unlike the CPU.)
+  t.flags.data = p.flags.device_data<uint8_t>();
+  t.offset_table = device_scratch(f.g.buckets + 1, DType::i64, d);
+  const size_t scan_bytes = cuda::mixed_scan_scratch_bytes(f.g.buckets);
+  const Tensor scan = device_scratch(static_cast<int64_t>(scan_bytes), DType::u8, d);
+  cuda::launch_code_offsets(f, t.flags, t.offset_table.device_data<int64_t>(), scan.raw(), scan_bytes);
+  t.offsets.offsets = t.offset_table.device_data<int64_t>();
+  return t;
+}
+
 void dequantize_mixed_cuda(const MixedPacked& p, const Tensor& out) {
   const MixedFormat f = format_of(p);
   if (f.g.buckets == 0) return;
-  BucketFlags flags{nullptr, true, p.uniform_is_mix};
-  BucketOffsets offsets;
-  Tensor offset_table;  // (buckets + 1,) i64 on the device, mixed widths only
-  if (p.uniform) {
-    const BucketWidth& w = p.uniform_is_mix ? p.mix : p.base;
-    offsets.full_bytes = packed_bytes(f.g.bucket_size, w.code_bits);
-    const int64_t code_bytes = (f.g.buckets - 1) * offsets.full_bytes + bucket_code_bytes(f.g, f.g.buckets - 1, w);
-    PACKRAT_CHECK(p.codes.numel() == code_bytes, "mixed dequantization: {} code bytes held, the widths say {}",
-                  p.codes.numel(), code_bytes);
-  } else {
-    // (The offsets stay on the device: the code size is not checked against them here, unlike the CPU.)
-    flags.data = p.flags.device_data<uint8_t>();
-    offset_table = device_scratch(f.g.buckets + 1, DType::i64, out.device());
-    const size_t scan_bytes = cuda::mixed_scan_scratch_bytes(f.g.buckets);
-    const Tensor scan = device_scratch(static_cast<int64_t>(scan_bytes), DType::u8, out.device());
-    cuda::launch_code_offsets(f, flags, offset_table.device_data<int64_t>(), scan.raw(), scan_bytes);
-    offsets.offsets = offset_table.device_data<int64_t>();
-  }
-  cuda::launch_dequantize_mixed(p.codes.device_data<uint8_t>(), p.meta_data.device_data<uint8_t>(), f, flags, offsets,
-                                out.device_data<float>());
+  const DeviceBucketTables t = device_bucket_tables(p, f, out.device());
+  cuda::launch_dequantize_mixed(p.codes.device_data<uint8_t>(), p.meta_data.device_data<uint8_t>(), f, t.flags,
+                                t.offsets, out.device_data<float>());
   cuda::check_last_launch("dequantize_mixed");
 }
+
+void dequantize_mixed_apply_cuda(const MixedPacked& p, ActivationId fn, bool from_output, const Tensor& grad,
+                                 const Tensor& gx) {
+  const MixedFormat f = format_of(p);
+  if (f.g.buckets == 0) return;
+  const DeviceBucketTables t = device_bucket_tables(p, f, gx.device());
+  cuda::launch_dequantize_mixed_apply(p.codes.device_data<uint8_t>(), p.meta_data.device_data<uint8_t>(), f, t.flags,
+                                      t.offsets, fn, from_output, grad.device_data<float>(), gx.device_data<float>());
+  cuda::check_last_launch("dequantize_mixed_apply");
+}
 #endif
+
+// The fused backward on the host: DequantizeBucketQuadsBody bucket by bucket, with the held flags
+// and the offsets summed from them.
+void dequantize_mixed_apply_on_host(const MixedPacked& p, ActivationId fn, bool from_output, const float* grad,
+                                    float* gx) {
+  const MixedFormat f{p.geometry(), p.base, p.mix, p.scale, p.meta};
+  if (f.g.buckets == 0) return;
+  const BucketFlags flags{p.uniform ? nullptr : p.flags.data<uint8_t>(), true, p.uniform_is_mix};
+  std::vector<int64_t> offsets(static_cast<size_t>(f.g.buckets + 1), 0);  // (buckets + 1,)
+  for (int64_t b = 0; b < f.g.buckets; ++b)
+    offsets[static_cast<size_t>(b + 1)] =
+        offsets[static_cast<size_t>(b)] + bucket_code_bytes(f.g, b, flags(b) ? p.mix : p.base);
+  PACKRAT_CHECK(p.codes.numel() == offsets.back(), "mixed dequantization: {} code bytes held, the flags say {}",
+                p.codes.numel(), offsets.back());
+  with_apply_derivative(fn, from_output, grad, gx, [&](auto sink) {
+    const DequantizeBucketQuadsBody<decltype(sink)> body{p.codes.data<uint8_t>(), p.meta_data.data<uint8_t>(), f,
+                                                         flags, BucketOffsets{offsets.data(), 0}, sink};
+    rows_for(f.g.buckets, f.g.bucket_size, [&](int64_t b) { body(b, 0, 1); });
+  });
+}
 
 }  // namespace
 
@@ -231,6 +275,30 @@ void dequantize_mixed(const MixedPacked& p, const Tensor& out) {
   dequantize_mixed_cuda(p, out);
 #else
   fail("dequantize_mixed: the output is on {}, but this packrat was built without CUDA", d.str());
+#endif
+}
+
+void dequantize_mixed_apply(const MixedPacked& p, ActivationId fn, bool from_output, const Tensor& grad,
+                            const Tensor& gx) {
+  PACKRAT_CHECK(grad.numel() == p.numel && grad.dtype() == DType::f32 && gx.numel() == p.numel &&
+                    gx.dtype() == DType::f32,
+                "dequantize_mixed_apply: {} elements held; the gradient is {}, the output {}", p.numel,
+                grad.describe(), gx.describe());
+  PACKRAT_CHECK(static_cast<int>(fn) < kNumActivations, "dequantize_mixed_apply: no activation with id {}",
+                static_cast<int>(fn));
+  const Device d = gx.device();
+  const bool one_device = grad.device() == d && (!p.codes.defined() || p.codes.device() == d) &&
+                          (!p.meta_data.defined() || p.meta_data.device() == d) &&
+                          (!p.flags.defined() || p.flags.device() == d);
+  PACKRAT_CHECK(one_device, "dequantize_mixed_apply: codes on {}, gradient on {}, output on {}",
+                p.codes.defined() ? p.codes.device().str() : "-", grad.device().str(), d.str());
+  auto on_host = [&] { dequantize_mixed_apply_on_host(p, fn, from_output, grad.data<float>(), gx.data<float>()); };
+  if (d.is_cpu()) return on_host();
+  if (codec_ran_on_host(d, {p.codes, p.meta_data, p.flags, grad, gx}, on_host)) return;
+#if PACKRAT_HAVE_CUDA
+  dequantize_mixed_apply_cuda(p, fn, from_output, grad, gx);
+#else
+  fail("dequantize_mixed_apply: the output is on {}, but this packrat was built without CUDA", d.str());
 #endif
 }
 

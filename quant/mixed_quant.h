@@ -34,6 +34,7 @@
 #include <string_view>
 #include <vector>
 
+#include "core/activation_id.h"
 #include "core/tensor.h"
 #include "quant/mixed_quant_device.h"  // the config, geometry, per-element helpers and one-bucket reference
 
@@ -111,6 +112,14 @@ MixedPacked quantize_mixed(const Tensor& x, const MixedQuantConfig& c, const Qua
 // Dequantizes into out (p.numel f32, any shape), on the codes' device: every buffer of p and out
 // on one device, else packrat::Error.
 void dequantize_mixed(const MixedPacked& p, const Tensor& out);
+// An activation's backward from the codes in one pass: gx = grad * f'(x), x the dequantized values
+// (y = f(x) where from_output), never stored (DequantizeBucketQuadsBody with
+// quant/apply_derivative_sink.h's sink). grad and gx: p.numel f32 on the codes' device, in the
+// order the codes were taken. The floats of dequantize_mixed followed by the backend's
+// pointwise_backward. On the host the bodies run bucket by bucket (a test seam: the CPU store
+// keeps its two vectorised passes); a GPU runs them as dequantize_mixed's lanes do.
+void dequantize_mixed_apply(const MixedPacked& p, ActivationId fn, bool from_output, const Tensor& grad,
+                            const Tensor& gx);
 
 // The format fields of a quantized tensor (numel, bucket size, widths, scale rule, metadata type),
 // before its buffers (mixed_quant.cpp).

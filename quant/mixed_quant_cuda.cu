@@ -9,6 +9,7 @@
 #include <algorithm>
 
 #include "core/cuda/launch.cuh"
+#include "quant/apply_derivative_sink.h"
 #include "quant/mixed_quant_device.h"
 #include "quant/warp_range.cuh"
 
@@ -156,7 +157,17 @@ void launch_quantize_mixed(const float* x, const MixedFormat& f, Rounding roundi
 void launch_dequantize_mixed(const uint8_t* codes, const uint8_t* meta, const MixedFormat& f, const BucketFlags& flags,
                              const BucketOffsets& offsets, float* out) {
   launch_for_each_lane(f.g.buckets, lanes_log2(dequantize_lanes(f.g.bucket_size)),
-                       DequantizeBucketQuadsBody{codes, meta, f, flags, offsets, out});
+                       DequantizeBucketQuadsBody<>{codes, meta, f, flags, offsets, StoreValues{out}});
+}
+
+void launch_dequantize_mixed_apply(const uint8_t* codes, const uint8_t* meta, const MixedFormat& f,
+                                   const BucketFlags& flags, const BucketOffsets& offsets, ActivationId fn,
+                                   bool from_output, const float* grad, float* gx) {
+  const int lane_shift = lanes_log2(dequantize_lanes(f.g.bucket_size));
+  with_apply_derivative(fn, from_output, grad, gx, [&](auto sink) {
+    launch_for_each_lane(f.g.buckets, lane_shift,
+                         DequantizeBucketQuadsBody<decltype(sink)>{codes, meta, f, flags, offsets, sink});
+  });
 }
 
 }  // namespace packrat::cuda

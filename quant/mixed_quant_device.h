@@ -11,6 +11,7 @@
 #include <cstring>
 #include <string_view>
 
+#include "core/activation_id.h"
 #include "quant/block_io.h"          // load_quad_codes, store_floats4
 #include "quant/group_quant.h"       // GroupParams, the metadata rounding, quantize_value, Philox noise
 #include "quant/group_quant_warp.h"  // dequantize_lanes
@@ -437,20 +438,21 @@ struct QuantizeBucketBlockBody {
   }
 };
 
-// Index i: the same block, unpacked and dequantized into out.
 // Lane `sub` of the `lanes` on bucket g (dequantize_lanes(bucket size) of them): its quads of 4
-// values sub, sub + lanes, ..., dequantize_bucket_block8's values, so that consecutive lanes write
-// consecutive 16 bytes (one float4 where aligned) and read their codes 2 to 5 bytes at once, as
-// group_quant_warp.h's DequantizeQuadsBody does for per-group codes. (One thread per block of 8
-// wrote 8 floats at a 32-byte stride between lanes and read its codes byte by byte: 0.2 of copy
-// bandwidth on an H100.)
+// values sub, sub + lanes, ..., dequantize_bucket_block8's values, handed to the sink (StoreValues,
+// or an activation's backward: quant/apply_derivative_sink.h's ApplyDerivative), so that
+// consecutive lanes write consecutive 16 bytes (one float4 where aligned) and read their codes 2
+// to 5 bytes at once, as group_quant_warp.h's DequantizeQuadsBody does for per-group codes. (One
+// thread per block of 8 wrote 8 floats at a 32-byte stride between lanes and read its codes byte
+// by byte: 0.2 of copy bandwidth on an H100.)
+template <class Sink = StoreValues>
 struct DequantizeBucketQuadsBody {
   const uint8_t* codes;  // (code bytes,)
   const uint8_t* meta;   // (buckets * bucket_meta_bytes,)
   MixedFormat f;
   BucketFlags flags;
   BucketOffsets offsets;
-  float* out;  // (numel,)
+  Sink sink;  // takes (values, n, first element's index)
 
   PACKRAT_HD void operator()(int64_t g, int sub, int lanes) const {
     const int64_t len = f.g.len(g);
@@ -460,7 +462,7 @@ struct DequantizeBucketQuadsBody {
     const int lo_bits = w.code_bits < 8 ? w.code_bits : 8, hi_bits = w.code_bits - lo_bits;
     const uint32_t lo_mask = (1u << lo_bits) - 1u, hi_mask = (1u << hi_bits) - 1u;
     const uint8_t* src = codes + offsets(g);
-    float* dst = out + f.g.start(g);  // (len)
+    const int64_t start = f.g.start(g);
     for (int64_t q = sub; 4 * q < len; q += lanes) {
       const int n = len - 4 * q < 4 ? static_cast<int>(len - 4 * q) : 4;
       const uint32_t lo = load_quad_codes(src, len, q, lo_bits);
@@ -471,7 +473,7 @@ struct DequantizeBucketQuadsBody {
         v[k] = is_sign_magnitude(f.scale) ? dequantize_sign_magnitude(code, grid.scale_over_levels, w.levels)
                                           : dequantize_value(code, grid.affine);
       }
-      store_floats4(v, n, dst + 4 * q);
+      sink(v, n, start + 4 * q);
     }
   }
 };
@@ -499,6 +501,11 @@ void launch_quantize_mixed(const float* x, const MixedFormat& f, Rounding roundi
 // dequantize_lanes(bucket size) lanes a bucket: DequantizeBucketQuadsBody.
 void launch_dequantize_mixed(const uint8_t* codes, const uint8_t* meta, const MixedFormat& f, const BucketFlags& flags,
                              const BucketOffsets& offsets, float* out);
+// The same lanes, each quad's values x (y = f(x) where from_output) turned into gx = grad * f'(x)
+// (quant/apply_derivative_sink.h) instead of stored. fn < kNumActivations, checked by the caller.
+void launch_dequantize_mixed_apply(const uint8_t* codes, const uint8_t* meta, const MixedFormat& f,
+                                   const BucketFlags& flags, const BucketOffsets& offsets, ActivationId fn,
+                                   bool from_output, const float* grad, float* gx);
 }  // namespace cuda
 
 }  // namespace packrat

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <fmt/format.h>
 
+#include "autograd/pointwise.h"
 #include "core/error.h"
 #include "core/parallel.h"
 
@@ -88,6 +89,24 @@ Tensor MixedStore::values(const Encoded& enc, const Entry& e) {
     dequantize_mixed(p, out);
   }
   return out;
+}
+
+Tensor MixedStore::apply_encoded(const Encoded& enc, const Entry& e, const Tensor& grad_out) {
+  const auto& q = static_cast<const Quantized&>(enc);
+  const bool fused = !q.device.is_cpu() && e.request.need == Need::Derivative && grad_out.dtype() == DType::f32 &&
+                     grad_out.shape() == e.shape && grad_out.layout() == e.layout && grad_out.device() == q.device;
+  if (!fused) return CompressingStore::apply_encoded(enc, e, grad_out);
+  const Pointwise& fn = *e.request.fn;
+  Tensor gx = Tensor::empty_like(grad_out);
+  if (options_.mode == StorageMode::SaveQuantized) {
+    dequantize_mixed_apply(q.packed, fn.id, fn.derivative_from_output != nullptr, grad_out, gx);
+  } else {  // quantize_on_backward: quantize now, with the keys drawn at save (the codes are transient)
+    const TagScope tag(MemTag::Workspace);
+    const MixedPacked p = quantize_mixed(q.reference, q.quant, q.noise);
+    count(p);
+    dequantize_mixed_apply(p, fn.id, fn.derivative_from_output != nullptr, grad_out, gx);
+  }
+  return gx;
 }
 
 void MixedStore::begin_step(int64_t step) {

@@ -93,6 +93,9 @@ class MixedStore : public CompressingStore {
   std::unique_ptr<Encoded> encode(const Tensor& x, const SaveRequest& r) override;
   // x dequantized (a Workspace tensor); the base's decode and apply_encoded take f' of it.
   Tensor values(const Encoded& enc, const Entry& e) override;
+  // On a GPU, grad * f'(x) straight from the codes in one pass (dequantize_mixed_apply), no
+  // Workspace tensor of x; on the CPU, the base's two vectorised passes.
+  Tensor apply_encoded(const Encoded& enc, const Entry& e, const Tensor& grad_out) override;
   bool codec_on_devices() const override { return true; }  // quant/mixed_quant.h's entry points
 
  private:

@@ -39,7 +39,7 @@ $run packrat_tests --gtest_list_tests >/dev/null  # unpacks the bundle once, bef
 declare -A groups=(
   [backend]='Backend*'
   [cuda_core]='CudaDevice.*:CudaElementwiseGpu.*:CudaRowsDevice.*:CudaKernels*'
-  [quant]='StoreCuda.*:BitpackDevice.*:CodecBitExact.*:FewbitDevice.*:GactDevice.*:GroupQuantDevice.*:MixedQuantDevice.*:CodecDevice.*:GroupApplyDerivative*'
+  [quant]='StoreCuda.*:BitpackDevice.*:CodecBitExact.*:FewbitDevice.*:GactDevice.*:GroupQuantDevice.*:MixedQuantDevice.*:CodecDevice.*:GroupApplyDerivative*:MixedApplyDerivative*'
   [trainer]='CudaTrainer.*:BadInputs.ADeviceThatCannotTrainSaysWhy'
 )
 

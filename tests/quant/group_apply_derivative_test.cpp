@@ -1,5 +1,5 @@
 // An activation's backward straight from its per-group codes (dequantize_groups_apply, the sink of
-// quant/group_apply_derivative.h): the same floats as dequantizing and then the backend's
+// quant/apply_derivative_sink.h): the same floats as dequantizing and then the backend's
 // pointwise_backward, for activations whose derivative comes from the input and from the output,
 // over every geometry of group_cases(); the per-group store on a device takes that path, with no
 // Workspace tensor of the dequantized values. On a GPU: the CUDA kernel against the two CUDA passes.

@@ -115,8 +115,8 @@ TEST(MixedQuantDevice, TheKernelBodiesWriteTheCpuKernelsBytes) {
       // The kernel's lanes, one lane a bucket, and a whole warp a bucket.
       for (int lanes : {dequantize_lanes(g.bucket_size), 1, kWarpLanes}) {
         std::fill(body_out.begin(), body_out.end(), -99.0f);
-        testing::run_lanes_on_host(g.buckets, lanes, DequantizeBucketQuadsBody{codes.data(), meta.data(), f, held_flags,
-                                                                               by_scan, body_out.data()});
+        testing::run_lanes_on_host(g.buckets, lanes, DequantizeBucketQuadsBody<>{codes.data(), meta.data(), f, held_flags,
+                                                                               by_scan, StoreValues{body_out.data()}});
         ASSERT_TRUE(same_floats(body_out, out)) << what << ": dequantized values, lanes " << lanes;
       }
     }
