@@ -109,9 +109,9 @@ void BM_GroupQuant_Dequantize(benchmark::State& state) {
 }
 
 // Groups of 64 on EfficientNet's 14 x 14 planes, (128, 64, 14, 14): per sample (aligned to the
-// noise's 128-element blocks), per plane (4 groups of 49 a plane) and per plane of the same tensor
-// in nChw16c (read through a transpose of each 16-channel tile). Stochastic, 2 bits, quantize then
-// dequantize.
+// noise's 128-element blocks) and per plane (4 groups of 49 a plane), of the plain tensor and of
+// the same tensor in nChw16c (read in plain order through a transpose of each 16-channel tile).
+// Stochastic, 2 bits, quantize then dequantize.
 void BM_GroupQuant_Grouping(benchmark::State& state) {
   const bool per_plane = state.range(0) != 0, blocked = state.range(1) != 0;
   Tensor plain = Tensor::empty({128, 64, 14, 14});  // (N, C, H, W)
@@ -123,7 +123,7 @@ void BM_GroupQuant_Grouping(benchmark::State& state) {
   c.group_size = 64;
   c.grouping = per_plane ? Grouping::PerPlane : Grouping::PerSample;
   const GroupGeometry g = group_geometry_of(x, c);
-  const ChannelBlocking walk = codec_blocking(x, c);
+  const ChannelBlocking walk = codec_blocking(x);
   Tensor codes = Tensor::empty({g.code_bytes()}, DType::u8), meta = Tensor::empty({g.meta_bytes()}, DType::u8);
   for (auto _ : state) {
     quantize_groups(x, g, Rounding::Stochastic, {1, 42}, codes, meta, nullptr, walk);
@@ -147,6 +147,7 @@ BENCHMARK(BM_GroupQuant_Dequantize)->ArgName("bits")->Arg(2)->Arg(4)->Unit(bench
 BENCHMARK(BM_GroupQuant_Grouping)
     ->ArgNames({"per_plane", "blocked"})
     ->Args({0, 0})
+    ->Args({0, 1})
     ->Args({1, 0})
     ->Args({1, 1})
     ->Unit(benchmark::kMillisecond)

@@ -79,8 +79,8 @@ int64_t channel_plane(const Tensor& x) {
   return plane;
 }
 
-ChannelBlocking codec_blocking(const Tensor& x, const GroupQuantConfig& c) {
-  if (c.grouping != Grouping::PerPlane || x.layout() != Layout::nChw16c) return {};
+ChannelBlocking codec_blocking(const Tensor& x) {
+  if (x.layout() != Layout::nChw16c) return {};
   return {x.dim(1), channel_plane(x)};
 }
 
@@ -110,10 +110,10 @@ void quantize_groups(const Tensor& x, const GroupGeometry& g, Rounding rounding,
                     blocking);
     return;
   }
-  PACKRAT_CHECK(blocking.channels == 0, "quantize_groups: an nChw16c walk on {} (a CPU layout)", x.device().str());
   if (codec_ran_on_host(x.device(), {x, codes, meta},
-                        [&] { quantize_groups(x, g, rounding, noise, codes, meta, group_range_sq); }))
+                        [&] { quantize_groups(x, g, rounding, noise, codes, meta, group_range_sq, blocking); }))
     return;
+  PACKRAT_CHECK(blocking.channels == 0, "quantize_groups: an nChw16c walk on {} (a CPU layout)", x.device().str());
 #if PACKRAT_HAVE_CUDA
   Tensor range_sq;  // (groups) f64 on the device, copied to the host afterwards
   if (group_range_sq) range_sq = Tensor::empty(Shape{g.groups()}, DType::f64, Layout::Plain, MemTag::Workspace, x.device());
@@ -139,8 +139,9 @@ void dequantize_groups(const Tensor& codes, const Tensor& meta, const GroupGeome
     dequantize_groups(codes.data<uint8_t>(), meta.data<uint8_t>(), g, out.data<float>(), blocking);
     return;
   }
+  if (codec_ran_on_host(out.device(), {codes, meta, out}, [&] { dequantize_groups(codes, meta, g, out, blocking); }))
+    return;
   PACKRAT_CHECK(blocking.channels == 0, "dequantize_groups: an nChw16c walk on {} (a CPU layout)", out.device().str());
-  if (codec_ran_on_host(out.device(), {codes, meta, out}, [&] { dequantize_groups(codes, meta, g, out); })) return;
 #if PACKRAT_HAVE_CUDA
   cuda::launch_dequantize_groups(codes.device_data<uint8_t>(), meta.device_data<uint8_t>(), g,
                                  out.device_data<float>());

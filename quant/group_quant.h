@@ -1,7 +1,8 @@
 #pragma once
 // Per-group stochastic quantization (ActNN, GACT). A saved f32 tensor is cut into groups of G
-// contiguous elements (within each sample, within each channel plane, or over the flattened
-// buffer); each group keeps its minimum and its step (bf16 or f32) and one b-bit code per
+// elements contiguous in its logical (plain NCHW) order, within each sample, within each channel
+// plane, or over the flattened tensor (the CPU's nChw16c buffers are walked in that order: see
+// ChannelBlocking; a GPU's NHWC buffers see codec_reads_plain_copy); each group keeps its minimum and its step (bf16 or f32) and one b-bit code per
 // element, b in {1, 2, 3, 4, 8}:
 //
 //   u = (x - min) / step,  step = (max - min) / (2^b - 1)
@@ -166,16 +167,21 @@ GroupGeometry group_geometry_of(const Tensor& x, const GroupQuantConfig& c);
 
 // How the codec walks a buffer. channels 0: element e of the geometry is element e of the buffer
 // as it lies. Otherwise the buffer is nChw16c (channels a multiple of 16, plane = H x W) and element
-// e of the geometry is the one at plain (n, c, h, w) position e, so that per-plane groups hold one
-// channel each although the channels lie 16-interleaved; the codes are those of the plain tensor.
+// e of the geometry is the one at plain (n, c, h, w) position e, so that the groups are the plain
+// tensor's although the channels lie 16-interleaved (per-plane groups hold one channel each, and so
+// do per-sample ones where a plane holds at least G, as ActNN groups an NCHW tensor); the codes are
+// those of the plain tensor.
 struct ChannelBlocking {
   int64_t channels = 0, plane = 0;
 };
-// The walk for x under c: plain order for per-plane grouping of an nChw16c tensor, else as it lies.
-ChannelBlocking codec_blocking(const Tensor& x, const GroupQuantConfig& c);
+// The walk for x: plain order for an nChw16c tensor (any grouping), else as it lies.
+ChannelBlocking codec_blocking(const Tensor& x);
 // Whether x is quantized through a plain copy: per-plane groups of an NHWC tensor (a GPU's
 // convolution output), whose channels lie innermost, so that each group holds one channel and
 // the codes are the plain tensor's. in_codec_order: x itself, or that copy (Workspace).
+// (Per-sample and flat groups of an NHWC tensor are still taken as it lies, channels innermost:
+// a group of G holds G / C pixels of every channel, so the same logical tensor has other codes on
+// a GPU than on the CPU.)
 bool codec_reads_plain_copy(const Tensor& x, const GroupQuantConfig& c);
 Tensor in_codec_order(const Tensor& x, const GroupQuantConfig& c);
 
@@ -386,11 +392,12 @@ PACKRAT_HD inline void dequantize_group(const uint8_t* codes, const uint8_t* met
 
 // ---- entry points: dispatched by the device of their tensors ---------------------------------
 
-// Quantizes x (g.numel f32, the buffer as it lies) into codes (g.code_bytes(),) u8 and meta
+// Quantizes x (g.numel f32, walked as `blocking` says) into codes (g.code_bytes(),) u8 and meta
 // (g.meta_bytes(),) u8 on x's device. CPU: the kernel below; a GPU: group_quant_cuda.cu (the
 // variance bounds, when asked for, are copied to the host); the emulated GPU of the tests: the
 // CPU kernel (quant/codec_device.h).
-// `blocking` (codec_blocking) only on the CPU, where the nChw16c layout lives.
+// `blocking` (codec_blocking) only on the CPU (and the emulated GPU of the tests, which runs the
+// CPU's kernels), where the nChw16c layout lives.
 void quantize_groups(const Tensor& x, const GroupGeometry& g, Rounding rounding, const QuantNoise& noise,
                      const Tensor& codes, const Tensor& meta, std::vector<double>* group_range_sq = nullptr,
                      ChannelBlocking blocking = {});

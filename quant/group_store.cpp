@@ -117,7 +117,7 @@ std::unique_ptr<CompressingStore::Encoded> GroupStore::encode(const Tensor& x, c
   const int64_t samples = leading_samples(x);
   auto q = std::make_unique<Quantized>();
   q->bits = cfg.bits;
-  q->blocking = codec_blocking(x, cfg);
+  q->blocking = codec_blocking(x);
   q->geometry = group_geometry_of(x, cfg);
   q->via_plain = codec_reads_plain_copy(x, cfg);
   q->codes = Tensor::empty({q->geometry.code_bytes()}, DType::u8, Layout::Plain, MemTag::Saved,

@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <map>
+#include <string>
 
 #include "autograd/ops.h"
 #include "autograd/pointwise.h"
@@ -73,7 +74,7 @@ TEST(GroupStore, ValueRoundTripPlainAndBlockedWithFormulaBytes) {
       Tensor y = store.load(h);
       EXPECT_EQ(y.shape(), x.shape());
       EXPECT_EQ(y.layout(), layout);
-      // Raw buffers compared: the store works on the buffer as it lies.
+      // Raw buffers compared: y comes back in x's layout.
       const float *xp = x.data<float>(), *yp = y.data<float>();
       const float step = 2.0f / static_cast<float>((1 << bits) - 1) * 1.02f;  // values in [-1, 1)
       for (int64_t i = 0; i < x.numel(); ++i) ASSERT_LE(std::abs(xp[i] - yp[i]), step) << i;
@@ -83,15 +84,15 @@ TEST(GroupStore, ValueRoundTripPlainAndBlockedWithFormulaBytes) {
     }
 }
 
-// Per-plane groups of a blocked (nChw16c) tensor are walked in plain order, so that each holds
-// one channel's elements although 16 channels lie interleaved; the loaded tensor comes back in
-// the saved layout, with the values, codes and bytes of the plain tensor's.
-TEST(GroupStore, PerPlaneGroupsAreTheSameForPlainAndBlockedTensors) {
-  GroupStoreOptions o = options(2, 64);
-  o.quant.grouping = Grouping::PerPlane;
+// Groups of a blocked (nChw16c) tensor are walked in plain order, whatever the grouping: per-plane
+// groups hold one channel's elements although 16 channels lie interleaved, per-sample and flat
+// groups the plain tensor's runs (one channel's for planes of at least G, as ActNN groups an NCHW
+// tensor). The loaded tensor comes back in the saved layout, with the values, codes and bytes of
+// the plain tensor's.
+TEST(GroupStore, GroupsAreTheSameForPlainAndBlockedTensors) {
   struct Case {
-    Shape shape;          // (N, C, H, W)
-    int64_t saved_bytes;  // 2-bit codes (whole bytes per group) + 4 metadata bytes per group
+    Shape shape;              // (N, C, H, W)
+    int64_t per_plane_bytes;  // 2-bit codes (whole bytes per group) + 4 metadata bytes per group
   };
   const Case cases[] = {
       {{2, 16, 7, 7}, 2 * 16 * ((49 * 2 + 7) / 8 + 4)},  // planes of 49: one group a plane
@@ -99,25 +100,34 @@ TEST(GroupStore, PerPlaneGroupsAreTheSameForPlainAndBlockedTensors) {
       // planes of 9: seven to a group (63), the last group of a sample 4 planes (36); groups
       // across the 16-channel tiles
       {{2, 32, 3, 3}, 2 * (4 * ((63 * 2 + 7) / 8 + 4) + (36 * 2 / 8 + 4))},
+      {{2, 32, 8, 8}, 2 * 32 * ((64 * 2 + 7) / 8 + 4)},  // planes of 64: one group a plane
   };
-  for (const Case& c : cases) {
-    Tensor x = random_tensor(c.shape, 13);
-    std::vector<Tensor> loaded;
-    for (Layout layout : {Layout::Plain, Layout::nChw16c}) {
-      GroupStore store(o);
-      store.begin_step(3);
-      const int64_t before = saved_bytes();
-      SavedHandle h = store.save(x.to_layout(layout), value_request());
-      EXPECT_EQ(saved_bytes() - before, c.saved_bytes) << c.shape.str() << " " << layout_name(layout);
-      Tensor y = store.load(h);
-      EXPECT_EQ(y.layout(), layout);
-      loaded.push_back(y.to_plain());
-      store.release(h);
-    }
-    const float *a = loaded[0].data<float>(), *b = loaded[1].data<float>(), *xp = x.data<float>();
-    for (int64_t i = 0; i < x.numel(); ++i) {
-      ASSERT_EQ(a[i], b[i]) << c.shape.str() << " element " << i;
-      ASSERT_LE(std::abs(a[i] - xp[i]), 2.0f / 3.0f * 1.02f) << i;
+  for (Grouping grouping : {Grouping::PerPlane, Grouping::PerSample, Grouping::Flat}) {
+    GroupStoreOptions o = options(2, 64);
+    o.quant.grouping = grouping;
+    for (const Case& c : cases) {
+      const std::string what = c.shape.str() + " " + std::string(grouping_name(grouping));
+      Tensor x = random_tensor(c.shape, 13);
+      std::vector<Tensor> loaded;
+      std::vector<int64_t> bytes;
+      for (Layout layout : {Layout::Plain, Layout::nChw16c}) {
+        GroupStore store(o);
+        store.begin_step(3);
+        const int64_t before = saved_bytes();
+        SavedHandle h = store.save(x.to_layout(layout), value_request());
+        bytes.push_back(saved_bytes() - before);
+        Tensor y = store.load(h);
+        EXPECT_EQ(y.layout(), layout);
+        loaded.push_back(y.to_plain());
+        store.release(h);
+      }
+      if (grouping == Grouping::PerPlane) EXPECT_EQ(bytes[0], c.per_plane_bytes) << what;
+      EXPECT_EQ(bytes[1], bytes[0]) << what;
+      const float *a = loaded[0].data<float>(), *b = loaded[1].data<float>(), *xp = x.data<float>();
+      for (int64_t i = 0; i < x.numel(); ++i) {
+        ASSERT_EQ(a[i], b[i]) << what << " element " << i;
+        ASSERT_LE(std::abs(a[i] - xp[i]), 2.0f / 3.0f * 1.02f) << i;
+      }
     }
   }
 }
