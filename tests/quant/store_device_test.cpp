@@ -386,6 +386,35 @@ void expect_fewbit_error_bounds(Device d) {
     }
 }
 
+// The same logical tensor gets the same per-group codes on the CPU and on device d whatever the
+// grouping, when d holds it plain (on a GPU: NCHW, PACKRAT_CUDA_LAYOUT=nchw) and the CPU blocked
+// (nChw16c, what its convolutions make): the CPU walks its buffer in plain order.
+void expect_cpu_blocked_groups_match_plain_groups_on(Device d) {
+  const Tensor host = random_tensor({3, 32, 7, 9}, 67, -3.0f, 3.0f);  // (N, C, H, W): planes of 63
+  for (Grouping grouping : {Grouping::PerSample, Grouping::PerPlane, Grouping::Flat}) {
+    const std::string what(grouping_name(grouping));
+    GroupStoreOptions o = GroupCase{2, Rounding::Stochastic, MetaType::BF16}.options();
+    o.quant.grouping = grouping;
+    o.quant.group_size = 100;  // groups across planes and across the CPU's 16-channel tiles
+    GroupStore cpu_store(o), device_store(o);
+    const SavedHandle hc = cpu_store.save(host.to_layout(Layout::nChw16c), request(Need::Value, "conv2d", "c"));
+    const std::vector<float> on_cpu = cpu_store.load(hc).to_plain().to_vector();
+    std::vector<float> on_device;
+    {
+      DeviceScope on(d);
+      const SavedHandle hd = device_store.save(host.to(d), request(Need::Value, "conv2d", "c"));
+      on_device = device_store.load(hd).to(Device::cpu()).to_vector();
+    }
+    EXPECT_EQ(on_cpu, on_device) << what;
+    std::vector<SavedRecord> cpu_records, device_records;
+    cpu_store.describe(cpu_records);
+    device_store.describe(device_records);
+    ASSERT_EQ(cpu_records.size(), 1u);
+    ASSERT_EQ(device_records.size(), 1u);
+    EXPECT_EQ(cpu_records[0].bytes, device_records[0].bytes) << what;
+  }
+}
+
 // ---- on the emulated GPU (always) ---------------------------------------------------------------
 
 TEST(StoreDevice, PerGroupStoresOnTheDeviceGiveTheCpuStoresResultsAndBytes) {
@@ -393,6 +422,11 @@ TEST(StoreDevice, PerGroupStoresOnTheDeviceGiveTheCpuStoresResultsAndBytes) {
   expect_group_stores_match_the_cpu(EmulatedGpu::device(), false);
   EXPECT_EQ(gpu.allocator().current(MemTag::Saved), 0);
   EXPECT_EQ(gpu.allocator().current(MemTag::Workspace), 0);
+}
+
+TEST(StoreDevice, GroupsOfACpuBlockedTensorAreThoseOfThePlainTensorOnADevice) {
+  EmulatedGpu gpu;
+  expect_cpu_blocked_groups_match_plain_groups_on(EmulatedGpu::device());
 }
 
 TEST(StoreDevice, FewbitStoresOnTheDeviceGiveTheCpuStoresResultsAndBytes) {
@@ -536,6 +570,11 @@ TEST(StoreCuda, PerPlaneGroupsOfAnNhwcTensorAreThePlainTensors) {
   ASSERT_EQ(nhwc_records.size(), 1u);
   ASSERT_EQ(plain_records.size(), 1u);
   EXPECT_EQ(nhwc_records[0].bytes, plain_records[0].bytes);
+}
+
+TEST(StoreCuda, GroupsOfACpuBlockedTensorAreThoseOfTheGpuPlainTensor) {
+  PACKRAT_SKIP_WITHOUT_GPU();
+  expect_cpu_blocked_groups_match_plain_groups_on(Device::cuda(0));
 }
 
 TEST(StoreCuda, StochasticRoundingIsUnbiasedOnGpuTensors) {
