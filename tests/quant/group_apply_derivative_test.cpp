@@ -6,15 +6,15 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <memory>
 #include <vector>
 
-#include "autograd/pointwise.h"
-#include "core/allocator.h"
 #include "core/backend.h"
 #include "core/philox.h"
 #include "quant/group_quant.h"
 #include "quant/group_store.h"
 #include "tests/support/emulated_gpu.h"
+#include "tests/support/fused_derivative.h"
 #include "tests/support/gpu.h"
 #include "tests/support/group_cases.h"
 
@@ -85,27 +85,8 @@ TEST(GroupApplyDerivative, TheStoreOnADeviceAppliesTheDerivativeWithoutAWorkspac
   testing::EmulatedGpu emulated;
   const Tensor x = Tensor::from_vector(Shape{4, 8, 16, 16}, testing::group_values(4 * 8 * 16 * 16, 9));
   const Tensor grad = Tensor::from_vector(x.shape(), testing::group_values(x.numel(), 10));
-  SaveRequest r;
-  r.need = Need::Derivative;
-  r.op = "gelu";
-  r.name = "act";
-  r.fn = &pointwise_by_name("gelu");
-  std::vector<Tensor> results;
-  for (const Device d : {Device::cpu(), testing::EmulatedGpu::device()}) {
-    DeviceScope on(d);
-    GroupStore store;
-    store.begin_step(1);
-    const SavedHandle h = store.save(x.to(d), r);
-    Allocator& alloc = Allocator::of(d);
-    alloc.reset_peak();
-    const int64_t workspace_before = alloc.current(MemTag::Workspace);
-    results.push_back(store.apply_derivative(h, grad.to(d)));
-    if (!d.is_cpu()) {  // the two-pass path held x's 32 KiB of floats as Workspace
-      EXPECT_LT(alloc.peak(MemTag::Workspace) - workspace_before, x.numel() * 4) << "a Workspace copy of x was made";
-    }
-    store.release(h);
-  }
-  EXPECT_TRUE(same_floats(results[0], results[1]));
+  testing::expect_derivative_applied_without_workspace_copy([] { return std::make_unique<GroupStore>(); }, x, grad,
+                                                            "actnn");
 }
 
 TEST(GroupApplyDerivativeDevice, CudaKernelGivesTheFloatsOfTheTwoCudaPasses) {

@@ -8,16 +8,16 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <memory>
 #include <string>
 #include <vector>
 
-#include "autograd/pointwise.h"
-#include "core/allocator.h"
 #include "core/backend.h"
 #include "core/philox.h"
 #include "quant/mixed_quant.h"
 #include "quant/mixed_store.h"
 #include "tests/support/emulated_gpu.h"
+#include "tests/support/fused_derivative.h"
 #include "tests/support/gpu.h"
 #include "tests/support/mixed_cases.h"
 
@@ -91,11 +91,6 @@ TEST(MixedApplyDerivative, TheStoreOnADeviceAppliesTheDerivativeWithoutAWorkspac
   testing::EmulatedGpu emulated;
   const Tensor x = Tensor::from_vector(Shape{4, 8, 16, 16}, values(4 * 8 * 16 * 16, 9));
   const Tensor grad = Tensor::from_vector(x.shape(), values(x.numel(), 10));
-  SaveRequest r;
-  r.need = Need::Derivative;
-  r.op = "gelu";
-  r.name = "act";
-  r.fn = &pointwise_by_name("gelu");
   MixedStoreOptions deterministic;
   deterministic.scheme = "deterministic";
   deterministic.quant.base = deterministic.quant.mix = affine_width(3);
@@ -103,26 +98,9 @@ TEST(MixedApplyDerivative, TheStoreOnADeviceAppliesTheDerivativeWithoutAWorkspac
   deterministic.schedule = MixSchedule{ScheduleKind::Constant, 0.0, 0.0};
   MixedStoreOptions on_backward;
   on_backward.mode = StorageMode::QuantizeOnBackward;
-  for (const MixedStoreOptions& o : {MixedStoreOptions{}, on_backward, deterministic}) {
-    const std::string what = o.scheme + " " + std::string(storage_mode_name(o.mode));
-    std::vector<Tensor> results;
-    for (const Device d : {Device::cpu(), testing::EmulatedGpu::device()}) {
-      DeviceScope on(d);
-      MixedStore store(o);
-      store.begin_step(1);
-      const SavedHandle h = store.save(x.to(d), r);
-      Allocator& alloc = Allocator::of(d);
-      alloc.reset_peak();
-      const int64_t workspace_before = alloc.current(MemTag::Workspace);
-      results.push_back(store.apply_derivative(h, grad.to(d)));
-      if (!d.is_cpu()) {  // the two-pass path held x's 32 KiB of floats as Workspace
-        EXPECT_LT(alloc.peak(MemTag::Workspace) - workspace_before, x.numel() * 4)
-            << what << ": a Workspace copy of x was made";
-      }
-      store.release(h);
-    }
-    EXPECT_TRUE(same_floats(results[0], results[1])) << what;
-  }
+  for (const MixedStoreOptions& o : {MixedStoreOptions{}, on_backward, deterministic})
+    testing::expect_derivative_applied_without_workspace_copy([&] { return std::make_unique<MixedStore>(o); }, x,
+                                                              grad, o.scheme + " " + std::string(storage_mode_name(o.mode)));
 }
 
 TEST(MixedApplyDerivativeDevice, CudaKernelGivesTheFloatsOfTheTwoCudaPasses) {
