@@ -7,10 +7,12 @@
 # tests:   the GPU test suites (every backend primitive against the CPU, the CUDA kernels' bytes
 #          against the CPU kernels', the stores on GPU tensors, the CUDA training steps), in
 #          parallel; again for plain NCHW convolutions;
-# train:   the quickstart on the GPU with FP32 and with 2-bit per-group storage, --find-max-batch;
+# train:   the quickstart on the GPU with FP32, with 2-bit per-group storage, and with 2-bit groups
+#          within each channel plane (logical-order groups, as the CPU's; through a plain copy of
+#          each NHWC tensor), --find-max-batch;
 # codec:   the codec kernels against copy bandwidth;
-# step:    the ResNet-18 step (FP32, few-bit 3, ActNN 2; batch 128, 512) with TF32 convolutions, as
-#          PyTorch's default;
+# step:    the ResNet-18 step (FP32, few-bit 3, ActNN 2 with per-sample and per-plane groups; batch
+#          128, 512) with TF32 convolutions, as PyTorch's default;
 # layouts: the step at 512 with exact f32, and in NCHW;
 # torch:   bench/compare_torch.py --device cuda at batch 128 and 512 (TF32);
 # ncu:     Nsight Compute's time of every kernel of 4 timed ResNet-18 steps at batch 512 (FP32 and
@@ -54,7 +56,7 @@ if [[ $phases == *tests* ]]; then
 fi
 if [[ $phases == *train* ]]; then
   (
-    for cfg in "fp32" "{scheme: actnn, bits: 2}"; do
+    for cfg in "fp32" "{scheme: actnn, bits: 2}" "{scheme: actnn, bits: 2, grouping: per_plane}"; do
       name=${cfg//[^a-z0-9]/}
       timeout 180 $run trainer --config configs/quickstart.yaml --set device=cuda --set threads=2 \
         --set "saved_tensors.default=$cfg" --set output.dir=/tmp/runs/q_$name --overwrite >"$out/train_$name.log" 2>&1 &
@@ -76,7 +78,7 @@ if [[ $phases == *codec* ]]; then
   timeout 60 $run packrat_bench --benchmark_filter=CodecCuda --benchmark_min_time=1 >"$out/bench_codec.log" 2>&1
 fi
 if [[ $phases == *step* ]]; then
-  timeout 90 $run packrat_bench --benchmark_filter="$step" --benchmark_min_time=1 >"$out/bench_step.log" 2>&1
+  timeout 120 $run packrat_bench --benchmark_filter="$step" --benchmark_min_time=1 >"$out/bench_step.log" 2>&1
 fi
 if [[ $phases == *layouts* ]]; then
   PACKRAT_CUDA_TF32=0 timeout 60 $run packrat_bench --benchmark_filter="$step.*/512" --benchmark_min_time=1 \
