@@ -2,8 +2,8 @@
 // Per-group stochastic quantization (ActNN, GACT). A saved f32 tensor is cut into groups of G
 // elements contiguous in its logical (plain NCHW) order, within each sample, within each channel
 // plane, or over the flattened tensor (the CPU's nChw16c buffers are walked in that order: see
-// ChannelBlocking; a GPU's NHWC buffers see codec_reads_plain_copy); each group keeps its minimum and its step (bf16 or f32) and one b-bit code per
-// element, b in {1, 2, 3, 4, 8}:
+// ChannelBlocking; a GPU's NHWC buffers: see codec_reads_plain_copy); each group keeps its minimum
+// and its step (bf16 or f32) and one b-bit code per element, b in {1, 2, 3, 4, 8}:
 //
 //   u = (x - min) / step,  step = (max - min) / (2^b - 1)
 //   code = floor(u) + [r < u - floor(u)],  r uniform in (0, 1)  (stochastic: E[code] = u)

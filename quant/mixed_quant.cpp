@@ -112,9 +112,9 @@ MixedPacked mixed_packed_header(int64_t numel, const MixedQuantConfig& c) {
 
 namespace {
 
-#if PACKRAT_HAVE_CUDA
-
 MixedFormat format_of(const MixedPacked& p) { return MixedFormat{p.geometry(), p.base, p.mix, p.scale, p.meta}; }
+
+#if PACKRAT_HAVE_CUDA
 
 // Device scratch of the kernels (freed on return; the default stream orders its reuse).
 Tensor device_scratch(int64_t n, DType dtype, Device d) { return Tensor::empty(Shape{n}, dtype, Layout::Plain, MemTag::Workspace, d); }
@@ -221,7 +221,7 @@ void dequantize_mixed_apply_cuda(const MixedPacked& p, ActivationId fn, bool fro
 // and the offsets summed from them.
 void dequantize_mixed_apply_on_host(const MixedPacked& p, ActivationId fn, bool from_output, const float* grad,
                                     float* gx) {
-  const MixedFormat f{p.geometry(), p.base, p.mix, p.scale, p.meta};
+  const MixedFormat f = format_of(p);
   if (f.g.buckets == 0) return;
   const BucketFlags flags{p.uniform ? nullptr : p.flags.data<uint8_t>(), true, p.uniform_is_mix};
   std::vector<int64_t> offsets(static_cast<size_t>(f.g.buckets + 1), 0);  // (buckets + 1,)
