@@ -13,6 +13,7 @@
 #include <functional>
 #include <vector>
 
+#include "core/backend.h"
 #include "core/philox.h"
 #include "core/tensor.h"
 #include "quant/group_quant.h"
@@ -131,6 +132,30 @@ void BM_MixedQuant_Dequantize(benchmark::State& state) {
   report(state, sides);
 }
 
+// A GELU's backward from 2/4-bit bucket codes on the CPU: the store's two passes (dequantize into a
+// tensor, then the backend's pointwise_backward) against dequantize_mixed_apply's one (the bodies
+// a GPU runs, bucket by bucket here). Counters: GB/s of f32 elements for each, and
+// one_vs_two = time(two passes) / time(one pass) (> 1: the one pass is faster).
+void BM_MixedQuant_ApplyDerivative(benchmark::State& state) {
+  const ScaleRule rule = state.range(0) ? ScaleRule::MaxAbs : ScaleRule::Affine;
+  const Tensor x = make_input();
+  const Tensor grad = make_input(), gx = Tensor::empty_like(x), values = Tensor::empty_like(x);
+  const MixedPacked p = quantize_mixed(x.data<float>(), kNumel, mixed_config(rule, 2, 4, 0.5, 512), {1, 42});
+  Backend& cpu = backend(Device::cpu());
+  double two = 0, one = 0;
+  for (auto _ : state) {
+    two += seconds([&] {
+      dequantize_mixed(p, values.data<float>());
+      cpu.pointwise_backward(ActivationId::gelu, values, grad, false);
+    });
+    one += seconds([&] { dequantize_mixed_apply(p, ActivationId::gelu, false, grad, gx); });
+  }
+  const double bytes = static_cast<double>(kNumel) * 4 * static_cast<double>(state.iterations());
+  state.counters["two_passes_GBps"] = bytes / two / 1e9;
+  state.counters["one_pass_GBps"] = bytes / one / 1e9;
+  state.counters["one_vs_two"] = two / one;
+}
+
 BENCHMARK(BM_MixedQuant_Quantize)
     ->ArgNames({"bucket", "maxabs", "per_tensor"})
     ->Args({512, 0, 0})
@@ -147,6 +172,7 @@ BENCHMARK(BM_MixedQuant_Dequantize)
     ->Args({512, 1})
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
+BENCHMARK(BM_MixedQuant_ApplyDerivative)->ArgName("maxabs")->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond)->UseRealTime();
 
 }  // namespace
 }  // namespace packrat

@@ -116,8 +116,10 @@ void dequantize_mixed(const MixedPacked& p, const Tensor& out);
 // (y = f(x) where from_output), never stored (DequantizeBucketQuadsBody with
 // quant/apply_derivative_sink.h's sink). grad and gx: p.numel f32 on the codes' device, in the
 // order the codes were taken. The floats of dequantize_mixed followed by the backend's
-// pointwise_backward. On the host the bodies run bucket by bucket (a test seam: the CPU store
-// keeps its two vectorised passes); a GPU runs them as dequantize_mixed's lanes do.
+// pointwise_backward. On the host the bodies run bucket by bucket, a test seam: the CPU store keeps
+// its two vectorised passes, 10x faster than these scalar bodies on the 2-core machine
+// (packrat_bench --benchmark_filter=MixedQuant_ApplyDerivative). A GPU runs them as
+// dequantize_mixed's lanes do.
 void dequantize_mixed_apply(const MixedPacked& p, ActivationId fn, bool from_output, const Tensor& grad,
                             const Tensor& gx);
 
