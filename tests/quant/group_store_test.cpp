@@ -121,7 +121,9 @@ TEST(GroupStore, GroupsAreTheSameForPlainAndBlockedTensors) {
         loaded.push_back(y.to_plain());
         store.release(h);
       }
-      if (grouping == Grouping::PerPlane) EXPECT_EQ(bytes[0], c.per_plane_bytes) << what;
+      if (grouping == Grouping::PerPlane) {
+        EXPECT_EQ(bytes[0], c.per_plane_bytes) << what;
+      }
       EXPECT_EQ(bytes[1], bytes[0]) << what;
       const float *a = loaded[0].data<float>(), *b = loaded[1].data<float>(), *xp = x.data<float>();
       for (int64_t i = 0; i < x.numel(); ++i) {
