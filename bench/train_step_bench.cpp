@@ -28,7 +28,7 @@ StorePolicySpec scheme_spec(const std::string& name) {
     s.default_scheme = {"actnn", {{"bits", "2"}}, "bench"};
   } else if (name == "actnn2_plane") {  // the same, groups within each channel plane: on ResNet-18's
     // CIFAR planes (1024, 256, 64, 16 values) the groups of 256 that ActNN's logical order makes, which
-    // the CPU's per-sample groups are; a GPU's NHWC tensors are quantized through a plain copy for them
+    // the CPU's per-sample groups are; a GPU stages its NHWC tensors' runs in plain order for them
     s.default_scheme = {"actnn", {{"bits", "2"}, {"grouping", "per_plane"}}, "bench"};
   } else if (name == "actnn2_fewbit2") {  // 2 bits per group, SiLU / sigmoid as 2-bit few-bit indices
     s.default_scheme = {"actnn", {{"bits", "2"}}, "bench"};

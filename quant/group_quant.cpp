@@ -9,6 +9,7 @@
 #include "quant/apply_derivative_sink.h"
 #include "quant/codec_device.h"
 #include "quant/group_quant_warp.h"
+#include "quant/nhwc_tile.h"
 #if PACKRAT_HAVE_CUDA
 #include "core/cuda/launch_check.h"
 #include "quant/group_quant_device.h"
@@ -43,6 +44,11 @@ void check_same_size(const Tensor& x, const GroupGeometry& g, const Tensor& code
                 "{}: {} elements, {} code bytes and {} metadata bytes given; the geometry needs {}, {} and {}", where,
                 x.numel(), codes.nbytes(), meta.nbytes(), g.numel, g.code_bytes(), g.meta_bytes());
 }
+
+#if PACKRAT_HAVE_CUDA
+// The CUDA kernels' walk: an NHWC tensor in plain order, or (channels 0) the buffer as it lies.
+NhwcWalk nhwc_walk(const ChannelBlocking& b) { return b.nhwc ? NhwcWalk{b.channels, b.plane} : NhwcWalk{}; }
+#endif
 
 }  // namespace
 
@@ -79,13 +85,27 @@ int64_t channel_plane(const Tensor& x) {
   return plane;
 }
 
-ChannelBlocking codec_blocking(const Tensor& x) {
-  if (x.layout() != Layout::nChw16c) return {};
-  return {x.dim(1), channel_plane(x)};
+namespace {
+
+// Per-plane groups of an NHWC tensor: the walk in plain order, staged or not.
+bool nhwc_in_plain_order(const Tensor& x, const GroupQuantConfig& c) {
+  return c.grouping == Grouping::PerPlane && x.layout() == Layout::NHWC;
+}
+bool nhwc_staged(const Tensor& x, const GroupQuantConfig& c) {
+  return nhwc_in_plain_order(x, c) &&
+         nhwc_stageable(group_geometry_of(x, c), NhwcWalk{x.dim(1), channel_plane(x)});
+}
+
+}  // namespace
+
+ChannelBlocking codec_blocking(const Tensor& x, const GroupQuantConfig& c) {
+  if (x.layout() == Layout::nChw16c) return {x.dim(1), channel_plane(x), false};
+  if (nhwc_staged(x, c)) return {x.dim(1), channel_plane(x), true};
+  return {};
 }
 
 bool codec_reads_plain_copy(const Tensor& x, const GroupQuantConfig& c) {
-  return c.grouping == Grouping::PerPlane && x.layout() == Layout::NHWC;
+  return nhwc_in_plain_order(x, c) && !nhwc_staged(x, c);
 }
 
 Tensor in_codec_order(const Tensor& x, const GroupQuantConfig& c) {
@@ -106,6 +126,7 @@ void quantize_groups(const Tensor& x, const GroupGeometry& g, Rounding rounding,
                 "quantize_groups: input on {}, codes on {}, metadata on {}", x.device().str(), codes.device().str(),
                 meta.device().str());
   if (x.is_cpu()) {
+    PACKRAT_CHECK(!blocking.nhwc, "quantize_groups: an NHWC walk on the CPU (a GPU layout)");
     quantize_groups(x.data<float>(), g, rounding, noise, codes.data<uint8_t>(), meta.data<uint8_t>(), group_range_sq,
                     blocking);
     return;
@@ -113,12 +134,14 @@ void quantize_groups(const Tensor& x, const GroupGeometry& g, Rounding rounding,
   if (codec_ran_on_host(x.device(), {x, codes, meta},
                         [&] { quantize_groups(x, g, rounding, noise, codes, meta, group_range_sq, blocking); }))
     return;
-  PACKRAT_CHECK(blocking.channels == 0, "quantize_groups: an nChw16c walk on {} (a CPU layout)", x.device().str());
+  PACKRAT_CHECK(blocking.channels == 0 || blocking.nhwc, "quantize_groups: an nChw16c walk on {} (a CPU layout)",
+                x.device().str());
 #if PACKRAT_HAVE_CUDA
   Tensor range_sq;  // (groups) f64 on the device, copied to the host afterwards
   if (group_range_sq) range_sq = Tensor::empty(Shape{g.groups()}, DType::f64, Layout::Plain, MemTag::Workspace, x.device());
   cuda::launch_quantize_groups(x.device_data<float>(), g, rounding, noise, codes.device_data<uint8_t>(),
-                               meta.device_data<uint8_t>(), group_range_sq ? range_sq.device_data<double>() : nullptr);
+                               meta.device_data<uint8_t>(), group_range_sq ? range_sq.device_data<double>() : nullptr,
+                               nhwc_walk(blocking));
   cuda::check_last_launch("quantize_groups");
   if (group_range_sq) {
     const Tensor host = range_sq.to(Device::cpu());
@@ -136,15 +159,17 @@ void dequantize_groups(const Tensor& codes, const Tensor& meta, const GroupGeome
                 "dequantize_groups: codes on {}, metadata on {}, output on {}", codes.device().str(),
                 meta.device().str(), out.device().str());
   if (out.is_cpu()) {
+    PACKRAT_CHECK(!blocking.nhwc, "dequantize_groups: an NHWC walk on the CPU (a GPU layout)");
     dequantize_groups(codes.data<uint8_t>(), meta.data<uint8_t>(), g, out.data<float>(), blocking);
     return;
   }
   if (codec_ran_on_host(out.device(), {codes, meta, out}, [&] { dequantize_groups(codes, meta, g, out, blocking); }))
     return;
-  PACKRAT_CHECK(blocking.channels == 0, "dequantize_groups: an nChw16c walk on {} (a CPU layout)", out.device().str());
+  PACKRAT_CHECK(blocking.channels == 0 || blocking.nhwc, "dequantize_groups: an nChw16c walk on {} (a CPU layout)",
+                out.device().str());
 #if PACKRAT_HAVE_CUDA
   cuda::launch_dequantize_groups(codes.device_data<uint8_t>(), meta.device_data<uint8_t>(), g,
-                                 out.device_data<float>());
+                                 out.device_data<float>(), nhwc_walk(blocking));
   cuda::check_last_launch("dequantize_groups");
 #else
   fail("dequantize_groups: the codes are on {}, but this packrat was built without CUDA", codes.device().str());
@@ -166,7 +191,7 @@ void dequantize_groups_apply_on_host(const uint8_t* codes, const uint8_t* meta, 
 }  // namespace
 
 void dequantize_groups_apply(const Tensor& codes, const Tensor& meta, const GroupGeometry& g, ActivationId fn,
-                             bool from_output, const Tensor& grad, const Tensor& gx) {
+                             bool from_output, const Tensor& grad, const Tensor& gx, ChannelBlocking blocking) {
   check_same_size(grad, g, codes, meta, "dequantize_groups_apply");
   PACKRAT_CHECK(static_cast<int>(fn) < kNumActivations, "dequantize_groups_apply: no activation with id {}",
                 static_cast<int>(fn));
@@ -180,11 +205,21 @@ void dequantize_groups_apply(const Tensor& codes, const Tensor& meta, const Grou
     dequantize_groups_apply_on_host(codes.data<uint8_t>(), meta.data<uint8_t>(), g, fn, from_output,
                                     grad.data<float>(), gx.data<float>());
   };
-  if (codes.is_cpu()) return on_host();
-  if (codec_ran_on_host(codes.device(), {codes, meta, grad, gx}, on_host)) return;
+  const bool host_walk = blocking.channels == 0;  // the host bodies take the codes' order as it lies
+  if (codes.is_cpu()) {
+    PACKRAT_CHECK(host_walk, "dequantize_groups_apply: a blocked walk on the CPU (its store keeps two passes)");
+    return on_host();
+  }
+  if (codec_ran_on_host(codes.device(), {codes, meta, grad, gx}, [&] {
+        PACKRAT_CHECK(host_walk, "dequantize_groups_apply: a blocked walk on {}", codes.device().str());
+        on_host();
+      }))
+    return;
+  PACKRAT_CHECK(host_walk || blocking.nhwc, "dequantize_groups_apply: an nChw16c walk on {} (a CPU layout)",
+                codes.device().str());
 #if PACKRAT_HAVE_CUDA
   cuda::launch_dequantize_groups_apply(codes.device_data<uint8_t>(), meta.device_data<uint8_t>(), g, fn, from_output,
-                                       grad.device_data<float>(), gx.device_data<float>());
+                                       grad.device_data<float>(), gx.device_data<float>(), nhwc_walk(blocking));
   cuda::check_last_launch("dequantize_groups_apply");
 #else
   fail("dequantize_groups_apply: the codes are on {}, but this packrat was built without CUDA", codes.device().str());

@@ -2,7 +2,7 @@
 // Per-group stochastic quantization (ActNN, GACT). A saved f32 tensor is cut into groups of G
 // elements contiguous in its logical (plain NCHW) order, within each sample, within each channel
 // plane, or over the flattened tensor (the CPU's nChw16c buffers are walked in that order: see
-// ChannelBlocking; a GPU's NHWC buffers: see codec_reads_plain_copy); each group keeps its minimum
+// ChannelBlocking; a GPU's NHWC buffers: see codec_blocking); each group keeps its minimum
 // and its step (bf16 or f32) and one b-bit code per element, b in {1, 2, 3, 4, 8}:
 //
 //   u = (x - min) / step,  step = (max - min) / (2^b - 1)
@@ -166,19 +166,22 @@ int64_t channel_plane(const Tensor& x);
 GroupGeometry group_geometry_of(const Tensor& x, const GroupQuantConfig& c);
 
 // How the codec walks a buffer. channels 0: element e of the geometry is element e of the buffer
-// as it lies. Otherwise the buffer is nChw16c (channels a multiple of 16, plane = H x W) and element
-// e of the geometry is the one at plain (n, c, h, w) position e, so that the groups are the plain
-// tensor's although the channels lie 16-interleaved (per-plane groups hold one channel each, and so
-// do per-sample ones where a plane holds at least G, as ActNN groups an NCHW tensor); the codes are
-// those of the plain tensor.
+// as it lies. Otherwise element e of the geometry is the one at plain (n, c, h, w) position e of a
+// buffer that is nChw16c (the CPU's: channels a multiple of 16, plane = H x W) or, with nhwc, NHWC
+// (a GPU's), so that the groups are the plain tensor's although the channels lie interleaved
+// (per-plane groups hold one channel each, and so do per-sample ones where a plane holds at least
+// G, as ActNN groups an NCHW tensor); the codes are those of the plain tensor.
 struct ChannelBlocking {
   int64_t channels = 0, plane = 0;
+  bool nhwc = false;
 };
-// The walk for x: plain order for an nChw16c tensor (any grouping), else as it lies.
-ChannelBlocking codec_blocking(const Tensor& x);
-// Whether x is quantized through a plain copy: per-plane groups of an NHWC tensor (a GPU's
-// convolution output), whose channels lie innermost, so that each group holds one channel and
-// the codes are the plain tensor's. in_codec_order: x itself, or that copy (Workspace).
+// The walk for x under c: plain order for an nChw16c tensor (any grouping) and for per-plane groups
+// of an NHWC tensor whose groups the CUDA kernels stage (quant/nhwc_tile.h: groups and planes of up
+// to 1024 values); else as it lies.
+ChannelBlocking codec_blocking(const Tensor& x, const GroupQuantConfig& c);
+// Whether x is quantized through a plain copy: per-plane groups of an NHWC tensor that the kernels
+// cannot stage (larger groups or planes), so that each group holds one channel and the codes are
+// the plain tensor's. in_codec_order: x itself, or that copy (Workspace).
 // (Per-sample and flat groups of an NHWC tensor are still taken as it lies, channels innermost:
 // a group of G holds G / C pixels of every channel, so the same logical tensor has other codes on
 // a GPU than on the CPU.)
@@ -396,8 +399,8 @@ PACKRAT_HD inline void dequantize_group(const uint8_t* codes, const uint8_t* met
 // (g.meta_bytes(),) u8 on x's device. CPU: the kernel below; a GPU: group_quant_cuda.cu (the
 // variance bounds, when asked for, are copied to the host); the emulated GPU of the tests: the
 // CPU kernel (quant/codec_device.h).
-// `blocking` (codec_blocking) only on the CPU (and the emulated GPU of the tests, which runs the
-// CPU's kernels), where the nChw16c layout lives.
+// `blocking` (codec_blocking): nChw16c walks on the CPU (and the emulated GPU of the tests, which
+// runs the CPU's kernels), NHWC walks on a GPU.
 void quantize_groups(const Tensor& x, const GroupGeometry& g, Rounding rounding, const QuantNoise& noise,
                      const Tensor& codes, const Tensor& meta, std::vector<double>* group_range_sq = nullptr,
                      ChannelBlocking blocking = {});
@@ -406,10 +409,10 @@ void dequantize_groups(const Tensor& codes, const Tensor& meta, const GroupGeome
                        ChannelBlocking blocking = {});
 // An activation's backward from its codes in one pass: gx = grad * f'(x), x the dequantized values
 // (y = f(x) where from_output), never stored (quant/apply_derivative_sink.h). grad and gx: g.numel
-// f32 on the codes' device, in the order the codes were taken (no blocking). The bits of
+// f32 on the codes' device, walked as `blocking` says (an NHWC walk on a GPU only). The bits of
 // dequantize_groups followed by the backend's pointwise_backward.
 void dequantize_groups_apply(const Tensor& codes, const Tensor& meta, const GroupGeometry& g, ActivationId fn,
-                             bool from_output, const Tensor& grad, const Tensor& gx);
+                             bool from_output, const Tensor& grad, const Tensor& gx, ChannelBlocking blocking = {});
 
 // ---- the CPU kernels (group_quant_cpu.cpp), on host pointers ----------------------------------
 

@@ -7,12 +7,11 @@
 #include "quant/apply_derivative_sink.h"
 #include "quant/group_quant_device.h"
 #include "quant/group_quant_warp.h"
+#include "quant/nhwc_tile.h"
 
 namespace packrat::cuda {
 
 namespace {
-
-constexpr int kWarpsPerBlock = kThreadsPerBlock / kWarpLanes;
 
 // 32 / lanes groups a warp, `lanes` lanes a group, kLaneBlocks blocks of 8 values a lane a chunk:
 // a lane's first chunk stays in registers from the range scan to its codes (all of a group's
@@ -22,17 +21,30 @@ constexpr int kWarpsPerBlock = kThreadsPerBlock / kWarpLanes;
 // quantized 2-bit groups at 0.53 of copy bandwidth against 0.45 with two blocks of 110 registers
 // and no spills (packrat_bench CodecCuda/GroupQuantize/bits:2, side by side in one run): the
 // kernel waits on memory more than on its spilled values.
-template <int kBits>
-__global__ void __launch_bounds__(kThreadsPerBlock, 3)
+// kStaged: x is an NHWC tensor (walk) quantized in plain order: blocks of 4 warps first stage their
+// groups' run into shared memory (quant/nhwc_tile.h), and the lanes read it there.
+template <int kBits, bool kStaged = false>
+__global__ void __launch_bounds__(kStaged ? kNhwcBlockThreads : kThreadsPerBlock, kStaged ? 6 : 3)
     quantize_groups_kernel(const float* x, GroupGeometry g, int lanes, Rounding rounding, QuantNoise noise,
-                           uint8_t* codes, uint8_t* meta, double* range_sq) {
-  __shared__ uint32_t noise_words[kWarpsPerBlock][kChunkNoiseWords];  // (warps, noise_word's places)
+                           uint8_t* codes, uint8_t* meta, double* range_sq, NhwcWalk walk) {
+  constexpr int kWarps = (kStaged ? kNhwcBlockThreads : kThreadsPerBlock) / kWarpLanes;
+  __shared__ uint32_t noise_words[kWarps][kChunkNoiseWords];  // (warps, noise_word's places)
   const int bits = kBits > 0 ? kBits : g.bits;
   const int lane = static_cast<int>(threadIdx.x % kWarpLanes), warp_here = static_cast<int>(threadIdx.x / kWarpLanes);
-  const int64_t warp = blockIdx.x * static_cast<int64_t>(kWarpsPerBlock) + warp_here;
+  const int64_t warp = blockIdx.x * static_cast<int64_t>(kWarps) + warp_here;
+  const float* values = x;  // where element e of the geometry is: values[e - shift]
+  int64_t shift = 0;
+  if constexpr (kStaged) {
+    __shared__ float tile[kNhwcTileFloats];  // the block's run, plain order
+    const NhwcBlock b = nhwc_block(g, nhwc_quantize_block_groups(lanes), blockIdx.x);
+    nhwc_stage(walk, b.run, x, tile, static_cast<int>(threadIdx.x), kNhwcBlockThreads);
+    __syncthreads();
+    values = tile;
+    shift = b.run.begin;
+  }
   if (warp >= quantize_warps(g, lanes)) return;  // the whole warp
   const QuantLane q = quant_lane(g, lanes, warp, lane);
-  const float* xg = x + q.at.start;  // (len) of the lane's group
+  const float* xg = values + (q.at.start - shift);  // (len) of the lane's group
   const int64_t rounds = quantize_rounds(g, lanes), chunks = quantize_chunks(g, lanes);
   const int group_lead = lane & ~(lanes - 1);
   const unsigned group_lanes = lanes == kWarpLanes ? kFullWarp : ((1u << lanes) - 1u) << group_lead;
@@ -113,39 +125,82 @@ __global__ void __launch_bounds__(kThreadsPerBlock, 3)
   }
 }
 
-}  // namespace
-
-void launch_quantize_groups(const float* x, const GroupGeometry& g, Rounding rounding, const QuantNoise& noise,
-                            uint8_t* codes, uint8_t* meta, double* group_range_sq) {
-  if (g.groups() == 0) return;
+template <bool kStaged>
+void launch_quantize(const float* x, const GroupGeometry& g, Rounding rounding, const QuantNoise& noise,
+                     uint8_t* codes, uint8_t* meta, double* group_range_sq, const NhwcWalk& walk) {
   const int lanes = quantize_lanes(g.group_size);
-  const auto blocks = static_cast<unsigned>((quantize_warps(g, lanes) + kWarpsPerBlock - 1) / kWarpsPerBlock);
+  const int threads = kStaged ? kNhwcBlockThreads : kThreadsPerBlock, warps = threads / kWarpLanes;
+  const auto blocks = static_cast<unsigned>((quantize_warps(g, lanes) + warps - 1) / warps);
   auto launch = [&](auto kernel) {
-    kernel<<<blocks, kThreadsPerBlock>>>(x, g, lanes, rounding, noise, codes, meta, group_range_sq);
+    kernel<<<blocks, threads>>>(x, g, lanes, rounding, noise, codes, meta, group_range_sq, walk);
   };
   switch (g.bits) {
     case 1:
-      return launch(quantize_groups_kernel<1>);
+      return launch(quantize_groups_kernel<1, kStaged>);
     case 2:
-      return launch(quantize_groups_kernel<2>);
+      return launch(quantize_groups_kernel<2, kStaged>);
     case 4:
-      return launch(quantize_groups_kernel<4>);
+      return launch(quantize_groups_kernel<4, kStaged>);
     case 8:
-      return launch(quantize_groups_kernel<8>);
+      return launch(quantize_groups_kernel<8, kStaged>);
     default:
-      return launch(quantize_groups_kernel<0>);
+      return launch(quantize_groups_kernel<0, kStaged>);
   }
 }
 
-void launch_dequantize_groups(const uint8_t* codes, const uint8_t* meta, const GroupGeometry& g, float* out) {
+// One block's groups of an NHWC tensor decoded in plain order: the gradient (`in`, for an
+// activation's backward) staged into the tile, the groups decoded into it through the sink's tile
+// twin, the tile written back to `out` (quant/nhwc_tile.h).
+template <class Sink>
+__global__ void __launch_bounds__(kNhwcBlockThreads)
+    decode_groups_nhwc_kernel(const uint8_t* codes, const uint8_t* meta, GroupGeometry g, NhwcWalk walk, Sink sink,
+                              const float* in, float* out) {
+  __shared__ float tile[kNhwcTileFloats];  // the block's run, plain order
+  const int t = static_cast<int>(threadIdx.x);
+  const NhwcBlock b = nhwc_block(g, nhwc_decode_block_groups(g), blockIdx.x);
+  if (in) {
+    nhwc_stage(walk, b.run, in, tile, t, kNhwcBlockThreads);
+    __syncthreads();
+  }
+  using Tiled = ShiftedSink<decltype(on_tile(sink, tile))>;
+  const DequantizeQuadsBody<Tiled> body{codes, meta, g, Tiled{on_tile(sink, tile), b.run.begin}};
+  nhwc_decode_groups(g, b, body, t, kNhwcBlockThreads);
+  __syncthreads();
+  nhwc_unstage(walk, b.run, tile, out, t, kNhwcBlockThreads);
+}
+
+template <class Sink>
+void launch_decode_nhwc(const uint8_t* codes, const uint8_t* meta, const GroupGeometry& g, const NhwcWalk& walk,
+                        const Sink& sink, const float* in, float* out) {
+  const int64_t per_block = nhwc_decode_block_groups(g);
+  const auto blocks = static_cast<unsigned>((g.groups() + per_block - 1) / per_block);
+  decode_groups_nhwc_kernel<<<blocks, kNhwcBlockThreads>>>(codes, meta, g, walk, sink, in, out);
+}
+
+}  // namespace
+
+void launch_quantize_groups(const float* x, const GroupGeometry& g, Rounding rounding, const QuantNoise& noise,
+                            uint8_t* codes, uint8_t* meta, double* group_range_sq, const NhwcWalk& walk) {
+  if (g.groups() == 0) return;
+  if (walk.channels > 0) return launch_quantize<true>(x, g, rounding, noise, codes, meta, group_range_sq, walk);
+  launch_quantize<false>(x, g, rounding, noise, codes, meta, group_range_sq, walk);
+}
+
+void launch_dequantize_groups(const uint8_t* codes, const uint8_t* meta, const GroupGeometry& g, float* out,
+                              const NhwcWalk& walk) {
+  if (g.groups() == 0) return;
+  if (walk.channels > 0) return launch_decode_nhwc(codes, meta, g, walk, StoreValues{out}, nullptr, out);
   launch_for_each_lane(g.groups(), lanes_log2(dequantize_lanes(g.group_size)),
                        DequantizeQuadsBody<StoreValues>{codes, meta, g, StoreValues{out}});
 }
 
 void launch_dequantize_groups_apply(const uint8_t* codes, const uint8_t* meta, const GroupGeometry& g,
-                                    ActivationId fn, bool from_output, const float* grad, float* gx) {
+                                    ActivationId fn, bool from_output, const float* grad, float* gx,
+                                    const NhwcWalk& walk) {
+  if (g.groups() == 0) return;
   const int lane_shift = lanes_log2(dequantize_lanes(g.group_size));
   with_apply_derivative(fn, from_output, grad, gx, [&](auto sink) {
+    if (walk.channels > 0) return launch_decode_nhwc(codes, meta, g, walk, sink, grad, gx);
     launch_for_each_lane(g.groups(), lane_shift, DequantizeQuadsBody<decltype(sink)>{codes, meta, g, sink});
   });
 }

@@ -53,7 +53,7 @@ struct GroupStore::Quantized : Encoded {
   Tensor codes, meta;  // u8 (code bytes,), u8 (groups * meta bytes per group,)
   GroupGeometry geometry;
   ChannelBlocking blocking;  // how the codes walk the saved buffer (codec_blocking)
-  bool via_plain = false;    // per-plane groups of an NHWC tensor: the codes are the plain tensor's
+  bool via_plain = false;    // codes of a plain copy (per-plane groups of an NHWC tensor the kernels cannot stage)
   int64_t index = -1;  // position in step_tensors_
   int64_t step = 0;
   int64_t bytes() const override {
@@ -117,7 +117,7 @@ std::unique_ptr<CompressingStore::Encoded> GroupStore::encode(const Tensor& x, c
   const int64_t samples = leading_samples(x);
   auto q = std::make_unique<Quantized>();
   q->bits = cfg.bits;
-  q->blocking = codec_blocking(x);
+  q->blocking = codec_blocking(x, cfg);
   q->geometry = group_geometry_of(x, cfg);
   q->via_plain = codec_reads_plain_copy(x, cfg);
   q->codes = Tensor::empty({q->geometry.code_bytes()}, DType::u8, Layout::Plain, MemTag::Saved,
@@ -164,12 +164,13 @@ Tensor GroupStore::values(const Encoded& enc, const Entry& e) {
 Tensor GroupStore::apply_encoded(const Encoded& enc, const Entry& e, const Tensor& grad_out) {
   const auto& q = static_cast<const Quantized&>(enc);
   const bool fused = !q.codes.is_cpu() && e.request.need == Need::Derivative && !q.via_plain &&
-                     q.blocking.channels == 0 && grad_out.dtype() == DType::f32 && grad_out.shape() == e.shape &&
+                     (q.blocking.channels == 0 || q.blocking.nhwc) && grad_out.dtype() == DType::f32 && grad_out.shape() == e.shape &&
                      grad_out.layout() == e.layout && grad_out.device() == q.codes.device();
   if (!fused) return CompressingStore::apply_encoded(enc, e, grad_out);
   const Pointwise& fn = *e.request.fn;
   Tensor gx = Tensor::empty_like(grad_out);
-  dequantize_groups_apply(q.codes, q.meta, q.geometry, fn.id, fn.derivative_from_output != nullptr, grad_out, gx);
+  dequantize_groups_apply(q.codes, q.meta, q.geometry, fn.id, fn.derivative_from_output != nullptr, grad_out, gx,
+                          q.blocking);
   return gx;
 }
 

@@ -8,8 +8,8 @@
 #          against the CPU kernels', the stores on GPU tensors, the CUDA training steps), in
 #          parallel; again for plain NCHW convolutions;
 # train:   the quickstart on the GPU with FP32, with 2-bit per-group storage, and with 2-bit groups
-#          within each channel plane (logical-order groups, as the CPU's; through a plain copy of
-#          each NHWC tensor), --find-max-batch;
+#          within each channel plane (logical-order groups, as the CPU's; staged through shared
+#          memory, quant/nhwc_tile.h), --find-max-batch;
 # codec:   the codec kernels against copy bandwidth;
 # step:    the ResNet-18 step (FP32, few-bit 3, ActNN 2 with per-sample and per-plane groups; batch
 #          128, 512) with TF32 convolutions, as PyTorch's default;

@@ -577,6 +577,28 @@ TEST(StoreCuda, GroupsOfACpuBlockedTensorAreThoseOfTheGpuPlainTensor) {
   expect_cpu_blocked_groups_match_plain_groups_on(Device::cuda(0));
 }
 
+// An activation's backward from per-plane codes of an NHWC tensor (one pass, the block staging the
+// gradient through shared memory) gives the plain tensor's gradient, in NHWC.
+TEST(StoreCuda, PerPlaneCodesOfAnNhwcTensorApplyTheDerivativeAsThePlainTensors) {
+  PACKRAT_SKIP_WITHOUT_GPU();
+  const Device d = Device::cuda(0);
+  for (const Shape& shape : {Shape{4, 3, 9, 11}, Shape{2, 8, 32, 32}, Shape{3, 12, 8, 8}}) {
+    const Tensor host = random_tensor(shape, 71, -3.0f, 3.0f), grad = random_tensor(shape, 72, -1.0f, 1.0f);
+    GroupStoreOptions o = GroupCase{2, Rounding::Stochastic, MetaType::BF16}.options();
+    o.quant.grouping = Grouping::PerPlane;
+    GroupStore plain_store(o), nhwc_store(o);
+    DeviceScope on(d);
+    const SaveRequest r = request(Need::Derivative, "gelu", "act", "gelu");
+    const SavedHandle hp = plain_store.save(host.to(d), r);
+    const SavedHandle hn = nhwc_store.save(backend(d).to_layout(host.to(d), Layout::NHWC), r);
+    const Tensor gp = plain_store.apply_derivative(hp, grad.to(d));
+    const Tensor gn = nhwc_store.apply_derivative(hn, backend(d).to_layout(grad.to(d), Layout::NHWC));
+    EXPECT_EQ(gn.layout(), Layout::NHWC) << shape.str();
+    EXPECT_EQ(backend(d).to_layout(gn, Layout::Plain).to(Device::cpu()).to_vector(), gp.to(Device::cpu()).to_vector())
+        << shape.str();
+  }
+}
+
 TEST(StoreCuda, StochasticRoundingIsUnbiasedOnGpuTensors) {
   PACKRAT_SKIP_WITHOUT_GPU();
   expect_unbiased(Device::cuda(0));
