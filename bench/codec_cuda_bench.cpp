@@ -9,7 +9,8 @@
 // Kernels: per-group quantize + pack and unpack + dequantize (1, 2, 4, 8 bits, groups of 256
 // per sample, bf16 metadata, stochastic), few-bit encode (GELU forward + 3-bit interval codes)
 // and apply (unpack, look up, times the gradient), the mixed quantizer (2/4 bits at 0.5 per
-// bucket of 512, affine) and the deterministic 4-bit one, each way.
+// bucket of 512, affine) and the deterministic 4-bit one, each way, and per-plane groups of an
+// NHWC tensor staged in plain order (quantize, dequantize, a GELU's backward from the codes).
 // Registered only when a GPU is visible at startup; otherwise one line on stderr says so (the
 // CPU build compiles this file and registers nothing).
 //
@@ -58,7 +59,7 @@ double timed(Device d, const std::function<void()>& fn) {
 // Times `kernel` and the copy of x, iteration by iteration, and reports the counters.
 void run_against_copy(benchmark::State& state, Device d, const Tensor& x, double kernel_bytes,
                       const std::function<void()>& kernel) {
-  Tensor copy = device_tensor(x.shape(), DType::f32, d);
+  Tensor copy = Tensor::empty(x.shape(), DType::f32, x.layout(), MemTag::Workspace, d);  // x's shape and layout
   Backend& be = backend(d);
   kernel();  // warm-up: allocator cache, first launches
   be.copy(x, copy);
@@ -111,6 +112,43 @@ void GroupDequantize(benchmark::State& state, Device d) {
   const Tensor out = device_tensor(x.shape(), DType::f32, d);
   run_against_copy(state, d, x, kTensorBytes + static_cast<double>(g.total_bytes()),
                    [&] { dequantize_groups(codes, meta, g, out); });
+}
+
+// Per-plane groups of 256 of an NHWC tensor of planes of 1024 ((1024, 64, 32, 32), 64 Mi elements,
+// a GPU convolution's layout), 2 bits: the CUDA kernels stage each block's run in plain order through
+// shared memory (quant/nhwc_tile.h). Argument: 0 quantize, 1 dequantize, 2 a GELU's backward.
+void GroupNhwc(benchmark::State& state, Device d) {
+  if (!usable(state, d)) return;
+  make_current(d);
+  Tensor plain = device_tensor({1024, kC, 32, 32}, DType::f32, d);  // (N, C, H, W)
+  backend(d).fill_uniform(plain, -1.0f, 3.0f, 7, 1, 0);
+  const Tensor x = backend(d).to_layout(plain, Layout::NHWC);
+  GroupQuantConfig c;
+  c.bits = 2;
+  c.grouping = Grouping::PerPlane;
+  const GroupGeometry g = group_geometry_of(x, c);
+  const ChannelBlocking walk = codec_blocking(x, c);
+  if (!walk.nhwc) {
+    state.SkipWithError("these groups are not staged (codec_blocking)");
+    return;
+  }
+  const Tensor codes = device_tensor({g.code_bytes()}, DType::u8, d), meta = device_tensor({g.meta_bytes()}, DType::u8, d);
+  quantize_groups(x, g, Rounding::Stochastic, {1, 42}, codes, meta, nullptr, walk);
+  const Tensor out = Tensor::empty(x.shape(), DType::f32, Layout::NHWC, MemTag::Workspace, d);
+  uint64_t step = 0;
+  switch (state.range(0)) {
+    case 0:
+      return run_against_copy(state, d, x, kTensorBytes + static_cast<double>(g.total_bytes()), [&] {
+        quantize_groups(x, g, Rounding::Stochastic, {1, quant_stream(step++, 0)}, codes, meta, nullptr, walk);
+      });
+    case 1:
+      return run_against_copy(state, d, x, kTensorBytes + static_cast<double>(g.total_bytes()),
+                              [&] { dequantize_groups(codes, meta, g, out, walk); });
+    default:
+      return run_against_copy(state, d, x, 2.0 * kTensorBytes + static_cast<double>(g.total_bytes()), [&] {
+        dequantize_groups_apply(codes, meta, g, ActivationId::gelu, false, x, out, walk);
+      });
+  }
 }
 
 FewbitCoder gelu3() {
@@ -191,6 +229,7 @@ void MixedDequantize(benchmark::State& state, Device d) {
     };
     for (auto* r : {add("CodecCuda/GroupQuantize", GroupQuantize), add("CodecCuda/GroupDequantize", GroupDequantize)})
       r->ArgName("bits")->Arg(1)->Arg(2)->Arg(4)->Arg(8);
+    add("CodecCuda/GroupNhwcPerPlane", GroupNhwc)->ArgName("quantize0_dequantize1_gelu2")->Arg(0)->Arg(1)->Arg(2);
     add("CodecCuda/FewbitEncodeGelu3", FewbitEncode);
     add("CodecCuda/FewbitApplyGelu3", FewbitApply);
     for (auto* r : {add("CodecCuda/MixedQuantize", MixedQuantize), add("CodecCuda/MixedDequantize", MixedDequantize)})
