@@ -3,6 +3,7 @@
 // the tile back), thread by thread, give the CPU kernel's bytes for the plain tensor, and decode
 // (values, and an activation's backward against an NHWC gradient) to the plain tensor's floats in
 // NHWC. On a GPU, StoreCuda.PerPlaneGroupsOfAnNhwcTensorAreThePlainTensors runs the kernels.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -20,10 +21,7 @@ namespace {
 struct Case {
   int64_t n, c, h, w;
   int64_t group_size;
-  std::string name() const {
-    return "(" + std::to_string(n) + ", " + std::to_string(c) + ", " + std::to_string(h) + ", " + std::to_string(w) +
-           ") groups of " + std::to_string(group_size);
-  }
+  std::string name() const { return fmt::format("({}, {}, {}, {}) groups of {}", n, c, h, w, group_size); }
 };
 // Planes of 99 (4 groups of 25 at G = 32), 1024 (4 groups of 256), 64 (4 planes to a group of 256),
 // 49 (groups of 49 at G = 64), 9 (7 planes to a group of 63, a short last group a sample).
