@@ -53,7 +53,7 @@ struct GroupStore::Quantized : Encoded {
   Tensor codes, meta;  // u8 (code bytes,), u8 (groups * meta bytes per group,)
   GroupGeometry geometry;
   ChannelBlocking blocking;  // how the codes walk the saved buffer (codec_blocking)
-  bool via_plain = false;    // codes of a plain copy (per-plane groups of an NHWC tensor the kernels cannot stage)
+  bool via_plain = false;    // codes of a plain copy (per-plane groups the kernels cannot stage)
   int64_t index = -1;  // position in step_tensors_
   int64_t step = 0;
   int64_t bytes() const override {
@@ -163,9 +163,10 @@ Tensor GroupStore::values(const Encoded& enc, const Entry& e) {
 
 Tensor GroupStore::apply_encoded(const Encoded& enc, const Entry& e, const Tensor& grad_out) {
   const auto& q = static_cast<const Quantized&>(enc);
-  const bool fused = !q.codes.is_cpu() && e.request.need == Need::Derivative && !q.via_plain &&
-                     (q.blocking.channels == 0 || q.blocking.nhwc) && grad_out.dtype() == DType::f32 && grad_out.shape() == e.shape &&
-                     grad_out.layout() == e.layout && grad_out.device() == q.codes.device();
+  const bool device_walk = q.blocking.channels == 0 || q.blocking.nhwc;  // not the CPU's nChw16c walk
+  const bool fused = !q.codes.is_cpu() && e.request.need == Need::Derivative && !q.via_plain && device_walk &&
+                     grad_out.dtype() == DType::f32 && grad_out.shape() == e.shape && grad_out.layout() == e.layout &&
+                     grad_out.device() == q.codes.device();
   if (!fused) return CompressingStore::apply_encoded(enc, e, grad_out);
   const Pointwise& fn = *e.request.fn;
   Tensor gx = Tensor::empty_like(grad_out);
