@@ -114,18 +114,19 @@ void GroupDequantize(benchmark::State& state, Device d) {
                    [&] { dequantize_groups(codes, meta, g, out); });
 }
 
-// Per-plane groups of 256 of an NHWC tensor of planes of 1024 ((1024, 64, 32, 32), 64 Mi elements,
-// a GPU convolution's layout), 2 bits: the CUDA kernels stage each block's run in plain order through
-// shared memory (quant/nhwc_tile.h). Argument: 0 quantize, 1 dequantize, 2 a GELU's backward.
-void GroupNhwc(benchmark::State& state, Device d) {
+// Groups of 256 of an NHWC tensor (a GPU convolution's layout) of 64 Mi elements, 2 bits: the CUDA
+// kernels stage each block's run in plain order through shared memory (quant/nhwc_tile.h). Per
+// plane: (1024, 64, 32, 32), one channel's quarter plane a group; per sample: (4096, 256, 8, 8), four
+// channels' planes a group. Argument: 0 quantize, 1 dequantize, 2 a GELU's backward.
+void GroupNhwc(benchmark::State& state, Device d, const Shape& shape, Grouping grouping) {
   if (!usable(state, d)) return;
   make_current(d);
-  Tensor plain = device_tensor({1024, kC, 32, 32}, DType::f32, d);  // (N, C, H, W)
+  Tensor plain = device_tensor(shape, DType::f32, d);  // (N, C, H, W)
   backend(d).fill_uniform(plain, -1.0f, 3.0f, 7, 1, 0);
   const Tensor x = backend(d).to_layout(plain, Layout::NHWC);
   GroupQuantConfig c;
   c.bits = 2;
-  c.grouping = Grouping::PerPlane;
+  c.grouping = grouping;
   const GroupGeometry g = group_geometry_of(x, c);
   const ChannelBlocking walk = codec_blocking(x, c);
   if (!walk.nhwc) {
@@ -149,6 +150,13 @@ void GroupNhwc(benchmark::State& state, Device d) {
         dequantize_groups_apply(codes, meta, g, ActivationId::gelu, false, x, out, walk);
       });
   }
+}
+
+void GroupNhwcPerPlane(benchmark::State& state, Device d) {
+  GroupNhwc(state, d, Shape{1024, kC, 32, 32}, Grouping::PerPlane);
+}
+void GroupNhwcPerSample(benchmark::State& state, Device d) {
+  GroupNhwc(state, d, Shape{4096, 4 * kC, 8, 8}, Grouping::PerSample);
 }
 
 FewbitCoder gelu3() {
@@ -229,7 +237,8 @@ void MixedDequantize(benchmark::State& state, Device d) {
     };
     for (auto* r : {add("CodecCuda/GroupQuantize", GroupQuantize), add("CodecCuda/GroupDequantize", GroupDequantize)})
       r->ArgName("bits")->Arg(1)->Arg(2)->Arg(4)->Arg(8);
-    add("CodecCuda/GroupNhwcPerPlane", GroupNhwc)->ArgName("quantize0_dequantize1_gelu2")->Arg(0)->Arg(1)->Arg(2);
+    for (auto* r : {add("CodecCuda/GroupNhwcPerPlane", GroupNhwcPerPlane), add("CodecCuda/GroupNhwcPerSample", GroupNhwcPerSample)})
+      r->ArgName("quantize0_dequantize1_gelu2")->Arg(0)->Arg(1)->Arg(2);
     add("CodecCuda/FewbitEncodeGelu3", FewbitEncode);
     add("CodecCuda/FewbitApplyGelu3", FewbitApply);
     for (auto* r : {add("CodecCuda/MixedQuantize", MixedQuantize), add("CodecCuda/MixedDequantize", MixedDequantize)})

@@ -3,8 +3,8 @@
 // images/s (img_per_s: wall clock; cpu_img_per_s: process CPU time) and the bytes the store held
 // after the forward (from the allocator) as counters. bench/compare_torch.py runs the PyTorch step
 // beside it and prints the ratio. On a GPU (when one is visible): TrainStep/resnet18_cifar_gelu_cuda/{128,512}
-// in FP32, against PyTorch with bench/compare_torch.py --device cuda, and its _fewbit3 / _actnn2 /
-// _actnn2_plane twins against it (issue 11's throughput ratios).
+// in FP32, against PyTorch with bench/compare_torch.py --device cuda, and its _fewbit3 / _actnn2
+// twins against it (issue 11's throughput ratios).
 #include <benchmark/benchmark.h>
 
 #include "autograd/ops.h"
@@ -26,10 +26,6 @@ StorePolicySpec scheme_spec(const std::string& name) {
     s.rules.push_back({{"gelu"}, {}, {"fewbit", {{"bits", "3"}}, "bench"}});
   } else if (name == "actnn2") {  // every saved tensor at 2 bits (masks and indices exact)
     s.default_scheme = {"actnn", {{"bits", "2"}}, "bench"};
-  } else if (name == "actnn2_plane") {  // the same, groups within each channel plane: on ResNet-18's
-    // CIFAR planes (1024, 256, 64, 16 values) the groups of 256 that ActNN's logical order makes, which
-    // the CPU's per-sample groups are; a GPU stages its NHWC tensors' runs in plain order for them
-    s.default_scheme = {"actnn", {{"bits", "2"}, {"grouping", "per_plane"}}, "bench"};
   } else if (name == "actnn2_fewbit2") {  // 2 bits per group, SiLU / sigmoid as 2-bit few-bit indices
     s.default_scheme = {"actnn", {{"bits", "2"}}, "bench"};
     s.rules.push_back({{"silu", "sigmoid"}, {}, {"fewbit", {{"bits", "2"}}, "bench"}});
@@ -122,9 +118,8 @@ BENCHMARK_CAPTURE(TrainStepEfficientNet, efficientnet_b0_cifar_actnn2_fewbit2, s
 [[maybe_unused]] const bool kCudaRegistered = [] {
   for (Backend* b : available_backends()) {
     if (b->device().is_cpu()) continue;
-    // FP32, then the two compressed schemes of issue 11 (their codecs run on the GPU), and ActNN
-    // with the groups of the logical order (what the GPU's per-sample groups of NHWC tensors are not).
-    for (const std::string scheme : {"fp32", "fewbit3", "actnn2", "actnn2_plane"}) {
+    // FP32, then the two compressed schemes of issue 11 (their codecs run on the GPU).
+    for (const std::string scheme : {"fp32", "fewbit3", "actnn2"}) {
       const std::string name =
           "TrainStep/resnet18_cifar_gelu_cuda" + (scheme == "fp32" ? std::string() : "_" + scheme);
       for (int64_t batch : {128, 512})

@@ -87,13 +87,11 @@ int64_t channel_plane(const Tensor& x) {
 
 namespace {
 
-// Per-plane groups of an NHWC tensor: the walk in plain order, staged or not.
-bool nhwc_in_plain_order(const Tensor& x, const GroupQuantConfig& c) {
-  return c.grouping == Grouping::PerPlane && x.layout() == Layout::NHWC;
-}
+// An NHWC tensor (a GPU's) is walked in plain order under every grouping, so that its groups and
+// codes are the plain tensor's, as on the CPU: staged through shared memory where the kernels can,
+// else through a plain copy.
 bool nhwc_staged(const Tensor& x, const GroupQuantConfig& c) {
-  return nhwc_in_plain_order(x, c) &&
-         nhwc_stageable(group_geometry_of(x, c), NhwcWalk{x.dim(1), channel_plane(x)});
+  return x.layout() == Layout::NHWC && nhwc_stageable(group_geometry_of(x, c), NhwcWalk{x.dim(1), channel_plane(x)});
 }
 
 }  // namespace
@@ -105,7 +103,7 @@ ChannelBlocking codec_blocking(const Tensor& x, const GroupQuantConfig& c) {
 }
 
 bool codec_reads_plain_copy(const Tensor& x, const GroupQuantConfig& c) {
-  return nhwc_in_plain_order(x, c) && !nhwc_staged(x, c);
+  return x.layout() == Layout::NHWC && !nhwc_staged(x, c);
 }
 
 Tensor in_codec_order(const Tensor& x, const GroupQuantConfig& c) {

@@ -175,16 +175,13 @@ struct ChannelBlocking {
   int64_t channels = 0, plane = 0;
   bool nhwc = false;
 };
-// The walk for x under c: plain order for an nChw16c tensor (any grouping) and for per-plane groups
-// of an NHWC tensor whose groups the CUDA kernels stage (quant/nhwc_tile.h: groups and planes of up
-// to 1024 values); else as it lies.
+// The walk for x under c: plain order for an nChw16c tensor (the CPU's) and for an NHWC tensor (a
+// GPU's) whose groups the CUDA kernels stage (quant/nhwc_tile.h: groups and planes of up to 1024
+// values), under every grouping; else as it lies.
 ChannelBlocking codec_blocking(const Tensor& x, const GroupQuantConfig& c);
-// Whether x is quantized through a plain copy: per-plane groups of an NHWC tensor that the kernels
-// cannot stage (larger groups or planes), so that each group holds one channel and the codes are
-// the plain tensor's. in_codec_order: x itself, or that copy (Workspace).
-// (Per-sample and flat groups of an NHWC tensor are still taken as it lies, channels innermost:
-// a group of G holds G / C pixels of every channel, so the same logical tensor has other codes on
-// a GPU than on the CPU.)
+// Whether x is quantized through a plain copy: an NHWC tensor whose groups the kernels cannot stage
+// (groups or planes of over 1024 values), so that its codes are still the plain tensor's.
+// in_codec_order: x itself, or that copy (Workspace).
 bool codec_reads_plain_copy(const Tensor& x, const GroupQuantConfig& c);
 Tensor in_codec_order(const Tensor& x, const GroupQuantConfig& c);
 

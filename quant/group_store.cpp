@@ -53,7 +53,7 @@ struct GroupStore::Quantized : Encoded {
   Tensor codes, meta;  // u8 (code bytes,), u8 (groups * meta bytes per group,)
   GroupGeometry geometry;
   ChannelBlocking blocking;  // how the codes walk the saved buffer (codec_blocking)
-  bool via_plain = false;    // codes of a plain copy (per-plane groups the kernels cannot stage)
+  bool via_plain = false;    // codes of a plain copy (an NHWC tensor whose groups the kernels cannot stage)
   int64_t index = -1;  // position in step_tensors_
   int64_t step = 0;
   int64_t bytes() const override {

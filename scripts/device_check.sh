@@ -7,12 +7,11 @@
 # tests:   the GPU test suites (every backend primitive against the CPU, the CUDA kernels' bytes
 #          against the CPU kernels', the stores on GPU tensors, the CUDA training steps), in
 #          parallel; again for plain NCHW convolutions;
-# train:   the quickstart on the GPU with FP32, with 2-bit per-group storage, and with 2-bit groups
-#          within each channel plane (logical-order groups, as the CPU's; staged through shared
-#          memory, quant/nhwc_tile.h), --find-max-batch;
+# train:   the quickstart on the GPU with FP32 (seed 0) and with 2-bit per-group storage (seeds 0, 1
+#          and 2, against the CPU's runs of the same seeds), --find-max-batch;
 # codec:   the codec kernels against copy bandwidth;
-# step:    the ResNet-18 step (FP32, few-bit 3, ActNN 2 with per-sample and per-plane groups; batch
-#          128, 512) with TF32 convolutions, as PyTorch's default;
+# step:    the ResNet-18 step (FP32, few-bit 3, ActNN 2; batch 128, 512) with TF32 convolutions, as
+#          PyTorch's default;
 # layouts: the step at 512 with exact f32, and in NCHW;
 # torch:   bench/compare_torch.py --device cuda at batch 128 and 512 (TF32);
 # ncu:     Nsight Compute's time of every kernel of 4 timed ResNet-18 steps at batch 512 (FP32 and
@@ -56,9 +55,9 @@ if [[ $phases == *tests* ]]; then
 fi
 if [[ $phases == *train* ]]; then
   (
-    for cfg in "fp32" "{scheme: actnn, bits: 2}" "{scheme: actnn, bits: 2, grouping: per_plane}"; do
-      name=${cfg//[^a-z0-9]/}
-      timeout 180 $run trainer --config configs/quickstart.yaml --set device=cuda --set threads=2 \
+    for run_of in "fp32 0" "{scheme: actnn, bits: 2} 0" "{scheme: actnn, bits: 2} 1" "{scheme: actnn, bits: 2} 2"; do
+      cfg=${run_of% *} seed=${run_of##* } name=${run_of//[^a-z0-9]/}
+      timeout 180 $run trainer --config configs/quickstart.yaml --set device=cuda --set threads=2 --set seed=$seed \
         --set "saved_tensors.default=$cfg" --set output.dir=/tmp/runs/q_$name --overwrite >"$out/train_$name.log" 2>&1 &
     done
     wait

@@ -2,7 +2,8 @@
 // CUDA block runs (stage its groups' run into a tile, quantize or decode the tile's groups, write
 // the tile back), thread by thread, give the CPU kernel's bytes for the plain tensor, and decode
 // (values, and an activation's backward against an NHWC gradient) to the plain tensor's floats in
-// NHWC. On a GPU, StoreCuda.PerPlaneGroupsOfAnNhwcTensorAreThePlainTensors runs the kernels.
+// NHWC, for per-plane, per-sample and flat groups. On a GPU, StoreCuda.GroupsOfAnNhwcTensorAreThePlainTensors
+// runs the kernels.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
@@ -10,22 +11,41 @@
 #include <string>
 #include <vector>
 
-#include "core/pointwise_math.h"
 #include "core/philox.h"
+#include "core/pointwise_math.h"
+#include "core/tensor.h"
 #include "quant/group_quant.h"
 #include "quant/nhwc_tile.h"
+#include "tests/support/emulated_gpu.h"
 
 namespace packrat {
 namespace {
 
+using testing::EmulatedGpu;
+
 struct Case {
   int64_t n, c, h, w;
   int64_t group_size;
-  std::string name() const { return fmt::format("({}, {}, {}, {}) groups of {}", n, c, h, w, group_size); }
+  Grouping grouping = Grouping::PerPlane;
+  std::string name() const {
+    return fmt::format("({}, {}, {}, {}) {} groups of {}", n, c, h, w, grouping_name(grouping), group_size);
+  }
 };
-// Planes of 99 (4 groups of 25 at G = 32), 1024 (4 groups of 256), 64 (4 planes to a group of 256),
-// 49 (groups of 49 at G = 64), 9 (7 planes to a group of 63, a short last group a sample).
-const Case kCases[] = {{4, 3, 9, 11, 32}, {2, 8, 32, 32, 256}, {3, 12, 8, 8, 256}, {2, 20, 7, 7, 64}, {2, 32, 3, 3, 64}};
+// Per plane: planes of 99 (4 groups of 25 at G = 32), 1024 (4 groups of 256), 64 (4 planes to a
+// group of 256), 49 (groups of 49 at G = 64), 9 (7 planes to a group of 63, a short last group a
+// sample). Per sample: groups within a channel (planes of 1024), of 4 channels (planes of 64), across
+// channels' edges (planes of 49, G = 64), with a short last group a sample (297 values, G = 100).
+// Flat: groups across samples' edges.
+const Case kCases[] = {{4, 3, 9, 11, 32},
+                       {2, 8, 32, 32, 256},
+                       {3, 12, 8, 8, 256},
+                       {2, 20, 7, 7, 64},
+                       {2, 32, 3, 3, 64},
+                       {2, 8, 32, 32, 256, Grouping::PerSample},
+                       {3, 12, 8, 8, 256, Grouping::PerSample},
+                       {2, 20, 7, 7, 64, Grouping::PerSample},
+                       {3, 3, 9, 11, 100, Grouping::PerSample},
+                       {3, 5, 7, 9, 128, Grouping::Flat}};
 const QuantNoise kNoise{0x71E5ull, quant_stream(4, 2)};
 
 std::vector<float> random_values(int64_t n, uint64_t seed) {
@@ -44,12 +64,39 @@ std::vector<float> to_nhwc(const std::vector<float>& plain, int64_t n, int64_t c
   return out;
 }
 
-GroupGeometry per_plane(const Case& k, int bits) {
+GroupGeometry geometry_of(const Case& k, int bits) {
   GroupQuantConfig c;
   c.bits = bits;
   c.group_size = k.group_size;
-  c.grouping = Grouping::PerPlane;
+  c.grouping = k.grouping;
   return group_geometry(k.n * k.c * k.h * k.w, k.n, c, k.h * k.w);
+}
+
+// The codec's plan for a device's NHWC tensor: plain order under every grouping, staged where a
+// block's groups and a plane fit the tile, else through a plain copy (never the buffer as it lies,
+// whose groups would hold G / C pixels of every channel).
+TEST(NhwcTile, AnNhwcTensorIsWalkedInPlainOrderUnderEveryGrouping) {
+  EmulatedGpu gpu;
+  for (Grouping grouping : {Grouping::PerPlane, Grouping::PerSample, Grouping::Flat}) {
+    GroupQuantConfig c;
+    c.grouping = grouping;
+    const std::string what(grouping_name(grouping));
+    const Tensor staged = Tensor::empty({2, 8, 32, 32}, DType::f32, Layout::NHWC, MemTag::Workspace, EmulatedGpu::device());
+    const ChannelBlocking walk = codec_blocking(staged, c);
+    EXPECT_TRUE(walk.nhwc) << what;
+    EXPECT_EQ(walk.channels, 8) << what;
+    EXPECT_EQ(walk.plane, 1024) << what;
+    EXPECT_FALSE(codec_reads_plain_copy(staged, c)) << what;
+    const Tensor large_planes =
+        Tensor::empty({2, 3, 40, 40}, DType::f32, Layout::NHWC, MemTag::Workspace, EmulatedGpu::device());
+    EXPECT_FALSE(codec_blocking(large_planes, c).nhwc) << what;
+    EXPECT_TRUE(codec_reads_plain_copy(large_planes, c)) << what;
+    c.group_size = 2048;  // over a tile's 1024-value groups
+    EXPECT_TRUE(codec_reads_plain_copy(staged, c)) << what;
+    const Tensor plain = Tensor::empty({2, 8, 32, 32}, DType::f32, Layout::Plain, MemTag::Workspace, EmulatedGpu::device());
+    EXPECT_EQ(codec_blocking(plain, c).channels, 0) << what;
+    EXPECT_FALSE(codec_reads_plain_copy(plain, c)) << what;
+  }
 }
 
 TEST(NhwcTile, StagingReadsAndWritesTheRunInPlainOrder) {
@@ -86,7 +133,7 @@ TEST(NhwcTile, StagedBlocksQuantizeToTheCpuBytesOfThePlainTensor) {
       const int64_t p = k.h * k.w, numel = k.n * k.c * p;
       const std::vector<float> plain = random_values(numel, static_cast<uint64_t>(numel + bits));
       const std::vector<float> nhwc = to_nhwc(plain, k.n, k.c, p);
-      const GroupGeometry g = per_plane(k, bits);
+      const GroupGeometry g = geometry_of(k, bits);
       const NhwcWalk walk{k.c, p};
       ASSERT_TRUE(nhwc_stageable(g, walk)) << k.name();
       std::vector<uint8_t> cpu_codes(static_cast<size_t>(g.code_bytes())), cpu_meta(static_cast<size_t>(g.meta_bytes()));
@@ -121,7 +168,7 @@ TEST(NhwcTile, StagedBlocksDecodeToThePlainTensorsFloatsInNhwc) {
     const int64_t p = k.h * k.w, numel = k.n * k.c * p;
     const std::vector<float> plain = random_values(numel, static_cast<uint64_t>(numel));
     const std::vector<float> grad_plain = random_values(numel, 7), grad_nhwc = to_nhwc(grad_plain, k.n, k.c, p);
-    const GroupGeometry g = per_plane(k, 2);
+    const GroupGeometry g = geometry_of(k, 2);
     const NhwcWalk walk{k.c, p};
     std::vector<uint8_t> codes(static_cast<size_t>(g.code_bytes())), meta(static_cast<size_t>(g.meta_bytes()));
     quantize_groups(plain.data(), g, Rounding::Stochastic, kNoise, codes.data(), meta.data());

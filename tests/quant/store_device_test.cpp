@@ -6,6 +6,7 @@
 // bytes, codes allocated on the device under the Saved tag, and no host access to device data.
 // The statistical properties (unbiased stochastic rounding, exact masks, few-bit error bounds) are
 // checked on device tensors. With a GPU: the same on cuda:0 (the GPU-only twins).
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -546,30 +547,56 @@ TEST(StoreCuda, FewbitStoresOnTheGpuGiveTheCpuStoresResultsAndBytes) {
   expect_fewbit_stores_match_the_cpu(Device::cuda(0), true);
 }
 
-// Per-plane groups hold one channel each whatever the layout: an NHWC tensor (what the CUDA
-// backend's convolutions make) is quantized as its plain copy is, and loads back in NHWC.
-TEST(StoreCuda, PerPlaneGroupsOfAnNhwcTensorAreThePlainTensors) {
+// The groupings and shapes of the NHWC tests: planes of 99, 1024, 64 and 49 (staged through shared
+// memory, quant/nhwc_tile.h) and of 1600 (over a tile's 1024: quantized through a plain copy).
+struct NhwcCase {
+  Shape shape;
+  Grouping grouping;
+  int64_t group_size;
+};
+std::vector<NhwcCase> nhwc_cases() {
+  std::vector<NhwcCase> cases;
+  for (Grouping grouping : {Grouping::PerPlane, Grouping::PerSample, Grouping::Flat}) {
+    cases.push_back({Shape{4, 3, 9, 11}, grouping, 32});
+    cases.push_back({Shape{2, 8, 32, 32}, grouping, 256});
+    cases.push_back({Shape{3, 12, 8, 8}, grouping, 256});
+    cases.push_back({Shape{2, 20, 7, 7}, grouping, 64});
+    cases.push_back({Shape{2, 3, 40, 40}, grouping, 256});
+  }
+  return cases;
+}
+std::string nhwc_case_name(const NhwcCase& k) {
+  return fmt::format("{} {} groups of {}", k.shape.str(), grouping_name(k.grouping), k.group_size);
+}
+
+// Groups are the plain tensor's whatever the layout: an NHWC tensor (what the CUDA backend's
+// convolutions make) is quantized to the bytes of its plain copy under every grouping, and loads
+// back in NHWC.
+TEST(StoreCuda, GroupsOfAnNhwcTensorAreThePlainTensors) {
   PACKRAT_SKIP_WITHOUT_GPU();
   const Device d = Device::cuda(0);
-  const Tensor host = random_tensor({4, 3, 9, 11}, 61, -3.0f, 3.0f);  // (N, C, H, W)
-  GroupStoreOptions o = GroupCase{2, Rounding::Stochastic, MetaType::BF16}.options();
-  o.quant.grouping = Grouping::PerPlane;
-  o.quant.group_size = 32;  // planes of 99: 4 groups each
-  GroupStore plain_store(o), nhwc_store(o);
-  DeviceScope on(d);
-  const Tensor x = host.to(d);  // plain
-  const Tensor x_nhwc = backend(d).to_layout(x, Layout::NHWC);
-  const SavedHandle hp = plain_store.save(x, request(Need::Value, "conv2d", "c"));
-  const SavedHandle hn = nhwc_store.save(x_nhwc, request(Need::Value, "conv2d", "c"));
-  const Tensor loaded = nhwc_store.load(hn);
-  EXPECT_EQ(loaded.layout(), Layout::NHWC);
-  EXPECT_EQ(loaded.to(Device::cpu()).to_vector(), plain_store.load(hp).to(Device::cpu()).to_vector());
-  std::vector<SavedRecord> nhwc_records, plain_records;
-  nhwc_store.describe(nhwc_records);
-  plain_store.describe(plain_records);
-  ASSERT_EQ(nhwc_records.size(), 1u);
-  ASSERT_EQ(plain_records.size(), 1u);
-  EXPECT_EQ(nhwc_records[0].bytes, plain_records[0].bytes);
+  for (const NhwcCase& k : nhwc_cases()) {
+    const Tensor host = random_tensor(k.shape, 61, -3.0f, 3.0f);  // (N, C, H, W)
+    GroupStoreOptions o = GroupCase{2, Rounding::Stochastic, MetaType::BF16}.options();
+    o.quant.grouping = k.grouping;
+    o.quant.group_size = k.group_size;
+    GroupStore plain_store(o), nhwc_store(o);
+    DeviceScope on(d);
+    const Tensor x = host.to(d);  // plain
+    const SavedHandle hp = plain_store.save(x, request(Need::Value, "conv2d", "c"));
+    const SavedHandle hn = nhwc_store.save(backend(d).to_layout(x, Layout::NHWC), request(Need::Value, "conv2d", "c"));
+    const Tensor loaded = nhwc_store.load(hn);
+    EXPECT_EQ(loaded.layout(), Layout::NHWC) << nhwc_case_name(k);
+    EXPECT_EQ(backend(d).to_layout(loaded, Layout::Plain).to(Device::cpu()).to_vector(),
+              plain_store.load(hp).to(Device::cpu()).to_vector())
+        << nhwc_case_name(k);
+    std::vector<SavedRecord> nhwc_records, plain_records;
+    nhwc_store.describe(nhwc_records);
+    plain_store.describe(plain_records);
+    ASSERT_EQ(nhwc_records.size(), 1u);
+    ASSERT_EQ(plain_records.size(), 1u);
+    EXPECT_EQ(nhwc_records[0].bytes, plain_records[0].bytes) << nhwc_case_name(k);
+  }
 }
 
 TEST(StoreCuda, GroupsOfACpuBlockedTensorAreThoseOfTheGpuPlainTensor) {
@@ -577,15 +604,16 @@ TEST(StoreCuda, GroupsOfACpuBlockedTensorAreThoseOfTheGpuPlainTensor) {
   expect_cpu_blocked_groups_match_plain_groups_on(Device::cuda(0));
 }
 
-// An activation's backward from per-plane codes of an NHWC tensor (one pass, the block staging the
-// gradient through shared memory) gives the plain tensor's gradient, in NHWC.
-TEST(StoreCuda, PerPlaneCodesOfAnNhwcTensorApplyTheDerivativeAsThePlainTensors) {
+// An activation's backward from the codes of an NHWC tensor (one pass where the groups are staged:
+// the block stages the gradient through shared memory) gives the plain tensor's gradient, in NHWC.
+TEST(StoreCuda, CodesOfAnNhwcTensorApplyTheDerivativeAsThePlainTensors) {
   PACKRAT_SKIP_WITHOUT_GPU();
   const Device d = Device::cuda(0);
-  for (const Shape& shape : {Shape{4, 3, 9, 11}, Shape{2, 8, 32, 32}, Shape{3, 12, 8, 8}}) {
-    const Tensor host = random_tensor(shape, 71, -3.0f, 3.0f), grad = random_tensor(shape, 72, -1.0f, 1.0f);
+  for (const NhwcCase& k : nhwc_cases()) {
+    const Tensor host = random_tensor(k.shape, 71, -3.0f, 3.0f), grad = random_tensor(k.shape, 72, -1.0f, 1.0f);
     GroupStoreOptions o = GroupCase{2, Rounding::Stochastic, MetaType::BF16}.options();
-    o.quant.grouping = Grouping::PerPlane;
+    o.quant.grouping = k.grouping;
+    o.quant.group_size = k.group_size;
     GroupStore plain_store(o), nhwc_store(o);
     DeviceScope on(d);
     const SaveRequest r = request(Need::Derivative, "gelu", "act", "gelu");
@@ -593,9 +621,9 @@ TEST(StoreCuda, PerPlaneCodesOfAnNhwcTensorApplyTheDerivativeAsThePlainTensors) 
     const SavedHandle hn = nhwc_store.save(backend(d).to_layout(host.to(d), Layout::NHWC), r);
     const Tensor gp = plain_store.apply_derivative(hp, grad.to(d));
     const Tensor gn = nhwc_store.apply_derivative(hn, backend(d).to_layout(grad.to(d), Layout::NHWC));
-    EXPECT_EQ(gn.layout(), Layout::NHWC) << shape.str();
+    EXPECT_EQ(gn.layout(), Layout::NHWC) << nhwc_case_name(k);
     EXPECT_EQ(backend(d).to_layout(gn, Layout::Plain).to(Device::cpu()).to_vector(), gp.to(Device::cpu()).to_vector())
-        << shape.str();
+        << nhwc_case_name(k);
   }
 }
 
