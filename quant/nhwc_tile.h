@@ -10,6 +10,7 @@
 // tests (tests/quant/nhwc_tile_test.cpp) run the same phases.
 #include <cstdint>
 
+#include "core/cuda/kernels/float_io.h"  // load_floats4 / store_floats4
 #include "core/hd.h"
 #include "quant/apply_derivative_sink.h"
 #include "quant/group_quant.h"
@@ -28,9 +29,10 @@ constexpr int kNhwcBlockThreads = 128;  // 4 warps a block
 
 // Whether the kernels can stage g's groups of an NHWC tensor: a block's groups fit the tile (groups
 // of up to 1024 values) and a run covers 4 channels or more (planes of up to 1024), so that its
-// reads are not one float per sector. Otherwise the codec reads a plain copy.
+// reads are not one float per sector; a sample's offsets fit 32 bits. Otherwise the codec reads a
+// plain copy.
 PACKRAT_HD inline bool nhwc_stageable(const GroupGeometry& g, const NhwcWalk& w) {
-  return g.group_size <= 1024 && w.plane > 0 && w.plane <= 1024;
+  return g.group_size <= 1024 && w.plane > 0 && w.plane <= 1024 && w.channels * w.plane < (int64_t{1} << 31);
 }
 
 // Groups a quantize block takes: 4 warps of quantize_warps' 32 / lanes groups each (at most 4096 values).
@@ -56,10 +58,14 @@ PACKRAT_HD inline NhwcBlock nhwc_block(const GroupGeometry& g, int64_t per_block
   return b;
 }
 
-// fn(i, offset) for the elements of `run` that thread t of `threads` takes: plain element
-// run.begin + i lies at buffer offset `offset`. Per sample, the threads walk the box of the run's
-// channels by its pixels, channels innermost, and skip what lies outside the run (a partial first
-// or last channel).
+// Thread t's elements of `run` in batches of kNhwcBatch: fn(i, at, inside) with, for j < kNhwcBatch
+// where inside[j], plain element run.begin + i[j] at buffer offset at[j]. Per sample, the threads
+// walk the box of the run's channels by its pixels, channels innermost, and skip what lies outside
+// the run (a partial first or last channel). A thread's position in the box advances by additions
+// (no division an element), and a batch's offsets are all known before fn reads any of them, so a
+// thread has a batch of loads in flight at once: one at a time, staging ran at 0.16 of copy
+// bandwidth on an H100 (CodecCuda/GroupNhwcPerPlane/...:0), waiting on each load's latency.
+constexpr int kNhwcBatch = 8;
 template <class Fn>
 PACKRAT_HD inline void for_nhwc_run(const NhwcWalk& w, ElementRun run, int t, int threads, Fn&& fn) {
   const int64_t per_sample = w.channels * w.plane;
@@ -67,14 +73,86 @@ PACKRAT_HD inline void for_nhwc_run(const NhwcWalk& w, ElementRun run, int t, in
     const int64_t base = n * per_sample;
     const int64_t a = (run.begin > base ? run.begin : base) - base;  // the run within the sample: [a, b)
     const int64_t b = (run.end < base + per_sample ? run.end : base + per_sample) - base;
-    const int64_t c_lo = a / w.plane;
+    const int64_t c_lo = a / w.plane, first_pixel = n * w.plane;
     const auto nc = static_cast<uint32_t>((b - 1) / w.plane - c_lo + 1);
     const int64_t p_lo = nc == 1 ? a % w.plane : 0;  // one channel: its pixels only
     const auto box = nc * static_cast<uint32_t>(nc == 1 ? b - a : w.plane);
-    for (auto k = static_cast<uint32_t>(t); k < box; k += static_cast<uint32_t>(threads)) {
-      const int64_t c = c_lo + k % nc, p = p_lo + k / nc;
-      const int64_t e = c * w.plane + p;  // plain, within the sample
-      if (e >= a && e < b) fn(base + e - run.begin, (base / w.channels + p) * w.channels + c);
+    const auto step = static_cast<uint32_t>(threads);
+    const uint32_t step_c = step % nc, step_p = step / nc;
+    uint32_t k = static_cast<uint32_t>(t), kc = k % nc, kp = k / nc;  // k = kp * nc + kc
+    while (k < box) {
+      int64_t i[kNhwcBatch], at[kNhwcBatch];  // (batch) plain index in the run, buffer offset
+      bool inside[kNhwcBatch];                // (batch)
+PACKRAT_UNROLL
+      for (int j = 0; j < kNhwcBatch; ++j) {
+        const int64_t c = c_lo + kc, p = p_lo + kp, e = c * w.plane + p;  // e: plain, within the sample
+        inside[j] = k < box && e >= a && e < b;
+        i[j] = base + e - run.begin;
+        at[j] = (first_pixel + p) * w.channels + c;
+        k += step;
+        kc += step_c;
+        kp += step_p;
+        if (kc >= nc) {
+          kc -= nc;
+          ++kp;
+        }
+      }
+      fn(i, at, inside);
+    }
+  }
+}
+
+// Where the channels are a multiple of 4, a pixel's channels 4q .. 4q + 3 are one 16-byte quad:
+// thread t's quads of `run` in batches of kNhwcQuadBatch, fn(base, e, at, inside): for j <
+// kNhwcQuadBatch, the quad at buffer offset base + at[j] holds the sample's plain elements e[j] + r x
+// plane (r < 4; plain element base + e of the tensor) where bit r of inside[j] is set. Per sample,
+// the threads walk the box of the run's quads by its pixels, pixels innermost: a warp's tile
+// accesses for one r are consecutive (no bank conflicts; with channels innermost, 32 channels of a
+// pixel lay a plane apart in the tile, in one bank when the plane is a multiple of 32, and staging
+// ran at 0.22 of copy on an H100), and the other half of each 32-byte sector it reads is the next
+// quad's, read by a nearby warp (L1) or by the next block (L2). Offsets within a sample are 32-bit
+// (nhwc_stageable), and a run of whole quads of whole channels skips the per-element bounds.
+constexpr int kNhwcQuadBatch = 4;
+PACKRAT_HD inline bool nhwc_in_quads(const NhwcWalk& w) { return w.channels % 4 == 0; }
+template <class Fn>
+PACKRAT_HD inline void for_nhwc_quads(const NhwcWalk& w, ElementRun run, int t, int threads, Fn&& fn) {
+  const int64_t per_sample = w.channels * w.plane;
+  const auto plane = static_cast<int32_t>(w.plane), channels = static_cast<int32_t>(w.channels);
+  for (int64_t n = run.begin / per_sample; n * per_sample < run.end; ++n) {
+    const int64_t base = n * per_sample;
+    const auto a = static_cast<int32_t>((run.begin > base ? run.begin : base) - base);  // the run in the sample: [a, b)
+    const auto b = static_cast<int32_t>((run.end < base + per_sample ? run.end : base + per_sample) - base);
+    const int32_t c_lo = a / plane, c_hi = (b - 1) / plane, q_lo = c_lo / 4;
+    const bool whole = a == c_lo * plane && b == (c_hi + 1) * plane && c_lo % 4 == 0 && (c_hi + 1) % 4 == 0;
+    const auto nq = static_cast<uint32_t>(c_hi / 4 - q_lo + 1);
+    const int32_t p_lo = c_lo == c_hi ? a % plane : 0;  // one channel: its pixels only
+    const auto np = static_cast<uint32_t>(c_lo == c_hi ? b - a : plane);
+    const auto box = nq * np, step = static_cast<uint32_t>(threads);
+    const uint32_t step_p = step % np, step_q = step / np;
+    uint32_t k = static_cast<uint32_t>(t), kp = k % np, kq = k / np;  // k = kq * np + kp
+    while (k < box) {
+      int32_t e[kNhwcQuadBatch], at[kNhwcQuadBatch];  // (batch) the quad's first plain element, its offset
+      unsigned inside[kNhwcQuadBatch];                // (batch) a bit a channel of the quad
+      PACKRAT_UNROLL
+      for (int j = 0; j < kNhwcQuadBatch; ++j) {
+        const int32_t c = 4 * (q_lo + static_cast<int32_t>(kq)), p = p_lo + static_cast<int32_t>(kp);
+        e[j] = c * plane + p;
+        at[j] = p * channels + c;
+        inside[j] = k < box ? 0xFu : 0u;
+        if (!whole) {
+          PACKRAT_UNROLL
+          for (int r = 0; r < 4; ++r)
+            if (e[j] + r * plane < a || e[j] + r * plane >= b) inside[j] &= ~(1u << r);
+        }
+        k += step;
+        kp += step_p;
+        kq += step_q;
+        if (kp >= np) {
+          kp -= np;
+          ++kq;
+        }
+      }
+      fn(base, e, at, inside);
     }
   }
 }
@@ -82,12 +160,59 @@ PACKRAT_HD inline void for_nhwc_run(const NhwcWalk& w, ElementRun run, int t, in
 // tile[i] = the run's plain element i, read from the NHWC buffer src (this thread's share).
 PACKRAT_HD inline void nhwc_stage(const NhwcWalk& w, ElementRun run, const float* src, float* tile, int t,
                                   int threads) {
-  for_nhwc_run(w, run, t, threads, [&](int64_t i, int64_t at) { tile[i] = src[at]; });
+  if (nhwc_in_quads(w)) {
+    for_nhwc_quads(w, run, t, threads, [&](int64_t base, const int32_t* e, const int32_t* at, const unsigned* inside) {
+      const float* sample = src + base;            // (plane, channels)
+      float* in_tile = tile + (base - run.begin);  // the sample's plain element e at in_tile[e]
+      float v[kNhwcQuadBatch][4];                  // (batch, channel of the quad) every load before any store
+      PACKRAT_UNROLL
+      for (int j = 0; j < kNhwcQuadBatch; ++j)
+        if (inside[j]) load_floats4(sample + at[j], 4, v[j]);
+      PACKRAT_UNROLL
+      for (int j = 0; j < kNhwcQuadBatch; ++j)
+        PACKRAT_UNROLL
+        for (int r = 0; r < 4; ++r)
+          if (inside[j] >> r & 1u) in_tile[e[j] + r * w.plane] = v[j][r];
+    });
+    return;
+  }
+  for_nhwc_run(w, run, t, threads, [&](const int64_t* i, const int64_t* at, const bool* inside) {
+    float v[kNhwcBatch];  // (batch) every load issued before the first store
+    PACKRAT_UNROLL
+    for (int j = 0; j < kNhwcBatch; ++j) v[j] = inside[j] ? src[at[j]] : 0.0f;
+    PACKRAT_UNROLL
+    for (int j = 0; j < kNhwcBatch; ++j)
+      if (inside[j]) tile[i[j]] = v[j];
+  });
 }
 // The run's plain element i = tile[i], written to the NHWC buffer dst (this thread's share).
 PACKRAT_HD inline void nhwc_unstage(const NhwcWalk& w, ElementRun run, const float* tile, float* dst, int t,
                                     int threads) {
-  for_nhwc_run(w, run, t, threads, [&](int64_t i, int64_t at) { dst[at] = tile[i]; });
+  if (nhwc_in_quads(w)) {
+    for_nhwc_quads(w, run, t, threads, [&](int64_t base, const int32_t* e, const int32_t* at, const unsigned* inside) {
+      float* sample = dst + base;                        // (plane, channels)
+      const float* in_tile = tile + (base - run.begin);  // the sample's plain element e at in_tile[e]
+      PACKRAT_UNROLL
+      for (int j = 0; j < kNhwcQuadBatch; ++j) {
+        float v[4];  // the quad's channels
+        PACKRAT_UNROLL
+        for (int r = 0; r < 4; ++r) v[r] = inside[j] >> r & 1u ? in_tile[e[j] + r * w.plane] : 0.0f;
+        if (inside[j] == 0xFu) {
+          store_floats4(v, 4, sample + at[j]);
+        } else {
+          PACKRAT_UNROLL
+          for (int r = 0; r < 4; ++r)
+            if (inside[j] >> r & 1u) sample[at[j] + r] = v[r];
+        }
+      }
+    });
+    return;
+  }
+  for_nhwc_run(w, run, t, threads, [&](const int64_t* i, const int64_t* at, const bool* inside) {
+    PACKRAT_UNROLL
+    for (int j = 0; j < kNhwcBatch; ++j)
+      if (inside[j]) dst[at[j]] = tile[i[j]];
+  });
 }
 
 // A decode sink retargeted at a tile holding the plain elements from `shift` on.

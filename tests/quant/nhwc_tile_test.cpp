@@ -99,30 +99,35 @@ TEST(NhwcTile, AnNhwcTensorIsWalkedInPlainOrderUnderEveryGrouping) {
   }
 }
 
+// 5 channels: one element at a time (for_nhwc_run); 8 and 12: quads of 4 channels (for_nhwc_quads).
 TEST(NhwcTile, StagingReadsAndWritesTheRunInPlainOrder) {
-  const int64_t n = 3, c = 5, p = 7 * 9, numel = n * c * p;
-  const std::vector<float> plain = random_values(numel, 1), nhwc = to_nhwc(plain, n, c, p);
-  const NhwcWalk walk{c, p};
-  // Runs within a channel, across channels (partial at both ends), across samples, the whole tensor.
-  const ElementRun runs[] = {{10, 40}, {p - 3, 3 * p + 5}, {2 * c * p - 7, 2 * c * p + 70}, {0, numel}, {p, 2 * p}};
-  for (const ElementRun& run : runs)
-    for (int threads : {1, 37, 128}) {
-      const std::string what = "run [" + std::to_string(run.begin) + ", " + std::to_string(run.end) + ") threads " +
-                                std::to_string(threads);
-      std::vector<float> tile(static_cast<size_t>(run.end - run.begin), -99.0f);
-      for (int t = 0; t < threads; ++t) nhwc_stage(walk, run, nhwc.data(), tile.data(), t, threads);
-      for (int64_t i = 0; i < run.end - run.begin; ++i)
-        ASSERT_EQ(tile[static_cast<size_t>(i)], plain[static_cast<size_t>(run.begin + i)]) << what << " element " << i;
-      std::vector<float> back(static_cast<size_t>(numel), -99.0f);
-      for (int t = 0; t < threads; ++t) nhwc_unstage(walk, run, tile.data(), back.data(), t, threads);
-      const std::vector<float> expected_plain = [&] {
-        std::vector<float> v(static_cast<size_t>(numel), -99.0f);
-        for (int64_t e = run.begin; e < run.end; ++e) v[static_cast<size_t>(e)] = plain[static_cast<size_t>(e)];
-        return v;
-      }();
-      // -99 stays -99 through the transpose, so outside the run nothing was written.
-      ASSERT_EQ(back, to_nhwc(expected_plain, n, c, p)) << what;
-    }
+  for (const int64_t c : {5, 8, 12}) {
+    const int64_t n = 3, p = 7 * 9, numel = n * c * p;
+    const std::vector<float> plain = random_values(numel, 1), nhwc = to_nhwc(plain, n, c, p);
+    const NhwcWalk walk{c, p};
+    EXPECT_EQ(nhwc_in_quads(walk), c % 4 == 0);
+    // Runs within a channel, across channels (partial at both ends), across samples, the whole
+    // tensor, channels 5 .. 6 (a quad's middle).
+    const ElementRun runs[] = {{10, 40},  {p - 3, 3 * p + 5}, {2 * c * p - 7, 2 * c * p + 70},
+                               {0, numel}, {p, 2 * p},         {5 * p + 2, 7 * p - 1}};
+    for (const ElementRun& run : runs)
+      for (int threads : {1, 37, 128}) {
+        const std::string what = fmt::format("{} channels, run [{}, {}), {} threads", c, run.begin, run.end, threads);
+        std::vector<float> tile(static_cast<size_t>(run.end - run.begin), -99.0f);
+        for (int t = 0; t < threads; ++t) nhwc_stage(walk, run, nhwc.data(), tile.data(), t, threads);
+        for (int64_t i = 0; i < run.end - run.begin; ++i)
+          ASSERT_EQ(tile[static_cast<size_t>(i)], plain[static_cast<size_t>(run.begin + i)]) << what << " element " << i;
+        std::vector<float> back(static_cast<size_t>(numel), -99.0f);
+        for (int t = 0; t < threads; ++t) nhwc_unstage(walk, run, tile.data(), back.data(), t, threads);
+        const std::vector<float> expected_plain = [&] {
+          std::vector<float> v(static_cast<size_t>(numel), -99.0f);
+          for (int64_t e = run.begin; e < run.end; ++e) v[static_cast<size_t>(e)] = plain[static_cast<size_t>(e)];
+          return v;
+        }();
+        // -99 stays -99 through the transpose, so outside the run nothing was written.
+        ASSERT_EQ(back, to_nhwc(expected_plain, n, c, p)) << what;
+      }
+  }
 }
 
 // A quantize block's lanes read their group at values + (start - shift), values the staged tile

@@ -37,7 +37,12 @@ PACKRAT_HD inline void load_floats8(const float* src, int n, float* v) {
 PACKRAT_HD inline void store_floats4(const float* v, int n, float* dst) {
 #if defined(__CUDA_ARCH__)
   if (n == 4 && reinterpret_cast<uintptr_t>(dst) % 16 == 0) {
-    *reinterpret_cast<float4*>(dst) = make_float4(v[0], v[1], v[2], v[3]);
+    // One 16-byte store, in PTX: written as a float4 assignment, the compiler merged this branch
+    // with the loop below (the same four addresses and values) into four 4-byte stores, which
+    // cost up to 8x the sectors where consecutive threads' quads are not adjacent. Generic
+    // addressing: dst may be global or shared memory.
+    asm volatile("st.v4.f32 [%0], {%1, %2, %3, %4};" ::"l"(dst), "f"(v[0]), "f"(v[1]), "f"(v[2]), "f"(v[3])
+                 : "memory");
     return;
   }
 #endif
