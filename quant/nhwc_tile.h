@@ -2,9 +2,9 @@
 // Per-group codes of a GPU's NHWC tensor in the tensor's logical (plain NCHW) order, the order the
 // CPU's codes follow: a block of the CUDA kernels takes consecutive groups, whose elements are one
 // run [begin, end) of the plain order, and stages that run through shared memory. It reads the run
-// from the NHWC buffer channels innermost (consecutive threads on consecutive channels of one
-// pixel, so that a warp reads whole sectors where the run covers 8 channels or more) into a tile
-// in plain order, then quantizes the tile's groups with the warps of group_quant_warp.h; or it
+// from the NHWC buffer (a thread a pixel's quad of 4 channels where the channels are a multiple of
+// 4, else an element; several loads in flight a thread) into a tile in plain order, then
+// quantizes the tile's groups with the warps of group_quant_warp.h; or it
 // decodes the groups into the tile (the gradient staged there first for an activation's backward)
 // and writes the tile back to NHWC. CUDA-free: the kernels (group_quant_cuda.cu) and the host
 // tests (tests/quant/nhwc_tile_test.cpp) run the same phases.
