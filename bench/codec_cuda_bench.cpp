@@ -128,9 +128,9 @@ void GroupNhwc(benchmark::State& state, Device d, const Shape& shape, Grouping g
   c.bits = 2;
   c.grouping = grouping;
   const GroupGeometry g = group_geometry_of(x, c);
-  const ChannelBlocking walk = codec_blocking(x, c);
+  const ChannelBlocking walk = codec_order(x, g).blocking;
   if (!walk.nhwc) {
-    state.SkipWithError("these groups are not staged (codec_blocking)");
+    state.SkipWithError("these groups are not staged (codec_order)");
     return;
   }
   const Tensor codes = device_tensor({g.code_bytes()}, DType::u8, d), meta = device_tensor({g.meta_bytes()}, DType::u8, d);

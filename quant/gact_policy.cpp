@@ -209,8 +209,9 @@ SavedHandle GactStore::save(const Tensor& x, const SaveRequest& r) {
       {
         const Tensor codes = Tensor::empty({geo.code_bytes()}, DType::u8, Layout::Plain, MemTag::Workspace, x.device());
         const Tensor meta = Tensor::empty({geo.meta_bytes()}, DType::u8, Layout::Plain, MemTag::Workspace, x.device());
-        quantize_groups(in_codec_order(x, cfg), geo, Rounding::Nearest, QuantNoise{0, 0}, codes, meta,
-                        &group_range_sq, codec_blocking(x, cfg));
+        const CodecOrder order = codec_order(x, geo);
+        quantize_groups(in_codec_order(x, order), geo, Rounding::Nearest, QuantNoise{0, 0}, codes, meta,
+                        &group_range_sq, order.blocking);
       }
       t.range_sq.assign(static_cast<size_t>(t.samples), 0.0);
       const int64_t per_sample = std::max<int64_t>(1, x.numel() / t.samples);

@@ -85,29 +85,24 @@ int64_t channel_plane(const Tensor& x) {
   return plane;
 }
 
-namespace {
-
 // An NHWC tensor (a GPU's) is walked in plain order under every grouping, so that its groups and
 // codes are the plain tensor's, as on the CPU: staged through shared memory where the kernels can,
 // else through a plain copy.
-bool nhwc_staged(const Tensor& x, const GroupQuantConfig& c) {
-  return x.layout() == Layout::NHWC && nhwc_stageable(group_geometry_of(x, c), NhwcWalk{x.dim(1), channel_plane(x)});
+CodecOrder codec_order(const Tensor& x, const GroupGeometry& g) {
+  CodecOrder o;
+  if (x.layout() == Layout::nChw16c) {
+    o.blocking = {x.dim(1), channel_plane(x), false};
+  } else if (x.layout() == Layout::NHWC) {
+    if (nhwc_stageable(g, NhwcWalk{x.dim(1), channel_plane(x)}))
+      o.blocking = {x.dim(1), channel_plane(x), true};
+    else
+      o.via_plain = true;
+  }
+  return o;
 }
 
-}  // namespace
-
-ChannelBlocking codec_blocking(const Tensor& x, const GroupQuantConfig& c) {
-  if (x.layout() == Layout::nChw16c) return {x.dim(1), channel_plane(x), false};
-  if (nhwc_staged(x, c)) return {x.dim(1), channel_plane(x), true};
-  return {};
-}
-
-bool codec_reads_plain_copy(const Tensor& x, const GroupQuantConfig& c) {
-  return x.layout() == Layout::NHWC && !nhwc_staged(x, c);
-}
-
-Tensor in_codec_order(const Tensor& x, const GroupQuantConfig& c) {
-  if (!codec_reads_plain_copy(x, c)) return x;
+Tensor in_codec_order(const Tensor& x, const CodecOrder& o) {
+  if (!o.via_plain) return x;
   const TagScope scratch(MemTag::Workspace);
   return x.to_plain();
 }

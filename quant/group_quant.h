@@ -2,7 +2,7 @@
 // Per-group stochastic quantization (ActNN, GACT). A saved f32 tensor is cut into groups of G
 // elements contiguous in its logical (plain NCHW) order, within each sample, within each channel
 // plane, or over the flattened tensor (the CPU's nChw16c buffers are walked in that order: see
-// ChannelBlocking; a GPU's NHWC buffers: see codec_blocking); each group keeps its minimum
+// ChannelBlocking; a GPU's NHWC buffers: see codec_order); each group keeps its minimum
 // and its step (bf16 or f32) and one b-bit code per element, b in {1, 2, 3, 4, 8}:
 //
 //   u = (x - min) / step,  step = (max - min) / (2^b - 1)
@@ -175,15 +175,19 @@ struct ChannelBlocking {
   int64_t channels = 0, plane = 0;
   bool nhwc = false;
 };
-// The walk for x under c: plain order for an nChw16c tensor (the CPU's) and for an NHWC tensor (a
-// GPU's) whose groups the CUDA kernels stage (quant/nhwc_tile.h: groups and planes of up to 1024
-// values), under every grouping; else as it lies.
-ChannelBlocking codec_blocking(const Tensor& x, const GroupQuantConfig& c);
-// Whether x is quantized through a plain copy: an NHWC tensor whose groups the kernels cannot stage
-// (groups or planes of over 1024 values), so that its codes are still the plain tensor's.
-// in_codec_order: x itself, or that copy (Workspace).
-bool codec_reads_plain_copy(const Tensor& x, const GroupQuantConfig& c);
-Tensor in_codec_order(const Tensor& x, const GroupQuantConfig& c);
+// How the codec reads x, whose geometry is g (group_geometry_of), so that the codes are those of
+// the plain tensor under every grouping.
+struct CodecOrder {
+  // Plain order for an nChw16c tensor (the CPU's) and for an NHWC tensor (a GPU's) whose groups the
+  // CUDA kernels stage (quant/nhwc_tile.h: groups and planes of up to 1024 values); else as it lies.
+  ChannelBlocking blocking;
+  // An NHWC tensor whose groups the kernels cannot stage (groups or planes of over 1024 values):
+  // quantized from a plain copy, decoded into one.
+  bool via_plain = false;
+};
+CodecOrder codec_order(const Tensor& x, const GroupGeometry& g);
+// What the codec reads: x itself, or its plain copy (Workspace) where o.via_plain.
+Tensor in_codec_order(const Tensor& x, const CodecOrder& o);
 
 // ---- per-element helpers (host and device) -------------------------------------------------
 
@@ -396,7 +400,7 @@ PACKRAT_HD inline void dequantize_group(const uint8_t* codes, const uint8_t* met
 // (g.meta_bytes(),) u8 on x's device. CPU: the kernel below; a GPU: group_quant_cuda.cu (the
 // variance bounds, when asked for, are copied to the host); the emulated GPU of the tests: the
 // CPU kernel (quant/codec_device.h).
-// `blocking` (codec_blocking): nChw16c walks on the CPU (and the emulated GPU of the tests, which
+// `blocking` (codec_order): nChw16c walks on the CPU (and the emulated GPU of the tests, which
 // runs the CPU's kernels), NHWC walks on a GPU.
 void quantize_groups(const Tensor& x, const GroupGeometry& g, Rounding rounding, const QuantNoise& noise,
                      const Tensor& codes, const Tensor& meta, std::vector<double>* group_range_sq = nullptr,

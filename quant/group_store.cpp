@@ -52,8 +52,7 @@ double jacobian_factor(std::string_view op, const Tensor& grad_out) {
 struct GroupStore::Quantized : Encoded {
   Tensor codes, meta;  // u8 (code bytes,), u8 (groups * meta bytes per group,)
   GroupGeometry geometry;
-  ChannelBlocking blocking;  // how the codes walk the saved buffer (codec_blocking)
-  bool via_plain = false;    // codes of a plain copy (an NHWC tensor whose groups the kernels cannot stage)
+  CodecOrder order;  // how the codes walk the saved buffer, or a plain copy of it
   int64_t index = -1;  // position in step_tensors_
   int64_t step = 0;
   int64_t bytes() const override {
@@ -117,17 +116,16 @@ std::unique_ptr<CompressingStore::Encoded> GroupStore::encode(const Tensor& x, c
   const int64_t samples = leading_samples(x);
   auto q = std::make_unique<Quantized>();
   q->bits = cfg.bits;
-  q->blocking = codec_blocking(x, cfg);
   q->geometry = group_geometry_of(x, cfg);
-  q->via_plain = codec_reads_plain_copy(x, cfg);
+  q->order = codec_order(x, q->geometry);
   q->codes = Tensor::empty({q->geometry.code_bytes()}, DType::u8, Layout::Plain, MemTag::Saved,
                            x.device());  // (code bytes,)
   q->meta = Tensor::empty({q->geometry.meta_bytes()}, DType::u8, Layout::Plain, MemTag::Saved,
                           x.device());  // (groups * meta bytes per group,)
   std::vector<double> group_range_sq;  // (groups,)
   const QuantNoise noise{noise_seed(index), quant_stream(static_cast<uint64_t>(step_), static_cast<uint64_t>(index))};
-  quantize_groups(in_codec_order(x, cfg), q->geometry, cfg.rounding, noise, q->codes, q->meta,
-                  provider_ ? &group_range_sq : nullptr, q->blocking);
+  quantize_groups(in_codec_order(x, q->order), q->geometry, cfg.rounding, noise, q->codes, q->meta,
+                  provider_ ? &group_range_sq : nullptr, q->order.blocking);
 
   QuantizedTensorInfo info;
   info.index = index;
@@ -155,23 +153,24 @@ Tensor GroupStore::values(const Encoded& enc, const Entry& e) {
   const auto& q = static_cast<const Quantized&>(enc);
   TagScope tag(MemTag::Workspace);  // a transient copy for the backward of one op, freed after it
   // Same shape and device as saved; the layout too, after a plain detour for via_plain codes.
-  Tensor out = Tensor::empty(e.shape, DType::f32, q.via_plain ? Layout::Plain : e.layout, MemTag::Workspace,
+  Tensor out = Tensor::empty(e.shape, DType::f32, q.order.via_plain ? Layout::Plain : e.layout, MemTag::Workspace,
                              q.codes.device());
-  dequantize_groups(q.codes, q.meta, q.geometry, out, q.blocking);
+  dequantize_groups(q.codes, q.meta, q.geometry, out, q.order.blocking);
   return out.to_layout(e.layout);
 }
 
 Tensor GroupStore::apply_encoded(const Encoded& enc, const Entry& e, const Tensor& grad_out) {
   const auto& q = static_cast<const Quantized&>(enc);
-  const bool device_walk = q.blocking.channels == 0 || q.blocking.nhwc;  // not the CPU's nChw16c walk
-  const bool fused = !q.codes.is_cpu() && e.request.need == Need::Derivative && !q.via_plain && device_walk &&
+  const ChannelBlocking& walk = q.order.blocking;
+  const bool device_walk = walk.channels == 0 || walk.nhwc;  // not the CPU's nChw16c walk
+  const bool fused = !q.codes.is_cpu() && e.request.need == Need::Derivative && !q.order.via_plain && device_walk &&
                      grad_out.dtype() == DType::f32 && grad_out.shape() == e.shape && grad_out.layout() == e.layout &&
                      grad_out.device() == q.codes.device();
   if (!fused) return CompressingStore::apply_encoded(enc, e, grad_out);
   const Pointwise& fn = *e.request.fn;
   Tensor gx = Tensor::empty_like(grad_out);
   dequantize_groups_apply(q.codes, q.meta, q.geometry, fn.id, fn.derivative_from_output != nullptr, grad_out, gx,
-                          q.blocking);
+                          walk);
   return gx;
 }
 

@@ -58,6 +58,24 @@ PACKRAT_HD inline NhwcBlock nhwc_block(const GroupGeometry& g, int64_t per_block
   return b;
 }
 
+// A thread's place k = outer x inner_size + inner in a box it walks `step` places at a time, kept by
+// additions (no division a place).
+struct BoxCursor {
+  uint32_t k, inner, outer, inner_size, step, step_inner, step_outer;
+  PACKRAT_HD BoxCursor(uint32_t start, uint32_t inner_size_, uint32_t step_)
+      : k(start), inner(start % inner_size_), outer(start / inner_size_), inner_size(inner_size_), step(step_),
+        step_inner(step_ % inner_size_), step_outer(step_ / inner_size_) {}
+  PACKRAT_HD void advance() {
+    k += step;
+    inner += step_inner;
+    outer += step_outer;
+    if (inner >= inner_size) {
+      inner -= inner_size;
+      ++outer;
+    }
+  }
+};
+
 // Thread t's elements of `run` in batches of kNhwcBatch: fn(i, at, inside) with, for j < kNhwcBatch
 // where inside[j], plain element run.begin + i[j] at buffer offset at[j]. Per sample, the threads
 // walk the box of the run's channels by its pixels, channels innermost, and skip what lies outside
@@ -77,25 +95,17 @@ PACKRAT_HD inline void for_nhwc_run(const NhwcWalk& w, ElementRun run, int t, in
     const auto nc = static_cast<uint32_t>((b - 1) / w.plane - c_lo + 1);
     const int64_t p_lo = nc == 1 ? a % w.plane : 0;  // one channel: its pixels only
     const auto box = nc * static_cast<uint32_t>(nc == 1 ? b - a : w.plane);
-    const auto step = static_cast<uint32_t>(threads);
-    const uint32_t step_c = step % nc, step_p = step / nc;
-    uint32_t k = static_cast<uint32_t>(t), kc = k % nc, kp = k / nc;  // k = kp * nc + kc
-    while (k < box) {
+    BoxCursor at_k(static_cast<uint32_t>(t), nc, static_cast<uint32_t>(threads));  // inner: channel, outer: pixel
+    while (at_k.k < box) {
       int64_t i[kNhwcBatch], at[kNhwcBatch];  // (batch) plain index in the run, buffer offset
       bool inside[kNhwcBatch];                // (batch)
-PACKRAT_UNROLL
+      PACKRAT_UNROLL
       for (int j = 0; j < kNhwcBatch; ++j) {
-        const int64_t c = c_lo + kc, p = p_lo + kp, e = c * w.plane + p;  // e: plain, within the sample
-        inside[j] = k < box && e >= a && e < b;
+        const int64_t c = c_lo + at_k.inner, p = p_lo + at_k.outer, e = c * w.plane + p;  // e: plain, in the sample
+        inside[j] = at_k.k < box && e >= a && e < b;
         i[j] = base + e - run.begin;
         at[j] = (first_pixel + p) * w.channels + c;
-        k += step;
-        kc += step_c;
-        kp += step_p;
-        if (kc >= nc) {
-          kc -= nc;
-          ++kp;
-        }
+        at_k.advance();
       }
       fn(i, at, inside);
     }
@@ -127,30 +137,23 @@ PACKRAT_HD inline void for_nhwc_quads(const NhwcWalk& w, ElementRun run, int t, 
     const auto nq = static_cast<uint32_t>(c_hi / 4 - q_lo + 1);
     const int32_t p_lo = c_lo == c_hi ? a % plane : 0;  // one channel: its pixels only
     const auto np = static_cast<uint32_t>(c_lo == c_hi ? b - a : plane);
-    const auto box = nq * np, step = static_cast<uint32_t>(threads);
-    const uint32_t step_p = step % np, step_q = step / np;
-    uint32_t k = static_cast<uint32_t>(t), kp = k % np, kq = k / np;  // k = kq * np + kp
-    while (k < box) {
+    const auto box = nq * np;
+    BoxCursor at_k(static_cast<uint32_t>(t), np, static_cast<uint32_t>(threads));  // inner: pixel, outer: quad
+    while (at_k.k < box) {
       int32_t e[kNhwcQuadBatch], at[kNhwcQuadBatch];  // (batch) the quad's first plain element, its offset
       unsigned inside[kNhwcQuadBatch];                // (batch) a bit a channel of the quad
       PACKRAT_UNROLL
       for (int j = 0; j < kNhwcQuadBatch; ++j) {
-        const int32_t c = 4 * (q_lo + static_cast<int32_t>(kq)), p = p_lo + static_cast<int32_t>(kp);
+        const int32_t c = 4 * (q_lo + static_cast<int32_t>(at_k.outer)), p = p_lo + static_cast<int32_t>(at_k.inner);
         e[j] = c * plane + p;
         at[j] = p * channels + c;
-        inside[j] = k < box ? 0xFu : 0u;
+        inside[j] = at_k.k < box ? 0xFu : 0u;
         if (!whole) {
           PACKRAT_UNROLL
           for (int r = 0; r < 4; ++r)
             if (e[j] + r * plane < a || e[j] + r * plane >= b) inside[j] &= ~(1u << r);
         }
-        k += step;
-        kp += step_p;
-        kq += step_q;
-        if (kp >= np) {
-          kp -= np;
-          ++kq;
-        }
+        at_k.advance();
       }
       fn(base, e, at, inside);
     }
@@ -164,7 +167,7 @@ PACKRAT_HD inline void nhwc_stage(const NhwcWalk& w, ElementRun run, const float
     for_nhwc_quads(w, run, t, threads, [&](int64_t base, const int32_t* e, const int32_t* at, const unsigned* inside) {
       const float* sample = src + base;            // (plane, channels)
       float* in_tile = tile + (base - run.begin);  // the sample's plain element e at in_tile[e]
-      float v[kNhwcQuadBatch][4];                  // (batch, channel of the quad) every load before any store
+      float v[kNhwcQuadBatch][4] = {};             // (batch, channel of the quad) every load before any store
       PACKRAT_UNROLL
       for (int j = 0; j < kNhwcQuadBatch; ++j)
         if (inside[j]) load_floats4(sample + at[j], 4, v[j]);

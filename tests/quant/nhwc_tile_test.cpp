@@ -77,25 +77,27 @@ GroupGeometry geometry_of(const Case& k, int bits) {
 // whose groups would hold G / C pixels of every channel).
 TEST(NhwcTile, AnNhwcTensorIsWalkedInPlainOrderUnderEveryGrouping) {
   EmulatedGpu gpu;
+  auto order_of = [](const Shape& shape, Layout layout, const GroupQuantConfig& c) {
+    const Tensor x = Tensor::empty(shape, DType::f32, layout, MemTag::Workspace, EmulatedGpu::device());
+    return codec_order(x, group_geometry_of(x, c));
+  };
   for (Grouping grouping : {Grouping::PerPlane, Grouping::PerSample, Grouping::Flat}) {
     GroupQuantConfig c;
     c.grouping = grouping;
     const std::string what(grouping_name(grouping));
-    const Tensor staged = Tensor::empty({2, 8, 32, 32}, DType::f32, Layout::NHWC, MemTag::Workspace, EmulatedGpu::device());
-    const ChannelBlocking walk = codec_blocking(staged, c);
-    EXPECT_TRUE(walk.nhwc) << what;
-    EXPECT_EQ(walk.channels, 8) << what;
-    EXPECT_EQ(walk.plane, 1024) << what;
-    EXPECT_FALSE(codec_reads_plain_copy(staged, c)) << what;
-    const Tensor large_planes =
-        Tensor::empty({2, 3, 40, 40}, DType::f32, Layout::NHWC, MemTag::Workspace, EmulatedGpu::device());
-    EXPECT_FALSE(codec_blocking(large_planes, c).nhwc) << what;
-    EXPECT_TRUE(codec_reads_plain_copy(large_planes, c)) << what;
+    const CodecOrder staged = order_of({2, 8, 32, 32}, Layout::NHWC, c);
+    EXPECT_TRUE(staged.blocking.nhwc) << what;
+    EXPECT_EQ(staged.blocking.channels, 8) << what;
+    EXPECT_EQ(staged.blocking.plane, 1024) << what;
+    EXPECT_FALSE(staged.via_plain) << what;
+    const CodecOrder large_planes = order_of({2, 3, 40, 40}, Layout::NHWC, c);
+    EXPECT_FALSE(large_planes.blocking.nhwc) << what;
+    EXPECT_TRUE(large_planes.via_plain) << what;
+    const CodecOrder plain = order_of({2, 8, 32, 32}, Layout::Plain, c);
+    EXPECT_EQ(plain.blocking.channels, 0) << what;
+    EXPECT_FALSE(plain.via_plain) << what;
     c.group_size = 2048;  // over a tile's 1024-value groups
-    EXPECT_TRUE(codec_reads_plain_copy(staged, c)) << what;
-    const Tensor plain = Tensor::empty({2, 8, 32, 32}, DType::f32, Layout::Plain, MemTag::Workspace, EmulatedGpu::device());
-    EXPECT_EQ(codec_blocking(plain, c).channels, 0) << what;
-    EXPECT_FALSE(codec_reads_plain_copy(plain, c)) << what;
+    EXPECT_TRUE(order_of({2, 8, 32, 32}, Layout::NHWC, c).via_plain) << what;
   }
 }
 
