@@ -165,9 +165,9 @@ PACKRAT_HD inline void nhwc_stage(const NhwcWalk& w, ElementRun run, const float
                                   int threads) {
   if (nhwc_in_quads(w)) {
     for_nhwc_quads(w, run, t, threads, [&](int64_t base, const int32_t* e, const int32_t* at, const unsigned* inside) {
-      const float* sample = src + base;            // (plane, channels)
-      float* in_tile = tile + (base - run.begin);  // the sample's plain element e at in_tile[e]
-      float v[kNhwcQuadBatch][4] = {};             // (batch, channel of the quad) every load before any store
+      const float* sample = src + base;         // (plane, channels)
+      const int64_t shift = base - run.begin;   // the sample's plain element e at tile[shift + e]
+      float v[kNhwcQuadBatch][4] = {};          // (batch, channel of the quad) every load before any store
       PACKRAT_UNROLL
       for (int j = 0; j < kNhwcQuadBatch; ++j)
         if (inside[j]) load_floats4(sample + at[j], 4, v[j]);
@@ -175,7 +175,7 @@ PACKRAT_HD inline void nhwc_stage(const NhwcWalk& w, ElementRun run, const float
       for (int j = 0; j < kNhwcQuadBatch; ++j)
         PACKRAT_UNROLL
         for (int r = 0; r < 4; ++r)
-          if (inside[j] >> r & 1u) in_tile[e[j] + r * w.plane] = v[j][r];
+          if (inside[j] >> r & 1u) tile[shift + e[j] + r * w.plane] = v[j][r];
     });
     return;
   }
@@ -193,13 +193,13 @@ PACKRAT_HD inline void nhwc_unstage(const NhwcWalk& w, ElementRun run, const flo
                                     int threads) {
   if (nhwc_in_quads(w)) {
     for_nhwc_quads(w, run, t, threads, [&](int64_t base, const int32_t* e, const int32_t* at, const unsigned* inside) {
-      float* sample = dst + base;                        // (plane, channels)
-      const float* in_tile = tile + (base - run.begin);  // the sample's plain element e at in_tile[e]
+      float* sample = dst + base;              // (plane, channels)
+      const int64_t shift = base - run.begin;  // the sample's plain element e at tile[shift + e]
       PACKRAT_UNROLL
       for (int j = 0; j < kNhwcQuadBatch; ++j) {
         float v[4];  // the quad's channels
         PACKRAT_UNROLL
-        for (int r = 0; r < 4; ++r) v[r] = inside[j] >> r & 1u ? in_tile[e[j] + r * w.plane] : 0.0f;
+        for (int r = 0; r < 4; ++r) v[r] = inside[j] >> r & 1u ? tile[shift + e[j] + r * w.plane] : 0.0f;
         if (inside[j] == 0xFu) {
           store_floats4(v, 4, sample + at[j]);
         } else {
