@@ -9,8 +9,9 @@
 // Kernels: per-group quantize + pack and unpack + dequantize (1, 2, 4, 8 bits, groups of 256
 // per sample, bf16 metadata, stochastic), few-bit encode (GELU forward + 3-bit interval codes)
 // and apply (unpack, look up, times the gradient), the mixed quantizer (2/4 bits at 0.5 per
-// bucket of 512, affine) and the deterministic 4-bit one, each way, and per-plane groups of an
-// NHWC tensor staged in plain order (quantize, dequantize, a GELU's backward from the codes).
+// bucket of 512, affine) and the deterministic 4-bit one, each way, and per-plane and per-sample
+// groups of an NHWC tensor staged in plain order (quantize, dequantize, a GELU's backward from the
+// codes).
 // Registered only when a GPU is visible at startup; otherwise one line on stderr says so (the
 // CPU build compiles this file and registers nothing).
 //

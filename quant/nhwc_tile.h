@@ -76,6 +76,19 @@ struct BoxCursor {
   }
 };
 
+// fn(base, a, b) for each sample the run touches: the sample's first element `base` (the same
+// offset in plain order and in NHWC) and the run's part of it, [a, b) in the sample's plain order.
+template <class Fn>
+PACKRAT_HD inline void for_nhwc_run_samples(const NhwcWalk& w, ElementRun run, Fn&& fn) {
+  const int64_t per_sample = w.channels * w.plane;
+  for (int64_t n = run.begin / per_sample; n * per_sample < run.end; ++n) {
+    const int64_t base = n * per_sample;
+    const int64_t a = (run.begin > base ? run.begin : base) - base;
+    const int64_t b = (run.end < base + per_sample ? run.end : base + per_sample) - base;
+    fn(base, a, b);
+  }
+}
+
 // Thread t's elements of `run` in batches of kNhwcBatch: fn(i, at, inside) with, for j < kNhwcBatch
 // where inside[j], plain element run.begin + i[j] at buffer offset at[j]. Per sample, the threads
 // walk the box of the run's channels by its pixels, channels innermost, and skip what lies outside
@@ -86,12 +99,8 @@ struct BoxCursor {
 constexpr int kNhwcBatch = 8;
 template <class Fn>
 PACKRAT_HD inline void for_nhwc_run(const NhwcWalk& w, ElementRun run, int t, int threads, Fn&& fn) {
-  const int64_t per_sample = w.channels * w.plane;
-  for (int64_t n = run.begin / per_sample; n * per_sample < run.end; ++n) {
-    const int64_t base = n * per_sample;
-    const int64_t a = (run.begin > base ? run.begin : base) - base;  // the run within the sample: [a, b)
-    const int64_t b = (run.end < base + per_sample ? run.end : base + per_sample) - base;
-    const int64_t c_lo = a / w.plane, first_pixel = n * w.plane;
+  for_nhwc_run_samples(w, run, [&](int64_t base, int64_t a, int64_t b) {
+    const int64_t c_lo = a / w.plane;
     const auto nc = static_cast<uint32_t>((b - 1) / w.plane - c_lo + 1);
     const int64_t p_lo = nc == 1 ? a % w.plane : 0;  // one channel: its pixels only
     const auto box = nc * static_cast<uint32_t>(nc == 1 ? b - a : w.plane);
@@ -104,12 +113,12 @@ PACKRAT_HD inline void for_nhwc_run(const NhwcWalk& w, ElementRun run, int t, in
         const int64_t c = c_lo + at_k.inner, p = p_lo + at_k.outer, e = c * w.plane + p;  // e: plain, in the sample
         inside[j] = at_k.k < box && e >= a && e < b;
         i[j] = base + e - run.begin;
-        at[j] = (first_pixel + p) * w.channels + c;
+        at[j] = base + p * w.channels + c;
         at_k.advance();
       }
       fn(i, at, inside);
     }
-  }
+  });
 }
 
 // Where the channels are a multiple of 4, a pixel's channels 4q .. 4q + 3 are one 16-byte quad:
@@ -126,12 +135,9 @@ constexpr int kNhwcQuadBatch = 4;
 PACKRAT_HD inline bool nhwc_in_quads(const NhwcWalk& w) { return w.channels % 4 == 0; }
 template <class Fn>
 PACKRAT_HD inline void for_nhwc_quads(const NhwcWalk& w, ElementRun run, int t, int threads, Fn&& fn) {
-  const int64_t per_sample = w.channels * w.plane;
   const auto plane = static_cast<int32_t>(w.plane), channels = static_cast<int32_t>(w.channels);
-  for (int64_t n = run.begin / per_sample; n * per_sample < run.end; ++n) {
-    const int64_t base = n * per_sample;
-    const auto a = static_cast<int32_t>((run.begin > base ? run.begin : base) - base);  // the run in the sample: [a, b)
-    const auto b = static_cast<int32_t>((run.end < base + per_sample ? run.end : base + per_sample) - base);
+  for_nhwc_run_samples(w, run, [&](int64_t base, int64_t a64, int64_t b64) {
+    const auto a = static_cast<int32_t>(a64), b = static_cast<int32_t>(b64);
     const int32_t c_lo = a / plane, c_hi = (b - 1) / plane, q_lo = c_lo / 4;
     const bool whole = a == c_lo * plane && b == (c_hi + 1) * plane && c_lo % 4 == 0 && (c_hi + 1) % 4 == 0;
     const auto nq = static_cast<uint32_t>(c_hi / 4 - q_lo + 1);
@@ -157,7 +163,7 @@ PACKRAT_HD inline void for_nhwc_quads(const NhwcWalk& w, ElementRun run, int t, 
       }
       fn(base, e, at, inside);
     }
-  }
+  });
 }
 
 // tile[i] = the run's plain element i, read from the NHWC buffer src (this thread's share).

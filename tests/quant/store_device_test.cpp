@@ -568,6 +568,12 @@ std::vector<NhwcCase> nhwc_cases() {
 std::string nhwc_case_name(const NhwcCase& k) {
   return fmt::format("{} {} groups of {}", k.shape.str(), grouping_name(k.grouping), k.group_size);
 }
+GroupStoreOptions nhwc_case_options(const NhwcCase& k) {
+  GroupStoreOptions o = GroupCase{2, Rounding::Stochastic, MetaType::BF16}.options();
+  o.quant.grouping = k.grouping;
+  o.quant.group_size = k.group_size;
+  return o;
+}
 
 // Groups are the plain tensor's whatever the layout: an NHWC tensor (what the CUDA backend's
 // convolutions make) is quantized to the bytes of its plain copy under every grouping, and loads
@@ -577,10 +583,7 @@ TEST(StoreCuda, GroupsOfAnNhwcTensorAreThePlainTensors) {
   const Device d = Device::cuda(0);
   for (const NhwcCase& k : nhwc_cases()) {
     const Tensor host = random_tensor(k.shape, 61, -3.0f, 3.0f);  // (N, C, H, W)
-    GroupStoreOptions o = GroupCase{2, Rounding::Stochastic, MetaType::BF16}.options();
-    o.quant.grouping = k.grouping;
-    o.quant.group_size = k.group_size;
-    GroupStore plain_store(o), nhwc_store(o);
+    GroupStore plain_store(nhwc_case_options(k)), nhwc_store(nhwc_case_options(k));
     DeviceScope on(d);
     const Tensor x = host.to(d);  // plain
     const SavedHandle hp = plain_store.save(x, request(Need::Value, "conv2d", "c"));
@@ -611,10 +614,7 @@ TEST(StoreCuda, CodesOfAnNhwcTensorApplyTheDerivativeAsThePlainTensors) {
   const Device d = Device::cuda(0);
   for (const NhwcCase& k : nhwc_cases()) {
     const Tensor host = random_tensor(k.shape, 71, -3.0f, 3.0f), grad = random_tensor(k.shape, 72, -1.0f, 1.0f);
-    GroupStoreOptions o = GroupCase{2, Rounding::Stochastic, MetaType::BF16}.options();
-    o.quant.grouping = k.grouping;
-    o.quant.group_size = k.group_size;
-    GroupStore plain_store(o), nhwc_store(o);
+    GroupStore plain_store(nhwc_case_options(k)), nhwc_store(nhwc_case_options(k));
     DeviceScope on(d);
     const SaveRequest r = request(Need::Derivative, "gelu", "act", "gelu");
     const SavedHandle hp = plain_store.save(host.to(d), r);
