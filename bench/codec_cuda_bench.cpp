@@ -115,8 +115,9 @@ void GroupDequantize(benchmark::State& state, Device d) {
                    [&] { dequantize_groups(codes, meta, g, out); });
 }
 
-// Groups of 256 of an NHWC tensor (a GPU convolution's layout) of 64 Mi elements, 2 bits: the CUDA
-// kernels stage each block's run in plain order through shared memory (quant/nhwc_tile.h). Per
+// Groups of 256 of an NHWC tensor (a GPU convolution's layout) of 64 Mi elements, 2 bits, in plain
+// order: the quantize stages each block's run through shared memory (quant/nhwc_tile.h), the
+// decode writes NHWC from the block's codes (quant/nhwc_decode.h). Per
 // plane: (1024, 64, 32, 32), one channel's quarter plane a group; per sample: (4096, 256, 8, 8), four
 // channels' planes a group. Argument: 0 quantize, 1 dequantize, 2 a GELU's backward.
 void GroupNhwc(benchmark::State& state, Device d, const Shape& shape, Grouping grouping) {

@@ -179,7 +179,8 @@ struct ChannelBlocking {
 // the plain tensor under every grouping.
 struct CodecOrder {
   // Plain order for an nChw16c tensor (the CPU's) and for an NHWC tensor (a GPU's) whose groups the
-  // CUDA kernels stage (quant/nhwc_tile.h: groups and planes of up to 1024 values); else as it lies.
+  // CUDA kernels take in that order (quant/nhwc_tile.h: groups and planes of up to 1024 values, the
+  // tensor under 2^31 values); else as it lies.
   ChannelBlocking blocking;
   // An NHWC tensor whose groups the kernels cannot stage (groups or planes of over 1024 values):
   // quantized from a plain copy, decoded into one.
@@ -258,8 +259,9 @@ PACKRAT_HD inline void store_group_meta(const GroupParams& p, MetaType meta, uin
     std::memcpy(dst, v, 8);
   }
 }
-PACKRAT_HD inline GroupParams load_group_meta(const uint8_t* src, MetaType meta) {
-  GroupParams p;
+// Its min and step only (inv_step 0): what dequantize_value needs.
+PACKRAT_HD inline GroupParams load_group_range(const uint8_t* src, MetaType meta) {
+  GroupParams p{0.0f, 0.0f, 0.0f};
   if (meta == MetaType::BF16) {
     uint16_t v[2];
     std::memcpy(v, src, 4);
@@ -271,6 +273,10 @@ PACKRAT_HD inline GroupParams load_group_meta(const uint8_t* src, MetaType meta)
     p.min = v[0];
     p.step = v[1];
   }
+  return p;
+}
+PACKRAT_HD inline GroupParams load_group_meta(const uint8_t* src, MetaType meta) {
+  GroupParams p = load_group_range(src, meta);
   p.inv_step = safe_inverse(p.step);
   return p;
 }

@@ -7,6 +7,7 @@
 #include "quant/apply_derivative_sink.h"
 #include "quant/group_quant_device.h"
 #include "quant/group_quant_warp.h"
+#include "quant/nhwc_decode.h"
 #include "quant/nhwc_tile.h"
 
 namespace packrat::cuda {
@@ -21,10 +22,10 @@ namespace {
 // quantized 2-bit groups at 0.53 of copy bandwidth against 0.45 with two blocks of 110 registers
 // and no spills (packrat_bench CodecCuda/GroupQuantize/bits:2, side by side in one run): the
 // kernel waits on memory more than on its spilled values.
-// kStaged: x is an NHWC tensor (walk) quantized in plain order: blocks of 4 warps first stage their
+// kStaged: x is an NHWC tensor (walk) quantized in plain order: blocks of 8 warps first stage their
 // groups' run into shared memory (quant/nhwc_tile.h), and the lanes read it there.
 template <int kBits, bool kStaged = false>
-__global__ void __launch_bounds__(kStaged ? kNhwcBlockThreads : kThreadsPerBlock, kStaged ? 6 : 3)
+__global__ void __launch_bounds__(kStaged ? kNhwcBlockThreads : kThreadsPerBlock, 3)
     quantize_groups_kernel(const float* x, GroupGeometry g, int lanes, Rounding rounding, QuantNoise noise,
                            uint8_t* codes, uint8_t* meta, double* range_sq, NhwcWalk walk) {
   constexpr int kWarps = (kStaged ? kNhwcBlockThreads : kThreadsPerBlock) / kWarpLanes;
@@ -35,7 +36,10 @@ __global__ void __launch_bounds__(kStaged ? kNhwcBlockThreads : kThreadsPerBlock
   const float* values = x;  // where element e of the geometry is: values[e - shift]
   int64_t shift = 0;
   if constexpr (kStaged) {
-    __shared__ float tile[kNhwcTileFloats];  // the block's run, plain order
+    // The block's run, plain order (kNhwcTileFloats): dynamic shared memory, as with 8 warps'
+    // noise words it passes the 48 KiB a block may declare statically.
+    extern __shared__ float4 staged_run[];
+    float* tile = reinterpret_cast<float*>(staged_run);
     const NhwcBlock b = nhwc_block(g, nhwc_quantize_block_groups(lanes), blockIdx.x);
     nhwc_stage(walk, b.run, x, tile, static_cast<int>(threadIdx.x), kNhwcBlockThreads);
     __syncthreads();
@@ -131,8 +135,10 @@ void launch_quantize(const float* x, const GroupGeometry& g, Rounding rounding, 
   const int lanes = quantize_lanes(g.group_size);
   const int threads = kStaged ? kNhwcBlockThreads : kThreadsPerBlock, warps = threads / kWarpLanes;
   const auto blocks = static_cast<unsigned>((quantize_warps(g, lanes) + warps - 1) / warps);
+  constexpr int tile_bytes = kStaged ? kNhwcTileFloats * static_cast<int>(sizeof(float)) : 0;
   auto launch = [&](auto kernel) {
-    kernel<<<blocks, threads>>>(x, g, lanes, rounding, noise, codes, meta, group_range_sq, walk);
+    if (kStaged) cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, tile_bytes);
+    kernel<<<blocks, threads, tile_bytes>>>(x, g, lanes, rounding, noise, codes, meta, group_range_sq, walk);
   };
   switch (g.bits) {
     case 1:
@@ -148,33 +154,28 @@ void launch_quantize(const float* x, const GroupGeometry& g, Rounding rounding, 
   }
 }
 
-// One block's groups of an NHWC tensor decoded in plain order: the gradient (`in`, for an
-// activation's backward) staged into the tile, the groups decoded into it through the sink's tile
-// twin, the tile written back to `out` (quant/nhwc_tile.h).
+// One block's groups of an NHWC tensor decoded straight into NHWC (quant/nhwc_decode.h): its codes
+// and metadata copied into shared memory, then each thread's quads of channels decoded and handed
+// to the sink (the values, or an activation's backward against the NHWC gradient).
 template <class Sink>
 __global__ void __launch_bounds__(kNhwcBlockThreads)
-    decode_groups_nhwc_kernel(const uint8_t* codes, const uint8_t* meta, GroupGeometry g, NhwcWalk walk, Sink sink,
-                              const float* in, float* out) {
-  __shared__ float tile[kNhwcTileFloats];  // the block's run, plain order
+    decode_groups_nhwc_kernel(NhwcElementDecoder decode, NhwcWalk walk, int64_t per_block, Sink sink) {
+  __shared__ __align__(16) uint8_t block_codes[kNhwcCodeBytes];  // from bytes.code_begin
+  __shared__ __align__(16) uint8_t block_meta[kNhwcMetaBytes];   // from bytes.meta_begin
   const int t = static_cast<int>(threadIdx.x);
-  const NhwcBlock b = nhwc_block(g, nhwc_decode_block_groups(g), blockIdx.x);
-  if (in) {
-    nhwc_stage(walk, b.run, in, tile, t, kNhwcBlockThreads);
-    __syncthreads();
-  }
-  using Tiled = ShiftedSink<decltype(on_tile(sink, tile))>;
-  const DequantizeQuadsBody<Tiled> body{codes, meta, g, Tiled{on_tile(sink, tile), b.run.begin}};
-  nhwc_decode_groups(g, b, body, t, kNhwcBlockThreads);
+  const NhwcBlock b = nhwc_block(decode.g, per_block, blockIdx.x);
+  const NhwcElementDecoder here =
+      nhwc_copy_block_bytes(decode, nhwc_block_bytes(decode.g, b), block_codes, block_meta, t, kNhwcBlockThreads);
   __syncthreads();
-  nhwc_unstage(walk, b.run, tile, out, t, kNhwcBlockThreads);
+  nhwc_decode_run(walk, b.run, here, sink, t, kNhwcBlockThreads);
 }
 
 template <class Sink>
 void launch_decode_nhwc(const uint8_t* codes, const uint8_t* meta, const GroupGeometry& g, const NhwcWalk& walk,
-                        const Sink& sink, const float* in, float* out) {
+                        const Sink& sink) {
   const int64_t per_block = nhwc_decode_block_groups(g);
   const auto blocks = static_cast<unsigned>((g.groups() + per_block - 1) / per_block);
-  decode_groups_nhwc_kernel<<<blocks, kNhwcBlockThreads>>>(codes, meta, g, walk, sink, in, out);
+  decode_groups_nhwc_kernel<<<blocks, kNhwcBlockThreads>>>(nhwc_element_decoder(codes, meta, g), walk, per_block, sink);
 }
 
 }  // namespace
@@ -189,7 +190,7 @@ void launch_quantize_groups(const float* x, const GroupGeometry& g, Rounding rou
 void launch_dequantize_groups(const uint8_t* codes, const uint8_t* meta, const GroupGeometry& g, float* out,
                               const NhwcWalk& walk) {
   if (g.groups() == 0) return;
-  if (walk.channels > 0) return launch_decode_nhwc(codes, meta, g, walk, StoreValues{out}, nullptr, out);
+  if (walk.channels > 0) return launch_decode_nhwc(codes, meta, g, walk, StoreValues{out});
   launch_for_each_lane(g.groups(), lanes_log2(dequantize_lanes(g.group_size)),
                        DequantizeQuadsBody<StoreValues>{codes, meta, g, StoreValues{out}});
 }
@@ -200,7 +201,7 @@ void launch_dequantize_groups_apply(const uint8_t* codes, const uint8_t* meta, c
   if (g.groups() == 0) return;
   const int lane_shift = lanes_log2(dequantize_lanes(g.group_size));
   with_apply_derivative(fn, from_output, grad, gx, [&](auto sink) {
-    if (walk.channels > 0) return launch_decode_nhwc(codes, meta, g, walk, sink, grad, gx);
+    if (walk.channels > 0) return launch_decode_nhwc(codes, meta, g, walk, sink);
     launch_for_each_lane(g.groups(), lane_shift, DequantizeQuadsBody<decltype(sink)>{codes, meta, g, sink});
   });
 }

@@ -1,18 +1,16 @@
 #pragma once
 // Per-group codes of a GPU's NHWC tensor in the tensor's logical (plain NCHW) order, the order the
-// CPU's codes follow: a block of the CUDA kernels takes consecutive groups, whose elements are one
-// run [begin, end) of the plain order, and stages that run through shared memory. It reads the run
-// from the NHWC buffer (a thread a pixel's quad of 4 channels where the channels are a multiple of
-// 4, else an element; several loads in flight a thread) into a tile in plain order, then
-// quantizes the tile's groups with the warps of group_quant_warp.h; or it
-// decodes the groups into the tile (the gradient staged there first for an activation's backward)
-// and writes the tile back to NHWC. CUDA-free: the kernels (group_quant_cuda.cu) and the host
+// CPU's codes follow: a block of the CUDA quantize kernel takes consecutive groups, whose elements
+// are one run [begin, end) of the plain order, and stages that run through shared memory. It reads
+// the run from the NHWC buffer (a thread a pixel's 8 or 4 channels where the channels are a
+// multiple of them, else an element; its whole share of loads in flight at once) into a tile in
+// plain order, then quantizes the tile's groups with the warps of group_quant_warp.h. (The decode
+// needs no tile: quant/nhwc_decode.h.) CUDA-free: the kernels (group_quant_cuda.cu) and the host
 // tests (tests/quant/nhwc_tile_test.cpp) run the same phases.
 #include <cstdint>
 
 #include "core/cuda/kernels/float_io.h"  // load_floats4 / store_floats4
 #include "core/hd.h"
-#include "quant/apply_derivative_sink.h"
 #include "quant/group_quant.h"
 #include "quant/group_quant_warp.h"
 
@@ -24,23 +22,23 @@ struct NhwcWalk {
   int64_t channels = 0, plane = 0;  // 0: not an NHWC walk
 };
 
-constexpr int kNhwcTileFloats = 4096;  // a block's staged run: 16 KiB of shared memory
-constexpr int kNhwcBlockThreads = 128;  // 4 warps a block
+// A quantize block's staged run: 32 KiB of shared memory, 8 channels of a plane of 1024, so that
+// its reads are whole 32-byte sectors of each pixel (with 16 KiB, 4 channels, half sectors).
+constexpr int kNhwcTileFloats = 8192;
+constexpr int kNhwcBlockThreads = 256;  // 8 warps a block
 
 // Whether the kernels can stage g's groups of an NHWC tensor: a block's groups fit the tile (groups
-// of up to 1024 values) and a run covers 4 channels or more (planes of up to 1024), so that its
-// reads are not one float per sector; a sample's offsets fit 32 bits. Otherwise the codec reads a
-// plain copy.
+// of up to 1024 values) and a run covers 8 channels or more (planes of up to 1024), so that its
+// reads are not one float per sector; the tensor's offsets fit 32 bits. Otherwise the codec reads
+// a plain copy.
 PACKRAT_HD inline bool nhwc_stageable(const GroupGeometry& g, const NhwcWalk& w) {
-  return g.group_size <= 1024 && w.plane > 0 && w.plane <= 1024 && w.channels * w.plane < (int64_t{1} << 31);
+  return g.group_size <= 1024 && w.plane > 0 && w.plane <= 1024 && g.numel < (int64_t{1} << 31);
 }
 
-// Groups a quantize block takes: 4 warps of quantize_warps' 32 / lanes groups each (at most 4096 values).
+// Groups a quantize block takes: 8 warps of quantize_warps' 32 / lanes groups each (at most 8192 values).
 PACKRAT_HD inline int64_t nhwc_quantize_block_groups(int lanes) {
   return (kNhwcBlockThreads / kWarpLanes) * (kWarpLanes >> lanes_log2(lanes));
 }
-// Groups a decode block takes: as many whole groups as the tile holds (4 or more).
-PACKRAT_HD inline int64_t nhwc_decode_block_groups(const GroupGeometry& g) { return kNhwcTileFloats / g.group_size; }
 
 // The groups [first, first + count) of block `block` taking `per_block` groups, and their plain run.
 struct NhwcBlock {
@@ -121,42 +119,52 @@ PACKRAT_HD inline void for_nhwc_run(const NhwcWalk& w, ElementRun run, int t, in
   });
 }
 
-// Where the channels are a multiple of 4, a pixel's channels 4q .. 4q + 3 are one 16-byte quad:
-// thread t's quads of `run` in batches of kNhwcQuadBatch, fn(base, e, at, inside): for j <
-// kNhwcQuadBatch, the quad at buffer offset base + at[j] holds the sample's plain elements e[j] + r x
-// plane (r < 4; plain element base + e of the tensor) where bit r of inside[j] is set. Per sample,
-// the threads walk the box of the run's quads by its pixels, pixels innermost: a warp's tile
-// accesses for one r are consecutive (no bank conflicts; with channels innermost, 32 channels of a
-// pixel lay a plane apart in the tile, in one bank when the plane is a multiple of 32, and staging
-// ran at 0.22 of copy on an H100), and the other half of each 32-byte sector it reads is the next
-// quad's, read by a nearby warp (L1) or by the next block (L2). Offsets within a sample are 32-bit
-// (nhwc_stageable), and a run of whole quads of whole channels skips the per-element bounds.
-constexpr int kNhwcQuadBatch = 4;
-PACKRAT_HD inline bool nhwc_in_quads(const NhwcWalk& w) { return w.channels % 4 == 0; }
-template <class Fn>
-PACKRAT_HD inline void for_nhwc_quads(const NhwcWalk& w, ElementRun run, int t, int threads, Fn&& fn) {
+// Where the channels are a multiple of 4, a pixel's channels are read and written W at a time, W =
+// nhwc_vector_width: 8 (two 16-byte accesses, one whole 32-byte sector) where the channels are a
+// multiple of 8, else 4 (a 16-byte quad). Thread t's vectors of `run` in batches of
+// kNhwcVectorBatch<W>, fn(base, e, at, inside): for j < kNhwcVectorBatch<W>, the vector at buffer
+// offset base + at[j] holds the sample's plain elements e[j] + r x plane (r < W; plain element
+// base + e of the tensor) where bit r of inside[j] is set. Per sample, the threads walk the box of
+// the run's vectors and pixels, pixels innermost for staging: a warp's tile accesses for one r are
+// then consecutive (no bank conflicts; with channels innermost, 32 channels of a pixel lay a plane
+// apart in the tile, in one bank when the plane is a multiple of 32, and staging ran at 0.22 of
+// copy on an H100); vectors innermost where kChannelsInner (the decode, which has no tile: a warp's
+// buffer accesses are then consecutive). With quads, the other half of each 32-byte sector a
+// thread reads is the next quad's, another block's where a run covers 4 channels (planes of 1024).
+// Offsets within a sample are 32-bit (nhwc_stageable), and a run of whole vectors of whole
+// channels skips the per-element bounds.
+template <int W>
+constexpr int kNhwcVectorBatch = 32 / W;  // 32 floats in flight a thread: its whole share of a tile
+PACKRAT_HD inline int nhwc_vector_width(const NhwcWalk& w) {
+  return w.channels % 8 == 0 ? 8 : w.channels % 4 == 0 ? 4 : 1;
+}
+template <int W, bool kChannelsInner = false, class Fn>
+PACKRAT_HD inline void for_nhwc_vectors(const NhwcWalk& w, ElementRun run, int t, int threads, Fn&& fn) {
+  constexpr int kBatch = kNhwcVectorBatch<W>;
+  constexpr unsigned kAll = (1u << W) - 1u;
   const auto plane = static_cast<int32_t>(w.plane), channels = static_cast<int32_t>(w.channels);
   for_nhwc_run_samples(w, run, [&](int64_t base, int64_t a64, int64_t b64) {
     const auto a = static_cast<int32_t>(a64), b = static_cast<int32_t>(b64);
-    const int32_t c_lo = a / plane, c_hi = (b - 1) / plane, q_lo = c_lo / 4;
-    const bool whole = a == c_lo * plane && b == (c_hi + 1) * plane && c_lo % 4 == 0 && (c_hi + 1) % 4 == 0;
-    const auto nq = static_cast<uint32_t>(c_hi / 4 - q_lo + 1);
+    const int32_t c_lo = a / plane, c_hi = (b - 1) / plane, v_lo = c_lo / W;
+    const bool whole = a == c_lo * plane && b == (c_hi + 1) * plane && c_lo % W == 0 && (c_hi + 1) % W == 0;
+    const auto nv = static_cast<uint32_t>(c_hi / W - v_lo + 1);
     const int32_t p_lo = c_lo == c_hi ? a % plane : 0;  // one channel: its pixels only
     const auto np = static_cast<uint32_t>(c_lo == c_hi ? b - a : plane);
-    const auto box = nq * np;
-    BoxCursor at_k(static_cast<uint32_t>(t), np, static_cast<uint32_t>(threads));  // inner: pixel, outer: quad
+    const auto box = nv * np;
+    BoxCursor at_k(static_cast<uint32_t>(t), kChannelsInner ? nv : np, static_cast<uint32_t>(threads));
     while (at_k.k < box) {
-      int32_t e[kNhwcQuadBatch], at[kNhwcQuadBatch];  // (batch) the quad's first plain element, its offset
-      unsigned inside[kNhwcQuadBatch];                // (batch) a bit a channel of the quad
+      int32_t e[kBatch], at[kBatch];  // (batch) the vector's first plain element, its offset
+      unsigned inside[kBatch];        // (batch) a bit a channel of the vector
       PACKRAT_UNROLL
-      for (int j = 0; j < kNhwcQuadBatch; ++j) {
-        const int32_t c = 4 * (q_lo + static_cast<int32_t>(at_k.outer)), p = p_lo + static_cast<int32_t>(at_k.inner);
+      for (int j = 0; j < kBatch; ++j) {
+        const uint32_t vector = kChannelsInner ? at_k.inner : at_k.outer, pixel = kChannelsInner ? at_k.outer : at_k.inner;
+        const int32_t c = W * (v_lo + static_cast<int32_t>(vector)), p = p_lo + static_cast<int32_t>(pixel);
         e[j] = c * plane + p;
         at[j] = p * channels + c;
-        inside[j] = at_k.k < box ? 0xFu : 0u;
+        inside[j] = at_k.k < box ? kAll : 0u;
         if (!whole) {
           PACKRAT_UNROLL
-          for (int r = 0; r < 4; ++r)
+          for (int r = 0; r < W; ++r)
             if (e[j] + r * plane < a || e[j] + r * plane >= b) inside[j] &= ~(1u << r);
         }
         at_k.advance();
@@ -166,24 +174,38 @@ PACKRAT_HD inline void for_nhwc_quads(const NhwcWalk& w, ElementRun run, int t, 
   });
 }
 
+// tile[i] = the run's plain element i, read from the NHWC buffer src with vectors of W channels.
+template <int W>
+PACKRAT_HD inline void nhwc_stage_vectors(const NhwcWalk& w, ElementRun run, const float* src, float* tile, int t,
+                                          int threads) {
+  constexpr int kBatch = kNhwcVectorBatch<W>;
+  for_nhwc_vectors<W>(w, run, t, threads, [&](int64_t base, const int32_t* e, const int32_t* at, const unsigned* inside) {
+    const float* sample = src + base;        // (plane, channels)
+    const int64_t shift = base - run.begin;  // the sample's plain element e at tile[shift + e]
+    float v[kBatch][W] = {};                 // (batch, channel of the vector) every load before any store
+    PACKRAT_UNROLL
+    for (int j = 0; j < kBatch; ++j)
+      if (inside[j]) {  // a whole vector lies in the sample's buffer
+        PACKRAT_UNROLL
+        for (int h = 0; h < W; h += 4) load_floats4(sample + at[j] + h, 4, v[j] + h);
+      }
+    PACKRAT_UNROLL
+    for (int j = 0; j < kBatch; ++j)
+      PACKRAT_UNROLL
+      for (int r = 0; r < W; ++r)
+        if (inside[j] >> r & 1u) tile[shift + e[j] + r * w.plane] = v[j][r];
+  });
+}
 // tile[i] = the run's plain element i, read from the NHWC buffer src (this thread's share).
 PACKRAT_HD inline void nhwc_stage(const NhwcWalk& w, ElementRun run, const float* src, float* tile, int t,
                                   int threads) {
-  if (nhwc_in_quads(w)) {
-    for_nhwc_quads(w, run, t, threads, [&](int64_t base, const int32_t* e, const int32_t* at, const unsigned* inside) {
-      const float* sample = src + base;         // (plane, channels)
-      const int64_t shift = base - run.begin;   // the sample's plain element e at tile[shift + e]
-      float v[kNhwcQuadBatch][4] = {};          // (batch, channel of the quad) every load before any store
-      PACKRAT_UNROLL
-      for (int j = 0; j < kNhwcQuadBatch; ++j)
-        if (inside[j]) load_floats4(sample + at[j], 4, v[j]);
-      PACKRAT_UNROLL
-      for (int j = 0; j < kNhwcQuadBatch; ++j)
-        PACKRAT_UNROLL
-        for (int r = 0; r < 4; ++r)
-          if (inside[j] >> r & 1u) tile[shift + e[j] + r * w.plane] = v[j][r];
-    });
-    return;
+  switch (nhwc_vector_width(w)) {
+    case 8:
+      return nhwc_stage_vectors<8>(w, run, src, tile, t, threads);
+    case 4:
+      return nhwc_stage_vectors<4>(w, run, src, tile, t, threads);
+    default:
+      break;
   }
   for_nhwc_run(w, run, t, threads, [&](const int64_t* i, const int64_t* at, const bool* inside) {
     float v[kNhwcBatch];  // (batch) every load issued before the first store
@@ -193,59 +215,6 @@ PACKRAT_HD inline void nhwc_stage(const NhwcWalk& w, ElementRun run, const float
     for (int j = 0; j < kNhwcBatch; ++j)
       if (inside[j]) tile[i[j]] = v[j];
   });
-}
-// The run's plain element i = tile[i], written to the NHWC buffer dst (this thread's share).
-PACKRAT_HD inline void nhwc_unstage(const NhwcWalk& w, ElementRun run, const float* tile, float* dst, int t,
-                                    int threads) {
-  if (nhwc_in_quads(w)) {
-    for_nhwc_quads(w, run, t, threads, [&](int64_t base, const int32_t* e, const int32_t* at, const unsigned* inside) {
-      float* sample = dst + base;              // (plane, channels)
-      const int64_t shift = base - run.begin;  // the sample's plain element e at tile[shift + e]
-      PACKRAT_UNROLL
-      for (int j = 0; j < kNhwcQuadBatch; ++j) {
-        float v[4];  // the quad's channels
-        PACKRAT_UNROLL
-        for (int r = 0; r < 4; ++r) v[r] = inside[j] >> r & 1u ? tile[shift + e[j] + r * w.plane] : 0.0f;
-        if (inside[j] == 0xFu) {
-          store_floats4(v, 4, sample + at[j]);
-        } else {
-          PACKRAT_UNROLL
-          for (int r = 0; r < 4; ++r)
-            if (inside[j] >> r & 1u) sample[at[j] + r] = v[r];
-        }
-      }
-    });
-    return;
-  }
-  for_nhwc_run(w, run, t, threads, [&](const int64_t* i, const int64_t* at, const bool* inside) {
-    PACKRAT_UNROLL
-    for (int j = 0; j < kNhwcBatch; ++j)
-      if (inside[j]) dst[at[j]] = tile[i[j]];
-  });
-}
-
-// A decode sink retargeted at a tile holding the plain elements from `shift` on.
-template <class Sink>
-struct ShiftedSink {
-  Sink sink;
-  int64_t shift;
-  PACKRAT_HD void operator()(float* v, int n, int64_t at) const { sink(v, n, at - shift); }
-};
-
-// The sink's twin on a tile: values stored there, or the gradient read from and gx written to it.
-PACKRAT_HD inline StoreValues on_tile(const StoreValues&, float* tile) { return {tile}; }
-template <class A, bool FromOutput>
-PACKRAT_HD inline ApplyDerivative<A, FromOutput> on_tile(const ApplyDerivative<A, FromOutput>&, float* tile) {
-  return {tile, tile};
-}
-
-// Thread t's share of decoding a block's groups with `body` (DequantizeQuadsBody over a
-// ShiftedSink): dequantize_lanes(G) lanes a group, the block's threads over its groups in rounds.
-template <class Body>
-PACKRAT_HD inline void nhwc_decode_groups(const GroupGeometry& g, const NhwcBlock& b, const Body& body, int t,
-                                          int threads) {
-  const int shift = lanes_log2(dequantize_lanes(g.group_size)), lanes = 1 << shift;
-  for (int64_t i = t >> shift; i < b.count; i += threads >> shift) body(b.first + i, t & (lanes - 1), lanes);
 }
 
 }  // namespace packrat

@@ -15,10 +15,12 @@
 # layouts: the step at 512 with exact f32, and in NCHW;
 # torch:   bench/compare_torch.py --device cuda at batch 128 and 512 (TF32);
 # ncu:     Nsight Compute's time of every kernel of 4 timed ResNet-18 steps at batch 512 (FP32 and
-#          ActNN 2-bit storage; the warm-up left out), by name, and of PyTorch's 4 timed steps (the
-#          same FP32 step);
+#          ActNN 2-bit storage, or NCU_SCHEMES; the warm-up left out), by name, and of PyTorch's 4
+#          timed steps (the same FP32 step); ncu_packrat: packrat's only;
 # kernels: Nsight Compute's detailed sections (speed of light, memory, occupancy, warp stalls by
 #          source line) for the codec kernels and the batchnorm and activation kernels of the step;
+# nhwc:    the same sections for the staged NHWC codec kernels (quantize and decode, per plane and
+#          per sample);
 # timeline: Nsight Systems' trace of 4 timed FP32 steps at batch 512 and of PyTorch's 4, at
 #          the GPU's own clocks: how much of the step the GPU is busy (kernels and copies, overlaps
 #          merged) and how long it waits between launches, i.e. whether the step is bound by its
@@ -100,9 +102,11 @@ fi
 # profilers (cudaProfilerStart / Stop).
 torch_step=(python3 bench/torch_train_step.py --device cuda --batch 512 --warmup 3 --steps 4)
 if [[ $phases == *ncu* ]]; then
-  timeout 150 ncu --profile-from-start off --metrics gpu__time_duration.sum --csv --print-units base \
-    "${torch_step[@]}" >"$out/ncu_torch.csv" 2>"$out/ncu_torch.err"
-  for scheme in fp32 actnn2; do
+  if [[ " $phases " == *" ncu "* ]]; then  # `ncu_packrat`: packrat's steps only
+    timeout 150 ncu --profile-from-start off --metrics gpu__time_duration.sum --csv --print-units base \
+      "${torch_step[@]}" >"$out/ncu_torch.csv" 2>"$out/ncu_torch.err"
+  fi
+  for scheme in ${NCU_SCHEMES:-fp32 actnn2}; do
     default=fp32; [[ $scheme == actnn2 ]] && default='{scheme: actnn, bits: 2}'
     timeout 150 ncu --profile-from-start off --metrics gpu__time_duration.sum --csv --print-units base $run trainer \
       --config configs/resnet18_gelu_3bit.yaml --set device=cuda --set "saved_tensors.default=$default" \
@@ -110,9 +114,9 @@ if [[ $phases == *ncu* ]]; then
   done
 fi
 
+sections=(--section SpeedOfLight --section MemoryWorkloadAnalysis --section Occupancy --section LaunchStats
+          --section WarpStateStats --section ComputeWorkloadAnalysis --section SourceCounters)
 if [[ $phases == *kernels* ]]; then
-  sections=(--section SpeedOfLight --section MemoryWorkloadAnalysis --section Occupancy --section LaunchStats
-            --section WarpStateStats --section ComputeWorkloadAnalysis --section SourceCounters)
   timeout 150 ncu "${sections[@]}" --kernel-name-base demangled -k 'regex:quantize|mixed' --launch-skip 1 \
     --launch-count 6 $run packrat_bench --benchmark_filter='CodecCuda/(GroupQuantize/bits:2|Mixed)' \
     --benchmark_min_time=0.01 >"$out/kernels_codec.txt" 2>&1
@@ -121,6 +125,15 @@ if [[ $phases == *kernels* ]]; then
     --launch-count 14 $run trainer --config configs/resnet18_gelu_3bit.yaml --set device=cuda \
     --set saved_tensors.default=fp32 --set 'saved_tensors.rules=[]' --set data.batch_size=512 --benchmark 1 \
     >"$out/kernels_step.txt" 2>&1
+fi
+
+if [[ $phases == *nhwc* ]]; then  # the staged NHWC codec kernels, one launch of each benchmark
+  for b in PerPlane/quantize0_dequantize1_gelu2:0 PerPlane/quantize0_dequantize1_gelu2:1 \
+           PerSample/quantize0_dequantize1_gelu2:0 PerSample/quantize0_dequantize1_gelu2:1; do
+    timeout 60 ncu "${sections[@]}" --kernel-name-base demangled -k 'regex:quantize|decode' --launch-skip 2 \
+      --launch-count 1 $run packrat_bench --benchmark_filter="CodecCuda/GroupNhwc$b/" \
+      --benchmark_min_time=0.01 >"$out/kernels_nhwc_${b//[^a-zA-Z0-9]/_}.txt" 2>&1
+  done
 fi
 
 if [[ $phases == *timeline* ]]; then
@@ -168,7 +181,7 @@ print(f"{sum(count.values())} launches ({sum(count.values()) / 4:.0f} a step), {
 for k, t in total.most_common(25): print(f"{t / 1e6:8.3f} ms {100 * t / all_ns:5.1f}% {count[k]:5d}x {k}")
 # By part of the step, the same buckets for packrat's kernels and PyTorch's (the first match wins).
 import re
-parts = [("codec", r"quantiz|[Ff]ewbit|[Mm]ixed|pack_|[Bb]itpack"), ("reorder", r"reorder|ranspose|nchwToNhwc|nhwcToNchw"),
+parts = [("codec", r"quantiz|decode_groups|[Ff]ewbit|[Mm]ixed|pack_|[Bb]itpack"), ("reorder", r"reorder|ranspose|nchwToNhwc|nhwcToNchw"),
          ("convolution", r"conv|xmma|gemm|cutlass|cudnn|fprop|dgrad|wgrad|implicit"),
          ("batchnorm", r"atch_?[Nn]orm|ChannelAffine|Finalize|partial_sums|channel_|RunningUpdate"),
          ("activation", r"[Gg]elu|GELU|Pointwise|Activation"), ("add", r"add|Binary"),

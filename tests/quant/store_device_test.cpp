@@ -547,8 +547,9 @@ TEST(StoreCuda, FewbitStoresOnTheGpuGiveTheCpuStoresResultsAndBytes) {
   expect_fewbit_stores_match_the_cpu(Device::cuda(0), true);
 }
 
-// The groupings and shapes of the NHWC tests: planes of 99, 1024, 64 and 49 (staged through shared
-// memory, quant/nhwc_tile.h) and of 1600 (over a tile's 1024: quantized through a plain copy).
+// The groupings and shapes of the NHWC tests: planes of 99, 1024, 64 and 49 (taken in plain order
+// by the kernels: quant/nhwc_tile.h, quant/nhwc_decode.h) and of 1600 (over a tile's 1024:
+// quantized through a plain copy).
 struct NhwcCase {
   Shape shape;
   Grouping grouping;

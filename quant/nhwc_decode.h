@@ -1,0 +1,183 @@
+#pragma once
+// The per-group codes of a GPU's NHWC tensor (taken in its plain order: quant/nhwc_tile.h) decoded
+// straight into NHWC: a block of the CUDA kernel takes consecutive groups (one run of the plain
+// order), copies their codes and metadata into shared memory in one round trip, and its threads
+// walk the run's NHWC positions, a pixel's quad of 4 channels a thread, channels innermost, so
+// that a warp writes whole lines; each value is decoded from its own group's codes
+// (NhwcElementDecoder). Staging the decoded values through a plain-order tile and writing the tile
+// back, as the quantize does, wrote 16 bytes a thread at a pixel's stride (a request to L2 each:
+// the L2 60% busy at 0.3 of copy bandwidth, DRAM at 20%). CUDA-free: the kernel
+// (group_quant_cuda.cu) and the host tests (tests/quant/nhwc_decode_test.cpp) run the same phases.
+#include <cstdint>
+#include <cstring>
+
+#include "core/cuda/kernels/float_io.h"
+#include "core/fast_div.h"
+#include "core/hd.h"
+#include "quant/apply_derivative_sink.h"
+#include "quant/group_quant.h"
+#include "quant/group_quant_warp.h"
+#include "quant/nhwc_tile.h"
+
+namespace packrat {
+
+// A decode block's codes and metadata in shared memory: bytes [code_begin, code_end) of the codes,
+// [meta_begin, meta_end) of the metadata, each begin rounded down to 16 so that the copy's 16-byte
+// loads are aligned where the streams are. nhwc_decode_block_groups sizes a block to fit; a single
+// group too large for them (fits false) is read in global memory.
+constexpr int kNhwcCodeBytes = 8192 + 16;
+constexpr int kNhwcMetaBytes = 8192 + 16;
+// Values a block decodes at most, 64 a thread: 16 channels of a plane of 1024 (64-byte runs of a
+// pixel). On an H100 (CodecCuda/GroupNhwc..., side by side in one run) 16384 decoded planes of 1024
+// at 0.43 of copy, 8192 at 0.37, 32768 at 0.39; the ResNet-18 step did not tell them apart.
+constexpr int64_t kNhwcDecodeValues = 16384;
+struct NhwcBlockBytes {
+  int64_t code_begin = 0, code_end = 0, meta_begin = 0, meta_end = 0;
+  bool fits = false;
+};
+PACKRAT_HD inline NhwcBlockBytes nhwc_block_bytes(const GroupGeometry& g, const NhwcBlock& b) {
+  NhwcBlockBytes r;
+  if (b.count <= 0) return r;
+  const GroupGeometry::Place last = g.place(b.first + b.count - 1);
+  r.code_begin = g.place(b.first).code_offset / 16 * 16;
+  r.code_end = last.code_offset + packed_bytes(last.len, g.bits);
+  const int mb = meta_bytes_per_group(g.meta);
+  r.meta_begin = b.first * mb / 16 * 16;
+  r.meta_end = (b.first + b.count) * mb;
+  r.fits = r.code_end - r.code_begin <= kNhwcCodeBytes && r.meta_end - r.meta_begin <= kNhwcMetaBytes;
+  return r;
+}
+// Groups a decode block takes: as many as kNhwcDecodeValues, kNhwcCodeBytes and kNhwcMetaBytes
+// allow (16 bytes of each kept for the rounded begins), at least one.
+inline int64_t nhwc_decode_block_groups(const GroupGeometry& g) {
+  const int64_t by_values = kNhwcDecodeValues / g.group_size;
+  const int64_t by_codes = (kNhwcCodeBytes - 16) / g.full_group_bytes();
+  const int64_t by_meta = (kNhwcMetaBytes - 16) / meta_bytes_per_group(g.meta);
+  const int64_t n = by_values < by_codes ? by_values : by_codes;
+  return n < by_meta ? (n > 1 ? n : 1) : by_meta;
+}
+
+// dst[0, n) = src[0, n), thread t's share: 16 bytes a load where src is 16-byte aligned (dst is).
+PACKRAT_HD inline void copy_block_bytes(const uint8_t* src, int64_t n, uint8_t* dst, int t, int threads) {
+  int64_t i = 0;
+  if (reinterpret_cast<uintptr_t>(src) % 16 == 0) {
+    for (int64_t k = t; 16 * (k + 1) <= n; k += threads) {
+#if defined(__CUDA_ARCH__)
+      *reinterpret_cast<uint4*>(dst + 16 * k) = *reinterpret_cast<const uint4*>(src + 16 * k);
+#else
+      std::memcpy(dst + 16 * k, src + 16 * k, 16);
+#endif
+    }
+    i = n / 16 * 16;
+  }
+  for (int64_t k = i + t; k < n; k += threads) dst[k] = src[k];
+}
+
+// The dequantized value of plain element x (< 2^31) from its group's code and metadata: the
+// group and the place in it by two multiplicative divisions (span, then group within it), the
+// code from one or two bytes. codes and meta hold the streams from their bytes code_shift and
+// meta_shift on (a block's copy in shared memory; 0 and the whole streams otherwise).
+struct NhwcElementDecoder {
+  const uint8_t* codes;
+  const uint8_t* meta;
+  GroupGeometry g;
+  FastDivU31 by_span, by_group;  // span_len, group_size
+  int64_t code_shift = 0, meta_shift = 0;
+
+  PACKRAT_HD float operator()(uint32_t x) const {
+    const uint32_t span = by_span.div(x), off = x - span * static_cast<uint32_t>(g.span_len);
+    const uint32_t i = by_group.div(off), at = off - i * static_cast<uint32_t>(g.group_size);
+    const int64_t group = static_cast<int64_t>(span) * g.groups_per_span + i;
+    const GroupParams p = load_group_range(meta + (group * meta_bytes_per_group(g.meta) - meta_shift), g.meta);
+    const int64_t bit = static_cast<int64_t>(at) * g.bits;
+    const uint8_t* c = codes + (span * g.span_bytes() + i * g.full_group_bytes() - code_shift) + (bit >> 3);
+    const int shift = static_cast<int>(bit & 7);
+    uint32_t word = c[0];
+    if (shift + g.bits > 8) word |= static_cast<uint32_t>(c[1]) << 8;  // a code across two bytes (3 bits)
+    return dequantize_value((word >> shift) & ((1u << g.bits) - 1u), p);
+  }
+};
+inline NhwcElementDecoder nhwc_element_decoder(const uint8_t* codes, const uint8_t* meta, const GroupGeometry& g) {
+  return {codes, meta, g, FastDivU31(static_cast<uint32_t>(g.span_len)), FastDivU31(static_cast<uint32_t>(g.group_size))};
+}
+
+// A decode block's first phase, thread t's share: its codes and metadata copied into codes_copy
+// (kNhwcCodeBytes) and meta_copy (kNhwcMetaBytes) where they fit; the decoder its threads use once
+// every thread's share is done (the block's barrier).
+PACKRAT_HD inline NhwcElementDecoder nhwc_copy_block_bytes(NhwcElementDecoder d, const NhwcBlockBytes& bytes,
+                                                           uint8_t* codes_copy, uint8_t* meta_copy, int t,
+                                                           int threads) {
+  if (!bytes.fits) return d;
+  copy_block_bytes(d.codes + bytes.code_begin, bytes.code_end - bytes.code_begin, codes_copy, t, threads);
+  copy_block_bytes(d.meta + bytes.meta_begin, bytes.meta_end - bytes.meta_begin, meta_copy, t, threads);
+  d.codes = codes_copy, d.meta = meta_copy;
+  d.code_shift = bytes.code_begin, d.meta_shift = bytes.meta_begin;
+  return d;
+}
+
+// What a decode writes, by NHWC offset: the values (StoreValues), or an activation's backward
+// (ApplyDerivative over the NHWC gradient and gx), in two halves so that a thread's gradient loads
+// are all issued before its first store (gx may be the gradient's buffer).
+PACKRAT_HD inline void sink_load(const StoreValues&, int64_t, int, float*) {}
+PACKRAT_HD inline void sink_finish(const StoreValues& s, float* v, const float*, int n, int64_t at) {
+  store_floats4(v, n, s.out + at);
+}
+template <class A, bool FromOutput>
+PACKRAT_HD inline void sink_load(const ApplyDerivative<A, FromOutput>& s, int64_t at, int n, float* in) {
+  load_floats4(s.grad + at, n, in);
+}
+template <class A, bool FromOutput>
+PACKRAT_HD inline void sink_finish(const ApplyDerivative<A, FromOutput>& s, float* v, const float* in, int n,
+                                   int64_t at) {
+  float gv[4];
+  for (int k = 0; k < 4; ++k) gv[k] = in[k] * cuda::derivative_from_saved<A, FromOutput>(v[k]);
+  store_floats4(gv, n, s.gx + at);
+}
+
+// Thread t's share of decoding the run of a block into the NHWC buffers of `sink`.
+template <class Sink>
+PACKRAT_HD inline void nhwc_decode_run(const NhwcWalk& w, ElementRun run, const NhwcElementDecoder& decode,
+                                       const Sink& sink, int t, int threads) {
+  const auto plane = static_cast<uint32_t>(w.plane);
+  if (w.channels % 4 == 0) {
+    for_nhwc_vectors<4, true>(w, run, t, threads, [&](int64_t base, const int32_t* e, const int32_t* at, const unsigned* inside) {
+      constexpr int kBatch = kNhwcVectorBatch<4>;
+      float in[kBatch][4] = {};  // (batch, channel of the quad) the gradient, every load before any store
+      PACKRAT_UNROLL
+      for (int j = 0; j < kBatch; ++j)
+        if (inside[j] == 0xFu) sink_load(sink, base + at[j], 4, in[j]);
+      PACKRAT_UNROLL
+      for (int j = 0; j < kBatch; ++j) {
+        const auto x = static_cast<uint32_t>(base + e[j]);  // the quad's first channel, plain
+        if (inside[j] == 0xFu) {
+          float v[4];
+          PACKRAT_UNROLL
+          for (int r = 0; r < 4; ++r) v[r] = decode(x + r * plane);
+          sink_finish(sink, v, in[j], 4, base + at[j]);
+          continue;
+        }
+        for (int r = 0; r < 4; ++r)  // a quad the run's edge cuts: its channels in the run, one by one
+          if (inside[j] >> r & 1u) {
+            float v[4] = {decode(x + r * plane)}, g[4] = {};
+            sink_load(sink, base + at[j] + r, 1, g);
+            sink_finish(sink, v, g, 1, base + at[j] + r);
+          }
+      }
+    });
+    return;
+  }
+  for_nhwc_run(w, run, t, threads, [&](const int64_t* i, const int64_t* at, const bool* inside) {
+    float in[kNhwcBatch][4] = {};  // (batch) the gradient, every load before any store
+    PACKRAT_UNROLL
+    for (int j = 0; j < kNhwcBatch; ++j)
+      if (inside[j]) sink_load(sink, at[j], 1, in[j]);
+    PACKRAT_UNROLL
+    for (int j = 0; j < kNhwcBatch; ++j)
+      if (inside[j]) {
+        float v[4] = {decode(static_cast<uint32_t>(run.begin + i[j]))};
+        sink_finish(sink, v, in[j], 1, at[j]);
+      }
+  });
+}
+
+}  // namespace packrat
