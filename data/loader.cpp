@@ -61,6 +61,17 @@ int64_t Loader::shard_end(int shard) const {
 }
 
 Batch Loader::make_batch(const std::vector<int64_t>& order, int64_t epoch, int64_t batch_index) const {
+  Batch b = allocate_batch(order, epoch, batch_index);
+  fill_batch(b);
+  return b;
+}
+
+Error Loader::out_of_host_memory() const {
+  return Error(fmt::format("loader {}: out of host memory preparing images of {} through {}", dataset_->name(),
+                           in_shape_.str(), pipeline_.describe()));
+}
+
+Batch Loader::allocate_batch(const std::vector<int64_t>& order, int64_t epoch, int64_t batch_index) const {
   int64_t begin = batch_index * options_.batch_size;
   int64_t n = std::min(options_.batch_size, static_cast<int64_t>(order.size()) - begin);
   PACKRAT_CHECK(n > 0, "loader {}: batch {} is past the end of the epoch", dataset_->name(), batch_index);
@@ -78,11 +89,26 @@ Batch Loader::make_batch(const std::vector<int64_t>& order, int64_t epoch, int64
   b.epoch = epoch;
   b.index = batch_index;
   b.indices.assign(order.begin() + begin, order.begin() + begin + n);
-  if (text_ != nullptr) return make_token_batch(std::move(b));
   TagScope tag(MemTag::Data);
-  b.images = empty_host({n, out_shape_.c, out_shape_.h, out_shape_.w}, DType::f32, MemTag::Data, options_.host_memory);
-  b.labels = empty_host({n}, DType::i64, MemTag::Data, options_.host_memory);
-  float* images = b.images.data<float>();   // (N, C, H, W)
+  try {
+    if (text_ != nullptr) {
+      b.images = empty_host({n, text_->seq_len()}, DType::i64, MemTag::Data, options_.host_memory);  // (N, T) tokens
+      b.labels = empty_host({n, text_->seq_len()}, DType::i64, MemTag::Data, options_.host_memory);  // (N, T) next bytes
+    } else {
+      b.images = empty_host({n, out_shape_.c, out_shape_.h, out_shape_.w}, DType::f32, MemTag::Data,
+                            options_.host_memory);                                          // (N, C, H, W)
+      b.labels = empty_host({n}, DType::i64, MemTag::Data, options_.host_memory);  // (N)
+    }
+  } catch (const std::bad_alloc&) {
+    throw out_of_host_memory();
+  }
+  return b;
+}
+
+void Loader::fill_batch(Batch& b) const {
+  if (text_ != nullptr) return fill_token_batch(b);
+  const auto n = static_cast<int64_t>(b.indices.size());
+  float* images = b.images.data<float>();      // (N, C, H, W)
   int64_t* labels = b.labels.data<int64_t>();  // (N)
   const int64_t per = out_shape_.numel();
 
@@ -96,12 +122,10 @@ Batch Loader::make_batch(const std::vector<int64_t>& order, int64_t epoch, int64
       for (int64_t i = lo; i < hi; ++i) {
         const int64_t k = b.indices[i];
         labels[i] = dataset_->get(k, pixels.data());
-        pipeline_.run(pixels.data(), in_shape_, images + i * per, options_.seed, epoch, k, scratch);
+        pipeline_.run(pixels.data(), in_shape_, images + i * per, options_.seed, b.epoch, k, scratch);
       }
     } catch (const std::bad_alloc&) {
-      errors[t] = std::make_exception_ptr(Error(fmt::format(
-          "loader {}: out of host memory preparing images of {} through {}", dataset_->name(), in_shape_.str(),
-          pipeline_.describe())));
+      errors[t] = std::make_exception_ptr(out_of_host_memory());
     } catch (...) {
       errors[t] = std::current_exception();
     }
@@ -111,21 +135,15 @@ Batch Loader::make_batch(const std::vector<int64_t>& order, int64_t epoch, int64
   for (int t = 1; t < threads; ++t) helpers.emplace_back(work, t, n * t / threads, n * (t + 1) / threads);
   work(0, 0, n / threads);
   for (std::thread& h : helpers) h.join();
-  std::exception_ptr error;
   for (auto& e : errors)
-    if (e && !error) error = e;
-  if (error) std::rethrow_exception(error);
-  return b;
+    if (e) std::rethrow_exception(e);
 }
 
-Batch Loader::make_token_batch(Batch b) const {
+void Loader::fill_token_batch(Batch& b) const {
   const auto n = static_cast<int64_t>(b.indices.size());
   const int64_t t = text_->seq_len();
-  TagScope tag(MemTag::Data);
-  b.images = empty_host({n, t}, DType::i64, MemTag::Data, options_.host_memory);  // (N, T) tokens
-  b.labels = empty_host({n, t}, DType::i64, MemTag::Data, options_.host_memory);  // (N, T) next bytes
-  int64_t* tokens = b.images.data<int64_t>();
-  int64_t* targets = b.labels.data<int64_t>();
+  int64_t* tokens = b.images.data<int64_t>();   // (N, T)
+  int64_t* targets = b.labels.data<int64_t>();  // (N, T)
   for (int64_t i = 0; i < n; ++i) {
     const uint8_t* w = text_->window(b.indices[i]);  // T + 1 bytes
     for (int64_t j = 0; j < t; ++j) {
@@ -133,31 +151,50 @@ Batch Loader::make_token_batch(Batch b) const {
       targets[i * t + j] = w[j + 1];
     }
   }
-  return b;
 }
 
-void Loader::produce(int64_t epoch, int64_t first_batch) {
+void Loader::queue_next_slot() {
+  Slot slot;
   try {
-    const std::vector<int64_t> ord = order(epoch);
-    for (int64_t j = first_batch; j < batches_per_epoch(); ++j) {
-      {
-        std::unique_lock lock(mutex_);
-        cv_.wait(lock, [&] { return cancel_ || static_cast<int64_t>(ready_.size()) < options_.prefetch; });
-        if (cancel_) return;
-      }
-      Batch b = make_batch(ord, epoch, j);
-      std::lock_guard lock(mutex_);
-      if (cancel_) return;
-      ready_.push_back(std::move(b));
-      cv_.notify_all();
-    }
+    slot.batch = allocate_batch(order_, epoch_, next_slot_);
   } catch (...) {
-    std::lock_guard lock(mutex_);
-    error_ = std::current_exception();
+    slot.error = std::current_exception();  // reaches the caller after the batches before it
   }
+  ++next_slot_;
   std::lock_guard lock(mutex_);
-  done_ = true;
+  todo_.push_back(std::move(slot));
   cv_.notify_all();
+}
+
+void Loader::produce(int64_t last_batch) {
+  for (;;) {
+    Slot slot;
+    {
+      std::unique_lock lock(mutex_);
+      cv_.wait(lock, [&] { return cancel_ || !todo_.empty(); });
+      if (cancel_) return;
+      slot = std::move(todo_.front());
+      todo_.pop_front();
+    }
+    if (!slot.error) {
+      try {
+        fill_batch(slot.batch);
+      } catch (...) {
+        slot.error = std::current_exception();
+      }
+    }
+    std::lock_guard lock(mutex_);
+    if (cancel_) return;
+    if (slot.error) {
+      error_ = slot.error;
+      done_ = true;
+    } else {
+      done_ = slot.batch.index == last_batch;
+      ready_.push_back(std::move(slot.batch));
+    }
+    cv_.notify_all();
+    if (done_) return;
+  }
 }
 
 void Loader::stop() {
@@ -169,6 +206,7 @@ void Loader::stop() {
   if (worker_.joinable()) worker_.join();
   std::lock_guard lock(mutex_);
   ready_.clear();
+  todo_.clear();
   started_ = false;
   done_ = false;
   cancel_ = false;
@@ -182,7 +220,15 @@ void Loader::start_epoch(int64_t epoch, int64_t first_batch) {
                 batches_per_epoch());
   stop();
   started_ = true;
-  worker_ = std::thread([this, epoch, first_batch] { produce(epoch, first_batch); });
+  order_ = order(epoch);
+  epoch_ = epoch;
+  next_slot_ = first_batch;
+  if (first_batch == batches_per_epoch()) {  // nothing left of the epoch
+    done_ = true;
+    return;
+  }
+  for (int64_t k = 0; k < options_.prefetch && next_slot_ < batches_per_epoch(); ++k) queue_next_slot();
+  worker_ = std::thread([this] { produce(batches_per_epoch() - 1); });
 }
 
 bool Loader::next(Batch& batch) {
@@ -192,7 +238,8 @@ bool Loader::next(Batch& batch) {
   if (!ready_.empty()) {
     batch = std::move(ready_.front());
     ready_.pop_front();
-    cv_.notify_all();
+    lock.unlock();
+    if (next_slot_ < batches_per_epoch()) queue_next_slot();
     return true;
   }
   if (error_) {

@@ -1,5 +1,7 @@
 #pragma once
-// Batches for the trainer, prepared on a background thread while the trainer computes.
+// Batches for the trainer, prepared on a background thread while the trainer computes. Their
+// memory is allocated on the caller's thread (the current batch and `prefetch` after it), so the
+// memory a run reports is the same from run to run.
 //
 //   Loader train(dataset, parse_pipeline({"random_crop(32, 4)", "hflip", "normalize(cifar10)"}),
 //                {.batch_size = 128, .shuffle = true, .seed = cfg.seed, .limit = cfg.limit_train});
@@ -88,15 +90,29 @@ class Loader {
   // Stops the background thread and drops prepared batches (also done by the destructor).
   void stop();
 
-  // Prepares one batch synchronously (what the background thread runs).
+  // Prepares one batch synchronously (allocate_batch, then fill_batch).
   Batch make_batch(const std::vector<int64_t>& order, int64_t epoch, int64_t batch_index) const;
 
  private:
-  void produce(int64_t epoch, int64_t first_batch);
+  // A batch's samples and its empty tensors (tag Data).
+  Batch allocate_batch(const std::vector<int64_t>& order, int64_t epoch, int64_t batch_index) const;
+  void fill_batch(Batch& b) const;        // its images and labels, from b.indices (the background thread)
+  void fill_token_batch(Batch& b) const;  // the same for a text dataset
+  Error out_of_host_memory() const;
+  // Allocates batch next_slot_ of the epoch and hands it to the background thread to fill. Called
+  // on the caller's thread only (start_epoch: the first `prefetch`; next: one for each batch
+  // taken), so that the Data bytes alive at any point of a training step do not depend on the
+  // background thread's timing: a run's memory peaks repeat exactly. (Allocated by the thread
+  // itself, the next batch did or did not exist at a step's peak, by a race.)
+  void queue_next_slot();
+  void produce(int64_t last_batch);  // fills the queued slots until the epoch's last batch
   // End of shard `shard`'s part of the epoch (shard -1: 0), over the samples after the limit.
   int64_t shard_end(int shard) const;
-  Batch make_token_batch(Batch b) const;  // fills a text batch whose indices are set
 
+  struct Slot {
+    Batch batch;                // allocated, to be filled
+    std::exception_ptr error;   // allocating it failed: delivered after the batches before it
+  };
 
   std::shared_ptr<const Dataset> dataset_;
   const TextDataset* text_ = nullptr;  // dataset_ when it is a text dataset
@@ -108,7 +124,10 @@ class Loader {
   std::thread worker_;
   std::mutex mutex_;
   std::condition_variable cv_;
-  std::deque<Batch> ready_;
+  std::deque<Slot> todo_;      // allocated batches the background thread has yet to fill
+  std::deque<Batch> ready_;    // filled batches next() has yet to take
+  std::vector<int64_t> order_;  // the current epoch's order(epoch_)
+  int64_t epoch_ = 0, next_slot_ = 0;  // next_slot_: the next batch to allocate (caller's thread)
   bool started_ = false, done_ = false, cancel_ = false;
   std::exception_ptr error_;
 };

@@ -165,6 +165,30 @@ TEST(DataLoader, BatchesAreTaggedDataAndFreedWithTheBatch) {
   EXPECT_EQ(alloc.current(MemTag::Data), before);
 }
 
+// When next() returns batch j, the Data bytes alive are batch j's and those of the `prefetch`
+// batches after it (allocated on the caller's thread), whatever the background thread has done:
+// a training step's memory peak repeats from run to run. (When the background thread allocated
+// them, the next batch did or did not exist yet, by a race.)
+TEST(DataLoader, TheBatchesAliveAtEachStepAreTheCurrentOneAndThePrefetchedOnes) {
+  const auto dataset = numbered(96);  // (its pixels are Data too)
+  auto& alloc = Allocator::cpu();
+  const int64_t before = alloc.current(MemTag::Data);
+  const int64_t batch_bytes = 16 * 4 * 4 + 16 * 8;  // (16, 1, 2, 2) f32 and (16) i64: 64-byte blocks
+  for (int64_t prefetch : {1, 2, 3}) {
+    Loader l(dataset, Pipeline(), {.batch_size = 16, .prefetch = prefetch});  // 6 batches
+    l.start_epoch(0);
+    for (int64_t j = 0; j < 6; ++j) {
+      Batch b;
+      ASSERT_TRUE(l.next(b));
+      const int64_t alive = 1 + std::min<int64_t>(prefetch, 5 - j);
+      EXPECT_EQ(alloc.current(MemTag::Data) - before, alive * batch_bytes) << "prefetch " << prefetch << ", batch " << j;
+    }
+    Batch b;
+    EXPECT_FALSE(l.next(b));
+  }
+  EXPECT_EQ(alloc.current(MemTag::Data), before);
+}
+
 TEST(DataLoader, ErrorsOfTheBackgroundThreadReachTheCaller) {
   Loader l(std::make_shared<Failing>(), Pipeline(), {.batch_size = 10, .shuffle = false});
   l.start_epoch(0);
