@@ -60,12 +60,6 @@ int64_t Loader::shard_end(int shard) const {
   return all * (shard + 1) / options_.shard_count;
 }
 
-Batch Loader::make_batch(const std::vector<int64_t>& order, int64_t epoch, int64_t batch_index) const {
-  Batch b = allocate_batch(order, epoch, batch_index);
-  fill_batch(b);
-  return b;
-}
-
 Error Loader::out_of_host_memory() const {
   return Error(fmt::format("loader {}: out of host memory preparing images of {} through {}", dataset_->name(),
                            in_shape_.str(), pipeline_.describe()));

@@ -90,9 +90,6 @@ class Loader {
   // Stops the background thread and drops prepared batches (also done by the destructor).
   void stop();
 
-  // Prepares one batch synchronously (allocate_batch, then fill_batch).
-  Batch make_batch(const std::vector<int64_t>& order, int64_t epoch, int64_t batch_index) const;
-
  private:
   // A batch's samples and its empty tensors (tag Data).
   Batch allocate_batch(const std::vector<int64_t>& order, int64_t epoch, int64_t batch_index) const;
