@@ -21,11 +21,18 @@ template <class A, bool FromOutput>
 struct ApplyDerivative {
   const float* grad;  // (numel), in the order the codes were taken
   float* gx;          // (numel)
-  PACKRAT_HD void operator()(float* v, int n, int64_t at) const {
-    float gv[4] = {};
-    load_floats4(grad + at, n, gv);
-    for (int k = 0; k < 4; ++k) gv[k] *= cuda::derivative_from_saved<A, FromOutput>(v[k]);
+  // The gradient at [at, at + n) into in[0, n).
+  PACKRAT_HD void load(int64_t at, int n, float* in) const { load_floats4(grad + at, n, in); }
+  // gx at [at, at + n) = in * f'(v).
+  PACKRAT_HD void finish(const float* v, const float* in, int n, int64_t at) const {
+    float gv[4];
+    for (int k = 0; k < 4; ++k) gv[k] = in[k] * cuda::derivative_from_saved<A, FromOutput>(v[k]);
     store_floats4(gv, n, gx + at);
+  }
+  PACKRAT_HD void operator()(float* v, int n, int64_t at) const {
+    float in[4] = {};
+    load(at, n, in);
+    finish(v, in, n, at);
   }
 };
 

@@ -242,10 +242,13 @@ PACKRAT_HD inline int dequantize_lanes(int64_t group_size) {
   return s;
 }
 
-// Where DequantizeQuadsBody puts a quad: the values, at out[at, at + n).
+// Where DequantizeQuadsBody puts a quad: the values, at out[at, at + n). load and finish: the two
+// halves of a sink's call (apply_derivative_sink.h), for a caller that issues a batch's loads first.
 struct StoreValues {
   float* out;  // (g.numel)
-  PACKRAT_HD void operator()(float* v, int n, int64_t at) const { store_floats4(v, n, out + at); }
+  PACKRAT_HD void load(int64_t, int, float*) const {}
+  PACKRAT_HD void finish(const float* v, const float*, int n, int64_t at) const { store_floats4(v, n, out + at); }
+  PACKRAT_HD void operator()(float* v, int n, int64_t at) const { finish(v, nullptr, n, at); }
 };
 
 // Lane `sub` of the `lanes` on group `group`: its quads sub, sub + lanes, ..., dequantized and

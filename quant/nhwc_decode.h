@@ -8,6 +8,7 @@
 // back, as the quantize does, wrote 16 bytes a thread at a pixel's stride (a request to L2 each:
 // the L2 60% busy at 0.3 of copy bandwidth, DRAM at 20%). CUDA-free: the kernel
 // (group_quant_cuda.cu) and the host tests (tests/quant/nhwc_decode_test.cpp) run the same phases.
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 
@@ -53,8 +54,7 @@ inline int64_t nhwc_decode_block_groups(const GroupGeometry& g) {
   const int64_t by_values = kNhwcDecodeValues / g.group_size;
   const int64_t by_codes = (kNhwcCodeBytes - 16) / g.full_group_bytes();
   const int64_t by_meta = (kNhwcMetaBytes - 16) / meta_bytes_per_group(g.meta);
-  const int64_t n = by_values < by_codes ? by_values : by_codes;
-  return n < by_meta ? (n > 1 ? n : 1) : by_meta;
+  return std::max<int64_t>(1, std::min({by_values, by_codes, by_meta}));
 }
 
 // dst[0, n) = src[0, n), thread t's share: 16 bytes a load where src is 16-byte aligned (dst is).
@@ -115,26 +115,9 @@ PACKRAT_HD inline NhwcElementDecoder nhwc_copy_block_bytes(NhwcElementDecoder d,
   return d;
 }
 
-// What a decode writes, by NHWC offset: the values (StoreValues), or an activation's backward
-// (ApplyDerivative over the NHWC gradient and gx), in two halves so that a thread's gradient loads
-// are all issued before its first store (gx may be the gradient's buffer).
-PACKRAT_HD inline void sink_load(const StoreValues&, int64_t, int, float*) {}
-PACKRAT_HD inline void sink_finish(const StoreValues& s, float* v, const float*, int n, int64_t at) {
-  store_floats4(v, n, s.out + at);
-}
-template <class A, bool FromOutput>
-PACKRAT_HD inline void sink_load(const ApplyDerivative<A, FromOutput>& s, int64_t at, int n, float* in) {
-  load_floats4(s.grad + at, n, in);
-}
-template <class A, bool FromOutput>
-PACKRAT_HD inline void sink_finish(const ApplyDerivative<A, FromOutput>& s, float* v, const float* in, int n,
-                                   int64_t at) {
-  float gv[4];
-  for (int k = 0; k < 4; ++k) gv[k] = in[k] * cuda::derivative_from_saved<A, FromOutput>(v[k]);
-  store_floats4(gv, n, s.gx + at);
-}
-
-// Thread t's share of decoding the run of a block into the NHWC buffers of `sink`.
+// Thread t's share of decoding the run of a block into the NHWC buffers of `sink` (StoreValues, or
+// an activation's backward over the NHWC gradient and gx), by NHWC offset: a thread's gradient
+// loads (sink.load) are all issued before its first store (sink.finish; gx may be the gradient).
 template <class Sink>
 PACKRAT_HD inline void nhwc_decode_run(const NhwcWalk& w, ElementRun run, const NhwcElementDecoder& decode,
                                        const Sink& sink, int t, int threads) {
@@ -145,7 +128,7 @@ PACKRAT_HD inline void nhwc_decode_run(const NhwcWalk& w, ElementRun run, const 
       float in[kBatch][4] = {};  // (batch, channel of the quad) the gradient, every load before any store
       PACKRAT_UNROLL
       for (int j = 0; j < kBatch; ++j)
-        if (inside[j] == 0xFu) sink_load(sink, base + at[j], 4, in[j]);
+        if (inside[j] == 0xFu) sink.load(base + at[j], 4, in[j]);
       PACKRAT_UNROLL
       for (int j = 0; j < kBatch; ++j) {
         const auto x = static_cast<uint32_t>(base + e[j]);  // the quad's first channel, plain
@@ -153,14 +136,14 @@ PACKRAT_HD inline void nhwc_decode_run(const NhwcWalk& w, ElementRun run, const 
           float v[4];
           PACKRAT_UNROLL
           for (int r = 0; r < 4; ++r) v[r] = decode(x + r * plane);
-          sink_finish(sink, v, in[j], 4, base + at[j]);
+          sink.finish(v, in[j], 4, base + at[j]);
           continue;
         }
         for (int r = 0; r < 4; ++r)  // a quad the run's edge cuts: its channels in the run, one by one
           if (inside[j] >> r & 1u) {
             float v[4] = {decode(x + r * plane)}, g[4] = {};
-            sink_load(sink, base + at[j] + r, 1, g);
-            sink_finish(sink, v, g, 1, base + at[j] + r);
+            sink.load(base + at[j] + r, 1, g);
+            sink.finish(v, g, 1, base + at[j] + r);
           }
       }
     });
@@ -170,12 +153,12 @@ PACKRAT_HD inline void nhwc_decode_run(const NhwcWalk& w, ElementRun run, const 
     float in[kNhwcBatch][4] = {};  // (batch) the gradient, every load before any store
     PACKRAT_UNROLL
     for (int j = 0; j < kNhwcBatch; ++j)
-      if (inside[j]) sink_load(sink, at[j], 1, in[j]);
+      if (inside[j]) sink.load(at[j], 1, in[j]);
     PACKRAT_UNROLL
     for (int j = 0; j < kNhwcBatch; ++j)
       if (inside[j]) {
         float v[4] = {decode(static_cast<uint32_t>(run.begin + i[j]))};
-        sink_finish(sink, v, in[j], 1, at[j]);
+        sink.finish(v, in[j], 1, at[j]);
       }
   });
 }

@@ -9,7 +9,7 @@
 // tests (tests/quant/nhwc_tile_test.cpp) run the same phases.
 #include <cstdint>
 
-#include "core/cuda/kernels/float_io.h"  // load_floats4 / store_floats4
+#include "core/cuda/kernels/float_io.h"  // load_floats4
 #include "core/hd.h"
 #include "quant/group_quant.h"
 #include "quant/group_quant_warp.h"
