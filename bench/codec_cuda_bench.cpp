@@ -130,7 +130,7 @@ void GroupNhwc(benchmark::State& state, Device d, const Shape& shape, Grouping g
   c.bits = 2;
   c.grouping = grouping;
   const GroupGeometry g = group_geometry_of(x, c);
-  const ChannelBlocking walk = codec_order(x, g).blocking;
+  const CodecWalk walk = codec_order(x, g).walk;
   if (!walk.nhwc) {
     state.SkipWithError("these groups are not staged (codec_order)");
     return;

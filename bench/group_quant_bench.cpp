@@ -123,7 +123,7 @@ void BM_GroupQuant_Grouping(benchmark::State& state) {
   c.group_size = 64;
   c.grouping = per_plane ? Grouping::PerPlane : Grouping::PerSample;
   const GroupGeometry g = group_geometry_of(x, c);
-  const ChannelBlocking walk = codec_order(x, g).blocking;
+  const CodecWalk walk = codec_order(x, g).walk;
   Tensor codes = Tensor::empty({g.code_bytes()}, DType::u8), meta = Tensor::empty({g.meta_bytes()}, DType::u8);
   for (auto _ : state) {
     quantize_groups(x, g, Rounding::Stochastic, {1, 42}, codes, meta, nullptr, walk);

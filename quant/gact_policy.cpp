@@ -211,7 +211,7 @@ SavedHandle GactStore::save(const Tensor& x, const SaveRequest& r) {
         const Tensor meta = Tensor::empty({geo.meta_bytes()}, DType::u8, Layout::Plain, MemTag::Workspace, x.device());
         const CodecOrder order = codec_order(x, geo);
         quantize_groups(in_codec_order(x, order), geo, Rounding::Nearest, QuantNoise{0, 0}, codes, meta,
-                        &group_range_sq, order.blocking);
+                        &group_range_sq, order.walk);
       }
       t.range_sq.assign(static_cast<size_t>(t.samples), 0.0);
       const int64_t per_sample = std::max<int64_t>(1, x.numel() / t.samples);

@@ -45,11 +45,6 @@ void check_same_size(const Tensor& x, const GroupGeometry& g, const Tensor& code
                 x.numel(), codes.nbytes(), meta.nbytes(), g.numel, g.code_bytes(), g.meta_bytes());
 }
 
-#if PACKRAT_HAVE_CUDA
-// The CUDA kernels' walk: an NHWC tensor in plain order, or (channels 0) the buffer as it lies.
-NhwcWalk nhwc_walk(const ChannelBlocking& b) { return b.nhwc ? NhwcWalk{b.channels, b.plane} : NhwcWalk{}; }
-#endif
-
 }  // namespace
 
 GroupGeometry group_geometry(int64_t numel, int64_t samples, const GroupQuantConfig& c, int64_t plane) {
@@ -91,10 +86,10 @@ int64_t channel_plane(const Tensor& x) {
 CodecOrder codec_order(const Tensor& x, const GroupGeometry& g) {
   CodecOrder o;
   if (x.layout() == Layout::nChw16c) {
-    o.blocking = {x.dim(1), channel_plane(x), false};
+    o.walk = {x.dim(1), channel_plane(x), false};
   } else if (x.layout() == Layout::NHWC) {
-    if (nhwc_stageable(g, NhwcWalk{x.dim(1), channel_plane(x)}))
-      o.blocking = {x.dim(1), channel_plane(x), true};
+    if (nhwc_stageable(g, CodecWalk{x.dim(1), channel_plane(x), true}))
+      o.walk = {x.dim(1), channel_plane(x), true};
     else
       o.via_plain = true;
   }
@@ -113,28 +108,28 @@ GroupGeometry group_geometry_of(const Tensor& x, const GroupQuantConfig& c) {
 
 void quantize_groups(const Tensor& x, const GroupGeometry& g, Rounding rounding, const QuantNoise& noise,
                      const Tensor& codes, const Tensor& meta, std::vector<double>* group_range_sq,
-                     ChannelBlocking blocking) {
+                     CodecWalk walk) {
   check_same_size(x, g, codes, meta, "quantize_groups");
   PACKRAT_CHECK(codes.device() == x.device() && meta.device() == x.device(),
                 "quantize_groups: input on {}, codes on {}, metadata on {}", x.device().str(), codes.device().str(),
                 meta.device().str());
   if (x.is_cpu()) {
-    PACKRAT_CHECK(!blocking.nhwc, "quantize_groups: an NHWC walk on the CPU (a GPU layout)");
+    PACKRAT_CHECK(!walk.nhwc, "quantize_groups: an NHWC walk on the CPU (a GPU layout)");
     quantize_groups(x.data<float>(), g, rounding, noise, codes.data<uint8_t>(), meta.data<uint8_t>(), group_range_sq,
-                    blocking);
+                    walk);
     return;
   }
   if (codec_ran_on_host(x.device(), {x, codes, meta},
-                        [&] { quantize_groups(x, g, rounding, noise, codes, meta, group_range_sq, blocking); }))
+                        [&] { quantize_groups(x, g, rounding, noise, codes, meta, group_range_sq, walk); }))
     return;
-  PACKRAT_CHECK(blocking.channels == 0 || blocking.nhwc, "quantize_groups: an nChw16c walk on {} (a CPU layout)",
+  PACKRAT_CHECK(walk.channels == 0 || walk.nhwc, "quantize_groups: an nChw16c walk on {} (a CPU layout)",
                 x.device().str());
 #if PACKRAT_HAVE_CUDA
   Tensor range_sq;  // (groups) f64 on the device, copied to the host afterwards
   if (group_range_sq) range_sq = Tensor::empty(Shape{g.groups()}, DType::f64, Layout::Plain, MemTag::Workspace, x.device());
   cuda::launch_quantize_groups(x.device_data<float>(), g, rounding, noise, codes.device_data<uint8_t>(),
                                meta.device_data<uint8_t>(), group_range_sq ? range_sq.device_data<double>() : nullptr,
-                               nhwc_walk(blocking));
+                               walk);
   cuda::check_last_launch("quantize_groups");
   if (group_range_sq) {
     const Tensor host = range_sq.to(Device::cpu());
@@ -146,23 +141,23 @@ void quantize_groups(const Tensor& x, const GroupGeometry& g, Rounding rounding,
 }
 
 void dequantize_groups(const Tensor& codes, const Tensor& meta, const GroupGeometry& g, const Tensor& out,
-                       ChannelBlocking blocking) {
+                       CodecWalk walk) {
   check_same_size(out, g, codes, meta, "dequantize_groups");
   PACKRAT_CHECK(codes.device() == out.device() && meta.device() == out.device(),
                 "dequantize_groups: codes on {}, metadata on {}, output on {}", codes.device().str(),
                 meta.device().str(), out.device().str());
   if (out.is_cpu()) {
-    PACKRAT_CHECK(!blocking.nhwc, "dequantize_groups: an NHWC walk on the CPU (a GPU layout)");
-    dequantize_groups(codes.data<uint8_t>(), meta.data<uint8_t>(), g, out.data<float>(), blocking);
+    PACKRAT_CHECK(!walk.nhwc, "dequantize_groups: an NHWC walk on the CPU (a GPU layout)");
+    dequantize_groups(codes.data<uint8_t>(), meta.data<uint8_t>(), g, out.data<float>(), walk);
     return;
   }
-  if (codec_ran_on_host(out.device(), {codes, meta, out}, [&] { dequantize_groups(codes, meta, g, out, blocking); }))
+  if (codec_ran_on_host(out.device(), {codes, meta, out}, [&] { dequantize_groups(codes, meta, g, out, walk); }))
     return;
-  PACKRAT_CHECK(blocking.channels == 0 || blocking.nhwc, "dequantize_groups: an nChw16c walk on {} (a CPU layout)",
+  PACKRAT_CHECK(walk.channels == 0 || walk.nhwc, "dequantize_groups: an nChw16c walk on {} (a CPU layout)",
                 out.device().str());
 #if PACKRAT_HAVE_CUDA
   cuda::launch_dequantize_groups(codes.device_data<uint8_t>(), meta.device_data<uint8_t>(), g,
-                                 out.device_data<float>(), nhwc_walk(blocking));
+                                 out.device_data<float>(), walk);
   cuda::check_last_launch("dequantize_groups");
 #else
   fail("dequantize_groups: the codes are on {}, but this packrat was built without CUDA", codes.device().str());
@@ -184,7 +179,7 @@ void dequantize_groups_apply_on_host(const uint8_t* codes, const uint8_t* meta, 
 }  // namespace
 
 void dequantize_groups_apply(const Tensor& codes, const Tensor& meta, const GroupGeometry& g, ActivationId fn,
-                             bool from_output, const Tensor& grad, const Tensor& gx, ChannelBlocking blocking) {
+                             bool from_output, const Tensor& grad, const Tensor& gx, CodecWalk walk) {
   check_same_size(grad, g, codes, meta, "dequantize_groups_apply");
   PACKRAT_CHECK(static_cast<int>(fn) < kNumActivations, "dequantize_groups_apply: no activation with id {}",
                 static_cast<int>(fn));
@@ -198,7 +193,7 @@ void dequantize_groups_apply(const Tensor& codes, const Tensor& meta, const Grou
     dequantize_groups_apply_on_host(codes.data<uint8_t>(), meta.data<uint8_t>(), g, fn, from_output,
                                     grad.data<float>(), gx.data<float>());
   };
-  const bool host_walk = blocking.channels == 0;  // the host bodies take the codes' order as it lies
+  const bool host_walk = walk.channels == 0;  // the host bodies take the codes' order as it lies
   if (codes.is_cpu()) {
     PACKRAT_CHECK(host_walk, "dequantize_groups_apply: a blocked walk on the CPU (its store keeps two passes)");
     return on_host();
@@ -208,11 +203,11 @@ void dequantize_groups_apply(const Tensor& codes, const Tensor& meta, const Grou
         on_host();
       }))
     return;
-  PACKRAT_CHECK(host_walk || blocking.nhwc, "dequantize_groups_apply: an nChw16c walk on {} (a CPU layout)",
+  PACKRAT_CHECK(host_walk || walk.nhwc, "dequantize_groups_apply: an nChw16c walk on {} (a CPU layout)",
                 codes.device().str());
 #if PACKRAT_HAVE_CUDA
   cuda::launch_dequantize_groups_apply(codes.device_data<uint8_t>(), meta.device_data<uint8_t>(), g, fn, from_output,
-                                       grad.device_data<float>(), gx.device_data<float>(), nhwc_walk(blocking));
+                                       grad.device_data<float>(), gx.device_data<float>(), walk);
   cuda::check_last_launch("dequantize_groups_apply");
 #else
   fail("dequantize_groups_apply: the codes are on {}, but this packrat was built without CUDA", codes.device().str());

@@ -2,7 +2,7 @@
 // Per-group stochastic quantization (ActNN, GACT). A saved f32 tensor is cut into groups of G
 // elements contiguous in its logical (plain NCHW) order, within each sample, within each channel
 // plane, or over the flattened tensor (the CPU's nChw16c buffers are walked in that order: see
-// ChannelBlocking; a GPU's NHWC buffers: see codec_order); each group keeps its minimum
+// CodecWalk; a GPU's NHWC buffers: see codec_order); each group keeps its minimum
 // and its step (bf16 or f32) and one b-bit code per element, b in {1, 2, 3, 4, 8}:
 //
 //   u = (x - min) / step,  step = (max - min) / (2^b - 1)
@@ -171,9 +171,9 @@ GroupGeometry group_geometry_of(const Tensor& x, const GroupQuantConfig& c);
 // (a GPU's), so that the groups are the plain tensor's although the channels lie interleaved
 // (per-plane groups hold one channel each, and so do per-sample ones where a plane holds at least
 // G, as ActNN groups an NCHW tensor); the codes are those of the plain tensor.
-struct ChannelBlocking {
-  int64_t channels = 0, plane = 0;
-  bool nhwc = false;
+struct CodecWalk {
+  int64_t channels = 0, plane = 0;  // channels 0: the buffer as it lies
+  bool nhwc = false;                // with channels: NHWC, else nChw16c
 };
 // How the codec reads x, whose geometry is g (group_geometry_of), so that the codes are those of
 // the plain tensor under every grouping.
@@ -181,7 +181,7 @@ struct CodecOrder {
   // Plain order for an nChw16c tensor (the CPU's) and for an NHWC tensor (a GPU's) whose groups the
   // CUDA kernels take in that order (quant/nhwc_tile.h: groups and planes of up to 1024 values, the
   // tensor under 2^31 values); else as it lies.
-  ChannelBlocking blocking;
+  CodecWalk walk;
   // An NHWC tensor whose groups the kernels cannot stage (groups or planes of over 1024 values):
   // quantized from a plain copy, decoded into one.
   bool via_plain = false;
@@ -402,24 +402,24 @@ PACKRAT_HD inline void dequantize_group(const uint8_t* codes, const uint8_t* met
 
 // ---- entry points: dispatched by the device of their tensors ---------------------------------
 
-// Quantizes x (g.numel f32, walked as `blocking` says) into codes (g.code_bytes(),) u8 and meta
+// Quantizes x (g.numel f32, walked as `walk` says) into codes (g.code_bytes(),) u8 and meta
 // (g.meta_bytes(),) u8 on x's device. CPU: the kernel below; a GPU: group_quant_cuda.cu (the
 // variance bounds, when asked for, are copied to the host); the emulated GPU of the tests: the
 // CPU kernel (quant/codec_device.h).
-// `blocking` (codec_order): nChw16c walks on the CPU (and the emulated GPU of the tests, which
+// `walk` (codec_order): nChw16c walks on the CPU (and the emulated GPU of the tests, which
 // runs the CPU's kernels), NHWC walks on a GPU.
 void quantize_groups(const Tensor& x, const GroupGeometry& g, Rounding rounding, const QuantNoise& noise,
                      const Tensor& codes, const Tensor& meta, std::vector<double>* group_range_sq = nullptr,
-                     ChannelBlocking blocking = {});
-// Dequantizes into out (g.numel f32, any shape) on the codes' device, walked as `blocking` says.
+                     CodecWalk walk = {});
+// Dequantizes into out (g.numel f32, any shape) on the codes' device, walked as `walk` says.
 void dequantize_groups(const Tensor& codes, const Tensor& meta, const GroupGeometry& g, const Tensor& out,
-                       ChannelBlocking blocking = {});
+                       CodecWalk walk = {});
 // An activation's backward from its codes in one pass: gx = grad * f'(x), x the dequantized values
 // (y = f(x) where from_output), never stored (quant/apply_derivative_sink.h). grad and gx: g.numel
-// f32 on the codes' device, walked as `blocking` says (an NHWC walk on a GPU only). The bits of
+// f32 on the codes' device, walked as `walk` says (an NHWC walk on a GPU only). The bits of
 // dequantize_groups followed by the backend's pointwise_backward.
 void dequantize_groups_apply(const Tensor& codes, const Tensor& meta, const GroupGeometry& g, ActivationId fn,
-                             bool from_output, const Tensor& grad, const Tensor& gx, ChannelBlocking blocking = {});
+                             bool from_output, const Tensor& grad, const Tensor& gx, CodecWalk walk = {});
 
 // ---- the CPU kernels (group_quant_cpu.cpp), on host pointers ----------------------------------
 
@@ -429,13 +429,13 @@ void dequantize_groups_apply(const Tensor& codes, const Tensor& meta, const Grou
 // group_range_sq, when given, receives per group len * (stored range)^2 / 4: the group's summed
 // per-element variance bound of stochastic rounding divided by S(b) = 1/(2^b-1)^2, for
 // ActNN's analytic sensitivity.
-// With a blocking, each 16-channel tile is first transposed to plain order (still one pass over x).
+// With a walk, each 16-channel tile is first transposed to plain order (still one pass over x).
 void quantize_groups(const float* x, const GroupGeometry& g, Rounding rounding, const QuantNoise& noise,
                      uint8_t* codes, uint8_t* meta, std::vector<double>* group_range_sq = nullptr,
-                     ChannelBlocking blocking = {});
-// One pass: unpack and dequantize every group into out (g.numel floats; with a blocking,
+                     CodecWalk walk = {});
+// One pass: unpack and dequantize every group into out (g.numel floats; with a walk,
 // transposed back to nChw16c tile by tile).
 void dequantize_groups(const uint8_t* codes, const uint8_t* meta, const GroupGeometry& g, float* out,
-                       ChannelBlocking blocking = {});
+                       CodecWalk walk = {});
 
 }  // namespace packrat

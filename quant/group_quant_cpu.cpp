@@ -160,8 +160,8 @@ inline void dequantize_run(const uint8_t* codes, int64_t n, const GroupParams& p
   for (; i < n; ++i) out[i] = dequantize_value(codes[i], p);
 }
 
-// The buffer offset of plain element e of an nChw16c tensor (see ChannelBlocking).
-inline int64_t blocked_offset(const ChannelBlocking& b, int64_t e) {
+// The buffer offset of plain element e of an nChw16c tensor (see CodecWalk).
+inline int64_t blocked_offset(const CodecWalk& b, int64_t e) {
   const int64_t nc = e / b.plane, s = e % b.plane, n = nc / b.channels, c = nc % b.channels;
   return ((n * (b.channels / 16) + c / 16) * b.plane + s) * 16 + c % 16;
 }
@@ -169,7 +169,7 @@ inline int64_t blocked_offset(const ChannelBlocking& b, int64_t e) {
 // Calls fn(run_start, run_len, offset) for the runs of [e0, e0 + len) that stay within one
 // channel plane; a run's elements lie 16 floats apart from `offset` on.
 template <typename Fn>
-void for_plane_runs(const ChannelBlocking& b, int64_t e0, int64_t len, Fn&& fn) {
+void for_plane_runs(const CodecWalk& b, int64_t e0, int64_t len, Fn&& fn) {
   for (int64_t e = e0; e < e0 + len;) {
     const int64_t run = std::min(b.plane - e % b.plane, e0 + len - e);
     fn(e - e0, run, blocked_offset(b, e));
@@ -185,7 +185,7 @@ inline __m512i every16th() {
 #endif
 
 // dst[i] = x's plain element e0 + i, i < len.
-void gather_plain(const float* x, const ChannelBlocking& b, int64_t e0, int64_t len, float* dst) {
+void gather_plain(const float* x, const CodecWalk& b, int64_t e0, int64_t len, float* dst) {
   for_plane_runs(b, e0, len, [&](int64_t i0, int64_t run, int64_t offset) {
     const float* src = x + offset;
     int64_t i = 0;
@@ -196,7 +196,7 @@ void gather_plain(const float* x, const ChannelBlocking& b, int64_t e0, int64_t 
   });
 }
 // out's plain element e0 + i = src[i], i < len.
-void scatter_plain(const float* src, const ChannelBlocking& b, int64_t e0, int64_t len, float* out) {
+void scatter_plain(const float* src, const CodecWalk& b, int64_t e0, int64_t len, float* out) {
   for_plane_runs(b, e0, len, [&](int64_t i0, int64_t run, int64_t offset) {
     float* dst = out + offset;
     int64_t i = 0;
@@ -264,7 +264,7 @@ void transpose_tile(const float* src, float* dst, int64_t plane, bool to_planes)
 // order, so each tile is transposed once, not gathered 16 floats apart group by group.
 class PlainTile {
  public:
-  explicit PlainTile(const ChannelBlocking& b) : b_(b), len_(16 * b.plane), buf_(static_cast<size_t>(len_)) {}
+  explicit PlainTile(const CodecWalk& b) : b_(b), len_(16 * b.plane), buf_(static_cast<size_t>(len_)) {}
   int64_t tile_of(int64_t e) const { return e / len_; }
   // Whether the plain elements [e0, e0 + n) lie in one tile.
   bool holds(int64_t e0, int64_t n) const { return tile_of(e0) == tile_of(e0 + n - 1); }
@@ -300,7 +300,7 @@ class PlainTile {
   }
 
  private:
-  ChannelBlocking b_;
+  CodecWalk b_;
   int64_t len_, tile_ = -1, lo_ = 0, hi_ = 0;  // the tile held; its plain range written [lo_, hi_)
   std::vector<float> buf_;                     // (16, plane)
 };
@@ -321,7 +321,7 @@ void for_group_ranges(int64_t groups, int64_t grain, Fn&& fn) {
 
 template <int B>
 void quantize_impl(const float* x, const GroupGeometry& g, Rounding rounding, const QuantNoise& noise, uint8_t* codes,
-                   uint8_t* meta, double* group_range_sq, const ChannelBlocking& blocking) {
+                   uint8_t* meta, double* group_range_sq, const CodecWalk& walk) {
   constexpr uint32_t levels = (1u << B) - 1u;
   const bool stochastic = rounding == Rounding::Stochastic;
   const int meta_size = meta_bytes_per_group(g.meta);
@@ -329,16 +329,16 @@ void quantize_impl(const float* x, const GroupGeometry& g, Rounding rounding, co
   for_group_ranges(g.groups(), grain, [&](int64_t g0, int64_t g1) {
     alignas(64) uint8_t code_buf[kChunk];  // (kChunk,)
     NoiseWindow window(noise);
-    std::vector<float> gathered(blocking.channels ? static_cast<size_t>(g.group_size) : 0);  // (group_size,)
+    std::vector<float> gathered(walk.channels ? static_cast<size_t>(g.group_size) : 0);  // (group_size,)
     std::optional<PlainTile> tile;
-    if (blocking.channels) tile.emplace(blocking);
+    if (walk.channels) tile.emplace(walk);
     for (int64_t gi = g0; gi < g1; ++gi) {
       const int64_t start = g.group_start(gi), len = g.group_len(gi);
       const float* xg = x + start;
       if (tile && tile->holds(start, len)) {
         xg = tile->read(x, start);
       } else if (tile) {  // a group of several planes across two tiles
-        gather_plain(x, blocking, start, len, gathered.data());
+        gather_plain(x, walk, start, len, gathered.data());
         xg = gathered.data();
       }
       float mn, mx;
@@ -360,14 +360,14 @@ void quantize_impl(const float* x, const GroupGeometry& g, Rounding rounding, co
 
 template <int B>
 void dequantize_impl(const uint8_t* codes, const uint8_t* meta, const GroupGeometry& g, float* out,
-                     const ChannelBlocking& blocking) {
+                     const CodecWalk& walk) {
   const int meta_size = meta_bytes_per_group(g.meta);
   const int64_t grain = std::max<int64_t>(1, kMinParallelWork / g.group_size);
   for_group_ranges(g.groups(), grain, [&](int64_t g0, int64_t g1) {
     alignas(64) uint8_t code_buf[kChunk];  // (kChunk,)
-    std::vector<float> decoded(blocking.channels ? static_cast<size_t>(g.group_size) : 0);  // (group_size,)
+    std::vector<float> decoded(walk.channels ? static_cast<size_t>(g.group_size) : 0);  // (group_size,)
     std::optional<PlainTile> tile;
-    if (blocking.channels) tile.emplace(blocking);
+    if (walk.channels) tile.emplace(walk);
     for (int64_t gi = g0; gi < g1; ++gi) {
       const int64_t start = g.group_start(gi), len = g.group_len(gi);
       const GroupParams p = load_group_meta(meta + gi * meta_size, g.meta);
@@ -379,7 +379,7 @@ void dequantize_impl(const uint8_t* codes, const uint8_t* meta, const GroupGeome
         unpack_chunk<B>(src + c * B / 8, n, code_buf);
         dequantize_run(code_buf, n, p, og + c);
       }
-      if (tile && !in_tile) scatter_plain(og, blocking, start, len, out);
+      if (tile && !in_tile) scatter_plain(og, walk, start, len, out);
     }
     if (tile) tile->flush(out);
   });
@@ -394,19 +394,19 @@ void dispatch_bits(int bits, Fn&& fn) {
 }  // namespace
 
 void quantize_groups(const float* x, const GroupGeometry& g, Rounding rounding, const QuantNoise& noise,
-                     uint8_t* codes, uint8_t* meta, std::vector<double>* group_range_sq, ChannelBlocking blocking) {
+                     uint8_t* codes, uint8_t* meta, std::vector<double>* group_range_sq, CodecWalk walk) {
   if (group_range_sq) group_range_sq->assign(static_cast<size_t>(g.groups()), 0.0);
   if (g.groups() == 0) return;
   dispatch_bits(g.bits, [&](auto b) {
     quantize_impl<decltype(b)::value>(x, g, rounding, noise, codes, meta,
-                                      group_range_sq ? group_range_sq->data() : nullptr, blocking);
+                                      group_range_sq ? group_range_sq->data() : nullptr, walk);
   });
 }
 
 void dequantize_groups(const uint8_t* codes, const uint8_t* meta, const GroupGeometry& g, float* out,
-                       ChannelBlocking blocking) {
+                       CodecWalk walk) {
   if (g.groups() == 0) return;
-  dispatch_bits(g.bits, [&](auto b) { dequantize_impl<decltype(b)::value>(codes, meta, g, out, blocking); });
+  dispatch_bits(g.bits, [&](auto b) { dequantize_impl<decltype(b)::value>(codes, meta, g, out, walk); });
 }
 
 }  // namespace packrat

@@ -27,7 +27,7 @@ namespace {
 template <int kBits, bool kStaged = false>
 __global__ void __launch_bounds__(kStaged ? kNhwcBlockThreads : kThreadsPerBlock, 3)
     quantize_groups_kernel(const float* x, GroupGeometry g, int lanes, Rounding rounding, QuantNoise noise,
-                           uint8_t* codes, uint8_t* meta, double* range_sq, NhwcWalk walk) {
+                           uint8_t* codes, uint8_t* meta, double* range_sq, CodecWalk walk) {
   constexpr int kWarps = (kStaged ? kNhwcBlockThreads : kThreadsPerBlock) / kWarpLanes;
   __shared__ uint32_t noise_words[kWarps][kChunkNoiseWords];  // (warps, noise_word's places)
   const int bits = kBits > 0 ? kBits : g.bits;
@@ -131,7 +131,7 @@ __global__ void __launch_bounds__(kStaged ? kNhwcBlockThreads : kThreadsPerBlock
 
 template <bool kStaged>
 void launch_quantize(const float* x, const GroupGeometry& g, Rounding rounding, const QuantNoise& noise,
-                     uint8_t* codes, uint8_t* meta, double* group_range_sq, const NhwcWalk& walk) {
+                     uint8_t* codes, uint8_t* meta, double* group_range_sq, const CodecWalk& walk) {
   const int lanes = quantize_lanes(g.group_size);
   const int threads = kStaged ? kNhwcBlockThreads : kThreadsPerBlock, warps = threads / kWarpLanes;
   const auto blocks = static_cast<unsigned>((quantize_warps(g, lanes) + warps - 1) / warps);
@@ -159,7 +159,7 @@ void launch_quantize(const float* x, const GroupGeometry& g, Rounding rounding, 
 // to the sink (the values, or an activation's backward against the NHWC gradient).
 template <class Sink>
 __global__ void __launch_bounds__(kNhwcBlockThreads)
-    decode_groups_nhwc_kernel(NhwcElementDecoder decode, NhwcWalk walk, int64_t per_block, Sink sink) {
+    decode_groups_nhwc_kernel(NhwcElementDecoder decode, CodecWalk walk, int64_t per_block, Sink sink) {
   __shared__ __align__(16) uint8_t block_codes[kNhwcCodeBytes];  // from bytes.code_begin
   __shared__ __align__(16) uint8_t block_meta[kNhwcMetaBytes];   // from bytes.meta_begin
   const int t = static_cast<int>(threadIdx.x);
@@ -171,7 +171,7 @@ __global__ void __launch_bounds__(kNhwcBlockThreads)
 }
 
 template <class Sink>
-void launch_decode_nhwc(const uint8_t* codes, const uint8_t* meta, const GroupGeometry& g, const NhwcWalk& walk,
+void launch_decode_nhwc(const uint8_t* codes, const uint8_t* meta, const GroupGeometry& g, const CodecWalk& walk,
                         const Sink& sink) {
   const int64_t per_block = nhwc_decode_block_groups(g);
   const auto blocks = static_cast<unsigned>((g.groups() + per_block - 1) / per_block);
@@ -181,27 +181,27 @@ void launch_decode_nhwc(const uint8_t* codes, const uint8_t* meta, const GroupGe
 }  // namespace
 
 void launch_quantize_groups(const float* x, const GroupGeometry& g, Rounding rounding, const QuantNoise& noise,
-                            uint8_t* codes, uint8_t* meta, double* group_range_sq, const NhwcWalk& walk) {
+                            uint8_t* codes, uint8_t* meta, double* group_range_sq, const CodecWalk& walk) {
   if (g.groups() == 0) return;
-  if (walk.channels > 0) return launch_quantize<true>(x, g, rounding, noise, codes, meta, group_range_sq, walk);
+  if (walk.nhwc) return launch_quantize<true>(x, g, rounding, noise, codes, meta, group_range_sq, walk);
   launch_quantize<false>(x, g, rounding, noise, codes, meta, group_range_sq, walk);
 }
 
 void launch_dequantize_groups(const uint8_t* codes, const uint8_t* meta, const GroupGeometry& g, float* out,
-                              const NhwcWalk& walk) {
+                              const CodecWalk& walk) {
   if (g.groups() == 0) return;
-  if (walk.channels > 0) return launch_decode_nhwc(codes, meta, g, walk, StoreValues{out});
+  if (walk.nhwc) return launch_decode_nhwc(codes, meta, g, walk, StoreValues{out});
   launch_for_each_lane(g.groups(), lanes_log2(dequantize_lanes(g.group_size)),
                        DequantizeQuadsBody<StoreValues>{codes, meta, g, StoreValues{out}});
 }
 
 void launch_dequantize_groups_apply(const uint8_t* codes, const uint8_t* meta, const GroupGeometry& g,
                                     ActivationId fn, bool from_output, const float* grad, float* gx,
-                                    const NhwcWalk& walk) {
+                                    const CodecWalk& walk) {
   if (g.groups() == 0) return;
   const int lane_shift = lanes_log2(dequantize_lanes(g.group_size));
   with_apply_derivative(fn, from_output, grad, gx, [&](auto sink) {
-    if (walk.channels > 0) return launch_decode_nhwc(codes, meta, g, walk, sink);
+    if (walk.nhwc) return launch_decode_nhwc(codes, meta, g, walk, sink);
     launch_for_each_lane(g.groups(), lane_shift, DequantizeQuadsBody<decltype(sink)>{codes, meta, g, sink});
   });
 }

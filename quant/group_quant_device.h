@@ -11,7 +11,7 @@
 namespace packrat::cuda {
 
 // On device pointers, on the default stream; the caller checks the launch (check_last_launch).
-// A walk with channels (nhwc_stageable): x / out / grad / gx are NHWC tensors taken in plain order,
+// An NHWC walk (walk.nhwc, nhwc_stageable): x / out / grad / gx are NHWC tensors taken in plain order,
 // the quantize's blocks staging their groups' run through shared memory (quant/nhwc_tile.h), the
 // decode's writing NHWC straight from their groups' codes (quant/nhwc_decode.h); otherwise the
 // buffers as they lie.
@@ -19,15 +19,15 @@ namespace packrat::cuda {
 // of 8 across the lanes, rounded with noise the warp draws once per 128-element Philox block and
 // shares through shared memory.
 void launch_quantize_groups(const float* x, const GroupGeometry& g, Rounding rounding, const QuantNoise& noise,
-                            uint8_t* codes, uint8_t* meta, double* group_range_sq, const NhwcWalk& walk);
+                            uint8_t* codes, uint8_t* meta, double* group_range_sq, const CodecWalk& walk);
 // dequantize_lanes(G) lanes a group, each on quads of 4 values: DequantizeQuadsBody (a walk: a
 // thread a pixel's quad of channels).
 void launch_dequantize_groups(const uint8_t* codes, const uint8_t* meta, const GroupGeometry& g, float* out,
-                              const NhwcWalk& walk);
+                              const CodecWalk& walk);
 // The same lanes, each quad's values x (y = f(x) where from_output) turned into gx = grad * f'(x)
 // (ApplyDerivative) instead of stored. fn < kNumActivations, checked by the caller.
 void launch_dequantize_groups_apply(const uint8_t* codes, const uint8_t* meta, const GroupGeometry& g,
                                     ActivationId fn, bool from_output, const float* grad, float* gx,
-                                    const NhwcWalk& walk);
+                                    const CodecWalk& walk);
 
 }  // namespace packrat::cuda

@@ -125,7 +125,7 @@ std::unique_ptr<CompressingStore::Encoded> GroupStore::encode(const Tensor& x, c
   std::vector<double> group_range_sq;  // (groups,)
   const QuantNoise noise{noise_seed(index), quant_stream(static_cast<uint64_t>(step_), static_cast<uint64_t>(index))};
   quantize_groups(in_codec_order(x, q->order), q->geometry, cfg.rounding, noise, q->codes, q->meta,
-                  provider_ ? &group_range_sq : nullptr, q->order.blocking);
+                  provider_ ? &group_range_sq : nullptr, q->order.walk);
 
   QuantizedTensorInfo info;
   info.index = index;
@@ -155,13 +155,13 @@ Tensor GroupStore::values(const Encoded& enc, const Entry& e) {
   // Same shape and device as saved; the layout too, after a plain detour for via_plain codes.
   Tensor out = Tensor::empty(e.shape, DType::f32, q.order.via_plain ? Layout::Plain : e.layout, MemTag::Workspace,
                              q.codes.device());
-  dequantize_groups(q.codes, q.meta, q.geometry, out, q.order.blocking);
+  dequantize_groups(q.codes, q.meta, q.geometry, out, q.order.walk);
   return out.to_layout(e.layout);
 }
 
 Tensor GroupStore::apply_encoded(const Encoded& enc, const Entry& e, const Tensor& grad_out) {
   const auto& q = static_cast<const Quantized&>(enc);
-  const ChannelBlocking& walk = q.order.blocking;
+  const CodecWalk& walk = q.order.walk;
   const bool device_walk = walk.channels == 0 || walk.nhwc;  // not the CPU's nChw16c walk
   const bool fused = !q.codes.is_cpu() && e.request.need == Need::Derivative && !q.order.via_plain && device_walk &&
                      grad_out.dtype() == DType::f32 && grad_out.shape() == e.shape && grad_out.layout() == e.layout &&

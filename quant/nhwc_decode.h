@@ -119,7 +119,7 @@ PACKRAT_HD inline NhwcElementDecoder nhwc_copy_block_bytes(NhwcElementDecoder d,
 // an activation's backward over the NHWC gradient and gx), by NHWC offset: a thread's gradient
 // loads (sink.load) are all issued before its first store (sink.finish; gx may be the gradient).
 template <class Sink>
-PACKRAT_HD inline void nhwc_decode_run(const NhwcWalk& w, ElementRun run, const NhwcElementDecoder& decode,
+PACKRAT_HD inline void nhwc_decode_run(const CodecWalk& w, ElementRun run, const NhwcElementDecoder& decode,
                                        const Sink& sink, int t, int threads) {
   const auto plane = static_cast<uint32_t>(w.plane);
   if (w.channels % 4 == 0) {

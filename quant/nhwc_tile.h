@@ -16,11 +16,8 @@
 
 namespace packrat {
 
-// An NHWC buffer seen in plain order: samples of `channels` x `plane` elements, plain element
-// (n, c, p) at buffer offset (n * plane + p) * channels + c.
-struct NhwcWalk {
-  int64_t channels = 0, plane = 0;  // 0: not an NHWC walk
-};
+// The walks here are NHWC ones (CodecWalk with nhwc): samples of `channels` x `plane` elements,
+// plain element (n, c, p) at buffer offset (n * plane + p) * channels + c.
 
 // A quantize block's staged run: 32 KiB of shared memory, 8 channels of a plane of 1024, so that
 // its reads are whole 32-byte sectors of each pixel (with 16 KiB, 4 channels, half sectors).
@@ -31,7 +28,7 @@ constexpr int kNhwcBlockThreads = 256;  // 8 warps a block
 // of up to 1024 values) and a run covers 8 channels or more (planes of up to 1024), so that its
 // reads are not one float per sector; the tensor's offsets fit 32 bits. Otherwise the codec reads
 // a plain copy.
-PACKRAT_HD inline bool nhwc_stageable(const GroupGeometry& g, const NhwcWalk& w) {
+PACKRAT_HD inline bool nhwc_stageable(const GroupGeometry& g, const CodecWalk& w) {
   return g.group_size <= 1024 && w.plane > 0 && w.plane <= 1024 && g.numel < (int64_t{1} << 31);
 }
 
@@ -77,7 +74,7 @@ struct BoxCursor {
 // fn(base, a, b) for each sample the run touches: the sample's first element `base` (the same
 // offset in plain order and in NHWC) and the run's part of it, [a, b) in the sample's plain order.
 template <class Fn>
-PACKRAT_HD inline void for_nhwc_run_samples(const NhwcWalk& w, ElementRun run, Fn&& fn) {
+PACKRAT_HD inline void for_nhwc_run_samples(const CodecWalk& w, ElementRun run, Fn&& fn) {
   const int64_t per_sample = w.channels * w.plane;
   for (int64_t n = run.begin / per_sample; n * per_sample < run.end; ++n) {
     const int64_t base = n * per_sample;
@@ -96,7 +93,7 @@ PACKRAT_HD inline void for_nhwc_run_samples(const NhwcWalk& w, ElementRun run, F
 // bandwidth on an H100 (CodecCuda/GroupNhwcPerPlane/...:0), waiting on each load's latency.
 constexpr int kNhwcBatch = 8;
 template <class Fn>
-PACKRAT_HD inline void for_nhwc_run(const NhwcWalk& w, ElementRun run, int t, int threads, Fn&& fn) {
+PACKRAT_HD inline void for_nhwc_run(const CodecWalk& w, ElementRun run, int t, int threads, Fn&& fn) {
   for_nhwc_run_samples(w, run, [&](int64_t base, int64_t a, int64_t b) {
     const int64_t c_lo = a / w.plane;
     const auto nc = static_cast<uint32_t>((b - 1) / w.plane - c_lo + 1);
@@ -135,11 +132,11 @@ PACKRAT_HD inline void for_nhwc_run(const NhwcWalk& w, ElementRun run, int t, in
 // channels skips the per-element bounds.
 template <int W>
 constexpr int kNhwcVectorBatch = 32 / W;  // 32 floats in flight a thread: its whole share of a tile
-PACKRAT_HD inline int nhwc_vector_width(const NhwcWalk& w) {
+PACKRAT_HD inline int nhwc_vector_width(const CodecWalk& w) {
   return w.channels % 8 == 0 ? 8 : w.channels % 4 == 0 ? 4 : 1;
 }
 template <int W, bool kChannelsInner = false, class Fn>
-PACKRAT_HD inline void for_nhwc_vectors(const NhwcWalk& w, ElementRun run, int t, int threads, Fn&& fn) {
+PACKRAT_HD inline void for_nhwc_vectors(const CodecWalk& w, ElementRun run, int t, int threads, Fn&& fn) {
   constexpr int kBatch = kNhwcVectorBatch<W>;
   constexpr unsigned kAll = (1u << W) - 1u;
   const auto plane = static_cast<int32_t>(w.plane), channels = static_cast<int32_t>(w.channels);
@@ -176,7 +173,7 @@ PACKRAT_HD inline void for_nhwc_vectors(const NhwcWalk& w, ElementRun run, int t
 
 // tile[i] = the run's plain element i, read from the NHWC buffer src with vectors of W channels.
 template <int W>
-PACKRAT_HD inline void nhwc_stage_vectors(const NhwcWalk& w, ElementRun run, const float* src, float* tile, int t,
+PACKRAT_HD inline void nhwc_stage_vectors(const CodecWalk& w, ElementRun run, const float* src, float* tile, int t,
                                           int threads) {
   constexpr int kBatch = kNhwcVectorBatch<W>;
   for_nhwc_vectors<W>(w, run, t, threads, [&](int64_t base, const int32_t* e, const int32_t* at, const unsigned* inside) {
@@ -197,7 +194,7 @@ PACKRAT_HD inline void nhwc_stage_vectors(const NhwcWalk& w, ElementRun run, con
   });
 }
 // tile[i] = the run's plain element i, read from the NHWC buffer src (this thread's share).
-PACKRAT_HD inline void nhwc_stage(const NhwcWalk& w, ElementRun run, const float* src, float* tile, int t,
+PACKRAT_HD inline void nhwc_stage(const CodecWalk& w, ElementRun run, const float* src, float* tile, int t,
                                   int threads) {
   switch (nhwc_vector_width(w)) {
     case 8:

@@ -40,7 +40,7 @@ Decoded decode_on_cpu(const std::vector<float>& plain, const std::vector<float>&
 
 // Every block of the kernel, its phases thread by thread, into sink's NHWC buffers.
 template <class Sink>
-void decode_blocks_on_host(const Decoded& d, const GroupGeometry& g, const NhwcWalk& walk, const Sink& sink,
+void decode_blocks_on_host(const Decoded& d, const GroupGeometry& g, const CodecWalk& walk, const Sink& sink,
                            bool expect_fit) {
   const NhwcElementDecoder decode = nhwc_element_decoder(d.codes.data(), d.meta.data(), g);
   const int64_t per_block = nhwc_decode_block_groups(g);
@@ -65,7 +65,7 @@ TEST(NhwcDecode, BlocksDecodeToThePlainTensorsFloatsInNhwc) {
       const std::vector<float> grad = random_values(numel, 7), grad_nhwc = to_nhwc(grad, k.n, k.c, p);
       const GroupGeometry g = geometry_of(k, bits);
       const Decoded d = decode_on_cpu(plain, grad, g);
-      const NhwcWalk walk{k.c, p};
+      const CodecWalk walk{k.c, p, true};
       std::vector<float> values(static_cast<size_t>(numel), -99.0f), gx(static_cast<size_t>(numel), -99.0f);
       decode_blocks_on_host(d, g, walk, StoreValues{values.data()}, true);
       decode_blocks_on_host(d, g, walk, Gelu{grad_nhwc.data(), gx.data()}, true);
@@ -85,7 +85,7 @@ TEST(NhwcDecode, AGroupOverTheSharedCopyIsDecodedFromGlobalMemory) {
   ASSERT_EQ(nhwc_decode_block_groups(g), 1);
   const Decoded d = decode_on_cpu(plain, grad, g);
   std::vector<float> values(static_cast<size_t>(numel), -99.0f);
-  decode_blocks_on_host(d, g, NhwcWalk{k.c, p}, StoreValues{values.data()}, false);
+  decode_blocks_on_host(d, g, CodecWalk{k.c, p, true}, StoreValues{values.data()}, false);
   EXPECT_EQ(values, to_nhwc(d.values, k.n, k.c, p));
 }
 
@@ -100,7 +100,7 @@ TEST(NhwcDecode, ARunIsDecodedWhereItLiesAndNothingElse) {
     const GroupGeometry g = geometry_of(k, 2);
     const Decoded d = decode_on_cpu(plain, grad, g);
     const NhwcElementDecoder decode = nhwc_element_decoder(d.codes.data(), d.meta.data(), g);
-    const NhwcWalk walk{c, p};
+    const CodecWalk walk{c, p, true};
     const ElementRun runs[] = {{10, 40},  {p - 3, 3 * p + 5}, {2 * c * p - 7, 2 * c * p + 70},
                                {0, numel}, {p, 2 * p},         {5 * p + 2, 7 * p - 1}};
     for (const ElementRun& run : runs)

@@ -36,15 +36,15 @@ TEST(NhwcTile, AnNhwcTensorIsWalkedInPlainOrderUnderEveryGrouping) {
     c.grouping = grouping;
     const std::string what(grouping_name(grouping));
     const CodecOrder staged = order_of({2, 8, 32, 32}, Layout::NHWC, c);
-    EXPECT_TRUE(staged.blocking.nhwc) << what;
-    EXPECT_EQ(staged.blocking.channels, 8) << what;
-    EXPECT_EQ(staged.blocking.plane, 1024) << what;
+    EXPECT_TRUE(staged.walk.nhwc) << what;
+    EXPECT_EQ(staged.walk.channels, 8) << what;
+    EXPECT_EQ(staged.walk.plane, 1024) << what;
     EXPECT_FALSE(staged.via_plain) << what;
     const CodecOrder large_planes = order_of({2, 3, 40, 40}, Layout::NHWC, c);
-    EXPECT_FALSE(large_planes.blocking.nhwc) << what;
+    EXPECT_FALSE(large_planes.walk.nhwc) << what;
     EXPECT_TRUE(large_planes.via_plain) << what;
     const CodecOrder plain = order_of({2, 8, 32, 32}, Layout::Plain, c);
-    EXPECT_EQ(plain.blocking.channels, 0) << what;
+    EXPECT_EQ(plain.walk.channels, 0) << what;
     EXPECT_FALSE(plain.via_plain) << what;
     c.group_size = 2048;  // over a tile's 1024-value groups
     EXPECT_TRUE(order_of({2, 8, 32, 32}, Layout::NHWC, c).via_plain) << what;
@@ -57,7 +57,7 @@ TEST(NhwcTile, StagingReadsTheRunInPlainOrder) {
   for (const int64_t c : {5, 8, 12, 16}) {
     const int64_t n = 3, p = 7 * 9, numel = n * c * p;
     const std::vector<float> plain = random_values(numel, 1), nhwc = to_nhwc(plain, n, c, p);
-    const NhwcWalk walk{c, p};
+    const CodecWalk walk{c, p, true};
     EXPECT_EQ(nhwc_vector_width(walk), c % 8 == 0 ? 8 : c % 4 == 0 ? 4 : 1);
     // Runs within a channel, across channels (partial at both ends), across samples, the whole
     // tensor, channels 5 .. 6 (a quad's middle).
@@ -83,7 +83,7 @@ TEST(NhwcTile, StagedBlocksQuantizeToTheCpuBytesOfThePlainTensor) {
       const std::vector<float> plain = random_values(numel, static_cast<uint64_t>(numel + bits));
       const std::vector<float> nhwc = to_nhwc(plain, k.n, k.c, p);
       const GroupGeometry g = geometry_of(k, bits);
-      const NhwcWalk walk{k.c, p};
+      const CodecWalk walk{k.c, p, true};
       ASSERT_TRUE(nhwc_stageable(g, walk)) << k.name();
       std::vector<uint8_t> cpu_codes(static_cast<size_t>(g.code_bytes())), cpu_meta(static_cast<size_t>(g.meta_bytes()));
       quantize_groups(plain.data(), g, Rounding::Stochastic, kNoise, cpu_codes.data(), cpu_meta.data());
