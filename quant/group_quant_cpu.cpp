@@ -11,6 +11,7 @@
 #include "core/parallel.h"
 #include "quant/group_quant.h"
 #include "quant/group_quant_simd.h"
+#include "quant/plain_runs.h"
 
 #if defined(__AVX512F__)
 #include <immintrin.h>
@@ -160,151 +161,6 @@ inline void dequantize_run(const uint8_t* codes, int64_t n, const GroupParams& p
   for (; i < n; ++i) out[i] = dequantize_value(codes[i], p);
 }
 
-// The buffer offset of plain element e of an nChw16c tensor (see CodecWalk).
-inline int64_t blocked_offset(const CodecWalk& b, int64_t e) {
-  const int64_t nc = e / b.plane, s = e % b.plane, n = nc / b.channels, c = nc % b.channels;
-  return ((n * (b.channels / 16) + c / 16) * b.plane + s) * 16 + c % 16;
-}
-
-// Calls fn(run_start, run_len, offset) for the runs of [e0, e0 + len) that stay within one
-// channel plane; a run's elements lie 16 floats apart from `offset` on.
-template <typename Fn>
-void for_plane_runs(const CodecWalk& b, int64_t e0, int64_t len, Fn&& fn) {
-  for (int64_t e = e0; e < e0 + len;) {
-    const int64_t run = std::min(b.plane - e % b.plane, e0 + len - e);
-    fn(e - e0, run, blocked_offset(b, e));
-    e += run;
-  }
-}
-
-#if defined(__AVX512F__)
-// The float offsets of one channel's 16 consecutive positions in an nChw16c plane: 0, 16, .., 240.
-inline __m512i every16th() {
-  return _mm512_setr_epi32(0, 16, 32, 48, 64, 80, 96, 112, 128, 144, 160, 176, 192, 208, 224, 240);
-}
-#endif
-
-// dst[i] = x's plain element e0 + i, i < len.
-void gather_plain(const float* x, const CodecWalk& b, int64_t e0, int64_t len, float* dst) {
-  for_plane_runs(b, e0, len, [&](int64_t i0, int64_t run, int64_t offset) {
-    const float* src = x + offset;
-    int64_t i = 0;
-#if defined(__AVX512F__)
-    for (; i + 16 <= run; i += 16) _mm512_storeu_ps(dst + i0 + i, _mm512_i32gather_ps(every16th(), src + 16 * i, 4));
-#endif
-    for (; i < run; ++i) dst[i0 + i] = src[16 * i];
-  });
-}
-// out's plain element e0 + i = src[i], i < len.
-void scatter_plain(const float* src, const CodecWalk& b, int64_t e0, int64_t len, float* out) {
-  for_plane_runs(b, e0, len, [&](int64_t i0, int64_t run, int64_t offset) {
-    float* dst = out + offset;
-    int64_t i = 0;
-#if defined(__AVX512F__)
-    for (; i + 16 <= run; i += 16) _mm512_i32scatter_ps(dst + 16 * i, every16th(), _mm512_loadu_ps(src + i0 + i), 4);
-#endif
-    for (; i < run; ++i) dst[16 * i] = src[i0 + i];
-  });
-}
-
-// dst[c * dst_stride + i] = src[i * src_stride + c] for i, c < 16 (a 16 x 16 transpose), or
-// false without AVX-512.
-inline bool transpose16(const float* src, int64_t src_stride, float* dst, int64_t dst_stride) {
-#if defined(__AVX512F__)
-  __m512 r[16], t[16];
-  for (int i = 0; i < 16; ++i) r[i] = _mm512_loadu_ps(src + i * src_stride);
-  for (int i = 0; i < 16; i += 2) {  // per 128-bit lane: (r_i, r_i+1) interleaved by pairs
-    t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
-    t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
-  }
-  for (int i = 0; i < 16; i += 4) {  // r[i + j], lane L: column 4L + j of rows i..i+3
-    const __m512d a = _mm512_castps_pd(t[i]), b = _mm512_castps_pd(t[i + 1]);
-    const __m512d c = _mm512_castps_pd(t[i + 2]), d = _mm512_castps_pd(t[i + 3]);
-    r[i] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, c));
-    r[i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, c));
-    r[i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(b, d));
-    r[i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(b, d));
-  }
-  for (int j = 0; j < 4; ++j) {  // column 4L + j: lane L of r[j], r[4 + j], r[8 + j], r[12 + j]
-    const __m512 u0 = _mm512_shuffle_f32x4(r[j], r[4 + j], 0x44), u1 = _mm512_shuffle_f32x4(r[j], r[4 + j], 0xEE);
-    const __m512 v0 = _mm512_shuffle_f32x4(r[8 + j], r[12 + j], 0x44), v1 = _mm512_shuffle_f32x4(r[8 + j], r[12 + j], 0xEE);
-    _mm512_storeu_ps(dst + (0 + j) * dst_stride, _mm512_shuffle_f32x4(u0, v0, 0x88));
-    _mm512_storeu_ps(dst + (4 + j) * dst_stride, _mm512_shuffle_f32x4(u0, v0, 0xDD));
-    _mm512_storeu_ps(dst + (8 + j) * dst_stride, _mm512_shuffle_f32x4(u1, v1, 0x88));
-    _mm512_storeu_ps(dst + (12 + j) * dst_stride, _mm512_shuffle_f32x4(u1, v1, 0xDD));
-  }
-  return true;
-#else
-  (void)src, (void)src_stride, (void)dst, (void)dst_stride;
-  return false;
-#endif
-}
-
-// (plane, 16) at src <-> (16, plane) at dst: src[s * 16 + k] -> dst[k * plane + s] (to_planes),
-// or back.
-void transpose_tile(const float* src, float* dst, int64_t plane, bool to_planes) {
-  int64_t s = 0;
-  for (; s + 16 <= plane; s += 16) {
-    const bool done = to_planes ? transpose16(src + s * 16, 16, dst + s, plane)
-                                : transpose16(src + s, plane, dst + s * 16, 16);
-    if (!done) break;
-  }
-  for (; s < plane; ++s)
-    for (int64_t k = 0; k < 16; ++k) {
-      if (to_planes)
-        dst[k * plane + s] = src[s * 16 + k];
-      else
-        dst[s * 16 + k] = src[k * plane + s];
-    }
-}
-
-// One thread's copy, in plain order, of the 16-channel tile of an nChw16c buffer that its groups
-// are in: tile t holds channels 16k..16k+15 of one sample, the plain elements
-// [t * 16 * plane, (t + 1) * 16 * plane), stored (plane, 16). A thread's groups come in rising
-// order, so each tile is transposed once, not gathered 16 floats apart group by group.
-class PlainTile {
- public:
-  explicit PlainTile(const CodecWalk& b) : b_(b), len_(16 * b.plane), buf_(static_cast<size_t>(len_)) {}
-  int64_t tile_of(int64_t e) const { return e / len_; }
-  // Whether the plain elements [e0, e0 + n) lie in one tile.
-  bool holds(int64_t e0, int64_t n) const { return tile_of(e0) == tile_of(e0 + n - 1); }
-  // The plain elements [e0, e0 + n) of x (holds(e0, n)), from the tile's copy.
-  const float* read(const float* x, int64_t e0) {
-    const int64_t t = tile_of(e0);
-    if (t != tile_) {
-      transpose_tile(x + t * len_, buf_.data(), b_.plane, true);
-      tile_ = t;
-    }
-    return buf_.data() + (e0 - t * len_);
-  }
-  // Where to write the plain elements [e0, e0 + n) of out (holds(e0, n)); written back to out
-  // when another tile is asked for, or by flush.
-  float* write(float* out, int64_t e0, int64_t n) {
-    const int64_t t = tile_of(e0);
-    if (t != tile_) {
-      flush(out);
-      tile_ = t;
-      lo_ = hi_ = e0;
-    }
-    hi_ = e0 + n;
-    return buf_.data() + (e0 - t * len_);
-  }
-  void flush(float* out) {
-    if (tile_ < 0 || hi_ == lo_) return;
-    if (hi_ - lo_ == len_) {  // the whole tile
-      transpose_tile(buf_.data(), out + tile_ * len_, b_.plane, false);
-    } else {  // part of it (the rest is another thread's)
-      scatter_plain(buf_.data() + (lo_ - tile_ * len_), b_, lo_, hi_ - lo_, out);
-    }
-    lo_ = hi_;
-  }
-
- private:
-  CodecWalk b_;
-  int64_t len_, tile_ = -1, lo_ = 0, hi_ = 0;  // the tile held; its plain range written [lo_, hi_)
-  std::vector<float> buf_;                     // (16, plane)
-};
-
 // Calls fn(g0, g1) over ranges of about `grain` groups. Dynamic scheduling: on a machine shared
 // with other jobs, a thread that gets descheduled does not hold the others at the barrier with
 // a whole static share of the work.
@@ -329,18 +185,11 @@ void quantize_impl(const float* x, const GroupGeometry& g, Rounding rounding, co
   for_group_ranges(g.groups(), grain, [&](int64_t g0, int64_t g1) {
     alignas(64) uint8_t code_buf[kChunk];  // (kChunk,)
     NoiseWindow window(noise);
-    std::vector<float> gathered(walk.channels ? static_cast<size_t>(g.group_size) : 0);  // (group_size,)
-    std::optional<PlainTile> tile;
-    if (walk.channels) tile.emplace(walk);
+    std::optional<PlainRuns> plain;  // an nChw16c buffer's groups in plain order
+    if (walk.channels) plain.emplace(walk, g.group_size);
     for (int64_t gi = g0; gi < g1; ++gi) {
       const int64_t start = g.group_start(gi), len = g.group_len(gi);
-      const float* xg = x + start;
-      if (tile && tile->holds(start, len)) {
-        xg = tile->read(x, start);
-      } else if (tile) {  // a group of several planes across two tiles
-        gather_plain(x, walk, start, len, gathered.data());
-        xg = gathered.data();
-      }
+      const float* xg = plain ? plain->read(x, start, len) : x + start;
       float mn, mx;
       group_range(xg, len, mn, mx);
       const GroupParams p = group_params(mn, mx, B, g.meta);
@@ -365,23 +214,20 @@ void dequantize_impl(const uint8_t* codes, const uint8_t* meta, const GroupGeome
   const int64_t grain = std::max<int64_t>(1, kMinParallelWork / g.group_size);
   for_group_ranges(g.groups(), grain, [&](int64_t g0, int64_t g1) {
     alignas(64) uint8_t code_buf[kChunk];  // (kChunk,)
-    std::vector<float> decoded(walk.channels ? static_cast<size_t>(g.group_size) : 0);  // (group_size,)
-    std::optional<PlainTile> tile;
-    if (walk.channels) tile.emplace(walk);
+    std::optional<PlainRuns> plain;  // an nChw16c buffer's groups in plain order
+    if (walk.channels) plain.emplace(walk, g.group_size);
     for (int64_t gi = g0; gi < g1; ++gi) {
       const int64_t start = g.group_start(gi), len = g.group_len(gi);
       const GroupParams p = load_group_meta(meta + gi * meta_size, g.meta);
       const uint8_t* src = codes + g.group_code_offset(gi);
-      const bool in_tile = tile && tile->holds(start, len);
-      float* og = in_tile ? tile->write(out, start, len) : tile ? decoded.data() : out + start;
+      float* og = plain ? plain->write(out, start, len) : out + start;
       for (int64_t c = 0; c < len; c += kChunk) {
         const int64_t n = std::min(kChunk, len - c);
         unpack_chunk<B>(src + c * B / 8, n, code_buf);
         dequantize_run(code_buf, n, p, og + c);
       }
-      if (tile && !in_tile) scatter_plain(og, walk, start, len, out);
     }
-    if (tile) tile->flush(out);
+    if (plain) plain->finish(out);
   });
 }
 

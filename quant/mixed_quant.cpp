@@ -237,17 +237,33 @@ void dequantize_mixed_apply_on_host(const MixedPacked& p, ActivationId fn, bool 
   });
 }
 
+// The CPU kernels' walk of t: an nChw16c buffer in plain order, else as it lies (plain).
+CodecWalk cpu_walk(const Tensor& t) {
+  return t.layout() == Layout::nChw16c ? CodecWalk{t.dim(1), channel_plane(t), false} : CodecWalk{};
+}
+
+// The device kernels take plain tensors only (mixed_codec_walks).
+void check_plain_on_device(const Tensor& t, const char* where) {
+  PACKRAT_CHECK(t.layout() == Layout::Plain, "{}: a {} tensor on {}: the codes follow the logical order, which the "
+                "device kernels walk in plain tensors only (give its plain copy)", where, t.describe(), t.device().str());
+}
+
 }  // namespace
+
+bool mixed_codec_walks(Layout layout, Device d) {
+  return layout == Layout::Plain || (d.is_cpu() && layout == Layout::nChw16c);
+}
 
 MixedPacked quantize_mixed(const Tensor& x, const MixedQuantConfig& c, const QuantNoise& noise) {
   PACKRAT_CHECK(x.dtype() == DType::f32, "quantize_mixed: the input is {}, expected f32", x.describe());
-  if (x.is_cpu()) return quantize_mixed(x.data<float>(), x.numel(), c, noise);
+  if (x.is_cpu()) return quantize_mixed(x.data<float>(), x.numel(), c, noise, cpu_walk(x));
   MixedPacked emulated;  // the CPU kernel's buffers, moved to x's device (the test seam of codec_device.h)
   if (codec_ran_on_host(x.device(), {x}, [&] { emulated = quantize_mixed(x, c, noise); })) {
     for (Tensor* t : {&emulated.codes, &emulated.meta_data, &emulated.flags})
       if (t->defined()) *t = t->to(x.device());
     return emulated;
   }
+  check_plain_on_device(x, "quantize_mixed");
 #if PACKRAT_HAVE_CUDA
   c.check("mixed quantization");
   return quantize_mixed_cuda(x, c, noise);
@@ -267,10 +283,11 @@ void dequantize_mixed(const MixedPacked& p, const Tensor& out) {
                 p.codes.defined() ? p.codes.device().str() : "-", p.meta_data.defined() ? p.meta_data.device().str() : "-",
                 p.flags.defined() ? ", flags on " + p.flags.device().str() : "", d.str());
   if (out.is_cpu()) {
-    dequantize_mixed(p, out.data<float>());
+    dequantize_mixed(p, out.data<float>(), cpu_walk(out));
     return;
   }
   if (codec_ran_on_host(d, {p.codes, p.meta_data, p.flags, out}, [&] { dequantize_mixed(p, out); })) return;
+  check_plain_on_device(out, "dequantize_mixed");
 #if PACKRAT_HAVE_CUDA
   dequantize_mixed_cuda(p, out);
 #else
@@ -286,6 +303,9 @@ void dequantize_mixed_apply(const MixedPacked& p, ActivationId fn, bool from_out
                 grad.describe(), gx.describe());
   PACKRAT_CHECK(static_cast<int>(fn) < kNumActivations, "dequantize_mixed_apply: no activation with id {}",
                 static_cast<int>(fn));
+  PACKRAT_CHECK(grad.layout() == Layout::Plain && gx.layout() == Layout::Plain,
+                "dequantize_mixed_apply: the gradient ({}) and the output ({}) must be plain, in the codes' logical order",
+                grad.describe(), gx.describe());
   const Device d = gx.device();
   const bool one_device = grad.device() == d && (!p.codes.defined() || p.codes.device() == d) &&
                           (!p.meta_data.defined() || p.meta_data.device() == d) &&

@@ -1,7 +1,8 @@
 #pragma once
 // Mixed-precision per-bucket quantization (the stochastic mixed-precision thesis, ch. 4 and 5).
-// A saved f32 buffer (as it lies in memory) is cut into buckets of `bucket_size` contiguous
-// elements, the last one a tail; each bucket independently takes the higher width `mix` with
+// A saved f32 buffer is cut into buckets of `bucket_size` contiguous elements, the last one a
+// tail (the store hands the codec a tensor in its logical NCHW order, the thesis's contiguous
+// chunks of the activation, whatever its layout: quant/mixed_store.h); each bucket independently takes the higher width `mix` with
 // probability `mix_prob` and the base width otherwise (or one draw for the whole tensor, the
 // thesis's global variant; with bucket_size >= numel and the max-abs rule that is exactly its
 // GlobalStochActQuant, listing 5.5), and is quantized on its own scale:
@@ -104,12 +105,15 @@ void unpack_wide_codes(const uint8_t* src, int64_t n, int bits, uint16_t* codes)
 
 // ---- entry points: dispatched by the device of their tensors -------------------------------
 
-// Quantizes x (any shape, f32, the buffer as it lies); the result's Tensors on x's device under
-// the current TagScope. CPU: the kernel below. A GPU: the CUDA kernels (mixed_quant_cuda.cu),
+// The codes follow the tensor's logical (plain NCHW) order. The entry points walk a plain tensor,
+// and on the CPU an nChw16c one (mixed_codec_walks); a caller hands any other (a GPU's NHWC) as
+// its plain copy (quant/mixed_store.cpp).
+bool mixed_codec_walks(Layout layout, Device d);
+// Quantizes x (any shape, f32); the result's Tensors on x's device under the current TagScope. CPU: the kernel below. A GPU: the CUDA kernels (mixed_quant_cuda.cu),
 // the same bytes; with per-bucket decisions the host reads back the code size (one synchronising
 // 16-byte copy) to allocate the codes. A build without CUDA: packrat::Error.
 MixedPacked quantize_mixed(const Tensor& x, const MixedQuantConfig& c, const QuantNoise& noise);
-// Dequantizes into out (p.numel f32, any shape), on the codes' device: every buffer of p and out
+// Dequantizes into out (p.numel f32, any shape, a layout mixed_codec_walks), on the codes' device: every buffer of p and out
 // on one device, else packrat::Error.
 void dequantize_mixed(const MixedPacked& p, const Tensor& out);
 // An activation's backward from the codes in one pass: gx = grad * f'(x), x the dequantized values
@@ -129,14 +133,16 @@ MixedPacked mixed_packed_header(int64_t numel, const MixedQuantConfig& c);
 
 // ---- the CPU kernels (mixed_quant_cpu.cpp), on host pointers ------------------------------
 
-// Quantizes x (numel floats, the buffer as it lies) in one parallel pass over the buckets (the
-// bytes of quantize_bucket_ref, bucket by bucket, with the widths of bucket_takes_mix).
+// Quantizes x (numel floats, in the order of walk: the buffer as it lies, or an nChw16c buffer in
+// plain order) in one parallel pass over the buckets (the bytes of quantize_bucket_ref, bucket by
+// bucket, with the widths of bucket_takes_mix).
 // The widths are chosen by decide_buckets with the same noise; Tensors under the current TagScope.
 // Affine buckets at 1, 2, 3, 4 or 8 bits are quantized by a fused kernel built from per-group
 // quantization's SIMD pieces (quant/group_quant_simd.h: noise, range, packing) and dequantized by
 // dequantize_groups; the other widths and the sign-magnitude rules by this file's own loops.
-MixedPacked quantize_mixed(const float* x, int64_t numel, const MixedQuantConfig& c, const QuantNoise& noise);
-// Dequantizes into out (p.numel floats).
-void dequantize_mixed(const MixedPacked& p, float* out);
+MixedPacked quantize_mixed(const float* x, int64_t numel, const MixedQuantConfig& c, const QuantNoise& noise,
+                           const CodecWalk& walk = {});
+// Dequantizes into out (p.numel floats, in the order of walk).
+void dequantize_mixed(const MixedPacked& p, float* out, const CodecWalk& walk = {});
 
 }  // namespace packrat

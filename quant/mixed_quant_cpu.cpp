@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <optional>
 #include <type_traits>
 
 #include "core/error.h"
@@ -12,6 +13,7 @@
 #include "quant/bitpack.h"
 #include "quant/group_quant_simd.h"
 #include "quant/mixed_quant.h"
+#include "quant/plain_runs.h"
 
 #if defined(__AVX512F__)
 #include <immintrin.h>
@@ -443,7 +445,8 @@ void unpack_wide_codes(const uint8_t* src, int64_t n, int bits, uint16_t* codes)
   for (int64_t i = 0; i < n; ++i) codes[i] = static_cast<uint16_t>(codes[i] | (part[static_cast<size_t>(i)] << 8));
 }
 
-MixedPacked quantize_mixed(const float* x, int64_t numel, const MixedQuantConfig& c, const QuantNoise& noise) {
+MixedPacked quantize_mixed(const float* x, int64_t numel, const MixedQuantConfig& c, const QuantNoise& noise,
+                           const CodecWalk& walk) {
   c.check("mixed quantization");
   const BucketGeometry g = bucket_geometry(numel, c.bucket_size);
   MixedPacked p = mixed_packed_header(numel, c);
@@ -488,20 +491,22 @@ MixedPacked quantize_mixed(const float* x, int64_t numel, const MixedQuantConfig
   auto run_range = [&](int64_t r) {
     const int64_t b0 = r * grain, b1 = std::min(g.buckets, b0 + grain);
     int64_t off = range_off[static_cast<size_t>(r)];
+    std::optional<PlainRuns> plain;  // an nChw16c buffer's buckets in plain order
+    if (walk.channels) plain.emplace(walk, g.bucket_size);
     for (int64_t b = b0; b < b1; ++b) {
       const bool is_mix = flags[static_cast<size_t>(b)] != 0;
       const BucketWidth& w = is_mix ? c.mix : c.base;
       const int64_t len = g.len(b);
+      const float* xb = plain ? plain->read(x, g.start(b), len) : x + g.start(b);
       const uint64_t stream = bucket_stream(noise.stream, static_cast<uint64_t>(b));
       if (is_mix ? fast_mix : fast_base) {
         dispatch_group_bits(w.bits, [&](auto cb) {
-          quantize_affine_bucket<decltype(cb)::value>(x + g.start(b), len, stochastic, c.meta, noise.seed, stream,
-                                                      meta + b * mb, codes + off);
+          quantize_affine_bucket<decltype(cb)::value>(xb, len, stochastic, c.meta, noise.seed, stream, meta + b * mb,
+                                                      codes + off);
         });
       } else {
         dispatch_code_bits(w.code_bits, [&](auto cb) {
-          quantize_bucket<decltype(cb)::value>(x + g.start(b), len, w, job, QuantNoise{noise.seed, stream}, meta + b * mb,
-                                               codes + off);
+          quantize_bucket<decltype(cb)::value>(xb, len, w, job, QuantNoise{noise.seed, stream}, meta + b * mb, codes + off);
         });
       }
       off += packed_bytes(len, w.code_bits);
@@ -518,7 +523,7 @@ MixedPacked quantize_mixed(const float* x, int64_t numel, const MixedQuantConfig
   return p;
 }
 
-void dequantize_mixed(const MixedPacked& p, float* out) {
+void dequantize_mixed(const MixedPacked& p, float* out, const CodecWalk& walk) {
   const BucketGeometry g = p.geometry();
   if (g.buckets == 0) return;
   std::vector<uint8_t> flags(static_cast<size_t>(g.buckets), p.uniform_is_mix ? 1 : 0);  // (buckets,)
@@ -530,10 +535,14 @@ void dequantize_mixed(const MixedPacked& p, float* out) {
   const uint8_t* codes = p.codes.data<uint8_t>();
   const uint8_t* meta = p.meta_data.data<uint8_t>();
   parallel_chunks(g.buckets, bucket_grain(g.bucket_size), [&](int64_t b0, int64_t b1) {
+    std::optional<PlainRuns> plain;  // an nChw16c buffer's buckets in plain order, a bucket a run
+    if (walk.channels) plain.emplace(walk, g.bucket_size);
     for (int64_t b = b0; b < b1;) {
       const BucketWidth& w = flags[static_cast<size_t>(b)] ? p.mix : p.base;
-      int64_t e = b + 1;  // a run of buckets at the same width
-      while (e < b1 && flags[static_cast<size_t>(e)] == flags[static_cast<size_t>(b)]) ++e;
+      int64_t e = b + 1;  // a run of buckets at the same width (one bucket through `plain`)
+      while (!plain && e < b1 && flags[static_cast<size_t>(e)] == flags[static_cast<size_t>(b)]) ++e;
+      const int64_t n = g.start(e - 1) + g.len(e - 1) - g.start(b);
+      float* ob = plain ? plain->write(out, g.start(b), n) : out + g.start(b);
       if (per_group_kernel(p.scale, w)) {
         // A run is a row of equal groups to the per-group dequantizer (codes and metadata contiguous).
         GroupQuantConfig gc;
@@ -541,17 +550,17 @@ void dequantize_mixed(const MixedPacked& p, float* out) {
         gc.group_size = g.bucket_size;
         gc.grouping = Grouping::Flat;
         gc.meta = p.meta;
-        const int64_t n = g.start(e - 1) + g.len(e - 1) - g.start(b);
-        dequantize_groups(codes + off[static_cast<size_t>(b)], meta + b * mb, group_geometry(n, 1, gc), out + g.start(b));
+        dequantize_groups(codes + off[static_cast<size_t>(b)], meta + b * mb, group_geometry(n, 1, gc), ob);
       } else {
         for (int64_t k = b; k < e; ++k)
           dispatch_code_bits(w.code_bits, [&](auto cb) {
             dequantize_bucket<decltype(cb)::value>(codes + off[static_cast<size_t>(k)], g.len(k), w, p.scale, p.meta,
-                                                   meta + k * mb, out + g.start(k));
+                                                   meta + k * mb, ob + (g.start(k) - g.start(b)));
           });
       }
       b = e;
     }
+    if (plain) plain->finish(out);
   });
 }
 

@@ -59,6 +59,20 @@ void MixedStore::count(const MixedPacked& p) {
   stats_.bytes += p.bytes();
 }
 
+namespace {
+
+// The codec's input: x where the codec walks it in its logical (plain NCHW) order, the thesis's
+// contiguous chunks of the activation (plain, or the CPU's nChw16c), else (a GPU's NHWC) a
+// transient plain copy, so that a bucket holds the same elements, and gets the same codes, in
+// every layout.
+Tensor in_logical_order(const Tensor& x) {
+  if (mixed_codec_walks(x.layout(), x.device())) return x;
+  const TagScope scratch(MemTag::Workspace);
+  return x.to_plain();
+}
+
+}  // namespace
+
 std::unique_ptr<CompressingStore::Encoded> MixedStore::encode(const Tensor& x, const SaveRequest&) {
   auto q = std::make_unique<Quantized>();
   q->quant = options_.quant;
@@ -71,8 +85,9 @@ std::unique_ptr<CompressingStore::Encoded> MixedStore::encode(const Tensor& x, c
     if (q->original_tag != MemTag::Parameter) x.storage()->allocation->retag(MemTag::Saved);
     return q;
   }
+  const Tensor logical = in_logical_order(x);
   TagScope tag(MemTag::Saved);
-  q->packed = quantize_mixed(x, q->quant, q->noise);
+  q->packed = quantize_mixed(logical, q->quant, q->noise);
   count(q->packed);
   return q;
 }
@@ -80,21 +95,24 @@ std::unique_ptr<CompressingStore::Encoded> MixedStore::encode(const Tensor& x, c
 Tensor MixedStore::values(const Encoded& enc, const Entry& e) {
   const auto& q = static_cast<const Quantized&>(enc);
   TagScope tag(MemTag::Workspace);  // a transient copy for the backward of one op
-  Tensor out = Tensor::empty(e.shape, DType::f32, e.layout, MemTag::Workspace, q.device);  // the saved tensor's shape and layout
+  const Layout walked = mixed_codec_walks(e.layout, q.device) ? e.layout : Layout::Plain;  // reordered below if not
+  Tensor out = Tensor::empty(e.shape, DType::f32, walked, MemTag::Workspace, q.device);
   if (options_.mode == StorageMode::SaveQuantized) {
     dequantize_mixed(q.packed, out);
   } else {  // quantize_on_backward: quantize now, with the keys drawn at save
-    const MixedPacked p = quantize_mixed(q.reference, q.quant, q.noise);
+    const MixedPacked p = quantize_mixed(in_logical_order(q.reference), q.quant, q.noise);
     count(p);
     dequantize_mixed(p, out);
   }
-  return out;
+  return out.to_layout(e.layout);  // the saved tensor's layout
 }
 
 Tensor MixedStore::apply_encoded(const Encoded& enc, const Entry& e, const Tensor& grad_out) {
   const auto& q = static_cast<const Quantized&>(enc);
+  // The one pass reads the gradient in the codes' order: a plain one.
   const bool fused = !q.device.is_cpu() && e.request.need == Need::Derivative && grad_out.dtype() == DType::f32 &&
-                     grad_out.shape() == e.shape && grad_out.layout() == e.layout && grad_out.device() == q.device;
+                     grad_out.shape() == e.shape && e.layout == Layout::Plain && grad_out.layout() == Layout::Plain &&
+                     grad_out.device() == q.device;
   if (!fused) return CompressingStore::apply_encoded(enc, e, grad_out);
   const Pointwise& fn = *e.request.fn;
   Tensor gx = Tensor::empty_like(grad_out);
@@ -102,7 +120,7 @@ Tensor MixedStore::apply_encoded(const Encoded& enc, const Entry& e, const Tenso
     dequantize_mixed_apply(q.packed, fn.id, fn.derivative_from_output != nullptr, grad_out, gx);
   } else {  // quantize_on_backward: quantize now, with the keys drawn at save (the codes are transient)
     const TagScope tag(MemTag::Workspace);
-    const MixedPacked p = quantize_mixed(q.reference, q.quant, q.noise);
+    const MixedPacked p = quantize_mixed(q.reference, q.quant, q.noise);  // plain, as the gradient
     count(p);
     dequantize_mixed_apply(p, fn.id, fn.derivative_from_output != nullptr, grad_out, gx);
   }

@@ -15,6 +15,11 @@
 //                       as are non-f32 values
 //   Mask                exact, 1 bit per element (u8/i32/i64 0/1 in, the same dtype out)
 //   Index               packed at index_bits (1..16); kept exactly when a value does not fit
+// Buckets are contiguous in the tensor's logical (plain NCHW) order, as the thesis cuts the
+// activation, in every layout, so that a tensor gets the same codes on the CPU and on a GPU: the
+// CPU kernels walk a blocked buffer (nChw16c, its convolutions') in plain order; a GPU's NHWC
+// tensor is quantized from a transient plain copy and decoded into one, then reordered (Workspace
+// both). The one-pass backward from the codes (apply_encoded) is kept for plain tensors.
 // A buffer saved twice (same storage and version, same form) is held once and counted once
 // (the bookkeeping is quant/compressing_store.h's).
 // Every byte held is a packrat Tensor allocated under TagScope(MemTag::Saved).
@@ -94,7 +99,7 @@ class MixedStore : public CompressingStore {
   // x dequantized (a Workspace tensor); the base's decode and apply_encoded take f' of it.
   Tensor values(const Encoded& enc, const Entry& e) override;
   // On a GPU, grad * f'(x) straight from the codes in one pass (dequantize_mixed_apply), no
-  // Workspace tensor of x; on the CPU, the base's two vectorised passes.
+  // Workspace tensor of x, for a plain tensor; on the CPU, and for other layouts, the base's two passes.
   Tensor apply_encoded(const Encoded& enc, const Entry& e, const Tensor& grad_out) override;
   bool codec_on_devices() const override { return true; }  // quant/mixed_quant.h's entry points
 

@@ -128,6 +128,32 @@ TEST(MixedQuant, NoiseIsPerGroupQuantizationsNoise) {
   }
 }
 
+// The codes follow the tensor's logical order: an nChw16c tensor (the CPU convolutions' layout)
+// is walked in plain order, so its codes, metadata and flags are its plain copy's byte for byte,
+// and it decodes into nChw16c to the plain copy's values. Planes of 63 (tiles of 1008 plain
+// elements): buckets within a tile, across two, and longer than a tile; affine and max-abs rules.
+TEST(MixedQuant, AnNChw16cTensorIsQuantizedInItsLogicalOrder) {
+  const std::vector<float> v = random_values(2 * 32 * 63, 14);
+  Tensor plain = Tensor::empty(Shape{2, 32, 9, 7});
+  std::memcpy(plain.data<float>(), v.data(), v.size() * sizeof(float));
+  const Tensor blocked = plain.to_layout(Layout::nChw16c);
+  auto bytes = [](const Tensor& t) {
+    return t.defined() ? std::vector<uint8_t>(t.data<uint8_t>(), t.data<uint8_t>() + t.nbytes()) : std::vector<uint8_t>{};
+  };
+  for (ScaleRule rule : {ScaleRule::Affine, ScaleRule::MaxAbs})
+    for (int64_t bucket : {100, 512, 2048}) {
+      const MixedQuantConfig c = config(rule, 2, 4, 0.5, bucket);
+      const QuantNoise noise{3, 9};
+      const MixedPacked from_plain = quantize_mixed(plain, c, noise), from_blocked = quantize_mixed(blocked, c, noise);
+      EXPECT_EQ(bytes(from_blocked.codes), bytes(from_plain.codes)) << bucket;
+      EXPECT_EQ(bytes(from_blocked.meta_data), bytes(from_plain.meta_data)) << bucket;
+      EXPECT_EQ(bytes(from_blocked.flags), bytes(from_plain.flags)) << bucket;
+      Tensor out = Tensor::empty(plain.shape(), DType::f32, Layout::nChw16c);
+      dequantize_mixed(from_blocked, out);
+      EXPECT_EQ(out.to_plain().to_vector(), dequantized(from_plain)) << bucket;
+    }
+}
+
 TEST(MixedQuant, WideCodesRoundTrip) {
   for (int bits = 1; bits <= kMaxCodeBits; ++bits) {
     for (int64_t n : {0, 1, 7, 8, 9, 31, 64, 77}) {

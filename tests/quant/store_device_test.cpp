@@ -416,6 +416,44 @@ void expect_cpu_blocked_groups_match_plain_groups_on(Device d) {
   }
 }
 
+// Buckets hold the same elements of a tensor in every layout (quant/mixed_store.h): the CPU's
+// blocked tensor (nChw16c) and device d's in `layout` (a GPU's NHWC; plain on the emulated GPU,
+// whose layouts are the CPU's) load the same values and apply the same derivative, from the same
+// bytes, for every mixed case.
+void expect_mixed_buckets_match_across_layouts(Device d, Layout layout) {
+  const Tensor host = random_tensor({2, 32, 9, 7}, 68, -3.0f, 3.0f), grad = random_tensor(host.shape(), 69);  // planes of 63
+  for (const SchemeSpec& spec : mixed_cases()) {
+    std::string name = spec.scheme;
+    for (const auto& [k, v] : spec.options) name += " " + k + "=" + v;
+    const std::unique_ptr<SavedTensorStore> cpu_store = make_store(spec, 5), device_store = make_store(spec, 5);
+    const SaveRequest value = request(Need::Value, "conv2d", "c"), derivative = request(Need::Derivative, "gelu", "act", "gelu");
+    const Tensor blocked = host.to_layout(Layout::nChw16c);
+    const SavedHandle vc = cpu_store->save(blocked, value), dc = cpu_store->save(blocked, derivative);
+    const std::vector<float> cpu_value = cpu_store->load(vc).to_plain().to_vector();
+    const std::vector<float> cpu_grad = cpu_store->apply_derivative(dc, grad.to_layout(Layout::nChw16c)).to_plain().to_vector();
+    std::vector<float> device_value, device_grad;
+    {
+      DeviceScope on(d);
+      const Tensor x = backend(d).to_layout(host.to(d), layout);
+      const SavedHandle vd = device_store->save(x, value), dd = device_store->save(x, derivative);
+      const Tensor loaded = device_store->load(vd);
+      const Tensor gx = device_store->apply_derivative(dd, backend(d).to_layout(grad.to(d), layout));
+      EXPECT_EQ(loaded.layout(), layout) << name;
+      EXPECT_EQ(gx.layout(), layout) << name;
+      device_value = backend(d).to_layout(loaded, Layout::Plain).to(Device::cpu()).to_vector();
+      device_grad = backend(d).to_layout(gx, Layout::Plain).to(Device::cpu()).to_vector();
+    }
+    EXPECT_EQ(cpu_value, device_value) << name;
+    EXPECT_EQ(cpu_grad, device_grad) << name;
+    std::vector<SavedRecord> cpu_records, device_records;
+    cpu_store->describe(cpu_records);
+    device_store->describe(device_records);
+    ASSERT_EQ(cpu_records.size(), 2u) << name;
+    ASSERT_EQ(device_records.size(), 2u) << name;
+    for (size_t i = 0; i < 2; ++i) EXPECT_EQ(cpu_records[i].bytes, device_records[i].bytes) << name;
+  }
+}
+
 // ---- on the emulated GPU (always) ---------------------------------------------------------------
 
 TEST(StoreDevice, PerGroupStoresOnTheDeviceGiveTheCpuStoresResultsAndBytes) {
@@ -428,6 +466,12 @@ TEST(StoreDevice, PerGroupStoresOnTheDeviceGiveTheCpuStoresResultsAndBytes) {
 TEST(StoreDevice, GroupsOfACpuBlockedTensorAreThoseOfThePlainTensorOnADevice) {
   EmulatedGpu gpu;
   expect_cpu_blocked_groups_match_plain_groups_on(EmulatedGpu::device());
+}
+
+TEST(StoreDevice, BucketsOfACpuBlockedTensorAreThoseOfThePlainTensorOnADevice) {
+  EmulatedGpu gpu;
+  expect_mixed_buckets_match_across_layouts(EmulatedGpu::device(), Layout::Plain);
+  EXPECT_EQ(gpu.allocator().current(MemTag::Workspace), 0);
 }
 
 TEST(StoreDevice, FewbitStoresOnTheDeviceGiveTheCpuStoresResultsAndBytes) {
@@ -601,6 +645,13 @@ TEST(StoreCuda, GroupsOfAnNhwcTensorAreThePlainTensors) {
     ASSERT_EQ(plain_records.size(), 1u);
     EXPECT_EQ(nhwc_records[0].bytes, plain_records[0].bytes) << nhwc_case_name(k);
   }
+}
+
+// The mixed store's buckets of a GPU's NHWC tensor are those of the CPU's blocked tensor: the same
+// values, gradients and bytes.
+TEST(StoreCuda, BucketsOfAnNhwcTensorAreThoseOfTheCpuBlockedTensor) {
+  PACKRAT_SKIP_WITHOUT_GPU();
+  expect_mixed_buckets_match_across_layouts(Device::cuda(0), Layout::NHWC);
 }
 
 TEST(StoreCuda, GroupsOfACpuBlockedTensorAreThoseOfTheGpuPlainTensor) {

@@ -1,0 +1,62 @@
+#pragma once
+// The CPU codecs' walk of an nChw16c buffer in plain order (CodecWalk without nhwc): a codec's
+// groups or buckets are runs of the plain tensor's elements, which lie 16 floats apart within a
+// channel plane of the blocked buffer. A thread takes its runs in rising order, so it transposes
+// each 16-channel tile of a sample into plain order once (PlainTile), not element by element run
+// by run; a run across two tiles is gathered or scattered element by element.
+#include <cstdint>
+#include <vector>
+
+#include "quant/group_quant.h"  // CodecWalk
+
+namespace packrat {
+
+// dst[i] = x's plain element e0 + i, i < len.
+void gather_plain(const float* x, const CodecWalk& b, int64_t e0, int64_t len, float* dst);
+// out's plain element e0 + i = src[i], i < len.
+void scatter_plain(const float* src, const CodecWalk& b, int64_t e0, int64_t len, float* out);
+
+// One thread's copy, in plain order, of the 16-channel tile of an nChw16c buffer that its runs are
+// in: tile t holds channels 16k..16k+15 of one sample, the plain elements
+// [t * 16 * plane, (t + 1) * 16 * plane), stored (plane, 16).
+class PlainTile {
+ public:
+  explicit PlainTile(const CodecWalk& b) : b_(b), len_(16 * b.plane), buf_(static_cast<size_t>(len_)) {}
+  int64_t tile_of(int64_t e) const { return e / len_; }
+  // Whether the plain elements [e0, e0 + n) lie in one tile.
+  bool holds(int64_t e0, int64_t n) const { return tile_of(e0) == tile_of(e0 + n - 1); }
+  // The plain elements [e0, e0 + n) of x (holds(e0, n)), from the tile's copy.
+  const float* read(const float* x, int64_t e0);
+  // Where to write the plain elements [e0, e0 + n) of out (holds(e0, n)); written back to out
+  // when another tile is asked for, or by flush.
+  float* write(float* out, int64_t e0, int64_t n);
+  void flush(float* out);
+
+ private:
+  CodecWalk b_;
+  int64_t len_, tile_ = -1, lo_ = 0, hi_ = 0;  // the tile held; its plain range written [lo_, hi_)
+  std::vector<float> buf_;                     // (16, plane)
+};
+
+// A thread's runs of up to max_run plain elements, in rising order: from its PlainTile where a run
+// lies in one tile, else through its own buffer.
+class PlainRuns {
+ public:
+  PlainRuns(const CodecWalk& walk, int64_t max_run) : walk_(walk), tile_(walk), run_(static_cast<size_t>(max_run)) {}
+  // The plain elements [e0, e0 + n) of x.
+  const float* read(const float* x, int64_t e0, int64_t n);
+  // Where to put the plain elements [e0, e0 + n) of out: they reach out by a later write or finish.
+  float* write(float* out, int64_t e0, int64_t n);
+  // Every write's elements in out.
+  void finish(float* out);
+
+ private:
+  void finish_run(float* out);  // scatters the run in run_, if one is pending
+
+  CodecWalk walk_;
+  PlainTile tile_;
+  std::vector<float> run_;                     // (max_run,) a run across two tiles
+  int64_t pending_e0_ = 0, pending_n_ = 0;     // the run in run_ not yet scattered to out
+};
+
+}  // namespace packrat
