@@ -132,6 +132,30 @@ void BM_MixedQuant_Dequantize(benchmark::State& state) {
   report(state, sides);
 }
 
+// The codes follow the tensor's logical order: an nChw16c tensor (the CPU convolutions' layout)
+// is walked in plain order (quant/plain_runs.h). 2/4 mix at p = 0.5, buckets of 512, quantize and
+// dequantize of the plain tensor and of its nChw16c copy, back to back. Counters: GB/s of f32 data
+// for each, and blocked_vs_plain_{quantize,dequantize} = time(plain) / time(nChw16c) (< 1: the
+// walk costs that much).
+void BM_MixedQuant_Blocked(benchmark::State& state) {
+  const Tensor x = make_input(), xb = x.to_layout(Layout::nChw16c);
+  const MixedQuantConfig c = mixed_config(ScaleRule::Affine, 2, 4, 0.5, 512);
+  const MixedPacked p = quantize_mixed(x, c, {1, 42});
+  Tensor y = Tensor::empty_like(x), yb = Tensor::empty_like(xb);
+  std::vector<Side> sides = {
+      {"plain_quantize", [&] { quantize_mixed(x, c, {1, 42}); }},
+      {"blocked_quantize", [&] { quantize_mixed(xb, c, {1, 42}); }},
+      {"plain_dequantize", [&] { dequantize_mixed(p, y); }},
+      {"blocked_dequantize", [&] { dequantize_mixed(p, yb); }},
+  };
+  for (auto _ : state)
+    for (Side& s : sides) s.s += seconds(s.run);
+  const double bytes = static_cast<double>(kNumel) * 4 * static_cast<double>(state.iterations());
+  for (const Side& s : sides) state.counters[std::string(s.name) + "_GBps"] = bytes / s.s / 1e9;
+  state.counters["blocked_vs_plain_quantize"] = sides[0].s / sides[1].s;
+  state.counters["blocked_vs_plain_dequantize"] = sides[2].s / sides[3].s;
+}
+
 // A GELU's backward from 2/4-bit bucket codes on the CPU: the store's two passes (dequantize into a
 // tensor, then the backend's pointwise_backward) against dequantize_mixed_apply's one (the bodies
 // a GPU runs, bucket by bucket here). Counters: GB/s of f32 elements for each, and
@@ -165,6 +189,7 @@ BENCHMARK(BM_MixedQuant_Quantize)
     ->Args({512, 1, 0})
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
+BENCHMARK(BM_MixedQuant_Blocked)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_MixedQuant_Dequantize)
     ->ArgNames({"bucket", "maxabs"})
     ->Args({512, 0})

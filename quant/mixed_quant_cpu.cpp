@@ -539,8 +539,10 @@ void dequantize_mixed(const MixedPacked& p, float* out, const CodecWalk& walk) {
     if (walk.channels) plain.emplace(walk, g.bucket_size);
     for (int64_t b = b0; b < b1;) {
       const BucketWidth& w = flags[static_cast<size_t>(b)] ? p.mix : p.base;
-      int64_t e = b + 1;  // a run of buckets at the same width (one bucket through `plain`)
-      while (!plain && e < b1 && flags[static_cast<size_t>(e)] == flags[static_cast<size_t>(b)]) ++e;
+      int64_t e = b + 1;  // a run of buckets at the same width (through `plain`: within one tile)
+      while (e < b1 && flags[static_cast<size_t>(e)] == flags[static_cast<size_t>(b)] &&
+             (!plain || plain->in_one_tile(g.start(b), g.start(e) + g.len(e) - g.start(b))))
+        ++e;
       const int64_t n = g.start(e - 1) + g.len(e - 1) - g.start(b);
       float* ob = plain ? plain->write(out, g.start(b), n) : out + g.start(b);
       if (per_group_kernel(p.scale, w)) {

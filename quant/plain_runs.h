@@ -5,7 +5,7 @@
 // each 16-channel tile of a sample into plain order once (PlainTile), not element by element run
 // by run; a run across two tiles is gathered or scattered element by element.
 #include <cstdint>
-#include <vector>
+#include <memory>
 
 #include "quant/group_quant.h"  // CodecWalk
 
@@ -21,7 +21,7 @@ void scatter_plain(const float* src, const CodecWalk& b, int64_t e0, int64_t len
 // [t * 16 * plane, (t + 1) * 16 * plane), stored (plane, 16).
 class PlainTile {
  public:
-  explicit PlainTile(const CodecWalk& b) : b_(b), len_(16 * b.plane), buf_(static_cast<size_t>(len_)) {}
+  explicit PlainTile(const CodecWalk& b) : b_(b), len_(16 * b.plane), buf_(new float[static_cast<size_t>(len_)]) {}
   int64_t tile_of(int64_t e) const { return e / len_; }
   // Whether the plain elements [e0, e0 + n) lie in one tile.
   bool holds(int64_t e0, int64_t n) const { return tile_of(e0) == tile_of(e0 + n - 1); }
@@ -35,17 +35,20 @@ class PlainTile {
  private:
   CodecWalk b_;
   int64_t len_, tile_ = -1, lo_ = 0, hi_ = 0;  // the tile held; its plain range written [lo_, hi_)
-  std::vector<float> buf_;                     // (16, plane)
+  std::unique_ptr<float[]> buf_;               // (16, plane), uninitialised: a tile is written before it is read
 };
 
 // A thread's runs of up to max_run plain elements, in rising order: from its PlainTile where a run
 // lies in one tile, else through its own buffer.
 class PlainRuns {
  public:
-  PlainRuns(const CodecWalk& walk, int64_t max_run) : walk_(walk), tile_(walk), run_(static_cast<size_t>(max_run)) {}
+  PlainRuns(const CodecWalk& walk, int64_t max_run) : walk_(walk), tile_(walk), run_(new float[static_cast<size_t>(max_run)]) {}
+  // Whether the plain elements [e0, e0 + n) lie in one tile (any run of them may be written at once).
+  bool in_one_tile(int64_t e0, int64_t n) const { return tile_.holds(e0, n); }
   // The plain elements [e0, e0 + n) of x.
   const float* read(const float* x, int64_t e0, int64_t n);
-  // Where to put the plain elements [e0, e0 + n) of out: they reach out by a later write or finish.
+  // Where to put the plain elements [e0, e0 + n) of out (n <= max_run, or in_one_tile): they reach
+  // out by a later write or finish.
   float* write(float* out, int64_t e0, int64_t n);
   // Every write's elements in out.
   void finish(float* out);
@@ -55,7 +58,7 @@ class PlainRuns {
 
   CodecWalk walk_;
   PlainTile tile_;
-  std::vector<float> run_;                     // (max_run,) a run across two tiles
+  std::unique_ptr<float[]> run_;               // (max_run,) a run across two tiles, uninitialised
   int64_t pending_e0_ = 0, pending_n_ = 0;     // the run in run_ not yet scattered to out
 };
 
