@@ -21,6 +21,9 @@
 #          source line) for the codec kernels and the batchnorm and activation kernels of the step;
 # nhwc:    the same sections for the staged NHWC codec kernels (quantize and decode, per plane and
 #          per sample);
+# ab:      packrat_bench against packrat_bench.variant (scripts/bench_variant.sh: another revision's),
+#          AB_FILTER's benchmarks (default: the NHWC codec and the ResNet-18 step at 512, FP32 and
+#          ActNN 2-bit), in alternating rounds A B A B, so that both are measured in one run;
 # timeline: Nsight Systems' trace of 4 timed FP32 steps at batch 512 and of PyTorch's 4, at
 #          the GPU's own clocks: how much of the step the GPU is busy (kernels and copies, overlaps
 #          merged) and how long it waits between launches, i.e. whether the step is bound by its
@@ -96,6 +99,20 @@ if [[ $phases == *torch* ]]; then
   chmod +x /tmp/packrat_bench
   PYTHONUNBUFFERED=1 timeout 150 python3 bench/compare_torch.py --device cuda --bench /tmp/packrat_bench \
     --name $step/128 --name $step/512 --rounds 2 >"$out/compare_torch.log" 2>&1
+fi
+if [[ " $phases " == *" ab "* ]]; then
+  if [[ -x /tmp/packrat-bundle/bin/packrat_bench.variant ]]; then
+    echo "ab: the variant is $(cat /tmp/packrat-bundle/bin/packrat_bench.variant.rev 2>/dev/null)" | tee "$out/ab.txt"
+    for round in 1 2; do
+      for side in base variant; do
+        bench=packrat_bench; [[ $side == variant ]] && bench=packrat_bench.variant
+        timeout 90 $run $bench --benchmark_filter="${AB_FILTER:-CodecCuda/GroupNhwc|$step(_actnn2)?/512}" \
+          --benchmark_min_time=0.7 >"$out/bench_ab_${round}_$side.log" 2>&1
+      done
+    done
+  else
+    echo "packrat_bench.variant is not in the bundle (scripts/bench_variant.sh)" >"$out/bench_ab_missing.log"
+  fi
 fi
 # PyTorch's step (bench/torch_train_step.py): its 4 timed steps after 3 warm-up ones, which hold
 # cuDNN's algorithm search. Both it and `trainer --benchmark` mark their timed steps for the
