@@ -18,7 +18,8 @@ void scatter_plain(const float* src, const CodecWalk& b, int64_t e0, int64_t len
 
 // One thread's copy, in plain order, of the 16-channel tile of an nChw16c buffer that its runs are
 // in: tile t holds channels 16k..16k+15 of one sample, the plain elements
-// [t * 16 * plane, (t + 1) * 16 * plane), stored (plane, 16).
+// [t * 16 * plane, (t + 1) * 16 * plane), which the blocked buffer stores (plane, 16) and the
+// copy (16, plane).
 class PlainTile {
  public:
   explicit PlainTile(const CodecWalk& b) : b_(b), len_(16 * b.plane), buf_(new float[static_cast<size_t>(len_)]) {}
