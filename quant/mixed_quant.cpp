@@ -244,8 +244,10 @@ CodecWalk cpu_walk(const Tensor& t) {
 
 // The device kernels take plain tensors only (mixed_codec_walks).
 void check_plain_on_device(const Tensor& t, const char* where) {
-  PACKRAT_CHECK(t.layout() == Layout::Plain, "{}: a {} tensor on {}: the codes follow the logical order, which the "
-                "device kernels walk in plain tensors only (give its plain copy)", where, t.describe(), t.device().str());
+  PACKRAT_CHECK(t.layout() == Layout::Plain,
+                "{}: a {} tensor on {}: the codes follow the logical order, which the device kernels walk in "
+                "plain tensors only (give its plain copy)",
+                where, t.describe(), t.device().str());
 }
 
 }  // namespace
@@ -304,7 +306,8 @@ void dequantize_mixed_apply(const MixedPacked& p, ActivationId fn, bool from_out
   PACKRAT_CHECK(static_cast<int>(fn) < kNumActivations, "dequantize_mixed_apply: no activation with id {}",
                 static_cast<int>(fn));
   PACKRAT_CHECK(grad.layout() == Layout::Plain && gx.layout() == Layout::Plain,
-                "dequantize_mixed_apply: the gradient ({}) and the output ({}) must be plain, in the codes' logical order",
+                "dequantize_mixed_apply: the gradient ({}) and the output ({}) must be plain, in the codes' "
+                "logical order",
                 grad.describe(), gx.describe());
   const Device d = gx.device();
   const bool one_device = grad.device() == d && (!p.codes.defined() || p.codes.device() == d) &&

@@ -1,9 +1,9 @@
 #pragma once
 // Mixed-precision per-bucket quantization (the stochastic mixed-precision thesis, ch. 4 and 5).
-// A saved f32 buffer is cut into buckets of `bucket_size` contiguous elements, the last one a
-// tail (the store hands the codec a tensor in its logical NCHW order, the thesis's contiguous
-// chunks of the activation, whatever its layout: quant/mixed_store.h); each bucket independently takes the higher width `mix` with
-// probability `mix_prob` and the base width otherwise (or one draw for the whole tensor, the
+// A saved f32 tensor is cut into buckets of `bucket_size` contiguous elements of its logical
+// (plain NCHW) order, the thesis's contiguous chunks of the activation, whatever its layout (see
+// mixed_codec_walks), the last one a tail; each bucket independently takes the higher width `mix`
+// with probability `mix_prob` and the base width otherwise (or one draw for the whole tensor, the
 // thesis's global variant; with bucket_size >= numel and the max-abs rule that is exactly its
 // GlobalStochActQuant, listing 5.5), and is quantized on its own scale:
 //
@@ -109,17 +109,18 @@ void unpack_wide_codes(const uint8_t* src, int64_t n, int bits, uint16_t* codes)
 // and on the CPU an nChw16c one (mixed_codec_walks); a caller hands any other (a GPU's NHWC) as
 // its plain copy (quant/mixed_store.cpp).
 bool mixed_codec_walks(Layout layout, Device d);
-// Quantizes x (any shape, f32); the result's Tensors on x's device under the current TagScope. CPU: the kernel below. A GPU: the CUDA kernels (mixed_quant_cuda.cu),
-// the same bytes; with per-bucket decisions the host reads back the code size (one synchronising
-// 16-byte copy) to allocate the codes. A build without CUDA: packrat::Error.
+// Quantizes x (any shape, f32, a layout mixed_codec_walks); the result's Tensors on x's device
+// under the current TagScope. CPU: the kernel below. A GPU: the CUDA kernels
+// (mixed_quant_cuda.cu), the same bytes; with per-bucket decisions the host reads back the code
+// size (one synchronising 16-byte copy) to allocate the codes. A build without CUDA: packrat::Error.
 MixedPacked quantize_mixed(const Tensor& x, const MixedQuantConfig& c, const QuantNoise& noise);
-// Dequantizes into out (p.numel f32, any shape, a layout mixed_codec_walks), on the codes' device: every buffer of p and out
-// on one device, else packrat::Error.
+// Dequantizes into out (p.numel f32, any shape, a layout mixed_codec_walks), on the codes' device:
+// every buffer of p and out on one device, else packrat::Error.
 void dequantize_mixed(const MixedPacked& p, const Tensor& out);
 // An activation's backward from the codes in one pass: gx = grad * f'(x), x the dequantized values
 // (y = f(x) where from_output), never stored (DequantizeBucketQuadsBody with
-// quant/apply_derivative_sink.h's sink). grad and gx: p.numel f32 on the codes' device, in the
-// order the codes were taken. The floats of dequantize_mixed followed by the backend's
+// quant/apply_derivative_sink.h's sink). grad and gx: p.numel f32 on the codes' device, plain
+// (the codes' logical order). The floats of dequantize_mixed followed by the backend's
 // pointwise_backward. On the host the bodies run bucket by bucket, a test seam: the CPU store keeps
 // its two vectorised passes, 10x faster than these scalar bodies on the 2-core machine
 // (packrat_bench --benchmark_filter=MixedQuant_ApplyDerivative). A GPU runs them as

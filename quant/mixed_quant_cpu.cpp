@@ -506,7 +506,8 @@ MixedPacked quantize_mixed(const float* x, int64_t numel, const MixedQuantConfig
         });
       } else {
         dispatch_code_bits(w.code_bits, [&](auto cb) {
-          quantize_bucket<decltype(cb)::value>(xb, len, w, job, QuantNoise{noise.seed, stream}, meta + b * mb, codes + off);
+          quantize_bucket<decltype(cb)::value>(xb, len, w, job, QuantNoise{noise.seed, stream}, meta + b * mb,
+                                               codes + off);
         });
       }
       off += packed_bytes(len, w.code_bits);

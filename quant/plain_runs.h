@@ -43,7 +43,8 @@ class PlainTile {
 // lies in one tile, else through its own buffer.
 class PlainRuns {
  public:
-  PlainRuns(const CodecWalk& walk, int64_t max_run) : walk_(walk), tile_(walk), run_(new float[static_cast<size_t>(max_run)]) {}
+  PlainRuns(const CodecWalk& walk, int64_t max_run)
+      : walk_(walk), tile_(walk), run_(new float[static_cast<size_t>(max_run)]) {}
   // Whether the plain elements [e0, e0 + n) lie in one tile (any run of them may be written at once).
   bool in_one_tile(int64_t e0, int64_t n) const { return tile_.holds(e0, n); }
   // The plain elements [e0, e0 + n) of x.

@@ -138,7 +138,8 @@ TEST(MixedQuant, AnNChw16cTensorIsQuantizedInItsLogicalOrder) {
   std::memcpy(plain.data<float>(), v.data(), v.size() * sizeof(float));
   const Tensor blocked = plain.to_layout(Layout::nChw16c);
   auto bytes = [](const Tensor& t) {
-    return t.defined() ? std::vector<uint8_t>(t.data<uint8_t>(), t.data<uint8_t>() + t.nbytes()) : std::vector<uint8_t>{};
+    if (!t.defined()) return std::vector<uint8_t>{};
+    return std::vector<uint8_t>(t.data<uint8_t>(), t.data<uint8_t>() + t.nbytes());
   };
   for (ScaleRule rule : {ScaleRule::Affine, ScaleRule::MaxAbs})
     for (int64_t bucket : {100, 512, 2048}) {

@@ -421,16 +421,19 @@ void expect_cpu_blocked_groups_match_plain_groups_on(Device d) {
 // whose layouts are the CPU's) load the same values and apply the same derivative, from the same
 // bytes, for every mixed case (a GPU's own f' within the last bits, as expect_same).
 void expect_mixed_buckets_match_across_layouts(Device d, Layout layout, bool gpu) {
-  const Tensor host = random_tensor({2, 32, 9, 7}, 68, -3.0f, 3.0f), grad = random_tensor(host.shape(), 69);  // planes of 63
+  const Tensor host = random_tensor({2, 32, 9, 7}, 68, -3.0f, 3.0f);  // (N, C, H, W): planes of 63
+  const Tensor grad = random_tensor(host.shape(), 69);
   for (const SchemeSpec& spec : mixed_cases()) {
     std::string name = spec.scheme;
     for (const auto& [k, v] : spec.options) name += " " + k + "=" + v;
     const std::unique_ptr<SavedTensorStore> cpu_store = make_store(spec, 5), device_store = make_store(spec, 5);
-    const SaveRequest value = request(Need::Value, "conv2d", "c"), derivative = request(Need::Derivative, "gelu", "act", "gelu");
+    const SaveRequest value = request(Need::Value, "conv2d", "c");
+    const SaveRequest derivative = request(Need::Derivative, "gelu", "act", "gelu");
     const Tensor blocked = host.to_layout(Layout::nChw16c);
     const SavedHandle vc = cpu_store->save(blocked, value), dc = cpu_store->save(blocked, derivative);
     const std::vector<float> cpu_value = cpu_store->load(vc).to_plain().to_vector();
-    const std::vector<float> cpu_grad = cpu_store->apply_derivative(dc, grad.to_layout(Layout::nChw16c)).to_plain().to_vector();
+    const std::vector<float> cpu_grad =
+        cpu_store->apply_derivative(dc, grad.to_layout(Layout::nChw16c)).to_plain().to_vector();
     std::vector<float> device_value, device_grad;
     {
       DeviceScope on(d);
