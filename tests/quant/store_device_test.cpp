@@ -166,6 +166,12 @@ Result run_scenario(SavedTensorStore& store, Device d, bool values_and_indices) 
   return res;
 }
 
+// n floats a GPU computed with its own f and f' (device) against the CPU's (cpu): to the last bits.
+void expect_device_math_close(const float* device, const float* cpu, size_t n, const std::string& what) {
+  for (size_t k = 0; k < n; ++k)
+    ASSERT_NEAR(device[k], cpu[k], 1e-6f * (std::abs(cpu[k]) + 1e-3f)) << what << " element " << k;
+}
+
 // Float outputs computed by a GPU's own f and f' agree to the last bits; everything else exactly.
 void expect_same(const Result& dev, const Result& cpu, bool gpu, const std::string& what) {
   ASSERT_EQ(dev.outs.size(), cpu.outs.size()) << what;
@@ -174,10 +180,8 @@ void expect_same(const Result& dev, const Result& cpu, bool gpu, const std::stri
     ASSERT_EQ(a.what, b.what);
     ASSERT_EQ(a.bytes.size(), b.bytes.size()) << what << ": " << b.what;
     if (gpu && b.device_math) {
-      const float* fa = reinterpret_cast<const float*>(a.bytes.data());
-      const float* fb = reinterpret_cast<const float*>(b.bytes.data());
-      for (size_t k = 0; k < a.bytes.size() / 4; ++k)
-        ASSERT_NEAR(fa[k], fb[k], 1e-6f * (std::abs(fb[k]) + 1e-3f)) << what << ": " << b.what << " element " << k;
+      expect_device_math_close(reinterpret_cast<const float*>(a.bytes.data()),
+                               reinterpret_cast<const float*>(b.bytes.data()), a.bytes.size() / 4, what + ": " + b.what);
     } else {
       EXPECT_TRUE(a.bytes == b.bytes) << what << ": " << b.what << " differs from the CPU store's";
     }
@@ -449,8 +453,7 @@ void expect_mixed_buckets_match_across_layouts(Device d, Layout layout, bool gpu
     EXPECT_EQ(cpu_value, device_value) << name;
     if (gpu) {
       ASSERT_EQ(cpu_grad.size(), device_grad.size()) << name;
-      for (size_t k = 0; k < cpu_grad.size(); ++k)
-        ASSERT_NEAR(device_grad[k], cpu_grad[k], 1e-6f * (std::abs(cpu_grad[k]) + 1e-3f)) << name << " element " << k;
+      expect_device_math_close(device_grad.data(), cpu_grad.data(), cpu_grad.size(), name);
     } else {
       EXPECT_EQ(cpu_grad, device_grad) << name;
     }
