@@ -10,8 +10,8 @@
 // per sample, bf16 metadata, stochastic), few-bit encode (GELU forward + 3-bit interval codes)
 // and apply (unpack, look up, times the gradient), the mixed quantizer (2/4 bits at 0.5 per
 // bucket of 512, affine) and the deterministic 4-bit one, each way, and per-plane and per-sample
-// groups of an NHWC tensor staged in plain order (quantize, dequantize, a GELU's backward from the
-// codes).
+// groups, and the mixed buckets, of an NHWC tensor staged in plain order (quantize, dequantize, a
+// GELU's backward from the codes).
 // Registered only when a GPU is visible at startup; otherwise one line on stderr says so (the
 // CPU build compiles this file and registers nothing).
 //
@@ -227,6 +227,39 @@ void MixedDequantize(benchmark::State& state, Device d) {
   run_against_copy(state, d, x, kTensorBytes + static_cast<double>(p.bytes()), [&] { dequantize_mixed(p, out); });
 }
 
+// The mixed 2/4-bit buckets of an NHWC tensor of 64 Mi elements, (1024, 64, 32, 32), in plain
+// order (quant/nhwc_buckets.h): the quantize stages each block's buckets through shared memory,
+// the decode writes NHWC from the block's codes. Argument: 0 quantize, 1 dequantize, 2 a GELU's
+// backward.
+void MixedNhwc(benchmark::State& state, Device d) {
+  if (!usable(state, d)) return;
+  make_current(d);
+  Tensor plain = device_tensor(Shape{1024, kC, 32, 32}, DType::f32, d);  // (N, C, H, W)
+  backend(d).fill_uniform(plain, -1.0f, 3.0f, 7, 1, 0);
+  const Tensor x = backend(d).to_layout(plain, Layout::NHWC);
+  const MixedQuantConfig c = mixed_config(0);
+  if (mixed_codec_order(x.shape(), x.layout(), d, c.bucket_size).via_plain) {
+    state.SkipWithError("these buckets are not staged (mixed_codec_order)");
+    return;
+  }
+  TagScope tag(MemTag::Saved);
+  const MixedPacked p = quantize_mixed(x, c, {1, 42});
+  const Tensor out = Tensor::empty(x.shape(), DType::f32, Layout::NHWC, MemTag::Workspace, d);
+  const double held = static_cast<double>(p.bytes());  // (about, for the quantize: each draw's mix differs)
+  uint64_t step = 0;
+  switch (state.range(0)) {
+    case 0:
+      return run_against_copy(state, d, x, kTensorBytes + held, [&] {
+        benchmark::DoNotOptimize(quantize_mixed(x, c, {1, quant_stream(step++, 0)}));
+      });
+    case 1:
+      return run_against_copy(state, d, x, kTensorBytes + held, [&] { dequantize_mixed(p, out); });
+    default:
+      return run_against_copy(state, d, x, 2.0 * kTensorBytes + held,
+                              [&] { dequantize_mixed_apply(p, ActivationId::gelu, false, x, out); });
+  }
+}
+
 // Registered only when a GPU is visible (a benchmark that cannot run is not listed).
 [[maybe_unused]] const bool kRegistered = [] {
   for (Backend* b : available_backends()) {
@@ -245,6 +278,7 @@ void MixedDequantize(benchmark::State& state, Device d) {
     add("CodecCuda/FewbitApplyGelu3", FewbitApply);
     for (auto* r : {add("CodecCuda/MixedQuantize", MixedQuantize), add("CodecCuda/MixedDequantize", MixedDequantize)})
       r->ArgName("deterministic4")->Arg(0)->Arg(1);
+    add("CodecCuda/MixedNhwc", MixedNhwc)->ArgName("quantize0_dequantize1_gelu2")->Arg(0)->Arg(1)->Arg(2);
     return true;  // the first GPU
   }
   std::fprintf(stderr, "codec_cuda_bench: no GPU is visible, the CodecCuda benchmarks are not registered\n");

@@ -73,12 +73,13 @@ GroupGeometry group_geometry(int64_t numel, int64_t samples, const GroupQuantCon
 
 int64_t leading_samples(const Tensor& x) { return x.rank() >= 2 ? x.dim(0) : 1; }
 
-int64_t channel_plane(const Tensor& x) {
-  if (x.rank() < 3) return 0;
+int64_t channel_plane(const Shape& shape) {
+  if (shape.rank() < 3) return 0;
   int64_t plane = 1;
-  for (int64_t d = 2; d < x.rank(); ++d) plane *= x.dim(d);
+  for (int64_t d = 2; d < shape.rank(); ++d) plane *= shape[d];
   return plane;
 }
+int64_t channel_plane(const Tensor& x) { return channel_plane(x.shape()); }
 
 // An NHWC tensor (a GPU's) is walked in plain order under every grouping, so that its groups and
 // codes are the plain tensor's, as on the CPU: staged through shared memory where the kernels can,

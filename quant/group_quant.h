@@ -155,12 +155,14 @@ struct GroupGeometry {
 // planes smaller than G are grouped whole, G / L planes to a group, within each sample.
 GroupGeometry group_geometry(int64_t numel, int64_t samples, const GroupQuantConfig& c, int64_t plane = 0);
 
+class Shape;
 class Tensor;
 
 // The samples of x: its leading dimension (rank >= 2), else 1.
 int64_t leading_samples(const Tensor& x);
-// The elements of one channel plane of x: the product of its dimensions after the second (rank
-// >= 3), else 0.
+// The elements of one channel plane of a tensor of this shape: the product of its dimensions after
+// the second (rank >= 3), else 0.
+int64_t channel_plane(const Shape& shape);
 int64_t channel_plane(const Tensor& x);
 // x's geometry under c: group_geometry(numel, leading_samples(x), c, channel_plane(x)).
 GroupGeometry group_geometry_of(const Tensor& x, const GroupQuantConfig& c);

@@ -5,6 +5,7 @@
 #include "core/parallel.h"
 #include "quant/apply_derivative_sink.h"
 #include "quant/codec_device.h"
+#include "quant/nhwc_buckets.h"
 #if PACKRAT_HAVE_CUDA
 #include "core/cuda/launch_check.h"
 #endif
@@ -119,7 +120,8 @@ MixedFormat format_of(const MixedPacked& p) { return MixedFormat{p.geometry(), p
 // Device scratch of the kernels (freed on return; the default stream orders its reuse).
 Tensor device_scratch(int64_t n, DType dtype, Device d) { return Tensor::empty(Shape{n}, dtype, Layout::Plain, MemTag::Workspace, d); }
 
-MixedPacked quantize_mixed_cuda(const Tensor& x, const MixedQuantConfig& c, const QuantNoise& noise) {
+MixedPacked quantize_mixed_cuda(const Tensor& x, const MixedQuantConfig& c, const QuantNoise& noise,
+                                const CodecWalk& walk) {
   const Device d = x.device();
   const MemTag tag = TagScope::current();  // the caller's: the buffers held
   MixedPacked p = mixed_packed_header(x.numel(), c);
@@ -163,7 +165,7 @@ MixedPacked quantize_mixed_cuda(const Tensor& x, const MixedQuantConfig& c, cons
     cuda::launch_pack_flags(flag_bytes.device_data<uint8_t>(), g.buckets, p.flags.device_data<uint8_t>());
   }
   cuda::launch_quantize_mixed(x.device_data<float>(), f, c.rounding, noise, flags, offsets,
-                              p.codes.device_data<uint8_t>(), p.meta_data.device_data<uint8_t>());
+                              p.codes.device_data<uint8_t>(), p.meta_data.device_data<uint8_t>(), walk);
   cuda::check_last_launch("quantize_mixed");
   return p;
 }
@@ -197,22 +199,23 @@ DeviceBucketTables device_bucket_tables(const MixedPacked& p, const MixedFormat&
   return t;
 }
 
-void dequantize_mixed_cuda(const MixedPacked& p, const Tensor& out) {
+void dequantize_mixed_cuda(const MixedPacked& p, const Tensor& out, const CodecWalk& walk) {
   const MixedFormat f = format_of(p);
   if (f.g.buckets == 0) return;
   const DeviceBucketTables t = device_bucket_tables(p, f, out.device());
   cuda::launch_dequantize_mixed(p.codes.device_data<uint8_t>(), p.meta_data.device_data<uint8_t>(), f, t.flags,
-                                t.offsets, out.device_data<float>());
+                                t.offsets, out.device_data<float>(), walk);
   cuda::check_last_launch("dequantize_mixed");
 }
 
 void dequantize_mixed_apply_cuda(const MixedPacked& p, ActivationId fn, bool from_output, const Tensor& grad,
-                                 const Tensor& gx) {
+                                 const Tensor& gx, const CodecWalk& walk) {
   const MixedFormat f = format_of(p);
   if (f.g.buckets == 0) return;
   const DeviceBucketTables t = device_bucket_tables(p, f, gx.device());
   cuda::launch_dequantize_mixed_apply(p.codes.device_data<uint8_t>(), p.meta_data.device_data<uint8_t>(), f, t.flags,
-                                      t.offsets, fn, from_output, grad.device_data<float>(), gx.device_data<float>());
+                                      t.offsets, fn, from_output, grad.device_data<float>(), gx.device_data<float>(),
+                                      walk);
   cuda::check_last_launch("dequantize_mixed_apply");
 }
 #endif
@@ -239,21 +242,37 @@ void dequantize_mixed_apply_on_host(const MixedPacked& p, ActivationId fn, bool 
 
 // The CPU kernels' walk of t: an nChw16c buffer in plain order, else as it lies (plain).
 CodecWalk cpu_walk(const Tensor& t) {
+  PACKRAT_CHECK(t.layout() != Layout::NHWC, "mixed quantization: an NHWC tensor on the CPU (a GPU layout): {}",
+                t.describe());
   return t.layout() == Layout::nChw16c ? CodecWalk{t.dim(1), channel_plane(t), false} : CodecWalk{};
 }
 
-// The device kernels take plain tensors only (mixed_codec_walks).
-void check_plain_on_device(const Tensor& t, const char* where) {
-  PACKRAT_CHECK(t.layout() == Layout::Plain,
-                "{}: a {} tensor on {}: the codes follow the logical order, which the device kernels walk in "
-                "plain tensors only (give its plain copy)",
-                where, t.describe(), t.device().str());
+// The device kernels' walk of t (mixed_codec_order), or a message naming `where` for a layout
+// they do not walk.
+[[maybe_unused]] CodecWalk device_walk(const Tensor& t, int64_t bucket_size, const char* where) {
+  const CodecOrder o = mixed_codec_order(t.shape(), t.layout(), t.device(), bucket_size);
+  PACKRAT_CHECK(!o.via_plain,
+                "{}: a {} tensor on {} in buckets of {}: the codes follow the logical order, which the device kernels "
+                "walk in plain tensors and in NHWC ones of buckets and planes up to 1024 values (give its plain copy)",
+                where, t.describe(), t.device().str(), bucket_size);
+  return o.walk;
 }
 
 }  // namespace
 
-bool mixed_codec_walks(Layout layout, Device d) {
-  return layout == Layout::Plain || (d.is_cpu() && layout == Layout::nChw16c);
+CodecOrder mixed_codec_order(const Shape& shape, Layout layout, Device d, int64_t bucket_size) {
+  CodecOrder o;
+  if (layout == Layout::Plain) return o;
+  const CodecWalk walk{shape.rank() >= 2 ? shape[1] : 0, channel_plane(shape), layout == Layout::NHWC};
+  if (layout == Layout::nChw16c && d.is_cpu()) {
+    o.walk = walk;
+  } else if (layout == Layout::NHWC && !d.is_cpu() &&
+             nhwc_buckets_stageable(bucket_geometry(shape.numel(), bucket_size), walk)) {
+    o.walk = walk;
+  } else {
+    o.via_plain = true;
+  }
+  return o;
 }
 
 MixedPacked quantize_mixed(const Tensor& x, const MixedQuantConfig& c, const QuantNoise& noise) {
@@ -265,10 +284,9 @@ MixedPacked quantize_mixed(const Tensor& x, const MixedQuantConfig& c, const Qua
       if (t->defined()) *t = t->to(x.device());
     return emulated;
   }
-  check_plain_on_device(x, "quantize_mixed");
 #if PACKRAT_HAVE_CUDA
   c.check("mixed quantization");
-  return quantize_mixed_cuda(x, c, noise);
+  return quantize_mixed_cuda(x, c, noise, device_walk(x, c.bucket_size, "quantize_mixed"));
 #else
   fail("quantize_mixed: the input is on {}, but this packrat was built without CUDA", x.device().str());
 #endif
@@ -289,9 +307,8 @@ void dequantize_mixed(const MixedPacked& p, const Tensor& out) {
     return;
   }
   if (codec_ran_on_host(d, {p.codes, p.meta_data, p.flags, out}, [&] { dequantize_mixed(p, out); })) return;
-  check_plain_on_device(out, "dequantize_mixed");
 #if PACKRAT_HAVE_CUDA
-  dequantize_mixed_cuda(p, out);
+  dequantize_mixed_cuda(p, out, device_walk(out, p.bucket_size, "dequantize_mixed"));
 #else
   fail("dequantize_mixed: the output is on {}, but this packrat was built without CUDA", d.str());
 #endif
@@ -305,9 +322,9 @@ void dequantize_mixed_apply(const MixedPacked& p, ActivationId fn, bool from_out
                 grad.describe(), gx.describe());
   PACKRAT_CHECK(static_cast<int>(fn) < kNumActivations, "dequantize_mixed_apply: no activation with id {}",
                 static_cast<int>(fn));
-  PACKRAT_CHECK(grad.layout() == Layout::Plain && gx.layout() == Layout::Plain,
+  PACKRAT_CHECK(grad.layout() == gx.layout() && (grad.layout() == Layout::Plain || grad.layout() == Layout::NHWC),
                 "dequantize_mixed_apply: the gradient ({}) and the output ({}) must be plain, in the codes' "
-                "logical order",
+                "logical order, or both NHWC on a GPU",
                 grad.describe(), gx.describe());
   const Device d = gx.device();
   const bool one_device = grad.device() == d && (!p.codes.defined() || p.codes.device() == d) &&
@@ -315,11 +332,15 @@ void dequantize_mixed_apply(const MixedPacked& p, ActivationId fn, bool from_out
                           (!p.flags.defined() || p.flags.device() == d);
   PACKRAT_CHECK(one_device, "dequantize_mixed_apply: codes on {}, gradient on {}, output on {}",
                 p.codes.defined() ? p.codes.device().str() : "-", grad.device().str(), d.str());
-  auto on_host = [&] { dequantize_mixed_apply_on_host(p, fn, from_output, grad.data<float>(), gx.data<float>()); };
+  auto on_host = [&] {
+    PACKRAT_CHECK(gx.layout() == Layout::Plain, "dequantize_mixed_apply: an NHWC gradient on the host ({})",
+                  gx.describe());
+    dequantize_mixed_apply_on_host(p, fn, from_output, grad.data<float>(), gx.data<float>());
+  };
   if (d.is_cpu()) return on_host();
   if (codec_ran_on_host(d, {p.codes, p.meta_data, p.flags, grad, gx}, on_host)) return;
 #if PACKRAT_HAVE_CUDA
-  dequantize_mixed_apply_cuda(p, fn, from_output, grad, gx);
+  dequantize_mixed_apply_cuda(p, fn, from_output, grad, gx, device_walk(gx, p.bucket_size, "dequantize_mixed_apply"));
 #else
   fail("dequantize_mixed_apply: the output is on {}, but this packrat was built without CUDA", d.str());
 #endif

@@ -2,7 +2,7 @@
 // Mixed-precision per-bucket quantization (the stochastic mixed-precision thesis, ch. 4 and 5).
 // A saved f32 tensor is cut into buckets of `bucket_size` contiguous elements of its logical
 // (plain NCHW) order, the thesis's contiguous chunks of the activation, whatever its layout (see
-// mixed_codec_walks), the last one a tail; each bucket independently takes the higher width `mix`
+// mixed_codec_order), the last one a tail; each bucket independently takes the higher width `mix`
 // with probability `mix_prob` and the base width otherwise (or one draw for the whole tensor, the
 // thesis's global variant; with bucket_size >= numel and the max-abs rule that is exactly its
 // GlobalStochActQuant, listing 5.5), and is quantized on its own scale:
@@ -105,26 +105,28 @@ void unpack_wide_codes(const uint8_t* src, int64_t n, int bits, uint16_t* codes)
 
 // ---- entry points: dispatched by the device of their tensors -------------------------------
 
-// The codes follow the tensor's logical (plain NCHW) order. The entry points walk a plain tensor,
-// and on the CPU an nChw16c one (mixed_codec_walks); a caller hands any other (a GPU's NHWC) as
-// its plain copy (quant/mixed_store.cpp).
-bool mixed_codec_walks(Layout layout, Device d);
-// Quantizes x (any shape, f32, a layout mixed_codec_walks); the result's Tensors on x's device
+// The codes follow the tensor's logical (plain NCHW) order. How the entry points walk a tensor of
+// this shape and layout on device d in that order (group_quant.h's CodecOrder): a plain one as it
+// lies; on the CPU an nChw16c one through its 16-channel tiles; on a GPU an NHWC one whose buckets
+// the kernels stage (quant/nhwc_buckets.h: buckets and planes of up to 1024 values). Any other
+// is via_plain: the caller hands its plain copy (quant/mixed_store.cpp).
+CodecOrder mixed_codec_order(const Shape& shape, Layout layout, Device d, int64_t bucket_size);
+// Quantizes x (any shape, f32, a layout mixed_codec_order walks); the result's Tensors on x's device
 // under the current TagScope. CPU: the kernel below. A GPU: the CUDA kernels
 // (mixed_quant_cuda.cu), the same bytes; with per-bucket decisions the host reads back the code
 // size (one synchronising 16-byte copy) to allocate the codes. A build without CUDA: packrat::Error.
 MixedPacked quantize_mixed(const Tensor& x, const MixedQuantConfig& c, const QuantNoise& noise);
-// Dequantizes into out (p.numel f32, any shape, a layout mixed_codec_walks), on the codes' device:
+// Dequantizes into out (p.numel f32, any shape, a layout mixed_codec_order walks), on the codes' device:
 // every buffer of p and out on one device, else packrat::Error.
 void dequantize_mixed(const MixedPacked& p, const Tensor& out);
 // An activation's backward from the codes in one pass: gx = grad * f'(x), x the dequantized values
 // (y = f(x) where from_output), never stored (DequantizeBucketQuadsBody with
-// quant/apply_derivative_sink.h's sink). grad and gx: p.numel f32 on the codes' device, plain
-// (the codes' logical order). The floats of dequantize_mixed followed by the backend's
-// pointwise_backward. On the host the bodies run bucket by bucket, a test seam: the CPU store keeps
-// its two vectorised passes, 10x faster than these scalar bodies on the 2-core machine
-// (packrat_bench --benchmark_filter=MixedQuant_ApplyDerivative). A GPU runs them as
-// dequantize_mixed's lanes do.
+// quant/apply_derivative_sink.h's sink). grad and gx: p.numel f32 on the codes' device, of one
+// layout: plain (the codes' logical order), or on a GPU NHWC where mixed_codec_order walks it. The
+// floats of dequantize_mixed followed by the backend's pointwise_backward. On the host the bodies
+// run bucket by bucket, a test seam: the CPU store keeps its two vectorised passes, 10x faster
+// than these scalar bodies on the 2-core machine (packrat_bench
+// --benchmark_filter=MixedQuant_ApplyDerivative). A GPU runs them as dequantize_mixed does.
 void dequantize_mixed_apply(const MixedPacked& p, ActivationId fn, bool from_output, const Tensor& grad,
                             const Tensor& gx);
 

@@ -495,17 +495,22 @@ void launch_code_offsets(const MixedFormat& f, const BucketFlags& flags, int64_t
                          size_t scratch_bytes);
 // One warp per bucket: its range or scale by warp reductions (the reference's values), its
 // metadata, then its blocks of 8 codes across the lanes (QuantizeBucketBlockBody's arithmetic
-// with the grid in registers), at offsets(g).
+// with the grid in registers), at offsets(g). walk: plain (channels 0), or an NHWC tensor taken in
+// plain order, its buckets staged through shared memory (quant/nhwc_buckets.h; the caller checks
+// nhwc_buckets_stageable).
 void launch_quantize_mixed(const float* x, const MixedFormat& f, Rounding rounding, const QuantNoise& noise,
-                           const BucketFlags& flags, const BucketOffsets& offsets, uint8_t* codes, uint8_t* meta);
-// dequantize_lanes(bucket size) lanes a bucket: DequantizeBucketQuadsBody.
+                           const BucketFlags& flags, const BucketOffsets& offsets, uint8_t* codes, uint8_t* meta,
+                           const CodecWalk& walk);
+// Plain: dequantize_lanes(bucket size) lanes a bucket, DequantizeBucketQuadsBody. NHWC: a block's
+// buckets decoded straight into NHWC (quant/nhwc_buckets.h).
 void launch_dequantize_mixed(const uint8_t* codes, const uint8_t* meta, const MixedFormat& f, const BucketFlags& flags,
-                             const BucketOffsets& offsets, float* out);
-// The same lanes, each quad's values x (y = f(x) where from_output) turned into gx = grad * f'(x)
-// (quant/apply_derivative_sink.h) instead of stored. fn < kNumActivations, checked by the caller.
+                             const BucketOffsets& offsets, float* out, const CodecWalk& walk);
+// The same, each quad's values x (y = f(x) where from_output) turned into gx = grad * f'(x)
+// (quant/apply_derivative_sink.h) instead of stored; grad and gx in the walk's layout. fn <
+// kNumActivations, checked by the caller.
 void launch_dequantize_mixed_apply(const uint8_t* codes, const uint8_t* meta, const MixedFormat& f,
                                    const BucketFlags& flags, const BucketOffsets& offsets, ActivationId fn,
-                                   bool from_output, const float* grad, float* gx);
+                                   bool from_output, const float* grad, float* gx, const CodecWalk& walk);
 }  // namespace cuda
 
 }  // namespace packrat

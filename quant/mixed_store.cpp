@@ -62,11 +62,11 @@ void MixedStore::count(const MixedPacked& p) {
 namespace {
 
 // The codec's input: x where the codec walks it in its logical (plain NCHW) order, the thesis's
-// contiguous chunks of the activation (plain, or the CPU's nChw16c), else (a GPU's NHWC) a
-// transient plain copy, so that a bucket holds the same elements, and gets the same codes, in
-// every layout.
-Tensor in_logical_order(const Tensor& x) {
-  if (mixed_codec_walks(x.layout(), x.device())) return x;
+// contiguous chunks of the activation (plain; the CPU's nChw16c; a GPU's NHWC where the kernels
+// stage its buckets), else a transient plain copy, so that a bucket holds the same elements, and
+// gets the same codes, in every layout.
+Tensor in_logical_order(const Tensor& x, int64_t bucket_size) {
+  if (!mixed_codec_order(x.shape(), x.layout(), x.device(), bucket_size).via_plain) return x;
   const TagScope scratch(MemTag::Workspace);
   return x.to_plain();
 }
@@ -85,7 +85,7 @@ std::unique_ptr<CompressingStore::Encoded> MixedStore::encode(const Tensor& x, c
     if (q->original_tag != MemTag::Parameter) x.storage()->allocation->retag(MemTag::Saved);
     return q;
   }
-  const Tensor logical = in_logical_order(x);
+  const Tensor logical = in_logical_order(x, q->quant.bucket_size);
   TagScope tag(MemTag::Saved);
   q->packed = quantize_mixed(logical, q->quant, q->noise);
   count(q->packed);
@@ -95,12 +95,13 @@ std::unique_ptr<CompressingStore::Encoded> MixedStore::encode(const Tensor& x, c
 Tensor MixedStore::values(const Encoded& enc, const Entry& e) {
   const auto& q = static_cast<const Quantized&>(enc);
   TagScope tag(MemTag::Workspace);  // a transient copy for the backward of one op
-  const Layout walked = mixed_codec_walks(e.layout, q.device) ? e.layout : Layout::Plain;  // reordered below if not
+  const bool via_plain = mixed_codec_order(e.shape, e.layout, q.device, q.quant.bucket_size).via_plain;
+  const Layout walked = via_plain ? Layout::Plain : e.layout;  // reordered below if not
   Tensor out = Tensor::empty(e.shape, DType::f32, walked, MemTag::Workspace, q.device);
   if (options_.mode == StorageMode::SaveQuantized) {
     dequantize_mixed(q.packed, out);
   } else {  // quantize_on_backward: quantize now, with the keys drawn at save
-    const MixedPacked p = quantize_mixed(in_logical_order(q.reference), q.quant, q.noise);
+    const MixedPacked p = quantize_mixed(in_logical_order(q.reference, q.quant.bucket_size), q.quant, q.noise);
     count(p);
     dequantize_mixed(p, out);
   }
@@ -109,10 +110,13 @@ Tensor MixedStore::values(const Encoded& enc, const Entry& e) {
 
 Tensor MixedStore::apply_encoded(const Encoded& enc, const Entry& e, const Tensor& grad_out) {
   const auto& q = static_cast<const Quantized&>(enc);
-  // The one pass reads the gradient in the codes' order: a plain one.
+  // The one pass reads the gradient in the saved tensor's layout, where the kernels walk it (plain,
+  // or a GPU's NHWC with buckets they stage).
   const bool fused = !q.device.is_cpu() && e.request.need == Need::Derivative && grad_out.dtype() == DType::f32 &&
-                     grad_out.shape() == e.shape && e.layout == Layout::Plain && grad_out.layout() == Layout::Plain &&
-                     grad_out.device() == q.device;
+                     grad_out.shape() == e.shape && grad_out.layout() == e.layout && grad_out.device() == q.device &&
+                     (e.layout == Layout::Plain ||
+                      (e.layout == Layout::NHWC &&
+                       !mixed_codec_order(e.shape, e.layout, q.device, q.quant.bucket_size).via_plain));
   if (!fused) return CompressingStore::apply_encoded(enc, e, grad_out);
   const Pointwise& fn = *e.request.fn;
   Tensor gx = Tensor::empty_like(grad_out);
@@ -120,7 +124,7 @@ Tensor MixedStore::apply_encoded(const Encoded& enc, const Entry& e, const Tenso
     dequantize_mixed_apply(q.packed, fn.id, fn.derivative_from_output != nullptr, grad_out, gx);
   } else {  // quantize_on_backward: quantize now, with the keys drawn at save (the codes are transient)
     const TagScope tag(MemTag::Workspace);
-    const MixedPacked p = quantize_mixed(q.reference, q.quant, q.noise);  // plain, as the gradient
+    const MixedPacked p = quantize_mixed(q.reference, q.quant, q.noise);  // in the gradient's layout
     count(p);
     dequantize_mixed_apply(p, fn.id, fn.derivative_from_output != nullptr, grad_out, gx);
   }

@@ -118,9 +118,10 @@ PACKRAT_HD inline NhwcElementDecoder nhwc_copy_block_bytes(NhwcElementDecoder d,
 // Thread t's share of decoding the run of a block into the NHWC buffers of `sink` (StoreValues, or
 // an activation's backward over the NHWC gradient and gx), by NHWC offset: a thread's gradient
 // loads (sink.load) are all issued before its first store (sink.finish; gx may be the gradient).
-template <class Sink>
-PACKRAT_HD inline void nhwc_decode_run(const CodecWalk& w, ElementRun run, const NhwcElementDecoder& decode,
-                                       const Sink& sink, int t, int threads) {
+// decode(x): the value of plain element x (NhwcElementDecoder, or the buckets' decoder).
+template <class Sink, class Decoder>
+PACKRAT_HD inline void nhwc_decode_run(const CodecWalk& w, ElementRun run, const Decoder& decode, const Sink& sink,
+                                       int t, int threads) {
   const auto plane = static_cast<uint32_t>(w.plane);
   if (w.channels % 4 == 0) {
     for_nhwc_vectors<4, true>(w, run, t, threads, [&](int64_t base, const int32_t* e, const int32_t* at, const unsigned* inside) {

@@ -83,7 +83,7 @@ wait
 step=TrainStep/resnet18_cifar_gelu_cuda
 export PACKRAT_CUDA_TF32=1  # TF32 convolutions, PyTorch's default
 if [[ $phases == *codec* ]]; then
-  timeout 60 $run packrat_bench --benchmark_filter=CodecCuda --benchmark_min_time=1 >"$out/bench_codec.log" 2>&1
+  timeout 80 $run packrat_bench --benchmark_filter=CodecCuda --benchmark_min_time=1 >"$out/bench_codec.log" 2>&1
 fi
 if [[ $phases == *step* ]]; then
   timeout 120 $run packrat_bench --benchmark_filter="$step" --benchmark_min_time=1 >"$out/bench_step.log" 2>&1

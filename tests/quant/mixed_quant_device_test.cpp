@@ -187,5 +187,46 @@ TEST(MixedQuantDevice, CudaKernelsWriteTheCpuBytes) {
     }
 }
 
+// An NHWC tensor on a GPU (its buckets staged in plain order: quant/nhwc_buckets.h) gets the plain
+// tensor's bytes, decodes into NHWC to its floats, and applies a GELU's derivative from its codes
+// in NHWC as the plain tensor does: pixels of 8 channels (planes of 63), quads (12 channels),
+// single channels (5), planes of 1024.
+TEST(MixedQuantDevice, CudaKernelsWalkAnNhwcTensorInPlainOrder) {
+  PACKRAT_SKIP_WITHOUT_GPU();
+  const Device gpu = testing::first_gpu()->device();
+  Backend& be = backend(gpu);
+  const Shape shapes[] = {{2, 32, 9, 7}, {3, 12, 8, 8}, {2, 5, 7, 9}, {1, 8, 32, 32}};
+  for (const Shape& shape : shapes)
+    for (const Case& k : cases()) {
+      const MixedQuantConfig& c = k.c;
+      const std::string what = k.name + " shape " + shape.str();
+      const int64_t n = shape.numel();
+      const Tensor x = Tensor::from_vector(shape, values(n, static_cast<uint64_t>(n + c.bucket_size)));
+      const Tensor grad = Tensor::from_vector(shape, values(n, 3));
+      const Tensor nhwc = be.to_layout(x.to(gpu), Layout::NHWC);
+      ASSERT_FALSE(mixed_codec_order(shape, Layout::NHWC, gpu, c.bucket_size).via_plain) << what;
+      const MixedPacked p = quantize_mixed(x, c, kNoise);
+      const MixedPacked gp = quantize_mixed(nhwc, c, kNoise);
+      ASSERT_EQ(bytes_of(gp.flags), bytes_of(p.flags)) << what << ": packed flags";
+      ASSERT_EQ(bytes_of(gp.meta_data), bytes_of(p.meta_data)) << what << ": metadata";
+      ASSERT_EQ(bytes_of(gp.codes), bytes_of(p.codes)) << what << ": codes";
+
+      Tensor out = Tensor::empty(shape);
+      dequantize_mixed(p, out);
+      Tensor gout = Tensor::empty(shape, DType::f32, Layout::NHWC, MemTag::Workspace, gpu);
+      dequantize_mixed(gp, gout);
+      ASSERT_TRUE(same_floats(be.to_layout(gout, Layout::Plain).to(Device::cpu()).to_vector(), out.to_vector()))
+          << what << ": dequantized values";
+
+      const Tensor gx = Tensor::empty(shape, DType::f32, Layout::Plain, MemTag::Workspace, gpu);
+      dequantize_mixed_apply(gp, ActivationId::gelu, false, grad.to(gpu), gx);  // plain
+      const Tensor gx_nhwc = Tensor::empty(shape, DType::f32, Layout::NHWC, MemTag::Workspace, gpu);
+      dequantize_mixed_apply(gp, ActivationId::gelu, false, be.to_layout(grad.to(gpu), Layout::NHWC), gx_nhwc);
+      ASSERT_TRUE(same_floats(be.to_layout(gx_nhwc, Layout::Plain).to(Device::cpu()).to_vector(),
+                              gx.to(Device::cpu()).to_vector()))
+          << what << ": GELU's backward from the codes";
+    }
+}
+
 }  // namespace
 }  // namespace packrat

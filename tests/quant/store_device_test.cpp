@@ -424,8 +424,8 @@ void expect_cpu_blocked_groups_match_plain_groups_on(Device d) {
 // blocked tensor (nChw16c) and device d's in `layout` (a GPU's NHWC; plain on the emulated GPU,
 // whose layouts are the CPU's) load the same values and apply the same derivative, from the same
 // bytes, for every mixed case (a GPU's own f' within the last bits, as expect_same).
-void expect_mixed_buckets_match_across_layouts(Device d, Layout layout, bool gpu) {
-  const Tensor host = random_tensor({2, 32, 9, 7}, 68, -3.0f, 3.0f);  // (N, C, H, W): planes of 63
+void expect_mixed_buckets_match_across_layouts(Device d, Layout layout, bool gpu, const Shape& shape = {2, 32, 9, 7}) {
+  const Tensor host = random_tensor(shape, 68, -3.0f, 3.0f);  // (N, C, H, W): planes of 63 by default
   const Tensor grad = random_tensor(host.shape(), 69);
   for (const SchemeSpec& spec : mixed_cases()) {
     std::string name = spec.scheme;
@@ -660,10 +660,12 @@ TEST(StoreCuda, GroupsOfAnNhwcTensorAreThePlainTensors) {
 }
 
 // The mixed store's buckets of a GPU's NHWC tensor are those of the CPU's blocked tensor: the same
-// values, gradients and bytes.
+// values, gradients and bytes; staged in plain order where the planes are of up to 1024 values
+// (planes of 63), else through a plain copy (planes of 1600).
 TEST(StoreCuda, BucketsOfAnNhwcTensorAreThoseOfTheCpuBlockedTensor) {
   PACKRAT_SKIP_WITHOUT_GPU();
   expect_mixed_buckets_match_across_layouts(Device::cuda(0), Layout::NHWC, true);
+  expect_mixed_buckets_match_across_layouts(Device::cuda(0), Layout::NHWC, true, {2, 16, 40, 40});
 }
 
 TEST(StoreCuda, GroupsOfACpuBlockedTensorAreThoseOfTheGpuPlainTensor) {
