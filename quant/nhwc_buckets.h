@@ -5,8 +5,9 @@
 // the plain order, stages the run through shared memory (quant/nhwc_tile.h) and quantizes each
 // bucket there with one warp (mixed_quant_cuda.cu); a block of the decode kernel copies its
 // buckets' codes into shared memory beside a table of their widths and grids, and decodes each
-// NHWC position from its own bucket's codes (quant/nhwc_decode.h's walk, with NhwcBucketDecoder). CUDA-free: the kernels
-// and the host tests (tests/quant/nhwc_buckets_test.cpp) run the same phases.
+// NHWC position from its own bucket's codes (quant/nhwc_decode.h's walk, with
+// NhwcBucketDecoder). CUDA-free: the kernels and the host tests (tests/quant/nhwc_buckets_test.cpp)
+// run the same phases.
 #include <algorithm>
 #include <cstdint>
 
@@ -29,7 +30,9 @@ PACKRAT_HD inline bool nhwc_buckets_stageable(const BucketGeometry& g, const Cod
 
 // Buckets a quantize block takes: a tile's worth (kNhwcTileFloats values; a bucket a warp, in
 // turns where they are shorter than 1024).
-PACKRAT_HD inline int64_t nhwc_quantize_block_buckets(const BucketGeometry& g) { return kNhwcTileFloats / g.bucket_size; }
+PACKRAT_HD inline int64_t nhwc_quantize_block_buckets(const BucketGeometry& g) {
+  return kNhwcTileFloats / g.bucket_size;
+}
 
 // The buckets [first, first + count) of block `block` taking `per_block`, and their plain run.
 PACKRAT_HD inline NhwcBlock nhwc_bucket_block(const BucketGeometry& g, int64_t per_block, int64_t block) {

@@ -54,10 +54,10 @@ std::vector<uint8_t> bytes_of(const Tensor& t) {
 struct Held {
   MixedFormat f;
   std::vector<uint8_t> flags;    // the packed flags held (empty: uniform)
+  bool uniform_is_mix = false;   // uniform: every bucket took the mix width
   std::vector<int64_t> offsets;  // (buckets + 1,) the scan of the bucket code bytes
   BucketFlags bucket_flags() const { return {flags.empty() ? nullptr : flags.data(), true, uniform_is_mix}; }
   BucketOffsets bucket_offsets() const { return {offsets.data(), 0}; }
-  bool uniform_is_mix = false;
 };
 Held held_of(const MixedPacked& p) {
   Held h;
@@ -115,7 +115,8 @@ TEST(NhwcBuckets, StagedBlocksQuantizeToTheCpuBytesOfThePlainTensor) {
         ASSERT_LE(b.run.end - b.run.begin, kNhwcTileFloats) << what;
         covered = b.run.end;
         std::vector<float> tile(kNhwcTileFloats, -99.0f);
-        for (int t = 0; t < kNhwcBlockThreads; ++t) nhwc_stage(walk, b.run, nhwc.data(), tile.data(), t, kNhwcBlockThreads);
+        for (int t = 0; t < kNhwcBlockThreads; ++t)
+          nhwc_stage(walk, b.run, nhwc.data(), tile.data(), t, kNhwcBlockThreads);
         for (int64_t g = b.first; g < b.first + b.count; ++g) {
           const BucketWidth& w = h.bucket_flags()(g) ? p.mix : p.base;
           quantize_bucket_ref(tile.data() + (h.f.g.start(g) - b.run.begin), h.f.g.len(g), w, p.scale, k.c.rounding,
@@ -142,7 +143,8 @@ void decode_blocks_on_host(const MixedPacked& p, const Held& h, const CodecWalk&
     ASSERT_LE(h.offsets[static_cast<size_t>(b.first + b.count)] - h.offsets[static_cast<size_t>(b.first)] / 16 * 16,
               kNhwcCodeBytes);
     std::vector<uint8_t> codes_copy(kNhwcCodeBytes, 0xEE);
-    std::vector<NhwcBucketEntry> table(kNhwcBucketTable, NhwcBucketEntry{0xEEEE, 0xEEEE, 0xEEEE, 0xEE, 0, -99.0f, -99.0f});
+    const NhwcBucketEntry poison{0xEEEE, 0xEEEE, 0xEEEE, 0xEE, 0, -99.0f, -99.0f};
+    std::vector<NhwcBucketEntry> table(kNhwcBucketTable, poison);
     NhwcBucketDecoder decode{};
     for (int t = 0; t < kNhwcBlockThreads; ++t)
       decode = nhwc_bucket_block_phase(src, b, codes_copy.data(), table.data(), t, kNhwcBlockThreads);
@@ -163,7 +165,8 @@ TEST(NhwcBuckets, BlocksDecodeToThePlainTensorsFloatsInNhwc) {
       std::vector<float> want_values(static_cast<size_t>(numel)), want_gx(static_cast<size_t>(numel));
       dequantize_mixed(p, want_values.data());
       const DequantizeBucketQuadsBody<Gelu> apply{p.codes.data<uint8_t>(), p.meta_data.data<uint8_t>(), h.f,
-                                                  h.bucket_flags(), h.bucket_offsets(), Gelu{grad.data(), want_gx.data()}};
+                                                  h.bucket_flags(), h.bucket_offsets(),
+                                                  Gelu{grad.data(), want_gx.data()}};
       for (int64_t b = 0; b < h.f.g.buckets; ++b) apply(b, 0, 1);
 
       const CodecWalk walk{s.c, plane, true};
