@@ -456,7 +456,7 @@ struct DequantizeBucketQuadsBody {
 
   PACKRAT_HD void operator()(int64_t g, int sub, int lanes) const {
     const int64_t len = f.g.len(g);
-    const BucketWidth& w = flags(g) ? f.mix : f.base;
+    const BucketWidth w = flags(g) ? f.mix : f.base;  // a copy: a reference put the body on the stack
     const BucketGrid grid = load_bucket_meta(meta + g * bucket_meta_bytes(f.scale, f.meta), f.scale, f.meta, w.levels);
     // Codes over 8 bits keep their low bytes first (len of them), then their high bits.
     const int lo_bits = w.code_bits < 8 ? w.code_bits : 8, hi_bits = w.code_bits - lo_bits;
