@@ -97,6 +97,18 @@ CodecOrder codec_order(const Tensor& x, const GroupGeometry& g) {
   return o;
 }
 
+namespace {
+
+// The NHWC decode reads a group's record in whole 32-bit words (quant/nhwc_decode.h): the metadata
+// must start on a 4-byte boundary (its own allocation does; a view might not).
+void check_records_aligned(const Tensor& meta, const CodecWalk& walk, const char* where) {
+  PACKRAT_CHECK(!walk.nhwc || reinterpret_cast<uintptr_t>(meta.device_data<uint8_t>()) % 4 == 0,
+                "{}: the metadata ({}) does not start on a 4-byte boundary, which the NHWC decode reads in words",
+                where, meta.describe());
+}
+
+}  // namespace
+
 Tensor in_codec_order(const Tensor& x, const CodecOrder& o) {
   if (!o.via_plain) return x;
   const TagScope scratch(MemTag::Workspace);
@@ -156,6 +168,7 @@ void dequantize_groups(const Tensor& codes, const Tensor& meta, const GroupGeome
     return;
   PACKRAT_CHECK(walk.channels == 0 || walk.nhwc, "dequantize_groups: an nChw16c walk on {} (a CPU layout)",
                 out.device().str());
+  check_records_aligned(meta, walk, "dequantize_groups");
 #if PACKRAT_HAVE_CUDA
   cuda::launch_dequantize_groups(codes.device_data<uint8_t>(), meta.device_data<uint8_t>(), g,
                                  out.device_data<float>(), walk);
@@ -206,6 +219,7 @@ void dequantize_groups_apply(const Tensor& codes, const Tensor& meta, const Grou
     return;
   PACKRAT_CHECK(host_walk || walk.nhwc, "dequantize_groups_apply: an nChw16c walk on {} (a CPU layout)",
                 codes.device().str());
+  check_records_aligned(meta, walk, "dequantize_groups_apply");
 #if PACKRAT_HAVE_CUDA
   cuda::launch_dequantize_groups_apply(codes.device_data<uint8_t>(), meta.device_data<uint8_t>(), g, fn, from_output,
                                        grad.device_data<float>(), gx.device_data<float>(), walk);
