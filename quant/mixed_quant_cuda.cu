@@ -151,7 +151,7 @@ __global__ void __launch_bounds__(kNhwcBlockThreads)
 // One block's buckets of an NHWC tensor decoded straight into NHWC (quant/nhwc_buckets.h): their
 // codes copied into shared memory beside a table of their widths and grids, then each thread's
 // quads of channels decoded and handed to the sink (the values, or an activation's backward
-// against the NHWC gradient). Two blocks an SM: ptxas then keeps the values' decode in 96
+// against the NHWC gradient). Two blocks an SM: ptxas then keeps the values' decode in 93
 // registers and an activation's in 128, without spills (left to itself it gave the values' decode
 // 80 registers and spilled 140 bytes a thread).
 template <class Sink>
