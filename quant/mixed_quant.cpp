@@ -100,6 +100,14 @@ int64_t mixed_bytes_formula(const BucketGeometry& g, const MixedQuantConfig& c, 
   return codes + g.buckets * bucket_meta_bytes(c.scale, c.meta) + (uniform ? 0 : packed_bytes(g.buckets, 1));
 }
 
+std::vector<int64_t> bucket_code_offsets(const BucketGeometry& g, const BucketWidth& base, const BucketWidth& mix,
+                                         const BucketFlags& flags) {
+  std::vector<int64_t> off(static_cast<size_t>(g.buckets + 1), 0);  // (buckets + 1,)
+  for (int64_t b = 0; b < g.buckets; ++b)
+    off[static_cast<size_t>(b + 1)] = off[static_cast<size_t>(b)] + bucket_code_bytes(g, b, flags(b) ? mix : base);
+  return off;
+}
+
 MixedPacked mixed_packed_header(int64_t numel, const MixedQuantConfig& c) {
   MixedPacked p;
   p.numel = numel;
@@ -227,10 +235,7 @@ void dequantize_mixed_apply_on_host(const MixedPacked& p, ActivationId fn, bool 
   const MixedFormat f = format_of(p);
   if (f.g.buckets == 0) return;
   const BucketFlags flags{p.uniform ? nullptr : p.flags.data<uint8_t>(), true, p.uniform_is_mix};
-  std::vector<int64_t> offsets(static_cast<size_t>(f.g.buckets + 1), 0);  // (buckets + 1,)
-  for (int64_t b = 0; b < f.g.buckets; ++b)
-    offsets[static_cast<size_t>(b + 1)] =
-        offsets[static_cast<size_t>(b)] + bucket_code_bytes(f.g, b, flags(b) ? p.mix : p.base);
+  const std::vector<int64_t> offsets = bucket_code_offsets(f.g, p.base, p.mix, flags);  // (buckets + 1,)
   PACKRAT_CHECK(p.codes.numel() == offsets.back(), "mixed dequantization: {} code bytes held, the flags say {}",
                 p.codes.numel(), offsets.back());
   with_apply_derivative(fn, from_output, grad, gx, [&](auto sink) {

@@ -130,6 +130,11 @@ void dequantize_mixed(const MixedPacked& p, const Tensor& out);
 void dequantize_mixed_apply(const MixedPacked& p, ActivationId fn, bool from_output, const Tensor& grad,
                             const Tensor& gx);
 
+// Where each bucket's codes start when its width is what `flags` says: (buckets + 1,) byte
+// offsets, the last one the code size (the exclusive scan a GPU makes with CUB).
+std::vector<int64_t> bucket_code_offsets(const BucketGeometry& g, const BucketWidth& base, const BucketWidth& mix,
+                                         const BucketFlags& flags);
+
 // The format fields of a quantized tensor (numel, bucket size, widths, scale rule, metadata type),
 // before its buffers (mixed_quant.cpp).
 MixedPacked mixed_packed_header(int64_t numel, const MixedQuantConfig& c);

@@ -23,19 +23,6 @@ namespace packrat {
 
 namespace {
 
-// Byte offset of every bucket's codes, (buckets + 1,): offsets[g + 1] - offsets[g] = packed_bytes(len, bits).
-std::vector<int64_t> code_offsets(const BucketGeometry& g, const BucketWidth& base, const BucketWidth& mix,
-                                  const uint8_t* flags) {
-  std::vector<int64_t> off(static_cast<size_t>(g.buckets + 1), 0);  // (buckets + 1,)
-  for (int64_t b = 0; b < g.buckets; ++b)
-    off[static_cast<size_t>(b + 1)] = off[static_cast<size_t>(b)] + bucket_code_bytes(g, b, flags[b] ? mix : base);
-  return off;
-}
-
-}  // namespace
-
-namespace {
-
 // Philox-4x32-10 at counters (counter0 + lane) for 16 lanes, written lane-wise so the compiler
 // vectorises it (AVX-512: one register per state word); bit-identical to Philox4x32::generate.
 // out[w * 16 + lane] = word w of lane's output.
@@ -529,7 +516,7 @@ void dequantize_mixed(const MixedPacked& p, float* out, const CodecWalk& walk) {
   if (g.buckets == 0) return;
   std::vector<uint8_t> flags(static_cast<size_t>(g.buckets), p.uniform_is_mix ? 1 : 0);  // (buckets,)
   if (!p.uniform) unpack_bits(p.flags.data<uint8_t>(), g.buckets, 1, flags.data());
-  const std::vector<int64_t> off = code_offsets(g, p.base, p.mix, flags.data());  // (buckets + 1,)
+  const std::vector<int64_t> off = bucket_code_offsets(g, p.base, p.mix, BucketFlags{flags.data()});  // (buckets + 1,)
   PACKRAT_CHECK(p.codes.numel() == off.back(), "mixed dequantization: {} code bytes held, the flags say {}",
                 p.codes.numel(), off.back());
   const int mb = bucket_meta_bytes(p.scale, p.meta);

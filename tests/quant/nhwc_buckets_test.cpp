@@ -64,11 +64,7 @@ Held held_of(const MixedPacked& p) {
   h.f = MixedFormat{p.geometry(), p.base, p.mix, p.scale, p.meta};
   h.flags = bytes_of(p.flags);
   h.uniform_is_mix = p.uniform_is_mix;
-  h.offsets.assign(static_cast<size_t>(h.f.g.buckets + 1), 0);
-  const BucketFlags flags = h.bucket_flags();
-  for (int64_t b = 0; b < h.f.g.buckets; ++b)
-    h.offsets[static_cast<size_t>(b + 1)] =
-        h.offsets[static_cast<size_t>(b)] + bucket_code_bytes(h.f.g, b, flags(b) ? h.f.mix : h.f.base);
+  h.offsets = bucket_code_offsets(h.f.g, h.f.base, h.f.mix, h.bucket_flags());
   return h;
 }
 
