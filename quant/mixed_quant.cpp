@@ -245,20 +245,14 @@ void dequantize_mixed_apply_on_host(const MixedPacked& p, ActivationId fn, bool 
   });
 }
 
-// The CPU kernels' walk of t: an nChw16c buffer in plain order, else as it lies (plain).
-CodecWalk cpu_walk(const Tensor& t) {
-  PACKRAT_CHECK(t.layout() != Layout::NHWC, "mixed quantization: an NHWC tensor on the CPU (a GPU layout): {}",
-                t.describe());
-  return t.layout() == Layout::nChw16c ? CodecWalk{t.dim(1), channel_plane(t), false} : CodecWalk{};
-}
-
-// The device kernels' walk of t (mixed_codec_order), or a message naming `where` for a layout
-// they do not walk.
-[[maybe_unused]] CodecWalk device_walk(const Tensor& t, int64_t bucket_size, const char* where) {
+// The kernels' walk of t on its device (mixed_codec_order), or a message naming `where` for a
+// layout they do not walk.
+CodecWalk walk_of(const Tensor& t, int64_t bucket_size, const char* where) {
   const CodecOrder o = mixed_codec_order(t.shape(), t.layout(), t.device(), bucket_size);
   PACKRAT_CHECK(!o.via_plain,
-                "{}: a {} tensor on {} in buckets of {}: the codes follow the logical order, which the device kernels "
-                "walk in plain tensors and in NHWC ones of buckets and planes up to 1024 values (give its plain copy)",
+                "{}: a {} tensor on {} in buckets of {}: the codes follow the logical order, which the kernels there "
+                "do not walk in this layout and size (the CPU's: plain and nChw16c; a GPU's: plain, and NHWC with "
+                "buckets and planes up to 1024 values; give its plain copy)",
                 where, t.describe(), t.device().str(), bucket_size);
   return o.walk;
 }
@@ -282,7 +276,8 @@ CodecOrder mixed_codec_order(const Shape& shape, Layout layout, Device d, int64_
 
 MixedPacked quantize_mixed(const Tensor& x, const MixedQuantConfig& c, const QuantNoise& noise) {
   PACKRAT_CHECK(x.dtype() == DType::f32, "quantize_mixed: the input is {}, expected f32", x.describe());
-  if (x.is_cpu()) return quantize_mixed(x.data<float>(), x.numel(), c, noise, cpu_walk(x));
+  if (x.is_cpu())
+    return quantize_mixed(x.data<float>(), x.numel(), c, noise, walk_of(x, c.bucket_size, "quantize_mixed"));
   MixedPacked emulated;  // the CPU kernel's buffers, moved to x's device (the test seam of codec_device.h)
   if (codec_ran_on_host(x.device(), {x}, [&] { emulated = quantize_mixed(x, c, noise); })) {
     for (Tensor* t : {&emulated.codes, &emulated.meta_data, &emulated.flags})
@@ -291,7 +286,7 @@ MixedPacked quantize_mixed(const Tensor& x, const MixedQuantConfig& c, const Qua
   }
 #if PACKRAT_HAVE_CUDA
   c.check("mixed quantization");
-  return quantize_mixed_cuda(x, c, noise, device_walk(x, c.bucket_size, "quantize_mixed"));
+  return quantize_mixed_cuda(x, c, noise, walk_of(x, c.bucket_size, "quantize_mixed"));
 #else
   fail("quantize_mixed: the input is on {}, but this packrat was built without CUDA", x.device().str());
 #endif
@@ -308,12 +303,12 @@ void dequantize_mixed(const MixedPacked& p, const Tensor& out) {
                 p.codes.defined() ? p.codes.device().str() : "-", p.meta_data.defined() ? p.meta_data.device().str() : "-",
                 p.flags.defined() ? ", flags on " + p.flags.device().str() : "", d.str());
   if (out.is_cpu()) {
-    dequantize_mixed(p, out.data<float>(), cpu_walk(out));
+    dequantize_mixed(p, out.data<float>(), walk_of(out, p.bucket_size, "dequantize_mixed"));
     return;
   }
   if (codec_ran_on_host(d, {p.codes, p.meta_data, p.flags, out}, [&] { dequantize_mixed(p, out); })) return;
 #if PACKRAT_HAVE_CUDA
-  dequantize_mixed_cuda(p, out, device_walk(out, p.bucket_size, "dequantize_mixed"));
+  dequantize_mixed_cuda(p, out, walk_of(out, p.bucket_size, "dequantize_mixed"));
 #else
   fail("dequantize_mixed: the output is on {}, but this packrat was built without CUDA", d.str());
 #endif
@@ -345,7 +340,7 @@ void dequantize_mixed_apply(const MixedPacked& p, ActivationId fn, bool from_out
   if (d.is_cpu()) return on_host();
   if (codec_ran_on_host(d, {p.codes, p.meta_data, p.flags, grad, gx}, on_host)) return;
 #if PACKRAT_HAVE_CUDA
-  dequantize_mixed_apply_cuda(p, fn, from_output, grad, gx, device_walk(gx, p.bucket_size, "dequantize_mixed_apply"));
+  dequantize_mixed_apply_cuda(p, fn, from_output, grad, gx, walk_of(gx, p.bucket_size, "dequantize_mixed_apply"));
 #else
   fail("dequantize_mixed_apply: the output is on {}, but this packrat was built without CUDA", d.str());
 #endif
