@@ -110,13 +110,11 @@ Tensor MixedStore::values(const Encoded& enc, const Entry& e) {
 
 Tensor MixedStore::apply_encoded(const Encoded& enc, const Entry& e, const Tensor& grad_out) {
   const auto& q = static_cast<const Quantized&>(enc);
-  // The one pass reads the gradient in the saved tensor's layout, where the kernels walk it (plain,
-  // or a GPU's NHWC with buckets they stage).
+  // The one pass reads the gradient in the saved tensor's layout, where the device kernels walk it
+  // (plain, or an NHWC tensor whose buckets they stage).
   const bool fused = !q.device.is_cpu() && e.request.need == Need::Derivative && grad_out.dtype() == DType::f32 &&
                      grad_out.shape() == e.shape && grad_out.layout() == e.layout && grad_out.device() == q.device &&
-                     (e.layout == Layout::Plain ||
-                      (e.layout == Layout::NHWC &&
-                       !mixed_codec_order(e.shape, e.layout, q.device, q.quant.bucket_size).via_plain));
+                     !mixed_codec_order(e.shape, e.layout, q.device, q.quant.bucket_size).via_plain;
   if (!fused) return CompressingStore::apply_encoded(enc, e, grad_out);
   const Pointwise& fn = *e.request.fn;
   Tensor gx = Tensor::empty_like(grad_out);
