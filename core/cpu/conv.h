@@ -7,8 +7,11 @@
 // AVX-512 CPU wherever it is representable without padding. Where that mix has only oneDNN's
 // reference kernel (e.g. 40 -> 80 channels, plain src and blocked dst: ref:any, ~100x slower),
 // src and dst are both plain instead (gemm kernels). Without AVX-512 (an AVX2 machine) oneDNN
-// has no jit kernel for nChw16c at all, so every convolution runs plain on gemm kernels, which
-// read the plain OIHW weights in place (no reorder, nothing cached) and never use Winograd. conv_layouts() says what was chosen; x is
+// has no jit kernel for nChw16c at all, so every tensor stays plain; its jit kernels there read
+// and write nChw8c, into which each call reorders its operands (Workspace buffers, as PyTorch
+// runs its NCHW tensors), with blocked weights from the cache; no Winograd (AVX-512 only). Where
+// even that has no jit kernel, the plain gemm kernels read the plain OIHW weights in place.
+// conv_layouts() says what was chosen; x is
 // reordered only when it is not already in the src layout. Weights are plain OIHW tensors, reordered to the primitive's
 // format through the weight cache. Primitive descriptors and primitives are cached per geometry.
 #include <cstdint>

@@ -16,7 +16,8 @@ namespace packrat::cpu {
 
 dnnl::engine& dnnl_engine();
 // Whether oneDNN runs AVX-512 kernels here (dnnl::get_effective_cpu_isa()). Its nChw16c jit
-// kernels and Winograd convolutions need them; on AVX2 convolutions run plain (gemm kernels).
+// kernels and Winograd convolutions need them; on AVX2 convolutions keep their tensors plain and
+// run on nChw8c copies (core/cpu/conv.h).
 bool avx512_kernels();
 dnnl::stream& dnnl_stream();  // one per thread
 

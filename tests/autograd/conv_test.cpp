@@ -93,7 +93,8 @@ TEST(Conv2dOp, ForwardMatchesDirectLoopsForEveryGeometry) {
 
 TEST(Conv2dOp, OutputIsBlockedWhenOutputChannelsAreAMultipleOf16) {
   // On AVX-512 oneDNN's jit kernels write nChw16c. On AVX2 its only kernel for nChw16c is the
-  // reference one, so the output stays plain (gemm kernel).
+  // reference one, so the output stays plain (the jit kernel writes nChw8c into the convolution's
+  // own buffer, reordered out).
   const Layout blocked = cpu::avx512_kernels() ? Layout::nChw16c : Layout::Plain;
   Tensor x = random_tensor({1, 3, 8, 8}, 1);
   EXPECT_EQ(ops::conv2d(x, random_tensor({16, 3, 3, 3}, 2), Tensor(), {}).layout(), blocked);
@@ -193,12 +194,12 @@ TEST(Conv2dOp, AResidualInputTakesTheConvolutionsGradientInPlace) {
 }
 
 TEST(Conv2dOp, WeightCacheReordersOncePerVersion) {
-  // On AVX-512 the kernel reads blocked weights: each miss below is one reorder. On AVX2 the
-  // gemm kernel reads the plain weight in place: no reorder ever, nothing held. (The cache's own
-  // rules are checked on every machine by WeightCache.ReordersOncePerVersion.)
+  // oneDNN's jit kernels (AVX-512's and AVX2's) read blocked weights: each miss below is one
+  // reorder. A gemm kernel would read the plain weight in place: no reorder, nothing held. (The
+  // cache's own rules are checked on every machine by WeightCache.ReordersOncePerVersion.)
   const ConvGeometry g{1, 16, 6, 6, 32, 3, 3, 4, 4, 1, 1, 0, 0, 1, 1, 1, false};
   const bool blocked_weights = !cpu::conv_layouts(g).plain_weights;
-  EXPECT_EQ(blocked_weights, cpu::avx512_kernels()) << cpu::conv_layouts(g).implementation;
+  EXPECT_TRUE(blocked_weights) << cpu::conv_layouts(g).implementation;
   const int64_t k = blocked_weights ? 1 : 0;  // reorders per miss
   auto expect_held = [&](bool held) {
     if (held && blocked_weights) {
@@ -323,12 +324,49 @@ TEST(Conv2dOp, NoGeometryOfACommonModelFallsToTheReferenceKernel) {
     EXPECT_NE(bwd_data.rfind("ref", 0), 0u) << c.cin << " -> " << c.cout << " backward data: " << bwd_data;
     EXPECT_NE(bwd_weights.rfind("ref", 0), 0u) << c.cin << " -> " << c.cout << " backward weights: " << bwd_weights;
     if (c.cin % 16 == 0 && c.cout % 16 == 0 && (c.groups == 1 || c.groups == c.cin)) {  // 8-channel groups run plain
-      // nChw16c has jit kernels only on AVX-512; on AVX2 the gemm kernels run plain.
+      // nChw16c has jit kernels only on AVX-512; on AVX2 the tensors stay plain (the kernels'
+      // nChw8c copies are the convolution's own).
       const Layout blocked = cpu::avx512_kernels() ? Layout::nChw16c : Layout::Plain;
       EXPECT_EQ(l.src, blocked);
       EXPECT_EQ(l.dst, blocked);
     }
   }
+}
+
+TEST(Conv2dOp, ConvolutionsOfResNetAndEfficientNetRunOnJitKernelsWithOrWithoutAvx512) {
+  // oneDNN's im2col + gemm kernels ran 1.2-25x slower than its jit ones on an AVX2 EPYC (README,
+  // "Convolutions without AVX-512"). Without AVX-512 the jit kernels want nChw8c, which no packrat
+  // tensor holds: the tensors stay plain and each call reorders into Workspace buffers of the
+  // kernel's format, which the allocator counts.
+  struct Case {
+    int64_t cin, cout, k, stride, groups;
+  };
+  for (const Case c : {Case{3, 64, 3, 1, 1}, Case{64, 64, 3, 1, 1}, Case{64, 128, 3, 2, 1}, Case{64, 128, 1, 2, 1},
+                       Case{16, 96, 1, 1, 1}, Case{96, 96, 3, 1, 96}, Case{240, 240, 5, 1, 240}}) {
+    const int64_t o = (16 + 2 * (c.k / 2) - c.k) / c.stride + 1;
+    ConvGeometry g{8, c.cin, 16, 16, c.cout, c.k, c.k, o, o, c.stride, c.stride, c.k / 2, c.k / 2, 1, 1, c.groups, false};
+    const std::string what = std::to_string(c.cin) + " -> " + std::to_string(c.cout) + " " + std::to_string(c.k) + "x" +
+                             std::to_string(c.k) + " groups " + std::to_string(c.groups);
+    EXPECT_EQ(cpu::conv_layouts(g).implementation.rfind("jit", 0), 0u) << what << ": " << cpu::conv_layouts(g).implementation;
+    EXPECT_EQ(cpu::conv_backward_implementations(g).first.rfind("jit", 0), 0u)
+        << what << " backward data: " << cpu::conv_backward_implementations(g).first;
+    if (c.k != 5)  // oneDNN 2.6 has no jit backward-weights kernel for 5x5 depthwise (own loop on nChw16c)
+      EXPECT_EQ(cpu::conv_backward_implementations(g).second.rfind("jit", 0), 0u)
+          << what << " backward weights: " << cpu::conv_backward_implementations(g).second;
+  }
+  if (cpu::avx512_kernels()) return;
+  Tensor x = random_tensor({2, 16, 8, 8}, 1), w = random_tensor({32, 16, 3, 3}, 2);
+  ops::Conv2dOptions o;
+  o.pad_h = o.pad_w = 1;
+  Allocator& a = Allocator::cpu();
+  a.reset_peak();
+  const int64_t before = a.current(MemTag::Workspace);
+  Tensor y = ops::conv2d(x, w, Tensor(), o);
+  EXPECT_EQ(y.layout(), Layout::Plain);
+  // The input's and the output's nChw8c copies (16 and 32 channels: no padding), alive together;
+  // the weight's blocked copy is 18 KiB.
+  EXPECT_GE(a.peak(MemTag::Workspace) - before, (2 * 16 * 8 * 8 + 2 * 32 * 8 * 8) * 4);
+  expect_close(y.to_vector(), naive_conv(x, w, Tensor(), o, 8, 8));
 }
 
 namespace packrat {
