@@ -45,8 +45,7 @@ void fill_noise_blocks(const QuantNoise& noise, int64_t b0, int64_t b1, uint16_t
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(o + 32 * j + 16), _mm512_cvtepi32_epi16(_mm512_srli_epi32(w[j], 16)));
     }
 #else
-    for (int64_t i = 0; i < 128; ++i)
-      o[i] = static_cast<uint16_t>(rounding_noise16(noise.seed, noise.stream, static_cast<uint64_t>(b * 128 + i)));
+    noise_block(noise.seed, noise.stream, b, o);
 #endif
   }
 }

@@ -21,56 +21,13 @@
 
 namespace packrat {
 
-namespace {
-
-// Philox-4x32-10 at counters (counter0 + lane) for 16 lanes, written lane-wise so the compiler
-// vectorises it (AVX-512: one register per state word); bit-identical to Philox4x32::generate.
-// out[w * 16 + lane] = word w of lane's output.
-void philox_lanes16(uint64_t seed, uint64_t stream, uint64_t counter0, uint32_t* out) {
-  // The state words held in 64-bit lanes (values below 2^32), so that each 32x32 -> 64-bit
-  // product is one vpmuludq lane.
-  alignas(64) uint64_t c0[16], c1[16], c2[16], c3[16];  // (16,) each: the state, lane by lane
-  for (int l = 0; l < 16; ++l) {
-    c0[l] = static_cast<uint32_t>(static_cast<uint32_t>(counter0) + static_cast<uint32_t>(l));  // counter0 % 16 == 0: no carry
-    c1[l] = static_cast<uint32_t>(counter0 >> 32);
-    c2[l] = static_cast<uint32_t>(stream);
-    c3[l] = static_cast<uint32_t>(stream >> 32);
-  }
-  uint64_t k0 = static_cast<uint32_t>(seed), k1 = static_cast<uint32_t>(seed >> 32);
-  constexpr uint64_t m0 = Philox4x32::kMul0, m1 = Philox4x32::kMul1, lo32 = 0xFFFFFFFFull;
-  for (int round = 0; round < 10; ++round) {
-    for (int l = 0; l < 16; ++l) {
-      const uint64_t p0 = m0 * (c0[l] & lo32);
-      const uint64_t p1 = m1 * (c2[l] & lo32);
-      c0[l] = (p1 >> 32) ^ c1[l] ^ k0;
-      c1[l] = p1 & lo32;
-      c2[l] = (p0 >> 32) ^ c3[l] ^ k1;
-      c3[l] = p0 & lo32;
-    }
-    k0 = (k0 + Philox4x32::kWeyl0) & lo32;
-    k1 = (k1 + Philox4x32::kWeyl1) & lo32;
-  }
-  for (int l = 0; l < 16; ++l) {
-    out[l] = static_cast<uint32_t>(c0[l]);
-    out[16 + l] = static_cast<uint32_t>(c1[l]);
-    out[32 + l] = static_cast<uint32_t>(c2[l]);
-    out[48 + l] = static_cast<uint32_t>(c3[l]);
-  }
-}
-
-}  // namespace
-
 void RoundingNoise::fill(int64_t e0, int64_t n, uint16_t* out) {
   int64_t i = 0;
   while (i < n) {
     const int64_t e = e0 + i, block = e >> 7, first = e & 127;
     const int64_t take = std::min<int64_t>(n - i, 128 - first);
     if (block != block_) {
-      alignas(64) uint32_t words[64];  // (4 words, 16 lanes)
-      philox_lanes16(noise_.seed, noise_.stream, static_cast<uint64_t>(block) << 4, words);
-      // Element 16 h + lane takes half-word h of its lane: word h / 2, low half for even h.
-      for (int h = 0; h < 8; ++h)
-        for (int l = 0; l < 16; ++l) values_[16 * h + l] = static_cast<uint16_t>(words[16 * (h >> 1) + l] >> (16 * (h & 1)));
+      group_simd::noise_block(noise_.seed, noise_.stream, block, values_);
       block_ = block;
     }
     std::memcpy(out + i, values_ + first, static_cast<size_t>(take) * sizeof(uint16_t));
