@@ -112,9 +112,19 @@ inline void unpack_chunk(const uint8_t* src, int64_t n, uint8_t* codes) {
     return;
 #endif
     constexpr int per = 8 / B;
-    constexpr uint8_t mask = (1u << B) - 1u;
-    for (; i + per <= n; i += per)
-      for (int k = 0; k < per; ++k) codes[i + k] = static_cast<uint8_t>((src[i / per] >> (B * k)) & mask);
+    // Four codes a 32-bit word (unpack64's arithmetic): byte b -> (b&3)|(b>>2&3)<<8|(b>>4&3)<<16|
+    // (b>>6)<<24, or bytes b0, b1 -> (b0&15)|(b0>>4)<<8|(b1&15)<<16|(b1>>4)<<24.
+    for (; i + 4 <= n; i += 4) {
+      uint32_t w;
+      if constexpr (B == 2) {
+        const uint32_t b = src[i / 4];
+        w = (b | b << 6 | b << 12 | b << 18) & 0x03030303u;
+      } else {
+        const uint32_t b = src[i / 2] | static_cast<uint32_t>(src[i / 2 + 1]) << 16;
+        w = (b | b << 4) & 0x0F0F0F0Fu;
+      }
+      std::memcpy(codes + i, &w, 4);
+    }
     if (i < n) unpack_group_codes(src + i / per, n - i, B, codes + i);
   } else {
     unpack_group_codes(src, n, B, codes);

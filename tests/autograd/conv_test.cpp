@@ -1,5 +1,6 @@
 // conv2d: gradient checks for every geometry the op promises, layout behaviour, the weight
 // cache, error messages, and PyTorch goldens (tests/golden/make_dnnl_goldens.py).
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include "autograd/ops.h"
@@ -345,14 +346,14 @@ TEST(Conv2dOp, ConvolutionsOfResNetAndEfficientNetRunOnJitKernelsWithOrWithoutAv
                        Case{16, 96, 1, 1, 1}, Case{96, 96, 3, 1, 96}, Case{240, 240, 5, 1, 240}}) {
     const int64_t o = (16 + 2 * (c.k / 2) - c.k) / c.stride + 1;
     ConvGeometry g{8, c.cin, 16, 16, c.cout, c.k, c.k, o, o, c.stride, c.stride, c.k / 2, c.k / 2, 1, 1, c.groups, false};
-    const std::string what = std::to_string(c.cin) + " -> " + std::to_string(c.cout) + " " + std::to_string(c.k) + "x" +
-                             std::to_string(c.k) + " groups " + std::to_string(c.groups);
+    const std::string what = fmt::format("{} -> {} {}x{} groups {}", c.cin, c.cout, c.k, c.k, c.groups);
     EXPECT_EQ(cpu::conv_layouts(g).implementation.rfind("jit", 0), 0u) << what << ": " << cpu::conv_layouts(g).implementation;
     EXPECT_EQ(cpu::conv_backward_implementations(g).first.rfind("jit", 0), 0u)
         << what << " backward data: " << cpu::conv_backward_implementations(g).first;
-    if (c.k != 5)  // oneDNN 2.6 has no jit backward-weights kernel for 5x5 depthwise (own loop on nChw16c)
+    if (c.k != 5) {  // oneDNN 2.6 has no jit backward-weights kernel for 5x5 depthwise (own loop on nChw16c)
       EXPECT_EQ(cpu::conv_backward_implementations(g).second.rfind("jit", 0), 0u)
           << what << " backward weights: " << cpu::conv_backward_implementations(g).second;
+    }
   }
   if (cpu::avx512_kernels()) return;
   Tensor x = random_tensor({2, 16, 8, 8}, 1), w = random_tensor({32, 16, 3, 3}, 2);
