@@ -14,6 +14,12 @@
 #include "core/philox.h"
 #include "quant/group_quant.h"
 
+// GCC 12 warns about the undefined pass-through operand inside the AVX-512 intrinsics (a false
+// positive of its headers) wherever they are inlined.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+
 namespace packrat::group_simd {
 
 #if defined(__AVX512F__)
@@ -278,3 +284,5 @@ bool dispatch_group_width(int bits, Fn&& fn) {
 }
 
 }  // namespace packrat::group_simd
+
+#pragma GCC diagnostic pop
