@@ -104,7 +104,7 @@ std::shared_ptr<ConvPlan> make_plan(const ConvGeometry& g) {
     // No AVX-512: oneDNN's jit kernels want nChw8c, its plain ones are im2col + gemm. The jit
     // kernels with reorders at their edges, as PyTorch runs NCHW tensors: 1.5-3x faster for most
     // of ResNet's and EfficientNet's convolutions on an AVX2 EPYC, within 10% for the others
-    // (README, "Convolutions without AVX-512").
+    // (README, "Without AVX-512").
     make_forward(*p, g, p->src_layout, p->dst_layout, true);
     if (is_reference(*p) || is_gemm(*p)) make_forward(*p, g, p->src_layout, p->dst_layout);
   }

@@ -335,8 +335,8 @@ TEST(Conv2dOp, NoGeometryOfACommonModelFallsToTheReferenceKernel) {
 }
 
 TEST(Conv2dOp, ConvolutionsOfResNetAndEfficientNetRunOnJitKernelsWithOrWithoutAvx512) {
-  // oneDNN's im2col + gemm kernels ran 1.2-25x slower than its jit ones on an AVX2 EPYC (README,
-  // "Convolutions without AVX-512"). Without AVX-512 the jit kernels want nChw8c, which no packrat
+  // oneDNN's im2col + gemm kernels ran up to 25x slower than its jit ones on an AVX2 EPYC (3x on
+  // ResNet's first stage; README, "Without AVX-512"). Without AVX-512 the jit kernels want nChw8c, which no packrat
   // tensor holds: the tensors stay plain and each call reorders into Workspace buffers of the
   // kernel's format, which the allocator counts.
   struct Case {
