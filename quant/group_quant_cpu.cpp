@@ -131,32 +131,6 @@ inline void unpack_chunk(const uint8_t* src, int64_t n, uint8_t* codes) {
   }
 }
 
-// codes[i] = quantize_value(x[i], p, levels, uniform16(rnd[i])) (rnd null: nearest), n elements.
-inline void quantize_run(const float* x, int64_t n, const GroupParams& p, uint32_t levels, const uint16_t* rnd,
-                         uint8_t* codes) {
-  int64_t i = 0;
-#if defined(__AVX512F__)
-  const __m512 vmin = _mm512_set1_ps(p.min), vinv = _mm512_set1_ps(p.inv_step), zero = _mm512_setzero_ps();
-  const __m512 half = _mm512_set1_ps(0.5f), scale = _mm512_set1_ps(1.0f / 65536.0f);
-  const __m512i one = _mm512_set1_epi32(1), vlev = _mm512_set1_epi32(static_cast<int>(levels));
-  for (; i + 16 <= n; i += 16) {
-    const __m512 u = _mm512_max_ps(_mm512_mul_ps(_mm512_sub_ps(_mm512_loadu_ps(x + i), vmin), vinv), zero);
-    const __m512 fl = _mm512_roundscale_ps(u, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
-    const __m512 frac = _mm512_sub_ps(u, fl);
-    __m512 r = half;
-    if (rnd) {
-      const __m512i h = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(rnd + i)));
-      r = _mm512_mul_ps(_mm512_add_ps(_mm512_cvtepi32_ps(h), half), scale);
-    }
-    __m512i code = _mm512_cvttps_epi32(fl);
-    code = _mm512_mask_add_epi32(code, _mm512_cmp_ps_mask(r, frac, _CMP_LT_OQ), code, one);
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(codes + i), _mm512_cvtepi32_epi8(_mm512_min_epi32(code, vlev)));
-  }
-#endif
-  for (; i < n; ++i)
-    codes[i] = static_cast<uint8_t>(quantize_value(x[i], p, levels, rnd ? uniform16(rnd[i]) : 0.5f));
-}
-
 // out[i] = dequantize_value(codes[i], p), n elements.
 inline void dequantize_run(const uint8_t* codes, int64_t n, const GroupParams& p, float* out) {
   int64_t i = 0;

@@ -348,8 +348,7 @@ void quantize_affine_bucket(const float* xb, int64_t len, bool stochastic, MetaT
       }
 #else
       if (stochastic) fill_rounding_noise(QuantNoise{seed, stream}, e, m, rnd);
-      for (int64_t i = 0; i < m; ++i)
-        ck[i] = static_cast<uint8_t>(quantize_value(xk[i], p, levels, stochastic ? uniform16(rnd[i]) : 0.5f));
+      group_simd::quantize_run(xk, m, p, levels, stochastic ? rnd : nullptr, ck);
 #endif
     }
     group_simd::pack_chunk<B>(code_buf, n, dst + c * B / 8);  // c is a multiple of 8: byte aligned
