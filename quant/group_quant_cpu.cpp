@@ -1,4 +1,4 @@
-// The CPU kernels of per-group quantization: AVX-512 where the build has it, OpenMP over
+// The CPU kernels of per-group quantization: AVX-512 or AVX2 where the build has it, OpenMP over
 // groups. They write the same bytes as the per-group reference in quant/group_quant.h
 // (quantize_group / dequantize_group), which tests/quant/codec_bitexact_test.cpp checks for every
 // width, rounding mode and metadata type.

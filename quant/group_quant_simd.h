@@ -1,8 +1,9 @@
 #pragma once
 // The SIMD building blocks of per-group quantization, shared by the per-group kernels
 // (group_quant_cpu.cpp) and the mixed-precision bucket kernels (mixed_quant_cpu.cpp) so that both draw
-// the same noise, reduce ranges in the same order and pack the same layout. Internal: included
-// by those two .cpp files only (it includes immintrin.h).
+// the same noise, reduce ranges in the same order and pack the same layout, on AVX-512 or AVX2
+// (per-ISA lane types, one algorithm) and plain C++ otherwise. Internal: included by those two
+// .cpp files and their test only (it includes immintrin.h).
 #include <cstdint>
 #include <cstring>
 #include <type_traits>

@@ -1,7 +1,7 @@
-// The CPU kernels of mixed-precision bucket quantization: AVX-512 where the build has it,
-// OpenMP over ranges of buckets. They write the same bytes as the per-bucket reference in
-// quant/mixed_quant_device.h (quantize_bucket_ref / dequantize_bucket_ref), whose helpers they
-// share, as tests/quant/codec_bitexact_test.cpp checks.
+// The CPU kernels of mixed-precision bucket quantization: AVX-512 where the build has it (AVX2
+// in the blocks shared with per-group quantization), OpenMP over ranges of buckets. They write
+// the same bytes as the per-bucket reference in quant/mixed_quant_device.h (quantize_bucket_ref /
+// dequantize_bucket_ref), whose helpers they share, as tests/quant/codec_bitexact_test.cpp checks.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
