@@ -336,9 +336,9 @@ TEST(Conv2dOp, NoGeometryOfACommonModelFallsToTheReferenceKernel) {
 
 TEST(Conv2dOp, ConvolutionsOfResNetAndEfficientNetRunOnJitKernelsWithOrWithoutAvx512) {
   // oneDNN's im2col + gemm kernels ran up to 25x slower than its jit ones on an AVX2 EPYC (3x on
-  // ResNet's first stage; README, "Without AVX-512"). Without AVX-512 the jit kernels want nChw8c, which no packrat
-  // tensor holds: the tensors stay plain and each call reorders into Workspace buffers of the
-  // kernel's format, which the allocator counts.
+  // ResNet's first stage; README, "Without AVX-512"). Without AVX-512 the jit kernels want
+  // nChw8c, which no packrat tensor holds: the tensors stay plain and each call reorders into
+  // Workspace buffers of the kernel's format, which the allocator counts.
   struct Case {
     int64_t cin, cout, k, stride, groups;
   };
@@ -347,12 +347,12 @@ TEST(Conv2dOp, ConvolutionsOfResNetAndEfficientNetRunOnJitKernelsWithOrWithoutAv
     const int64_t o = (16 + 2 * (c.k / 2) - c.k) / c.stride + 1;
     ConvGeometry g{8, c.cin, 16, 16, c.cout, c.k, c.k, o, o, c.stride, c.stride, c.k / 2, c.k / 2, 1, 1, c.groups, false};
     const std::string what = fmt::format("{} -> {} {}x{} groups {}", c.cin, c.cout, c.k, c.k, c.groups);
-    EXPECT_EQ(cpu::conv_layouts(g).implementation.rfind("jit", 0), 0u) << what << ": " << cpu::conv_layouts(g).implementation;
-    EXPECT_EQ(cpu::conv_backward_implementations(g).first.rfind("jit", 0), 0u)
-        << what << " backward data: " << cpu::conv_backward_implementations(g).first;
+    const std::string forward = cpu::conv_layouts(g).implementation;
+    const auto [bwd_data, bwd_weights] = cpu::conv_backward_implementations(g);
+    EXPECT_EQ(forward.rfind("jit", 0), 0u) << what << ": " << forward;
+    EXPECT_EQ(bwd_data.rfind("jit", 0), 0u) << what << " backward data: " << bwd_data;
     if (c.k != 5) {  // oneDNN 2.6 has no jit backward-weights kernel for 5x5 depthwise (own loop on nChw16c)
-      EXPECT_EQ(cpu::conv_backward_implementations(g).second.rfind("jit", 0), 0u)
-          << what << " backward weights: " << cpu::conv_backward_implementations(g).second;
+      EXPECT_EQ(bwd_weights.rfind("jit", 0), 0u) << what << " backward weights: " << bwd_weights;
     }
   }
   if (cpu::avx512_kernels()) return;
