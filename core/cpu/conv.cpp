@@ -44,8 +44,8 @@ struct ConvPlan {
   dnnl::convolution_backward_data bd;
   dnnl::convolution_backward_weights::primitive_desc bw_pd;
   dnnl::convolution_backward_weights bw;
-  // A blocked depthwise geometry that oneDNN serves only with gemm (5x5, small inputs): the weight
-  // gradient comes from depthwise_backward_weights instead.
+  // A depthwise geometry that oneDNN serves only with gemm (5x5, small inputs): the weight gradient
+  // comes from depthwise_backward_weights instead, on any CPU (plain operands are copied to nChw16c).
   bool own_depthwise_bw = false;
 };
 
@@ -166,8 +166,7 @@ ConvPlan& backward_weights_plan(const ConvGeometry& g, const std::shared_ptr<Con
     };
     p->bw_pd = backward_pd<dnnl::convolution_backward_weights::primitive_desc>(
         g, *p, make, p->bw_src_layout, p->bw_dst_layout, p->bw_src, p->bw_dst);
-    p->own_depthwise_bw = depthwise_blocked(g) && p->src_layout == Layout::nChw16c &&
-                          std::string(p->bw_pd.impl_info_str()).rfind("jit", 0) != 0;
+    p->own_depthwise_bw = depthwise_blocked(g) && std::string(p->bw_pd.impl_info_str()).rfind("jit", 0) != 0;
     if (!p->own_depthwise_bw) p->bw = dnnl::convolution_backward_weights(p->bw_pd);
   });
   return *p;
@@ -242,7 +241,12 @@ void conv_backward_weights(const Tensor& x, const Tensor& gy, const ConvGeometry
   auto plan = plan_for(g);
   ConvPlan& p = backward_weights_plan(g, plan);
   if (p.own_depthwise_bw) {
-    depthwise_backward_weights(to_layout(x, Layout::nChw16c), to_layout(gy, Layout::nChw16c), g, gw, gb);
+    // Its loop walks 16-channel blocks; plain operands (no AVX-512) go through nChw16c Workspace copies.
+    auto blocked = [](const Tensor& t) {
+      TagScope copies(MemTag::Workspace);
+      return to_layout(t, Layout::nChw16c);
+    };
+    depthwise_backward_weights(blocked(x), blocked(gy), g, gw, gb);
     return;
   }
   const Tensor src = to_layout(x, p.bw_src_layout);
