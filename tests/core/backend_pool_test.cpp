@@ -71,7 +71,10 @@ TEST(BackendPool, MaxAndAveragePoolingMatchNaiveLoopsOnEveryBackend) {
       {geometry(1, 2, 16, 16, 16, 1, 0), PoolKind::Max},  // a 256-element window: wider indices
       {geometry(2, 16, 6, 6, 3, 1, 1), PoolKind::AvgIncludePadding},
       {geometry(1, 3, 7, 6, 3, 2, 1), PoolKind::AvgExcludePadding},
-      {geometry(2, 32, 4, 4, 4, 4, 0), PoolKind::AvgExcludePadding}};
+      {geometry(2, 32, 4, 4, 4, 4, 0), PoolKind::AvgExcludePadding},
+      // Global averages (squeeze-and-excitation's), direct loops on the CPU's plain buffers.
+      {geometry(3, 40, 2, 2, 2, 2, 0), PoolKind::AvgIncludePadding},
+      {geometry(2, 5, 32, 32, 32, 1, 0), PoolKind::AvgExcludePadding}};
   PACKRAT_FOR_EACH_BACKEND(b) {
     DeviceScope on(b->device());
     EXPECT_EQ(b->pool_index_dtype(9), DType::u8);
