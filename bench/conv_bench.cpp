@@ -33,6 +33,8 @@
 //   print("torch", torch.__version__)
 #include <benchmark/benchmark.h>
 
+#include <fmt/format.h>
+
 #include <algorithm>
 
 #include "autograd/ops.h"
@@ -130,19 +132,20 @@ void BM_ConvWeightReorder512(benchmark::State& state) {
   state.SetLabel(cached ? "weight cache on (batch 1, 4x4)" : "weight cache off (batch 1, 4x4)");
 }
 
-// The batchnorm2d that follows this conv in ResNet (64x64x32x32 nChw16c), training forward +
-// backward, with the loop kernel (range(0) = 0) or oneDNN's (1). GB/s counts the bytes the
-// two passes must move at least: forward reads x twice and writes y, backward reads x, dy twice
-// and writes dx (7 tensors of 16 MiB).
+// The batchnorm2d that follows this conv in ResNet (64x64x32x32, nChw16c with range(1) = 1 as on
+// AVX-512, plain with 0 as without it), training forward + backward, with the loop kernel
+// (range(0) = 0) or oneDNN's (1). GB/s counts the bytes the two passes must move at least:
+// forward reads x twice and writes y, backward reads x, dy twice and writes dx (7 tensors of 16 MiB).
 void BM_BatchNormForwardBackward(benchmark::State& state) {
   cpu::set_batchnorm_kernel(state.range(0) ? cpu::BatchNormKernel::Dnnl : cpu::BatchNormKernel::Loops);
-  Tensor x = random({kN, kC, kHW, kHW}, 1).to_layout(Layout::nChw16c);
+  const Layout layout = state.range(1) ? Layout::nChw16c : Layout::Plain;
+  Tensor x = random({kN, kC, kHW, kHW}, 1).to_layout(layout);
   x.set_requires_grad(true);
   Tensor w = random({kC}, 2, MemTag::Parameter), b = random({kC}, 3, MemTag::Parameter);
   w.set_requires_grad(true);
   b.set_requires_grad(true);
   Tensor rm = Tensor::zeros({kC}), rv = Tensor::full({kC}, 1.0f);
-  Tensor seed = random({kN, kC, kHW, kHW}, 3).to_layout(Layout::nChw16c);
+  Tensor seed = random({kN, kC, kHW, kHW}, 3).to_layout(layout);
   for (auto _ : state) {
     x.zero_grad();
     Tensor y = ops::batchnorm2d(x, w, b, rm, rv, true);
@@ -151,11 +154,11 @@ void BM_BatchNormForwardBackward(benchmark::State& state) {
   }
   cpu::set_batchnorm_kernel(cpu::BatchNormKernel::Loops);
   state.counters["GB/s"] = benchmark::Counter(7.0 * x.nbytes() / 1e9, benchmark::Counter::kIsIterationInvariantRate);
-  state.SetLabel(state.range(0) ? "oneDNN kernel" : "loop kernel");
+  state.SetLabel(fmt::format("{}, {}", state.range(0) ? "oneDNN kernel" : "loop kernel", layout_name(layout)));
 }
 }  // namespace
 
-BENCHMARK(BM_BatchNormForwardBackward)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_BatchNormForwardBackward)->ArgsProduct({{0, 1}, {1, 0}})->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_ConvForward)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_ConvForwardBackward)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_ConvBackwardData)->Unit(benchmark::kMillisecond)->UseRealTime();

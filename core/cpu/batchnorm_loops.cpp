@@ -38,18 +38,32 @@ void channel_sums(const float* x, const float* g, const Slabs& s, const float* c
       for (int64_t i0 = 0; i0 < s.HW; i0 += kChunk) {
         const int64_t i1 = std::min(s.HW, i0 + kChunk);
         float fa[L] = {}, fb[L] = {};
-        for (int64_t i = i0; i < i1; ++i)
-          for (int l = 0; l < L; ++l) {
-            const float v = px[i * L + l] - m[l];
-            if constexpr (Grad) {
-              const float gv = pg[i * L + l];
-              fa[l] += gv;
-              fb[l] += gv * v;
-            } else {
-              fa[l] += v;
-              fb[l] += v * v;
-            }
+        if constexpr (L == 1) {
+          // One channel's run: GCC keeps a plain sum in order (scalar, one add's latency a value)
+          // unless told that it may split it across vector lanes.
+          float sa = 0.0f, sb = 0.0f;
+#pragma omp simd reduction(+ : sa, sb)
+          for (int64_t i = i0; i < i1; ++i) {
+            const float v = px[i] - m[0];
+            sa += Grad ? pg[i] : v;
+            sb += (Grad ? pg[i] : v) * v;
           }
+          fa[0] = sa;
+          fb[0] = sb;
+        } else {
+          for (int64_t i = i0; i < i1; ++i)
+            for (int l = 0; l < L; ++l) {
+              const float v = px[i * L + l] - m[l];
+              if constexpr (Grad) {
+                const float gv = pg[i * L + l];
+                fa[l] += gv;
+                fb[l] += gv * v;
+              } else {
+                fa[l] += v;
+                fb[l] += v * v;
+              }
+            }
+        }
         for (int l = 0; l < L; ++l) {
           a[l] += fa[l];
           b[l] += fb[l];
