@@ -3,8 +3,9 @@
 // needs only through the saved-tensor store (see saved_tensor_store.h). The layer name for
 // reports and error messages comes from the enclosing LayerScope.
 //
-// Layout: 4-d activations may be plain NCHW or nChw16c (core/dtype.h). Ops that care
-// (conv2d, batchnorm2d, pooling) accept either and return oneDNN's preferred layout;
+// Layout: 4-d activations may be plain NCHW or a backend's own (core/dtype.h: the CPU's nChw16c
+// or nChw8c, a GPU's NHWC). Ops that care (conv2d, batchnorm2d, pooling) accept any and return
+// the backend's preferred layout;
 // elementwise ops keep their input's layout; ops that need plain data (linear, flatten,
 // softmax, ...) reorder their input themselves.
 #include <cstdint>

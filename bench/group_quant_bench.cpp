@@ -9,6 +9,7 @@
 #include <ctime>
 #include <cstring>
 
+#include "core/cpu/layout.h"
 #include "core/philox.h"
 #include "core/tensor.h"
 #include "quant/group_quant.h"
@@ -110,14 +111,15 @@ void BM_GroupQuant_Dequantize(benchmark::State& state) {
 
 // Groups of 64 on EfficientNet's 14 x 14 planes, (128, 64, 14, 14): per sample (aligned to the
 // noise's 128-element blocks) and per plane (4 groups of 49 a plane), of the plain tensor and of
-// the same tensor in nChw16c (read in plain order through a transpose of each 16-channel tile).
+// the same tensor in the CPU's blocked layout (nChw16c with AVX-512, nChw8c without; read in
+// plain order through a transpose of each channel block's tile).
 // Stochastic, 2 bits, quantize then dequantize.
 void BM_GroupQuant_Grouping(benchmark::State& state) {
   const bool per_plane = state.range(0) != 0, blocked = state.range(1) != 0;
   Tensor plain = Tensor::empty({128, 64, 14, 14});  // (N, C, H, W)
   PhiloxStream s(7, 0);
   for (int64_t i = 0; i < plain.numel(); ++i) plain.data<float>()[i] = s.uniform() * 4.0f - 1.0f;
-  const Tensor x = blocked ? plain.to_layout(Layout::nChw16c) : plain, y = Tensor::empty_like(x);
+  const Tensor x = blocked ? plain.to_layout(cpu::native_blocked_layout()) : plain, y = Tensor::empty_like(x);
   GroupQuantConfig c;
   c.bits = 2;
   c.group_size = 64;

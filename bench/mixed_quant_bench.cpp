@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "core/backend.h"
+#include "core/cpu/layout.h"
 #include "core/philox.h"
 #include "core/tensor.h"
 #include "quant/group_quant.h"
@@ -132,13 +133,13 @@ void BM_MixedQuant_Dequantize(benchmark::State& state) {
   report(state, sides);
 }
 
-// The codes follow the tensor's logical order: an nChw16c tensor (the CPU convolutions' layout)
-// is walked in plain order (quant/plain_runs.h). 2/4 mix at p = 0.5, buckets of 512, quantize and
-// dequantize of the plain tensor and of its nChw16c copy, back to back. Counters: GB/s of f32 data
-// for each, and blocked_vs_plain_{quantize,dequantize} = time(plain) / time(nChw16c) (< 1: the
-// walk costs that much).
+// The codes follow the tensor's logical order: a blocked tensor (the CPU convolutions' layout:
+// nChw16c with AVX-512, nChw8c without) is walked in plain order (quant/plain_runs.h). 2/4 mix at
+// p = 0.5, buckets of 512, quantize and dequantize of the plain tensor and of its blocked copy,
+// back to back. Counters: GB/s of f32 data for each, and blocked_vs_plain_{quantize,dequantize} =
+// time(plain) / time(blocked) (< 1: the walk costs that much).
 void BM_MixedQuant_Blocked(benchmark::State& state) {
-  const Tensor x = make_input(), xb = x.to_layout(Layout::nChw16c);
+  const Tensor x = make_input(), xb = x.to_layout(cpu::native_blocked_layout());
   const MixedQuantConfig c = mixed_config(ScaleRule::Affine, 2, 4, 0.5, 512);
   const MixedPacked p = quantize_mixed(x, c, {1, 42});
   Tensor y = Tensor::empty_like(x), yb = Tensor::empty_like(xb);

@@ -37,13 +37,24 @@ template <> constexpr DType dtype_of<int32_t>() { return DType::i32; }
 template <> constexpr DType dtype_of<int64_t>() { return DType::i64; }
 
 // Memory layout of a 4-d (N, C, H, W) tensor. The logical shape is always NCHW. Plain is
-// row-major; any other layout is a backend's own (the CPU's nChw16c, see core/cpu/layout.h; the
-// CUDA backend's NHWC, channels innermost, which cuDNN's tensor-core convolutions read without a
-// transpose): only that backend creates it, ops and stores keep a tensor's layout as it comes and
-// ask the backend for plain data where they need it (Tensor::to_plain).
-enum class Layout : uint8_t { Plain, nChw16c, NHWC };
+// row-major; any other layout is a backend's own (the CPU's nChw16c on AVX-512 and nChw8c without
+// it, channels in blocks of 16 or 8 innermost, see core/cpu/layout.h; the CUDA backend's NHWC,
+// channels innermost, which cuDNN's tensor-core convolutions read without a transpose): only that
+// backend creates it, ops and stores keep a tensor's layout as it comes and ask the backend for
+// plain data where they need it (Tensor::to_plain).
+enum class Layout : uint8_t { Plain, nChw16c, NHWC, nChw8c };
 constexpr std::string_view layout_name(Layout l) {
-  return l == Layout::Plain ? "plain" : l == Layout::nChw16c ? "nChw16c" : "NHWC";
+  switch (l) {
+    case Layout::Plain: return "plain";
+    case Layout::nChw16c: return "nChw16c";
+    case Layout::NHWC: return "NHWC";
+    case Layout::nChw8c: return "nChw8c";
+  }
+  return "?";
+}
+// The channels a block of a channel-blocked layout holds (nChw16c: 16, nChw8c: 8); 0 otherwise.
+constexpr int64_t channel_block(Layout l) {
+  return l == Layout::nChw16c ? 16 : l == Layout::nChw8c ? 8 : 0;
 }
 
 }  // namespace packrat

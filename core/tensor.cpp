@@ -19,12 +19,13 @@ Tensor Tensor::empty(const Shape& shape, DType dtype, Layout layout, MemTag tag)
 Tensor Tensor::empty(const Shape& shape, DType dtype, Layout layout, MemTag tag, Device device) {
   for (int64_t d : shape.dims())
     PACKRAT_CHECK(d >= 0, "tensor: negative dimension in shape {}", shape.str());
-  if (layout == Layout::nChw16c)
-    PACKRAT_CHECK(shape.rank() == 4 && shape[1] % 16 == 0,
-                  "tensor: layout nChw16c needs a 4-d shape with channels divisible by 16, got {}", shape.str());
+  if (const int64_t block = channel_block(layout))
+    PACKRAT_CHECK(shape.rank() == 4 && shape[1] % block == 0,
+                  "tensor: layout {} needs a 4-d shape with channels divisible by {}, got {}", layout_name(layout), block,
+                  shape.str());
   if (layout == Layout::NHWC) {
     PACKRAT_CHECK(shape.rank() == 4, "tensor: layout NHWC needs a 4-d shape, got {}", shape.str());
-    PACKRAT_CHECK(!device.is_cpu(), "tensor: layout NHWC is the CUDA backend's; a CPU tensor is plain or nChw16c ({})",
+    PACKRAT_CHECK(!device.is_cpu(), "tensor: layout NHWC is the CUDA backend's; a CPU tensor is plain, nChw16c or nChw8c ({})",
                   shape.str());
   }
   Tensor t;

@@ -86,8 +86,8 @@ int64_t channel_plane(const Tensor& x) { return channel_plane(x.shape()); }
 // else through a plain copy.
 CodecOrder codec_order(const Tensor& x, const GroupGeometry& g) {
   CodecOrder o;
-  if (x.layout() == Layout::nChw16c) {
-    o.walk = {x.dim(1), channel_plane(x), false};
+  if (const int64_t block = channel_block(x.layout())) {
+    o.walk = {x.dim(1), channel_plane(x), false, block};
   } else if (x.layout() == Layout::NHWC) {
     if (nhwc_stageable(g, CodecWalk{x.dim(1), channel_plane(x), true}))
       o.walk = {x.dim(1), channel_plane(x), true};
@@ -135,7 +135,7 @@ void quantize_groups(const Tensor& x, const GroupGeometry& g, Rounding rounding,
   if (codec_ran_on_host(x.device(), {x, codes, meta},
                         [&] { quantize_groups(x, g, rounding, noise, codes, meta, group_range_sq, walk); }))
     return;
-  PACKRAT_CHECK(walk.channels == 0 || walk.nhwc, "quantize_groups: an nChw16c walk on {} (a CPU layout)",
+  PACKRAT_CHECK(walk.channels == 0 || walk.nhwc, "quantize_groups: a channel-blocked walk on {} (a CPU layout)",
                 x.device().str());
 #if PACKRAT_HAVE_CUDA
   Tensor range_sq;  // (groups) f64 on the device, copied to the host afterwards
@@ -166,7 +166,7 @@ void dequantize_groups(const Tensor& codes, const Tensor& meta, const GroupGeome
   }
   if (codec_ran_on_host(out.device(), {codes, meta, out}, [&] { dequantize_groups(codes, meta, g, out, walk); }))
     return;
-  PACKRAT_CHECK(walk.channels == 0 || walk.nhwc, "dequantize_groups: an nChw16c walk on {} (a CPU layout)",
+  PACKRAT_CHECK(walk.channels == 0 || walk.nhwc, "dequantize_groups: a channel-blocked walk on {} (a CPU layout)",
                 out.device().str());
   check_records_aligned(meta, walk, "dequantize_groups");
 #if PACKRAT_HAVE_CUDA
@@ -217,7 +217,7 @@ void dequantize_groups_apply(const Tensor& codes, const Tensor& meta, const Grou
         on_host();
       }))
     return;
-  PACKRAT_CHECK(host_walk || walk.nhwc, "dequantize_groups_apply: an nChw16c walk on {} (a CPU layout)",
+  PACKRAT_CHECK(host_walk || walk.nhwc, "dequantize_groups_apply: a channel-blocked walk on {} (a CPU layout)",
                 codes.device().str());
   check_records_aligned(meta, walk, "dequantize_groups_apply");
 #if PACKRAT_HAVE_CUDA

@@ -1,7 +1,7 @@
 #pragma once
 // Per-group stochastic quantization (ActNN, GACT). A saved f32 tensor is cut into groups of G
 // elements contiguous in its logical (plain NCHW) order, within each sample, within each channel
-// plane, or over the flattened tensor (the CPU's nChw16c buffers are walked in that order: see
+// plane, or over the flattened tensor (the CPU's blocked buffers are walked in that order: see
 // CodecWalk; a GPU's NHWC buffers: see codec_order); each group keeps its minimum
 // and its step (bf16 or f32) and one b-bit code per element, b in {1, 2, 3, 4, 8}:
 //
@@ -169,18 +169,20 @@ GroupGeometry group_geometry_of(const Tensor& x, const GroupQuantConfig& c);
 
 // How the codec walks a buffer. channels 0: element e of the geometry is element e of the buffer
 // as it lies. Otherwise element e of the geometry is the one at plain (n, c, h, w) position e of a
-// buffer that is nChw16c (the CPU's: channels a multiple of 16, plane = H x W) or, with nhwc, NHWC
-// (a GPU's), so that the groups are the plain tensor's although the channels lie interleaved
-// (per-plane groups hold one channel each, and so do per-sample ones where a plane holds at least
-// G, as ActNN groups an NCHW tensor); the codes are those of the plain tensor.
+// buffer that is channel-blocked (the CPU's nChw16c or nChw8c: channels a multiple of `block`,
+// plane = H x W) or, with nhwc, NHWC (a GPU's), so that the groups are the plain tensor's although
+// the channels lie interleaved (per-plane groups hold one channel each, and so do per-sample ones
+// where a plane holds at least G, as ActNN groups an NCHW tensor); the codes are those of the
+// plain tensor.
 struct CodecWalk {
   int64_t channels = 0, plane = 0;  // channels 0: the buffer as it lies
-  bool nhwc = false;                // with channels: NHWC, else nChw16c
+  bool nhwc = false;                // with channels: NHWC, else channel-blocked
+  int64_t block = 16;               // channel-blocked: the channels a block holds (16 or 8)
 };
 // How the codec reads x, whose geometry is g (group_geometry_of), so that the codes are those of
 // the plain tensor under every grouping.
 struct CodecOrder {
-  // Plain order for an nChw16c tensor (the CPU's) and for an NHWC tensor (a GPU's) whose groups the
+  // Plain order for a blocked tensor (the CPU's) and for an NHWC tensor (a GPU's) whose groups the
   // CUDA kernels take in that order (quant/nhwc_tile.h: groups and planes of up to 1024 values, the
   // tensor under 2^31 values); else as it lies.
   CodecWalk walk;
@@ -408,7 +410,7 @@ PACKRAT_HD inline void dequantize_group(const uint8_t* codes, const uint8_t* met
 // (g.meta_bytes(),) u8 on x's device. CPU: the kernel below; a GPU: group_quant_cuda.cu (the
 // variance bounds, when asked for, are copied to the host); the emulated GPU of the tests: the
 // CPU kernel (quant/codec_device.h).
-// `walk` (codec_order): nChw16c walks on the CPU (and the emulated GPU of the tests, which
+// `walk` (codec_order): channel-blocked walks on the CPU (and the emulated GPU of the tests, which
 // runs the CPU's kernels), NHWC walks on a GPU.
 void quantize_groups(const Tensor& x, const GroupGeometry& g, Rounding rounding, const QuantNoise& noise,
                      const Tensor& codes, const Tensor& meta, std::vector<double>* group_range_sq = nullptr,
@@ -431,12 +433,13 @@ void dequantize_groups_apply(const Tensor& codes, const Tensor& meta, const Grou
 // group_range_sq, when given, receives per group len * (stored range)^2 / 4: the group's summed
 // per-element variance bound of stochastic rounding divided by S(b) = 1/(2^b-1)^2, for
 // ActNN's analytic sensitivity.
-// With a walk, each 16-channel tile is first transposed to plain order (still one pass over x).
+// With a walk, each tile of a channel block is first transposed to plain order (still one pass
+// over x).
 void quantize_groups(const float* x, const GroupGeometry& g, Rounding rounding, const QuantNoise& noise,
                      uint8_t* codes, uint8_t* meta, std::vector<double>* group_range_sq = nullptr,
                      CodecWalk walk = {});
 // One pass: unpack and dequantize every group into out (g.numel floats; with a walk,
-// transposed back to nChw16c tile by tile).
+// transposed back to the blocked layout tile by tile).
 void dequantize_groups(const uint8_t* codes, const uint8_t* meta, const GroupGeometry& g, float* out,
                        CodecWalk walk = {});
 

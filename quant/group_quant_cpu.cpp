@@ -184,7 +184,7 @@ void quantize_impl(const float* x, const GroupGeometry& g, Rounding rounding, co
   for_group_ranges(g.groups(), grain, [&](int64_t g0, int64_t g1) {
     alignas(64) uint8_t code_buf[kChunk];  // (kChunk,)
     NoiseWindow window(noise);
-    std::optional<PlainRuns> plain;  // an nChw16c buffer's groups in plain order
+    std::optional<PlainRuns> plain;  // a blocked buffer's groups in plain order
     if (walk.channels) plain.emplace(walk, g.group_size);
     for (int64_t gi = g0; gi < g1; ++gi) {
       const int64_t start = g.group_start(gi), len = g.group_len(gi);
@@ -213,7 +213,7 @@ void dequantize_impl(const uint8_t* codes, const uint8_t* meta, const GroupGeome
   const int64_t grain = std::max<int64_t>(1, kMinParallelWork / g.group_size);
   for_group_ranges(g.groups(), grain, [&](int64_t g0, int64_t g1) {
     alignas(64) uint8_t code_buf[kChunk];  // (kChunk,)
-    std::optional<PlainRuns> plain;  // an nChw16c buffer's groups in plain order
+    std::optional<PlainRuns> plain;  // a blocked buffer's groups in plain order
     if (walk.channels) plain.emplace(walk, g.group_size);
     for (int64_t gi = g0; gi < g1; ++gi) {
       const int64_t start = g.group_start(gi), len = g.group_len(gi);

@@ -162,7 +162,7 @@ Tensor GroupStore::values(const Encoded& enc, const Entry& e) {
 Tensor GroupStore::apply_encoded(const Encoded& enc, const Entry& e, const Tensor& grad_out) {
   const auto& q = static_cast<const Quantized&>(enc);
   const CodecWalk& walk = q.order.walk;
-  const bool device_walk = walk.channels == 0 || walk.nhwc;  // not the CPU's nChw16c walk
+  const bool device_walk = walk.channels == 0 || walk.nhwc;  // not the CPU's channel-blocked walk
   const bool fused = !q.codes.is_cpu() && e.request.need == Need::Derivative && !q.order.via_plain && device_walk &&
                      grad_out.dtype() == DType::f32 && grad_out.shape() == e.shape && grad_out.layout() == e.layout &&
                      grad_out.device() == q.codes.device();

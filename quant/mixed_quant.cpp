@@ -262,8 +262,9 @@ CodecWalk walk_of(const Tensor& t, int64_t bucket_size, const char* where) {
 CodecOrder mixed_codec_order(const Shape& shape, Layout layout, Device d, int64_t bucket_size) {
   CodecOrder o;
   if (layout == Layout::Plain) return o;
-  const CodecWalk walk{shape.rank() >= 2 ? shape[1] : 0, channel_plane(shape), layout == Layout::NHWC};
-  if (layout == Layout::nChw16c && d.is_cpu()) {
+  const CodecWalk walk{shape.rank() >= 2 ? shape[1] : 0, channel_plane(shape), layout == Layout::NHWC,
+                       channel_block(layout)};
+  if (channel_block(layout) && d.is_cpu()) {
     o.walk = walk;
   } else if (layout == Layout::NHWC && !d.is_cpu() &&
              nhwc_buckets_stageable(bucket_geometry(shape.numel(), bucket_size), walk)) {

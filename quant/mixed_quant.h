@@ -107,9 +107,9 @@ void unpack_wide_codes(const uint8_t* src, int64_t n, int bits, uint16_t* codes)
 
 // The codes follow the tensor's logical (plain NCHW) order. How the entry points walk a tensor of
 // this shape and layout on device d in that order (group_quant.h's CodecOrder): a plain one as it
-// lies; on the CPU an nChw16c one through its 16-channel tiles; on a GPU an NHWC one whose buckets
-// the kernels stage (quant/nhwc_buckets.h: buckets and planes of up to 1024 values). Any other
-// is via_plain: the caller hands its plain copy (quant/mixed_store.cpp).
+// lies; on the CPU a blocked one through its channel blocks' tiles; on a GPU an NHWC one whose
+// buckets the kernels stage (quant/nhwc_buckets.h: buckets and planes of up to 1024 values). Any
+// other is via_plain: the caller hands its plain copy (quant/mixed_store.cpp).
 CodecOrder mixed_codec_order(const Shape& shape, Layout layout, Device d, int64_t bucket_size);
 // Quantizes x (any shape, f32, a layout mixed_codec_order walks); the result's Tensors on x's device
 // under the current TagScope. CPU: the kernel below. A GPU: the CUDA kernels
@@ -141,7 +141,7 @@ MixedPacked mixed_packed_header(int64_t numel, const MixedQuantConfig& c);
 
 // ---- the CPU kernels (mixed_quant_cpu.cpp), on host pointers ------------------------------
 
-// Quantizes x (numel floats, in the order of walk: the buffer as it lies, or an nChw16c buffer in
+// Quantizes x (numel floats, in the order of walk: the buffer as it lies, or a blocked buffer in
 // plain order) in one parallel pass over the buckets (the bytes of quantize_bucket_ref, bucket by
 // bucket, with the widths of bucket_takes_mix).
 // The widths are chosen by decide_buckets with the same noise; Tensors under the current TagScope.

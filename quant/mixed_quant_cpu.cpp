@@ -434,7 +434,7 @@ MixedPacked quantize_mixed(const float* x, int64_t numel, const MixedQuantConfig
   auto run_range = [&](int64_t r) {
     const int64_t b0 = r * grain, b1 = std::min(g.buckets, b0 + grain);
     int64_t off = range_off[static_cast<size_t>(r)];
-    std::optional<PlainRuns> plain;  // an nChw16c buffer's buckets in plain order
+    std::optional<PlainRuns> plain;  // a blocked buffer's buckets in plain order
     if (walk.channels) plain.emplace(walk, g.bucket_size);
     for (int64_t b = b0; b < b1; ++b) {
       const bool is_mix = flags[static_cast<size_t>(b)] != 0;
@@ -479,7 +479,7 @@ void dequantize_mixed(const MixedPacked& p, float* out, const CodecWalk& walk) {
   const uint8_t* codes = p.codes.data<uint8_t>();
   const uint8_t* meta = p.meta_data.data<uint8_t>();
   parallel_chunks(g.buckets, bucket_grain(g.bucket_size), [&](int64_t b0, int64_t b1) {
-    std::optional<PlainRuns> plain;  // an nChw16c buffer's buckets in plain order, a bucket a run
+    std::optional<PlainRuns> plain;  // a blocked buffer's buckets in plain order, a bucket a run
     if (walk.channels) plain.emplace(walk, g.bucket_size);
     for (int64_t b = b0; b < b1;) {
       const BucketWidth& w = flags[static_cast<size_t>(b)] ? p.mix : p.base;

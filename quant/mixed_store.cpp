@@ -62,7 +62,7 @@ void MixedStore::count(const MixedPacked& p) {
 namespace {
 
 // The codec's input: x where the codec walks it in its logical (plain NCHW) order, the thesis's
-// contiguous chunks of the activation (plain; the CPU's nChw16c; a GPU's NHWC where the kernels
+// contiguous chunks of the activation (plain; the CPU's nChw16c or nChw8c; a GPU's NHWC where the kernels
 // stage its buckets), else a transient plain copy, so that a bucket holds the same elements, and
 // gets the same codes, in every layout.
 Tensor in_logical_order(const Tensor& x, int64_t bucket_size) {

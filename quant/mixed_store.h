@@ -17,7 +17,7 @@
 //   Index               packed at index_bits (1..16); kept exactly when a value does not fit
 // Buckets are contiguous in the tensor's logical (plain NCHW) order, as the thesis cuts the
 // activation, in every layout, so that a tensor gets the same codes on the CPU and on a GPU: the
-// CPU kernels walk a blocked buffer (nChw16c, its convolutions') in plain order; a GPU's NHWC
+// CPU kernels walk a blocked buffer (nChw16c or nChw8c, its convolutions') in plain order; a GPU's NHWC
 // tensor is quantized from a transient plain copy and decoded into one, then reordered (Workspace
 // both). The one-pass backward from the codes (apply_encoded) is kept for plain tensors.
 // A buffer saved twice (same storage and version, same form) is held once and counted once

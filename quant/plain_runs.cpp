@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#if defined(__AVX512F__)
+#if defined(__AVX2__)
 #include <immintrin.h>
 #endif
 
@@ -16,14 +16,14 @@ namespace packrat {
 
 namespace {
 
-// The buffer offset of plain element e of an nChw16c tensor (see CodecWalk).
+// The buffer offset of plain element e of a blocked tensor (see CodecWalk).
 inline int64_t blocked_offset(const CodecWalk& b, int64_t e) {
   const int64_t nc = e / b.plane, s = e % b.plane, n = nc / b.channels, c = nc % b.channels;
-  return ((n * (b.channels / 16) + c / 16) * b.plane + s) * 16 + c % 16;
+  return ((n * (b.channels / b.block) + c / b.block) * b.plane + s) * b.block + c % b.block;
 }
 
 // Calls fn(run_start, run_len, offset) for the runs of [e0, e0 + len) that stay within one
-// channel plane; a run's elements lie 16 floats apart from `offset` on.
+// channel plane; a run's elements lie b.block floats apart from `offset` on.
 template <typename Fn>
 void for_plane_runs(const CodecWalk& b, int64_t e0, int64_t len, Fn&& fn) {
   for (int64_t e = e0; e < e0 + len;) {
@@ -34,7 +34,8 @@ void for_plane_runs(const CodecWalk& b, int64_t e0, int64_t len, Fn&& fn) {
 }
 
 #if defined(__AVX512F__)
-// The float offsets of one channel's 16 consecutive positions in an nChw16c plane: 0, 16, .., 240.
+// The float offsets of one channel's 16 consecutive positions in a plane of 16-channel blocks:
+// 0, 16, .., 240.
 inline __m512i every16th() {
   return _mm512_setr_epi32(0, 16, 32, 48, 64, 80, 96, 112, 128, 144, 160, 176, 192, 208, 224, 240);
 }
@@ -43,23 +44,27 @@ inline __m512i every16th() {
 }  // namespace
 
 void gather_plain(const float* x, const CodecWalk& b, int64_t e0, int64_t len, float* dst) {
+  const int64_t B = b.block;
   for_plane_runs(b, e0, len, [&](int64_t i0, int64_t run, int64_t offset) {
     const float* src = x + offset;
     int64_t i = 0;
 #if defined(__AVX512F__)
-    for (; i + 16 <= run; i += 16) _mm512_storeu_ps(dst + i0 + i, _mm512_i32gather_ps(every16th(), src + 16 * i, 4));
+    if (B == 16)
+      for (; i + 16 <= run; i += 16) _mm512_storeu_ps(dst + i0 + i, _mm512_i32gather_ps(every16th(), src + 16 * i, 4));
 #endif
-    for (; i < run; ++i) dst[i0 + i] = src[16 * i];
+    for (; i < run; ++i) dst[i0 + i] = src[B * i];
   });
 }
 void scatter_plain(const float* src, const CodecWalk& b, int64_t e0, int64_t len, float* out) {
+  const int64_t B = b.block;
   for_plane_runs(b, e0, len, [&](int64_t i0, int64_t run, int64_t offset) {
     float* dst = out + offset;
     int64_t i = 0;
 #if defined(__AVX512F__)
-    for (; i + 16 <= run; i += 16) _mm512_i32scatter_ps(dst + 16 * i, every16th(), _mm512_loadu_ps(src + i0 + i), 4);
+    if (B == 16)
+      for (; i + 16 <= run; i += 16) _mm512_i32scatter_ps(dst + 16 * i, every16th(), _mm512_loadu_ps(src + i0 + i), 4);
 #endif
-    for (; i < run; ++i) dst[16 * i] = src[i0 + i];
+    for (; i < run; ++i) dst[B * i] = src[i0 + i];
   });
 }
 
@@ -100,21 +105,53 @@ inline bool transpose16(const float* src, int64_t src_stride, float* dst, int64_
 #endif
 }
 
-// (plane, 16) at src <-> (16, plane) at dst: src[s * 16 + k] -> dst[k * plane + s] (to_planes),
-// or back.
-void transpose_tile(const float* src, float* dst, int64_t plane, bool to_planes) {
+// dst[c * dst_stride + i] = src[i * src_stride + c] for i, c < 8 (an 8 x 8 transpose), or false
+// without AVX2.
+inline bool transpose8(const float* src, int64_t src_stride, float* dst, int64_t dst_stride) {
+#if defined(__AVX2__)
+  __m256 r[8], t[8], u[8];
+  for (int i = 0; i < 8; ++i) r[i] = _mm256_loadu_ps(src + i * src_stride);
+  for (int i = 0; i < 8; i += 2) {  // per 128-bit lane: (row i, row i+1) interleaved
+    t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
+    t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
+  }
+  for (int i = 0; i < 8; i += 4) {  // u[i + j], lane L: column 4L + j of rows i..i+3
+    u[i] = _mm256_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(1, 0, 1, 0));
+    u[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(3, 2, 3, 2));
+    u[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(1, 0, 1, 0));
+    u[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(3, 2, 3, 2));
+  }
+  for (int j = 0; j < 4; ++j) {  // column j from the low lanes, column 4 + j from the high ones
+    _mm256_storeu_ps(dst + j * dst_stride, _mm256_permute2f128_ps(u[j], u[4 + j], 0x20));
+    _mm256_storeu_ps(dst + (4 + j) * dst_stride, _mm256_permute2f128_ps(u[j], u[4 + j], 0x31));
+  }
+  return true;
+#else
+  (void)src, (void)src_stride, (void)dst, (void)dst_stride;
+  return false;
+#endif
+}
+
+// A B x B transpose (transpose16 / transpose8), or false where this CPU has no vector one.
+inline bool transpose_block(int64_t B, const float* src, int64_t src_stride, float* dst, int64_t dst_stride) {
+  return B == 16 ? transpose16(src, src_stride, dst, dst_stride) : transpose8(src, src_stride, dst, dst_stride);
+}
+
+// (plane, B) at src <-> (B, plane) at dst: src[s * B + k] -> dst[k * plane + s] (to_planes), or
+// back.
+void transpose_tile(const float* src, float* dst, int64_t plane, int64_t B, bool to_planes) {
   int64_t s = 0;
-  for (; s + 16 <= plane; s += 16) {
-    const bool done = to_planes ? transpose16(src + s * 16, 16, dst + s, plane)
-                                : transpose16(src + s, plane, dst + s * 16, 16);
+  for (; s + B <= plane; s += B) {
+    const bool done = to_planes ? transpose_block(B, src + s * B, B, dst + s, plane)
+                                : transpose_block(B, src + s, plane, dst + s * B, B);
     if (!done) break;
   }
   for (; s < plane; ++s)
-    for (int64_t k = 0; k < 16; ++k) {
+    for (int64_t k = 0; k < B; ++k) {
       if (to_planes)
-        dst[k * plane + s] = src[s * 16 + k];
+        dst[k * plane + s] = src[s * B + k];
       else
-        dst[s * 16 + k] = src[k * plane + s];
+        dst[s * B + k] = src[k * plane + s];
     }
 }
 
@@ -123,7 +160,7 @@ void transpose_tile(const float* src, float* dst, int64_t plane, bool to_planes)
 const float* PlainTile::read(const float* x, int64_t e0) {
   const int64_t t = tile_of(e0);
   if (t != tile_) {
-    transpose_tile(x + t * len_, buf_.get(), b_.plane, true);
+    transpose_tile(x + t * len_, buf_.get(), b_.plane, b_.block, true);
     tile_ = t;
   }
   return buf_.get() + (e0 - t * len_);
@@ -143,7 +180,7 @@ float* PlainTile::write(float* out, int64_t e0, int64_t n) {
 void PlainTile::flush(float* out) {
   if (tile_ < 0 || hi_ == lo_) return;
   if (hi_ - lo_ == len_) {  // the whole tile
-    transpose_tile(buf_.get(), out + tile_ * len_, b_.plane, false);
+    transpose_tile(buf_.get(), out + tile_ * len_, b_.plane, b_.block, false);
   } else {  // part of it (the rest is another thread's)
     scatter_plain(buf_.get() + (lo_ - tile_ * len_), b_, lo_, hi_ - lo_, out);
   }

@@ -1,9 +1,10 @@
 #pragma once
-// The CPU codecs' walk of an nChw16c buffer in plain order (CodecWalk without nhwc): a codec's
-// groups or buckets are runs of the plain tensor's elements, which lie 16 floats apart within a
-// channel plane of the blocked buffer. A thread takes its runs in rising order, so it transposes
-// each 16-channel tile of a sample into plain order once (PlainTile), not element by element run
-// by run; a run across two tiles is gathered or scattered element by element.
+// The CPU codecs' walk of a blocked buffer (nChw16c or nChw8c: CodecWalk without nhwc, B =
+// walk.block) in plain order: a codec's groups or buckets are runs of the plain tensor's elements,
+// which lie B floats apart within a channel plane of the blocked buffer. A thread takes its runs
+// in rising order, so it transposes each B-channel tile of a sample into plain order once
+// (PlainTile), not element by element run by run; a run across two tiles is gathered or scattered
+// element by element.
 #include <cstdint>
 #include <memory>
 
@@ -16,13 +17,14 @@ void gather_plain(const float* x, const CodecWalk& b, int64_t e0, int64_t len, f
 // out's plain element e0 + i = src[i], i < len.
 void scatter_plain(const float* src, const CodecWalk& b, int64_t e0, int64_t len, float* out);
 
-// One thread's copy, in plain order, of the 16-channel tile of an nChw16c buffer that its runs are
-// in: tile t holds channels 16k..16k+15 of one sample, the plain elements
-// [t * 16 * plane, (t + 1) * 16 * plane), which the blocked buffer stores (plane, 16) and the
-// copy (16, plane).
+// One thread's copy, in plain order, of the B-channel tile of a blocked buffer that its runs are
+// in: tile t holds channels Bk..Bk+B-1 of one sample, the plain elements
+// [t * B * plane, (t + 1) * B * plane), which the blocked buffer stores (plane, B) and the
+// copy (B, plane).
 class PlainTile {
  public:
-  explicit PlainTile(const CodecWalk& b) : b_(b), len_(16 * b.plane), buf_(new float[static_cast<size_t>(len_)]) {}
+  explicit PlainTile(const CodecWalk& b)
+      : b_(b), len_(b.block * b.plane), buf_(new float[static_cast<size_t>(len_)]) {}
   int64_t tile_of(int64_t e) const { return e / len_; }
   // Whether the plain elements [e0, e0 + n) lie in one tile.
   bool holds(int64_t e0, int64_t n) const { return tile_of(e0) == tile_of(e0 + n - 1); }
@@ -36,7 +38,7 @@ class PlainTile {
  private:
   CodecWalk b_;
   int64_t len_, tile_ = -1, lo_ = 0, hi_ = 0;  // the tile held; its plain range written [lo_, hi_)
-  std::unique_ptr<float[]> buf_;               // (16, plane), uninitialised: a tile is written before it is read
+  std::unique_ptr<float[]> buf_;               // (B, plane), uninitialised: a tile is written before it is read
 };
 
 // A thread's runs of up to max_run plain elements, in rising order: from its PlainTile where a run

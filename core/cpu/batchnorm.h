@@ -1,5 +1,5 @@
 #pragma once
-// Batch normalization over a 4-d tensor as it lies (plain or nChw16c; the output keeps the
+// Batch normalization over a 4-d tensor as it lies (plain or blocked; the output keeps the
 // input's layout). Scale (weight) and shift (bias) are optional, each (C).
 //
 // Two kernels: OpenMP loops (batchnorm_loops.cpp, the default) and oneDNN's. oneDNN's jit

@@ -1,9 +1,10 @@
-// Batch normalization as OpenMP loops over the buffer as it lies (plain or nChw16c): one pass
+// Batch normalization as OpenMP loops over the buffer as it lies (plain or blocked): one pass
 // for the per-channel sums (threads split the channels, so no cross-thread reduction and no
 // barrier inside a pass), one pass for the elementwise part. Sums go through float partials
 // of at most 256 values into double.
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 
 #include "core/cpu/batchnorm.h"
 #include "core/cpu/dnnl_context.h"
@@ -15,7 +16,7 @@ namespace packrat::cpu {
 namespace {
 
 // A 4-d buffer seen as N x U slabs of HW x L floats, where slab (n, u) holds channels
-// [u * L, (u + 1) * L): L = 16 for nChw16c (lanes interleaved), L = 1 for plain.
+// [u * L, (u + 1) * L): L = 16 for nChw16c, 8 for nChw8c (lanes interleaved), 1 for plain.
 struct Slabs {
   int64_t N, U, HW;
   int64_t count() const { return N * HW; }  // values per channel
@@ -105,8 +106,18 @@ void affine_pass(const Slabs& s, const float* x, const float* g, float* out, con
 }
 
 Slabs slabs_of(const Tensor& x) {
-  const bool blocked = x.layout() == Layout::nChw16c;
-  return Slabs{x.dim(0), blocked ? x.dim(1) / kChannelBlock : x.dim(1), x.dim(2) * x.dim(3)};
+  const int64_t block = channel_block(x.layout());
+  return Slabs{x.dim(0), block ? x.dim(1) / block : x.dim(1), x.dim(2) * x.dim(3)};
+}
+
+// Calls fn(std::integral_constant<int, L>{}) with x's lanes L (see Slabs).
+template <typename Fn>
+void with_lanes(const Tensor& x, Fn&& fn) {
+  switch (channel_block(x.layout())) {
+    case 16: return fn(std::integral_constant<int, 16>{});
+    case 8: return fn(std::integral_constant<int, 8>{});
+    default: return fn(std::integral_constant<int, 1>{});
+  }
 }
 
 void normalize_any(const Tensor& x, Tensor& y, const Tensor& weight, const Tensor& bias, const float* mean,
@@ -120,10 +131,10 @@ void normalize_any(const Tensor& x, Tensor& y, const Tensor& weight, const Tenso
     shift[static_cast<size_t>(c)] = static_cast<float>((bias.defined() ? bias.data<float>()[c] : 0.0) - mean[c] * k);
   }
   const Slabs s = slabs_of(x);
-  if (x.layout() == Layout::nChw16c)
-    affine_pass<16, false>(s, x.data<float>(), nullptr, y.data<float>(), scale.data(), shift.data(), nullptr, nullptr);
-  else
-    affine_pass<1, false>(s, x.data<float>(), nullptr, y.data<float>(), scale.data(), shift.data(), nullptr, nullptr);
+  with_lanes(x, [&](auto lanes) {
+    affine_pass<lanes.value, false>(s, x.data<float>(), nullptr, y.data<float>(), scale.data(), shift.data(), nullptr,
+                                    nullptr);
+  });
 }
 
 }  // namespace
@@ -136,10 +147,9 @@ void batchnorm_forward_training_loops(const Tensor& x, const Tensor& weight, con
   std::vector<float> shift(static_cast<size_t>(C));  // (C)
   for (int64_t c = 0; c < C; ++c) shift[static_cast<size_t>(c)] = x.data<float>()[nchw_offset(x.layout(), C, x.dim(2), x.dim(3), 0, c, 0, 0)];
   std::vector<double> sum(static_cast<size_t>(C)), sum2(static_cast<size_t>(C));
-  if (x.layout() == Layout::nChw16c)
-    channel_sums<16, false>(x.data<float>(), nullptr, s, shift.data(), sum.data(), sum2.data());
-  else
-    channel_sums<1, false>(x.data<float>(), nullptr, s, shift.data(), sum.data(), sum2.data());
+  with_lanes(x, [&](auto lanes) {
+    channel_sums<lanes.value, false>(x.data<float>(), nullptr, s, shift.data(), sum.data(), sum2.data());
+  });
   mean = empty_cpu(Shape{C});  // (C)
   var = empty_cpu(Shape{C});   // (C), biased
   const double n = static_cast<double>(s.count());
@@ -165,11 +175,11 @@ void batchnorm_backward_loops(const Tensor& x, const Tensor& gy_any, const Tenso
   const int64_t C = x.dim(1);
   const Slabs s = slabs_of(x);
   const Tensor gy = to_layout(gy_any, x.layout());
-  const bool blocked = x.layout() == Layout::nChw16c;
   const float* m = mean.data<float>();
   std::vector<double> sdy(static_cast<size_t>(C)), sdyx(static_cast<size_t>(C));  // sum dy, sum dy * (x - mean)
-  if (blocked) channel_sums<16, true>(x.data<float>(), gy.data<float>(), s, m, sdy.data(), sdyx.data());
-  else channel_sums<1, true>(x.data<float>(), gy.data<float>(), s, m, sdy.data(), sdyx.data());
+  with_lanes(x, [&](auto lanes) {
+    channel_sums<lanes.value, true>(x.data<float>(), gy.data<float>(), s, m, sdy.data(), sdyx.data());
+  });
   const double n = static_cast<double>(s.count());
   // dx = k (dy - a - (x - mean) b): k = w invstd; training: a = sum dy / n, b = sum(dy (x - mean)) invstd^2 / n.
   std::vector<float> k(static_cast<size_t>(C)), a(static_cast<size_t>(C)), b(static_cast<size_t>(C));
@@ -185,10 +195,10 @@ void batchnorm_backward_loops(const Tensor& x, const Tensor& gy_any, const Tenso
     if (has_bias) dbias.data<float>()[c] = static_cast<float>(sdy[i]);
   }
   dx = Tensor::empty_like(x);  // (N, C, H, W), x's layout
-  if (blocked)
-    affine_pass<16, true>(s, x.data<float>(), gy.data<float>(), dx.data<float>(), k.data(), a.data(), b.data(), m);
-  else
-    affine_pass<1, true>(s, x.data<float>(), gy.data<float>(), dx.data<float>(), k.data(), a.data(), b.data(), m);
+  with_lanes(x, [&](auto lanes) {
+    affine_pass<lanes.value, true>(s, x.data<float>(), gy.data<float>(), dx.data<float>(), k.data(), a.data(), b.data(),
+                                   m);
+  });
 }
 
 }  // namespace packrat::cpu

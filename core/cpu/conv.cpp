@@ -26,9 +26,9 @@ namespace {
 
 struct ConvPlan {
   // The tensors' layouts and descriptors. The primitives' own (fwd_pd.src_desc(), ...) are the
-  // same, except on a CPU without AVX-512 (kernel_formats): there oneDNN's jit kernels read and
-  // write nChw8c, which no packrat tensor holds, so each call reorders its operands into
-  // Workspace buffers of the kernel's format and its result back out of one.
+  // same, except where plain operands would run on gemm without AVX-512 (kernel_formats): there
+  // each call reorders its operands into Workspace buffers of the jit kernel's format (nChw8c)
+  // and its result back out of one.
   Layout src_layout, dst_layout;
   memory::desc src, dst, wplain, wany, bias;
   bool kernel_formats = false;
@@ -80,8 +80,11 @@ void make_forward(ConvPlan& p, const ConvGeometry& g, Layout src_layout, Layout 
 bool is_reference_impl(const dnnl::primitive_desc_base& pd) {
   return std::string(pd.impl_info_str()).rfind("ref", 0) == 0;
 }
+bool is_gemm_impl(const dnnl::primitive_desc_base& pd) {
+  return std::string(pd.impl_info_str()).find("gemm") != std::string::npos;
+}
 bool is_reference(const ConvPlan& p) { return is_reference_impl(p.fwd_pd); }
-bool is_gemm(const ConvPlan& p) { return std::string(p.fwd_pd.impl_info_str()).find("gemm") != std::string::npos; }
+bool is_gemm(const ConvPlan& p) { return is_gemm_impl(p.fwd_pd); }
 
 std::shared_ptr<ConvPlan> make_plan(const ConvGeometry& g) {
   auto p = std::make_shared<ConvPlan>();
@@ -101,10 +104,10 @@ std::shared_ptr<ConvPlan> make_plan(const ConvGeometry& g) {
     if (is_reference(*p)) make_forward(*p, g, blocked_if_aligned(g.Cin), blocked_if_aligned(g.Cout));
   }
   if (!avx512_kernels() && is_gemm(*p)) {
-    // No AVX-512: oneDNN's jit kernels want nChw8c, its plain ones are im2col + gemm. The jit
-    // kernels with reorders at their edges, as PyTorch runs NCHW tensors: 1.5-3x faster for most
-    // of ResNet's and EfficientNet's convolutions on an AVX2 EPYC, within 10% for the others
-    // (README, "Without AVX-512").
+    // Plain operands without AVX-512 (channels not a multiple of 8, or a mix only the reference
+    // kernel serves blocked): oneDNN's plain kernels are im2col + gemm, its jit kernels want
+    // nChw8c. The jit kernels with reorders at their edges, as PyTorch runs NCHW tensors: 1.5-3x
+    // faster for most such convolutions on an AVX2 EPYC (README, "Without AVX-512").
     make_forward(*p, g, p->src_layout, p->dst_layout, true);
     if (is_reference(*p) || is_gemm(*p)) make_forward(*p, g, p->src_layout, p->dst_layout);
   }
@@ -125,14 +128,23 @@ std::shared_ptr<ConvPlan> plan_for(const ConvGeometry& g) {
   return p;
 }
 
-// Creates a backward primitive descriptor with the forward's layouts, or with plain src and dst
-// when the former has only the reference kernel and the latter does not.
+// Creates a backward primitive descriptor with the forward's layouts; without AVX-512, where those
+// have only gemm or the reference kernel, with the jit kernel's own formats (copies at the call's
+// edges, as kernel_formats); else with plain src and dst when the forward's layouts have only the
+// reference kernel and plain ones do not.
 template <typename PD, typename MakeDesc>
 PD backward_pd(const ConvGeometry& g, const ConvPlan& p, MakeDesc make_desc, Layout& src_layout, Layout& dst_layout,
                memory::desc& src, memory::desc& dst) {
   src_layout = p.src_layout, dst_layout = p.dst_layout, src = p.src, dst = p.dst;
   if (p.kernel_formats) return PD(make_desc(any_format(src), any_format(dst)), dnnl_attr(), dnnl_engine(), p.fwd_pd);
   PD pd(make_desc(src, dst), dnnl_attr(), dnnl_engine(), p.fwd_pd);
+  if (!avx512_kernels() && (is_gemm_impl(pd) || is_reference_impl(pd))) {
+    // As make_plan does for the forward: the jit kernel on copies in its own format, not gemm or
+    // the reference (without AVX-512: a 3-channel image's data gradient beside an nChw8c output
+    // gradient).
+    PD jit(make_desc(any_format(src), any_format(dst)), dnnl_attr(), dnnl_engine(), p.fwd_pd);
+    if (!is_reference_impl(jit) && !is_gemm_impl(jit)) return jit;
+  }
   if (!is_reference_impl(pd) || (src_layout == Layout::Plain && dst_layout == Layout::Plain)) return pd;
   const memory::desc psrc = desc_for(Shape{g.N, g.Cin, g.H, g.W}, DType::f32, Layout::Plain);
   const memory::desc pdst = desc_for(Shape{g.N, g.Cout, g.OH, g.OW}, DType::f32, Layout::Plain);

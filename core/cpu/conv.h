@@ -2,18 +2,18 @@
 // oneDNN convolution kernels on packrat tensors (forward, backward data, backward weights).
 // Shape checks belong to the op (autograd/ops/conv2d.cpp); these assume a valid geometry.
 //
-// Layouts: the primitive reads src in nChw16c when Cin % 16 == 0 (plain otherwise) and writes
-// dst in nChw16c when Cout % 16 == 0 (plain otherwise) -- what format_tag::any picks on an
-// AVX-512 CPU wherever it is representable without padding. Where that mix has only oneDNN's
-// reference kernel (e.g. 40 -> 80 channels, plain src and blocked dst: ref:any, ~100x slower),
-// src and dst are both plain instead (gemm kernels). Without AVX-512 (an AVX2 machine) oneDNN
-// has no jit kernel for nChw16c at all, so every tensor stays plain; its jit kernels there read
-// and write nChw8c, into which each call reorders its operands (Workspace buffers, as PyTorch
-// runs its NCHW tensors), with blocked weights from the cache; no Winograd (AVX-512 only). Where
-// even that has no jit kernel, the plain gemm kernels read the plain OIHW weights in place.
-// conv_layouts() says what was chosen; x is
-// reordered only when it is not already in the src layout. Weights are plain OIHW tensors, reordered to the primitive's
-// format through the weight cache. Primitive descriptors and primitives are cached per geometry.
+// Layouts: the primitive reads src in the CPU's blocked layout (core/cpu/layout.h: nChw16c with
+// AVX-512, nChw8c without) when Cin is a multiple of its block (plain otherwise) and writes dst
+// in it when Cout is -- what format_tag::any picks for oneDNN's jit kernels wherever it is
+// representable without padding. Where that mix has only oneDNN's reference kernel (e.g. 40 -> 80
+// channels on AVX-512, plain src and blocked dst: ref:any, ~100x slower), src and dst are both
+// plain instead. Where plain operands would run on im2col + gemm without AVX-512, the jit kernels
+// run on nChw8c copies instead (Workspace buffers reordered at the call's edges, as PyTorch runs
+// its NCHW tensors). No Winograd without AVX-512. Where even that has no jit kernel, the plain
+// gemm kernels read the plain OIHW weights in place. conv_layouts() says what was chosen; x is
+// reordered only when it is not already in the src layout. Weights are plain OIHW tensors,
+// reordered to the primitive's format through the weight cache. Primitive descriptors and
+// primitives are cached per geometry.
 #include <cstdint>
 #include <string>
 #include <utility>

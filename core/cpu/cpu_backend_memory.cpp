@@ -82,19 +82,21 @@ void CpuBackend::convert(const Tensor& src, Tensor& dst) {
 }
 
 // The reorder for dtypes oneDNN does not move (f64, i64): one (n, channel block) slab at a
-// time, 16 planes of HW elements <-> HW groups of 16.
+// time, B planes of HW elements <-> HW groups of B; between two blocked layouts through plain.
 Tensor reorder_loop(const Tensor& t, Layout target) {
+  if (t.layout() != Layout::Plain && target != Layout::Plain) return reorder_loop(reorder_loop(t, Layout::Plain), target);
   Tensor out = empty_cpu(t.shape(), t.dtype(), target);
-  const int64_t N = t.dim(0), C = t.dim(1), HW = t.dim(2) * t.dim(3), CB = C / kChannelBlock;
+  const bool to_blocked = target != Layout::Plain;
+  const int64_t B = channel_block(to_blocked ? target : t.layout());
+  const int64_t N = t.dim(0), C = t.dim(1), HW = t.dim(2) * t.dim(3), CB = C / B;
   const size_t es = dtype_size(t.dtype());
   const auto* src = static_cast<const char*>(t.raw());
   auto* dst = static_cast<char*>(out.raw());
-  const bool to_blocked = target == Layout::nChw16c;
-  rows_for(N * CB, kChannelBlock * HW, [&](int64_t nb) {
-    const int64_t base = nb * kChannelBlock * HW;
+  rows_for(N * CB, B * HW, [&](int64_t nb) {
+    const int64_t base = nb * B * HW;
     for (int64_t s = 0; s < HW; ++s)
-      for (int64_t c = 0; c < kChannelBlock; ++c) {
-        const int64_t plain = base + c * HW + s, blocked = base + s * kChannelBlock + c;
+      for (int64_t c = 0; c < B; ++c) {
+        const int64_t plain = base + c * HW + s, blocked = base + s * B + c;
         const int64_t from = to_blocked ? plain : blocked, to = to_blocked ? blocked : plain;
         std::memcpy(dst + to * es, src + from * es, es);
       }

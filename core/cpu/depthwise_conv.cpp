@@ -7,12 +7,13 @@
 
 namespace packrat::cpu {
 
+constexpr int64_t B = channel_block(Layout::nChw16c);  // the loop's lanes: channels a block
+
 bool depthwise_blocked(const ConvGeometry& g) {
-  return g.groups > 1 && g.groups == g.Cin && g.Cin == g.Cout && g.Cin % kChannelBlock == 0;
+  return g.groups > 1 && g.groups == g.Cin && g.Cin == g.Cout && g.Cin % B == 0;
 }
 
 void depthwise_backward_weights(const Tensor& x, const Tensor& gy, const ConvGeometry& g, Tensor& gw, Tensor& gb) {
-  constexpr int64_t B = kChannelBlock;
   const int64_t CB = g.Cin / B, K = g.KH * g.KW;
   const int64_t in_block = g.H * g.W * B, out_block = g.OH * g.OW * B;  // floats per (n, channel block)
   const float* xs = x.data<float>();

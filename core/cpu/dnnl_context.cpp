@@ -18,6 +18,11 @@ bool avx512_kernels() {
   return (isa & dnnl_cpu_isa_avx512_core) == dnnl_cpu_isa_avx512_core;
 }
 
+Layout native_blocked_layout() {
+  static const Layout native = avx512_kernels() ? Layout::nChw16c : Layout::nChw8c;
+  return native;
+}
+
 dnnl::stream& dnnl_stream() {
   thread_local dnnl::stream stream(dnnl_engine());
   return stream;
@@ -42,6 +47,7 @@ memory::data_type dnnl_type(DType t) {
 memory::desc desc_for(const Shape& shape, DType dtype, Layout layout) {
   const memory::dims dims = dims_of(shape);
   if (layout == Layout::nChw16c) return memory::desc(dims, dnnl_type(dtype), memory::format_tag::nChw16c);
+  if (layout == Layout::nChw8c) return memory::desc(dims, dnnl_type(dtype), memory::format_tag::nChw8c);
   memory::dims strides(dims.size());
   memory::dim s = 1;
   for (size_t i = dims.size(); i-- > 0;) {
@@ -62,7 +68,8 @@ std::optional<Layout> layout_of(const memory::desc& d) {
                    : d.data_type() == memory::data_type::u8 ? DType::u8
                                                              : DType::i32;
   if (d == desc_for(s, dt, Layout::Plain)) return Layout::Plain;
-  if (s[1] % kChannelBlock == 0 && d == desc_for(s, dt, Layout::nChw16c)) return Layout::nChw16c;
+  for (Layout blocked : {Layout::nChw16c, Layout::nChw8c})
+    if (s[1] % channel_block(blocked) == 0 && d == desc_for(s, dt, blocked)) return blocked;
   return std::nullopt;
 }
 

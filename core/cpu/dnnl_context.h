@@ -1,7 +1,7 @@
 #pragma once
 // oneDNN glue for the CPU backend: the engine, a per-thread stream, memory descriptors for
-// packrat tensors as they lie (plain or nChw16c), user-mode scratchpads allocated as packrat
-// tensors (so the allocator sees every byte), and reorders into packrat buffers.
+// packrat tensors as they lie (plain, nChw16c or nChw8c), user-mode scratchpads allocated as
+// packrat tensors (so the allocator sees every byte), and reorders into packrat buffers.
 // Only files under core/cpu/ and the .cpp files of the ops include this header.
 #include <oneapi/dnnl/dnnl.hpp>
 
@@ -16,8 +16,8 @@ namespace packrat::cpu {
 
 dnnl::engine& dnnl_engine();
 // Whether oneDNN runs AVX-512 kernels here (dnnl::get_effective_cpu_isa()). Its nChw16c jit
-// kernels and Winograd convolutions need them; on AVX2 convolutions keep their tensors plain and
-// run on nChw8c copies (core/cpu/conv.h).
+// kernels and Winograd convolutions need them; on AVX2 its jit convolutions read and write
+// nChw8c (core/cpu/layout.h: native_blocked_layout).
 bool avx512_kernels();
 dnnl::stream& dnnl_stream();  // one per thread
 
@@ -27,14 +27,14 @@ dnnl::primitive_attr dnnl_attr();
 
 dnnl::memory::data_type dnnl_type(DType t);
 // The memory descriptor of a buffer of this shape/dtype/layout: plain row-major for any rank,
-// nChw16c for 4-d blocked tensors.
+// nChw16c / nChw8c for 4-d blocked tensors.
 dnnl::memory::desc desc_for(const Shape& shape, DType dtype, Layout layout);
 inline dnnl::memory::desc desc_of(const Tensor& t) { return desc_for(t.shape(), t.dtype(), t.layout()); }
 // Wraps a tensor's buffer (no copy) with the given descriptor (default: as it lies).
 dnnl::memory memory_of(const Tensor& t);
 dnnl::memory memory_of(const Tensor& t, const dnnl::memory::desc& d);
 
-// The Layout a 4-d descriptor describes (nchw or unpadded nChw16c), if it is one of ours.
+// The Layout a 4-d descriptor describes (nchw, or unpadded nChw16c or nChw8c), if it is one of ours.
 std::optional<Layout> layout_of(const dnnl::memory::desc& d);
 
 // t in `layout` (t itself when already there): like Tensor::to_layout, but with oneDNN's

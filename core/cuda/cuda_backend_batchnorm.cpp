@@ -5,8 +5,8 @@
 // and saved inverse std differ from what the ops save. Plain inputs are (N, C, HW) buffers; NHWC
 // inputs, what this backend's convolutions make, are the same arithmetic over an (N * H * W, C, 1)
 // buffer, so the kernels serve both (channel_sums.cuh sums channels-innermost buffers with a
-// kernel of their own). Blocked (nChw16c) inputs, which only the CPU backend makes, are brought
-// to plain and the outputs returned in the input's layout.
+// kernel of their own). Blocked (nChw16c / nChw8c) inputs, which only the CPU backend makes, are
+// brought to plain and the outputs returned in the input's layout.
 #include "core/cuda/batchnorm_kernels.h"
 #include "core/cuda/cuda_backend_impl.h"
 #include "core/cuda/cuda_check.h"

@@ -43,18 +43,19 @@ void CudaBackend::fill(Tensor& t, double value) {
 
 Tensor CudaBackend::to_layout(const Tensor& t, Layout layout) {
   if (t.layout() == layout) return t;
-  // Between two non-plain layouts (nChw16c from the CPU <-> NHWC) through plain.
+  // Between two non-plain layouts (nChw16c or nChw8c from the CPU <-> NHWC) through plain.
   if (t.layout() != Layout::Plain && layout != Layout::Plain) return to_layout(to_layout(t, Layout::Plain), layout);
   const Layout other = layout == Layout::Plain ? t.layout() : layout;  // the non-plain side
-  PACKRAT_CHECK(t.rank() == 4 && (other == Layout::NHWC || t.dim(1) % 16 == 0), "to_layout: {} cannot be laid out as {}",
-                t.describe(), layout_name(layout));
+  PACKRAT_CHECK(t.rank() == 4 && (other == Layout::NHWC || t.dim(1) % channel_block(other) == 0),
+                "to_layout: {} cannot be laid out as {}", t.describe(), layout_name(layout));
   Tensor out = Tensor::empty(t.shape(), t.dtype(), layout, TagScope::current(), t.device());
   if (t.numel() > 0) {
     const int es = static_cast<int>(dtype_size(t.dtype()));
     if (other == Layout::NHWC)
       launch_reorder_nhwc(t.raw(), out.raw(), t.dim(0), t.dim(1), t.dim(2) * t.dim(3), es, layout == Layout::NHWC);
     else
-      launch_reorder_nchw16c(t.raw(), out.raw(), t.dim(0), t.dim(1), t.dim(2) * t.dim(3), es, layout == Layout::nChw16c);
+      launch_reorder_blocked(t.raw(), out.raw(), t.dim(0), t.dim(1), t.dim(2) * t.dim(3), channel_block(other), es,
+                             layout == other);
     PACKRAT_CUDA_CHECK(cudaGetLastError());
   }
   return out;

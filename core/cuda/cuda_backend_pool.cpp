@@ -1,7 +1,7 @@
 // CudaBackend: max / average and adaptive average pooling with packrat's kernels
 // (pool_kernels.h; cuDNN's pooling returns no argmax). The kernels read and write plain NCHW;
-// blocked (nChw16c) operands, which only the CPU backend makes, are reordered at the edges so
-// that outputs come back in the layout the contract names.
+// blocked (nChw16c / nChw8c) operands, which only the CPU backend makes, are reordered at the
+// edges so that outputs come back in the layout the contract names.
 #include "core/cpu/pooling.h"  // pool_workspace_dtype: the CPU's choice of argmax dtype, shared
 #include "core/cuda/cuda_backend_impl.h"
 #include "core/cuda/cuda_check.h"

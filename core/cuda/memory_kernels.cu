@@ -1,4 +1,5 @@
-// The memory section's kernels: fill, dtype conversion, plain <-> nChw16c and plain <-> NHWC reorders.
+// The memory section's kernels: fill, dtype conversion, plain <-> nChw16c / nChw8c and plain <-> NHWC
+// reorders.
 #include <cstdint>
 #include <type_traits>
 
@@ -25,12 +26,13 @@ __global__ void convert_kernel(const S* s, D* d, int64_t n) {
   if (i < n) d[i] = static_cast<D>(s[i]);
 }
 
-// One thread per element: its plain and blocked offsets, bytes copied one by one.
-__global__ void reorder_kernel(const char* src, char* dst, int64_t N, int64_t C, int64_t HW, int es, bool to_blocked) {
+// One thread per element: its plain and blocked (B channels a block) offsets, bytes copied one by one.
+__global__ void reorder_kernel(const char* src, char* dst, int64_t N, int64_t C, int64_t HW, int64_t B, int es,
+                               bool to_blocked) {
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (i >= N * C * HW) return;
   const int64_t s = i % HW, c = (i / HW) % C, n = i / (HW * C);
-  const int64_t plain = i, blocked = ((n * (C / 16) + c / 16) * HW + s) * 16 + c % 16;
+  const int64_t plain = i, blocked = ((n * (C / B) + c / B) * HW + s) * B + c % B;
   const int64_t from = to_blocked ? plain : blocked, to = to_blocked ? blocked : plain;
   for (int b = 0; b < es; ++b) dst[to * es + b] = src[from * es + b];
 }
@@ -92,10 +94,10 @@ void launch_convert(const void* src, DType src_dtype, void* dst, DType dst_dtype
   });
 }
 
-void launch_reorder_nchw16c(const void* src, void* dst, int64_t N, int64_t C, int64_t HW, int element_size,
-                            bool to_blocked) {
+void launch_reorder_blocked(const void* src, void* dst, int64_t N, int64_t C, int64_t HW, int64_t block,
+                            int element_size, bool to_blocked) {
   reorder_kernel<<<blocks_for(N * C * HW), kThreads>>>(static_cast<const char*>(src), static_cast<char*>(dst), N, C,
-                                                       HW, element_size, to_blocked);
+                                                       HW, block, element_size, to_blocked);
 }
 
 void launch_reorder_nhwc(const void* src, void* dst, int64_t N, int64_t C, int64_t HW, int element_size, bool to_nhwc) {

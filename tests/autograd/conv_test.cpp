@@ -92,14 +92,16 @@ TEST(Conv2dOp, ForwardMatchesDirectLoopsForEveryGeometry) {
   }
 }
 
-TEST(Conv2dOp, OutputIsBlockedWhenOutputChannelsAreAMultipleOf16) {
-  // On AVX-512 oneDNN's jit kernels write nChw16c. On AVX2 its only kernel for nChw16c is the
-  // reference one, so the output stays plain (the jit kernel writes nChw8c into the convolution's
-  // own buffer, reordered out).
-  const Layout blocked = cpu::avx512_kernels() ? Layout::nChw16c : Layout::Plain;
+TEST(Conv2dOp, OutputIsBlockedWhenOutputChannelsFillTheCpusChannelBlocks) {
+  // oneDNN's jit kernels write nChw16c on AVX-512 and nChw8c on AVX2 (its only kernel for the other
+  // block there is the reference one): the output is in this CPU's block where the channels fill it.
+  const Layout blocked = cpu::native_blocked_layout();
+  EXPECT_EQ(blocked, cpu::avx512_kernels() ? Layout::nChw16c : Layout::nChw8c);
   Tensor x = random_tensor({1, 3, 8, 8}, 1);
   EXPECT_EQ(ops::conv2d(x, random_tensor({16, 3, 3, 3}, 2), Tensor(), {}).layout(), blocked);
-  EXPECT_EQ(ops::conv2d(x, random_tensor({8, 3, 3, 3}, 2), Tensor(), {}).layout(), Layout::Plain);
+  EXPECT_EQ(ops::conv2d(x, random_tensor({8, 3, 3, 3}, 2), Tensor(), {}).layout(),
+            channel_block(blocked) == 8 ? blocked : Layout::Plain);
+  EXPECT_EQ(ops::conv2d(x, random_tensor({12, 3, 3, 3}, 2), Tensor(), {}).layout(), Layout::Plain);
   const ConvGeometry g16{1, 3, 8, 8, 16, 3, 3, 6, 6, 1, 1, 0, 0, 1, 1, 1, false};
   EXPECT_EQ(cpu::conv_layouts(g16).dst, blocked);
   EXPECT_NE(cpu::conv_layouts(g16).implementation.rfind("ref", 0), 0u) << cpu::conv_layouts(g16).implementation;
@@ -111,7 +113,8 @@ TEST(Conv2dOp, PlainAndBlockedInputsGiveTheSameResultsAndGradientsInTheirOwnLayo
   w.set_requires_grad(true);
   b.set_requires_grad(true);
   std::vector<std::vector<float>> y, dx, dw, db;
-  for (Layout l : {Layout::Plain, Layout::nChw16c}) {
+  for (Layout l : {Layout::Plain, Layout::nChw16c, Layout::nChw8c}) {
+    SCOPED_TRACE(layout_name(l));
     Tensor xi = x.to_layout(l).clone();
     xi.set_requires_grad(true);
     w.zero_grad();
@@ -126,10 +129,12 @@ TEST(Conv2dOp, PlainAndBlockedInputsGiveTheSameResultsAndGradientsInTheirOwnLayo
     dw.push_back(w.grad().to_vector());
     db.push_back(b.grad().to_vector());
   }
-  expect_close(y[0], y[1], 1e-5f);
-  expect_close(dx[0], dx[1], 1e-5f);
-  expect_close(dw[0], dw[1], 1e-4f);
-  expect_close(db[0], db[1], 1e-4f);
+  for (size_t i = 1; i < y.size(); ++i) {
+    expect_close(y[0], y[i], 1e-5f);
+    expect_close(dx[0], dx[i], 1e-5f);
+    expect_close(dw[0], dw[i], 1e-4f);
+    expect_close(db[0], db[i], 1e-4f);
+  }
 }
 
 TEST(Conv2dOp, GradientOfABlockedOutputFlowsBackToAPlainInput) {
@@ -293,9 +298,9 @@ TEST(Conv2dOpGolden, MatchesPyTorchForwardAndGradientsInBothLayouts) {
     const ops::Conv2dOptions o{int64_t(opt[0]), int64_t(opt[1]), int64_t(opt[2]), int64_t(opt[3]),
                                int64_t(opt[4]), int64_t(opt[5]), int64_t(opt[6])};
     const bool has_bias = g.count(name + ".b") > 0;
-    const bool blockable = golden(g, name + ".x").dim(1) % 16 == 0;
-    for (Layout l : {Layout::Plain, Layout::nChw16c}) {
-      if (l == Layout::nChw16c && !blockable) continue;
+    const int64_t channels = golden(g, name + ".x").dim(1);
+    for (Layout l : {Layout::Plain, Layout::nChw16c, Layout::nChw8c}) {
+      if (l != Layout::Plain && channels % channel_block(l) != 0) continue;
       SCOPED_TRACE(name + " " + std::string(layout_name(l)));
       Tensor x = golden_leaf(g, name + ".x", l), w = golden_leaf(g, name + ".w");
       Tensor b = has_bias ? golden_leaf(g, name + ".b") : Tensor();
@@ -324,10 +329,9 @@ TEST(Conv2dOp, NoGeometryOfACommonModelFallsToTheReferenceKernel) {
     const auto [bwd_data, bwd_weights] = cpu::conv_backward_implementations(g);
     EXPECT_NE(bwd_data.rfind("ref", 0), 0u) << c.cin << " -> " << c.cout << " backward data: " << bwd_data;
     EXPECT_NE(bwd_weights.rfind("ref", 0), 0u) << c.cin << " -> " << c.cout << " backward weights: " << bwd_weights;
-    if (c.cin % 16 == 0 && c.cout % 16 == 0 && (c.groups == 1 || c.groups == c.cin)) {  // 8-channel groups run plain
-      // nChw16c has jit kernels only on AVX-512; on AVX2 the tensors stay plain (the kernels'
-      // nChw8c copies are the convolution's own).
-      const Layout blocked = cpu::avx512_kernels() ? Layout::nChw16c : Layout::Plain;
+    const Layout blocked = cpu::native_blocked_layout();  // nChw16c on AVX-512, nChw8c on AVX2
+    const int64_t block = channel_block(blocked);
+    if (c.cin % block == 0 && c.cout % block == 0 && (c.groups == 1 || c.groups == c.cin)) {  // grouped: plain
       EXPECT_EQ(l.src, blocked);
       EXPECT_EQ(l.dst, blocked);
     }
@@ -336,9 +340,10 @@ TEST(Conv2dOp, NoGeometryOfACommonModelFallsToTheReferenceKernel) {
 
 TEST(Conv2dOp, ConvolutionsOfResNetAndEfficientNetRunOnJitKernelsWithOrWithoutAvx512) {
   // oneDNN's im2col + gemm kernels ran up to 25x slower than its jit ones on an AVX2 EPYC (3x on
-  // ResNet's first stage; README, "Without AVX-512"). Without AVX-512 the jit kernels want
-  // nChw8c, which no packrat tensor holds: the tensors stay plain and each call reorders into
-  // Workspace buffers of the kernel's format, which the allocator counts.
+  // ResNet's first stage; README, "Without AVX-512"). Without AVX-512 the jit kernels read and
+  // write nChw8c: the convolutions' tensors are nChw8c where their channels fill its blocks; where
+  // they do not, the tensors stay plain and each call reorders into Workspace buffers of the
+  // kernel's format, which the allocator counts.
   struct Case {
     int64_t cin, cout, k, stride, groups;
   };
@@ -356,17 +361,24 @@ TEST(Conv2dOp, ConvolutionsOfResNetAndEfficientNetRunOnJitKernelsWithOrWithoutAv
     }
   }
   if (cpu::avx512_kernels()) return;
-  Tensor x = random_tensor({2, 16, 8, 8}, 1), w = random_tensor({32, 16, 3, 3}, 2);
   ops::Conv2dOptions o;
   o.pad_h = o.pad_w = 1;
+  const Tensor x16 = random_tensor({2, 16, 8, 8}, 1).to_layout(Layout::nChw8c), w32 = random_tensor({32, 16, 3, 3}, 2);
+  const Tensor y32 = ops::conv2d(x16, w32, Tensor(), o);
+  EXPECT_EQ(y32.layout(), Layout::nChw8c);
+  expect_close(y32.to_vector(), naive_conv(x16, w32, Tensor(), o, 8, 8));
+  // 12 -> 20 channels fill no block: plain tensors, nChw8c copies padded to 16 and 24 channels.
+  const Tensor x = random_tensor({2, 12, 8, 8}, 1), w = random_tensor({20, 12, 3, 3}, 2);
+  EXPECT_EQ(cpu::conv_layouts(ConvGeometry{2, 12, 8, 8, 20, 3, 3, 8, 8, 1, 1, 1, 1, 1, 1, 1, false})
+                .implementation.rfind("jit", 0),
+            0u);
   Allocator& a = Allocator::cpu();
   a.reset_peak();
   const int64_t before = a.current(MemTag::Workspace);
-  Tensor y = ops::conv2d(x, w, Tensor(), o);
+  const Tensor y = ops::conv2d(x, w, Tensor(), o);
   EXPECT_EQ(y.layout(), Layout::Plain);
-  // The input's and the output's nChw8c copies (16 and 32 channels: no padding), alive together;
-  // the weight's blocked copy is 18 KiB.
-  EXPECT_GE(a.peak(MemTag::Workspace) - before, (2 * 16 * 8 * 8 + 2 * 32 * 8 * 8) * 4);
+  // The input's and the output's copies, alive together; the weight's blocked copy is 12 KiB.
+  EXPECT_GE(a.peak(MemTag::Workspace) - before, (2 * 16 * 8 * 8 + 2 * 24 * 8 * 8) * 4);
   expect_close(y.to_vector(), naive_conv(x, w, Tensor(), o, 8, 8));
 }
 

@@ -72,8 +72,8 @@ TEST(BackendBatchnorm, ForwardAndBackwardMatchTwoPassDoublesOnEveryBackend) {
       const Tensor hx = host_random({N, C, H, W}, 1 + C, -1.0f, 3.0f), hgy = host_random({N, C, H, W}, 2 + C);
       const Tensor hw = host_random({C}, 3 + C, 0.5f, 1.5f), hb = host_random({C}, 4 + C);
       const Tensor hmean = host_random({C}, 5 + C), hvar = host_random({C}, 6 + C, 0.5f, 2.0f);
-      for (Layout l : {Layout::Plain, Layout::nChw16c, Layout::NHWC}) {
-        if (l == Layout::nChw16c && C % 16 != 0) continue;
+      for (Layout l : {Layout::Plain, Layout::nChw16c, Layout::nChw8c, Layout::NHWC}) {
+        if (channel_block(l) && C % channel_block(l) != 0) continue;
         if (l == Layout::NHWC && b->device().is_cpu()) continue;  // a GPU's layout
         for (const bool affine : {true, false}) {
           SCOPED_TRACE(fmt::format("C={} {} affine={}", C, layout_name(l), affine));

@@ -88,13 +88,15 @@ TEST(BackendConv, ForwardAndBothBackwardsMatchDirectLoopsOnEveryBackend) {
       const ConvReference want = reference(g, hx.to_vector(), hw.to_vector(), hb.to_vector(), hgy.to_vector());
       const Tensor w = hw.to(b->device()), bias = g.has_bias ? hb.to(b->device()) : Tensor();
       std::vector<Layout> layouts = {Layout::Plain};
-      if (g.Cin % 16 == 0 || g.Cout % 16 == 0) layouts.push_back(Layout::nChw16c);
+      for (Layout blocked : {Layout::nChw16c, Layout::nChw8c})
+        if (g.Cin % channel_block(blocked) == 0 || g.Cout % channel_block(blocked) == 0) layouts.push_back(blocked);
       if (!b->device().is_cpu()) layouts.push_back(Layout::NHWC);  // what the CUDA backend's convolutions make
       for (Layout l : layouts) {
         SCOPED_TRACE(layout_name(l));
         // Inputs in layout l where their channels allow it.
         auto in_layout = [&](const Tensor& h) {
-          return l == Layout::NHWC || h.dim(1) % 16 == 0 ? b->to_layout(h.to(b->device()), l) : h.to(b->device());
+          const bool fits = l == Layout::NHWC || (channel_block(l) && h.dim(1) % channel_block(l) == 0);
+          return fits ? b->to_layout(h.to(b->device()), l) : h.to(b->device());
         };
         const Tensor x = in_layout(hx), gy = in_layout(hgy);
         const Tensor xs = b->conv_input(x, g);

@@ -34,7 +34,7 @@ TEST(BackendMemory, CopyFillConvertAndReorderMatchTheHostOnEveryBackend) {
     for (size_t k = 0; k < want.size(); ++k) EXPECT_EQ(got[k], static_cast<float>(static_cast<int32_t>(want[k])));
 
     // Any layout the backend offers round-trips to the same logical values, between any two of them.
-    std::vector<Layout> layouts = {Layout::Plain, Layout::nChw16c};
+    std::vector<Layout> layouts = {Layout::Plain, Layout::nChw16c, Layout::nChw8c};
     if (!b->device().is_cpu()) layouts.push_back(Layout::NHWC);
     for (Layout l : layouts) {
       Tensor r = b->to_layout(x, l);

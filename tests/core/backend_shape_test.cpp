@@ -51,7 +51,7 @@ TEST(BackendShape, PadChannelsSubsampleAndItsBackwardMoveTheRightElements) {
             want[out] = xv[in];
             want_gx[in] = gv[out];
           }
-    for (Layout layout : {Layout::Plain, Layout::nChw16c}) {
+    for (Layout layout : {Layout::Plain, Layout::nChw16c, Layout::nChw8c}) {
       const Tensor x = b->to_layout(hx.to(b->device()), layout);
       const Tensor y = b->pad_channels_subsample(x, Cout, s);
       EXPECT_EQ(y.shape(), Shape({N, Cout, Ho, Wo}));

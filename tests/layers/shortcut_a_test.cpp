@@ -30,19 +30,22 @@ TEST(LayerShortcutA, GradientByCentralDifferences) {
 }
 
 TEST(LayerShortcutA, BlockedInputGivesTheSameValuesAndGradients) {
-  Tensor plain = random_tensor({1, 16, 4, 4}, 3);
-  Tensor blocked = plain.to_layout(Layout::nChw16c);
-  plain.set_requires_grad(true);
-  blocked.set_requires_grad(true);
-  Tensor seed = random_tensor({1, 32, 2, 2}, 4);
-  Tensor yp = pad_channels_subsample(plain, 32, 2);
-  backward(yp, seed);  // backward consumes the tape: one graph at a time
-  Tensor yb = pad_channels_subsample(blocked, 32, 2);
-  EXPECT_EQ(yb.layout(), Layout::nChw16c);
-  EXPECT_EQ(yp.to_vector(), yb.to_vector());
-  backward(yb, seed.to_layout(Layout::nChw16c));
-  EXPECT_EQ(blocked.grad().layout(), Layout::nChw16c);
-  EXPECT_EQ(plain.grad().to_vector(), blocked.grad().to_vector());
+  for (Layout layout : {Layout::nChw16c, Layout::nChw8c}) {
+    SCOPED_TRACE(layout_name(layout));
+    Tensor plain = random_tensor({1, 16, 4, 4}, 3);
+    Tensor blocked = plain.to_layout(layout);
+    plain.set_requires_grad(true);
+    blocked.set_requires_grad(true);
+    Tensor seed = random_tensor({1, 32, 2, 2}, 4);
+    Tensor yp = pad_channels_subsample(plain, 32, 2);
+    backward(yp, seed);  // backward consumes the tape: one graph at a time
+    Tensor yb = pad_channels_subsample(blocked, 32, 2);
+    EXPECT_EQ(yb.layout(), layout);
+    EXPECT_EQ(yp.to_vector(), yb.to_vector());
+    backward(yb, seed.to_layout(layout));
+    EXPECT_EQ(blocked.grad().layout(), layout);
+    EXPECT_EQ(plain.grad().to_vector(), blocked.grad().to_vector());
+  }
 }
 
 TEST(LayerShortcutA, RejectsFewerOutputChannels) {

@@ -3,6 +3,7 @@
 // realised mix fraction, and configuration errors.
 #include "quant/mixed_quant.h"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -128,31 +129,35 @@ TEST(MixedQuant, NoiseIsPerGroupQuantizationsNoise) {
   }
 }
 
-// The codes follow the tensor's logical order: an nChw16c tensor (the CPU convolutions' layout)
-// is walked in plain order, so its codes, metadata and flags are its plain copy's byte for byte,
-// and it decodes into nChw16c to the plain copy's values. Planes of 63 (tiles of 1008 plain
-// elements): buckets within a tile, across two, and longer than a tile; affine and max-abs rules.
-TEST(MixedQuant, AnNChw16cTensorIsQuantizedInItsLogicalOrder) {
+// The codes follow the tensor's logical order: a blocked tensor (nChw16c or nChw8c, the CPU
+// convolutions' layouts) is walked in plain order, so its codes, metadata and flags are its plain
+// copy's byte for byte, and it decodes into its layout to the plain copy's values. Planes of 63
+// (tiles of 1008 or 504 plain elements): buckets within a tile, across two, and longer than a
+// tile; affine and max-abs rules.
+TEST(MixedQuant, ABlockedTensorIsQuantizedInItsLogicalOrder) {
   const std::vector<float> v = random_values(2 * 32 * 63, 14);
   Tensor plain = Tensor::empty(Shape{2, 32, 9, 7});
   std::memcpy(plain.data<float>(), v.data(), v.size() * sizeof(float));
-  const Tensor blocked = plain.to_layout(Layout::nChw16c);
   auto bytes = [](const Tensor& t) {
     if (!t.defined()) return std::vector<uint8_t>{};
     return std::vector<uint8_t>(t.data<uint8_t>(), t.data<uint8_t>() + t.nbytes());
   };
-  for (ScaleRule rule : {ScaleRule::Affine, ScaleRule::MaxAbs})
-    for (int64_t bucket : {100, 512, 2048}) {
-      const MixedQuantConfig c = config(rule, 2, 4, 0.5, bucket);
-      const QuantNoise noise{3, 9};
-      const MixedPacked from_plain = quantize_mixed(plain, c, noise), from_blocked = quantize_mixed(blocked, c, noise);
-      EXPECT_EQ(bytes(from_blocked.codes), bytes(from_plain.codes)) << bucket;
-      EXPECT_EQ(bytes(from_blocked.meta_data), bytes(from_plain.meta_data)) << bucket;
-      EXPECT_EQ(bytes(from_blocked.flags), bytes(from_plain.flags)) << bucket;
-      Tensor out = Tensor::empty(plain.shape(), DType::f32, Layout::nChw16c);
-      dequantize_mixed(from_blocked, out);
-      EXPECT_EQ(out.to_plain().to_vector(), dequantized(from_plain)) << bucket;
-    }
+  for (Layout layout : {Layout::nChw16c, Layout::nChw8c}) {
+    const Tensor blocked = plain.to_layout(layout);
+    for (ScaleRule rule : {ScaleRule::Affine, ScaleRule::MaxAbs})
+      for (int64_t bucket : {100, 512, 2048}) {
+        SCOPED_TRACE(fmt::format("{}, buckets of {}", layout_name(layout), bucket));
+        const MixedQuantConfig c = config(rule, 2, 4, 0.5, bucket);
+        const QuantNoise noise{3, 9};
+        const MixedPacked from_plain = quantize_mixed(plain, c, noise), from_blocked = quantize_mixed(blocked, c, noise);
+        EXPECT_EQ(bytes(from_blocked.codes), bytes(from_plain.codes));
+        EXPECT_EQ(bytes(from_blocked.meta_data), bytes(from_plain.meta_data));
+        EXPECT_EQ(bytes(from_blocked.flags), bytes(from_plain.flags));
+        Tensor out = Tensor::empty(plain.shape(), DType::f32, layout);
+        dequantize_mixed(from_blocked, out);
+        EXPECT_EQ(out.to_plain().to_vector(), dequantized(from_plain));
+      }
+  }
 }
 
 TEST(MixedQuant, WideCodesRoundTrip) {
