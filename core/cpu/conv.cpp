@@ -45,7 +45,7 @@ struct ConvPlan {
   dnnl::convolution_backward_weights::primitive_desc bw_pd;
   dnnl::convolution_backward_weights bw;
   // A depthwise geometry that oneDNN serves only with gemm (5x5, small inputs): the weight gradient
-  // comes from depthwise_backward_weights instead, on any CPU (plain operands are copied to nChw16c).
+  // comes from depthwise_backward_weights instead, on any CPU (other layouts are copied to nChw16c).
   bool own_depthwise_bw = false;
 };
 
@@ -253,7 +253,8 @@ void conv_backward_weights(const Tensor& x, const Tensor& gy, const ConvGeometry
   auto plan = plan_for(g);
   ConvPlan& p = backward_weights_plan(g, plan);
   if (p.own_depthwise_bw) {
-    // Its loop walks 16-channel blocks; plain operands (no AVX-512) go through nChw16c Workspace copies.
+    // Its loop walks 16-channel blocks; other layouts (nChw8c without AVX-512, plain) go through
+    // nChw16c Workspace copies.
     auto blocked = [](const Tensor& t) {
       TagScope copies(MemTag::Workspace);
       return to_layout(t, Layout::nChw16c);

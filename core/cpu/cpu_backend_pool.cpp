@@ -1,5 +1,5 @@
 // CpuBackend: pooling on oneDNN (core/cpu/pooling.h), and as direct loops: adaptive average
-// pooling with uneven windows over plain or nChw16c buffers, and global average pooling over
+// pooling with uneven windows over plain or blocked buffers, and global average pooling over
 // plain ones (squeeze-and-excitation's), where oneDNN has only its slow reference kernel.
 #include "core/cpu/cpu_backend.h"
 

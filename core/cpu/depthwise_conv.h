@@ -4,8 +4,8 @@
 // (EfficientNet's late stages: 1152 channels at 2x2, 672 at 4x4). There oneDNN falls back to its
 // gemm kernel, one tiny im2col + gemm per channel: about 100 ms of EfficientNet-B0's 370 ms FP32
 // step at batch 32 on one thread (bench: TrainStep/efficientnet_b0_cifar, 369 -> 289 ms CPU).
-// Without AVX-512 the convolutions' tensors are plain and conv_backward_weights copies them to
-// nChw16c for this loop (the gemm fallback was a third of that step on an AVX2 EPYC).
+// Without AVX-512 the convolutions' tensors are nChw8c (or plain) and conv_backward_weights copies
+// them to nChw16c for this loop (the gemm fallback was a third of that step on an AVX2 EPYC).
 #include "core/backend.h"
 
 namespace packrat::cpu {
