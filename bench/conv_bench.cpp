@@ -132,13 +132,13 @@ void BM_ConvWeightReorder512(benchmark::State& state) {
   state.SetLabel(cached ? "weight cache on (batch 1, 4x4)" : "weight cache off (batch 1, 4x4)");
 }
 
-// The batchnorm2d that follows this conv in ResNet (64x64x32x32, nChw16c with range(1) = 1 as on
-// AVX-512, plain with 0 as without it), training forward + backward, with the loop kernel
+// The batchnorm2d that follows this conv in ResNet (64x64x32x32; range(1) = 16: nChw16c as on
+// AVX-512, 8: nChw8c as on AVX2, 0: plain), training forward + backward, with the loop kernel
 // (range(0) = 0) or oneDNN's (1). GB/s counts the bytes the two passes must move at least:
 // forward reads x twice and writes y, backward reads x, dy twice and writes dx (7 tensors of 16 MiB).
 void BM_BatchNormForwardBackward(benchmark::State& state) {
   cpu::set_batchnorm_kernel(state.range(0) ? cpu::BatchNormKernel::Dnnl : cpu::BatchNormKernel::Loops);
-  const Layout layout = state.range(1) ? Layout::nChw16c : Layout::Plain;
+  const Layout layout = state.range(1) == 16 ? Layout::nChw16c : state.range(1) == 8 ? Layout::nChw8c : Layout::Plain;
   Tensor x = random({kN, kC, kHW, kHW}, 1).to_layout(layout);
   x.set_requires_grad(true);
   Tensor w = random({kC}, 2, MemTag::Parameter), b = random({kC}, 3, MemTag::Parameter);
@@ -158,7 +158,7 @@ void BM_BatchNormForwardBackward(benchmark::State& state) {
 }
 }  // namespace
 
-BENCHMARK(BM_BatchNormForwardBackward)->ArgsProduct({{0, 1}, {1, 0}})->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_BatchNormForwardBackward)->ArgsProduct({{0, 1}, {16, 8, 0}})->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_ConvForward)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_ConvForwardBackward)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_ConvBackwardData)->Unit(benchmark::kMillisecond)->UseRealTime();

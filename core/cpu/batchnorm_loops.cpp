@@ -52,17 +52,25 @@ void channel_sums(const float* x, const float* g, const Slabs& s, const float* c
           fa[0] = sa;
           fb[0] = sb;
         } else {
-          for (int64_t i = i0; i < i1; ++i)
+          // U partial sums a lane, so that U adds are in flight, not one add's latency a position.
+          constexpr int U = 64 / L;
+          float pa[U][L] = {}, pb[U][L] = {};  // (U, L)
+          auto add = [&](float* qa, float* qb, int64_t i) {
             for (int l = 0; l < L; ++l) {
               const float v = px[i * L + l] - m[l];
-              if constexpr (Grad) {
-                const float gv = pg[i * L + l];
-                fa[l] += gv;
-                fb[l] += gv * v;
-              } else {
-                fa[l] += v;
-                fb[l] += v * v;
-              }
+              const float gv = Grad ? pg[i * L + l] : v;
+              qa[l] += gv;
+              qb[l] += gv * v;
+            }
+          };
+          int64_t i = i0;
+          for (; i + U <= i1; i += U)
+            for (int u = 0; u < U; ++u) add(pa[u], pb[u], i + u);
+          for (; i < i1; ++i) add(pa[0], pb[0], i);
+          for (int u = 0; u < U; ++u)
+            for (int l = 0; l < L; ++l) {
+              fa[l] += pa[u][l];
+              fb[l] += pb[u][l];
             }
         }
         for (int l = 0; l < L; ++l) {
