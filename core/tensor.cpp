@@ -21,12 +21,12 @@ Tensor Tensor::empty(const Shape& shape, DType dtype, Layout layout, MemTag tag,
     PACKRAT_CHECK(d >= 0, "tensor: negative dimension in shape {}", shape.str());
   if (const int64_t block = channel_block(layout))
     PACKRAT_CHECK(shape.rank() == 4 && shape[1] % block == 0,
-                  "tensor: layout {} needs a 4-d shape with channels divisible by {}, got {}", layout_name(layout), block,
-                  shape.str());
+                  "tensor: layout {} needs a 4-d shape with channels divisible by {}, got {}", layout_name(layout),
+                  block, shape.str());
   if (layout == Layout::NHWC) {
     PACKRAT_CHECK(shape.rank() == 4, "tensor: layout NHWC needs a 4-d shape, got {}", shape.str());
-    PACKRAT_CHECK(!device.is_cpu(), "tensor: layout NHWC is the CUDA backend's; a CPU tensor is plain, nChw16c or nChw8c ({})",
-                  shape.str());
+    PACKRAT_CHECK(!device.is_cpu(),
+                  "tensor: layout NHWC is the CUDA backend's; a CPU tensor is plain, nChw16c or nChw8c ({})", shape.str());
   }
   Tensor t;
   t.impl_ = std::make_shared<Impl>();

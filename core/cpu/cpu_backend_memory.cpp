@@ -84,7 +84,8 @@ void CpuBackend::convert(const Tensor& src, Tensor& dst) {
 // The reorder for dtypes oneDNN does not move (f64, i64): one (n, channel block) slab at a
 // time, B planes of HW elements <-> HW groups of B; between two blocked layouts through plain.
 Tensor reorder_loop(const Tensor& t, Layout target) {
-  if (t.layout() != Layout::Plain && target != Layout::Plain) return reorder_loop(reorder_loop(t, Layout::Plain), target);
+  if (t.layout() != Layout::Plain && target != Layout::Plain)
+    return reorder_loop(reorder_loop(t, Layout::Plain), target);
   Tensor out = empty_cpu(t.shape(), t.dtype(), target);
   const bool to_blocked = target != Layout::Plain;
   const int64_t B = channel_block(to_blocked ? target : t.layout());

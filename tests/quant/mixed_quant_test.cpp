@@ -149,7 +149,8 @@ TEST(MixedQuant, ABlockedTensorIsQuantizedInItsLogicalOrder) {
         SCOPED_TRACE(fmt::format("{}, buckets of {}", layout_name(layout), bucket));
         const MixedQuantConfig c = config(rule, 2, 4, 0.5, bucket);
         const QuantNoise noise{3, 9};
-        const MixedPacked from_plain = quantize_mixed(plain, c, noise), from_blocked = quantize_mixed(blocked, c, noise);
+        const MixedPacked from_plain = quantize_mixed(plain, c, noise);
+        const MixedPacked from_blocked = quantize_mixed(blocked, c, noise);
         EXPECT_EQ(bytes(from_blocked.codes), bytes(from_plain.codes));
         EXPECT_EQ(bytes(from_blocked.meta_data), bytes(from_plain.meta_data));
         EXPECT_EQ(bytes(from_blocked.flags), bytes(from_plain.flags));
