@@ -1,5 +1,6 @@
-// CpuBackend: binary elementwise ops (same shape over the buffers as they lie, or numpy
-// broadcasting), scale, in-place accumulate and reductions.
+// CpuBackend: binary elementwise ops (same shape over the buffers as they lie, a blocked tensor
+// against a per-channel one in its layout, or numpy broadcasting), scale, in-place accumulate and
+// reductions.
 #include <algorithm>
 #include <string>
 #include <type_traits>
@@ -51,7 +52,42 @@ Tensor binary_same_shape(BinaryOp op, const Tensor& a, const Tensor& b) {
   return out;
 }
 
+// Whether x (blocked, f32) meets v as squeeze-and-excitation's per-channel scale does: v of shape
+// (N or 1, C, 1, 1) against x's (N, C, H, W).
+bool per_channel_of_blocked(const Tensor& x, const Tensor& v) {
+  return channel_block(x.layout()) && x.dtype() == DType::f32 && x.rank() == 4 && v.rank() == 4 &&
+         v.dim(1) == x.dim(1) && v.dim(2) == 1 && v.dim(3) == 1 && (v.dim(0) == x.dim(0) || v.dim(0) == 1);
+}
+
+// f(x, v) (x_first) or f(v, x) with x blocked and v per channel (per_channel_of_blocked), in x's
+// layout: reading x as it lies spares a reorder of x into plain and of the result back.
+Tensor blocked_by_channel(BinaryOp op, const Tensor& x, const Tensor& v_any, bool x_first) {
+  const int64_t B = channel_block(x.layout()), N = x.dim(0), C = x.dim(1), HW = x.dim(2) * x.dim(3), CB = C / B;
+  const Tensor v = v_any.to_plain();                        // (N or 1, C, 1, 1)
+  Tensor out = empty_cpu(x.shape(), DType::f32, x.layout());  // (N, C, H, W), x's layout
+  const float* xs = x.data<float>();
+  const float* vs = v.data<float>();
+  float* os = out.data<float>();
+  const int64_t v_sample = v.dim(0) == 1 ? 0 : C;  // floats from one sample's channels to the next's
+  auto loop = [&](auto f) {
+    rows_for(N * CB, HW * B, [&](int64_t nb) {
+      const float* vb = vs + (nb / CB) * v_sample + (nb % CB) * B;  // (B,) this block's channels
+      const float* xb = xs + nb * HW * B;                           // (HW, B)
+      float* ob = os + nb * HW * B;
+      for (int64_t s = 0; s < HW; ++s)
+        for (int64_t l = 0; l < B; ++l) ob[s * B + l] = f(xb[s * B + l], vb[l]);
+    });
+  };
+  with_op(op, [&](auto f) {
+    if (x_first) loop(f);
+    else loop([f](float p, float q) { return f(q, p); });
+  });
+  return out;
+}
+
 Tensor binary_broadcast(BinaryOp op, const Tensor& a_any, const Tensor& b_any) {
+  if (per_channel_of_blocked(a_any, b_any)) return blocked_by_channel(op, a_any, b_any, true);
+  if (per_channel_of_blocked(b_any, a_any)) return blocked_by_channel(op, b_any, a_any, false);
   const Tensor a = a_any.to_plain(), b = b_any.to_plain();
   const auto& da = a.shape().dims();
   const auto& db = b.shape().dims();

@@ -173,6 +173,23 @@ TEST(BackendElementwise, BinaryOpsMatchTheReferenceWithAndWithoutBroadcasting) {
     Shape s;
     expect_close(host_values(y), broadcast_reference(ha, hb, [](double x, double z) { return x * z; }, &s), 1e-6f,
                  1e-7f, "blocked * plain");
+    // A blocked tensor against a per-channel one (squeeze-and-excitation's scale), either side, per
+    // sample or shared: the CPU computes it in the blocked layout.
+    for (Layout blocked : {Layout::nChw16c, Layout::nChw8c})
+      for (const Shape& vs : {Shape{2, 32, 1, 1}, Shape{1, 32, 1, 1}}) {
+        const Tensor hv = host_random(vs, 42, 0.5f, 1.5f);
+        const Tensor x = b->to_layout(ha.to(b->device()), blocked), v = hv.to(b->device());
+        for (const auto& [op, f] : ops) {
+          const std::string what = fmt::format("{} {} op {}", layout_name(blocked), vs.str(), static_cast<int>(op));
+          const Tensor xv = b->binary(op, x, v), vx = b->binary(op, v, x);
+          if (b->device().is_cpu()) {
+            EXPECT_EQ(xv.layout(), blocked) << what;
+            EXPECT_EQ(vx.layout(), blocked) << what;
+          }
+          expect_close(host_values(xv), broadcast_reference(ha, hv, f, &s), 1e-6f, 1e-7f, what + " x, v");
+          expect_close(host_values(vx), broadcast_reference(hv, ha, f, &s), 1e-6f, 1e-7f, what + " v, x");
+        }
+      }
     // f64 operands.
     const Tensor da = ha.to(DType::f64).to(b->device()), db = hb.to(DType::f64).to(b->device());
     const Tensor d = b->binary(BinaryOp::Add, da, db);
