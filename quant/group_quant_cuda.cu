@@ -3,6 +3,9 @@
 // same rounding, same packing). group_quant_warp.h says which lane does what, and why.
 #include <cuda_runtime.h>
 
+#include <cstdlib>
+#include <string_view>
+
 #include "core/cuda/launch.cuh"
 #include "quant/apply_derivative_sink.h"
 #include "quant/group_quant_device.h"
@@ -13,6 +16,13 @@
 namespace packrat::cuda {
 
 namespace {
+
+// An experiment's kernel in place of the default one, while both are measured on a GPU: the
+// environment variable `name` set to `value`.
+bool experiment_enabled(const char* name, std::string_view value) {
+  const char* v = std::getenv(name);
+  return v != nullptr && value == v;
+}
 
 // 32 / lanes groups a warp, `lanes` lanes a group, kLaneBlocks blocks of 8 values a lane a chunk:
 // a lane's first chunk stays in registers from the range scan to its codes (all of a group's
@@ -159,15 +169,16 @@ void launch_quantize(const float* x, const GroupGeometry& g, Rounding rounding, 
 // to the sink (the values, or an activation's backward against the NHWC gradient). Two blocks an
 // SM, as measured (session 29): ptxas then keeps the values' decode without spills (left to
 // itself, it took 80 registers and spilled 40 bytes a thread once the records were whole loads).
-template <class Sink>
+// kSkewed: the copies are skewed (nhwc_skewed: the lanes' codes in distinct banks).
+template <class Sink, bool kSkewed>
 __global__ void __launch_bounds__(kNhwcBlockThreads, 2)
     decode_groups_nhwc_kernel(NhwcElementDecoder decode, CodecWalk walk, int64_t per_block, Sink sink) {
-  __shared__ __align__(16) uint8_t block_codes[kNhwcCodeBytes];  // from bytes.code_begin
-  __shared__ __align__(16) uint8_t block_meta[kNhwcMetaBytes];   // from bytes.meta_begin
+  __shared__ __align__(16) uint8_t block_codes[kNhwcSkewedBytes];  // from bytes.code_begin
+  __shared__ __align__(16) uint8_t block_meta[kNhwcSkewedBytes];   // from bytes.meta_begin
   const int t = static_cast<int>(threadIdx.x);
   const NhwcBlock b = nhwc_block(decode.g, per_block, blockIdx.x);
-  const NhwcElementDecoder here =
-      nhwc_copy_block_bytes(decode, nhwc_block_bytes(decode.g, b), block_codes, block_meta, t, kNhwcBlockThreads);
+  const NhwcElementDecoder here = nhwc_copy_block_bytes(decode, nhwc_block_bytes(decode.g, b), block_codes,
+                                                        block_meta, t, kNhwcBlockThreads, kSkewed);
   __syncthreads();
   nhwc_decode_run(walk, b.run, here, sink, t, kNhwcBlockThreads);
 }
@@ -177,7 +188,11 @@ void launch_decode_nhwc(const uint8_t* codes, const uint8_t* meta, const GroupGe
                         const Sink& sink) {
   const int64_t per_block = nhwc_decode_block_groups(g);
   const auto blocks = static_cast<unsigned>((g.groups() + per_block - 1) / per_block);
-  decode_groups_nhwc_kernel<<<blocks, kNhwcBlockThreads>>>(nhwc_element_decoder(codes, meta, g), walk, per_block, sink);
+  const NhwcElementDecoder decode = nhwc_element_decoder(codes, meta, g);
+  static const bool skewed = experiment_enabled("PACKRAT_NHWC_DECODE", "skewed");
+  if (skewed)
+    return decode_groups_nhwc_kernel<Sink, true><<<blocks, kNhwcBlockThreads>>>(decode, walk, per_block, sink);
+  decode_groups_nhwc_kernel<Sink, false><<<blocks, kNhwcBlockThreads>>>(decode, walk, per_block, sink);
 }
 
 }  // namespace

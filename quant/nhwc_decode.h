@@ -28,6 +28,16 @@ namespace packrat {
 // group too large for them (fits false) is read in global memory.
 constexpr int kNhwcCodeBytes = 8192 + 16;
 constexpr int kNhwcMetaBytes = 8192 + 16;
+
+// A skewed copy (NhwcElementDecoder::skewed) puts byte b of a block's stream at b + 4 (b / 128): a
+// word of padding after every 32, so that streams a multiple of 128 bytes apart (a channel's codes
+// from the next one's, planes of 64 to 1024 at 2 bits) start in different banks. Without it the
+// lanes of a warp, a pixel's quads of channels, read their codes from one bank: up to 16-way
+// conflicts, shared memory 89% busy (Nsight Compute, session 29).
+PACKRAT_HD inline int64_t nhwc_skewed(int64_t byte) { return byte + 4 * (byte >> 7); }
+// Shared bytes a block's skewed copy of n <= kNhwcCodeBytes (or kNhwcMetaBytes) bytes takes at most.
+constexpr int kNhwcSkewedBytes = kNhwcCodeBytes + 4 * (kNhwcCodeBytes / 128 + 1);
+static_assert(kNhwcCodeBytes == kNhwcMetaBytes, "one skewed capacity serves both copies");
 // Values a block decodes at most, 64 a thread: 16 channels of a plane of 1024 (64-byte runs of a
 // pixel). On an H100 (CodecCuda/GroupNhwc..., side by side in one run) 16384 decoded planes of 1024
 // at 0.43 of copy, 8192 at 0.37, 32768 at 0.39; the ResNet-18 step did not tell them apart.
@@ -72,6 +82,25 @@ PACKRAT_HD inline void copy_block_bytes(const uint8_t* src, int64_t n, uint8_t* 
   }
   for (int64_t k = i + t; k < n; k += threads) dst[k] = src[k];
 }
+// The same into a skewed copy (dst[nhwc_skewed(k)] = src[k]): a 16-byte chunk lies within one
+// 128-byte line, so its four words stay together, but off 16-byte alignment: four 32-bit stores.
+PACKRAT_HD inline void copy_block_bytes_skewed(const uint8_t* src, int64_t n, uint8_t* dst, int t, int threads) {
+  int64_t i = 0;
+  if (reinterpret_cast<uintptr_t>(src) % 16 == 0) {
+    for (int64_t k = t; 16 * (k + 1) <= n; k += threads) {
+      uint8_t* to = dst + nhwc_skewed(16 * k);
+#if defined(__CUDA_ARCH__)
+      const uint4 v = *reinterpret_cast<const uint4*>(src + 16 * k);
+      auto* w = reinterpret_cast<uint32_t*>(to);
+      w[0] = v.x, w[1] = v.y, w[2] = v.z, w[3] = v.w;
+#else
+      std::memcpy(to, src + 16 * k, 16);
+#endif
+    }
+    i = n / 16 * 16;
+  }
+  for (int64_t k = i + t; k < n; k += threads) dst[nhwc_skewed(k)] = src[k];
+}
 
 // load_group_range of a record whose address is a multiple of 4 (the records lie back to back
 // from a 16-byte aligned start, in a block's copy or in the stream): whole 32-bit loads on a GPU,
@@ -100,18 +129,20 @@ struct NhwcElementDecoder {
   GroupGeometry g;
   FastDivU31 by_span, by_group;  // span_len, group_size
   int64_t code_shift = 0, meta_shift = 0;
+  bool skewed = false;  // codes and meta are a block's skewed copies (nhwc_skewed)
 
+  PACKRAT_HD int64_t at_byte(int64_t b) const { return skewed ? nhwc_skewed(b) : b; }
   PACKRAT_HD float operator()(uint32_t x) const {
     const uint32_t span = by_span.div(x), off = x - span * static_cast<uint32_t>(g.span_len);
     const uint32_t i = by_group.div(off), at = off - i * static_cast<uint32_t>(g.group_size);
     const int64_t group = static_cast<int64_t>(span) * g.groups_per_span + i;
-    const int64_t record = group * meta_bytes_per_group(g.meta) - meta_shift;
-    const GroupParams p = load_aligned_group_range(meta + record, g.meta);
+    const int64_t record = group * meta_bytes_per_group(g.meta) - meta_shift;  // 4 or 8 bytes: within a line
+    const GroupParams p = load_aligned_group_range(meta + at_byte(record), g.meta);
     const int64_t bit = static_cast<int64_t>(at) * g.bits;
-    const uint8_t* c = codes + (span * g.span_bytes() + i * g.full_group_bytes() - code_shift) + (bit >> 3);
+    const int64_t c = (span * g.span_bytes() + i * g.full_group_bytes() - code_shift) + (bit >> 3);
     const int shift = static_cast<int>(bit & 7);
-    uint32_t word = c[0];
-    if (shift + g.bits > 8) word |= static_cast<uint32_t>(c[1]) << 8;  // a code across two bytes (3 bits)
+    uint32_t word = codes[at_byte(c)];
+    if (shift + g.bits > 8) word |= static_cast<uint32_t>(codes[at_byte(c + 1)]) << 8;  // a code across two bytes (3 bits)
     return dequantize_value((word >> shift) & ((1u << g.bits) - 1u), p);
   }
 };
@@ -120,16 +151,23 @@ inline NhwcElementDecoder nhwc_element_decoder(const uint8_t* codes, const uint8
 }
 
 // A decode block's first phase, thread t's share: its codes and metadata copied into codes_copy
-// (kNhwcCodeBytes) and meta_copy (kNhwcMetaBytes) where they fit; the decoder its threads use once
-// every thread's share is done (the block's barrier).
+// and meta_copy (kNhwcSkewedBytes each; skewed or not) where they fit; the decoder its threads use
+// once every thread's share is done (the block's barrier).
 PACKRAT_HD inline NhwcElementDecoder nhwc_copy_block_bytes(NhwcElementDecoder d, const NhwcBlockBytes& bytes,
                                                            uint8_t* codes_copy, uint8_t* meta_copy, int t,
-                                                           int threads) {
+                                                           int threads, bool skewed) {
   if (!bytes.fits) return d;
-  copy_block_bytes(d.codes + bytes.code_begin, bytes.code_end - bytes.code_begin, codes_copy, t, threads);
-  copy_block_bytes(d.meta + bytes.meta_begin, bytes.meta_end - bytes.meta_begin, meta_copy, t, threads);
+  const int64_t code_bytes = bytes.code_end - bytes.code_begin, meta_bytes = bytes.meta_end - bytes.meta_begin;
+  if (skewed) {
+    copy_block_bytes_skewed(d.codes + bytes.code_begin, code_bytes, codes_copy, t, threads);
+    copy_block_bytes_skewed(d.meta + bytes.meta_begin, meta_bytes, meta_copy, t, threads);
+  } else {
+    copy_block_bytes(d.codes + bytes.code_begin, code_bytes, codes_copy, t, threads);
+    copy_block_bytes(d.meta + bytes.meta_begin, meta_bytes, meta_copy, t, threads);
+  }
   d.codes = codes_copy, d.meta = meta_copy;
   d.code_shift = bytes.code_begin, d.meta_shift = bytes.meta_begin;
+  d.skewed = skewed;
   return d;
 }
 

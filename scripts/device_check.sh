@@ -23,7 +23,10 @@
 #          per sample);
 # ab:      packrat_bench against packrat_bench.variant (scripts/bench_variant.sh: another revision's),
 #          AB_FILTER's benchmarks (default: the NHWC codec and the ResNet-18 step at 512, FP32 and
-#          ActNN 2-bit), in alternating rounds A B A B, so that both are measured in one run;
+#          ActNN 2-bit), in alternating rounds A B A B, so that both are measured in one run; with
+#          EXPERIMENT (NAME=VALUE: a kernel an environment variable picks, while both are measured),
+#          the variant is this packrat_bench with EXPERIMENT set, and the tests phase runs the codec
+#          and store suites again with it;
 # timeline: Nsight Systems' trace of 4 timed FP32 steps at batch 512 and of PyTorch's 4, at
 #          the GPU's own clocks: how much of the step the GPU is busy (kernels and copies, overlaps
 #          merged) and how long it waits between launches, i.e. whether the step is bound by its
@@ -54,6 +57,10 @@ if [[ $phases == *tests* ]]; then
     OMP_NUM_THREADS=4 timeout 200 $run packrat_tests --gtest_filter="${groups[$g]}" >"$out/tests_$g.log" 2>&1 &
   done
   # The plain NCHW path of the convolutions (PACKRAT_CUDA_LAYOUT=nchw).
+  if [[ -n ${EXPERIMENT:-} ]]; then
+    env "$EXPERIMENT" OMP_NUM_THREADS=4 timeout 200 $run packrat_tests --gtest_filter="${groups[quant]}" \
+      >"$out/tests_quant_experiment.log" 2>&1 &
+  fi
   PACKRAT_CUDA_LAYOUT=nchw OMP_NUM_THREADS=4 timeout 200 $run packrat_tests \
     --gtest_filter='Backend*:CudaTrainer.ResNet20StepMatchesTheCpuStep' >"$out/tests_nchw.log" 2>&1 &
   if [[ -x /tmp/packrat-bundle/bin/packrat_mpi_tests ]]; then  # where .device/run unpacks the bundle
@@ -101,12 +108,19 @@ if [[ $phases == *torch* ]]; then
     --name $step/128 --name $step/512 --rounds 2 >"$out/compare_torch.log" 2>&1
 fi
 if [[ " $phases " == *" ab "* ]]; then
-  if [[ -x /tmp/packrat-bundle/bin/packrat_bench.variant ]]; then
-    echo "ab: the variant is $(cat /tmp/packrat-bundle/bin/packrat_bench.variant.rev 2>/dev/null)" | tee "$out/ab.txt"
+  if [[ -n ${EXPERIMENT:-} || -x /tmp/packrat-bundle/bin/packrat_bench.variant ]]; then
+    if [[ -n ${EXPERIMENT:-} ]]; then
+      echo "ab: the variant is packrat_bench with $EXPERIMENT" | tee "$out/ab.txt"
+    else
+      echo "ab: the variant is $(cat /tmp/packrat-bundle/bin/packrat_bench.variant.rev 2>/dev/null)" | tee "$out/ab.txt"
+    fi
     for round in 1 2; do
       for side in base variant; do
-        bench=packrat_bench; [[ $side == variant ]] && bench=packrat_bench.variant
-        timeout 90 $run $bench --benchmark_filter="${AB_FILTER:-CodecCuda/GroupNhwc|$step(_actnn2)?/512}" \
+        cmd=($run packrat_bench)
+        if [[ $side == variant ]]; then
+          [[ -n ${EXPERIMENT:-} ]] && cmd=(env "$EXPERIMENT" $run packrat_bench) || cmd=($run packrat_bench.variant)
+        fi
+        timeout 90 "${cmd[@]}" --benchmark_filter="${AB_FILTER:-CodecCuda/GroupNhwc|$step(_actnn2)?/512}" \
           --benchmark_min_time=0.7 >"$out/bench_ab_${round}_$side.log" 2>&1
       done
     done

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -41,7 +42,7 @@ Decoded decode_on_cpu(const std::vector<float>& plain, const std::vector<float>&
 // Every block of the kernel, its phases thread by thread, into sink's NHWC buffers.
 template <class Sink>
 void decode_blocks_on_host(const Decoded& d, const GroupGeometry& g, const CodecWalk& walk, const Sink& sink,
-                           bool expect_fit) {
+                           bool expect_fit, bool skewed) {
   const NhwcElementDecoder decode = nhwc_element_decoder(d.codes.data(), d.meta.data(), g);
   const int64_t per_block = nhwc_decode_block_groups(g);
   for (int64_t block = 0; block * per_block < g.groups(); ++block) {
@@ -49,10 +50,14 @@ void decode_blocks_on_host(const Decoded& d, const GroupGeometry& g, const Codec
     const NhwcBlockBytes bytes = nhwc_block_bytes(g, b);
     ASSERT_EQ(bytes.fits, expect_fit) << "block " << block;
     ASSERT_LE(b.run.end - b.run.begin, std::max<int64_t>(kNhwcDecodeValues, g.group_size));
-    std::vector<uint8_t> codes_copy(kNhwcCodeBytes, 0xEE), meta_copy(kNhwcMetaBytes, 0xEE);
+    if (bytes.fits) {  // what the block copies fits its shared arrays, skewed or not
+      const int64_t copied = std::max(bytes.code_end - bytes.code_begin, bytes.meta_end - bytes.meta_begin);
+      ASSERT_LE(skewed ? nhwc_skewed(copied - 1) + 1 : copied, kNhwcSkewedBytes) << "block " << block;
+    }
+    std::vector<uint8_t> codes_copy(kNhwcSkewedBytes, 0xEE), meta_copy(kNhwcSkewedBytes, 0xEE);
     NhwcElementDecoder here = decode;
     for (int t = 0; t < kNhwcBlockThreads; ++t)
-      here = nhwc_copy_block_bytes(decode, bytes, codes_copy.data(), meta_copy.data(), t, kNhwcBlockThreads);
+      here = nhwc_copy_block_bytes(decode, bytes, codes_copy.data(), meta_copy.data(), t, kNhwcBlockThreads, skewed);
     for (int t = 0; t < kNhwcBlockThreads; ++t) nhwc_decode_run(walk, b.run, here, sink, t, kNhwcBlockThreads);
   }
 }
@@ -66,14 +71,38 @@ TEST(NhwcDecode, BlocksDecodeToThePlainTensorsFloatsInNhwc) {
       const GroupGeometry g = geometry_of(k, bits);
       const Decoded d = decode_on_cpu(plain, grad, g);
       const CodecWalk walk{k.c, p, true};
-      std::vector<float> values(static_cast<size_t>(numel), -99.0f), gx(static_cast<size_t>(numel), -99.0f);
-      decode_blocks_on_host(d, g, walk, StoreValues{values.data()}, true);
-      decode_blocks_on_host(d, g, walk, Gelu{grad_nhwc.data(), gx.data()}, true);
-      const std::string what = k.name() + ", " + std::to_string(bits) + " bits";
       const std::vector<float> want_values = to_nhwc(d.values, k.n, k.c, p), want_gx = to_nhwc(d.gx, k.n, k.c, p);
-      EXPECT_EQ(std::memcmp(values.data(), want_values.data(), want_values.size() * 4), 0) << what << ": values";
-      EXPECT_EQ(std::memcmp(gx.data(), want_gx.data(), want_gx.size() * 4), 0) << what << ": backward";
+      for (bool skewed : {false, true}) {
+        std::vector<float> values(static_cast<size_t>(numel), -99.0f), gx(static_cast<size_t>(numel), -99.0f);
+        decode_blocks_on_host(d, g, walk, StoreValues{values.data()}, true, skewed);
+        decode_blocks_on_host(d, g, walk, Gelu{grad_nhwc.data(), gx.data()}, true, skewed);
+        const std::string what = k.name() + ", " + std::to_string(bits) + " bits" + (skewed ? ", skewed copy" : "");
+        EXPECT_EQ(std::memcmp(values.data(), want_values.data(), want_values.size() * 4), 0) << what << ": values";
+        EXPECT_EQ(std::memcmp(gx.data(), want_gx.data(), want_gx.size() * 4), 0) << what << ": backward";
+      }
     }
+}
+
+// The skewed copy: byte b at b + 4 (b / 128). A decode warp's lanes take a pixel's quads of
+// channels, quads innermost: at 2 bits, lane L reads the codes of channel 4 L, 4 L x plane / 4
+// bytes in. For ResNet-18's planes (and a block of kNhwcDecodeValues, so min(32, quads) lanes a
+// pixel), those reads lie in one bank in a plain copy and in distinct banks (4 bytes, 32 of them)
+// in the skewed one.
+TEST(NhwcDecode, TheSkewedCopyPutsTheLanesCodesInDifferentBanks) {
+  EXPECT_EQ(nhwc_skewed(0), 0);
+  EXPECT_EQ(nhwc_skewed(127), 127);
+  EXPECT_EQ(nhwc_skewed(128), 132);
+  EXPECT_EQ(nhwc_skewed(16 * 128 + 5), 16 * 132 + 5);
+  for (const int64_t plane : {16, 64, 256, 1024}) {
+    const int64_t lanes = std::min<int64_t>(32, kNhwcDecodeValues / plane / 4);
+    std::set<int64_t> plain_banks, skewed_banks;
+    for (int64_t lane = 0; lane < lanes; ++lane) {
+      plain_banks.insert(lane * plane / 4 % 32);
+      skewed_banks.insert(nhwc_skewed(lane * plane) / 4 % 32);
+    }
+    EXPECT_EQ(skewed_banks.size(), static_cast<size_t>(lanes)) << "plane " << plane;
+    EXPECT_LT(plain_banks.size(), static_cast<size_t>(lanes)) << "plane " << plane;
+  }
 }
 
 // A group larger than a block's shared copy: decoded from the codes in global memory.
@@ -85,7 +114,7 @@ TEST(NhwcDecode, AGroupOverTheSharedCopyIsDecodedFromGlobalMemory) {
   ASSERT_EQ(nhwc_decode_block_groups(g), 1);
   const Decoded d = decode_on_cpu(plain, grad, g);
   std::vector<float> values(static_cast<size_t>(numel), -99.0f);
-  decode_blocks_on_host(d, g, CodecWalk{k.c, p, true}, StoreValues{values.data()}, false);
+  decode_blocks_on_host(d, g, CodecWalk{k.c, p, true}, StoreValues{values.data()}, false, true);
   EXPECT_EQ(values, to_nhwc(d.values, k.n, k.c, p));
 }
 
