@@ -169,18 +169,21 @@ void launch_quantize(const float* x, const GroupGeometry& g, Rounding rounding, 
 // to the sink (the values, or an activation's backward against the NHWC gradient). Two blocks an
 // SM, as measured (session 29): ptxas then keeps the values' decode without spills (left to
 // itself, it took 80 registers and spilled 40 bytes a thread once the records were whole loads).
-// kSkewed: the copies are skewed (nhwc_skewed: the lanes' codes in distinct banks).
-template <class Sink, bool kSkewed>
+// kQuads: 4 pixels x 4 channels a thread (nhwc_decode_run_quads), where nhwc_quad_decodable.
+template <class Sink, bool kQuads>
 __global__ void __launch_bounds__(kNhwcBlockThreads, 2)
     decode_groups_nhwc_kernel(NhwcElementDecoder decode, CodecWalk walk, int64_t per_block, Sink sink) {
-  __shared__ __align__(16) uint8_t block_codes[kNhwcSkewedBytes];  // from bytes.code_begin
-  __shared__ __align__(16) uint8_t block_meta[kNhwcSkewedBytes];   // from bytes.meta_begin
+  __shared__ __align__(16) uint8_t block_codes[kNhwcCodeBytes];  // from bytes.code_begin
+  __shared__ __align__(16) uint8_t block_meta[kNhwcMetaBytes];   // from bytes.meta_begin
   const int t = static_cast<int>(threadIdx.x);
   const NhwcBlock b = nhwc_block(decode.g, per_block, blockIdx.x);
-  const NhwcElementDecoder here = nhwc_copy_block_bytes(decode, nhwc_block_bytes(decode.g, b), block_codes,
-                                                        block_meta, t, kNhwcBlockThreads, kSkewed);
+  const NhwcElementDecoder here =
+      nhwc_copy_block_bytes(decode, nhwc_block_bytes(decode.g, b), block_codes, block_meta, t, kNhwcBlockThreads);
   __syncthreads();
-  nhwc_decode_run(walk, b.run, here, sink, t, kNhwcBlockThreads);
+  if constexpr (kQuads)
+    nhwc_decode_run_quads(walk, b.run, here, sink, t, kNhwcBlockThreads);
+  else
+    nhwc_decode_run(walk, b.run, here, sink, t, kNhwcBlockThreads);
 }
 
 template <class Sink>
@@ -189,8 +192,8 @@ void launch_decode_nhwc(const uint8_t* codes, const uint8_t* meta, const GroupGe
   const int64_t per_block = nhwc_decode_block_groups(g);
   const auto blocks = static_cast<unsigned>((g.groups() + per_block - 1) / per_block);
   const NhwcElementDecoder decode = nhwc_element_decoder(codes, meta, g);
-  static const bool skewed = experiment_enabled("PACKRAT_NHWC_DECODE", "skewed");
-  if (skewed)
+  static const bool quads = experiment_enabled("PACKRAT_NHWC_DECODE", "quads");
+  if (quads && nhwc_quad_decodable(g, walk))
     return decode_groups_nhwc_kernel<Sink, true><<<blocks, kNhwcBlockThreads>>>(decode, walk, per_block, sink);
   decode_groups_nhwc_kernel<Sink, false><<<blocks, kNhwcBlockThreads>>>(decode, walk, per_block, sink);
 }

@@ -28,16 +28,6 @@ namespace packrat {
 // group too large for them (fits false) is read in global memory.
 constexpr int kNhwcCodeBytes = 8192 + 16;
 constexpr int kNhwcMetaBytes = 8192 + 16;
-
-// A skewed copy (NhwcElementDecoder::skewed) puts byte b of a block's stream at b + 4 (b / 128): a
-// word of padding after every 32, so that streams a multiple of 128 bytes apart (a channel's codes
-// from the next one's, planes of 64 to 1024 at 2 bits) start in different banks. Without it the
-// lanes of a warp, a pixel's quads of channels, read their codes from one bank: up to 16-way
-// conflicts, shared memory 89% busy (Nsight Compute, session 29).
-PACKRAT_HD inline int64_t nhwc_skewed(int64_t byte) { return byte + 4 * (byte >> 7); }
-// Shared bytes a block's skewed copy of n <= kNhwcCodeBytes (or kNhwcMetaBytes) bytes takes at most.
-constexpr int kNhwcSkewedBytes = kNhwcCodeBytes + 4 * (kNhwcCodeBytes / 128 + 1);
-static_assert(kNhwcCodeBytes == kNhwcMetaBytes, "one skewed capacity serves both copies");
 // Values a block decodes at most, 64 a thread: 16 channels of a plane of 1024 (64-byte runs of a
 // pixel). On an H100 (CodecCuda/GroupNhwc..., side by side in one run) 16384 decoded planes of 1024
 // at 0.43 of copy, 8192 at 0.37, 32768 at 0.39; the ResNet-18 step did not tell them apart.
@@ -82,25 +72,6 @@ PACKRAT_HD inline void copy_block_bytes(const uint8_t* src, int64_t n, uint8_t* 
   }
   for (int64_t k = i + t; k < n; k += threads) dst[k] = src[k];
 }
-// The same into a skewed copy (dst[nhwc_skewed(k)] = src[k]): a 16-byte chunk lies within one
-// 128-byte line, so its four words stay together, but off 16-byte alignment: four 32-bit stores.
-PACKRAT_HD inline void copy_block_bytes_skewed(const uint8_t* src, int64_t n, uint8_t* dst, int t, int threads) {
-  int64_t i = 0;
-  if (reinterpret_cast<uintptr_t>(src) % 16 == 0) {
-    for (int64_t k = t; 16 * (k + 1) <= n; k += threads) {
-      uint8_t* to = dst + nhwc_skewed(16 * k);
-#if defined(__CUDA_ARCH__)
-      const uint4 v = *reinterpret_cast<const uint4*>(src + 16 * k);
-      auto* w = reinterpret_cast<uint32_t*>(to);
-      w[0] = v.x, w[1] = v.y, w[2] = v.z, w[3] = v.w;
-#else
-      std::memcpy(to, src + 16 * k, 16);
-#endif
-    }
-    i = n / 16 * 16;
-  }
-  for (int64_t k = i + t; k < n; k += threads) dst[nhwc_skewed(k)] = src[k];
-}
 
 // load_group_range of a record whose address is a multiple of 4 (the records lie back to back
 // from a 16-byte aligned start, in a block's copy or in the stream): whole 32-bit loads on a GPU,
@@ -129,21 +100,35 @@ struct NhwcElementDecoder {
   GroupGeometry g;
   FastDivU31 by_span, by_group;  // span_len, group_size
   int64_t code_shift = 0, meta_shift = 0;
-  bool skewed = false;  // codes and meta are a block's skewed copies (nhwc_skewed)
 
-  PACKRAT_HD int64_t at_byte(int64_t b) const { return skewed ? nhwc_skewed(b) : b; }
   PACKRAT_HD float operator()(uint32_t x) const {
     const uint32_t span = by_span.div(x), off = x - span * static_cast<uint32_t>(g.span_len);
     const uint32_t i = by_group.div(off), at = off - i * static_cast<uint32_t>(g.group_size);
     const int64_t group = static_cast<int64_t>(span) * g.groups_per_span + i;
-    const int64_t record = group * meta_bytes_per_group(g.meta) - meta_shift;  // 4 or 8 bytes: within a line
-    const GroupParams p = load_aligned_group_range(meta + at_byte(record), g.meta);
+    const int64_t record = group * meta_bytes_per_group(g.meta) - meta_shift;
+    const GroupParams p = load_aligned_group_range(meta + record, g.meta);
     const int64_t bit = static_cast<int64_t>(at) * g.bits;
-    const int64_t c = (span * g.span_bytes() + i * g.full_group_bytes() - code_shift) + (bit >> 3);
+    const uint8_t* c = codes + (span * g.span_bytes() + i * g.full_group_bytes() - code_shift) + (bit >> 3);
     const int shift = static_cast<int>(bit & 7);
-    uint32_t word = codes[at_byte(c)];
-    if (shift + g.bits > 8) word |= static_cast<uint32_t>(codes[at_byte(c + 1)]) << 8;  // a code across two bytes (3 bits)
+    uint32_t word = c[0];
+    if (shift + g.bits > 8) word |= static_cast<uint32_t>(c[1]) << 8;  // a code across two bytes (3 bits)
     return dequantize_value((word >> shift) & ((1u << g.bits) - 1u), p);
+  }
+  // The values of plain elements x .. x + 3, x a multiple of 4 in one group (nhwc_quad_decodable):
+  // their group found once, their 4 x bits bits read from at most 4 bytes (one at 2 bits).
+  PACKRAT_HD void quad(uint32_t x, float* v) const {
+    const uint32_t span = by_span.div(x), off = x - span * static_cast<uint32_t>(g.span_len);
+    const uint32_t i = by_group.div(off), at = off - i * static_cast<uint32_t>(g.group_size);
+    const int64_t group = static_cast<int64_t>(span) * g.groups_per_span + i;
+    const GroupParams p = load_aligned_group_range(meta + (group * meta_bytes_per_group(g.meta) - meta_shift), g.meta);
+    const uint32_t bit = at * static_cast<uint32_t>(g.bits);
+    const uint8_t* c = codes + (span * g.span_bytes() + i * g.full_group_bytes() - code_shift) + (bit >> 3);
+    const int shift = static_cast<int>(bit & 7), end = shift + 4 * g.bits;  // end <= 32: bits <= 7, or 8 from 0
+    uint32_t word = c[0];
+    if (end > 8) word |= static_cast<uint32_t>(c[1]) << 8;
+    if (end > 16) word |= static_cast<uint32_t>(c[2]) << 16 | static_cast<uint32_t>(c[3]) << 24;
+    const uint32_t mask = (1u << g.bits) - 1u;
+    for (int k = 0; k < 4; ++k) v[k] = dequantize_value((word >> (shift + k * g.bits)) & mask, p);
   }
 };
 inline NhwcElementDecoder nhwc_element_decoder(const uint8_t* codes, const uint8_t* meta, const GroupGeometry& g) {
@@ -151,24 +136,73 @@ inline NhwcElementDecoder nhwc_element_decoder(const uint8_t* codes, const uint8
 }
 
 // A decode block's first phase, thread t's share: its codes and metadata copied into codes_copy
-// and meta_copy (kNhwcSkewedBytes each; skewed or not) where they fit; the decoder its threads use
-// once every thread's share is done (the block's barrier).
+// (kNhwcCodeBytes) and meta_copy (kNhwcMetaBytes) where they fit; the decoder its threads use once
+// every thread's share is done (the block's barrier).
 PACKRAT_HD inline NhwcElementDecoder nhwc_copy_block_bytes(NhwcElementDecoder d, const NhwcBlockBytes& bytes,
                                                            uint8_t* codes_copy, uint8_t* meta_copy, int t,
-                                                           int threads, bool skewed) {
+                                                           int threads) {
   if (!bytes.fits) return d;
-  const int64_t code_bytes = bytes.code_end - bytes.code_begin, meta_bytes = bytes.meta_end - bytes.meta_begin;
-  if (skewed) {
-    copy_block_bytes_skewed(d.codes + bytes.code_begin, code_bytes, codes_copy, t, threads);
-    copy_block_bytes_skewed(d.meta + bytes.meta_begin, meta_bytes, meta_copy, t, threads);
-  } else {
-    copy_block_bytes(d.codes + bytes.code_begin, code_bytes, codes_copy, t, threads);
-    copy_block_bytes(d.meta + bytes.meta_begin, meta_bytes, meta_copy, t, threads);
-  }
+  copy_block_bytes(d.codes + bytes.code_begin, bytes.code_end - bytes.code_begin, codes_copy, t, threads);
+  copy_block_bytes(d.meta + bytes.meta_begin, bytes.meta_end - bytes.meta_begin, meta_copy, t, threads);
   d.codes = codes_copy, d.meta = meta_copy;
   d.code_shift = bytes.code_begin, d.meta_shift = bytes.meta_begin;
-  d.skewed = skewed;
   return d;
+}
+
+// Whether the decode can take 4 pixels x 4 channels a thread (nhwc_decode_run_quads): a pixel's
+// channels in quads, a channel's pixels in quads, and 4 consecutive elements of a channel never
+// split between groups (groups and spans start on multiples of 4) or across 32 bits of codes.
+PACKRAT_HD inline bool nhwc_quad_decodable(const GroupGeometry& g, const CodecWalk& w) {
+  return w.channels % 4 == 0 && w.plane % 4 == 0 && g.group_size % 4 == 0 && g.span_len % 4 == 0 && g.bits <= 8;
+}
+
+// nhwc_decode_run for nhwc_quad_decodable runs, 16 values a thread at a time: the 4 x 4 tile of a
+// quad of channels (innermost, so that a warp's stores for one pixel are consecutive quads) and
+// a quad of pixels. Each of the tile's channels is one decode.quad (a group found once for 4
+// values, one code byte at 2 bits); each of its pixels is one float4 store (sink.finish). Element
+// by element (nhwc_decode_run), an H100 ran 85 instructions a value and 0.36 of copy bandwidth,
+// bound by issue (Nsight Compute: issue slots 62% busy at 25% occupancy, DRAM 23%).
+template <class Sink>
+PACKRAT_HD inline void nhwc_decode_run_quads(const CodecWalk& w, ElementRun run, const NhwcElementDecoder& decode,
+                                             const Sink& sink, int t, int threads) {
+  const auto plane = static_cast<int32_t>(w.plane), channels = static_cast<int32_t>(w.channels);
+  for_nhwc_run_samples(w, run, [&](int64_t base, int64_t a64, int64_t b64) {
+    const auto a = static_cast<int32_t>(a64), b = static_cast<int32_t>(b64);  // multiples of 4
+    const int32_t c_lo = a / plane, c_hi = (b - 1) / plane, v_lo = c_lo / 4;
+    const auto nv = static_cast<uint32_t>(c_hi / 4 - v_lo + 1);
+    const int32_t p_lo = c_lo == c_hi ? a % plane : 0;  // one channel: its pixels only
+    const auto nq = static_cast<uint32_t>((c_lo == c_hi ? b - a : plane) / 4);
+    BoxCursor at_k(static_cast<uint32_t>(t), nv, static_cast<uint32_t>(threads));  // inner: channel quad
+    for (; at_k.k < nv * nq; at_k.advance()) {
+      const int32_t c = 4 * (v_lo + static_cast<int32_t>(at_k.inner)), p = p_lo + 4 * static_cast<int32_t>(at_k.outer);
+      const int64_t at = base + static_cast<int64_t>(p) * channels + c;  // the tile's first pixel, first channel
+      float in[4][4] = {};  // (pixel, channel) the gradient, every load before any store
+      PACKRAT_UNROLL
+      for (int k = 0; k < 4; ++k) sink.load(at + k * channels, 4, in[k]);
+      float v[4][4] = {};  // (channel, pixel)
+      unsigned inside = 0;
+      PACKRAT_UNROLL
+      for (int r = 0; r < 4; ++r) {
+        const int32_t e = (c + r) * plane + p;  // the sample's plain element of the channel's first pixel
+        if (e < a || e >= b) continue;
+        inside |= 1u << r;
+        decode.quad(static_cast<uint32_t>(base + e), v[r]);
+      }
+      PACKRAT_UNROLL
+      for (int k = 0; k < 4; ++k) {
+        float px[4] = {v[0][k], v[1][k], v[2][k], v[3][k]};  // (channel) the tile's pixel k
+        if (inside == 0xFu) {
+          sink.finish(px, in[k], 4, at + k * channels);
+          continue;
+        }
+        for (int r = 0; r < 4; ++r)  // a tile the run's edge cuts: its channels in the run, one by one
+          if (inside >> r & 1u) {
+            float one[4] = {px[r]}, g[4] = {in[k][r]};
+            sink.finish(one, g, 1, at + k * channels + r);
+          }
+      }
+    }
+  });
 }
 
 // Thread t's share of decoding the run of a block into the NHWC buffers of `sink` (StoreValues, or

@@ -6,7 +6,6 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
-#include <set>
 #include <string>
 #include <vector>
 
@@ -40,9 +39,10 @@ Decoded decode_on_cpu(const std::vector<float>& plain, const std::vector<float>&
 }
 
 // Every block of the kernel, its phases thread by thread, into sink's NHWC buffers.
+// quads: 4 pixels x 4 channels a thread (nhwc_decode_run_quads), else element by element.
 template <class Sink>
 void decode_blocks_on_host(const Decoded& d, const GroupGeometry& g, const CodecWalk& walk, const Sink& sink,
-                           bool expect_fit, bool skewed) {
+                           bool expect_fit, bool quads = false) {
   const NhwcElementDecoder decode = nhwc_element_decoder(d.codes.data(), d.meta.data(), g);
   const int64_t per_block = nhwc_decode_block_groups(g);
   for (int64_t block = 0; block * per_block < g.groups(); ++block) {
@@ -50,15 +50,16 @@ void decode_blocks_on_host(const Decoded& d, const GroupGeometry& g, const Codec
     const NhwcBlockBytes bytes = nhwc_block_bytes(g, b);
     ASSERT_EQ(bytes.fits, expect_fit) << "block " << block;
     ASSERT_LE(b.run.end - b.run.begin, std::max<int64_t>(kNhwcDecodeValues, g.group_size));
-    if (bytes.fits) {  // what the block copies fits its shared arrays, skewed or not
-      const int64_t copied = std::max(bytes.code_end - bytes.code_begin, bytes.meta_end - bytes.meta_begin);
-      ASSERT_LE(skewed ? nhwc_skewed(copied - 1) + 1 : copied, kNhwcSkewedBytes) << "block " << block;
-    }
-    std::vector<uint8_t> codes_copy(kNhwcSkewedBytes, 0xEE), meta_copy(kNhwcSkewedBytes, 0xEE);
+    std::vector<uint8_t> codes_copy(kNhwcCodeBytes, 0xEE), meta_copy(kNhwcMetaBytes, 0xEE);
     NhwcElementDecoder here = decode;
     for (int t = 0; t < kNhwcBlockThreads; ++t)
-      here = nhwc_copy_block_bytes(decode, bytes, codes_copy.data(), meta_copy.data(), t, kNhwcBlockThreads, skewed);
-    for (int t = 0; t < kNhwcBlockThreads; ++t) nhwc_decode_run(walk, b.run, here, sink, t, kNhwcBlockThreads);
+      here = nhwc_copy_block_bytes(decode, bytes, codes_copy.data(), meta_copy.data(), t, kNhwcBlockThreads);
+    for (int t = 0; t < kNhwcBlockThreads; ++t) {
+      if (quads)
+        nhwc_decode_run_quads(walk, b.run, here, sink, t, kNhwcBlockThreads);
+      else
+        nhwc_decode_run(walk, b.run, here, sink, t, kNhwcBlockThreads);
+    }
   }
 }
 
@@ -72,36 +73,48 @@ TEST(NhwcDecode, BlocksDecodeToThePlainTensorsFloatsInNhwc) {
       const Decoded d = decode_on_cpu(plain, grad, g);
       const CodecWalk walk{k.c, p, true};
       const std::vector<float> want_values = to_nhwc(d.values, k.n, k.c, p), want_gx = to_nhwc(d.gx, k.n, k.c, p);
-      for (bool skewed : {false, true}) {
+      for (const bool quads : {false, true}) {
+        if (quads && !nhwc_quad_decodable(g, walk)) continue;
         std::vector<float> values(static_cast<size_t>(numel), -99.0f), gx(static_cast<size_t>(numel), -99.0f);
-        decode_blocks_on_host(d, g, walk, StoreValues{values.data()}, true, skewed);
-        decode_blocks_on_host(d, g, walk, Gelu{grad_nhwc.data(), gx.data()}, true, skewed);
-        const std::string what = k.name() + ", " + std::to_string(bits) + " bits" + (skewed ? ", skewed copy" : "");
+        decode_blocks_on_host(d, g, walk, StoreValues{values.data()}, true, quads);
+        decode_blocks_on_host(d, g, walk, Gelu{grad_nhwc.data(), gx.data()}, true, quads);
+        const std::string what = k.name() + ", " + std::to_string(bits) + " bits" + (quads ? ", quads" : "");
         EXPECT_EQ(std::memcmp(values.data(), want_values.data(), want_values.size() * 4), 0) << what << ": values";
         EXPECT_EQ(std::memcmp(gx.data(), want_gx.data(), want_gx.size() * 4), 0) << what << ": backward";
       }
     }
 }
 
-// The skewed copy: byte b at b + 4 (b / 128). A decode warp's lanes take a pixel's quads of
-// channels, quads innermost: at 2 bits, lane L reads the codes of channel 4 L, 4 L x plane / 4
-// bytes in. For ResNet-18's planes (and a block of kNhwcDecodeValues, so min(32, quads) lanes a
-// pixel), those reads lie in one bank in a plain copy and in distinct banks (4 bytes, 32 of them)
-// in the skewed one.
-TEST(NhwcDecode, TheSkewedCopyPutsTheLanesCodesInDifferentBanks) {
-  EXPECT_EQ(nhwc_skewed(0), 0);
-  EXPECT_EQ(nhwc_skewed(127), 127);
-  EXPECT_EQ(nhwc_skewed(128), 132);
-  EXPECT_EQ(nhwc_skewed(16 * 128 + 5), 16 * 132 + 5);
-  for (const int64_t plane : {16, 64, 256, 1024}) {
-    const int64_t lanes = std::min<int64_t>(32, kNhwcDecodeValues / plane / 4);
-    std::set<int64_t> plain_banks, skewed_banks;
-    for (int64_t lane = 0; lane < lanes; ++lane) {
-      plain_banks.insert(lane * plane / 4 % 32);
-      skewed_banks.insert(nhwc_skewed(lane * plane) / 4 % 32);
+// The quads' walk is taken where a pixel's channels, a channel's pixels and the groups come in
+// fours, and not otherwise.
+TEST(NhwcDecode, QuadsAreTakenWhereChannelsPixelsAndGroupsComeInFours) {
+  int decodable = 0;
+  for (const Case& k : kCases) {
+    const GroupGeometry g = geometry_of(k, 2);
+    const CodecWalk walk{k.c, k.h * k.w, true};
+    const bool fours = k.c % 4 == 0 && k.h * k.w % 4 == 0 && k.group_size % 4 == 0;
+    EXPECT_EQ(nhwc_quad_decodable(g, walk), fours) << k.name();
+    decodable += fours;
+  }
+  EXPECT_GE(decodable, 4);  // the blocks' test above runs the quads on these
+  EXPECT_FALSE(nhwc_quad_decodable(geometry_of(Case{2, 8, 4, 4, 18, Grouping::PerSample}, 2), CodecWalk{8, 16, true}))
+      << "groups of 18: a quad of a channel's pixels may straddle two groups";
+}
+
+// A quad of a group's elements is its four values, at every width.
+TEST(NhwcDecode, AQuadIsItsFourValues) {
+  const Case k{2, 8, 8, 8, 64, Grouping::PerSample};
+  const int64_t numel = k.n * k.c * k.h * k.w;
+  const std::vector<float> plain = random_values(numel, 11), grad = random_values(numel, 12);
+  for (int bits : {1, 2, 3, 4, 8}) {
+    const GroupGeometry g = geometry_of(k, bits);
+    const Decoded d = decode_on_cpu(plain, grad, g);
+    const NhwcElementDecoder decode = nhwc_element_decoder(d.codes.data(), d.meta.data(), g);
+    for (uint32_t x = 0; x < numel; x += 4) {
+      float v[4];
+      decode.quad(x, v);
+      for (uint32_t r = 0; r < 4; ++r) ASSERT_EQ(v[r], d.values[x + r]) << bits << " bits, element " << x + r;
     }
-    EXPECT_EQ(skewed_banks.size(), static_cast<size_t>(lanes)) << "plane " << plane;
-    EXPECT_LT(plain_banks.size(), static_cast<size_t>(lanes)) << "plane " << plane;
   }
 }
 
@@ -114,7 +127,7 @@ TEST(NhwcDecode, AGroupOverTheSharedCopyIsDecodedFromGlobalMemory) {
   ASSERT_EQ(nhwc_decode_block_groups(g), 1);
   const Decoded d = decode_on_cpu(plain, grad, g);
   std::vector<float> values(static_cast<size_t>(numel), -99.0f);
-  decode_blocks_on_host(d, g, CodecWalk{k.c, p, true}, StoreValues{values.data()}, false, true);
+  decode_blocks_on_host(d, g, CodecWalk{k.c, p, true}, StoreValues{values.data()}, false);
   EXPECT_EQ(values, to_nhwc(d.values, k.n, k.c, p));
 }
 
@@ -139,6 +152,38 @@ TEST(NhwcDecode, ARunIsDecodedWhereItLiesAndNothingElse) {
         for (int t = 0; t < threads; ++t) nhwc_decode_run(walk, run, decode, StoreValues{values.data()}, t, threads);
         for (int t = 0; t < threads; ++t)
           nhwc_decode_run(walk, run, decode, Gelu{in_place.data(), in_place.data()}, t, threads);
+        std::vector<float> want_values(static_cast<size_t>(numel), -99.0f), want_in_place = grad;
+        for (int64_t e = run.begin; e < run.end; ++e) {
+          want_values[static_cast<size_t>(e)] = d.values[static_cast<size_t>(e)];
+          want_in_place[static_cast<size_t>(e)] = d.gx[static_cast<size_t>(e)];
+        }
+        ASSERT_EQ(values, to_nhwc(want_values, n, c, p)) << what;
+        ASSERT_EQ(in_place, to_nhwc(want_in_place, n, c, p)) << what;
+      }
+  }
+}
+
+// The same for the quads' walk (channels and planes in fours, runs cut at multiples of 4, as
+// groups of a multiple of 4 cut them).
+TEST(NhwcDecode, AQuadRunIsDecodedWhereItLiesAndNothingElse) {
+  for (const int64_t c : {4, 8, 12, 16}) {
+    const int64_t n = 3, p = 8 * 6, numel = n * c * p;
+    const Case k{n, c, 8, 6, 16, Grouping::PerSample};
+    const std::vector<float> plain = random_values(numel, 1), grad = random_values(numel, 2);
+    const GroupGeometry g = geometry_of(k, 2);
+    const Decoded d = decode_on_cpu(plain, grad, g);
+    const NhwcElementDecoder decode = nhwc_element_decoder(d.codes.data(), d.meta.data(), g);
+    const CodecWalk walk{c, p, true};
+    ASSERT_TRUE(nhwc_quad_decodable(g, walk));
+    const ElementRun runs[] = {{12, 40},  {p - 4, 3 * p + 8}, {2 * c * p - 8, 2 * c * p + 72},
+                               {0, numel}, {p, 2 * p},         {5 * p + 4, 7 * p - 4}};
+    for (const ElementRun& run : runs)
+      for (int threads : {1, 37, 256}) {
+        const std::string what = fmt::format("{} channels, run [{}, {}), {} threads", c, run.begin, run.end, threads);
+        std::vector<float> values(static_cast<size_t>(numel), -99.0f), in_place = to_nhwc(grad, n, c, p);
+        for (int t = 0; t < threads; ++t) nhwc_decode_run_quads(walk, run, decode, StoreValues{values.data()}, t, threads);
+        for (int t = 0; t < threads; ++t)
+          nhwc_decode_run_quads(walk, run, decode, Gelu{in_place.data(), in_place.data()}, t, threads);
         std::vector<float> want_values(static_cast<size_t>(numel), -99.0f), want_in_place = grad;
         for (int64_t e = run.begin; e < run.end; ++e) {
           want_values[static_cast<size_t>(e)] = d.values[static_cast<size_t>(e)];
