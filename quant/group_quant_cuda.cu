@@ -34,7 +34,8 @@ bool experiment_enabled(const char* name, std::string_view value) {
 // kernel waits on memory more than on its spilled values.
 // kStaged: x is an NHWC tensor (walk) quantized in plain order: blocks of 8 warps first stage their
 // groups' run into shared memory (quant/nhwc_tile.h), and the lanes read it there.
-template <int kBits, bool kStaged = false>
+// kPairedNoise: the chunk's Philox calls two at a time (make_chunk_noise<true>).
+template <int kBits, bool kStaged = false, bool kPairedNoise = false>
 __global__ void __launch_bounds__(kStaged ? kNhwcBlockThreads : kThreadsPerBlock, 3)
     quantize_groups_kernel(const float* x, GroupGeometry g, int lanes, Rounding rounding, QuantNoise noise,
                            uint8_t* codes, uint8_t* meta, double* range_sq, CodecWalk walk) {
@@ -126,7 +127,7 @@ __global__ void __launch_bounds__(kStaged ? kNhwcBlockThreads : kThreadsPerBlock
     const NoiseChunk nc = noise_chunk(chunk_elements(warp_begin, warp_end, lanes, c));
     if (stochastic) {
       __syncwarp();  // the last chunk's reads are done
-      make_chunk_noise(noise, nc, lane, words);
+      make_chunk_noise<kPairedNoise>(noise, nc, lane, words);
       __syncwarp();
     }
 #pragma unroll
@@ -139,7 +140,7 @@ __global__ void __launch_bounds__(kStaged ? kNhwcBlockThreads : kThreadsPerBlock
   }
 }
 
-template <bool kStaged>
+template <bool kStaged, bool kPairedNoise>
 void launch_quantize(const float* x, const GroupGeometry& g, Rounding rounding, const QuantNoise& noise,
                      uint8_t* codes, uint8_t* meta, double* group_range_sq, const CodecWalk& walk) {
   const int lanes = quantize_lanes(g.group_size);
@@ -152,24 +153,27 @@ void launch_quantize(const float* x, const GroupGeometry& g, Rounding rounding, 
   };
   switch (g.bits) {
     case 1:
-      return launch(quantize_groups_kernel<1, kStaged>);
+      return launch(quantize_groups_kernel<1, kStaged, kPairedNoise>);
     case 2:
-      return launch(quantize_groups_kernel<2, kStaged>);
+      return launch(quantize_groups_kernel<2, kStaged, kPairedNoise>);
     case 4:
-      return launch(quantize_groups_kernel<4, kStaged>);
+      return launch(quantize_groups_kernel<4, kStaged, kPairedNoise>);
     case 8:
-      return launch(quantize_groups_kernel<8, kStaged>);
+      return launch(quantize_groups_kernel<8, kStaged, kPairedNoise>);
     default:
-      return launch(quantize_groups_kernel<0, kStaged>);
+      return launch(quantize_groups_kernel<0, kStaged, kPairedNoise>);
   }
 }
 
 // One block's groups of an NHWC tensor decoded straight into NHWC (quant/nhwc_decode.h): its codes
-// and metadata copied into shared memory, then each thread's quads of channels decoded and handed
-// to the sink (the values, or an activation's backward against the NHWC gradient). Two blocks an
-// SM, as measured (session 29): ptxas then keeps the values' decode without spills (left to
-// itself, it took 80 registers and spilled 40 bytes a thread once the records were whole loads).
-// kQuads: 4 pixels x 4 channels a thread (nhwc_decode_run_quads), where nhwc_quad_decodable.
+// and metadata copied into shared memory, then each thread's tiles of 4 pixels x 4 channels
+// (kQuads: nhwc_decode_run_quads, where nhwc_quad_decodable), else its quads of channels one value
+// at a time, decoded and handed to the sink (the values, or an activation's backward against the
+// NHWC gradient). On an H100 (CodecCuda/GroupNhwc..., side by side in one run, 2 bits) the tiles
+// decode at 0.86-0.89 of copy bandwidth against 0.44-0.46 value by value, and a GELU's backward
+// from the codes at 0.63-0.64 against 0.46. Two blocks an SM, as measured (session 29): ptxas then
+// keeps the value-by-value decode without spills (left to itself, it took 80 registers and
+// spilled 40 bytes a thread once the records were whole loads); the tiles' kernel takes 64.
 template <class Sink, bool kQuads>
 __global__ void __launch_bounds__(kNhwcBlockThreads, 2)
     decode_groups_nhwc_kernel(NhwcElementDecoder decode, CodecWalk walk, int64_t per_block, Sink sink) {
@@ -192,8 +196,7 @@ void launch_decode_nhwc(const uint8_t* codes, const uint8_t* meta, const GroupGe
   const int64_t per_block = nhwc_decode_block_groups(g);
   const auto blocks = static_cast<unsigned>((g.groups() + per_block - 1) / per_block);
   const NhwcElementDecoder decode = nhwc_element_decoder(codes, meta, g);
-  static const bool quads = experiment_enabled("PACKRAT_NHWC_DECODE", "quads");
-  if (quads && nhwc_quad_decodable(g, walk))
+  if (nhwc_quad_decodable(g, walk))
     return decode_groups_nhwc_kernel<Sink, true><<<blocks, kNhwcBlockThreads>>>(decode, walk, per_block, sink);
   decode_groups_nhwc_kernel<Sink, false><<<blocks, kNhwcBlockThreads>>>(decode, walk, per_block, sink);
 }
@@ -203,8 +206,13 @@ void launch_decode_nhwc(const uint8_t* codes, const uint8_t* meta, const GroupGe
 void launch_quantize_groups(const float* x, const GroupGeometry& g, Rounding rounding, const QuantNoise& noise,
                             uint8_t* codes, uint8_t* meta, double* group_range_sq, const CodecWalk& walk) {
   if (g.groups() == 0) return;
-  if (walk.nhwc) return launch_quantize<true>(x, g, rounding, noise, codes, meta, group_range_sq, walk);
-  launch_quantize<false>(x, g, rounding, noise, codes, meta, group_range_sq, walk);
+  static const bool paired = experiment_enabled("PACKRAT_QUANTIZE_NOISE", "paired");
+  if (paired) {
+    if (walk.nhwc) return launch_quantize<true, true>(x, g, rounding, noise, codes, meta, group_range_sq, walk);
+    return launch_quantize<false, true>(x, g, rounding, noise, codes, meta, group_range_sq, walk);
+  }
+  if (walk.nhwc) return launch_quantize<true, false>(x, g, rounding, noise, codes, meta, group_range_sq, walk);
+  launch_quantize<false, false>(x, g, rounding, noise, codes, meta, group_range_sq, walk);
 }
 
 void launch_dequantize_groups(const uint8_t* codes, const uint8_t* meta, const GroupGeometry& g, float* out,
