@@ -50,29 +50,6 @@ struct Philox4x32 {
     out[3] = c3;
   }
 
-  // generate for two counters at once, their rounds side by side: two independent chains of
-  // multiplies that a GPU interleaves, where one call's rounds each wait on the last multiply.
-  PACKRAT_HD static inline void generate2(uint64_t seed, uint64_t stream, uint64_t counter_a, uint64_t counter_b,
-                                          uint32_t out_a[4], uint32_t out_b[4]) {
-    uint32_t a0 = static_cast<uint32_t>(counter_a), a1 = static_cast<uint32_t>(counter_a >> 32);
-    uint32_t b0 = static_cast<uint32_t>(counter_b), b1 = static_cast<uint32_t>(counter_b >> 32);
-    uint32_t a2 = static_cast<uint32_t>(stream), a3 = static_cast<uint32_t>(stream >> 32), b2 = a2, b3 = a3;
-    uint32_t k0 = static_cast<uint32_t>(seed), k1 = static_cast<uint32_t>(seed >> 32);
-    for (int round = 0; round < 10; ++round) {
-      uint32_t ha0, la0, ha1, la1, hb0, lb0, hb1, lb1;
-      mul_hi_lo(kMul0, a0, ha0, la0);
-      mul_hi_lo(kMul0, b0, hb0, lb0);
-      mul_hi_lo(kMul1, a2, ha1, la1);
-      mul_hi_lo(kMul1, b2, hb1, lb1);
-      a0 = ha1 ^ a1 ^ k0, a1 = la1, a2 = ha0 ^ a3 ^ k1, a3 = la0;
-      b0 = hb1 ^ b1 ^ k0, b1 = lb1, b2 = hb0 ^ b3 ^ k1, b3 = lb0;
-      k0 += kWeyl0;
-      k1 += kWeyl1;
-    }
-    out_a[0] = a0, out_a[1] = a1, out_a[2] = a2, out_a[3] = a3;
-    out_b[0] = b0, out_b[1] = b1, out_b[2] = b2, out_b[3] = b3;
-  }
-
   // Uniform in [0, 1) from the top 24 bits of a word (exactly representable in f32).
   PACKRAT_HD static inline float to_uniform(uint32_t word) {
     return static_cast<float>(word >> 8) * (1.0f / 16777216.0f);

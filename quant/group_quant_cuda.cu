@@ -3,9 +3,6 @@
 // same rounding, same packing). group_quant_warp.h says which lane does what, and why.
 #include <cuda_runtime.h>
 
-#include <cstdlib>
-#include <string_view>
-
 #include "core/cuda/launch.cuh"
 #include "quant/apply_derivative_sink.h"
 #include "quant/group_quant_device.h"
@@ -17,13 +14,6 @@ namespace packrat::cuda {
 
 namespace {
 
-// An experiment's kernel in place of the default one, while both are measured on a GPU: the
-// environment variable `name` set to `value`.
-bool experiment_enabled(const char* name, std::string_view value) {
-  const char* v = std::getenv(name);
-  return v != nullptr && value == v;
-}
-
 // 32 / lanes groups a warp, `lanes` lanes a group, kLaneBlocks blocks of 8 values a lane a chunk:
 // a lane's first chunk stays in registers from the range scan to its codes (all of a group's
 // blocks do where a warp takes several groups). kBits: the width where it is one of the common
@@ -34,8 +24,7 @@ bool experiment_enabled(const char* name, std::string_view value) {
 // kernel waits on memory more than on its spilled values.
 // kStaged: x is an NHWC tensor (walk) quantized in plain order: blocks of 8 warps first stage their
 // groups' run into shared memory (quant/nhwc_tile.h), and the lanes read it there.
-// kPairedNoise: the chunk's Philox calls two at a time (make_chunk_noise<true>).
-template <int kBits, bool kStaged = false, bool kPairedNoise = false>
+template <int kBits, bool kStaged = false>
 __global__ void __launch_bounds__(kStaged ? kNhwcBlockThreads : kThreadsPerBlock, 3)
     quantize_groups_kernel(const float* x, GroupGeometry g, int lanes, Rounding rounding, QuantNoise noise,
                            uint8_t* codes, uint8_t* meta, double* range_sq, CodecWalk walk) {
@@ -127,7 +116,7 @@ __global__ void __launch_bounds__(kStaged ? kNhwcBlockThreads : kThreadsPerBlock
     const NoiseChunk nc = noise_chunk(chunk_elements(warp_begin, warp_end, lanes, c));
     if (stochastic) {
       __syncwarp();  // the last chunk's reads are done
-      make_chunk_noise<kPairedNoise>(noise, nc, lane, words);
+      make_chunk_noise(noise, nc, lane, words);
       __syncwarp();
     }
 #pragma unroll
@@ -140,7 +129,7 @@ __global__ void __launch_bounds__(kStaged ? kNhwcBlockThreads : kThreadsPerBlock
   }
 }
 
-template <bool kStaged, bool kPairedNoise>
+template <bool kStaged>
 void launch_quantize(const float* x, const GroupGeometry& g, Rounding rounding, const QuantNoise& noise,
                      uint8_t* codes, uint8_t* meta, double* group_range_sq, const CodecWalk& walk) {
   const int lanes = quantize_lanes(g.group_size);
@@ -153,15 +142,15 @@ void launch_quantize(const float* x, const GroupGeometry& g, Rounding rounding, 
   };
   switch (g.bits) {
     case 1:
-      return launch(quantize_groups_kernel<1, kStaged, kPairedNoise>);
+      return launch(quantize_groups_kernel<1, kStaged>);
     case 2:
-      return launch(quantize_groups_kernel<2, kStaged, kPairedNoise>);
+      return launch(quantize_groups_kernel<2, kStaged>);
     case 4:
-      return launch(quantize_groups_kernel<4, kStaged, kPairedNoise>);
+      return launch(quantize_groups_kernel<4, kStaged>);
     case 8:
-      return launch(quantize_groups_kernel<8, kStaged, kPairedNoise>);
+      return launch(quantize_groups_kernel<8, kStaged>);
     default:
-      return launch(quantize_groups_kernel<0, kStaged, kPairedNoise>);
+      return launch(quantize_groups_kernel<0, kStaged>);
   }
 }
 
@@ -206,13 +195,8 @@ void launch_decode_nhwc(const uint8_t* codes, const uint8_t* meta, const GroupGe
 void launch_quantize_groups(const float* x, const GroupGeometry& g, Rounding rounding, const QuantNoise& noise,
                             uint8_t* codes, uint8_t* meta, double* group_range_sq, const CodecWalk& walk) {
   if (g.groups() == 0) return;
-  static const bool paired = experiment_enabled("PACKRAT_QUANTIZE_NOISE", "paired");
-  if (paired) {
-    if (walk.nhwc) return launch_quantize<true, true>(x, g, rounding, noise, codes, meta, group_range_sq, walk);
-    return launch_quantize<false, true>(x, g, rounding, noise, codes, meta, group_range_sq, walk);
-  }
-  if (walk.nhwc) return launch_quantize<true, false>(x, g, rounding, noise, codes, meta, group_range_sq, walk);
-  launch_quantize<false, false>(x, g, rounding, noise, codes, meta, group_range_sq, walk);
+  if (walk.nhwc) return launch_quantize<true>(x, g, rounding, noise, codes, meta, group_range_sq, walk);
+  launch_quantize<false>(x, g, rounding, noise, codes, meta, group_range_sq, walk);
 }
 
 void launch_dequantize_groups(const uint8_t* codes, const uint8_t* meta, const GroupGeometry& g, float* out,

@@ -183,27 +183,12 @@ PACKRAT_HD inline NoiseChunk noise_chunk(const ElementRun& run) {
   return r;
 }
 // Lane `lane`'s calls (lane, lane + 32, ... < r.calls) into the warp's shared words
-// (kChunkNoiseWords, noise_word's places). kPaired: two calls at a time (Philox4x32::generate2,
-// the second one's words dropped past r.calls).
-template <bool kPaired = false>
+// (kChunkNoiseWords, noise_word's places).
 PACKRAT_HD inline void make_chunk_noise(const QuantNoise& noise, const NoiseChunk& r, int lane, uint32_t* shared) {
-  auto counter = [&](int c) {
-    return ((r.first_block + static_cast<uint64_t>(c >> 4)) << 4) | static_cast<uint64_t>(c & 15);
-  };
-  if constexpr (kPaired) {
-    for (int c = lane; c < r.calls; c += 2 * kWarpLanes) {
-      const int c2 = c + kWarpLanes;
-      uint32_t w[4], w2[4];
-      Philox4x32::generate2(noise.seed, noise.stream, counter(c), counter(c2), w, w2);
-      for (int j = 0; j < 4; ++j) shared[noise_word(c, j)] = w[j];
-      if (c2 < r.calls)
-        for (int j = 0; j < 4; ++j) shared[noise_word(c2, j)] = w2[j];
-    }
-    return;
-  }
   for (int c = lane; c < r.calls; c += kWarpLanes) {
     uint32_t w[4];
-    Philox4x32::generate(noise.seed, noise.stream, counter(c), w);
+    Philox4x32::generate(noise.seed, noise.stream,
+                         ((r.first_block + static_cast<uint64_t>(c >> 4)) << 4) | static_cast<uint64_t>(c & 15), w);
     for (int j = 0; j < 4; ++j) shared[noise_word(c, j)] = w[j];
   }
 }

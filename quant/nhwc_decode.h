@@ -160,8 +160,9 @@ PACKRAT_HD inline bool nhwc_quad_decodable(const GroupGeometry& g, const CodecWa
 // quad of channels (innermost, so that a warp's stores for one pixel are consecutive quads) and
 // a quad of pixels. Each of the tile's channels is one decode.quad (a group found once for 4
 // values, one code byte at 2 bits); each of its pixels is one float4 store (sink.finish). Element
-// by element (nhwc_decode_run), an H100 ran 85 instructions a value and 0.36 of copy bandwidth,
-// bound by issue (Nsight Compute: issue slots 62% busy at 25% occupancy, DRAM 23%).
+// by element (nhwc_decode_run) an H100 issued about 85 instructions a value, bound by issue
+// (Nsight Compute: issue slots 62% busy at 25% occupancy, DRAM 23%), and decoded at 0.44-0.46 of
+// copy bandwidth; these tiles at 0.86-0.89 (CodecCuda/GroupNhwc...:1, side by side in one run).
 template <class Sink>
 PACKRAT_HD inline void nhwc_decode_run_quads(const CodecWalk& w, ElementRun run, const NhwcElementDecoder& decode,
                                              const Sink& sink, int t, int threads) {

@@ -16,19 +16,6 @@ TEST(Philox, MatchesRandom123KnownAnswers) {
   EXPECT_EQ(out[3], 0x9b00dbd8u);
 }
 
-TEST(Philox, TwoCallsSideBySideAreTheTwoCalls) {
-  for (const uint64_t counter : {uint64_t{0}, uint64_t{15}, uint64_t{1} << 40, ~uint64_t{0} - 1}) {
-    uint32_t a[4], b[4], want_a[4], want_b[4];
-    Philox4x32::generate2(0xC0FFEEull, 0x1234'5678'9ABCull, counter, counter + 1, a, b);
-    Philox4x32::generate(0xC0FFEEull, 0x1234'5678'9ABCull, counter, want_a);
-    Philox4x32::generate(0xC0FFEEull, 0x1234'5678'9ABCull, counter + 1, want_b);
-    for (int j = 0; j < 4; ++j) {
-      EXPECT_EQ(a[j], want_a[j]) << "counter " << counter << ", word " << j;
-      EXPECT_EQ(b[j], want_b[j]) << "counter " << counter + 1 << ", word " << j;
-    }
-  }
-}
-
 TEST(Philox, UniformMeanIsAHalf) {
   PhiloxStream s(42, 7);
   double sum = 0;
