@@ -3,28 +3,16 @@
 // same rounding, same packing). group_quant_warp.h says which lane does what, and why.
 #include <cuda_runtime.h>
 
-#include <cstdlib>
-#include <string_view>
-#include <type_traits>
-
 #include "core/cuda/launch.cuh"
 #include "quant/apply_derivative_sink.h"
 #include "quant/group_quant_device.h"
 #include "quant/group_quant_warp.h"
 #include "quant/nhwc_decode.h"
-#include "quant/nhwc_quantize.h"
 #include "quant/nhwc_tile.h"
 
 namespace packrat::cuda {
 
 namespace {
-
-// An experiment's kernel in place of the default one, while both are measured on a GPU: the
-// environment variable `name` set to `value`.
-bool experiment_enabled(const char* name, std::string_view value) {
-  const char* v = std::getenv(name);
-  return v != nullptr && value == v;
-}
 
 // 32 / lanes groups a warp, `lanes` lanes a group, kLaneBlocks blocks of 8 values a lane a chunk:
 // a lane's first chunk stays in registers from the range scan to its codes (all of a group's
@@ -141,93 +129,6 @@ __global__ void __launch_bounds__(kStaged ? kNhwcBlockThreads : kThreadsPerBlock
   }
 }
 
-// An NHWC tensor's groups in whole noise blocks (nhwc_call_lanes_quantizable), a Philox call a
-// lane (quant/nhwc_quantize.h): the block stages its run as quantize_groups_kernel<.., true> does;
-// then each warp takes a group at a time (two of 128), its lanes reading their 8 values of a round
-// from the tile at a stride of 16 (one bank a lane), the range by shuffles, the codes from the
-// lane's own Philox call, merged into bytes by 8 / bits neighbouring lanes.
-template <int kBits, int kBlocksPerSm>
-__global__ void __launch_bounds__(kNhwcBlockThreads, kBlocksPerSm)
-    quantize_groups_call_lanes_kernel(const float* x, GroupGeometry g, Rounding rounding, QuantNoise noise,
-                                      uint8_t* codes, uint8_t* meta, double* range_sq, CodecWalk walk) {
-  constexpr int kWarps = kNhwcBlockThreads / kWarpLanes;
-  constexpr int kPerByte = 8 / kBits;  // codes a byte: the lanes that merge theirs
-  constexpr uint32_t kLevels = (1u << kBits) - 1u;
-  extern __shared__ float4 staged_run[];
-  float* tile = reinterpret_cast<float*>(staged_run);  // (kNhwcTileFloats) the block's run, plain order
-  const NhwcBlock b = nhwc_block(g, nhwc_call_lanes_block_groups(g), blockIdx.x);
-  nhwc_stage(walk, b.run, x, tile, static_cast<int>(threadIdx.x), kNhwcBlockThreads);
-  __syncthreads();
-
-  const int lane = static_cast<int>(threadIdx.x % kWarpLanes), warp_here = static_cast<int>(threadIdx.x / kWarpLanes);
-  const int lanes = call_lanes_per_group(g), sub = lane & (lanes - 1);
-  const int per_warp = kWarpLanes / lanes;  // groups a warp takes at once
-  const int rounds = static_cast<int>(g.group_size) / (8 * lanes);
-  const bool stochastic = rounding == Rounding::Stochastic;
-  // The upper half-warp takes its half-words in the order h ^ 1: its values lie 128 floats (a
-  // multiple of 32 banks) past the lower half's, which would put both halves' reads in one bank.
-  const int flip = lane >> 4;
-  for (int64_t first = warp_here * per_warp; first < b.count; first += kWarps * per_warp) {  // the same on all lanes
-    const int64_t in_block = first + lane / lanes;
-    const bool active = in_block < b.count;
-    const GroupGeometry::Place at = g.place(b.first + (active ? in_block : first));
-    const float* xg = tile + (at.start - b.run.begin);  // (at.len) the lane's group
-
-    RangeScan range(xg[0]);
-    for (int r = 0; r < rounds; ++r)
-#pragma unroll
-      for (int h = 0; h < 8; ++h) {
-        const int i = call_lane_element(sub, r, h ^ flip);
-        if (i < at.len) range.keep(xg + i, 1);
-      }
-    for (int offset = lanes / 2; offset > 0; offset /= 2) {  // within the group's lanes
-      RangeScan o = range;
-      o.mn = __shfl_xor_sync(kFullWarp, range.mn, offset);
-      o.mx = __shfl_xor_sync(kFullWarp, range.mx, offset);
-      range.merge(o);
-    }
-    if (__any_sync(kFullWarp, range.ends_in_zero())) {  // rare: the sign of a zero extreme
-      uint64_t zero = kNoZero;
-      for (int r = 0; r < rounds; ++r)
-        for (int h = 0; h < 8; ++h) {
-          const int i = call_lane_element(sub, r, h);
-          if (i < at.len && xg[i] == 0.0f) {
-            const uint64_t z = (static_cast<uint64_t>(i) << 1) | (f32_bits(xg[i]) >> 31);
-            zero = z < zero ? z : zero;
-          }
-        }
-      for (int offset = lanes / 2; offset > 0; offset /= 2) {
-        const uint64_t z = __shfl_xor_sync(kFullWarp, zero, offset);
-        zero = z < zero ? z : zero;
-      }
-      if (range.ends_in_zero()) range.settle_zero(zero);
-    }
-    range.finish();
-    const GroupParams p = group_params(range.mn, range.mx, kBits, g.meta);
-    if (active && sub == 0) {
-      store_group_meta(p, g.meta, meta + (b.first + in_block) * meta_bytes_per_group(g.meta));
-      if (range_sq) range_sq[b.first + in_block] = group_range_sq(p, at.len, kBits);
-    }
-
-    uint8_t* group_codes = codes + at.code_offset;
-    for (int r = 0; r < rounds; ++r) {
-      uint32_t w[4] = {};
-      if (stochastic) Philox4x32::generate(noise.seed, noise.stream, call_lane_counter(at.start, sub, r), w);
-#pragma unroll
-      for (int h = 0; h < 8; ++h) {
-        const int he = h ^ flip;  // (he >> 1 is h >> 1: w's index stays a constant)
-        const int i = call_lane_element(sub, r, he);
-        const bool inside = i < at.len;  // the same for the lanes of a byte (lengths are whole noise blocks)
-        const float u = stochastic ? uniform16((w[h >> 1] >> (16 * (he & 1))) & 0xFFFFu) : 0.5f;
-        uint32_t c = inside ? quantize_value(xg[i], p, kLevels, u) << (kBits * (sub % kPerByte)) : 0u;
-#pragma unroll
-        for (int offset = 1; offset < kPerByte; offset *= 2) c |= __shfl_xor_sync(kFullWarp, c, offset);
-        if (inside && sub % kPerByte == 0) group_codes[i * kBits / 8] = static_cast<uint8_t>(c);
-      }
-    }
-  }
-}
-
 template <bool kStaged>
 void launch_quantize(const float* x, const GroupGeometry& g, Rounding rounding, const QuantNoise& noise,
                      uint8_t* codes, uint8_t* meta, double* group_range_sq, const CodecWalk& walk) {
@@ -294,32 +195,6 @@ void launch_decode_nhwc(const uint8_t* codes, const uint8_t* meta, const GroupGe
 void launch_quantize_groups(const float* x, const GroupGeometry& g, Rounding rounding, const QuantNoise& noise,
                             uint8_t* codes, uint8_t* meta, double* group_range_sq, const CodecWalk& walk) {
   if (g.groups() == 0) return;
-  static const bool call_lanes4 = experiment_enabled("PACKRAT_NHWC_QUANTIZE", "call_lanes4");
-  static const bool call_lanes = call_lanes4 || experiment_enabled("PACKRAT_NHWC_QUANTIZE", "call_lanes3");
-  if (walk.nhwc && call_lanes && nhwc_call_lanes_quantizable(g)) {
-    const int64_t per_block = nhwc_call_lanes_block_groups(g);
-    const auto blocks = static_cast<unsigned>((g.groups() + per_block - 1) / per_block);
-    constexpr int tile_bytes = kNhwcTileFloats * static_cast<int>(sizeof(float));
-    auto launch = [&](auto kernel) {
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, tile_bytes);
-      kernel<<<blocks, kNhwcBlockThreads, tile_bytes>>>(x, g, rounding, noise, codes, meta, group_range_sq, walk);
-    };
-    auto with_blocks = [&](auto blocks_per_sm) {
-      constexpr int k = decltype(blocks_per_sm)::value;
-      switch (g.bits) {
-        case 1:
-          return launch(quantize_groups_call_lanes_kernel<1, k>);
-        case 2:
-          return launch(quantize_groups_call_lanes_kernel<2, k>);
-        case 4:
-          return launch(quantize_groups_call_lanes_kernel<4, k>);
-        default:
-          return launch(quantize_groups_call_lanes_kernel<8, k>);
-      }
-    };
-    if (call_lanes4) return with_blocks(std::integral_constant<int, 4>{});
-    return with_blocks(std::integral_constant<int, 3>{});
-  }
   if (walk.nhwc) return launch_quantize<true>(x, g, rounding, noise, codes, meta, group_range_sq, walk);
   launch_quantize<false>(x, g, rounding, noise, codes, meta, group_range_sq, walk);
 }
