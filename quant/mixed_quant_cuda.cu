@@ -8,6 +8,8 @@
 #include <cub/device/device_scan.cuh>
 
 #include <algorithm>
+#include <cstdlib>
+#include <string_view>
 
 #include "core/cuda/launch.cuh"
 #include "quant/apply_derivative_sink.h"
@@ -154,7 +156,8 @@ __global__ void __launch_bounds__(kNhwcBlockThreads)
 // against the NHWC gradient). Two blocks an SM: ptxas then keeps the values' decode in 93
 // registers and an activation's in 128, without spills (left to itself it gave the values' decode
 // 80 registers and spilled 140 bytes a thread).
-template <class Sink>
+// kQuads: 4 pixels x 4 channels a thread (nhwc_decode_run_quads), where nhwc_buckets_quad_decodable.
+template <class Sink, bool kQuads>
 __global__ void __launch_bounds__(kNhwcBlockThreads, 2)
     decode_buckets_nhwc_kernel(NhwcBucketSource src, CodecWalk walk, int64_t per_block, Sink sink) {
   __shared__ __align__(16) uint8_t block_codes[kNhwcCodeBytes];             // from the rounded first code byte
@@ -163,7 +166,10 @@ __global__ void __launch_bounds__(kNhwcBlockThreads, 2)
   const NhwcBlock b = nhwc_bucket_block(src.f.g, per_block, blockIdx.x);
   const NhwcBucketDecoder decode = nhwc_bucket_block_phase(src, b, block_codes, block_buckets, t, kNhwcBlockThreads);
   __syncthreads();
-  nhwc_decode_run(walk, b.run, decode, sink, t, kNhwcBlockThreads);
+  if constexpr (kQuads)
+    nhwc_decode_run_quads(walk, b.run, decode, sink, t, kNhwcBlockThreads);
+  else
+    nhwc_decode_run(walk, b.run, decode, sink, t, kNhwcBlockThreads);
 }
 
 template <class Sink>
@@ -171,8 +177,14 @@ void launch_decode_nhwc(const uint8_t* codes, const uint8_t* meta, const MixedFo
                         const BucketOffsets& offsets, const CodecWalk& walk, const Sink& sink) {
   const int64_t per_block = nhwc_decode_block_buckets(f);
   const auto blocks = static_cast<unsigned>((f.g.buckets + per_block - 1) / per_block);
-  decode_buckets_nhwc_kernel<<<blocks, kNhwcBlockThreads>>>(nhwc_bucket_source(codes, meta, f, flags, offsets), walk,
-                                                            per_block, sink);
+  const NhwcBucketSource src = nhwc_bucket_source(codes, meta, f, flags, offsets);
+  static const bool quads = [] {  // an experiment while both are measured on a GPU
+    const char* v = std::getenv("PACKRAT_NHWC_BUCKET_DECODE");
+    return v != nullptr && std::string_view(v) == "quads";
+  }();
+  if (quads && nhwc_buckets_quad_decodable(f.g, walk))
+    return decode_buckets_nhwc_kernel<Sink, true><<<blocks, kNhwcBlockThreads>>>(src, walk, per_block, sink);
+  decode_buckets_nhwc_kernel<Sink, false><<<blocks, kNhwcBlockThreads>>>(src, walk, per_block, sink);
 }
 
 }  // namespace

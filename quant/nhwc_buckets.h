@@ -122,7 +122,36 @@ struct NhwcBucketDecoder {
     return sign_magnitude ? dequantize_sign_magnitude(code, e.step, e.levels)
                           : dequantize_value(code, GroupParams{e.min, e.step, 0.0f});
   }
+  // The values of plain elements x .. x + 3, x a multiple of 4 in one bucket
+  // (nhwc_buckets_quad_decodable): the bucket's entry read once, its codes of up to 8 bits from at
+  // most 4 bytes; wider codes (low bytes and high parts apart) one by one.
+  PACKRAT_HD void quad(uint32_t x, float* v) const {
+    const uint32_t bucket = by_bucket.div(x), at = x - bucket * bucket_size;
+    const NhwcBucketEntry e = load_entry(table + (bucket - first));
+    if (e.code_bits > 8) {
+      for (uint32_t k = 0; k < 4; ++k) v[k] = (*this)(x + k);
+      return;
+    }
+    const uint32_t bit = at * e.code_bits;
+    const uint8_t* c = codes + e.code_at + (bit >> 3);
+    const int shift = static_cast<int>(bit & 7), end = shift + 4 * e.code_bits;  // <= 32
+    uint32_t word = c[0];
+    if (end > 8) word |= static_cast<uint32_t>(c[1]) << 8;
+    if (end > 16) word |= static_cast<uint32_t>(c[2]) << 16;
+    if (end > 24) word |= static_cast<uint32_t>(c[3]) << 24;
+    const uint32_t mask = (1u << e.code_bits) - 1u;
+    for (int k = 0; k < 4; ++k) {
+      const uint32_t code = (word >> (shift + k * e.code_bits)) & mask;
+      v[k] = sign_magnitude ? dequantize_sign_magnitude(code, e.step, e.levels)
+                            : dequantize_value(code, GroupParams{e.min, e.step, 0.0f});
+    }
+  }
 };
+// Whether the decode can take 4 pixels x 4 channels a thread (nhwc_decode_run_quads): as
+// nhwc_quad_decodable, buckets whose 4 consecutive elements from a multiple of 4 lie in one.
+PACKRAT_HD inline bool nhwc_buckets_quad_decodable(const BucketGeometry& g, const CodecWalk& w) {
+  return w.channels % 4 == 0 && w.plane % 4 == 0 && g.bucket_size % 4 == 0;
+}
 
 // A decode block's first phase, thread t's share: the codes of its buckets copied into codes_copy
 // (kNhwcCodeBytes, from the block's first code byte rounded down to 16) and its buckets' entries

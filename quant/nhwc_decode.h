@@ -163,8 +163,9 @@ PACKRAT_HD inline bool nhwc_quad_decodable(const GroupGeometry& g, const CodecWa
 // by element (nhwc_decode_run) an H100 issued about 85 instructions a value, bound by issue
 // (Nsight Compute: issue slots 62% busy at 25% occupancy, DRAM 23%), and decoded at 0.44-0.46 of
 // copy bandwidth; these tiles at 0.86-0.89 (CodecCuda/GroupNhwc...:1, side by side in one run).
-template <class Sink>
-PACKRAT_HD inline void nhwc_decode_run_quads(const CodecWalk& w, ElementRun run, const NhwcElementDecoder& decode,
+// decode.quad(x, v): NhwcElementDecoder's, or the buckets' (quant/nhwc_buckets.h).
+template <class Sink, class Decoder>
+PACKRAT_HD inline void nhwc_decode_run_quads(const CodecWalk& w, ElementRun run, const Decoder& decode,
                                              const Sink& sink, int t, int threads) {
   const auto plane = static_cast<int32_t>(w.plane), channels = static_cast<int32_t>(w.channels);
   for_nhwc_run_samples(w, run, [&](int64_t base, int64_t a64, int64_t b64) {

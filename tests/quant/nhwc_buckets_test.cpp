@@ -127,8 +127,10 @@ TEST(NhwcBuckets, StagedBlocksQuantizeToTheCpuBytesOfThePlainTensor) {
 }
 
 // Every decode block, its phases thread by thread, into sink's NHWC buffers.
+// quads: 4 pixels x 4 channels a thread (nhwc_decode_run_quads), else element by element.
 template <class Sink>
-void decode_blocks_on_host(const MixedPacked& p, const Held& h, const CodecWalk& walk, const Sink& sink) {
+void decode_blocks_on_host(const MixedPacked& p, const Held& h, const CodecWalk& walk, const Sink& sink,
+                           bool quads = false) {
   const NhwcBucketSource src = nhwc_bucket_source(p.codes.data<uint8_t>(), p.meta_data.data<uint8_t>(), h.f,
                                                   h.bucket_flags(), h.bucket_offsets());
   const int64_t per_block = nhwc_decode_block_buckets(h.f);
@@ -144,7 +146,12 @@ void decode_blocks_on_host(const MixedPacked& p, const Held& h, const CodecWalk&
     NhwcBucketDecoder decode{};
     for (int t = 0; t < kNhwcBlockThreads; ++t)
       decode = nhwc_bucket_block_phase(src, b, codes_copy.data(), table.data(), t, kNhwcBlockThreads);
-    for (int t = 0; t < kNhwcBlockThreads; ++t) nhwc_decode_run(walk, b.run, decode, sink, t, kNhwcBlockThreads);
+    for (int t = 0; t < kNhwcBlockThreads; ++t) {
+      if (quads)
+        nhwc_decode_run_quads(walk, b.run, decode, sink, t, kNhwcBlockThreads);
+      else
+        nhwc_decode_run(walk, b.run, decode, sink, t, kNhwcBlockThreads);
+    }
   }
 }
 
@@ -166,13 +173,17 @@ TEST(NhwcBuckets, BlocksDecodeToThePlainTensorsFloatsInNhwc) {
       for (int64_t b = 0; b < h.f.g.buckets; ++b) apply(b, 0, 1);
 
       const CodecWalk walk{s.c, plane, true};
-      std::vector<float> values(static_cast<size_t>(numel), -99.0f), gx(static_cast<size_t>(numel), -99.0f);
-      decode_blocks_on_host(p, h, walk, StoreValues{values.data()});
-      decode_blocks_on_host(p, h, walk, Gelu{grad_nhwc.data(), gx.data()});
       const std::vector<float> nhwc_values = to_nhwc(want_values, s.n, s.c, plane);
       const std::vector<float> nhwc_gx = to_nhwc(want_gx, s.n, s.c, plane);
-      ASSERT_EQ(std::memcmp(values.data(), nhwc_values.data(), nhwc_values.size() * 4), 0) << what << ": values";
-      ASSERT_EQ(std::memcmp(gx.data(), nhwc_gx.data(), nhwc_gx.size() * 4), 0) << what << ": backward";
+      for (const bool quads : {false, true}) {
+        if (quads && !nhwc_buckets_quad_decodable(h.f.g, walk)) continue;
+        std::vector<float> values(static_cast<size_t>(numel), -99.0f), gx(static_cast<size_t>(numel), -99.0f);
+        decode_blocks_on_host(p, h, walk, StoreValues{values.data()}, quads);
+        decode_blocks_on_host(p, h, walk, Gelu{grad_nhwc.data(), gx.data()}, quads);
+        const std::string how = what + (quads ? ", quads" : "");
+        ASSERT_EQ(std::memcmp(values.data(), nhwc_values.data(), nhwc_values.size() * 4), 0) << how << ": values";
+        ASSERT_EQ(std::memcmp(gx.data(), nhwc_gx.data(), nhwc_gx.size() * 4), 0) << how << ": backward";
+      }
     }
 }
 
