@@ -8,8 +8,6 @@
 #include <cub/device/device_scan.cuh>
 
 #include <algorithm>
-#include <cstdlib>
-#include <string_view>
 
 #include "core/cuda/launch.cuh"
 #include "quant/apply_derivative_sink.h"
@@ -152,11 +150,13 @@ __global__ void __launch_bounds__(kNhwcBlockThreads)
 
 // One block's buckets of an NHWC tensor decoded straight into NHWC (quant/nhwc_buckets.h): their
 // codes copied into shared memory beside a table of their widths and grids, then each thread's
-// quads of channels decoded and handed to the sink (the values, or an activation's backward
-// against the NHWC gradient). Two blocks an SM: ptxas then keeps the values' decode in 93
-// registers and an activation's in 128, without spills (left to itself it gave the values' decode
-// 80 registers and spilled 140 bytes a thread).
-// kQuads: 4 pixels x 4 channels a thread (nhwc_decode_run_quads), where nhwc_buckets_quad_decodable.
+// tiles of 4 pixels x 4 channels (kQuads: nhwc_decode_run_quads, where
+// nhwc_buckets_quad_decodable), else its quads of channels one value at a time, decoded and
+// handed to the sink (the values, or an activation's backward against the NHWC gradient). On an
+// H100 (CodecCuda/MixedNhwc, side by side in one run) the tiles decode at 0.67 of copy bandwidth
+// against 0.35 value by value, a GELU's backward at 0.57 against 0.40. Two blocks an SM: ptxas
+// then keeps the value-by-value decode in 93 registers and an activation's in 128, without spills
+// (left to itself it gave the values' decode 80 registers and spilled 140 bytes a thread).
 template <class Sink, bool kQuads>
 __global__ void __launch_bounds__(kNhwcBlockThreads, 2)
     decode_buckets_nhwc_kernel(NhwcBucketSource src, CodecWalk walk, int64_t per_block, Sink sink) {
@@ -178,11 +178,7 @@ void launch_decode_nhwc(const uint8_t* codes, const uint8_t* meta, const MixedFo
   const int64_t per_block = nhwc_decode_block_buckets(f);
   const auto blocks = static_cast<unsigned>((f.g.buckets + per_block - 1) / per_block);
   const NhwcBucketSource src = nhwc_bucket_source(codes, meta, f, flags, offsets);
-  static const bool quads = [] {  // an experiment while both are measured on a GPU
-    const char* v = std::getenv("PACKRAT_NHWC_BUCKET_DECODE");
-    return v != nullptr && std::string_view(v) == "quads";
-  }();
-  if (quads && nhwc_buckets_quad_decodable(f.g, walk))
+  if (nhwc_buckets_quad_decodable(f.g, walk))
     return decode_buckets_nhwc_kernel<Sink, true><<<blocks, kNhwcBlockThreads>>>(src, walk, per_block, sink);
   decode_buckets_nhwc_kernel<Sink, false><<<blocks, kNhwcBlockThreads>>>(src, walk, per_block, sink);
 }
