@@ -131,67 +131,60 @@ TEST(NhwcDecode, AGroupOverTheSharedCopyIsDecodedFromGlobalMemory) {
   EXPECT_EQ(values, to_nhwc(d.values, k.n, k.c, p));
 }
 
-// 5 channels: one element at a time (for_nhwc_run); 8, 12 and 16: quads of channels
-// (for_nhwc_vectors, channels innermost). Runs cut at any element: what lies outside keeps its
-// bytes, with the values' sink and with a backward in place (gx the gradient's buffer).
+// The runs of an (n, c, p) tensor in groups of 16 decoded by 1, 37 and 256 threads (quads: 4 x 4
+// tiles, nhwc_decode_run_quads; else nhwc_decode_run), with the values' sink and with a backward in
+// place (gx the gradient's buffer): what lies outside a run keeps its bytes.
+void expect_runs_decoded_where_they_lie(int64_t c, int64_t h, int64_t w, bool quads,
+                                        const std::vector<ElementRun>& runs) {
+  const int64_t n = 3, p = h * w, numel = n * c * p;
+  const Case k{n, c, h, w, 16, Grouping::PerSample};
+  const std::vector<float> plain = random_values(numel, 1), grad = random_values(numel, 2);
+  const GroupGeometry g = geometry_of(k, 2);
+  const Decoded d = decode_on_cpu(plain, grad, g);
+  const NhwcElementDecoder decode = nhwc_element_decoder(d.codes.data(), d.meta.data(), g);
+  const CodecWalk walk{c, p, true};
+  ASSERT_EQ(nhwc_quad_decodable(g, walk), quads);
+  auto decode_run = [&](const ElementRun& run, const auto& sink, int t, int threads) {
+    if (quads)
+      nhwc_decode_run_quads(walk, run, decode, sink, t, threads);
+    else
+      nhwc_decode_run(walk, run, decode, sink, t, threads);
+  };
+  for (const ElementRun& run : runs)
+    for (int threads : {1, 37, 256}) {
+      const std::string what = fmt::format("{} channels, run [{}, {}), {} threads", c, run.begin, run.end, threads);
+      std::vector<float> values(static_cast<size_t>(numel), -99.0f), in_place = to_nhwc(grad, n, c, p);
+      for (int t = 0; t < threads; ++t) decode_run(run, StoreValues{values.data()}, t, threads);
+      for (int t = 0; t < threads; ++t) decode_run(run, Gelu{in_place.data(), in_place.data()}, t, threads);
+      std::vector<float> want_values(static_cast<size_t>(numel), -99.0f), want_in_place = grad;
+      for (int64_t e = run.begin; e < run.end; ++e) {
+        want_values[static_cast<size_t>(e)] = d.values[static_cast<size_t>(e)];
+        want_in_place[static_cast<size_t>(e)] = d.gx[static_cast<size_t>(e)];
+      }
+      ASSERT_EQ(values, to_nhwc(want_values, n, c, p)) << what;
+      ASSERT_EQ(in_place, to_nhwc(want_in_place, n, c, p)) << what;
+    }
+}
+
+// Planes of 63: 5 channels one element at a time (for_nhwc_run); 8, 12 and 16 quads of channels
+// (for_nhwc_vectors, channels innermost). Runs cut at any element.
 TEST(NhwcDecode, ARunIsDecodedWhereItLiesAndNothingElse) {
   for (const int64_t c : {5, 8, 12, 16}) {
-    const int64_t n = 3, p = 7 * 9, numel = n * c * p;
-    const Case k{n, c, 7, 9, 16, Grouping::PerSample};
-    const std::vector<float> plain = random_values(numel, 1), grad = random_values(numel, 2);
-    const GroupGeometry g = geometry_of(k, 2);
-    const Decoded d = decode_on_cpu(plain, grad, g);
-    const NhwcElementDecoder decode = nhwc_element_decoder(d.codes.data(), d.meta.data(), g);
-    const CodecWalk walk{c, p, true};
-    const ElementRun runs[] = {{10, 40},  {p - 3, 3 * p + 5}, {2 * c * p - 7, 2 * c * p + 70},
-                               {0, numel}, {p, 2 * p},         {5 * p + 2, 7 * p - 1}};
-    for (const ElementRun& run : runs)
-      for (int threads : {1, 37, 256}) {
-        const std::string what = fmt::format("{} channels, run [{}, {}), {} threads", c, run.begin, run.end, threads);
-        std::vector<float> values(static_cast<size_t>(numel), -99.0f), in_place = to_nhwc(grad, n, c, p);
-        for (int t = 0; t < threads; ++t) nhwc_decode_run(walk, run, decode, StoreValues{values.data()}, t, threads);
-        for (int t = 0; t < threads; ++t)
-          nhwc_decode_run(walk, run, decode, Gelu{in_place.data(), in_place.data()}, t, threads);
-        std::vector<float> want_values(static_cast<size_t>(numel), -99.0f), want_in_place = grad;
-        for (int64_t e = run.begin; e < run.end; ++e) {
-          want_values[static_cast<size_t>(e)] = d.values[static_cast<size_t>(e)];
-          want_in_place[static_cast<size_t>(e)] = d.gx[static_cast<size_t>(e)];
-        }
-        ASSERT_EQ(values, to_nhwc(want_values, n, c, p)) << what;
-        ASSERT_EQ(in_place, to_nhwc(want_in_place, n, c, p)) << what;
-      }
+    const int64_t p = 7 * 9;
+    expect_runs_decoded_where_they_lie(c, 7, 9, false,
+                                       {{10, 40}, {p - 3, 3 * p + 5}, {2 * c * p - 7, 2 * c * p + 70},
+                                        {0, 3 * c * p}, {p, 2 * p}, {5 * p + 2, 7 * p - 1}});
   }
 }
 
-// The same for the quads' walk (channels and planes in fours, runs cut at multiples of 4, as
-// groups of a multiple of 4 cut them).
+// The same for the 4 x 4 tiles: planes of 48, runs cut at multiples of 4, as groups of a multiple
+// of 4 cut them.
 TEST(NhwcDecode, AQuadRunIsDecodedWhereItLiesAndNothingElse) {
   for (const int64_t c : {4, 8, 12, 16}) {
-    const int64_t n = 3, p = 8 * 6, numel = n * c * p;
-    const Case k{n, c, 8, 6, 16, Grouping::PerSample};
-    const std::vector<float> plain = random_values(numel, 1), grad = random_values(numel, 2);
-    const GroupGeometry g = geometry_of(k, 2);
-    const Decoded d = decode_on_cpu(plain, grad, g);
-    const NhwcElementDecoder decode = nhwc_element_decoder(d.codes.data(), d.meta.data(), g);
-    const CodecWalk walk{c, p, true};
-    ASSERT_TRUE(nhwc_quad_decodable(g, walk));
-    const ElementRun runs[] = {{12, 40},  {p - 4, 3 * p + 8}, {2 * c * p - 8, 2 * c * p + 72},
-                               {0, numel}, {p, 2 * p},         {5 * p + 4, 7 * p - 4}};
-    for (const ElementRun& run : runs)
-      for (int threads : {1, 37, 256}) {
-        const std::string what = fmt::format("{} channels, run [{}, {}), {} threads", c, run.begin, run.end, threads);
-        std::vector<float> values(static_cast<size_t>(numel), -99.0f), in_place = to_nhwc(grad, n, c, p);
-        for (int t = 0; t < threads; ++t) nhwc_decode_run_quads(walk, run, decode, StoreValues{values.data()}, t, threads);
-        for (int t = 0; t < threads; ++t)
-          nhwc_decode_run_quads(walk, run, decode, Gelu{in_place.data(), in_place.data()}, t, threads);
-        std::vector<float> want_values(static_cast<size_t>(numel), -99.0f), want_in_place = grad;
-        for (int64_t e = run.begin; e < run.end; ++e) {
-          want_values[static_cast<size_t>(e)] = d.values[static_cast<size_t>(e)];
-          want_in_place[static_cast<size_t>(e)] = d.gx[static_cast<size_t>(e)];
-        }
-        ASSERT_EQ(values, to_nhwc(want_values, n, c, p)) << what;
-        ASSERT_EQ(in_place, to_nhwc(want_in_place, n, c, p)) << what;
-      }
+    const int64_t p = 8 * 6;
+    expect_runs_decoded_where_they_lie(c, 8, 6, true,
+                                       {{12, 40}, {p - 4, 3 * p + 8}, {2 * c * p - 8, 2 * c * p + 72},
+                                        {0, 3 * c * p}, {p, 2 * p}, {5 * p + 4, 7 * p - 4}});
   }
 }
 
