@@ -133,15 +133,10 @@ struct NhwcBucketDecoder {
       return;
     }
     const uint32_t bit = at * e.code_bits;
-    const uint8_t* c = codes + e.code_at + (bit >> 3);
-    const int shift = static_cast<int>(bit & 7), end = shift + 4 * e.code_bits;  // <= 32
-    uint32_t word = c[0];
-    if (end > 8) word |= static_cast<uint32_t>(c[1]) << 8;
-    if (end > 16) word |= static_cast<uint32_t>(c[2]) << 16;
-    if (end > 24) word |= static_cast<uint32_t>(c[3]) << 24;
+    const uint32_t word = load_code_quad(codes + e.code_at + (bit >> 3), static_cast<int>(bit & 7), e.code_bits);
     const uint32_t mask = (1u << e.code_bits) - 1u;
     for (int k = 0; k < 4; ++k) {
-      const uint32_t code = (word >> (shift + k * e.code_bits)) & mask;
+      const uint32_t code = (word >> (k * e.code_bits)) & mask;
       v[k] = sign_magnitude ? dequantize_sign_magnitude(code, e.step, e.levels)
                             : dequantize_value(code, GroupParams{e.min, e.step, 0.0f});
     }

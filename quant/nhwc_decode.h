@@ -90,6 +90,20 @@ PACKRAT_HD inline GroupParams load_aligned_group_range(const uint8_t* src, MetaT
 #endif
 }
 
+// The 4 codes of `bits` (<= 8) bits from bit `shift` (< 8) of c on: codes k at bits [k bits,
+// (k + 1) bits) of the result. Only the bytes they lie in are read (at 2 bits from a byte
+// boundary, one), one at a time: the quads of nhwc_decode_run_quads start anywhere in shared
+// memory. (load_quad_codes, block_io.h, also clips to a stream's end and tries wide loads: work
+// these quads, always whole, do not need.)
+PACKRAT_HD inline uint32_t load_code_quad(const uint8_t* c, int shift, int bits) {
+  const int end = shift + 4 * bits;  // <= 32: bits <= 7, or 8 from a byte boundary
+  uint32_t word = c[0];
+  if (end > 8) word |= static_cast<uint32_t>(c[1]) << 8;
+  if (end > 16) word |= static_cast<uint32_t>(c[2]) << 16;
+  if (end > 24) word |= static_cast<uint32_t>(c[3]) << 24;
+  return word >> shift;
+}
+
 // The dequantized value of plain element x (< 2^31) from its group's code and metadata: the
 // group and the place in it by two multiplicative divisions (span, then group within it), the
 // code from one or two bytes. codes and meta hold the streams from their bytes code_shift and
@@ -123,12 +137,9 @@ struct NhwcElementDecoder {
     const GroupParams p = load_aligned_group_range(meta + (group * meta_bytes_per_group(g.meta) - meta_shift), g.meta);
     const uint32_t bit = at * static_cast<uint32_t>(g.bits);
     const uint8_t* c = codes + (span * g.span_bytes() + i * g.full_group_bytes() - code_shift) + (bit >> 3);
-    const int shift = static_cast<int>(bit & 7), end = shift + 4 * g.bits;  // end <= 32: bits <= 7, or 8 from 0
-    uint32_t word = c[0];
-    if (end > 8) word |= static_cast<uint32_t>(c[1]) << 8;
-    if (end > 16) word |= static_cast<uint32_t>(c[2]) << 16 | static_cast<uint32_t>(c[3]) << 24;
+    const uint32_t word = load_code_quad(c, static_cast<int>(bit & 7), g.bits);
     const uint32_t mask = (1u << g.bits) - 1u;
-    for (int k = 0; k < 4; ++k) v[k] = dequantize_value((word >> (shift + k * g.bits)) & mask, p);
+    for (int k = 0; k < 4; ++k) v[k] = dequantize_value((word >> (k * g.bits)) & mask, p);
   }
 };
 inline NhwcElementDecoder nhwc_element_decoder(const uint8_t* codes, const uint8_t* meta, const GroupGeometry& g) {
