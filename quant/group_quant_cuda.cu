@@ -3,11 +3,15 @@
 // same rounding, same packing). group_quant_warp.h says which lane does what, and why.
 #include <cuda_runtime.h>
 
+#include <cstdlib>
+#include <string_view>
+
 #include "core/cuda/launch.cuh"
 #include "quant/apply_derivative_sink.h"
 #include "quant/group_quant_device.h"
 #include "quant/group_quant_warp.h"
 #include "quant/nhwc_decode.h"
+#include "quant/nhwc_quad_quantize.h"
 #include "quant/nhwc_tile.h"
 
 namespace packrat::cuda {
@@ -129,6 +133,87 @@ __global__ void __launch_bounds__(kStaged ? kNhwcBlockThreads : kThreadsPerBlock
   }
 }
 
+// An NHWC tensor's groups without a staging tile (quant/nhwc_quad_quantize.h says how): a thread
+// a box of 4 channels x 8 pixels, in registers from its 8 loads to its codes; the block's range
+// and noise in shared memory, two barriers. Not yet timed on a GPU: picked by
+// PACKRAT_NHWC_QUANTIZE=quads (quads_quantize_chosen), the staged kernel otherwise.
+template <int kBits>
+__global__ void __launch_bounds__(kQuadBoxThreads, 3)
+    quantize_groups_quads_kernel(const float* x, GroupGeometry g, NhwcQuadPlan plan, Rounding rounding,
+                                 QuantNoise noise, uint8_t* codes, uint8_t* meta, double* range_sq) {
+  __shared__ NhwcQuadShared s;
+  const int bits = kBits > 0 ? kBits : g.bits;
+  const int t = static_cast<int>(threadIdx.x);
+  const ElementRun run = nhwc_quad_run(plan, blockIdx.x);
+  const NoiseChunk nc = noise_chunk(run);
+  const bool stochastic = rounding == Rounding::Stochastic;
+
+  // Phase A: the box's loads in flight while the block makes its noise.
+  const NhwcQuadBox box = nhwc_quad_box(plan, blockIdx.x, t);
+  float v[4][8];  // (channel, pixel) of the box
+  if (box.active) load_quad_box(x, plan, box, v);
+  if (stochastic) make_chunk_noise(noise, nc, t, s.noise, kQuadBoxThreads);
+  if (box.active) keep_box_ranges(v, plan, box, s);
+  __syncthreads();
+
+  // Phase B: `lanes` threads a group, teams of them over the run's groups (the same trip count on
+  // every thread: the shuffles take whole warps).
+  const QuadRunGroups groups = quad_run_groups(g, run);
+  const int lanes = plan.lanes, shift = lanes_log2(lanes), sub = t & (lanes - 1);
+  const int teams = kQuadBoxThreads >> shift;
+  for (int64_t first = 0; first < groups.count; first += teams) {
+    const int64_t i = first + (t >> shift);
+    const bool active = i < groups.count;
+    const QuadGroup grp = active ? quad_group(g, run, groups.first + i) : QuadGroup{};
+    GroupRangePart part = active ? group_range_part(s, grp, sub, lanes) : GroupRangePart{};
+    for (int offset = lanes / 2; offset > 0; offset /= 2) {
+      const GroupRangePart other{__shfl_xor_sync(kFullWarp, part.mn, offset), __shfl_xor_sync(kFullWarp, part.mx, offset),
+                                 __shfl_xor_sync(kFullWarp, part.first_zero, offset)};
+      part = merge_parts(part, other);
+    }
+    if (!active) continue;
+    const GroupParams p = settle_quad_group(s, grp, part, bits, g.meta);
+    if (sub == 0) {
+      store_group_meta(p, g.meta, meta + grp.group * meta_bytes_per_group(g.meta));
+      if (range_sq) range_sq[grp.group] = group_range_sq(p, 8 * int64_t{grp.blocks}, bits);
+    }
+    keep_group_params(s, grp, sub, lanes, p);
+  }
+  __syncthreads();
+
+  // Phase C: the box's codes.
+  if (box.active) quantize_quad_box(v, plan, box, bits, nc, s, stochastic ? s.noise : nullptr, codes);
+}
+
+// PACKRAT_NHWC_QUANTIZE=quads: the experiment above, for scripts/device_check.sh's EXPERIMENT.
+bool quads_quantize_chosen() {
+  static const bool chosen = [] {
+    const char* v = std::getenv("PACKRAT_NHWC_QUANTIZE");
+    return v != nullptr && std::string_view(v) == "quads";
+  }();
+  return chosen;
+}
+
+void launch_quantize_quads(const float* x, const GroupGeometry& g, const NhwcQuadPlan& plan, Rounding rounding,
+                           const QuantNoise& noise, uint8_t* codes, uint8_t* meta, double* range_sq) {
+  const auto blocks = static_cast<unsigned>(plan.runs);
+  auto launch = [&](auto kernel) {
+    kernel<<<blocks, kQuadBoxThreads>>>(x, g, plan, rounding, noise, codes, meta, range_sq);
+  };
+  switch (g.bits) {
+    case 1:
+      return launch(quantize_groups_quads_kernel<1>);
+    case 2:
+      return launch(quantize_groups_quads_kernel<2>);
+    case 4:
+      return launch(quantize_groups_quads_kernel<4>);
+    case 8:
+      return launch(quantize_groups_quads_kernel<8>);
+    default:
+      return launch(quantize_groups_quads_kernel<0>);
+  }
+}
+
 template <bool kStaged>
 void launch_quantize(const float* x, const GroupGeometry& g, Rounding rounding, const QuantNoise& noise,
                      uint8_t* codes, uint8_t* meta, double* group_range_sq, const CodecWalk& walk) {
@@ -195,6 +280,11 @@ void launch_decode_nhwc(const uint8_t* codes, const uint8_t* meta, const GroupGe
 void launch_quantize_groups(const float* x, const GroupGeometry& g, Rounding rounding, const QuantNoise& noise,
                             uint8_t* codes, uint8_t* meta, double* group_range_sq, const CodecWalk& walk) {
   if (g.groups() == 0) return;
+  if (walk.nhwc && quads_quantize_chosen()) {
+    const NhwcQuadPlan plan = nhwc_quad_plan(g, walk);
+    if (plan.quads_per_run > 0)
+      return launch_quantize_quads(x, g, plan, rounding, noise, codes, meta, group_range_sq);
+  }
   if (walk.nhwc) return launch_quantize<true>(x, g, rounding, noise, codes, meta, group_range_sq, walk);
   launch_quantize<false>(x, g, rounding, noise, codes, meta, group_range_sq, walk);
 }

@@ -182,10 +182,11 @@ PACKRAT_HD inline NoiseChunk noise_chunk(const ElementRun& run) {
   r.calls = 16 * static_cast<int>((static_cast<uint64_t>(run.end - 1) >> 7) - r.first_block + 1);
   return r;
 }
-// Lane `lane`'s calls (lane, lane + 32, ... < r.calls) into the warp's shared words
-// (kChunkNoiseWords, noise_word's places).
-PACKRAT_HD inline void make_chunk_noise(const QuantNoise& noise, const NoiseChunk& r, int lane, uint32_t* shared) {
-  for (int c = lane; c < r.calls; c += kWarpLanes) {
+// Lane `lane`'s calls (lane, lane + threads, ... < r.calls) into the shared words of the warp
+// (kChunkNoiseWords; threads 32) or of a block's threads (noise_word's places).
+PACKRAT_HD inline void make_chunk_noise(const QuantNoise& noise, const NoiseChunk& r, int lane, uint32_t* shared,
+                                        int threads = kWarpLanes) {
+  for (int c = lane; c < r.calls; c += threads) {
     uint32_t w[4];
     Philox4x32::generate(noise.seed, noise.stream,
                          ((r.first_block + static_cast<uint64_t>(c >> 4)) << 4) | static_cast<uint64_t>(c & 15), w);

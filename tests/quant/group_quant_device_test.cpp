@@ -3,6 +3,7 @@
 // replays the kernels' warps on the host against the same CPU bytes.)
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -11,6 +12,7 @@
 #include "core/build_config.h"
 #include "core/philox.h"
 #include "quant/group_quant.h"
+#include "tests/quant/nhwc_cases.h"
 #include "tests/support/group_cases.h"
 #include "tests/support/gpu.h"
 
@@ -50,6 +52,47 @@ TEST(GroupQuantDevice, CudaKernelsWriteTheCpuBytes) {
     const std::vector<float> a = out.to_vector(), b = gout.to(Device::cpu()).to_vector();
     ASSERT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0) << k.name() << ": dequantized values";
   }
+}
+
+// An NHWC tensor (what the CUDA convolutions make) quantizes to the CPU's bytes of its plain copy,
+// ReLU-like zeros, zero extremes of either sign and NaN values included: through the staged
+// kernel (quant/nhwc_tile.h), or under PACKRAT_NHWC_QUANTIZE=quads the tile-free one where it
+// takes the shape (quant/nhwc_quad_quantize.h; scripts/device_check.sh runs this suite with it
+// as its EXPERIMENT).
+TEST(GroupQuantDevice, NhwcTensorsQuantizeToThePlainTensorsBytes) {
+  PACKRAT_SKIP_WITHOUT_GPU();
+  using namespace nhwc_cases;
+  const Device gpu = Device::cuda(0);
+  std::vector<Case> cases(std::begin(kCases), std::end(kCases));
+  cases.insert(cases.end(), std::begin(kQuadCases), std::end(kQuadCases));
+  for (const Case& k : cases)
+    for (int bits : {2, 3}) {
+      const std::string what = k.name() + " " + std::to_string(bits) + " bits";
+      const GroupGeometry g = geometry_of(k, bits);
+      const Tensor x = Tensor::from_vector(Shape{k.n, k.c, k.h, k.w}, hostile_values(g.numel, g.group_size, 5 + bits));
+      const Tensor nhwc = backend(gpu).to_layout(x.to(gpu), Layout::NHWC);
+      const CodecOrder order = codec_order(nhwc, g);
+      ASSERT_TRUE(order.walk.nhwc) << what;
+      auto buffers = [&](Device d) {
+        return std::pair{Tensor::empty(Shape{g.code_bytes()}, DType::u8, Layout::Plain, MemTag::Saved, d),
+                         Tensor::empty(Shape{g.meta_bytes()}, DType::u8, Layout::Plain, MemTag::Saved, d)};
+      };
+      auto [codes, meta] = buffers(Device::cpu());
+      auto [gcodes, gmeta] = buffers(gpu);
+      std::vector<double> range_sq, grange_sq;
+      quantize_groups(x, g, Rounding::Stochastic, kNoise, codes, meta, &range_sq);
+      quantize_groups(nhwc, g, Rounding::Stochastic, kNoise, gcodes, gmeta, &grange_sq, order.walk);
+      EXPECT_EQ(bytes_of(gcodes), bytes_of(codes)) << what << ": codes";
+      EXPECT_EQ(bytes_of(gmeta), bytes_of(meta)) << what << ": metadata";
+      ASSERT_EQ(grange_sq.size(), range_sq.size()) << what;
+      for (size_t i = 0; i < range_sq.size(); ++i) {
+        if (std::isnan(range_sq[i])) {  // a NaN first value's group
+          EXPECT_TRUE(std::isnan(grange_sq[i])) << what << ": group " << i;
+          continue;
+        }
+        EXPECT_EQ(grange_sq[i], range_sq[i]) << what << ": group " << i;
+      }
+    }
 }
 
 }  // namespace
