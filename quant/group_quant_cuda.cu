@@ -135,8 +135,9 @@ __global__ void __launch_bounds__(kStaged ? kNhwcBlockThreads : kThreadsPerBlock
 
 // An NHWC tensor's groups without a staging tile (quant/nhwc_quad_quantize.h says how): a thread
 // a box of 4 channels x 8 pixels, in registers from its 8 loads to its codes; the block's range
-// and noise in shared memory, two barriers. Not yet timed on a GPU: picked by
-// PACKRAT_NHWC_QUANTIZE=quads (quads_quantize_chosen), the staged kernel otherwise.
+// and noise in shared memory (34 KiB), two barriers; ptxas: 72 registers (78 at 1 bit), no
+// spills, so three blocks an SM. Not yet timed on a GPU: picked by PACKRAT_NHWC_QUANTIZE=quads
+// (quads_quantize_chosen), the staged kernel otherwise.
 template <int kBits>
 __global__ void __launch_bounds__(kQuadBoxThreads, 3)
     quantize_groups_quads_kernel(const float* x, GroupGeometry g, NhwcQuadPlan plan, Rounding rounding,

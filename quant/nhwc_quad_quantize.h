@@ -121,15 +121,29 @@ PACKRAT_HD inline void load_quad_box(const float* x, const NhwcQuadPlan& p, cons
     for (int j = 0; j < 4; ++j) v[j][i] = row[i][j];
 }
 
-// A block's shared memory.
+// A block's shared memory. Block b's entries lie at swizzled places: its index with the low bits
+// XOR-ed with higher ones (a bijection of [0, 1024)), so that a warp's accesses in phases A and C,
+// whose blocks lie a quad's or a pixel block's stride apart, fall in distinct banks: none conflict
+// for planes of 8 to 2048 where a run takes the most quads (8192 values), at most 4 ways where it
+// takes fewer, against up to 16 (8-byte pairs) and 32 ways (4-byte values) with the plain index
+// (tests/quant/nhwc_quad_quantize_test.cpp counts them); phase B's reads stay at most 2-way.
 struct NhwcQuadShared {
   struct alignas(8) Pair {
     float a, b;  // phase A: the block's (min, max); after phase B: its group's (min, 1 / step)
   };
-  Pair range[kQuadRunBlocks];
-  float first[kQuadRunBlocks];         // the block's first value
-  uint8_t zero[kQuadRunBlocks];        // its first zero: 2 x index + sign bit; kNoZeroByte: none
-  uint32_t noise[kQuadNoiseWords];     // the run's rounding noise (noise_word's places)
+  Pair pairs[kQuadRunBlocks];
+  float firsts[kQuadRunBlocks];     // the block's first value
+  uint8_t zeros[kQuadRunBlocks];    // its first zero: 2 x index + sign bit; kNoZeroByte: none
+  uint32_t noise[kQuadNoiseWords];  // the run's rounding noise (noise_word's places)
+
+  PACKRAT_HD static int pair_slot(int b) { return b ^ (((b >> 4) ^ (b >> 6) ^ (b >> 9)) & 15); }  // 16 a bank row
+  PACKRAT_HD static int word_slot(int b) { return b ^ (((b >> 5) ^ (b >> 7) ^ (b >> 10)) & 31); }  // 32 a bank row
+  PACKRAT_HD Pair& range(int b) { return pairs[pair_slot(b)]; }
+  PACKRAT_HD const Pair& range(int b) const { return pairs[pair_slot(b)]; }
+  PACKRAT_HD float& first(int b) { return firsts[word_slot(b)]; }
+  PACKRAT_HD float first(int b) const { return firsts[word_slot(b)]; }
+  PACKRAT_HD uint8_t& zero(int b) { return zeros[word_slot(b)]; }
+  PACKRAT_HD uint8_t zero(int b) const { return zeros[word_slot(b)]; }
 };
 constexpr uint8_t kNoZeroByte = 0xFF;
 
@@ -141,10 +155,10 @@ PACKRAT_HD inline void keep_box_ranges(const float (&v)[4][8], const NhwcQuadPla
     RangeScan scan(v[j][0]);
     scan.keep(v[j], 8);
     const int block = b.block + j * p.pixel_blocks;
-    s.range[block] = {scan.mn, scan.mx};
-    s.first[block] = v[j][0];
+    s.range(block) = {scan.mn, scan.mx};
+    s.first(block) = v[j][0];
     const uint64_t z = first_zero_in(v[j], 8, 0);
-    s.zero[block] = z == kNoZero ? kNoZeroByte : static_cast<uint8_t>(z);
+    s.zero(block) = z == kNoZero ? kNoZeroByte : static_cast<uint8_t>(z);
   }
 }
 
@@ -185,8 +199,8 @@ PACKRAT_HD inline GroupRangePart merge_parts(const GroupRangePart& a, const Grou
 PACKRAT_HD inline GroupRangePart group_range_part(const NhwcQuadShared& s, const QuadGroup& grp, int sub, int lanes) {
   GroupRangePart part;
   for (int32_t k = sub; k < grp.blocks; k += lanes) {
-    const NhwcQuadShared::Pair r = s.range[grp.b0 + k];
-    const uint8_t z = s.zero[grp.b0 + k];
+    const NhwcQuadShared::Pair r = s.range(grp.b0 + k);
+    const uint8_t z = s.zero(grp.b0 + k);
     part = merge_parts(part, {r.a, r.b, z == kNoZeroByte ? ~0u : 16u * static_cast<uint32_t>(k) + z});
   }
   return part;
@@ -195,7 +209,7 @@ PACKRAT_HD inline GroupRangePart group_range_part(const NhwcQuadShared& s, const
 // extreme's sign and of a NaN first value).
 PACKRAT_HD inline GroupParams settle_quad_group(const NhwcQuadShared& s, const QuadGroup& grp, const GroupRangePart& all,
                                                 int bits, MetaType meta) {
-  RangeScan range(s.first[grp.b0]);
+  RangeScan range(s.first(grp.b0));
   range.mn = fminf(range.mn, all.mn);
   range.mx = fmaxf(range.mx, all.mx);
   if (range.ends_in_zero()) range.settle_zero(all.first_zero);
@@ -205,7 +219,7 @@ PACKRAT_HD inline GroupParams settle_quad_group(const NhwcQuadShared& s, const Q
 // The lane's blocks of the group take its (min, 1 / step) for phase C.
 PACKRAT_HD inline void keep_group_params(NhwcQuadShared& s, const QuadGroup& grp, int sub, int lanes,
                                          const GroupParams& p) {
-  for (int32_t k = sub; k < grp.blocks; k += lanes) s.range[grp.b0 + k] = {p.min, p.inv_step};
+  for (int32_t k = sub; k < grp.blocks; k += lanes) s.range(grp.b0 + k) = {p.min, p.inv_step};
 }
 
 // ---- phase C: the codes --------------------------------------------------------------------
@@ -216,7 +230,7 @@ PACKRAT_HD inline void quantize_quad_box(const float (&v)[4][8], const NhwcQuadP
                                          uint8_t* codes) {
   PACKRAT_UNROLL
   for (int j = 0; j < 4; ++j) {
-    const NhwcQuadShared::Pair r = s.range[b.block + j * p.pixel_blocks];
+    const NhwcQuadShared::Pair r = s.range(b.block + j * p.pixel_blocks);
     const GroupParams params{r.a, 0.0f, r.b};  // quantize_value reads min and inv_step
     const auto e = static_cast<uint64_t>(b.e0 + j * p.plane);
     float u[8];

@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <memory>
@@ -58,6 +59,57 @@ TEST(NhwcQuadQuantize, PlanTakesResNetActivationsAndRefusesWhatItCannot) {
   for (const Case& k : refused) EXPECT_EQ(plan_of(k).quads_per_run, 0) << k.name();
   EXPECT_EQ(nhwc_quad_plan(geometry_of(taken[0].shape, 2), CodecWalk{64, 1024, false}).quads_per_run, 0)
       << "a walk that is not NHWC";
+}
+
+// The most distinct 4-byte words one bank serves for the lanes' byte addresses (a conflict's ways).
+int bank_ways(const std::vector<int64_t>& addresses, int size) {
+  std::vector<std::vector<int64_t>> words(32);
+  for (int64_t a : addresses)
+    for (int64_t w = a / 4; w <= (a + size - 1) / 4; ++w) {
+      auto& bank = words[static_cast<size_t>(w % 32)];
+      if (std::find(bank.begin(), bank.end(), w) == bank.end()) bank.push_back(w);
+    }
+  size_t ways = 0;
+  for (const auto& bank : words) ways = std::max(ways, bank.size());
+  return static_cast<int>(ways);
+}
+
+// Phases A and C touch each box's blocks a quad's or a pixel block's stride apart; the swizzled
+// slots put a warp's accesses (8-byte pairs by half-warps, 4-byte first values, zero bytes) in
+// distinct banks where a run takes the most quads (8192 values: ResNet's activations), and at most
+// 4 ways otherwise (fewer quads a run: samples of under 8192 values); the plain index had up to
+// 16- and 32-way conflicts at planes of 32 and 64. Each slot function is a bijection of the run's blocks.
+TEST(NhwcQuadQuantize, BoxAccessesToSharedMemoryHitDistinctBanks) {
+  for (int b = 0; b < kQuadRunBlocks; ++b) {
+    ASSERT_EQ(NhwcQuadShared::pair_slot(NhwcQuadShared::pair_slot(b)), b) << b;  // an XOR of high bits: its own inverse
+    ASSERT_EQ(NhwcQuadShared::word_slot(NhwcQuadShared::word_slot(b)), b) << b;
+  }
+  for (int64_t plane = 8; plane <= 2048; plane *= 2)
+    for (int64_t quads = 1; 4 * quads * plane <= kQuadRunValues; quads *= 2) {
+      const Case shape{2, 4 * quads, plane, 1, 256, Grouping::PerPlane};  // a run a sample, of `quads` quads
+      const NhwcQuadPlan p = plan_of(shape);
+      ASSERT_EQ(p.quads_per_run, quads) << shape.name();
+      const bool most = 8 * quads * plane > kQuadRunValues;
+      const int ways = most ? 1 : 4;
+      for (int warp = 0; warp < kQuadBoxThreads / 32; ++warp)
+        for (int j = 0; j < 4; ++j) {
+          std::vector<int64_t> pairs[2], words, bytes;  // pairs: (half-warp)
+          for (int lane = 0; lane < 32; ++lane) {
+            const NhwcQuadBox b = nhwc_quad_box(p, 0, 32 * warp + lane);
+            if (!b.active) continue;
+            const int block = b.block + j * p.pixel_blocks;
+            pairs[lane / 16].push_back(8 * NhwcQuadShared::pair_slot(block));
+            words.push_back(4 * NhwcQuadShared::word_slot(block));
+            bytes.push_back(NhwcQuadShared::word_slot(block));
+          }
+          const std::string what = fmt::format("planes of {}, {} quads a run, warp {}, channel {} of the box", plane,
+                                               quads, warp, j);
+          EXPECT_LE(bank_ways(pairs[0], 8), ways) << what;
+          EXPECT_LE(bank_ways(pairs[1], 8), ways) << what;
+          EXPECT_LE(bank_ways(words, 4), ways) << what;
+          EXPECT_LE(bank_ways(bytes, 1), ways) << what;
+        }
+    }
 }
 
 struct Written {
