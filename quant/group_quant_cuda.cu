@@ -157,28 +157,25 @@ __global__ void __launch_bounds__(kQuadBoxThreads, 3)
   if (box.active) keep_box_ranges(v, plan, box, s);
   __syncthreads();
 
-  // Phase B: `lanes` threads a group, teams of them over the run's groups (the same trip count on
-  // every thread: the shuffles take whole warps).
+  // Phase B: a team of plan.lanes threads a group (quad_team_lane), its range merged by shuffles.
   const QuadRunGroups groups = quad_run_groups(g, run);
-  const int lanes = plan.lanes, shift = lanes_log2(lanes), sub = t & (lanes - 1);
-  const int teams = kQuadBoxThreads >> shift;
-  for (int64_t first = 0; first < groups.count; first += teams) {
-    const int64_t i = first + (t >> shift);
-    const bool active = i < groups.count;
-    const QuadGroup grp = active ? quad_group(g, run, groups.first + i) : QuadGroup{};
-    GroupRangePart part = active ? group_range_part(s, grp, sub, lanes) : GroupRangePart{};
-    for (int offset = lanes / 2; offset > 0; offset /= 2) {
+  const int64_t rounds = quad_team_rounds(plan, groups);
+  for (int64_t round = 0; round < rounds; ++round) {  // the same on every thread
+    const QuadTeamLane l = quad_team_lane(plan, groups, round, t);
+    const QuadGroup grp = l.active ? quad_group(g, run, groups.first + l.i) : QuadGroup{};
+    GroupRangePart part = l.active ? group_range_part(s, grp, l.sub, plan.lanes) : GroupRangePart{};
+    for (int offset = plan.lanes / 2; offset > 0; offset /= 2) {  // within the team's lanes
       const GroupRangePart other{__shfl_xor_sync(kFullWarp, part.mn, offset), __shfl_xor_sync(kFullWarp, part.mx, offset),
                                  __shfl_xor_sync(kFullWarp, part.first_zero, offset)};
       part = merge_parts(part, other);
     }
-    if (!active) continue;
+    if (!l.active) continue;
     const GroupParams p = settle_quad_group(s, grp, part, bits, g.meta);
-    if (sub == 0) {
+    if (l.sub == 0) {
       store_group_meta(p, g.meta, meta + grp.group * meta_bytes_per_group(g.meta));
       if (range_sq) range_sq[grp.group] = group_range_sq(p, 8 * int64_t{grp.blocks}, bits);
     }
-    keep_group_params(s, grp, sub, lanes, p);
+    keep_group_params(s, grp, l.sub, plan.lanes, p);
   }
   __syncthreads();
 

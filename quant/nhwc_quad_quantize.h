@@ -187,6 +187,27 @@ PACKRAT_HD inline QuadGroup quad_group(const GroupGeometry& g, const ElementRun&
   return {group, static_cast<int32_t>((at.start - run.begin) >> 3), static_cast<int32_t>(at.len >> 3)};
 }
 
+// Phase B's threads: teams of p.lanes threads take the run's groups, a group a team a round.
+// Thread t in round r works on group i = r x teams + t / lanes of the run (none past the last) as
+// its lane `sub`; every thread runs every round, so that the kernel's shuffles take whole warps.
+struct QuadTeamLane {
+  int64_t i = 0;  // the group, among the run's
+  int sub = 0;    // the thread's lane among the group's
+  bool active = false;
+};
+PACKRAT_HD inline int64_t quad_team_rounds(const NhwcQuadPlan& p, const QuadRunGroups& groups) {
+  const int64_t teams = kQuadBoxThreads / p.lanes;
+  return (groups.count + teams - 1) / teams;
+}
+PACKRAT_HD inline QuadTeamLane quad_team_lane(const NhwcQuadPlan& p, const QuadRunGroups& groups, int64_t round, int t) {
+  const int shift = lanes_log2(p.lanes);
+  QuadTeamLane l;
+  l.i = round * (kQuadBoxThreads >> shift) + (t >> shift);
+  l.sub = t & (p.lanes - 1);
+  l.active = l.i < groups.count;
+  return l;
+}
+
 // One lane's share of a group's range: its blocks sub, sub + lanes, ... (identities where none);
 // first_zero: 2 x (element in the group) + sign of the first zero among them, ~0u where none.
 struct GroupRangePart {

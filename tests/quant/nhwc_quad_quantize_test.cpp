@@ -117,9 +117,8 @@ struct Written {
   std::vector<double> range_sq;
 };
 
-// The kernel's phases on the host: per run, phase A for every thread, phase B for every group
-// (its lanes' parts merged in order: the kernel's shuffles merge them in another, which RangeScan
-// makes the same), phase C for every thread. Shared memory starts as garbage, as on a GPU.
+// The kernel's phases on the host: per run, phase A for every thread, phase B for every warp (its
+// teams' shuffles emulated), phase C for every thread. Shared memory starts as garbage, as on a GPU.
 Written quantize_quads(const std::vector<float>& nhwc, const GroupGeometry& g, const NhwcQuadPlan& p,
                        Rounding rounding) {
   Written w{std::vector<uint8_t>(static_cast<size_t>(g.code_bytes()), 0xEE),
@@ -141,16 +140,35 @@ Written quantize_quads(const std::vector<float>& nhwc, const GroupGeometry& g, c
       if (stochastic) make_chunk_noise(kNoise, nc, t, s->noise, kQuadBoxThreads);
       if (b.active) keep_box_ranges(threads[static_cast<size_t>(t)].v, p, b, *s);
     }
+    // Phase B, a warp at a time in lockstep: every lane's part, the kernel's xor butterfly over
+    // them, then each active lane settles its group (the same on all of its team).
     const QuadRunGroups groups = quad_run_groups(g, run);
-    for (int64_t i = 0; i < groups.count; ++i) {
-      const QuadGroup grp = quad_group(g, run, groups.first + i);
-      GroupRangePart all;
-      for (int sub = 0; sub < p.lanes; ++sub) all = merge_parts(all, group_range_part(*s, grp, sub, p.lanes));
-      const GroupParams params = settle_quad_group(*s, grp, all, g.bits, g.meta);
-      store_group_meta(params, g.meta, w.meta.data() + grp.group * meta_bytes_per_group(g.meta));
-      w.range_sq[static_cast<size_t>(grp.group)] = group_range_sq(params, 8 * int64_t{grp.blocks}, g.bits);
-      for (int sub = 0; sub < p.lanes; ++sub) keep_group_params(*s, grp, sub, p.lanes, params);
-    }
+    for (int64_t round = 0; round < quad_team_rounds(p, groups); ++round)
+      for (int warp = 0; warp < kQuadBoxThreads / 32; ++warp) {
+        QuadTeamLane lanes[32];
+        QuadGroup grps[32];
+        GroupRangePart parts[32];
+        for (int lane = 0; lane < 32; ++lane) {
+          lanes[lane] = quad_team_lane(p, groups, round, 32 * warp + lane);
+          if (!lanes[lane].active) continue;
+          grps[lane] = quad_group(g, run, groups.first + lanes[lane].i);
+          parts[lane] = group_range_part(*s, grps[lane], lanes[lane].sub, p.lanes);
+        }
+        for (int offset = p.lanes / 2; offset > 0; offset /= 2) {
+          GroupRangePart merged[32];
+          for (int lane = 0; lane < 32; ++lane) merged[lane] = merge_parts(parts[lane], parts[lane ^ offset]);
+          std::copy(merged, merged + 32, parts);
+        }
+        for (int lane = 0; lane < 32; ++lane) {
+          if (!lanes[lane].active) continue;
+          const GroupParams params = settle_quad_group(*s, grps[lane], parts[lane], g.bits, g.meta);
+          if (lanes[lane].sub == 0) {
+            store_group_meta(params, g.meta, w.meta.data() + grps[lane].group * meta_bytes_per_group(g.meta));
+            w.range_sq[static_cast<size_t>(grps[lane].group)] = group_range_sq(params, 8 * int64_t{grps[lane].blocks}, g.bits);
+          }
+          keep_group_params(*s, grps[lane], lanes[lane].sub, p.lanes, params);
+        }
+      }
     for (int t = 0; t < kQuadBoxThreads; ++t) {
       const NhwcQuadBox b = nhwc_quad_box(p, r, t);
       if (b.active)
