@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/backend.h"
@@ -26,6 +27,12 @@ std::vector<uint8_t> bytes_of(const Tensor& t) {
   return std::vector<uint8_t>(h.data<uint8_t>(), h.data<uint8_t>() + h.numel());
 }
 
+// g's code and metadata buffers on d.
+std::pair<Tensor, Tensor> code_and_meta_buffers(const GroupGeometry& g, Device d) {
+  return {Tensor::empty(Shape{g.code_bytes()}, DType::u8, Layout::Plain, MemTag::Saved, d),
+          Tensor::empty(Shape{g.meta_bytes()}, DType::u8, Layout::Plain, MemTag::Saved, d)};
+}
+
 TEST(GroupQuantDevice, CudaKernelsWriteTheCpuBytes) {
   PACKRAT_SKIP_WITHOUT_GPU();
   const Device gpu = Device::cuda(0);
@@ -33,12 +40,8 @@ TEST(GroupQuantDevice, CudaKernelsWriteTheCpuBytes) {
     const int64_t n = k.samples * k.span;
     const Tensor x = Tensor::from_vector(Shape{k.samples, k.span}, testing::group_values(n, static_cast<uint64_t>(k.c.bits + k.c.group_size)));
     const GroupGeometry g = group_geometry(n, k.samples, k.c, k.plane);
-    auto buffers = [&](Device d) {
-      return std::pair{Tensor::empty(Shape{g.code_bytes()}, DType::u8, Layout::Plain, MemTag::Saved, d),
-                       Tensor::empty(Shape{g.meta_bytes()}, DType::u8, Layout::Plain, MemTag::Saved, d)};
-    };
-    auto [codes, meta] = buffers(Device::cpu());
-    auto [gcodes, gmeta] = buffers(gpu);
+    auto [codes, meta] = code_and_meta_buffers(g, Device::cpu());
+    auto [gcodes, gmeta] = code_and_meta_buffers(g, gpu);
     std::vector<double> range_sq, grange_sq;
     quantize_groups(x, g, k.c.rounding, kNoise, codes, meta, &range_sq);
     quantize_groups(x.to(gpu), g, k.c.rounding, kNoise, gcodes, gmeta, &grange_sq);
@@ -73,12 +76,8 @@ TEST(GroupQuantDevice, NhwcTensorsQuantizeToThePlainTensorsBytes) {
       const Tensor nhwc = backend(gpu).to_layout(x.to(gpu), Layout::NHWC);
       const CodecOrder order = codec_order(nhwc, g);
       ASSERT_TRUE(order.walk.nhwc) << what;
-      auto buffers = [&](Device d) {
-        return std::pair{Tensor::empty(Shape{g.code_bytes()}, DType::u8, Layout::Plain, MemTag::Saved, d),
-                         Tensor::empty(Shape{g.meta_bytes()}, DType::u8, Layout::Plain, MemTag::Saved, d)};
-      };
-      auto [codes, meta] = buffers(Device::cpu());
-      auto [gcodes, gmeta] = buffers(gpu);
+      auto [codes, meta] = code_and_meta_buffers(g, Device::cpu());
+      auto [gcodes, gmeta] = code_and_meta_buffers(g, gpu);
       std::vector<double> range_sq, grange_sq;
       quantize_groups(x, g, Rounding::Stochastic, kNoise, codes, meta, &range_sq);
       quantize_groups(nhwc, g, Rounding::Stochastic, kNoise, gcodes, gmeta, &grange_sq, order.walk);
