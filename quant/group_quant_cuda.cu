@@ -165,7 +165,8 @@ __global__ void __launch_bounds__(kQuadBoxThreads, 3)
     const QuadGroup grp = l.active ? quad_group(g, run, groups.first + l.i) : QuadGroup{};
     GroupRangePart part = l.active ? group_range_part(s, grp, l.sub, plan.lanes) : GroupRangePart{};
     for (int offset = plan.lanes / 2; offset > 0; offset /= 2) {  // within the team's lanes
-      const GroupRangePart other{__shfl_xor_sync(kFullWarp, part.mn, offset), __shfl_xor_sync(kFullWarp, part.mx, offset),
+      const GroupRangePart other{__shfl_xor_sync(kFullWarp, part.mn, offset),
+                                 __shfl_xor_sync(kFullWarp, part.mx, offset),
                                  __shfl_xor_sync(kFullWarp, part.first_zero, offset)};
       part = merge_parts(part, other);
     }

@@ -37,9 +37,9 @@
 
 namespace packrat {
 
-constexpr int kQuadRunValues = 8192;             // a block's run at most
+constexpr int kQuadRunValues = 8192;                // a block's run at most
 constexpr int kQuadRunBlocks = kQuadRunValues / 8;  // its plain blocks of 8
-constexpr int kQuadBoxThreads = 256;             // a block's threads: one box each, at most
+constexpr int kQuadBoxThreads = 256;                // a block's threads: one box each, at most
 // Shared words of a run's noise: a run of 8192 that starts off a 128-element boundary touches 65
 // noise blocks (noise_word's layout).
 constexpr int kQuadNoiseWords = (kQuadRunValues / 128 + 1) * kNoiseBlockWords;
@@ -199,7 +199,8 @@ PACKRAT_HD inline int64_t quad_team_rounds(const NhwcQuadPlan& p, const QuadRunG
   const int64_t teams = kQuadBoxThreads / p.lanes;
   return (groups.count + teams - 1) / teams;
 }
-PACKRAT_HD inline QuadTeamLane quad_team_lane(const NhwcQuadPlan& p, const QuadRunGroups& groups, int64_t round, int t) {
+PACKRAT_HD inline QuadTeamLane quad_team_lane(const NhwcQuadPlan& p, const QuadRunGroups& groups, int64_t round,
+                                              int t) {
   const int shift = lanes_log2(p.lanes);
   QuadTeamLane l;
   l.i = round * (kQuadBoxThreads >> shift) + (t >> shift);
@@ -228,8 +229,8 @@ PACKRAT_HD inline GroupRangePart group_range_part(const NhwcQuadShared& s, const
 }
 // The group's parameters from its merged parts: the CPU's range (RangeScan's settlement of a zero
 // extreme's sign and of a NaN first value).
-PACKRAT_HD inline GroupParams settle_quad_group(const NhwcQuadShared& s, const QuadGroup& grp, const GroupRangePart& all,
-                                                int bits, MetaType meta) {
+PACKRAT_HD inline GroupParams settle_quad_group(const NhwcQuadShared& s, const QuadGroup& grp,
+                                                const GroupRangePart& all, int bits, MetaType meta) {
   RangeScan range(s.first(grp.b0));
   range.mn = fminf(range.mn, all.mn);
   range.mx = fmaxf(range.mx, all.mx);

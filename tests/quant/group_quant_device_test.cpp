@@ -14,8 +14,8 @@
 #include "core/philox.h"
 #include "quant/group_quant.h"
 #include "tests/quant/nhwc_cases.h"
-#include "tests/support/group_cases.h"
 #include "tests/support/gpu.h"
+#include "tests/support/group_cases.h"
 
 namespace packrat {
 namespace {
@@ -38,7 +38,8 @@ TEST(GroupQuantDevice, CudaKernelsWriteTheCpuBytes) {
   const Device gpu = Device::cuda(0);
   for (const testing::GroupCase& k : testing::group_cases()) {
     const int64_t n = k.samples * k.span;
-    const Tensor x = Tensor::from_vector(Shape{k.samples, k.span}, testing::group_values(n, static_cast<uint64_t>(k.c.bits + k.c.group_size)));
+    const Tensor x = Tensor::from_vector(Shape{k.samples, k.span},
+                                         testing::group_values(n, static_cast<uint64_t>(k.c.bits + k.c.group_size)));
     const GroupGeometry g = group_geometry(n, k.samples, k.c, k.plane);
     auto [codes, meta] = code_and_meta_buffers(g, Device::cpu());
     auto [gcodes, gmeta] = code_and_meta_buffers(g, gpu);
@@ -49,7 +50,8 @@ TEST(GroupQuantDevice, CudaKernelsWriteTheCpuBytes) {
     ASSERT_EQ(bytes_of(gmeta), bytes_of(meta)) << k.name() << ": metadata";
     ASSERT_EQ(grange_sq, range_sq) << k.name() << ": variance bounds";
 
-    Tensor out = Tensor::empty(x.shape()), gout = Tensor::empty(x.shape(), DType::f32, Layout::Plain, MemTag::Saved, gpu);
+    Tensor out = Tensor::empty(x.shape()),
+           gout = Tensor::empty(x.shape(), DType::f32, Layout::Plain, MemTag::Saved, gpu);
     dequantize_groups(codes, meta, g, out);
     dequantize_groups(gcodes, gmeta, g, gout);
     const std::vector<float> a = out.to_vector(), b = gout.to(Device::cpu()).to_vector();
@@ -69,29 +71,32 @@ TEST(GroupQuantDevice, NhwcTensorsQuantizeToThePlainTensorsBytes) {
   std::vector<Case> cases(std::begin(kCases), std::end(kCases));
   cases.insert(cases.end(), std::begin(kQuadCases), std::end(kQuadCases));
   for (const Case& k : cases)
-    for (int bits : {2, 3}) {
-      const std::string what = k.name() + " " + std::to_string(bits) + " bits";
-      const GroupGeometry g = geometry_of(k, bits);
-      const Tensor x = Tensor::from_vector(Shape{k.n, k.c, k.h, k.w}, hostile_values(g.numel, g.group_size, 5 + bits));
-      const Tensor nhwc = backend(gpu).to_layout(x.to(gpu), Layout::NHWC);
-      const CodecOrder order = codec_order(nhwc, g);
-      ASSERT_TRUE(order.walk.nhwc) << what;
-      auto [codes, meta] = code_and_meta_buffers(g, Device::cpu());
-      auto [gcodes, gmeta] = code_and_meta_buffers(g, gpu);
-      std::vector<double> range_sq, grange_sq;
-      quantize_groups(x, g, Rounding::Stochastic, kNoise, codes, meta, &range_sq);
-      quantize_groups(nhwc, g, Rounding::Stochastic, kNoise, gcodes, gmeta, &grange_sq, order.walk);
-      EXPECT_EQ(bytes_of(gcodes), bytes_of(codes)) << what << ": codes";
-      EXPECT_EQ(bytes_of(gmeta), bytes_of(meta)) << what << ": metadata";
-      ASSERT_EQ(grange_sq.size(), range_sq.size()) << what;
-      for (size_t i = 0; i < range_sq.size(); ++i) {
-        if (std::isnan(range_sq[i])) {  // a NaN first value's group
-          EXPECT_TRUE(std::isnan(grange_sq[i])) << what << ": group " << i;
-          continue;
+    for (int bits : {1, 2, 3, 4, 8})
+      for (Rounding rounding : {Rounding::Stochastic, Rounding::Nearest}) {
+        const std::string what =
+            k.name() + " " + std::to_string(bits) + " bits, " + std::string(rounding_name(rounding));
+        const GroupGeometry g = geometry_of(k, bits);
+        const Tensor x =
+            Tensor::from_vector(Shape{k.n, k.c, k.h, k.w}, hostile_values(g.numel, g.group_size, 5 + bits));
+        const Tensor nhwc = backend(gpu).to_layout(x.to(gpu), Layout::NHWC);
+        const CodecOrder order = codec_order(nhwc, g);
+        ASSERT_TRUE(order.walk.nhwc) << what;
+        auto [codes, meta] = code_and_meta_buffers(g, Device::cpu());
+        auto [gcodes, gmeta] = code_and_meta_buffers(g, gpu);
+        std::vector<double> range_sq, grange_sq;
+        quantize_groups(x, g, rounding, kNoise, codes, meta, &range_sq);
+        quantize_groups(nhwc, g, rounding, kNoise, gcodes, gmeta, &grange_sq, order.walk);
+        EXPECT_EQ(bytes_of(gcodes), bytes_of(codes)) << what << ": codes";
+        EXPECT_EQ(bytes_of(gmeta), bytes_of(meta)) << what << ": metadata";
+        ASSERT_EQ(grange_sq.size(), range_sq.size()) << what;
+        for (size_t i = 0; i < range_sq.size(); ++i) {
+          if (std::isnan(range_sq[i])) {  // a NaN first value's group
+            EXPECT_TRUE(std::isnan(grange_sq[i])) << what << ": group " << i;
+            continue;
+          }
+          EXPECT_EQ(grange_sq[i], range_sq[i]) << what << ": group " << i;
         }
-        EXPECT_EQ(grange_sq[i], range_sq[i]) << what << ": group " << i;
       }
-    }
 }
 
 }  // namespace

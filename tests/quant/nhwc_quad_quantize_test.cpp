@@ -50,12 +50,12 @@ TEST(NhwcQuadQuantize, PlanTakesResNetActivationsAndRefusesWhatItCannot) {
     EXPECT_EQ(p.runs * p.run_values(), t.shape.n * t.shape.c * t.shape.h * t.shape.w) << t.shape.name();
   }
   const Case refused[] = {
-      {512, 3, 32, 32, 256, Grouping::PerSample},    // 3 channels: no quads
-      {8, 64, 7, 7, 64, Grouping::PerSample},        // planes of 49: blocks would straddle channels
-      {8, 64, 8, 10, 32, Grouping::PerPlane},        // planes of 80 in 3 groups of 27: not whole blocks
-      {8, 64, 32, 32, 100, Grouping::PerSample},     // groups of 100
-      {8, 64, 48, 48, 256, Grouping::PerSample},     // planes of 2304: a quad plane over a run
-      {2, 4, 24, 24, 1024, Grouping::Flat}};         // runs of 2304 cut groups of 1024
+      {512, 3, 32, 32, 256, Grouping::PerSample},  // 3 channels: no quads
+      {8, 64, 7, 7, 64, Grouping::PerSample},      // planes of 49: blocks would straddle channels
+      {8, 64, 8, 10, 32, Grouping::PerPlane},      // planes of 80 in 3 groups of 27: not whole blocks
+      {8, 64, 32, 32, 100, Grouping::PerSample},   // groups of 100
+      {8, 64, 48, 48, 256, Grouping::PerSample},   // planes of 2304: a quad plane over a run
+      {2, 4, 24, 24, 1024, Grouping::Flat}};       // runs of 2304 cut groups of 1024
   for (const Case& k : refused) EXPECT_EQ(plan_of(k).quads_per_run, 0) << k.name();
   EXPECT_EQ(nhwc_quad_plan(geometry_of(taken[0].shape, 2), CodecWalk{64, 1024, false}).quads_per_run, 0)
       << "a walk that is not NHWC";
@@ -161,18 +161,20 @@ Written quantize_quads(const std::vector<float>& nhwc, const GroupGeometry& g, c
         }
         for (int lane = 0; lane < 32; ++lane) {
           if (!lanes[lane].active) continue;
-          const GroupParams params = settle_quad_group(*s, grps[lane], parts[lane], g.bits, g.meta);
+          const QuadGroup& grp = grps[lane];
+          const GroupParams params = settle_quad_group(*s, grp, parts[lane], g.bits, g.meta);
           if (lanes[lane].sub == 0) {
-            store_group_meta(params, g.meta, w.meta.data() + grps[lane].group * meta_bytes_per_group(g.meta));
-            w.range_sq[static_cast<size_t>(grps[lane].group)] = group_range_sq(params, 8 * int64_t{grps[lane].blocks}, g.bits);
+            store_group_meta(params, g.meta, w.meta.data() + grp.group * meta_bytes_per_group(g.meta));
+            w.range_sq[static_cast<size_t>(grp.group)] = group_range_sq(params, 8 * int64_t{grp.blocks}, g.bits);
           }
-          keep_group_params(*s, grps[lane], lanes[lane].sub, p.lanes, params);
+          keep_group_params(*s, grp, lanes[lane].sub, p.lanes, params);
         }
       }
     for (int t = 0; t < kQuadBoxThreads; ++t) {
       const NhwcQuadBox b = nhwc_quad_box(p, r, t);
-      if (b.active)
-        quantize_quad_box(threads[static_cast<size_t>(t)].v, p, b, g.bits, nc, *s, stochastic ? s->noise : nullptr, w.codes.data());
+      if (!b.active) continue;
+      const uint32_t* noise = stochastic ? s->noise : nullptr;
+      quantize_quad_box(threads[static_cast<size_t>(t)].v, p, b, g.bits, nc, *s, noise, w.codes.data());
     }
   }
   return w;
@@ -183,7 +185,8 @@ void expect_cpu_bytes(const Case& k, int bits, Rounding rounding, MetaType meta)
   GroupGeometry g = geometry_of(k, bits);
   g.meta = meta;
   const NhwcQuadPlan plan = nhwc_quad_plan(g, CodecWalk{k.c, p, true});
-  const std::string what = fmt::format("{}, {} bits, {}, {} metadata", k.name(), bits, rounding_name(rounding), meta_name(meta));
+  const std::string what =
+      fmt::format("{}, {} bits, {}, {} metadata", k.name(), bits, rounding_name(rounding), meta_name(meta));
   ASSERT_GT(plan.quads_per_run, 0) << what;
   const std::vector<float> plain = hostile_values(numel, g.group_size, static_cast<uint64_t>(numel + bits));
   std::vector<uint8_t> codes(static_cast<size_t>(g.code_bytes())), metadata(static_cast<size_t>(g.meta_bytes()));
