@@ -24,11 +24,7 @@ namespace {
 
 using namespace nhwc_cases;
 
-NhwcQuadPlan plan_of(const Case& k, int64_t group_size = 0) {
-  Case c = k;
-  if (group_size) c.group_size = group_size;
-  return nhwc_quad_plan(geometry_of(c, 2), CodecWalk{c.c, c.h * c.w, true});
-}
+NhwcQuadPlan plan_of(const Case& k) { return nhwc_quad_plan(geometry_of(k, 2), CodecWalk{k.c, k.h * k.w, true}); }
 
 TEST(NhwcQuadQuantize, PlanTakesResNetActivationsAndRefusesWhatItCannot) {
   // ResNet-18's CIFAR activations, ActNN's groups of 256 per sample: runs of 8192 values.
