@@ -246,7 +246,8 @@ PACKRAT_HD inline void keep_group_params(NhwcQuadShared& s, const QuadGroup& grp
 
 // ---- phase C: the codes --------------------------------------------------------------------
 
-// The box's 4 blocks' codes, rounded with the run's shared noise (null: to nearest).
+// The box's 4 blocks' codes, rounded with the run's shared noise (null: to nearest): each block
+// as a warp's lane quantizes one (quantize_lane_block), its bytes at codes + (element / 8) x bits.
 PACKRAT_HD inline void quantize_quad_box(const float (&v)[4][8], const NhwcQuadPlan& p, const NhwcQuadBox& b, int bits,
                                          const NoiseChunk& nc, const NhwcQuadShared& s, const uint32_t* noise,
                                          uint8_t* codes) {
@@ -255,17 +256,7 @@ PACKRAT_HD inline void quantize_quad_box(const float (&v)[4][8], const NhwcQuadP
     const NhwcQuadShared::Pair r = s.range(b.block + j * p.pixel_blocks);
     const GroupParams params{r.a, 0.0f, r.b};  // quantize_value reads min and inv_step
     const auto e = static_cast<uint64_t>(b.e0 + j * p.plane);
-    float u[8];
-    if (noise) {
-      uint32_t half[8];
-      chunk_noise16_block8(nc, noise, e, 8, half);
-      PACKRAT_UNROLL
-      for (int k = 0; k < 8; ++k) u[k] = uniform16(half[k]);
-    } else {
-      PACKRAT_UNROLL
-      for (int k = 0; k < 8; ++k) u[k] = 0.5f;
-    }
-    store_bytes_wide(quantize_block8_word(v[j], 8, params, bits, u), bits, codes + (e >> 3) * bits);
+    quantize_lane_block(v[j], 8, e, params, bits, nc, noise, codes + (e >> 3) * bits);
   }
 }
 
