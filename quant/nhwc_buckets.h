@@ -119,8 +119,7 @@ struct NhwcBucketDecoder {
     const int lo_bits = e.code_bits < 8 ? e.code_bits : 8, hi_bits = e.code_bits - lo_bits;
     uint32_t code = packed_code_at(codes + e.code_at, at, lo_bits);
     if (hi_bits) code |= packed_code_at(codes + e.code_at + e.hi_at, at, hi_bits) << 8;
-    return sign_magnitude ? dequantize_sign_magnitude(code, e.step, e.levels)
-                          : dequantize_value(code, GroupParams{e.min, e.step, 0.0f});
+    return value_of(code, e);
   }
   // The values of plain elements x .. x + 3, x a multiple of 4 in one bucket
   // (nhwc_buckets_quad_decodable): the bucket's entry read once, its codes of up to 8 bits from at
@@ -135,11 +134,12 @@ struct NhwcBucketDecoder {
     const uint32_t bit = at * e.code_bits;
     const uint32_t word = load_code_quad(codes + e.code_at + (bit >> 3), static_cast<int>(bit & 7), e.code_bits);
     const uint32_t mask = (1u << e.code_bits) - 1u;
-    for (int k = 0; k < 4; ++k) {
-      const uint32_t code = (word >> (k * e.code_bits)) & mask;
-      v[k] = sign_magnitude ? dequantize_sign_magnitude(code, e.step, e.levels)
-                            : dequantize_value(code, GroupParams{e.min, e.step, 0.0f});
-    }
+    for (int k = 0; k < 4; ++k) v[k] = value_of((word >> (k * e.code_bits)) & mask, e);
+  }
+  // A code's value on its bucket's grid.
+  PACKRAT_HD float value_of(uint32_t code, const NhwcBucketEntry& e) const {
+    return sign_magnitude ? dequantize_sign_magnitude(code, e.step, e.levels)
+                          : dequantize_value(code, GroupParams{e.min, e.step, 0.0f});
   }
 };
 // Whether the decode can take 4 pixels x 4 channels a thread (nhwc_decode_run_quads): as
