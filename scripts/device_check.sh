@@ -56,11 +56,11 @@ if [[ $phases == *tests* ]]; then
   for g in "${!groups[@]}"; do
     OMP_NUM_THREADS=4 timeout 200 $run packrat_tests --gtest_filter="${groups[$g]}" >"$out/tests_$g.log" 2>&1 &
   done
-  # The plain NCHW path of the convolutions (PACKRAT_CUDA_LAYOUT=nchw).
-  if [[ -n ${EXPERIMENT:-} ]]; then
+  if [[ -n ${EXPERIMENT:-} ]]; then  # the codec and store suites again with the experiment's kernel
     env "$EXPERIMENT" OMP_NUM_THREADS=4 timeout 200 $run packrat_tests --gtest_filter="${groups[quant]}" \
       >"$out/tests_quant_experiment.log" 2>&1 &
   fi
+  # The plain NCHW path of the convolutions (PACKRAT_CUDA_LAYOUT=nchw).
   PACKRAT_CUDA_LAYOUT=nchw OMP_NUM_THREADS=4 timeout 200 $run packrat_tests \
     --gtest_filter='Backend*:CudaTrainer.ResNet20StepMatchesTheCpuStep' >"$out/tests_nchw.log" 2>&1 &
   if [[ -x /tmp/packrat-bundle/bin/packrat_mpi_tests ]]; then  # where .device/run unpacks the bundle
