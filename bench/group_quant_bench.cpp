@@ -112,17 +112,20 @@ void BM_GroupQuant_Dequantize(benchmark::State& state) {
 // Groups of 64 on EfficientNet's 14 x 14 planes, (128, 64, 14, 14): per sample (aligned to the
 // noise's 128-element blocks) and per plane (4 groups of 49 a plane), of the plain tensor and of
 // the same tensor in the CPU's blocked layout (nChw16c with AVX-512, nChw8c without; read in
-// plain order through a transpose of each channel block's tile).
+// plain order through a transpose of each channel block's tile). side 4: ActNN's per-sample
+// groups of 256 on the 4 x 4 planes of ResNet-18's last stage, (512, 512, 4, 4) (per plane: one
+// group a plane), where a group spans 16 channels and so two or more channel blocks.
 // Stochastic, 2 bits, quantize then dequantize.
 void BM_GroupQuant_Grouping(benchmark::State& state) {
   const bool per_plane = state.range(0) != 0, blocked = state.range(1) != 0;
-  Tensor plain = Tensor::empty({128, 64, 14, 14});  // (N, C, H, W)
+  const int64_t side = state.range(2);
+  Tensor plain = side == 4 ? Tensor::empty({512, 512, 4, 4}) : Tensor::empty({128, 64, side, side});  // (N, C, H, W)
   PhiloxStream s(7, 0);
   for (int64_t i = 0; i < plain.numel(); ++i) plain.data<float>()[i] = s.uniform() * 4.0f - 1.0f;
   const Tensor x = blocked ? plain.to_layout(cpu::native_blocked_layout()) : plain, y = Tensor::empty_like(x);
   GroupQuantConfig c;
   c.bits = 2;
-  c.group_size = 64;
+  c.group_size = side == 4 ? 256 : 64;
   c.grouping = per_plane ? Grouping::PerPlane : Grouping::PerSample;
   const GroupGeometry g = group_geometry_of(x, c);
   const CodecWalk walk = codec_order(x, g).walk;
@@ -147,11 +150,13 @@ BENCHMARK(BM_GroupQuant_Quantize)
     ->UseRealTime();
 BENCHMARK(BM_GroupQuant_Dequantize)->ArgName("bits")->Arg(2)->Arg(4)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_GroupQuant_Grouping)
-    ->ArgNames({"per_plane", "blocked"})
-    ->Args({0, 0})
-    ->Args({0, 1})
-    ->Args({1, 0})
-    ->Args({1, 1})
+    ->ArgNames({"per_plane", "blocked", "side"})
+    ->Args({0, 0, 14})
+    ->Args({0, 1, 14})
+    ->Args({1, 0, 14})
+    ->Args({1, 1, 14})
+    ->Args({0, 0, 4})
+    ->Args({0, 1, 4})
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 

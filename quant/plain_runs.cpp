@@ -1,6 +1,7 @@
 #include "quant/plain_runs.h"
 
 #include <algorithm>
+#include <cstring>
 
 #if defined(__AVX2__)
 #include <immintrin.h>
@@ -41,20 +42,8 @@ inline __m512i every16th() {
 }
 #endif
 
-}  // namespace
-
-void gather_plain(const float* x, const CodecWalk& b, int64_t e0, int64_t len, float* dst) {
-  const int64_t B = b.block;
-  for_plane_runs(b, e0, len, [&](int64_t i0, int64_t run, int64_t offset) {
-    const float* src = x + offset;
-    int64_t i = 0;
-#if defined(__AVX512F__)
-    if (B == 16)
-      for (; i + 16 <= run; i += 16) _mm512_storeu_ps(dst + i0 + i, _mm512_i32gather_ps(every16th(), src + 16 * i, 4));
-#endif
-    for (; i < run; ++i) dst[i0 + i] = src[B * i];
-  });
-}
+// out's plain element e0 + i = src[i], i < len: a tile written in part (the rest is another
+// thread's), element by element.
 void scatter_plain(const float* src, const CodecWalk& b, int64_t e0, int64_t len, float* out) {
   const int64_t B = b.block;
   for_plane_runs(b, e0, len, [&](int64_t i0, int64_t run, int64_t offset) {
@@ -67,8 +56,6 @@ void scatter_plain(const float* src, const CodecWalk& b, int64_t e0, int64_t len
     for (; i < run; ++i) dst[B * i] = src[i0 + i];
   });
 }
-
-namespace {
 
 // dst[c * dst_stride + i] = src[i * src_stride + c] for i, c < 16 (a 16 x 16 transpose), or
 // false without AVX-512.
@@ -187,9 +174,14 @@ void PlainTile::flush(float* out) {
   lo_ = hi_;
 }
 
+// A run across tiles (a group or bucket of several planes: small planes, e.g. 4 x 4) piece by
+// piece from the tiles' copies: the runs rise, so each tile is transposed once, as for the runs
+// within one (element by element, each element's place took six integer divisions).
 const float* PlainRuns::read(const float* x, int64_t e0, int64_t n) {
   if (tile_.holds(e0, n)) return tile_.read(x, e0);
-  gather_plain(x, walk_, e0, n, run_.get());  // a run of several planes across two tiles
+  for_tile_pieces(e0, n, [&](int64_t e, int64_t len) {
+    std::memcpy(run_.get() + (e - e0), tile_.read(x, e), static_cast<size_t>(len) * sizeof(float));
+  });
   return run_.get();
 }
 
@@ -207,7 +199,10 @@ void PlainRuns::finish(float* out) {
 }
 
 void PlainRuns::finish_run(float* out) {
-  if (pending_n_ > 0) scatter_plain(run_.get(), walk_, pending_e0_, pending_n_, out);
+  const int64_t e0 = pending_e0_;
+  for_tile_pieces(e0, pending_n_, [&](int64_t e, int64_t len) {
+    std::memcpy(tile_.write(out, e, len), run_.get() + (e - e0), static_cast<size_t>(len) * sizeof(float));
+  });
   pending_n_ = 0;
 }
 

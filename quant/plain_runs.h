@@ -5,17 +5,13 @@
 // in rising order, so it transposes each B-channel tile of a sample into plain order once
 // (PlainTile), not element by element run by run; a run across two tiles is gathered or scattered
 // element by element.
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 
 #include "quant/group_quant.h"  // CodecWalk
 
 namespace packrat {
-
-// dst[i] = x's plain element e0 + i, i < len.
-void gather_plain(const float* x, const CodecWalk& b, int64_t e0, int64_t len, float* dst);
-// out's plain element e0 + i = src[i], i < len.
-void scatter_plain(const float* src, const CodecWalk& b, int64_t e0, int64_t len, float* out);
 
 // One thread's copy, in plain order, of the B-channel tile of a blocked buffer that its runs are
 // in: tile t holds channels Bk..Bk+B-1 of one sample, the plain elements
@@ -25,6 +21,7 @@ class PlainTile {
  public:
   explicit PlainTile(const CodecWalk& b)
       : b_(b), len_(b.block * b.plane), buf_(new float[static_cast<size_t>(len_)]) {}
+  int64_t len() const { return len_; }  // plain elements a tile
   int64_t tile_of(int64_t e) const { return e / len_; }
   // Whether the plain elements [e0, e0 + n) lie in one tile.
   bool holds(int64_t e0, int64_t n) const { return tile_of(e0) == tile_of(e0 + n - 1); }
@@ -58,7 +55,16 @@ class PlainRuns {
   void finish(float* out);
 
  private:
-  void finish_run(float* out);  // scatters the run in run_, if one is pending
+  void finish_run(float* out);  // the run in run_, if one is pending, into its tiles
+  // fn(e, len) for the pieces [e, e + len) of [e0, e0 + n) that lie in one tile each, in order.
+  template <typename Fn>
+  void for_tile_pieces(int64_t e0, int64_t n, Fn&& fn) const {
+    for (int64_t e = e0; e < e0 + n;) {
+      const int64_t len = std::min((tile_.tile_of(e) + 1) * tile_.len() - e, e0 + n - e);
+      fn(e, len);
+      e += len;
+    }
+  }
 
   CodecWalk walk_;
   PlainTile tile_;
