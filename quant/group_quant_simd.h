@@ -136,8 +136,23 @@ inline void noise_block(uint64_t seed, uint64_t stream, int64_t block, uint16_t*
   alignas(64) uint32_t words[64];  // (4 words, 16 lanes)
   philox_lanes16(seed, stream, static_cast<uint64_t>(block) << 4, words);
   // Element 16 h + lane takes half-word h of its lane: word h / 2, low half for even h.
+#if defined(__AVX2__)
+  // A word's 16 lanes' low halves, then their high halves: two packs of 8 + 8 lanes (packus
+  // interleaves 128-bit lanes, which the permute puts back in order). GCC's vectorisation of the
+  // loop below took 18% of the 2-bit quantize (perf).
+  const __m256i lo16 = _mm256_set1_epi32(0xFFFF);
+  for (int w = 0; w < 4; ++w) {
+    const __m256i a = _mm256_load_si256(reinterpret_cast<const __m256i*>(words + 16 * w));
+    const __m256i b = _mm256_load_si256(reinterpret_cast<const __m256i*>(words + 16 * w + 8));
+    const __m256i low = _mm256_packus_epi32(_mm256_and_si256(a, lo16), _mm256_and_si256(b, lo16));
+    const __m256i high = _mm256_packus_epi32(_mm256_srli_epi32(a, 16), _mm256_srli_epi32(b, 16));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + 32 * w), _mm256_permute4x64_epi64(low, 0xD8));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + 32 * w + 16), _mm256_permute4x64_epi64(high, 0xD8));
+  }
+#else
   for (int h = 0; h < 8; ++h)
     for (int l = 0; l < 16; ++l) out[16 * h + l] = static_cast<uint16_t>(words[16 * (h >> 1) + l] >> (16 * (h & 1)));
+#endif
 }
 
 #if defined(__AVX512F__)
