@@ -3,8 +3,8 @@
 // walk.block) in plain order: a codec's groups or buckets are runs of the plain tensor's elements,
 // which lie B floats apart within a channel plane of the blocked buffer. A thread takes its runs
 // in rising order, so it transposes each B-channel tile of a sample into plain order once
-// (PlainTile), not element by element run by run; a run across two tiles is gathered or scattered
-// element by element.
+// (PlainTile), not element by element run by run; a run across tiles (a group of several small
+// planes) is copied piece by piece from and to the tiles' copies.
 #include <algorithm>
 #include <cstdint>
 #include <memory>
@@ -39,11 +39,11 @@ class PlainTile {
 };
 
 // A thread's runs of up to max_run plain elements, in rising order: from its PlainTile where a run
-// lies in one tile, else through its own buffer.
+// lies in one tile, else through its own buffer, filled from or emptied into the tiles it spans.
 class PlainRuns {
  public:
   PlainRuns(const CodecWalk& walk, int64_t max_run)
-      : walk_(walk), tile_(walk), run_(new float[static_cast<size_t>(max_run)]) {}
+      : tile_(walk), run_(new float[static_cast<size_t>(max_run)]) {}
   // Whether the plain elements [e0, e0 + n) lie in one tile (any run of them may be written at once).
   bool in_one_tile(int64_t e0, int64_t n) const { return tile_.holds(e0, n); }
   // The plain elements [e0, e0 + n) of x.
@@ -66,10 +66,9 @@ class PlainRuns {
     }
   }
 
-  CodecWalk walk_;
   PlainTile tile_;
-  std::unique_ptr<float[]> run_;               // (max_run,) a run across two tiles, uninitialised
-  int64_t pending_e0_ = 0, pending_n_ = 0;     // the run in run_ not yet scattered to out
+  std::unique_ptr<float[]> run_;            // (max_run,) a run across tiles, uninitialised
+  int64_t pending_e0_ = 0, pending_n_ = 0;  // the run in run_ not yet in its tiles
 };
 
 }  // namespace packrat
