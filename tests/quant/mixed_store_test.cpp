@@ -107,34 +107,38 @@ TEST(MixedStore, ValueRoundTripMatchesTheQuantizerAndCountsEveryByte) {
 // scheme, in both blocked layouts. (As the buffer lies, a bucket of 128 held 8 pixels of 16
 // channels.)
 TEST(MixedStore, ABlockedTensorIsBucketedAsItsPlainCopy) {
-  const Tensor x = random_tensor(Shape{2, 32, 9, 7}, 12, -3.0f, 3.0f);  // planes of 63: buckets across channels
-  for (Layout layout : {Layout::nChw16c, Layout::nChw8c}) {
-    SCOPED_TRACE(layout_name(layout));
-    const Tensor blocked = x.to_layout(layout);
-    SaveRequest derivative;
-    derivative.need = Need::Derivative;
-    derivative.fn = &pointwise_by_name("gelu");
-    derivative.op = "gelu";
-    const std::vector<std::map<std::string, std::string>> cases = {
-        {{"preset", "2/4@0.5"}, {"bucket_size", "128"}},
-        {{"preset", "2/4@0.5"}, {"bucket_size", "100"}, {"scale", "maxabs"}, {"mode", "quantize_on_backward"}}};
-    for (size_t c = 0; c < cases.size() + 1; ++c) {
-      const bool det = c == cases.size();
-      auto plain_store = det ? deterministic({{"bits", "3"}, {"bucket_size", "64"}}) : mixed(cases[c]);
-      auto blocked_store = det ? deterministic({{"bits", "3"}, {"bucket_size", "64"}}) : mixed(cases[c]);
-      for (auto* s : {plain_store.get(), blocked_store.get()}) s->begin_step(4);
-      const SavedHandle vp = plain_store->save(x, value()), vb = blocked_store->save(blocked, value());
-      const SavedHandle dp = plain_store->save(x, derivative), db = blocked_store->save(blocked, derivative);
-      const Tensor loaded = blocked_store->load(vb), derived = blocked_store->load(db);
-      EXPECT_EQ(loaded.layout(), layout) << c;
-      EXPECT_EQ(loaded.to_plain().to_vector(), plain_store->load(vp).to_vector()) << c;
-      EXPECT_EQ(derived.to_plain().to_vector(), plain_store->load(dp).to_vector()) << c;
-      std::vector<SavedRecord> rp, rb;
-      plain_store->describe(rp);
-      blocked_store->describe(rb);
-      ASSERT_EQ(rp.size(), 2u);
-      ASSERT_EQ(rb.size(), 2u);
-      for (size_t i = 0; i < 2; ++i) EXPECT_EQ(rb[i].bytes, rp[i].bytes) << c;
+  // Planes of 63: buckets across channels; planes of 9, 55296 values: buckets across tiles, split
+  // between threads inside tiles (quant/plain_runs.h).
+  for (const Shape& shape : {Shape{2, 32, 9, 7}, Shape{128, 48, 3, 3}}) {
+    for (Layout layout : {Layout::nChw16c, Layout::nChw8c}) {
+      const Tensor x = random_tensor(shape, 12, -3.0f, 3.0f);
+      SCOPED_TRACE(shape.str() + " " + std::string(layout_name(layout)));
+      const Tensor blocked = x.to_layout(layout);
+      SaveRequest derivative;
+      derivative.need = Need::Derivative;
+      derivative.fn = &pointwise_by_name("gelu");
+      derivative.op = "gelu";
+      const std::vector<std::map<std::string, std::string>> cases = {
+          {{"preset", "2/4@0.5"}, {"bucket_size", "128"}},
+          {{"preset", "2/4@0.5"}, {"bucket_size", "100"}, {"scale", "maxabs"}, {"mode", "quantize_on_backward"}}};
+      for (size_t c = 0; c < cases.size() + 1; ++c) {
+        const bool det = c == cases.size();
+        auto plain_store = det ? deterministic({{"bits", "3"}, {"bucket_size", "64"}}) : mixed(cases[c]);
+        auto blocked_store = det ? deterministic({{"bits", "3"}, {"bucket_size", "64"}}) : mixed(cases[c]);
+        for (auto* s : {plain_store.get(), blocked_store.get()}) s->begin_step(4);
+        const SavedHandle vp = plain_store->save(x, value()), vb = blocked_store->save(blocked, value());
+        const SavedHandle dp = plain_store->save(x, derivative), db = blocked_store->save(blocked, derivative);
+        const Tensor loaded = blocked_store->load(vb), derived = blocked_store->load(db);
+        EXPECT_EQ(loaded.layout(), layout) << c;
+        EXPECT_EQ(loaded.to_plain().to_vector(), plain_store->load(vp).to_vector()) << c;
+        EXPECT_EQ(derived.to_plain().to_vector(), plain_store->load(dp).to_vector()) << c;
+        std::vector<SavedRecord> rp, rb;
+        plain_store->describe(rp);
+        blocked_store->describe(rb);
+        ASSERT_EQ(rp.size(), 2u);
+        ASSERT_EQ(rb.size(), 2u);
+        for (size_t i = 0; i < 2; ++i) EXPECT_EQ(rb[i].bytes, rp[i].bytes) << c;
+      }
     }
   }
   EXPECT_EQ(Allocator::cpu().current(MemTag::Workspace), 0);
