@@ -11,7 +11,7 @@
 #include "quant/group_quant_device.h"
 #include "quant/group_quant_warp.h"
 #include "quant/nhwc_decode.h"
-#include "quant/nhwc_quad_quantize.h"
+#include "quant/quad_quantize.h"
 #include "quant/nhwc_tile.h"
 
 namespace packrat::cuda {
@@ -133,24 +133,25 @@ __global__ void __launch_bounds__(kStaged ? kNhwcBlockThreads : kThreadsPerBlock
   }
 }
 
-// An NHWC tensor's groups without a staging tile (quant/nhwc_quad_quantize.h says how): a thread
-// a box of 4 channels x 8 pixels, in registers from its 8 loads to its codes; the block's range
-// and noise in shared memory (34 KiB), two barriers; ptxas: 72 registers (78 at 1 bit), no
-// spills, so three blocks an SM. Not yet timed on a GPU: picked by PACKRAT_NHWC_QUANTIZE=quads
-// (quads_quantize_chosen), the staged kernel otherwise.
+// An NHWC tensor's groups without a staging tile, or a plain tensor's without a warp a group
+// (quant/quad_quantize.h says how): a thread a box of 4 channels x 8 pixels (plain: 4 blocks of
+// 8), in registers from its 8 loads to its codes; the block's range and noise in shared memory
+// (34 KiB), two barriers; ptxas: 78 registers (80 at 3 bits), no spills, so three blocks an SM.
+// Not yet timed on a GPU: picked by PACKRAT_QUANTIZE=quads (quads_quantize_chosen), the staged
+// or warp-a-group kernel otherwise.
 template <int kBits>
 __global__ void __launch_bounds__(kQuadBoxThreads, 3)
-    quantize_groups_quads_kernel(const float* x, GroupGeometry g, NhwcQuadPlan plan, Rounding rounding,
+    quantize_groups_quads_kernel(const float* x, GroupGeometry g, QuadPlan plan, Rounding rounding,
                                  QuantNoise noise, uint8_t* codes, uint8_t* meta, double* range_sq) {
-  __shared__ NhwcQuadShared s;
+  __shared__ QuadShared s;
   const int bits = kBits > 0 ? kBits : g.bits;
   const int t = static_cast<int>(threadIdx.x);
-  const ElementRun run = nhwc_quad_run(plan, blockIdx.x);
+  const ElementRun run = quad_run(plan, blockIdx.x);
   const NoiseChunk nc = noise_chunk(run);
   const bool stochastic = rounding == Rounding::Stochastic;
 
   // Phase A: the box's loads in flight while the block makes its noise.
-  const NhwcQuadBox box = nhwc_quad_box(plan, blockIdx.x, t);
+  const QuadBox box = quad_box(plan, blockIdx.x, t);
   float v[4][8];  // (channel, pixel) of the box
   if (box.active) load_quad_box(x, plan, box, v);
   if (stochastic) make_chunk_noise(noise, nc, t, s.noise, kQuadBoxThreads);
@@ -184,16 +185,16 @@ __global__ void __launch_bounds__(kQuadBoxThreads, 3)
   if (box.active) quantize_quad_box(v, plan, box, bits, nc, s, stochastic ? s.noise : nullptr, codes);
 }
 
-// PACKRAT_NHWC_QUANTIZE=quads: the experiment above, for scripts/device_check.sh's EXPERIMENT.
+// PACKRAT_QUANTIZE=quads: the experiment above, for scripts/device_check.sh's EXPERIMENT.
 bool quads_quantize_chosen() {
   static const bool chosen = [] {
-    const char* v = std::getenv("PACKRAT_NHWC_QUANTIZE");
+    const char* v = std::getenv("PACKRAT_QUANTIZE");
     return v != nullptr && std::string_view(v) == "quads";
   }();
   return chosen;
 }
 
-void launch_quantize_quads(const float* x, const GroupGeometry& g, const NhwcQuadPlan& plan, Rounding rounding,
+void launch_quantize_quads(const float* x, const GroupGeometry& g, const QuadPlan& plan, Rounding rounding,
                            const QuantNoise& noise, uint8_t* codes, uint8_t* meta, double* range_sq) {
   const auto blocks = static_cast<unsigned>(plan.runs);
   auto launch = [&](auto kernel) {
@@ -279,8 +280,8 @@ void launch_decode_nhwc(const uint8_t* codes, const uint8_t* meta, const GroupGe
 void launch_quantize_groups(const float* x, const GroupGeometry& g, Rounding rounding, const QuantNoise& noise,
                             uint8_t* codes, uint8_t* meta, double* group_range_sq, const CodecWalk& walk) {
   if (g.groups() == 0) return;
-  if (walk.nhwc && quads_quantize_chosen()) {
-    const NhwcQuadPlan plan = nhwc_quad_plan(g, walk);
+  if (quads_quantize_chosen()) {
+    const QuadPlan plan = walk.nhwc ? nhwc_quad_plan(g, walk) : walk.channels == 0 ? plain_quad_plan(g) : QuadPlan{};
     if (plan.quads_per_run > 0)
       return launch_quantize_quads(x, g, plan, rounding, noise, codes, meta, group_range_sq);
   }

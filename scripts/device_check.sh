@@ -22,8 +22,9 @@
 # nhwc:    the same sections for the staged NHWC codec kernels (quantize and decode, per plane and
 #          per sample);
 # ab:      packrat_bench against packrat_bench.variant (scripts/bench_variant.sh: another revision's),
-#          AB_FILTER's benchmarks (default: the NHWC codec and the ResNet-18 step at 512, FP32 and
-#          ActNN 2-bit), in alternating rounds A B A B, so that both are measured in one run; with
+#          AB_FILTER's benchmarks (default: the plain and NHWC per-group codecs and the ResNet-18
+#          step at 512, FP32 and ActNN 2-bit), in alternating rounds A B A B, so that both are
+#          measured in one run; with
 #          EXPERIMENT (NAME=VALUE: a kernel an environment variable picks, while both are measured),
 #          the variant is this packrat_bench with EXPERIMENT set, and the tests phase runs the codec
 #          and store suites again with it;
@@ -120,7 +121,7 @@ if [[ " $phases " == *" ab "* ]]; then
         if [[ $side == variant ]]; then
           [[ -n ${EXPERIMENT:-} ]] && cmd=(env "$EXPERIMENT" $run packrat_bench) || cmd=($run packrat_bench.variant)
         fi
-        timeout 90 "${cmd[@]}" --benchmark_filter="${AB_FILTER:-CodecCuda/GroupNhwc|$step(_actnn2)?/512}" \
+        timeout 90 "${cmd[@]}" --benchmark_filter="${AB_FILTER:-CodecCuda/Group(Nhwc|Quantize)|$step(_actnn2)?/512}" \
           --benchmark_min_time=0.7 >"$out/bench_ab_${round}_$side.log" 2>&1
       done
     done

@@ -61,8 +61,8 @@ TEST(GroupQuantDevice, CudaKernelsWriteTheCpuBytes) {
 
 // An NHWC tensor (what the CUDA convolutions make) quantizes to the CPU's bytes of its plain copy,
 // ReLU-like zeros, zero extremes of either sign and NaN values included: through the staged
-// kernel (quant/nhwc_tile.h), or under PACKRAT_NHWC_QUANTIZE=quads the tile-free one where it
-// takes the shape (quant/nhwc_quad_quantize.h; scripts/device_check.sh runs this suite with it
+// kernel (quant/nhwc_tile.h), or under PACKRAT_QUANTIZE=quads the tile-free one where it
+// takes the shape (quant/quad_quantize.h; scripts/device_check.sh runs this suite with it
 // as its EXPERIMENT).
 TEST(GroupQuantDevice, NhwcTensorsQuantizeToThePlainTensorsBytes) {
   PACKRAT_SKIP_WITHOUT_GPU();

@@ -1,6 +1,6 @@
 #pragma once
 // The NHWC tensors of the NHWC codec's tests (the staged and the quads quantize, the decode: on the
-// host, nhwc_tile_test.cpp, nhwc_quad_quantize_test.cpp, nhwc_decode_test.cpp; on a GPU,
+// host, nhwc_tile_test.cpp, quad_quantize_test.cpp, nhwc_decode_test.cpp; on a GPU,
 // group_quant_device_test.cpp): shapes and groupings, random and hostile values, the NHWC buffer
 // of a plain tensor.
 #include <fmt/format.h>

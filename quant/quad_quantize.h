@@ -1,7 +1,9 @@
 #pragma once
-// Per-group codes of a GPU's NHWC tensor in plain order without a staging tile: the "quads"
-// quantize, an experiment beside the staged one (quant/nhwc_tile.h) until a GPU has timed it
-// (group_quant_cuda.cu picks it with PACKRAT_NHWC_QUANTIZE=quads).
+// Per-group codes of a GPU tensor with each thread's values in registers from their loads to their
+// codes: the "quads" quantize, an experiment beside the staged NHWC kernel (quant/nhwc_tile.h) and
+// the warp-a-group plain one (group_quant_warp.h) until a GPU has timed it (group_quant_cuda.cu
+// picks it with PACKRAT_QUANTIZE=quads). Written for NHWC tensors in plain order; a plain tensor
+// takes the same phases with a simpler box (plain_quad_plan, at the end).
 //
 // Why. The staged kernel reads a block's run into a plain-order tile (a transpose through shared
 // memory), waits at a barrier, then quantizes the tile's groups by warps: on an H100 it ran at
@@ -15,7 +17,7 @@
 // kept in registers from the load to the codes. Threads take the quads innermost, so a warp's
 // load of one pixel row reads whole 32-byte sectors where k >= 2. Three phases, two barriers:
 //   A  each box's blocks: their range (RangeScan), first value and first zero into shared memory
-//      (NhwcQuadShared); meanwhile the block's rounding noise (the run's Philox calls, one in 8
+//      (QuadShared); meanwhile the block's rounding noise (the run's Philox calls, one in 8
 //      values) into shared memory, as the warps of group_quant_warp.h make theirs;
 //   B  each group's range from its blocks' (lanes = quantize_lanes(G) threads a group, merged by
 //      shuffles in the kernel, in any order: RangeScan gives the CPU's), its metadata and
@@ -25,7 +27,7 @@
 //      tile the code stream densely).
 // Taken where the channels come in fours, planes in eights (up to 2048), groups in whole blocks
 // whose edges fall on the runs' (nhwc_quad_plan); otherwise the staged kernel runs. CUDA-free:
-// the kernel (group_quant_cuda.cu) and the host test (tests/quant/nhwc_quad_quantize_test.cpp)
+// the kernel (group_quant_cuda.cu) and the host test (tests/quant/quad_quantize_test.cpp)
 // run the same phases.
 #include <cmath>
 #include <cstdint>
@@ -44,8 +46,9 @@ constexpr int kQuadBoxThreads = 256;                // a block's threads: one bo
 // noise blocks (noise_word's layout).
 constexpr int kQuadNoiseWords = (kQuadRunValues / 128 + 1) * kNoiseBlockWords;
 
-// How a tensor's runs and boxes lie; quads_per_run 0: the kernel cannot take it.
-struct NhwcQuadPlan {
+// How a tensor's runs and boxes lie; quads_per_run 0: the kernel cannot take it. channels 0: a
+// plain tensor (plain_quad_plan), whose box blocks lie `plane` elements apart.
+struct QuadPlan {
   int32_t channels = 0, plane = 0;
   int32_t pixel_blocks = 0;   // plane / 8: a plane's boxes for one quad
   int32_t quads_per_run = 0;  // k
@@ -60,8 +63,8 @@ struct NhwcQuadPlan {
 // the runs' edges on group edges; none where the channels are not a multiple of 4, the plane not
 // one of 8 (a box's blocks would straddle channels), the groups not whole blocks (every group edge
 // a multiple of 8), or the tensor has 2^31 values or more (32-bit offsets).
-inline NhwcQuadPlan nhwc_quad_plan(const GroupGeometry& g, const CodecWalk& w) {
-  NhwcQuadPlan p;
+inline QuadPlan nhwc_quad_plan(const GroupGeometry& g, const CodecWalk& w) {
+  QuadPlan p;
   if (!w.nhwc || w.channels <= 0 || w.channels % 4 != 0 || w.plane <= 0 || w.plane % 8 != 0 ||
       4 * w.plane > kQuadRunValues || g.groups() == 0 || g.numel >= (int64_t{1} << 31) || g.group_size % 8 != 0 ||
       g.span_len % 8 != 0 || g.numel % (w.channels * w.plane) != 0)
@@ -82,23 +85,52 @@ inline NhwcQuadPlan nhwc_quad_plan(const GroupGeometry& g, const CodecWalk& w) {
   return p;
 }
 
+// The plan for g's groups of a tensor as it lies (a GPU's plain buffer: linear layers, NCHW): the
+// NHWC plan's phases with one "quad" a run of R values whose box blocks lie R / 4 apart, so that
+// thread t's box is the run's blocks t, t + R/32, t + R/16 and t + 3R/32, and a warp's two float4
+// loads of one of them read 32 consecutive blocks (1 KiB). R: the most, at most kQuadRunValues and
+// a multiple of 32, that divides the tensor and puts the runs' edges on group edges; none where the
+// groups are not whole blocks or the tensor has 2^31 values or more.
+inline QuadPlan plain_quad_plan(const GroupGeometry& g) {
+  QuadPlan p;
+  if (g.groups() == 0 || g.numel >= (int64_t{1} << 31) || g.group_size % 8 != 0 || g.span_len % 8 != 0) return p;
+  for (int64_t run = kQuadRunValues; run >= 32; run -= 32) {
+    const bool edges_are_group_edges = run % g.span_len == 0 || (g.span_len % run == 0 && run % g.group_size == 0);
+    if (g.numel % run != 0 || !edges_are_group_edges) continue;
+    p.plane = static_cast<int32_t>(run / 4);
+    p.pixel_blocks = static_cast<int32_t>(run / 32);
+    p.quads_per_run = 1;
+    p.lanes = quantize_lanes(g.group_size);
+    p.runs = g.numel / run;
+    return p;
+  }
+  return p;
+}
+
 // Run r's plain elements.
-PACKRAT_HD inline ElementRun nhwc_quad_run(const NhwcQuadPlan& p, int64_t r) {
+PACKRAT_HD inline ElementRun quad_run(const QuadPlan& p, int64_t r) {
   return {r * p.run_values(), (r + 1) * p.run_values()};
 }
 
 // Thread t's box of run r: channels 4q .. 4q + 3 of sample n, pixels 8 pb .. 8 pb + 7, with the
 // run's quad dq = t % k and pb = t / k (quads innermost). Its channel j's block is the plain
 // elements e0 + j x plane .. + 7, the run's block `block` + j x pixel_blocks.
-struct NhwcQuadBox {
+struct QuadBox {
   bool active = false;  // t < boxes()
   int32_t at = 0;       // buffer offset of pixel 8 pb's channel 4q
   int32_t e0 = 0;       // plain element of channel 4q's block
   int32_t block = 0;    // channel 4q's block in the run
 };
-PACKRAT_HD inline NhwcQuadBox nhwc_quad_box(const NhwcQuadPlan& p, int64_t r, int t) {
-  NhwcQuadBox b;
+PACKRAT_HD inline QuadBox quad_box(const QuadPlan& p, int64_t r, int t) {
+  QuadBox b;
   if (t >= p.boxes()) return b;
+  if (p.channels == 0) {  // plain: the run's blocks t, t + pixel_blocks, ... (plain_quad_plan)
+    b.active = true;
+    b.e0 = static_cast<int32_t>(r * p.run_values()) + 8 * t;
+    b.at = b.e0;
+    b.block = t;
+    return b;
+  }
   const int32_t dq = t % p.quads_per_run, pb = t / p.quads_per_run;
   const auto quad_plane = static_cast<int32_t>(r * p.quads_per_run + dq);  // over all samples
   const int32_t quads = p.channels / 4, n = quad_plane / quads, q = quad_plane - n * quads;
@@ -111,7 +143,12 @@ PACKRAT_HD inline NhwcQuadBox nhwc_quad_box(const NhwcQuadPlan& p, int64_t r, in
 
 // The box's values, v[j][i] = channel 4q + j at pixel 8 pb + i: 8 loads of 4 channels, all issued
 // before any is used.
-PACKRAT_HD inline void load_quad_box(const float* x, const NhwcQuadPlan& p, const NhwcQuadBox& b, float (&v)[4][8]) {
+PACKRAT_HD inline void load_quad_box(const float* x, const QuadPlan& p, const QuadBox& b, float (&v)[4][8]) {
+  if (p.channels == 0) {  // plain: each block's 8 values, two float4 loads
+    PACKRAT_UNROLL
+    for (int j = 0; j < 4; ++j) load_floats8(x + b.at + j * p.plane, 8, v[j]);
+    return;
+  }
   float row[8][4];  // (pixel, channel)
   PACKRAT_UNROLL
   for (int i = 0; i < 8; ++i) load_floats4(x + b.at + i * p.channels, 4, row[i]);
@@ -126,8 +163,8 @@ PACKRAT_HD inline void load_quad_box(const float* x, const NhwcQuadPlan& p, cons
 // whose blocks lie a quad's or a pixel block's stride apart, fall in distinct banks: none conflict
 // for planes of 8 to 2048 where a run takes the most quads (8192 values), at most 4 ways where it
 // takes fewer, against up to 16 (8-byte pairs) and 32 ways (4-byte values) with the plain index
-// (tests/quant/nhwc_quad_quantize_test.cpp counts them); phase B's reads stay at most 2-way.
-struct NhwcQuadShared {
+// (tests/quant/quad_quantize_test.cpp counts them); phase B's reads stay at most 2-way.
+struct QuadShared {
   struct alignas(8) Pair {
     float a, b;  // phase A: the block's (min, max); after phase B: its group's (min, 1 / step)
   };
@@ -148,8 +185,8 @@ struct NhwcQuadShared {
 constexpr uint8_t kNoZeroByte = 0xFF;
 
 // Phase A: the box's 4 blocks' ranges, first values and first zeros.
-PACKRAT_HD inline void keep_box_ranges(const float (&v)[4][8], const NhwcQuadPlan& p, const NhwcQuadBox& b,
-                                       NhwcQuadShared& s) {
+PACKRAT_HD inline void keep_box_ranges(const float (&v)[4][8], const QuadPlan& p, const QuadBox& b,
+                                       QuadShared& s) {
   PACKRAT_UNROLL
   for (int j = 0; j < 4; ++j) {
     RangeScan scan(v[j][0]);
@@ -195,11 +232,11 @@ struct QuadTeamLane {
   int sub = 0;    // the thread's lane among the group's
   bool active = false;
 };
-PACKRAT_HD inline int64_t quad_team_rounds(const NhwcQuadPlan& p, const QuadRunGroups& groups) {
+PACKRAT_HD inline int64_t quad_team_rounds(const QuadPlan& p, const QuadRunGroups& groups) {
   const int64_t teams = kQuadBoxThreads / p.lanes;
   return (groups.count + teams - 1) / teams;
 }
-PACKRAT_HD inline QuadTeamLane quad_team_lane(const NhwcQuadPlan& p, const QuadRunGroups& groups, int64_t round,
+PACKRAT_HD inline QuadTeamLane quad_team_lane(const QuadPlan& p, const QuadRunGroups& groups, int64_t round,
                                               int t) {
   const int shift = lanes_log2(p.lanes);
   QuadTeamLane l;
@@ -218,10 +255,10 @@ struct GroupRangePart {
 PACKRAT_HD inline GroupRangePart merge_parts(const GroupRangePart& a, const GroupRangePart& b) {
   return {fminf(a.mn, b.mn), fmaxf(a.mx, b.mx), a.first_zero < b.first_zero ? a.first_zero : b.first_zero};
 }
-PACKRAT_HD inline GroupRangePart group_range_part(const NhwcQuadShared& s, const QuadGroup& grp, int sub, int lanes) {
+PACKRAT_HD inline GroupRangePart group_range_part(const QuadShared& s, const QuadGroup& grp, int sub, int lanes) {
   GroupRangePart part;
   for (int32_t k = sub; k < grp.blocks; k += lanes) {
-    const NhwcQuadShared::Pair r = s.range(grp.b0 + k);
+    const QuadShared::Pair r = s.range(grp.b0 + k);
     const uint8_t z = s.zero(grp.b0 + k);
     part = merge_parts(part, {r.a, r.b, z == kNoZeroByte ? ~0u : 16u * static_cast<uint32_t>(k) + z});
   }
@@ -229,7 +266,7 @@ PACKRAT_HD inline GroupRangePart group_range_part(const NhwcQuadShared& s, const
 }
 // The group's parameters from its merged parts: the CPU's range (RangeScan's settlement of a zero
 // extreme's sign and of a NaN first value).
-PACKRAT_HD inline GroupParams settle_quad_group(const NhwcQuadShared& s, const QuadGroup& grp,
+PACKRAT_HD inline GroupParams settle_quad_group(const QuadShared& s, const QuadGroup& grp,
                                                 const GroupRangePart& all, int bits, MetaType meta) {
   RangeScan range(s.first(grp.b0));
   range.mn = fminf(range.mn, all.mn);
@@ -239,7 +276,7 @@ PACKRAT_HD inline GroupParams settle_quad_group(const NhwcQuadShared& s, const Q
   return group_params(range.mn, range.mx, bits, meta);
 }
 // The lane's blocks of the group take its (min, 1 / step) for phase C.
-PACKRAT_HD inline void keep_group_params(NhwcQuadShared& s, const QuadGroup& grp, int sub, int lanes,
+PACKRAT_HD inline void keep_group_params(QuadShared& s, const QuadGroup& grp, int sub, int lanes,
                                          const GroupParams& p) {
   for (int32_t k = sub; k < grp.blocks; k += lanes) s.range(grp.b0 + k) = {p.min, p.inv_step};
 }
@@ -248,12 +285,12 @@ PACKRAT_HD inline void keep_group_params(NhwcQuadShared& s, const QuadGroup& grp
 
 // The box's 4 blocks' codes, rounded with the run's shared noise (null: to nearest): each block
 // as a warp's lane quantizes one (quantize_lane_block), its bytes at codes + (element / 8) x bits.
-PACKRAT_HD inline void quantize_quad_box(const float (&v)[4][8], const NhwcQuadPlan& p, const NhwcQuadBox& b, int bits,
-                                         const NoiseChunk& nc, const NhwcQuadShared& s, const uint32_t* noise,
+PACKRAT_HD inline void quantize_quad_box(const float (&v)[4][8], const QuadPlan& p, const QuadBox& b, int bits,
+                                         const NoiseChunk& nc, const QuadShared& s, const uint32_t* noise,
                                          uint8_t* codes) {
   PACKRAT_UNROLL
   for (int j = 0; j < 4; ++j) {
-    const NhwcQuadShared::Pair r = s.range(b.block + j * p.pixel_blocks);
+    const QuadShared::Pair r = s.range(b.block + j * p.pixel_blocks);
     const GroupParams params{r.a, 0.0f, r.b};  // quantize_value reads min and inv_step
     // A multiple of 8 (plane % 8 == 0, nhwc_quad_plan), said so that the compiler drops
     // chunk_noise16_block8's element-by-element path for blocks off an 8-element boundary.
