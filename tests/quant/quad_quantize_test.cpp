@@ -102,6 +102,28 @@ int bank_ways(const std::vector<int64_t>& addresses, int size) {
   return static_cast<int>(ways);
 }
 
+// Every warp's accesses to its boxes' block j (phases A and C) under plan p: at most `ways` words
+// a bank, for the 8-byte pairs (a half-warp a wavefront), the 4-byte firsts and the zero bytes.
+void expect_box_banks(const QuadPlan& p, int ways, const std::string& plan) {
+  for (int warp = 0; warp < kQuadBoxThreads / 32; ++warp)
+    for (int j = 0; j < 4; ++j) {
+      std::vector<int64_t> pairs[2], words, bytes;  // pairs: (half-warp)
+      for (int lane = 0; lane < 32; ++lane) {
+        const QuadBox b = quad_box(p, 0, 32 * warp + lane);
+        if (!b.active) continue;
+        const int block = b.block + j * p.pixel_blocks;
+        pairs[lane / 16].push_back(8 * QuadShared::pair_slot(block));
+        words.push_back(4 * QuadShared::word_slot(block));
+        bytes.push_back(QuadShared::word_slot(block));
+      }
+      const std::string what = fmt::format("{}, warp {}, block {} of the box", plan, warp, j);
+      EXPECT_LE(bank_ways(pairs[0], 8), ways) << what;
+      EXPECT_LE(bank_ways(pairs[1], 8), ways) << what;
+      EXPECT_LE(bank_ways(words, 4), ways) << what;
+      EXPECT_LE(bank_ways(bytes, 1), ways) << what;
+    }
+}
+
 // Phases A and C touch each box's blocks a quad's or a pixel block's stride apart; the swizzled
 // slots put a warp's accesses (8-byte pairs by half-warps, 4-byte first values, zero bytes) in
 // distinct banks where a run takes the most quads (8192 values: ResNet's activations), and at most
@@ -118,25 +140,7 @@ TEST(QuadQuantize, BoxAccessesToSharedMemoryHitDistinctBanks) {
       const QuadPlan p = plan_of(shape);
       ASSERT_EQ(p.quads_per_run, quads) << shape.name();
       const bool most = 8 * quads * plane > kQuadRunValues;
-      const int ways = most ? 1 : 4;
-      for (int warp = 0; warp < kQuadBoxThreads / 32; ++warp)
-        for (int j = 0; j < 4; ++j) {
-          std::vector<int64_t> pairs[2], words, bytes;  // pairs: (half-warp)
-          for (int lane = 0; lane < 32; ++lane) {
-            const QuadBox b = quad_box(p, 0, 32 * warp + lane);
-            if (!b.active) continue;
-            const int block = b.block + j * p.pixel_blocks;
-            pairs[lane / 16].push_back(8 * QuadShared::pair_slot(block));
-            words.push_back(4 * QuadShared::word_slot(block));
-            bytes.push_back(QuadShared::word_slot(block));
-          }
-          const std::string what = fmt::format("planes of {}, {} quads a run, warp {}, channel {} of the box", plane,
-                                               quads, warp, j);
-          EXPECT_LE(bank_ways(pairs[0], 8), ways) << what;
-          EXPECT_LE(bank_ways(pairs[1], 8), ways) << what;
-          EXPECT_LE(bank_ways(words, 4), ways) << what;
-          EXPECT_LE(bank_ways(bytes, 1), ways) << what;
-        }
+      expect_box_banks(p, most ? 1 : 4, fmt::format("planes of {}, {} quads a run", plane, quads));
     }
 }
 
@@ -147,23 +151,7 @@ TEST(QuadQuantize, PlainBoxAccessesToSharedMemoryHitDistinctBanks) {
     c.group_size = 256;
     const QuadPlan p = plain_quad_plan(group_geometry(run, 1, c));
     ASSERT_EQ(p.run_values(), run);
-    for (int warp = 0; warp < kQuadBoxThreads / 32; ++warp)
-      for (int j = 0; j < 4; ++j) {
-        std::vector<int64_t> pairs[2], words, bytes;  // pairs: (half-warp)
-        for (int lane = 0; lane < 32; ++lane) {
-          const QuadBox b = quad_box(p, 0, 32 * warp + lane);
-          if (!b.active) continue;
-          const int block = b.block + j * p.pixel_blocks;
-          pairs[lane / 16].push_back(8 * QuadShared::pair_slot(block));
-          words.push_back(4 * QuadShared::word_slot(block));
-          bytes.push_back(QuadShared::word_slot(block));
-        }
-        const std::string what = fmt::format("runs of {}, warp {}, block {} of the box", run, warp, j);
-        EXPECT_LE(bank_ways(pairs[0], 8), 1) << what;
-        EXPECT_LE(bank_ways(pairs[1], 8), 1) << what;
-        EXPECT_LE(bank_ways(words, 4), 1) << what;
-        EXPECT_LE(bank_ways(bytes, 1), 1) << what;
-      }
+    expect_box_banks(p, 1, fmt::format("plain runs of {}", run));
   }
 }
 
