@@ -3,7 +3,7 @@
 // codes: the "quads" quantize, an experiment beside the staged NHWC kernel (quant/nhwc_tile.h) and
 // the warp-a-group plain one (group_quant_warp.h) until a GPU has timed it (group_quant_cuda.cu
 // picks it with PACKRAT_QUANTIZE=quads). Written for NHWC tensors in plain order; a plain tensor
-// takes the same phases with a simpler box (plain_quad_plan, at the end).
+// takes the same phases with a simpler box (plain_quad_plan).
 //
 // Why. The staged kernel reads a block's run into a plain-order tile (a transpose through shared
 // memory), waits at a barrier, then quantizes the tile's groups by warps: on an H100 it ran at
@@ -26,7 +26,8 @@
 //      noise: one 8-code block word each, at codes + (element / 8) x bits (groups of whole blocks
 //      tile the code stream densely).
 // Taken where the channels come in fours, planes in eights (up to 2048), groups in whole blocks
-// whose edges fall on the runs' (nhwc_quad_plan); otherwise the staged kernel runs. CUDA-free:
+// whose edges fall on the runs' (nhwc_quad_plan), and for a plain tensor where runs of a multiple
+// of 32 values divide it on group edges; otherwise the staged or warp-a-group kernel runs. CUDA-free:
 // the kernel (group_quant_cuda.cu) and the host test (tests/quant/quad_quantize_test.cpp)
 // run the same phases.
 #include <cmath>
