@@ -223,19 +223,17 @@ Written quantize_quads(const std::vector<float>& nhwc, const GroupGeometry& g, c
   return w;
 }
 
-void expect_cpu_bytes(const Case& k, int bits, Rounding rounding, MetaType meta) {
-  const int64_t p = k.h * k.w, numel = k.n * k.c * p;
-  GroupGeometry g = geometry_of(k, bits);
-  g.meta = meta;
-  const QuadPlan plan = nhwc_quad_plan(g, CodecWalk{k.c, p, true});
-  const std::string what =
-      fmt::format("{}, {} bits, {}, {} metadata", k.name(), bits, rounding_name(rounding), meta_name(meta));
+// The phases under `plan` on the tensor's buffer (to_buffer of its plain values, hostile ones) write
+// the CPU kernel's codes, metadata and range_sq for the plain tensor.
+template <class ToBuffer>
+void expect_quads_write_cpu_bytes(const GroupGeometry& g, const QuadPlan& plan, Rounding rounding, ToBuffer&& to_buffer,
+                                  const std::string& what) {
   ASSERT_GT(plan.quads_per_run, 0) << what;
-  const std::vector<float> plain = hostile_values(numel, g.group_size, static_cast<uint64_t>(numel + bits));
+  const std::vector<float> plain = hostile_values(g.numel, g.group_size, static_cast<uint64_t>(g.numel + g.bits));
   std::vector<uint8_t> codes(static_cast<size_t>(g.code_bytes())), metadata(static_cast<size_t>(g.meta_bytes()));
   std::vector<double> range_sq;
   quantize_groups(plain.data(), g, rounding, kNoise, codes.data(), metadata.data(), &range_sq);
-  const Written quads = quantize_quads(to_nhwc(plain, k.n, k.c, p), g, plan, rounding);
+  const Written quads = quantize_quads(to_buffer(plain), g, plan, rounding);
   EXPECT_EQ(quads.codes, codes) << what;
   EXPECT_EQ(quads.meta, metadata) << what;
   ASSERT_EQ(quads.range_sq.size(), range_sq.size()) << what;
@@ -248,6 +246,16 @@ void expect_cpu_bytes(const Case& k, int bits, Rounding rounding, MetaType meta)
   }
 }
 
+void expect_cpu_bytes(const Case& k, int bits, Rounding rounding, MetaType meta) {
+  const int64_t p = k.h * k.w;
+  GroupGeometry g = geometry_of(k, bits);
+  g.meta = meta;
+  expect_quads_write_cpu_bytes(
+      g, nhwc_quad_plan(g, CodecWalk{k.c, p, true}), rounding,
+      [&](const std::vector<float>& plain) { return to_nhwc(plain, k.n, k.c, p); },
+      fmt::format("{}, {} bits, {}, {} metadata", k.name(), bits, rounding_name(rounding), meta_name(meta)));
+}
+
 TEST(QuadQuantize, PhasesWriteTheCpuBytesOfThePlainTensor) {
   for (const Case& k : kQuadCases) expect_cpu_bytes(k, 2, Rounding::Stochastic, MetaType::BF16);
 }
@@ -256,25 +264,9 @@ TEST(QuadQuantize, PhasesWriteTheCpuBytesOfThePlainTensor) {
 void expect_plain_cpu_bytes(const GroupGeometry& geometry, Rounding rounding, MetaType meta) {
   GroupGeometry g = geometry;
   g.meta = meta;
-  const QuadPlan plan = plain_quad_plan(g);
-  const std::string what = fmt::format("{} values, groups of {}, {} bits, {}, {} metadata", g.numel, g.group_size,
-                                       g.bits, rounding_name(rounding), meta_name(meta));
-  ASSERT_GT(plan.quads_per_run, 0) << what;
-  const std::vector<float> plain = hostile_values(g.numel, g.group_size, static_cast<uint64_t>(g.numel + g.bits));
-  std::vector<uint8_t> codes(static_cast<size_t>(g.code_bytes())), metadata(static_cast<size_t>(g.meta_bytes()));
-  std::vector<double> range_sq;
-  quantize_groups(plain.data(), g, rounding, kNoise, codes.data(), metadata.data(), &range_sq);
-  const Written quads = quantize_quads(plain, g, plan, rounding);
-  EXPECT_EQ(quads.codes, codes) << what;
-  EXPECT_EQ(quads.meta, metadata) << what;
-  ASSERT_EQ(quads.range_sq.size(), range_sq.size()) << what;
-  for (size_t i = 0; i < range_sq.size(); ++i) {
-    if (std::isnan(range_sq[i])) {
-      EXPECT_TRUE(std::isnan(quads.range_sq[i])) << what << " group " << i;
-      continue;
-    }
-    ASSERT_EQ(quads.range_sq[i], range_sq[i]) << what << " group " << i;
-  }
+  expect_quads_write_cpu_bytes(g, plain_quad_plan(g), rounding, [](const std::vector<float>& plain) { return plain; },
+                               fmt::format("{} values, groups of {}, {} bits, {}, {} metadata", g.numel, g.group_size,
+                                           g.bits, rounding_name(rounding), meta_name(meta)));
 }
 
 TEST(QuadQuantize, PlainPhasesWriteTheCpuBytes) {
