@@ -107,7 +107,7 @@ std::shared_ptr<ConvPlan> make_plan(const ConvGeometry& g) {
     // Plain operands without AVX-512 (channels not a multiple of 8, or a mix only the reference
     // kernel serves blocked): oneDNN's plain kernels are im2col + gemm, its jit kernels want
     // nChw8c. The jit kernels with reorders at their edges, as PyTorch runs NCHW tensors: 1.5-3x
-    // faster for most such convolutions on an AVX2 EPYC (README, "Without AVX-512").
+    // faster for most such convolutions on an AVX2 EPYC (docs/measurements-cpu.md, "Without AVX-512").
     make_forward(*p, g, p->src_layout, p->dst_layout, true);
     if (is_reference(*p) || is_gemm(*p)) make_forward(*p, g, p->src_layout, p->dst_layout);
   }

@@ -340,7 +340,7 @@ TEST(Conv2dOp, NoGeometryOfACommonModelFallsToTheReferenceKernel) {
 
 TEST(Conv2dOp, ConvolutionsOfResNetAndEfficientNetRunOnJitKernelsWithOrWithoutAvx512) {
   // oneDNN's im2col + gemm kernels ran up to 25x slower than its jit ones on an AVX2 EPYC (3x on
-  // ResNet's first stage; README, "Without AVX-512"). Without AVX-512 the jit kernels read and
+  // ResNet's first stage; docs/measurements-cpu.md, "Without AVX-512"). Without AVX-512 the jit kernels read and
   // write nChw8c: the convolutions' tensors are nChw8c where their channels fill its blocks; where
   // they do not, the tensors stay plain and each call reorders into Workspace buffers of the
   // kernel's format, which the allocator counts.
