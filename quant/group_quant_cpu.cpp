@@ -160,18 +160,22 @@ inline void dequantize_run(const uint8_t* codes, int64_t n, const GroupParams& p
   for (; i < n; ++i) out[i] = dequantize_value(codes[i], p);
 }
 
-// Calls fn(g0, g1) over ranges of about `grain` groups. Dynamic scheduling: on a machine shared
-// with other jobs, a thread that gets descheduled does not hold the others at the barrier with
-// a whole static share of the work.
-template <typename Fn>
-void for_group_ranges(int64_t groups, int64_t grain, Fn&& fn) {
+// Calls fn(g0, g1) over ranges of about `grain` groups, each range from the group cut(r * grain)
+// (cut: monotone, cut(gi) in [gi, gi + grain)). Dynamic scheduling: on a machine shared with other
+// jobs, a thread that gets descheduled does not hold the others at the barrier with a whole
+// static share of the work.
+template <typename Cut, typename Fn>
+void for_group_ranges(int64_t groups, int64_t grain, Cut&& cut, Fn&& fn) {
   const int64_t ranges = (groups + grain - 1) / grain;
   if (ranges <= 1 || omp_get_max_threads() == 1) {
     fn(int64_t{0}, groups);
     return;
   }
 #pragma omp parallel for schedule(dynamic, 1)
-  for (int64_t r = 0; r < ranges; ++r) fn(r * grain, std::min(groups, (r + 1) * grain));
+  for (int64_t r = 0; r < ranges; ++r) {
+    const int64_t g0 = r == 0 ? 0 : cut(r * grain), g1 = r + 1 == ranges ? groups : cut((r + 1) * grain);
+    if (g0 < g1) fn(g0, g1);
+  }
 }
 
 template <int B>
@@ -181,7 +185,8 @@ void quantize_impl(const float* x, const GroupGeometry& g, Rounding rounding, co
   const bool stochastic = rounding == Rounding::Stochastic;
   const int meta_size = meta_bytes_per_group(g.meta);
   const int64_t grain = std::max<int64_t>(1, kMinParallelWork / g.group_size);
-  for_group_ranges(g.groups(), grain, [&](int64_t g0, int64_t g1) {
+  const auto cut = [&](int64_t gi) { return group_at_tile_edge(g, walk, gi, grain); };
+  for_group_ranges(g.groups(), grain, cut, [&](int64_t g0, int64_t g1) {
     alignas(64) uint8_t code_buf[kChunk];  // (kChunk,)
     NoiseWindow window(noise);
     std::optional<PlainRuns> plain;  // a blocked buffer's groups in plain order
@@ -211,7 +216,8 @@ void dequantize_impl(const uint8_t* codes, const uint8_t* meta, const GroupGeome
                      const CodecWalk& walk) {
   const int meta_size = meta_bytes_per_group(g.meta);
   const int64_t grain = std::max<int64_t>(1, kMinParallelWork / g.group_size);
-  for_group_ranges(g.groups(), grain, [&](int64_t g0, int64_t g1) {
+  const auto cut = [&](int64_t gi) { return group_at_tile_edge(g, walk, gi, grain); };
+  for_group_ranges(g.groups(), grain, cut, [&](int64_t g0, int64_t g1) {
     alignas(64) uint8_t code_buf[kChunk];  // (kChunk,)
     std::optional<PlainRuns> plain;  // a blocked buffer's groups in plain order
     if (walk.channels) plain.emplace(walk, g.group_size);

@@ -249,6 +249,31 @@ inline void quantize_run(const float* x, int64_t n, const GroupParams& p, uint32
     code = _mm512_mask_add_epi32(code, _mm512_cmp_ps_mask(r, frac, _CMP_LT_OQ), code, one);
     _mm_storeu_si128(reinterpret_cast<__m128i*>(codes + i), _mm512_cvtepi32_epi8(_mm512_min_epi32(code, vlev)));
   }
+#elif defined(__AVX2__)
+  // The AVX-512 loop's arithmetic on two halves of 8, the codes narrowed by two packs: 1.4x GCC's
+  // vectorisation of the loop below (0.25 against 0.35 ns a value, 2 bits, L1-resident, AVX2 EPYC).
+  const __m256 vmin = _mm256_set1_ps(p.min), vinv = _mm256_set1_ps(p.inv_step), zero = _mm256_setzero_ps();
+  const __m256 half = _mm256_set1_ps(0.5f), scale = _mm256_set1_ps(1.0f / 65536.0f);
+  const __m256i vlev = _mm256_set1_epi32(static_cast<int>(levels));
+  for (; i + 16 <= n; i += 16) {
+    __m256i code[2];  // (2 halves, 8 lanes)
+    for (int h = 0; h < 2; ++h) {
+      const __m256 u = _mm256_max_ps(_mm256_mul_ps(_mm256_sub_ps(_mm256_loadu_ps(x + i + 8 * h), vmin), vinv), zero);
+      const __m256 fl = _mm256_round_ps(u, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+      const __m256 frac = _mm256_sub_ps(u, fl);
+      __m256 r = half;
+      if (rnd) {
+        const __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(rnd + i + 8 * h)));
+        r = _mm256_mul_ps(_mm256_add_ps(_mm256_cvtepi32_ps(w), half), scale);
+      }
+      const __m256i up = _mm256_castps_si256(_mm256_cmp_ps(r, frac, _CMP_LT_OQ));  // -1 where rounded up
+      code[h] = _mm256_min_epi32(_mm256_sub_epi32(_mm256_cvttps_epi32(fl), up), vlev);
+    }
+    // packus interleaves the halves' 128-bit lanes; the permute puts the 16 words back in order.
+    const __m256i words = _mm256_permute4x64_epi64(_mm256_packus_epi32(code[0], code[1]), 0xD8);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(codes + i),
+                     _mm_packus_epi16(_mm256_castsi256_si128(words), _mm256_extracti128_si256(words, 1)));
+  }
 #endif
   for (; i < n; ++i)
     codes[i] = static_cast<uint8_t>(quantize_value(x[i], p, levels, rnd ? uniform16(rnd[i]) : 0.5f));

@@ -206,6 +206,14 @@ void PlainRuns::finish_run(float* out) {
   pending_n_ = 0;
 }
 
+int64_t group_at_tile_edge(const GroupGeometry& g, const CodecWalk& walk, int64_t gi, int64_t limit) {
+  if (!walk.channels || walk.nhwc) return gi;
+  const int64_t tile = walk.block * walk.plane, end = std::min(g.groups(), gi + limit);
+  for (int64_t k = gi; k < end; ++k)
+    if (g.group_start(k) % tile == 0) return k;
+  return gi;
+}
+
 #pragma GCC diagnostic pop
 
 }  // namespace packrat

@@ -71,4 +71,11 @@ class PlainRuns {
   int64_t pending_e0_ = 0, pending_n_ = 0;  // the run in run_ not yet in its tiles
 };
 
+// Where a thread's range of g's groups may start: the first group from gi on (fewer than `limit`
+// on) that starts a tile of walk's blocked buffer, else gi. Ranges cut there leave no tile to
+// two threads, which would each transpose it and write their parts back element by element
+// (PlainTile::flush): 12% of the quickstart's 2-bit codec elements went that way when ranges of
+// 128 groups of 256 cut its tiles of 8 x 784 values.
+int64_t group_at_tile_edge(const GroupGeometry& g, const CodecWalk& walk, int64_t gi, int64_t limit);
+
 }  // namespace packrat

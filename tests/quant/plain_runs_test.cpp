@@ -1,7 +1,8 @@
 // PlainRuns: the CPU codecs' walk of a blocked buffer in plain order. Runs within one channel
 // block's tile and runs across several (groups of several small planes) read the plain tensor's
 // elements and write them to their blocked places, and a thread's runs that start and end inside
-// a tile (the rest of it another thread's) write only their own elements.
+// a tile (the rest of it another thread's) write only their own elements; threads' ranges of
+// groups start at tile edges where they can (group_at_tile_edge).
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -78,6 +79,28 @@ TEST(PlainRuns, RunsWriteTheirElementsToTheirBlockedPlacesAndNothingElse) {
       ASSERT_EQ(back.data<float>()[e], written ? static_cast<float>(e) : -1.0f) << "plain element " << e;
     }
   }
+}
+
+// The codecs' threads take ranges of groups that start at tile edges where one lies near: the
+// quickstart's first stage, (128, 16, 28, 28) in nChw8c (tiles of 8 x 784 values), per sample in
+// groups of 256 (49 a sample: a tile edge only at each sample's start), per plane (4 groups a
+// plane, an edge every 8 planes).
+TEST(PlainRuns, ThreadRangesStartAtTileEdges) {
+  const int64_t numel = 128 * 16 * 784;
+  const CodecWalk blocked{16, 784, false, 8}, plain{};
+  GroupQuantConfig c;
+  c.group_size = 256;
+  const GroupGeometry per_sample = group_geometry(numel, 128, c);
+  EXPECT_EQ(group_at_tile_edge(per_sample, blocked, 128, 128), 147);  // the fourth sample's first group
+  EXPECT_EQ(per_sample.group_start(147) % (8 * 784), 0);
+  EXPECT_EQ(group_at_tile_edge(per_sample, blocked, 147, 128), 147);
+  EXPECT_EQ(group_at_tile_edge(per_sample, blocked, 128, 19), 128);  // none within the limit: unchanged
+  EXPECT_EQ(group_at_tile_edge(per_sample, plain, 128, 128), 128);   // a plain buffer has no tiles
+
+  c.grouping = Grouping::PerPlane;
+  const GroupGeometry per_plane = group_geometry(numel, 128, c, 784);
+  EXPECT_EQ(group_at_tile_edge(per_plane, blocked, 100, 128), 128);  // plane 32's first group
+  EXPECT_EQ(per_plane.group_start(128), 32 * 784);
 }
 
 }  // namespace
