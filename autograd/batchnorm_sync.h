@@ -13,7 +13,9 @@
 #include <functional>
 #include <memory>
 #include <string_view>
+#include <vector>
 
+#include "autograd/saved_tensor_store.h"
 #include "core/tensor.h"
 
 namespace packrat {
@@ -41,6 +43,10 @@ Tensor sync_batchnorm2d(const Tensor& x, const Tensor& weight, const Tensor& bia
 // given: one backend call (one kernel on a GPU), the versions bumped. Both batchnorm ops use it.
 void update_running(Tensor& running_mean, Tensor& running_var, Tensor* num_batches_tracked, const Tensor& mean,
                     const Tensor& var, float momentum, double n);
+// What both batchnorm ops keep for backward, in this order: x (Need::Value, compressible), the
+// mean and variance (exact), and the weight where it is defined.
+std::vector<SavedHandle> save_batchnorm_inputs(const Tensor& x, const Tensor& mean, const Tensor& var,
+                                               const Tensor& weight);
 }  // namespace ops
 
 }  // namespace packrat

@@ -27,6 +27,20 @@ void update_running(Tensor& running_mean, Tensor& running_var, Tensor* num_batch
   if (num_batches_tracked) num_batches_tracked->bump_version();
 }
 
+std::vector<SavedHandle> save_batchnorm_inputs(const Tensor& x, const Tensor& mean, const Tensor& var,
+                                               const Tensor& weight) {
+  const std::string& layer = LayerScope::current();
+  std::vector<SavedHandle> saved;
+  saved.push_back(save_for_backward(x, SaveRequest{Need::Value, nullptr, "batchnorm2d", layer}));
+  SaveRequest stats{Need::Value, nullptr, "batchnorm2d", layer};
+  stats.exact = true;
+  saved.push_back(save_for_backward(mean, stats));
+  saved.push_back(save_for_backward(var, stats));
+  if (weight.defined())
+    saved.push_back(save_for_backward(weight, SaveRequest{Need::Value, nullptr, "batchnorm2d", layer}));
+  return saved;
+}
+
 Tensor batchnorm2d(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor& running_mean,
                    Tensor& running_var, bool training, float momentum, float eps, Tensor* num_batches_tracked) {
   check_same_device("batchnorm2d", {&x, &weight, &bias, &running_mean, &running_var});
@@ -63,15 +77,8 @@ Tensor batchnorm2d(const Tensor& x, const Tensor& weight, const Tensor& bias, Te
   }
   if (!needs_grad({&x, &weight, &bias})) return y;
 
-  const std::string& layer = LayerScope::current();
-  std::vector<SavedHandle> saved;
-  saved.push_back(save_for_backward(x, SaveRequest{Need::Value, nullptr, "batchnorm2d", layer}));
-  SaveRequest stats{Need::Value, nullptr, "batchnorm2d", layer};
-  stats.exact = true;
-  saved.push_back(save_for_backward(mean, stats));
-  saved.push_back(save_for_backward(var, stats));
+  std::vector<SavedHandle> saved = save_batchnorm_inputs(x, mean, var, weight);
   const bool has_weight = weight.defined(), has_bias = bias.defined();
-  if (has_weight) saved.push_back(save_for_backward(weight, SaveRequest{Need::Value, nullptr, "batchnorm2d", layer}));
   const Layout x_layout = x.layout();
   record("batchnorm2d", {&x, &weight, &bias}, {&y}, std::move(saved),
          [=](Node& nd, const std::vector<Tensor>& grads) -> std::vector<Tensor> {

@@ -82,14 +82,7 @@ Tensor sync_batchnorm2d(const Tensor& x, const Tensor& weight, const Tensor& bia
   if (running_mean.defined()) update_running(running_mean, running_var, num_batches_tracked, mean, var, momentum, n);
   if (!needs_grad({&x, &weight, &bias})) return y;
 
-  const std::string& layer = LayerScope::current();
-  std::vector<SavedHandle> saved;
-  saved.push_back(save_for_backward(x, SaveRequest{Need::Value, nullptr, "batchnorm2d", layer}));
-  SaveRequest stats{Need::Value, nullptr, "batchnorm2d", layer};
-  stats.exact = true;
-  saved.push_back(save_for_backward(mean, stats));
-  saved.push_back(save_for_backward(var, stats));
-  saved.push_back(save_for_backward(weight, SaveRequest{Need::Value, nullptr, "batchnorm2d", layer}));
+  std::vector<SavedHandle> saved = save_batchnorm_inputs(x, mean, var, weight);
   const Layout x_layout = x.layout();
   const auto sum = sync.sum;
   record("sync_batchnorm2d", {&x, &weight, &bias}, {&y}, std::move(saved),
