@@ -19,8 +19,8 @@
 #          timed steps (the same FP32 step); ncu_packrat: packrat's only;
 # kernels: Nsight Compute's detailed sections (speed of light, memory, occupancy, warp stalls by
 #          source line) for the codec kernels and the batchnorm and activation kernels of the step;
-# nhwc:    the same sections for the staged NHWC codec kernels (quantize and decode, per plane and
-#          per sample);
+# nhwc:    the same sections for the NHWC codec kernels (quantize and decode, per plane and per
+#          sample), and with EXPERIMENT the quantizes again with it;
 # ab:      packrat_bench against packrat_bench.variant (scripts/bench_variant.sh: another revision's),
 #          AB_FILTER's benchmarks (default: the plain and NHWC per-group codecs and the ResNet-18
 #          step at 512, FP32 and ActNN 2-bit), in alternating rounds A B A B, so that both are
@@ -159,13 +159,21 @@ if [[ $phases == *kernels* ]]; then
     >"$out/kernels_step.txt" 2>&1
 fi
 
-if [[ $phases == *nhwc* ]]; then  # the staged NHWC codec kernels, one launch of each benchmark
+if [[ $phases == *nhwc* ]]; then  # the NHWC codec kernels, one launch of each benchmark
   for b in PerPlane/quantize0_dequantize1_gelu2:0 PerPlane/quantize0_dequantize1_gelu2:1 \
            PerSample/quantize0_dequantize1_gelu2:0 PerSample/quantize0_dequantize1_gelu2:1; do
     timeout 60 ncu "${sections[@]}" --kernel-name-base demangled -k 'regex:quantize|decode' --launch-skip 2 \
       --launch-count 1 $run packrat_bench --benchmark_filter="CodecCuda/GroupNhwc$b/" \
       --benchmark_min_time=0.01 >"$out/kernels_nhwc_${b//[^a-zA-Z0-9]/_}.txt" 2>&1
   done
+  if [[ -n ${EXPERIMENT:-} ]]; then  # the quantizes again with the experiment's kernel
+    for b in PerPlane PerSample; do
+      env "$EXPERIMENT" timeout 60 ncu "${sections[@]}" --kernel-name-base demangled -k 'regex:quantize' \
+        --launch-skip 2 --launch-count 1 $run packrat_bench \
+        --benchmark_filter="CodecCuda/GroupNhwc$b/quantize0_dequantize1_gelu2:0/" --benchmark_min_time=0.01 \
+        >"$out/kernels_nhwc_experiment_$b.txt" 2>&1
+    done
+  fi
 fi
 
 if [[ $phases == *timeline* ]]; then
