@@ -159,19 +159,22 @@ if [[ $phases == *kernels* ]]; then
     >"$out/kernels_step.txt" 2>&1
 fi
 
+# profile_nhwc NAME BENCH KERNELS [NAME=VALUE]: the sections of the kernels matching KERNELS in one
+# launch of CodecCuda/GroupNhwcBENCH, into kernels_nhwc_NAME.txt.
+profile_nhwc() {
+  local name=$1 bench=$2 kernels=$3; shift 3
+  env "$@" timeout 60 ncu "${sections[@]}" --kernel-name-base demangled -k "regex:$kernels" --launch-skip 2 \
+    --launch-count 1 $run packrat_bench --benchmark_filter="CodecCuda/GroupNhwc$bench/" \
+    --benchmark_min_time=0.01 >"$out/kernels_nhwc_$name.txt" 2>&1
+}
 if [[ $phases == *nhwc* ]]; then  # the NHWC codec kernels, one launch of each benchmark
   for b in PerPlane/quantize0_dequantize1_gelu2:0 PerPlane/quantize0_dequantize1_gelu2:1 \
            PerSample/quantize0_dequantize1_gelu2:0 PerSample/quantize0_dequantize1_gelu2:1; do
-    timeout 60 ncu "${sections[@]}" --kernel-name-base demangled -k 'regex:quantize|decode' --launch-skip 2 \
-      --launch-count 1 $run packrat_bench --benchmark_filter="CodecCuda/GroupNhwc$b/" \
-      --benchmark_min_time=0.01 >"$out/kernels_nhwc_${b//[^a-zA-Z0-9]/_}.txt" 2>&1
+    profile_nhwc "${b//[^a-zA-Z0-9]/_}" "$b" 'quantize|decode'
   done
   if [[ -n ${EXPERIMENT:-} ]]; then  # the quantizes again with the experiment's kernel
     for b in PerPlane PerSample; do
-      env "$EXPERIMENT" timeout 60 ncu "${sections[@]}" --kernel-name-base demangled -k 'regex:quantize' \
-        --launch-skip 2 --launch-count 1 $run packrat_bench \
-        --benchmark_filter="CodecCuda/GroupNhwc$b/quantize0_dequantize1_gelu2:0/" --benchmark_min_time=0.01 \
-        >"$out/kernels_nhwc_experiment_$b.txt" 2>&1
+      profile_nhwc "experiment_$b" "$b/quantize0_dequantize1_gelu2:0" quantize "$EXPERIMENT"
     done
   fi
 fi

@@ -29,15 +29,14 @@ void update_running(Tensor& running_mean, Tensor& running_var, Tensor* num_batch
 
 std::vector<SavedHandle> save_batchnorm_inputs(const Tensor& x, const Tensor& mean, const Tensor& var,
                                                const Tensor& weight) {
-  const std::string& layer = LayerScope::current();
-  std::vector<SavedHandle> saved;
-  saved.push_back(save_for_backward(x, SaveRequest{Need::Value, nullptr, "batchnorm2d", layer}));
-  SaveRequest stats{Need::Value, nullptr, "batchnorm2d", layer};
+  const SaveRequest value{Need::Value, nullptr, "batchnorm2d", LayerScope::current()};
+  SaveRequest stats = value;
   stats.exact = true;
+  std::vector<SavedHandle> saved;
+  saved.push_back(save_for_backward(x, value));
   saved.push_back(save_for_backward(mean, stats));
   saved.push_back(save_for_backward(var, stats));
-  if (weight.defined())
-    saved.push_back(save_for_backward(weight, SaveRequest{Need::Value, nullptr, "batchnorm2d", layer}));
+  if (weight.defined()) saved.push_back(save_for_backward(weight, value));
   return saved;
 }
 
