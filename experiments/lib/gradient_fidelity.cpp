@@ -245,7 +245,8 @@ void plot_gradient_fidelity(const FidelityReport& r, const std::string& png) {
         "plot $d using (($3+$4)/2):1:($4):($3):($1-0.35):($1+0.35):ytic(2) with boxxyerror notitle, "
         "$d using 4:1 with points pt 7 ps 0.5 notitle\n";
   gp += "set title 'relative bias and noise (std) per tensor'\nset xlabel '||.|| / ||g_fp32|| (log; below 1e-6 drawn at 1e-6)'\nset logscale x\n"
-        "set format y ''\nset xrange [1e-7:*]\n"
+        // Short labels, one a decade: the default "1x10^{-7}" overlapped its neighbours.
+        "set format x '1e%T'\nset xtics 10\nset mxtics 10\nset format y ''\nset xrange [1e-7:*]\n"
         "plot $d using ($5 > 1e-6 ? $5 : 1e-6):1 with points pt 5 ps 0.8 title 'bias', "
         "$d using ($6 > 1e-6 ? $6 : 1e-6):1 with points pt 9 ps 0.8 title 'std'\n";
   gp += "unset multiplot\n";
