@@ -5,6 +5,7 @@
 
 #include <charconv>
 #include <cstdio>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -70,6 +71,9 @@ int run(const std::vector<std::string>& args) {
   }
   if (report_only) {
     plan_sweep(s, o);
+    const std::string out = sweep_out_dir(s, o);
+    PACKRAT_CHECK(std::filesystem::is_regular_file(std::filesystem::path(out) / "results.csv"),
+                  "--report-only: {} holds no results.csv to report (run the sweep first)", out);
     write_sweep_report(s, sweep_out_dir(s, o), o.scale);
     std::printf("wrote %s/report.md\n", sweep_out_dir(s, o).c_str());
     return 0;
