@@ -95,12 +95,7 @@ void check_output_dir(const std::string& dir, bool resume, bool overwrite) {
   }
   if (resume) {
     PACKRAT_CHECK(latest_checkpoint(dir).has_value(), "--resume {}: no checkpoint in {}", dir, ckpt.string());
-    // The resumed run keeps the earlier epochs' rows of metrics.csv: without it they would be lost.
-    PACKRAT_CHECK(fs::is_regular_file(root / "metrics.csv", ec),
-                  "--resume {}: {} is missing: it holds the metrics of the epochs done so far, which the resumed run "
-                  "would lose; put it back (or start afresh with --overwrite)",
-                  dir, (root / "metrics.csv").string());
-    return;
+    return;  // metrics.csv is checked against the checkpoint's epoch (check_metrics_for_resume)
   }
   const std::vector<std::string> earlier = earlier_run_files(dir);
   if (!earlier.empty() && !overwrite)

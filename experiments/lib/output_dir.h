@@ -19,7 +19,7 @@ void make_writable_directory(const std::string& dir, const std::string& what);
 
 // Throws packrat::Error naming the path when `dir` is a file or cannot be created or written to,
 // when its `checkpoints` is not a directory or a checkpoint name there is not a regular file,
-// when `resume` finds no checkpoint or no metrics.csv, and when a fresh run (not `resume`) finds
+// when `resume` finds no checkpoint, and when a fresh run (not `resume`) finds
 // an earlier run there and `overwrite` is not set (the message names the files and the ways out:
 // --resume, another output.dir, --overwrite). Creates `dir` when missing; changes nothing else.
 void check_output_dir(const std::string& dir, bool resume, bool overwrite);
