@@ -6,12 +6,12 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cinttypes>
 #include <cstdio>
 #include <new>
-#include <string_view>
-#include <chrono>
 #include <optional>
+#include <string_view>
 
 #include "autograd/tape.h"
 #include "core/device_runtime.h"
