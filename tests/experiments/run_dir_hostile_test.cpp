@@ -154,6 +154,12 @@ TEST(RunDirHostile, ARefusedResumeLeavesTheRunDirectoryAsItWas) {
   EXPECT_TRUE(contains(m, "/nonexistent")) << m;
   EXPECT_EQ(snapshot(out), before);
 
+  // --overwrite removes the earlier run only once every check has passed.
+  m = trainer_error(args({"--config", (out.parent_path() / "config.yaml").string(), "--overwrite", "--set",
+                          "data.root=/nonexistent"}));
+  EXPECT_TRUE(contains(m, "/nonexistent")) << m;
+  EXPECT_EQ(snapshot(out), before);
+
   // The run is still resumable.
   EXPECT_NO_THROW(run_trainer(parse_trainer_args(args({"--resume", out.string(), "--set", "train.epochs=2"}))));
   EXPECT_TRUE(fs::exists(checkpoint_path(out.string(), 2)));
