@@ -1,0 +1,172 @@
+// Hostile inputs of issue 40, class 6: keys that were accepted and ignored, and errors that blamed
+// the wrong key. Each must end in packrat::Error (exit 2) naming the key the user wrote, the file
+// or flag, and what would be used instead.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+
+#include "core/error.h"
+#include "experiments/lib/checkpoint.h"
+#include "experiments/lib/cli.h"
+#include "experiments/lib/config.h"
+#include "experiments/lib/run.h"
+#include "experiments/lib/session.h"
+#include "experiments/lib/sweep_file.h"
+#include "tests/experiments/fixture.h"
+#include "tests/experiments/tiny_config.h"
+#include "tests/support/errors.h"
+
+using namespace packrat;
+using namespace packrat::testing;
+namespace fs = std::filesystem;
+
+namespace {
+
+bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+
+// A config of `arch` on `dataset`, with `model_extra` lines under model: (each "  key: value\n").
+std::string yaml_of(const std::string& arch, const std::string& dataset, const std::string& model_extra = "") {
+  return "data:\n  dataset: " + dataset + (dataset == "text" ? "\n  seq_len: 16\n" : "\n") + "model:\n  arch: " + arch +
+         "\n" + model_extra;
+}
+
+std::string parse_error(const std::string& yaml, const std::vector<std::string>& sets = {}) {
+  return message_of([&] { parse_config(yaml, "k.yaml", sets); });
+}
+
+const fs::path& fixture_data() {
+  static const fs::path dir = make_idx_dataset("idx_keys", 32, 16);
+  return dir;
+}
+
+RunOptions quiet() {
+  RunOptions o;
+  o.tty = 0;
+  o.print_report = false;
+  return o;
+}
+
+const std::vector<std::string> kOneShortEpoch = {"train.epochs=1", "train.steps_per_epoch=1"};
+
+}  // namespace
+
+// ViT took model.width_mult and ignored it, the GPT ignored stem, width_mult, patch_size and
+// image_size, ResNet ignored patch_size: every model now refuses a key it does not read, whatever
+// the value (width_mult: 1 is as ignored as 0.5), naming the key, its line, the model and its keys.
+TEST(ConfigKeysHostile, ModelKeysTheModelDoesNotReadAreRefused) {
+  std::string m = parse_error(yaml_of("vit_tiny_fmnist", "fashion_mnist", "  width_mult: 0.5\n"));
+  EXPECT_TRUE(contains(m, "k.yaml: model.width_mult (line 5): vit_tiny_fmnist does not use this key")) << m;
+  EXPECT_TRUE(contains(m, "image_size, patch_size")) << m;
+  m = parse_error(yaml_of("vit_tiny_fmnist", "fashion_mnist", "  width_mult: 1.0\n"));
+  EXPECT_TRUE(contains(m, "model.width_mult (line 5): vit_tiny_fmnist does not use this key")) << m;
+  for (const char* line : {"  stem: cifar\n", "  width_mult: 2\n", "  patch_size: 4\n", "  image_size: 32\n",
+                           "  in_channels: 1\n", "  stochastic_depth: 0.1\n"}) {
+    m = parse_error(yaml_of("gpt_tiny", "text", line));
+    EXPECT_TRUE(contains(m, "gpt_tiny does not use this key (it reads model.arch, activation, classes, dropout)")) << m;
+  }
+  m = parse_error(yaml_of("resnet20", "fashion_mnist", "  patch_size: 4\n"));
+  EXPECT_TRUE(contains(m, "model.patch_size (line 5): resnet20 does not use this key")) << m;
+  m = parse_error(yaml_of("resnet18", "fashion_mnist"), {"model.dropout=0.1"});
+  EXPECT_TRUE(contains(m, "--set model.dropout")) << m;
+  EXPECT_TRUE(contains(m, "resnet18 does not use this key")) << m;
+  // The keys each family reads are accepted.
+  EXPECT_EQ(parse_error(yaml_of("vit_tiny_fmnist", "fashion_mnist", "  patch_size: 7\n  attention_dropout: 0.1\n")),
+            "(no error)");
+  EXPECT_EQ(parse_error(yaml_of("efficientnet_b0_small", "fashion_mnist", "  width_mult: 0.5\n  stem: cifar\n")),
+            "(no error)");
+  EXPECT_EQ(parse_error(yaml_of("gpt_tiny", "text", "  dropout: 0.1\n  classes: 256\n")), "(no error)");
+  EXPECT_EQ(parse_error(yaml_of("resnet20", "fashion_mnist", "  stem: cifar\n  in_channels: 1\n")), "(no error)");
+}
+
+// The resolved config (config.yaml of a run, read again by --resume) holds only the keys its
+// model and dataset read, so every family's reads back.
+TEST(ConfigKeysHostile, ResolvedConfigsOfEveryFamilyReadBack) {
+  for (const auto& [arch, dataset] : std::vector<std::pair<std::string, std::string>>{
+           {"resnet20", "fashion_mnist"}, {"resnet18", "cifar100"}, {"vit_tiny_cifar", "cifar10"},
+           {"gpt_tiny", "text"}, {"efficientnet_b0_small", "image_folder"}}) {
+    const Config a = parse_config(yaml_of(arch, dataset), "k.yaml", {"schedule.name=step"});
+    const std::string text = config_to_yaml(a);
+    const Config b = parse_config(text, "resolved.yaml");
+    EXPECT_EQ(config_to_yaml(b), text) << arch;
+  }
+}
+
+// Text data with a ResNet or a ViT failed in conv2d or blamed model.image_size: refused naming
+// data.dataset, the model and the models that take text; a GPT on images names model.arch.
+TEST(ConfigKeysHostile, TextDataAndImageModelsAreRefusedNamingBoth) {
+  for (const char* arch : {"resnet20", "vit_tiny_cifar", "efficientnet_b0_small"}) {
+    const std::string m = parse_error(yaml_of(arch, "text"));
+    EXPECT_TRUE(contains(m, "k.yaml: data.dataset (line 2): is text (token sequences), but model.arch " +
+                                std::string(arch) + " takes images")) << m;
+    EXPECT_TRUE(contains(m, "gpt_medium, gpt_small, gpt_tiny")) << m;
+    EXPECT_FALSE(contains(m, "image_size")) << m;
+  }
+  const std::string m = parse_error(yaml_of("gpt_tiny", "cifar10"));
+  EXPECT_TRUE(contains(m, "k.yaml: model.arch (line 4): gpt_tiny takes text (data.dataset: text), but data.dataset is "
+                          "cifar10")) << m;
+}
+
+// Keys of another kind of dataset (or schedule) were ignored: refused.
+TEST(ConfigKeysHostile, DatasetAndScheduleKeysOfAnotherKindAreRefused) {
+  const std::map<std::string, std::string> cases = {
+      {"data.seq_len=64", "--set data.seq_len: data.seq_len: only applies to data.dataset text, not fashion_mnist"},
+      {"data.download=true", "only applies to data.dataset cifar10, cifar100, not fashion_mnist"},
+      {"data.label=coarse", "--set data.label: data.label: only applies to data.dataset cifar100"},
+      {"data.height=32", "only applies to data.dataset image_folder"},
+      {"data.channels=3", "only applies to data.dataset image_folder"},
+      {"schedule.gamma=0.5", "--set schedule.gamma: schedule.gamma: only applies to schedule.name: step or multistep"}};
+  for (const auto& [set, want] : cases) {
+    const std::string m = parse_error(yaml_of("resnet20", "fashion_mnist"), {set});
+    EXPECT_TRUE(contains(m, want)) << set << ": " << m;
+  }
+  EXPECT_EQ(parse_error(yaml_of("resnet20", "cifar100"), {"data.label=coarse", "data.download=true"}), "(no error)");
+  EXPECT_EQ(parse_error(yaml_of("resnet20", "fashion_mnist"), {"schedule.name=step", "schedule.gamma=0.5"}), "(no error)");
+}
+
+// Every shipped config, and every run of every shipped sweep at every scale, parses (no shipped file
+// sets a key its model or dataset ignores), and every rule's layers: pattern matches a layer.
+TEST(ConfigKeysHostile, ShippedConfigsAndSweepsParseAndBuild) {
+  const fs::path root(PACKRAT_SOURCE_DIR);
+  std::set<std::string> built;  // one session per model and set of layer patterns
+  auto check = [&](const Config& c, const std::string& what) {
+    if (c.data.dataset == "image_folder" && c.model.classes == 0) return;  // needs the folder for its classes
+    std::string key = c.model.arch;
+    for (const StoreRule& r : c.saved_tensors.rules)
+      for (const std::string& l : r.layers) key += " " + l;
+    if (key == c.model.arch || !built.insert(key).second) return;
+    const std::string m = message_of([&] { make_session(c, synthetic_input_spec(c)); });
+    EXPECT_EQ(m, "(no error)") << what;
+  };
+  int configs = 0, runs = 0;
+  for (const auto& e : fs::directory_iterator(root / "configs"))
+    if (e.path().extension() == ".yaml") {
+      check(load_config(e.path().string()), e.path().string());
+      ++configs;
+    }
+  for (const auto& e : fs::recursive_directory_iterator(root / "experiments")) {
+    if (e.path().extension() != ".yaml") continue;
+    std::ifstream in(e.path());
+    const std::string text{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+    if (!contains(text, "\nbase:") && text.rfind("base:", 0) != 0) {  // a base config, not a sweep
+      check(load_config(e.path().string()), e.path().string());
+      continue;
+    }
+    const SweepSpec s = load_sweep(e.path().string());
+    std::vector<std::string> scales = {""};
+    for (const auto& [name, sets] : s.scales) scales.push_back(name);
+    for (const std::string& scale : scales)
+      for (const SweepPoint& p : s.points()) {
+        const std::string what = e.path().string() + " " + scale + " " + p.id;
+        Config c;
+        const std::string m = message_of([&] { c = load_config(s.base, s.run_sets(p, scale, 0, "/tmp/unused")); });
+        ASSERT_EQ(m, "(no error)") << what;
+        check(c, what);
+        ++runs;
+      }
+  }
+  EXPECT_GE(configs, 10);
+  EXPECT_GT(runs, 10);
+}
