@@ -94,6 +94,20 @@ TEST(ConfigKeysHostile, ResolvedConfigsOfEveryFamilyReadBack) {
   }
 }
 
+// {scheme: gact-L1, bits: 2} was accepted while bits: 4 was refused (the check compared the value
+// with the default): a written `bits` is refused whatever its value.
+TEST(ConfigKeysHostile, GactRefusesBitsWhateverTheValue) {
+  for (const char* scheme : {"gact-L1", "gact", "gact-adapt2"})
+    for (const char* bits : {"2", "4"}) {
+      const std::string m = parse_error(yaml_of("resnet20", "fashion_mnist") + "saved_tensors:\n  default: {scheme: " +
+                                        scheme + ", bits: " + bits + "}\n");
+      EXPECT_TRUE(contains(m, "saved_tensors.default (line 6)")) << scheme << " " << bits << ": " << m;
+      EXPECT_TRUE(contains(m, "'bits' does not apply to gact")) << m;
+    }
+  EXPECT_EQ(parse_error(yaml_of("resnet20", "fashion_mnist") + "saved_tensors:\n  default: {scheme: gact-L1, avg_bits: 2}\n"),
+            "(no error)");
+}
+
 // Text data with a ResNet or a ViT failed in conv2d or blamed model.image_size: refused naming
 // data.dataset, the model and the models that take text; a GPT on images names model.arch.
 TEST(ConfigKeysHostile, TextDataAndImageModelsAreRefusedNamingBoth) {
