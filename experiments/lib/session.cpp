@@ -133,6 +133,11 @@ Session make_session(const Config& c, const InputSpec& input) {
   spec.image_size = c.model.image_size > 0 ? c.model.image_size : input.height;  // vit_*
   spec.patch_size = c.model.patch_size;
   s.model = make_model(spec);
+  try {
+    check_rule_layers(c.saved_tensors, s.model->module_names(), c.model.arch);
+  } catch (const Error& e) {
+    fail("{}: {}", c.source, e.what());
+  }
   if (c.optimizer.name == "sgd") {
     SgdOptions o;
     o.lr = c.optimizer.lr;

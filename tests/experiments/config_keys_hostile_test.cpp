@@ -108,6 +108,22 @@ TEST(ConfigKeysHostile, GactRefusesBitsWhateverTheValue) {
             "(no error)");
 }
 
+// A rule whose layers: pattern matches no layer of the model (a typo) said nothing and left the
+// tensors uncompressed: refused, naming the rule, the pattern, the model and some layer names.
+TEST(ConfigKeysHostile, RuleLayersThatMatchNoLayerAreRefused) {
+  Config c = tiny_config("/nonexistent", "/tmp/unused", {"saved_tensors.rules[0].layers=[\"layr2.*\"]"});
+  std::string m = message_of([&] { make_session(c, synthetic_input_spec(c)); });
+  EXPECT_TRUE(contains(m, "tiny.yaml: saved_tensors.rules[0] (line 13)")) << m;
+  EXPECT_TRUE(contains(m, "layers pattern \"layr2.*\" matches no layer of resnet20")) << m;
+  EXPECT_TRUE(contains(m, "its 73 layers: conv1, bn1, act, layer1, layer1.0, layer1.0.conv1")) << m;
+  // One pattern of several that matches nothing is a typo too.
+  c = tiny_config("/nonexistent", "/tmp/unused", {"saved_tensors.rules[0].layers=[\"layer2.*\", \"layer9.*\"]"});
+  m = message_of([&] { make_session(c, synthetic_input_spec(c)); });
+  EXPECT_TRUE(contains(m, "\"layer9.*\" matches no layer of resnet20")) << m;
+  c = tiny_config("/nonexistent", "/tmp/unused");  // layers: ["layer2.*"]
+  EXPECT_NO_THROW(make_session(c, synthetic_input_spec(c)));
+}
+
 // Text data with a ResNet or a ViT failed in conv2d or blamed model.image_size: refused naming
 // data.dataset, the model and the models that take text; a GPT on images names model.arch.
 TEST(ConfigKeysHostile, TextDataAndImageModelsAreRefusedNamingBoth) {
