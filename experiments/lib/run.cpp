@@ -75,6 +75,7 @@ RunResult run_training(const Config& c, const RunOptions& o) {
   const data::ImageShape shape = train->image_shape();
   check_test_shape(c, shape, test->image_shape());
   check_in_channels(c, shape.c);
+  check_classes(c, train_ds->num_classes());
   InputSpec input{shape.c, shape.h, shape.w, c.model.classes > 0 ? c.model.classes : train_ds->num_classes()};
   Session s = make_session(c, input);
   DataParallelSession dp_session(dp, *s.model, c.distributed);

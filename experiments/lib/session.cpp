@@ -22,8 +22,17 @@ InputSpec input_spec(const Config& c, const data::ImageShape& raw, int64_t class
   const data::ImageShape s = data::parse_pipeline(c.data.train_transforms).output_shape(raw);
   check_in_channels(c, s.c);
   InputSpec in{s.c, s.h, s.w, classes};
+  if (classes > 0) check_classes(c, classes);
   if (c.model.classes > 0) in.classes = c.model.classes;
   return in;
+}
+
+void check_classes(const Config& c, int64_t data_classes) {
+  // Fewer outputs than classes fails deep inside the cross-entropy (a label past the logits).
+  PACKRAT_CHECK(c.model.classes == 0 || c.model.classes >= data_classes,
+                "{}: model.classes is {}, but the {} data has {} classes (labels 0..{}): remove model.classes (the model "
+                "takes the dataset's) or set it to at least {}",
+                c.source, c.model.classes, c.data.dataset, data_classes, data_classes - 1, data_classes);
 }
 
 void check_in_channels(const Config& c, int64_t data_channels) {

@@ -124,6 +124,19 @@ TEST(ConfigKeysHostile, RuleLayersThatMatchNoLayerAreRefused) {
   EXPECT_NO_THROW(make_session(c, synthetic_input_spec(c)));
 }
 
+// model.classes: 5 on a 10-class dataset failed deep in the cross-entropy: refused up front,
+// in the synthetic modes and before a run trains.
+TEST(ConfigKeysHostile, ClassesBelowTheDatasetsAreRefusedUpFront) {
+  const Config c = tiny_config("/nonexistent", "/tmp/unused", {"model.classes=5"});
+  std::string m = message_of([&] { synthetic_input_spec(c); });
+  EXPECT_TRUE(contains(m, "tiny.yaml: model.classes is 5, but the mnist data has 10 classes (labels 0..9)")) << m;
+  const fs::path out = temp_dir("keys_classes");
+  m = message_of([&] { run_training(tiny_config(fixture_data(), out, {"model.classes=5"}), quiet()); });
+  EXPECT_TRUE(contains(m, "model.classes is 5, but the mnist data has 10 classes")) << m;
+  EXPECT_FALSE(fs::exists(out / "metrics.csv"));  // refused before the first epoch
+  EXPECT_EQ(synthetic_input_spec(tiny_config("/nonexistent", "/tmp/unused", {"model.classes=12"})).classes, 12);
+}
+
 // Text data with a ResNet or a ViT failed in conv2d or blamed model.image_size: refused naming
 // data.dataset, the model and the models that take text; a GPT on images names model.arch.
 TEST(ConfigKeysHostile, TextDataAndImageModelsAreRefusedNamingBoth) {
