@@ -169,6 +169,21 @@ TEST(ConfigKeysHostile, DatasetAndScheduleKeysOfAnotherKindAreRefused) {
   EXPECT_EQ(parse_error(yaml_of("resnet20", "fashion_mnist"), {"schedule.name=step", "schedule.gamma=0.5"}), "(no error)");
 }
 
+// Resuming an SGD run with an AdamW config named neither the checkpoint nor optimizer.name.
+TEST(ConfigKeysHostile, ResumeWithAnotherOptimizerNamesTheCheckpointAndTheKey) {
+  const fs::path out = temp_dir("keys_optimizer");
+  run_training(tiny_config(fixture_data(), out, kOneShortEpoch), quiet());
+  const auto ckpt = latest_checkpoint(out.string());
+  ASSERT_TRUE(ckpt.has_value());
+  RunOptions resume = quiet();
+  resume.resume = true;
+  std::vector<std::string> sets = kOneShortEpoch;
+  sets.push_back("optimizer={name: adamw, lr: 0.001}");
+  const std::string m = message_of([&] { run_training(tiny_config(fixture_data(), out, sets), resume); });
+  EXPECT_TRUE(contains(m, *ckpt + ": optimizer state: entry 'momentum_buffer.")) << m;
+  EXPECT_TRUE(contains(m, "is not state of optimizer.name adamw")) << m;
+}
+
 // Every shipped config, and every run of every shipped sweep at every scale, parses (no shipped file
 // sets a key its model or dataset ignores), and every rule's layers: pattern matches a layer.
 TEST(ConfigKeysHostile, ShippedConfigsAndSweepsParseAndBuild) {
