@@ -81,7 +81,10 @@ TrainerArgs parse_trainer_args(const std::vector<std::string>& argv) {
     };
     if (f == "--config") a.config = value();
     else if (f == "--set") a.sets.push_back(value());
-    else if (f == "--resume") a.resume = value();
+    else if (f == "--resume") {
+      a.resume = value();
+      PACKRAT_CHECK(!a.resume.empty(), "--resume: needs a run directory, got an empty string");
+    }
     else if (f == "--memory-report-only") a.memory_report_only = true;
     else if (f == "--benchmark") a.benchmark_steps = parse_int(value(), f);
     else if (f == "--find-max-batch") a.max_batch_bytes = parse_byte_size(value(), f);
@@ -98,6 +101,10 @@ TrainerArgs parse_trainer_args(const std::vector<std::string>& argv) {
   PACKRAT_CHECK(modes <= 1, "--resume, --memory-report-only, --benchmark, --find-max-batch and --gradient-fidelity "
                 "exclude each other");
   PACKRAT_CHECK(a.gradient_fidelity != 1, "--gradient-fidelity: needs at least 2 draws to estimate a variance, got 1");
+  PACKRAT_CHECK(a.gradient_fidelity <= kMaxFidelityDraws,
+                "--gradient-fidelity: {} draws is more than the {} allowed (each draw is a backward pass; a sweep "
+                "file's gradient_fidelity has the same cap)",
+                a.gradient_fidelity, kMaxFidelityDraws);
   PACKRAT_CHECK(!a.overwrite || modes == 0, "--overwrite applies to a fresh training run only (not with --resume, "
                 "--memory-report-only, --benchmark, --find-max-batch or --gradient-fidelity)");
   return a;

@@ -184,6 +184,20 @@ TEST(ConfigKeysHostile, ResumeWithAnotherOptimizerNamesTheCheckpointAndTheKey) {
   EXPECT_TRUE(contains(m, "is not state of optimizer.name adamw")) << m;
 }
 
+// --gradient-fidelity 1000000000 ran for minutes where a sweep file caps the draws at 10000;
+// trainer --resume "" answered "--config FILE is required".
+TEST(ConfigKeysHostile, TrainerFlagsNameTheFlag) {
+  std::string m = message_of([] { parse_trainer_args({"--config", "c.yaml", "--gradient-fidelity", "1000000000"}); });
+  EXPECT_TRUE(contains(m, "--gradient-fidelity: 1000000000 draws is more than the 10000 allowed")) << m;
+  EXPECT_EQ(parse_trainer_args({"--config", "c.yaml", "--gradient-fidelity", "10000"}).gradient_fidelity, 10000);
+  const fs::path dir = temp_dir("keys_sweep_cap");
+  std::ofstream(dir / "b.yaml") << tiny_yaml("/nonexistent", dir / "out");
+  m = message_of([&] { parse_sweep("name: s\nbase: b.yaml\npoints: [{name: a, sets: []}]\ngradient_fidelity: 10001\n", (dir / "s.yaml").string()); });
+  EXPECT_TRUE(contains(m, "in [2, 10000], got 10001")) << m;
+  m = message_of([] { parse_trainer_args({"--resume", ""}); });
+  EXPECT_EQ(m, "--resume: needs a run directory, got an empty string");
+}
+
 // Every shipped config, and every run of every shipped sweep at every scale, parses (no shipped file
 // sets a key its model or dataset ignores), and every rule's layers: pattern matches a layer.
 TEST(ConfigKeysHostile, ShippedConfigsAndSweepsParseAndBuild) {
