@@ -198,6 +198,22 @@ TEST(ConfigKeysHostile, TrainerFlagsNameTheFlag) {
   EXPECT_EQ(m, "--resume: needs a run directory, got an empty string");
 }
 
+// Test images of another size than the training images were refused without naming a file.
+TEST(ConfigKeysHostile, TestImagesOfAnotherSizeNameTheFiles) {
+  const fs::path small = make_idx_dataset("idx_keys_small", 16, 8, 10);
+  const fs::path mixed = temp_dir("keys_mixed_sizes");
+  fs::copy(fixture_data(), mixed, fs::copy_options::recursive);
+  for (const char* f : {"t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz"})
+    fs::copy_file(small / f, mixed / f, fs::copy_options::overwrite_existing);
+  const std::string m = message_of([&] {
+    run_training(tiny_config(mixed, temp_dir("keys_mixed_out"), kOneShortEpoch), quiet());
+  });
+  EXPECT_TRUE(contains(m, "the test images (" + (mixed / "t10k-images-idx3-ubyte.gz").string() + ") are (1, 10, 10)"))
+      << m;
+  EXPECT_TRUE(contains(m, "the training images (" + (mixed / "train-images-idx3-ubyte.gz").string() + ") are (1, 12, 12)"))
+      << m;
+}
+
 // Every shipped config, and every run of every shipped sweep at every scale, parses (no shipped file
 // sets a key its model or dataset ignores), and every rule's layers: pattern matches a layer.
 TEST(ConfigKeysHostile, ShippedConfigsAndSweepsParseAndBuild) {
