@@ -448,6 +448,8 @@ Config parse_root(YAML::Node root, const Origin& origin) {
     only_for("label", {"cifar100"});
     for (const char* k : {"height", "width", "channels"}) only_for(k, {"image_folder"});
     only_for("seq_len", {"text"});
+    for (const char* k : {"train_transforms", "test_transforms"})
+      only_for(k, {"cifar10", "cifar100", "fashion_mnist", "mnist", "image_folder"});  // tokens take none
     d.finish({"dataset", "root", "batch_size", "eval_batch_size", "train_transforms", "test_transforms", "limit_train",
               "limit_test", "workers", "prefetch", "download", "label", "height", "width", "channels", "seq_len"});
   }
@@ -648,10 +650,12 @@ std::string config_to_yaml(const Config& c) {
   e << YAML::Key << "root" << YAML::Value << YAML::DoubleQuoted << c.data.root;
   e << YAML::Key << "batch_size" << YAML::Value << c.data.batch_size;
   e << YAML::Key << "eval_batch_size" << YAML::Value << c.data.eval_batch_size;
-  e << YAML::Key << "train_transforms" << YAML::Value;
-  emit_list(e, c.data.train_transforms);
-  e << YAML::Key << "test_transforms" << YAML::Value;
-  emit_list(e, c.data.test_transforms);
+  if (c.data.dataset != "text") {
+    e << YAML::Key << "train_transforms" << YAML::Value;
+    emit_list(e, c.data.train_transforms);
+    e << YAML::Key << "test_transforms" << YAML::Value;
+    emit_list(e, c.data.test_transforms);
+  }
   e << YAML::Key << "limit_train" << YAML::Value << c.data.limit_train;
   e << YAML::Key << "limit_test" << YAML::Value << c.data.limit_test;
   e << YAML::Key << "workers" << YAML::Value << c.data.workers;

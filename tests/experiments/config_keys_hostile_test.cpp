@@ -258,3 +258,11 @@ TEST(ConfigKeysHostile, ShippedConfigsAndSweepsParseAndBuild) {
   EXPECT_GE(configs, 10);
   EXPECT_GT(runs, 10);
 }
+
+// Transforms written for text data were refused only when the loader opened the text, after the
+// run directory was made: refused by the config, naming the key.
+TEST(ConfigKeysHostile, TextDataTakesNoTransforms) {
+  const std::string m = parse_error(yaml_of("gpt_tiny", "text"), {"data.train_transforms=[hflip]"});
+  EXPECT_TRUE(contains(m, "--set data.train_transforms: data.train_transforms: only applies to data.dataset cifar10, "
+                          "cifar100, fashion_mnist, mnist, image_folder, not text")) << m;
+}
