@@ -127,6 +127,20 @@ void apply_process_settings(const Config& c) {
 Session make_session(const Config& c, const InputSpec& input) {
   Session s;
   s.input = input;
+  // A ViT's patches tile a square of model.image_size (unset: the input's side): a mismatch is
+  // named here, with the key or the data at fault, not by the first forward as model.image_size.
+  const std::vector<std::string>& reads = model_keys(c.model.arch);
+  if (std::find(reads.begin(), reads.end(), "image_size") != reads.end()) {
+    PACKRAT_CHECK(input.height == input.width,
+                  "{}: {} takes square images, but the {} training images are {}x{} (H x W) after "
+                  "data.train_transforms: make them square (resize(...) or random_crop(...) in data.train_transforms; "
+                  "for image_folder, data.height = data.width)",
+                  c.source, c.model.arch, c.data.dataset, input.height, input.width);
+    PACKRAT_CHECK(c.model.image_size == 0 || c.model.image_size == input.height,
+                  "{}: model.image_size is {}, but the {} training images are {}x{} after data.train_transforms: remove "
+                  "model.image_size (the model takes the images' side) or resize the images to it",
+                  c.source, c.model.image_size, c.data.dataset, input.height, input.width);
+  }
   ModelSpec spec;
   spec.arch = c.model.arch;
   spec.stem = c.model.stem;

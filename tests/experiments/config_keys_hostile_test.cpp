@@ -266,3 +266,20 @@ TEST(ConfigKeysHostile, TextDataTakesNoTransforms) {
   EXPECT_TRUE(contains(m, "--set data.train_transforms: data.train_transforms: only applies to data.dataset cifar10, "
                           "cifar100, fashion_mnist, mnist, image_folder, not text")) << m;
 }
+
+// A ViT on images of another side than model.image_size, or on non-square images, failed in the
+// first forward blaming model.image_size (a key the user may never have set): refused up front,
+// naming the key when it was set and the data when it was not.
+TEST(ConfigKeysHostile, VitImageSizeMismatchNamesTheKeyOrTheData) {
+  const std::vector<std::string> vit = {"model.arch=vit_tiny_fmnist", "saved_tensors.rules=[]"};
+  std::vector<std::string> sets = vit;
+  sets.push_back("model.image_size=28");
+  Config c = tiny_config("/nonexistent", "/tmp/unused", sets);  // random_crop(12, 1): 12x12 inputs
+  std::string m = message_of([&] { make_session(c, synthetic_input_spec(c)); });
+  EXPECT_TRUE(contains(m, "tiny.yaml: model.image_size is 28, but the mnist training images are 12x12")) << m;
+  c = tiny_config("/nonexistent", "/tmp/unused", vit);
+  m = message_of([&] { make_session(c, InputSpec{1, 12, 16, 10}); });
+  EXPECT_TRUE(contains(m, "tiny.yaml: vit_tiny_fmnist takes square images, but the mnist training images are 12x16")) << m;
+  EXPECT_FALSE(contains(m, "model.image_size")) << m;
+  EXPECT_NO_THROW(make_session(c, synthetic_input_spec(c)));
+}
