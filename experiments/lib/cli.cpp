@@ -122,7 +122,8 @@ int run_trainer(const TrainerArgs& a) {
     if (config_path.empty()) config_path = (std::filesystem::path(a.resume) / "config.yaml").string();
     sets.push_back("output.dir=" + a.resume);
   }
-  Config c = load_config(config_path, sets);
+  // The run's own config.yaml may come from an earlier packrat (load_run_config).
+  Config c = a.config.empty() ? load_run_config(config_path, sets) : load_config(config_path, sets);
   // Under mpirun: one rank of a data-parallel run (distributed_run.h).
   std::unique_ptr<DataParallel> dp;
   if (data_parallel_requested()) {

@@ -597,7 +597,38 @@ Config parse_root(YAML::Node root, const Origin& origin) {
 
 }  // namespace
 
-Config parse_config(const std::string& yaml_text, const std::string& source, const std::vector<std::string>& overrides) {
+namespace {
+
+// Keys that config_to_yaml of earlier versions wrote into every run's config.yaml, whatever the
+// model, dataset or schedule, with the value that meant "unset" (each is also the key's default).
+struct ResolvedDefault {
+  const char* section;
+  const char* key;
+  const char* value;  // "[]": an empty list
+};
+constexpr ResolvedDefault kEarlierResolvedDefaults[] = {
+    {"model", "stem", ""},        {"model", "in_channels", "0"}, {"model", "image_size", "0"},
+    {"model", "patch_size", "0"}, {"model", "width_mult", "1"},  {"model", "depth_mult", "1"},
+    {"data", "download", "false"}, {"data", "label", "fine"},    {"data", "height", "0"},
+    {"data", "width", "0"},       {"data", "channels", "3"},     {"data", "seq_len", "0"},
+    {"data", "train_transforms", "[]"}, {"data", "test_transforms", "[]"}, {"schedule", "gamma", "0.1"}};
+
+// Drops those keys where they hold that value: the same config (each is its key's default), but
+// one the keys check no longer refuses where the model, dataset or schedule does not read them.
+void drop_earlier_resolved_defaults(YAML::Node& root) {
+  if (!root.IsMap()) return;
+  for (const ResolvedDefault& d : kEarlierResolvedDefaults) {
+    YAML::Node section = root[d.section];
+    if (!section.IsMap() || !section[d.key].IsDefined()) continue;
+    const YAML::Node v = section[d.key];
+    const bool unset = std::string(d.value) == "[]" ? v.IsSequence() && v.size() == 0
+                                                    : v.IsScalar() && v.Scalar() == d.value;
+    if (unset) section.remove(d.key);
+  }
+}
+
+Config parse_text(const std::string& yaml_text, const std::string& source, const std::vector<std::string>& overrides,
+                  bool earlier_run_config) {
   Origin origin{source, {}};
   YAML::Node root;
   try {
@@ -606,6 +637,7 @@ Config parse_config(const std::string& yaml_text, const std::string& source, con
     fail("{}: YAML syntax error at line {}, column {}: {}", source, e.mark.line + 1, e.mark.column + 1, e.msg);
   }
   check_duplicate_keys(root, "", source);
+  if (earlier_run_config) drop_earlier_resolved_defaults(root);
   if (!overrides.empty()) {
     if (!root.IsDefined() || root.IsNull()) root = YAML::Node(YAML::NodeType::Map);
     PACKRAT_CHECK(root.IsMap(), "{}: the config must be a mapping of sections", source);
@@ -614,14 +646,28 @@ Config parse_config(const std::string& yaml_text, const std::string& source, con
   return parse_root(root, origin);
 }
 
-Config load_config(const std::string& path, const std::vector<std::string>& overrides) {
+std::string read_config_file(const std::string& path) {
   std::error_code ec;
   if (std::filesystem::is_directory(path, ec)) fail("{}: is a directory, not a config file", path);
   std::ifstream in(path);
   if (!in) fail("{}: cannot read the config file", path);
   std::stringstream ss;
   ss << in.rdbuf();
-  return parse_config(ss.str(), path, overrides);
+  return ss.str();
+}
+
+}  // namespace
+
+Config parse_config(const std::string& yaml_text, const std::string& source, const std::vector<std::string>& overrides) {
+  return parse_text(yaml_text, source, overrides, false);
+}
+
+Config load_config(const std::string& path, const std::vector<std::string>& overrides) {
+  return parse_text(read_config_file(path), path, overrides, false);
+}
+
+Config load_run_config(const std::string& path, const std::vector<std::string>& overrides) {
+  return parse_text(read_config_file(path), path, overrides, true);
 }
 
 namespace {

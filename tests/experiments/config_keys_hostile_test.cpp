@@ -283,3 +283,37 @@ TEST(ConfigKeysHostile, VitImageSizeMismatchNamesTheKeyOrTheData) {
   EXPECT_FALSE(contains(m, "model.image_size")) << m;
   EXPECT_NO_THROW(make_session(c, synthetic_input_spec(c)));
 }
+
+// A run's config.yaml written before the keys check listed every key for every model and dataset:
+// --resume of such a run still reads it (the keys holding their defaults are dropped), while the
+// same keys written by a user, or holding another value, are refused.
+TEST(ConfigKeysHostile, ResumeReadsAnEarlierRunsResolvedConfig) {
+  const fs::path dir = temp_dir("keys_earlier_run");
+  const std::string earlier =
+      "seed: 0\nthreads: 0\ndevice: cpu\nconv_algorithm: auto\n"
+      "data:\n  dataset: fashion_mnist\n  root: \"\"\n  batch_size: 128\n  eval_batch_size: 256\n"
+      "  train_transforms: [\"random_crop(28, 2)\"]\n  test_transforms: []\n  limit_train: 0\n  limit_test: 0\n"
+      "  workers: 1\n  prefetch: 2\n  download: false\n  label: fine\n  height: 0\n  width: 0\n  channels: 3\n"
+      "  seq_len: 0\n"
+      "model:\n  arch: vit_tiny_fmnist\n  stem: \"\"\n  activation: \"gelu\"\n  classes: 0\n  in_channels: 0\n"
+      "  image_size: 0\n  patch_size: 0\n  width_mult: 1\n  depth_mult: 1\n"
+      "saved_tensors:\n  default: {scheme: fp32}\n  rules:\n    []\n"
+      "optimizer:\n  name: sgd\n  lr: 0.1\n  momentum: 0.9\n  nesterov: false\n  weight_decay: 0\n"
+      "schedule:\n  name: cosine\n  warmup_epochs: 0\n  min_lr: 0\n  gamma: 0.1\n"
+      "train:\n  epochs: 1\n  label_smoothing: 0\n  clip_grad_norm: 0\n  eval_interval: 1\n  steps_per_epoch: 0\n"
+      "  log_interval: 50\n"
+      "output:\n  dir: \"" + dir.string() + "\"\n  checkpoint_interval: 1\n";
+  std::ofstream(dir / "config.yaml") << earlier;
+  const std::string path = (dir / "config.yaml").string();
+  EXPECT_TRUE(contains(message_of([&] { load_config(path); }), "data.download (line 16): only applies to data.dataset"));
+  const Config c = load_run_config(path);
+  EXPECT_EQ(c.model.arch, "vit_tiny_fmnist");
+  EXPECT_DOUBLE_EQ(c.schedule.gamma, 0.1);
+  EXPECT_EQ(c.data.train_transforms.size(), 1u);
+  EXPECT_TRUE(contains(message_of([&] { load_run_config(path, {"model.width_mult=0.5"}); }),
+                       "model.width_mult: vit_tiny_fmnist does not use this key"));
+  std::string edited = earlier;
+  edited.replace(edited.find("width_mult: 1"), 13, "width_mult: 2");
+  std::ofstream(dir / "config.yaml") << edited;
+  EXPECT_TRUE(contains(message_of([&] { load_run_config(path); }), "model.width_mult (line 30): vit_tiny_fmnist"));
+}
