@@ -476,11 +476,13 @@ Config parse_root(YAML::Node root, const Origin& origin) {
       m.error_at(m.key_path("arch"), m.raw("arch").Mark(),
                  fmt::format("unknown architecture '{}' (known: {})", c.model.arch, fmt::join(known_archs(), ", ")));
     // A key the architecture does not read would be ignored without a word: refuse it whenever it
-    // is written, whatever its value (model.width_mult: 1 on a ViT is as ignored as 0.5).
+    // is written, whatever its value (model.width_mult: 1 on a ViT is as ignored as 0.5). Except
+    // stem: "", which chooses no stem, the only way a --set can clear a base config's stem.
     const std::vector<std::string>& reads = model_keys(c.model.arch);
     for (const char* k : {"stem", "activation", "classes", "in_channels", "image_size", "patch_size", "width_mult",
                           "depth_mult", "dropout", "attention_dropout", "stochastic_depth"})
-      if (m.node().IsMap() && m.node()[k].IsDefined() && std::find(reads.begin(), reads.end(), k) == reads.end())
+      if (m.node().IsMap() && m.node()[k].IsDefined() && std::find(reads.begin(), reads.end(), k) == reads.end() &&
+          !(std::string(k) == "stem" && c.model.stem.empty()))
         m.error_at(m.key_path(k), m.node()[k].Mark(),
                    fmt::format("{} does not use this key (it reads model.arch, {}): remove it", c.model.arch,
                                join(reads)));

@@ -79,6 +79,8 @@ TEST(ConfigKeysHostile, ModelKeysTheModelDoesNotReadAreRefused) {
             "(no error)");
   EXPECT_EQ(parse_error(yaml_of("gpt_tiny", "text", "  dropout: 0.1\n  classes: 256\n")), "(no error)");
   EXPECT_EQ(parse_error(yaml_of("resnet20", "fashion_mnist", "  stem: cifar\n  in_channels: 1\n")), "(no error)");
+  // stem: "" chooses no stem: how a --set clears a base config's stem for a ViT (memory_table.sh).
+  EXPECT_EQ(parse_error(yaml_of("vit_tiny_fmnist", "fashion_mnist", "  stem: cifar\n"), {"model.stem=\"\""}), "(no error)");
 }
 
 // The resolved config (config.yaml of a run, read again by --resume) holds only the keys its
