@@ -448,8 +448,6 @@ Config parse_root(YAML::Node root, const Origin& origin) {
     only_for("label", {"cifar100"});
     for (const char* k : {"height", "width", "channels"}) only_for(k, {"image_folder"});
     only_for("seq_len", {"text"});
-    for (const char* k : {"train_transforms", "test_transforms"})
-      only_for(k, {"cifar10", "cifar100", "fashion_mnist", "mnist", "image_folder"});  // tokens take none
     d.finish({"dataset", "root", "batch_size", "eval_batch_size", "train_transforms", "test_transforms", "limit_train",
               "limit_test", "workers", "prefetch", "download", "label", "height", "width", "channels", "seq_len"});
   }
@@ -499,6 +497,14 @@ Config parse_root(YAML::Node root, const Origin& origin) {
     top.error_at("model.arch", root["model"]["arch"].Mark(),
                  fmt::format("{} takes text (data.dataset: text), but data.dataset is {} (images)", c.model.arch,
                              c.data.dataset));
+  // Tokens take no transforms (after the model check: an image config switched to text data is
+  // told about its model first). The loader would refuse them only once the text is open.
+  if (c.data.dataset == "text")
+    for (const char* k : {"train_transforms", "test_transforms"})
+      if (root["data"][k].IsDefined())
+        top.error_at(std::string("data.") + k, root["data"][k].Mark(),
+                     "only applies to data.dataset cifar10, cifar100, fashion_mnist, mnist, image_folder, not text: "
+                     "remove it");
   c.saved_tensors = parse_saved_tensors(top.child("saved_tensors"));
   c.saved_tensors.seed = c.seed;
   {
