@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <new>
 
 #include "core/error.h"
 #include "data/file_io.h"
@@ -9,30 +10,58 @@
 namespace packrat::data {
 namespace fs = std::filesystem;
 
+namespace {
+// Refuses text beyond kMaxTextBytes before it is read (a 10 GB file ended in std::bad_alloc).
+void check_text_size(uintmax_t bytes, const fs::path& root, const std::string& key) {
+  PACKRAT_CHECK(bytes <= static_cast<uintmax_t>(kMaxTextBytes),
+                "text: {} '{}' holds {} bytes, more than the {} bytes (1 GiB) a text dataset reads into memory; use "
+                "less text (a part of the file, or a folder of fewer files)",
+                key, root.string(), bytes, kMaxTextBytes);
+}
+
+std::vector<uint8_t> read_text_file(const fs::path& file, const fs::path& root, const std::string& key) {
+  try {
+    return read_file(file, "text");
+  } catch (const std::bad_alloc&) {
+    fail("text: {} '{}': out of memory reading {}", key, root.string(), file.string());
+  }
+}
+}  // namespace
+
 std::vector<uint8_t> read_text_bytes(const fs::path& root, const std::string& key) {
   std::error_code ec;
   const fs::file_status st = fs::status(root, ec);
   PACKRAT_CHECK(!ec && fs::exists(st), "text: {} '{}' does not exist (set it to a text file or a folder of text files)",
                 key, root.string());
   if (fs::is_regular_file(st)) {
-    std::vector<uint8_t> bytes = read_file(root, "text");
+    check_text_size(fs::file_size(root, ec), root, key);
+    std::vector<uint8_t> bytes = read_text_file(root, root, key);
     PACKRAT_CHECK(!bytes.empty(), "text: {} '{}' is empty: there is no text to train on", key, root.string());
     return bytes;
   }
   PACKRAT_CHECK(fs::is_directory(st), "text: {} '{}' is neither a file nor a folder", key, root.string());
   std::vector<fs::path> files;
+  uintmax_t total = 0;
   for (const fs::directory_entry& e : fs::recursive_directory_iterator(root))
-    if (e.is_regular_file() && !e.is_symlink()) files.push_back(e.path());
+    if (e.is_regular_file() && !e.is_symlink()) {
+      files.push_back(e.path());
+      total += e.file_size(ec);
+    }
+  check_text_size(total, root, key);
   std::sort(files.begin(), files.end());
   std::vector<uint8_t> text;
   int64_t binary = 0;
   for (const fs::path& f : files) {
-    const std::vector<uint8_t> b = read_file(f, "text");
+    const std::vector<uint8_t> b = read_text_file(f, root, key);
     if (std::memchr(b.data(), 0, b.size()) != nullptr) {
       ++binary;
       continue;
     }
-    text.insert(text.end(), b.begin(), b.end());
+    try {
+      text.insert(text.end(), b.begin(), b.end());
+    } catch (const std::bad_alloc&) {
+      fail("text: {} '{}': out of memory after {} bytes of text", key, root.string(), text.size());
+    }
   }
   PACKRAT_CHECK(!text.empty(),
                 "text: {} '{}' holds no text: {} regular file(s) found, {} skipped as binary (they hold a NUL byte), "

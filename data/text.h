@@ -22,9 +22,12 @@
 namespace packrat::data {
 
 // The text under `root`, as described above. Errors name `key` (the config key of the root):
-// a missing root, a folder without text files, an empty text.
+// a missing root, a folder without text files, an empty text, more than kMaxTextBytes of files
+// (checked before anything is read).
 std::vector<uint8_t> read_text_bytes(const std::filesystem::path& root, const std::string& key);
 
+// The text is held in memory (and each split copied from it): 1 GiB of files at most.
+constexpr int64_t kMaxTextBytes = int64_t{1} << 30;
 constexpr int64_t kTextVocab = 256;           // one token per byte value
 constexpr double kTextTrainFraction = 0.9;    // the first 90% of the bytes train
 

@@ -5,6 +5,7 @@
 
 #include <charconv>
 #include <cstdio>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -18,7 +19,7 @@ namespace {
 
 const char* kUsage =
     "usage: sweep SWEEP.yaml [--scale small|paper] [--out DIR] [--list] [--report-only] [--stop-after-runs K]\n"
-    "              [--quiet]\n"
+    "              [--rerun] [--quiet]\n"
     "  --scale small|paper   small: Fashion-MNIST and small models, for this machine (default);\n"
     "                        paper: the paper's dataset, model and epochs\n"
     "  --out DIR             where results.csv, report.md, the plots and runs/ go\n"
@@ -26,6 +27,8 @@ const char* kUsage =
     "  --list                check every point's config and print the runs; train nothing\n"
     "  --report-only         rewrite report.md and the plots from results.csv\n"
     "  --stop-after-runs K   stop after K runs (as if killed); a rerun continues\n"
+    "  --rerun               replace the runs of points that failed before or whose config has\n"
+    "                        changed since their run (without it, such a sweep is refused)\n"
     "  --quiet               no per-epoch lines from the runs\n";
 
 int run(const std::vector<std::string>& args) {
@@ -44,6 +47,7 @@ int run(const std::vector<std::string>& args) {
     else if (a == "--list") list = true;
     else if (a == "--report-only") report_only = true;
     else if (a == "--quiet") o.quiet = true;
+    else if (a == "--rerun") o.rerun = true;
     else if (a == "--stop-after-runs") {
       const std::string& v = value();
       const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), o.stop_after_runs);
@@ -67,6 +71,9 @@ int run(const std::vector<std::string>& args) {
   }
   if (report_only) {
     plan_sweep(s, o);
+    const std::string out = sweep_out_dir(s, o);
+    PACKRAT_CHECK(std::filesystem::is_regular_file(std::filesystem::path(out) / "results.csv"),
+                  "--report-only: {} holds no results.csv to report (run the sweep first)", out);
     write_sweep_report(s, sweep_out_dir(s, o), o.scale);
     std::printf("wrote %s/report.md\n", sweep_out_dir(s, o).c_str());
     return 0;

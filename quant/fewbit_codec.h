@@ -1,5 +1,5 @@
 #pragma once
-// The few-bit codec (papers/fewbit-backward.md, Alg. 1): one b-bit code per element of a saved
+// The few-bit codec (Few-Bit Backward, arXiv:2202.00441, Alg. 1): one b-bit code per element of a saved
 // activation, packed in quant/bitpack.h's layout, and its backward, grad * level[code].
 //   Table: code = the interval of x (or of y = f(x)) among the table's borders (fewbit_index)
 //   Step:  code = [f'(x) == step_hi], the exact 1-bit mask of a step derivative (relu family)

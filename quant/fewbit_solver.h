@@ -1,5 +1,5 @@
 #pragma once
-// The Few-Bit Backward solver (papers/fewbit-backward.md, section 3 and appendix G): the
+// The Few-Bit Backward solver (Novikov et al., arXiv:2202.00441, section 3 and appendix G): the
 // weighted-L2 optimal piecewise-constant approximation q(x|s, y) of a derivative f',
 //   L(s, y) = sum_i int_{s_i}^{s_{i+1}} (f'(x) - y_i)^2 w(x) dx            (eq. 3, 4)
 // found by dynamic programming over a grid (eq. 7) in the O(n)-memory prefix-integral form

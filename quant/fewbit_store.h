@@ -1,5 +1,5 @@
 #pragma once
-// The few-bit store (papers/fewbit-backward.md, Alg. 1): for an activation's Need::Derivative it
+// The few-bit store (Few-Bit Backward, arXiv:2202.00441, Alg. 1): for an activation's Need::Derivative it
 // keeps only the b-bit interval index of each element (bit-packed, ceil(n*b/8) bytes), and backward
 // multiplies grad_out by the table level of that interval. Derivatives that take two values (relu,
 // leaky_relu, relu6) and boolean masks (dropout, Need::Mask) are kept as exact 1-bit masks, so

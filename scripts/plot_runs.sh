@@ -30,14 +30,16 @@ curve_of() {
   if [[ -f "$1/steps.csv" ]]; then printf '%s' "$1/steps.csv"; else printf '%s' "$1/metrics.csv"; fi
 }
 
-# One gnuplot `plot` of column expression $1 by step, a line per run (the runs follow).
+# One gnuplot `plot` of column expression $1 by step, a line per run (the runs follow). Run i is
+# drawn in colour i + 1 in every panel, whatever the panel's other curves.
 plot_by_step() {
   local expr=$1 i=0 d
   shift
   printf "plot "
   for d in "$@"; do
     ((i > 0)) && printf ", "
-    printf "'%s' using (column('step')):(%s) with lines lw 1.5 title '%s'" "$(curve_of "$d")" "$expr" "$(label "$d")"
+    printf "'%s' using (column('step')):(%s) with lines lw 1.5 lc %d title '%s'" "$(curve_of "$d")" "$expr" \
+      $((i + 1)) "$(label "$d")"
     i=$((i + 1))
   done
   echo

@@ -3,6 +3,7 @@
 #   scripts/setup.sh           # build, test and train
 #   scripts/setup.sh --torch   # also the PyTorch reference for bench/compare_torch.py
 #                              # (Debian's python3-torch and python3-torchvision)
+#   scripts/setup.sh --fuzz    # also clang and its libFuzzer / sanitizer runtimes (scripts/fuzz.sh)
 set -euo pipefail
 packages=(build-essential cmake pkg-config libdnnl-dev libyaml-cpp-dev libspdlog-dev libfmt-dev
           libgtest-dev libgmock-dev libbenchmark-dev zlib1g-dev libstb-dev libcurl4-openssl-dev
@@ -11,7 +12,8 @@ packages=(build-essential cmake pkg-config libdnnl-dev libyaml-cpp-dev libspdlog
 for arg in "$@"; do
   case "$arg" in
     --torch) packages+=(python3-torch python3-torchvision) ;;
-    *) echo "setup: unknown option '$arg' (known: --torch)" >&2; exit 2 ;;
+    --fuzz) packages+=(clang libclang-rt-14-dev) ;;
+    *) echo "setup: unknown option '$arg' (known: --torch, --fuzz)" >&2; exit 2 ;;
   esac
 done
 missing=()

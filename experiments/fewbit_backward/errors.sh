@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The paper's Table 3 (papers/fewbit-backward.md, appendix C: the error of eq. 3 with uniform
+# The paper's Table 3 (Few-Bit Backward, arXiv:2202.00441, appendix C: the error of eq. 3 with uniform
 # weight on [-10, 10], 1-4 bits), computed now by `fewbit errors` (each table solved by the DP
 # solver, eq. 3 integrated from it), written as errors.csv and a Markdown table errors.md.
 #   experiments/fewbit_backward/errors.sh [OUT_DIR]     (default: experiments/fewbit_backward/results)
@@ -15,7 +15,7 @@ mkdir -p "$out"
   echo
   echo "Computed by \`$fewbit errors\` (each table solved now by the DP solver; \`shipped\` is the same integral"
   echo "for the table compiled into packrat). The paper's Table 3 gives these numbers; its values are withheld"
-  echo "in the copy under papers/, so no paper column."
+  echo "in the copy this project worked from, so no paper column."
   echo
   echo "| function | 1 bit | 2 bits | 3 bits | 4 bits |"
   echo "|---|---|---|---|---|"

@@ -1,6 +1,5 @@
 #include "experiments/lib/cli.h"
 
-#include <spdlog/sinks/basic_file_sink.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
@@ -39,6 +38,7 @@ std::string trainer_usage() {
 
 namespace {
 int run_mode(const TrainerArgs& a, const Config& c, DataParallel* dp);
+int gradient_fidelity_command(const TrainerArgs& a, const Config& c);
 
 int64_t parse_int(const std::string& s, const std::string& flag) {
   int64_t v = 0;
@@ -105,8 +105,9 @@ TrainerArgs parse_trainer_args(const std::vector<std::string>& argv) {
                 "--gradient-fidelity: {} draws is more than the {} allowed (each draw is a backward pass; a sweep "
                 "file's gradient_fidelity has the same cap)",
                 a.gradient_fidelity, kMaxFidelityDraws);
-  PACKRAT_CHECK(!a.overwrite || modes == 0, "--overwrite applies to a fresh training run only (not with --resume, "
-                "--memory-report-only, --benchmark, --find-max-batch or --gradient-fidelity)");
+  PACKRAT_CHECK(!a.overwrite || modes == 0 || a.gradient_fidelity > 0,
+                "--overwrite applies to a fresh training run or --gradient-fidelity only (not with --resume, "
+                "--memory-report-only, --benchmark or --find-max-batch)");
   return a;
 }
 
@@ -118,18 +119,25 @@ int run_trainer(const TrainerArgs& a) {
   std::vector<std::string> sets = a.sets;
   std::string config_path = a.config;
   if (!a.resume.empty()) {
-    PACKRAT_CHECK(std::filesystem::is_directory(a.resume), "--resume {}: no such run directory", a.resume);
-    if (config_path.empty()) config_path = (std::filesystem::path(a.resume) / "config.yaml").string();
-    sets.push_back("output.dir=" + a.resume);
+    const std::string run = expand_home(a.resume, "--resume");
+    PACKRAT_CHECK(std::filesystem::is_directory(run), "--resume {}: no such run directory", a.resume);
+    if (config_path.empty()) config_path = (std::filesystem::path(run) / "config.yaml").string();
+    sets.push_back("output.dir=" + run);
   }
   // The run's own config.yaml may come from an earlier packrat (load_run_config).
   Config c = a.config.empty() ? load_run_config(config_path, sets) : load_config(config_path, sets);
+  // As a shell would: a quoted '~/runs/x' made a directory named '~' in the working directory.
+  c.output.dir = expand_home(c.output.dir, "output.dir");
+  c.data.root = expand_home(c.data.root, "data.root");
+  // A resume rewrites its own config.yaml with the resolved config; a fresh run must not write
+  // over the user's config file.
+  if (a.resume.empty()) check_not_a_run_file(c.output.dir, config_path);
   // Under mpirun: one rank of a data-parallel run (distributed_run.h).
   std::unique_ptr<DataParallel> dp;
   if (data_parallel_requested()) {
-    PACKRAT_CHECK(!a.memory_report_only && a.max_batch_bytes == 0,
-                  "--memory-report-only and --find-max-batch measure one process: run them without mpirun (a "
-                  "data-parallel run writes every rank's memory in memory_report_ranks.json)");
+    PACKRAT_CHECK(!a.memory_report_only && a.max_batch_bytes == 0 && a.gradient_fidelity == 0,
+                  "--memory-report-only, --find-max-batch and --gradient-fidelity measure one process: run them "
+                  "without mpirun (a data-parallel run writes every rank's memory in memory_report_ranks.json)");
     Config resolved;
     dp = start_data_parallel(c, resolved);
     c = resolved;
@@ -146,6 +154,7 @@ namespace {
 // One mode of the trainer for a loaded config (on one data-parallel rank when dp is set).
 int run_mode(const TrainerArgs& a, const Config& c, DataParallel* dp) {
   if (a.memory_report_only) {
+    const DirectoryLock lock = lock_output_dir(c.output.dir);
     const MemoryReport r = memory_report_only(c);
     std::fputs(memory_report_table(r).c_str(), stdout);
     spdlog::info("wrote {}/memory_report.json", c.output.dir);
@@ -168,28 +177,38 @@ int run_mode(const TrainerArgs& a, const Config& c, DataParallel* dp) {
                 static_cast<long long>(r.peak_bytes), static_cast<long long>(r.limit));
     return 0;
   }
-  if (a.gradient_fidelity > 0) {
-    const FidelityReport r = gradient_fidelity_mode(c, a.gradient_fidelity);
-    std::fputs(r.table().c_str(), stdout);
-    spdlog::info("wrote {}/gradient_fidelity.json", c.output.dir);
-    return 0;
-  }
+  if (a.gradient_fidelity > 0) return gradient_fidelity_command(a, c);
   RunOptions o;
   o.resume = !a.resume.empty();
   o.overwrite = a.overwrite;
   o.stop_after_epoch = a.stop_after_epoch;
   o.dp = dp;
-  if (dp && !dp->root()) {  // rank 0 writes the run directory and train.log
-    run_training(c, o);
-    return 0;
-  }
-  // Before train.log is opened (and truncated): refuses a directory holding an earlier run, or
-  // one that cannot be written.
-  prepare_output_dir(c.output.dir, o.resume, o.overwrite);
-  auto file = std::make_shared<spdlog::sinks::basic_file_sink_mt>(
-      (std::filesystem::path(c.output.dir) / "train.log").string(), /*truncate=*/a.resume.empty());
-  spdlog::default_logger()->sinks().push_back(file);
+  o.log_file = true;
+  // For the life of the process, before anything in the directory is written or removed; rank 0
+  // alone writes the run directory (and holds its lock).
+  check_output_outside_data(c);  // before the lock makes the directory
+  DirectoryLock lock;
+  if (!dp || dp->root()) lock = lock_output_dir(c.output.dir);
   run_training(c, o);
+  return 0;
+}
+
+// --gradient-fidelity N: refused as a fresh run is where an earlier run (or an earlier
+// measurement) would be overwritten; with --overwrite the earlier run's files are removed once
+// the measurement has been written.
+int gradient_fidelity_command(const TrainerArgs& a, const Config& c) {
+  check_fidelity_compares_a_scheme(c);
+  check_output_outside_data(c);
+  const DirectoryLock lock = lock_output_dir(c.output.dir);
+  const std::vector<std::string> outputs = {"gradient_fidelity.json", "gradient_fidelity.png"};
+  const auto earlier = check_measurement_dir(c.output.dir, outputs, a.overwrite, "--gradient-fidelity");
+  const FidelityReport r = gradient_fidelity_mode(c, a.gradient_fidelity);
+  if (!earlier.empty()) {  // --overwrite: the new measurement is written, the rest of the earlier run goes
+    remove_run_files(c.output.dir, outputs);
+    spdlog::warn("output.dir {}: --overwrite: removed the earlier run", c.output.dir);
+  }
+  std::fputs(r.table().c_str(), stdout);
+  spdlog::info("wrote {}/gradient_fidelity.json", c.output.dir);
   return 0;
 }
 

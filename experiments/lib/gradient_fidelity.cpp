@@ -18,6 +18,7 @@
 #include "experiments/lib/session.h"
 #include "experiments/lib/train_loop.h"  // model_device
 #include "quant/gact_policy.h"
+#include "quant/presets.h"
 #include "quant/rule_policy.h"
 
 namespace packrat {
@@ -245,11 +246,26 @@ void plot_gradient_fidelity(const FidelityReport& r, const std::string& png) {
         "plot $d using (($3+$4)/2):1:($4):($3):($1-0.35):($1+0.35):ytic(2) with boxxyerror notitle, "
         "$d using 4:1 with points pt 7 ps 0.5 notitle\n";
   gp += "set title 'relative bias and noise (std) per tensor'\nset xlabel '||.|| / ||g_fp32|| (log; below 1e-6 drawn at 1e-6)'\nset logscale x\n"
-        "set format y ''\nset xrange [1e-7:*]\n"
+        // Short labels, one a decade: the default "1x10^{-7}" overlapped its neighbours.
+        "set format x '1e%T'\nset xtics 10\nset mxtics 10\nset format y ''\nset xrange [1e-7:*]\n"
         "plot $d using ($5 > 1e-6 ? $5 : 1e-6):1 with points pt 5 ps 0.8 title 'bias', "
         "$d using ($6 > 1e-6 ? $6 : 1e-6):1 with points pt 9 ps 0.8 title 'std'\n";
   gp += "unset multiplot\n";
   run_gnuplot(gp, "gradient fidelity plot " + png);
+}
+
+void check_fidelity_compares_a_scheme(const Config& c) {
+  auto exact = [](const SchemeSpec& s) {
+    const StoragePreset* p = find_storage_preset(s.scheme);
+    return s.scheme == "fp32" || (p && p->scheme == "fp32");
+  };
+  bool all_exact = exact(c.saved_tensors.default_scheme);
+  for (const StoreRule& r : c.saved_tensors.rules) all_exact = all_exact && exact(r.spec);
+  PACKRAT_CHECK(!all_exact,
+                "{}: --gradient-fidelity compares a compressing scheme's gradient with the FP32 gradient, but "
+                "saved_tensors keeps every saved tensor in FP32 ('{}'): there is nothing to compare. Give a scheme, e.g. "
+                "--set 'saved_tensors.default={{scheme: actnn, bits: 2}}'",
+                c.source, scheme_words(c.saved_tensors));
 }
 
 FidelityReport gradient_fidelity_mode(const Config& c, int64_t draws) {
@@ -281,7 +297,12 @@ FidelityReport gradient_fidelity_mode(const Config& c, int64_t draws) {
   r.scheme = scheme_words(c.saved_tensors);
   write_file_atomic((fs::path(c.output.dir) / "gradient_fidelity.json").string(), r.json().dump(2) + "\n");
   if (gnuplot_available()) plot_gradient_fidelity(r, (fs::path(c.output.dir) / "gradient_fidelity.png").string());
-  else spdlog::warn("gnuplot not found: no gradient_fidelity.png (apt-get install gnuplot-nox)");
+  else {
+    // A plot of an earlier measurement beside this one's JSON would be read as this one's.
+    std::error_code ec;
+    fs::remove(fs::path(c.output.dir) / "gradient_fidelity.png", ec);
+    spdlog::warn("gnuplot not found: no gradient_fidelity.png (apt-get install gnuplot-nox)");
+  }
   return r;
 }
 

@@ -62,6 +62,10 @@ FidelityReport gradient_fidelity_mode(const Config& c, int64_t draws);
 // backward pass, so 10^9 of them would run for days.
 constexpr int64_t kMaxFidelityDraws = 10000;
 
+// Throws naming the config when its saved_tensors keep every saved tensor in FP32 (fp32, or a
+// preset that is): the measurement would compare FP32 with FP32.
+void check_fidelity_compares_a_scheme(const Config& c);
+
 // Writes the report's plot (cosine and relative bias / standard deviation per tensor) to `png`.
 void plot_gradient_fidelity(const FidelityReport& r, const std::string& png);
 

@@ -1,5 +1,6 @@
 #include "experiments/lib/metrics.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <filesystem>
@@ -65,9 +66,18 @@ std::vector<std::string> read_lines(const std::string& path) {
 }
 }  // namespace
 
-void MetricsWriter::truncate_after(int64_t epoch) {
-  std::string csv = metrics_csv_header() + "\n", jsonl;
-  auto lines = read_lines(csv_);
+namespace {
+// The rows of metrics.csv and metrics.jsonl up to `epoch` (the header included), and the epochs of
+// the csv rows kept; throws naming the file at a line that is not a row.
+struct KeptRows {
+  std::string csv, jsonl;
+  std::vector<int64_t> csv_epochs;
+};
+
+KeptRows rows_up_to(const std::string& csv_path, const std::string& jsonl_path, int64_t epoch) {
+  KeptRows k;
+  k.csv = metrics_csv_header() + "\n";
+  auto lines = read_lines(csv_path);
   for (size_t i = 1; i < lines.size(); ++i) {
     const std::string& l = lines[i];
     int64_t row_epoch = 0;
@@ -75,13 +85,37 @@ void MetricsWriter::truncate_after(int64_t epoch) {
     PACKRAT_CHECK(ec == std::errc() && end != l.data() + l.size() && *end == ',',
                   "{}: line {} is not a metrics row (it starts '{}'): the file was edited or damaged; fix or remove "
                   "the line to resume",
-                  csv_, i + 1, l.substr(0, 40));
-    if (row_epoch <= epoch) csv += l + "\n";
+                  csv_path, i + 1, l.substr(0, 40));
+    if (row_epoch <= epoch) {
+      k.csv += l + "\n";
+      k.csv_epochs.push_back(row_epoch);
+    }
   }
-  for (const auto& l : read_lines(jsonl_))
-    if (json_integer(parse_json(l, jsonl_).at("epoch")) <= epoch) jsonl += l + "\n";
-  write_file_atomic(csv_, csv);
-  write_file_atomic(jsonl_, jsonl);
+  for (const auto& l : read_lines(jsonl_path))
+    if (json_integer(parse_json(l, jsonl_path).at("epoch")) <= epoch) k.jsonl += l + "\n";
+  return k;
+}
+}  // namespace
+
+void check_metrics_for_resume(const std::string& dir, int64_t epoch) {
+  namespace fs = std::filesystem;
+  const std::string csv = (fs::path(dir) / "metrics.csv").string();
+  PACKRAT_CHECK(fs::is_regular_file(csv), "--resume {}: {} is missing: it holds the metrics of the {} epoch(s) done "
+                "so far, which the resumed run would lose; put it back (or start afresh with --overwrite)",
+                dir, csv, epoch);
+  const KeptRows k = rows_up_to(csv, (fs::path(dir) / "metrics.jsonl").string(), epoch);
+  for (int64_t e = 1; e <= epoch; ++e)
+    PACKRAT_CHECK(std::find(k.csv_epochs.begin(), k.csv_epochs.end(), e) != k.csv_epochs.end(),
+                  "--resume {}: {} has no row for epoch {}, but the checkpoint has done {} epoch(s): the file was "
+                  "edited or replaced, and the resumed run would lose that epoch's metrics; put the file back (or "
+                  "start afresh with --overwrite)",
+                  dir, csv, e, epoch);
+}
+
+void MetricsWriter::truncate_after(int64_t epoch) {
+  const KeptRows k = rows_up_to(csv_, jsonl_, epoch);
+  write_file_atomic(csv_, k.csv);
+  write_file_atomic(jsonl_, k.jsonl);
 }
 
 void MetricsWriter::append(const EpochMetrics& m) {

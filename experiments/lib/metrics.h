@@ -31,6 +31,11 @@ Json metrics_json(const EpochMetrics& m);
 std::string metrics_csv_header();
 std::string metrics_csv_row(const EpochMetrics& m);
 
+// For a resumed run whose checkpoint has done `epoch` epochs, before anything is written: throws
+// naming the file when metrics.csv is missing, lacks the row of an epoch up to `epoch`, or holds
+// a line that is not a row (and so does metrics.jsonl).
+void check_metrics_for_resume(const std::string& dir, int64_t epoch);
+
 // Appends rows to <dir>/metrics.csv and <dir>/metrics.jsonl (header written when new).
 class MetricsWriter {
  public:

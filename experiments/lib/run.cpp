@@ -1,7 +1,9 @@
 #include "experiments/lib/run.h"
 
+#include <spdlog/sinks/basic_file_sink.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <optional>
@@ -57,18 +59,53 @@ std::unique_ptr<data::Loader> make_loader(const Config& c, std::shared_ptr<const
   return std::make_unique<data::Loader>(ds, data::parse_pipeline(train ? c.data.train_transforms : c.data.test_transforms), o);
 }
 
+// Adds train.log to the default logger while it lives.
+class LogFile {
+ public:
+  LogFile(const std::string& path, bool truncate)
+      : sink_(std::make_shared<spdlog::sinks::basic_file_sink_mt>(path, truncate)) {
+    spdlog::default_logger()->sinks().push_back(sink_);
+  }
+  ~LogFile() {
+    auto& sinks = spdlog::default_logger()->sinks();
+    sinks.erase(std::remove(sinks.begin(), sinks.end(), sink_), sinks.end());
+  }
+  LogFile(const LogFile&) = delete;
+  LogFile& operator=(const LogFile&) = delete;
+
+ private:
+  std::shared_ptr<spdlog::sinks::basic_file_sink_mt> sink_;
+};
+
 }  // namespace
+
+void check_output_outside_data(const Config& c) {
+  namespace fs = std::filesystem;
+  // Datasets read every file under their root: a run directory there would be read as data.
+  if (c.data.root.empty() || (c.data.dataset != "text" && c.data.dataset != "image_folder")) return;
+  std::error_code ec;
+  const fs::path root = fs::weakly_canonical(c.data.root, ec);
+  if (ec || !fs::is_directory(root, ec)) return;
+  const fs::path out = fs::weakly_canonical(c.output.dir, ec);
+  if (ec) return;
+  const auto [r, o] = std::mismatch(root.begin(), root.end(), out.begin(), out.end());
+  PACKRAT_CHECK(r != root.end(),
+                "{}: output.dir {} is inside data.root {}: the {} dataset reads every file there, so the run would "
+                "train on its own logs and checkpoints; choose an output.dir outside data.root",
+                c.source, c.output.dir, c.data.root, c.data.dataset);
+}
 
 RunResult run_training(const Config& c, const RunOptions& o) {
   namespace fs = std::filesystem;
   DataParallel* dp = o.dp;
   const bool root = !dp || dp->root();  // writes the run directory
-  if (root) prepare_output_dir(c.output.dir, o.resume, o.overwrite);
+  // Every check comes before the run directory changes: a refused command leaves it as it was.
+  check_output_outside_data(c);  // before check_output_dir makes the directory
+  if (root) check_output_dir(c.output.dir, o.resume, o.overwrite);
   apply_process_settings(c);
   const RunDevice on(c);
   RunResult result;
   result.run_dir = c.output.dir;
-  if (root) write_file_atomic((fs::path(c.output.dir) / "config.yaml").string(), config_to_yaml(c));
 
   auto train_ds = data::open_dataset(dataset_spec(c, data::Split::Train));
   auto test_ds = data::open_dataset(dataset_spec(c, data::Split::Test));
@@ -80,6 +117,28 @@ RunResult run_training(const Config& c, const RunOptions& o) {
   check_classes(c, train_ds->num_classes());
   InputSpec input{shape.c, shape.h, shape.w, c.model.classes > 0 ? c.model.classes : train_ds->num_classes()};
   Session s = make_session(c, input);
+  TrainingPosition pos{0, 0, c.seed};
+  std::string resumed_from;
+  if (o.resume) {
+    auto ckpt = latest_checkpoint(c.output.dir);
+    PACKRAT_CHECK(ckpt.has_value(), "--resume {}: no checkpoint in {}/checkpoints", c.output.dir, c.output.dir);
+    pos = load_checkpoint(*ckpt, *s.model, *s.optimizer, find_gact_stores(*s.policy));  // before the first step
+    PACKRAT_CHECK(pos.seed == c.seed, "--resume {}: the checkpoint was written with seed {}, the config has seed {}",
+                  c.output.dir, pos.seed, c.seed);
+    if (root) {
+      check_metrics_for_resume(c.output.dir, pos.epoch);
+      StepLogWriter(c.output.dir, /*create=*/false).check(pos.step);
+    }
+    resumed_from = *ckpt;
+  }
+
+  // Every check has passed: from here on the run directory is written.
+  std::optional<LogFile> log;
+  if (root) {
+    prepare_output_dir(c.output.dir, o.resume, o.overwrite);
+    if (o.log_file) log.emplace((fs::path(c.output.dir) / "train.log").string(), /*truncate=*/!o.resume);
+    write_file_atomic((fs::path(c.output.dir) / "config.yaml").string(), config_to_yaml(c));
+  }
   DataParallelSession dp_session(dp, *s.model, c.distributed);
   // GACT's bit allocations, one CSV block per refresh, go to the run directory unless the
   // config names a file (saved_tensors: {scheme: gact, log_path: ...}).
@@ -107,21 +166,10 @@ RunResult run_training(const Config& c, const RunOptions& o) {
   if (root) {
     metrics.emplace(c.output.dir);
     step_log.emplace(c.output.dir);
+    metrics->truncate_after(pos.epoch);  // 0: a fresh run's empty files
+    step_log->truncate_after(pos.step);
   }
-  TrainingPosition pos{0, 0, c.seed};
-  if (o.resume) {
-    auto ckpt = latest_checkpoint(c.output.dir);
-    PACKRAT_CHECK(ckpt.has_value(), "--resume {}: no checkpoint in {}/checkpoints", c.output.dir, c.output.dir);
-    pos = load_checkpoint(*ckpt, *s.model, *s.optimizer, find_gact_stores(*s.policy));  // before the first step
-    PACKRAT_CHECK(pos.seed == c.seed, "--resume {}: the checkpoint was written with seed {}, the config has seed {}",
-                  c.output.dir, pos.seed, c.seed);
-    if (metrics) metrics->truncate_after(pos.epoch);
-    if (step_log) step_log->truncate_after(pos.step);
-    spdlog::info("resumed from {} at epoch {} step {}", *ckpt, pos.epoch, pos.step);
-  } else {
-    if (metrics) metrics->truncate_after(0);
-    if (step_log) step_log->truncate_after(0);
-  }
+  if (o.resume) spdlog::info("resumed from {} at epoch {} step {}", resumed_from, pos.epoch, pos.step);
   result.start_epoch = pos.epoch;
   if (pos.epoch >= c.train.epochs)
     spdlog::info("the run already has its {} epochs (raise train.epochs with --set to train on)", c.train.epochs);

@@ -20,6 +20,7 @@ struct RunOptions {
   int tty = -1;                 // progress bar: -1 = isatty(stderr), 0 = plain lines, 1 = bar
   bool print_report = true;     // print the memory report table to stdout
   DataParallel* dp = nullptr;   // under mpirun: this rank's shard; rank 0 writes the run directory
+  bool log_file = false;        // log to <dir>/train.log too (from the first write into the directory)
 };
 
 struct RunResult {
@@ -29,10 +30,15 @@ struct RunResult {
   int64_t start_epoch = 0;           // epochs already done when it started (resume)
 };
 
-// Checks and prepares the directory first (prepare_output_dir: a fresh run refuses one holding
-// an earlier run unless o.overwrite). Writes <dir>/config.yaml (the resolved config), train.log, metrics.csv/jsonl,
+// Checks everything first, the directory (check_output_dir: a fresh run refuses one holding an
+// earlier run unless o.overwrite), the data, the model and, resuming, the checkpoint and the
+// metrics; only then changes the run directory (a refused run leaves it as it was). Writes <dir>/config.yaml (the resolved config), train.log, metrics.csv/jsonl,
 // memory_report.json, checkpoints/epoch_NNNN.safetensors, and gact_bits.csv when a GACT store
 // is used.
 RunResult run_training(const Config& c, const RunOptions& o = {});
+
+// Throws naming both keys when output.dir is data.root or inside it for a dataset that reads every
+// file under its root (text, image_folder): the run would read its own files as data.
+void check_output_outside_data(const Config& c);
 
 }  // namespace packrat

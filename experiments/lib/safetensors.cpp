@@ -1,13 +1,13 @@
 #include "experiments/lib/safetensors.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 
 #include "experiments/lib/json.h"
 
@@ -121,17 +121,51 @@ const Tensor* SafetensorsFile::find(const std::string& name) const {
   return nullptr;
 }
 
+namespace {
+
+// Reads exactly n bytes at `offset`; throws naming the file on an error or a short file.
+void read_at(int fd, char* data, size_t n, int64_t offset, const std::string& path) {
+  while (n > 0) {
+    const ssize_t r = ::pread(fd, data, n, offset);
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) fail("{}: read failed: {}", path, std::strerror(errno));
+    if (r == 0) fail("{}: the file ended at byte {} while being read (was it truncated meanwhile?)", path, offset);
+    data += r;
+    n -= static_cast<size_t>(r);
+    offset += r;
+  }
+}
+
+// The format's own cap on the JSON header (huggingface/safetensors: 100 MB).
+constexpr uint64_t kMaxHeaderBytes = 100'000'000;
+
+}  // namespace
+
+// The header is read and checked against the file's size first; only then is each tensor
+// allocated and read into, so a huge or corrupt file is refused without reading it whole.
 SafetensorsFile read_safetensors(const std::string& path, MemTag tag) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail("{}: cannot open: {}", path, std::strerror(errno));
-  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  PACKRAT_CHECK(bytes.size() >= 8, "{}: not a safetensors file: {} bytes, shorter than the 8-byte header length",
-                path, bytes.size());
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) fail("{}: cannot open: {}", path, std::strerror(errno));
+  struct Closer {
+    int fd;
+    ~Closer() { ::close(fd); }
+  } closer{fd};
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) fail("{}: cannot stat: {}", path, std::strerror(errno));
+  PACKRAT_CHECK(S_ISREG(st.st_mode), "{}: not a regular file", path);
+  const auto file_size = static_cast<uint64_t>(st.st_size);
+  PACKRAT_CHECK(file_size >= 8, "{}: not a safetensors file: {} bytes, shorter than the 8-byte header length",
+                path, file_size);
+  unsigned char len[8];
+  read_at(fd, reinterpret_cast<char*>(len), 8, 0, path);
   uint64_t n = 0;
-  for (int i = 0; i < 8; ++i) n |= static_cast<uint64_t>(static_cast<unsigned char>(bytes[static_cast<size_t>(i)])) << (8 * i);
-  PACKRAT_CHECK(n >= 2 && n <= bytes.size() - 8, "{}: corrupt safetensors file: header length {} does not fit in {} bytes",
-                path, n, bytes.size());
-  const std::string_view header_text(bytes.data() + 8, n);
+  for (int i = 0; i < 8; ++i) n |= static_cast<uint64_t>(len[i]) << (8 * i);
+  PACKRAT_CHECK(n >= 2 && n <= file_size - 8, "{}: corrupt safetensors file: header length {} does not fit in {} bytes",
+                path, n, file_size);
+  PACKRAT_CHECK(n <= kMaxHeaderBytes, "{}: corrupt safetensors file: header length {} is more than the format's "
+                "limit of {} bytes", path, n, kMaxHeaderBytes);
+  std::string header_text(n, '\0');
+  read_at(fd, header_text.data(), n, 8, path);
   Json header;
   try {
     header = parse_json(header_text, path + " header");
@@ -139,16 +173,17 @@ SafetensorsFile read_safetensors(const std::string& path, MemTag tag) {
     fail("{}: corrupt safetensors file: {}", path, e.what());
   }
   PACKRAT_CHECK(header.is_object(), "{}: corrupt safetensors file: the header is not a JSON object", path);
-  const size_t data_start = 8 + n;
-  const int64_t data_size = static_cast<int64_t>(bytes.size() - data_start);
+  const int64_t data_start = static_cast<int64_t>(8 + n);
+  const int64_t data_size = static_cast<int64_t>(file_size - 8 - n);
 
   SafetensorsFile out;
-  struct Span {
+  struct Entry {
     int64_t begin, end;
     std::string name;
+    DType dtype;
+    std::vector<int64_t> dims;
   };
-  std::vector<Span> spans;
-  std::vector<std::pair<int64_t, std::pair<std::string, Tensor>>> ordered;
+  std::vector<Entry> entries;
   for (const auto& [name, e] : header.items()) {
     if (name == "__metadata__") {
       PACKRAT_CHECK(e.is_object(), "{}: __metadata__ must be an object of strings", path);
@@ -180,27 +215,37 @@ SafetensorsFile read_safetensors(const std::string& path, MemTag tag) {
                     data_size);
       PACKRAT_CHECK(en - b == numel * static_cast<int64_t>(dtype_size(dt)),
                     "{} bytes for a {} tensor of {} elements", en - b, dtype, numel);
-      Tensor t = Tensor::empty(Shape(dims), dt, Layout::Plain, tag, Device::cpu());  // on the host: filled below
-      if (en > b) std::memcpy(t.raw(), bytes.data() + data_start + b, static_cast<size_t>(en - b));
-      spans.push_back({b, en, name});
-      ordered.push_back({b, {name, t}});
+      entries.push_back({b, en, name, dt, std::move(dims)});
     } catch (const Error& err) {
       fail("{}: corrupt safetensors file: tensor '{}': {}", path, name, err.what());
     } catch (const Json::exception& err) {  // a missing key or a value of the wrong type
       fail("{}: corrupt safetensors file: tensor '{}': {}", path, name, err.what());
     }
   }
-  std::sort(spans.begin(), spans.end(), [](const Span& a, const Span& b) { return a.begin < b.begin || (a.begin == b.begin && a.end < b.end); });
+  std::stable_sort(entries.begin(), entries.end(),
+                   [](const Entry& a, const Entry& b) { return a.begin < b.begin || (a.begin == b.begin && a.end < b.end); });
   int64_t covered = 0;
-  for (const Span& s : spans) {
+  for (const Entry& s : entries) {
     PACKRAT_CHECK(s.begin == covered, "{}: corrupt safetensors file: tensor '{}' starts at byte {}, expected {} "
                                       "(overlapping or missing data)", path, s.name, s.begin, covered);
     covered = s.end;
   }
   PACKRAT_CHECK(covered == data_size, "{}: corrupt safetensors file: {} data bytes, the header describes {}", path,
                 data_size, covered);
-  std::stable_sort(ordered.begin(), ordered.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
-  for (auto& [off, nt] : ordered) out.tensors.push_back(std::move(nt));
+  for (Entry& s : entries) {
+    Tensor t;
+    bool allocated = false;
+    try {
+      t = Tensor::empty(Shape(s.dims), s.dtype, Layout::Plain, tag, Device::cpu());  // on the host: filled below
+      allocated = true;
+    } catch (const std::bad_alloc&) {
+    } catch (const OutOfMemory&) {
+    }
+    PACKRAT_CHECK(allocated, "{}: out of memory reading tensor '{}' ({} bytes; the file holds {} bytes of tensors)",
+                  path, s.name, s.end - s.begin, data_size);
+    if (s.end > s.begin) read_at(fd, static_cast<char*>(t.raw()), static_cast<size_t>(s.end - s.begin), data_start + s.begin, path);
+    out.tensors.emplace_back(std::move(s.name), std::move(t));
+  }
   return out;
 }
 

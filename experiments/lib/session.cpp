@@ -3,6 +3,9 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <charconv>
+#include <cstdlib>
+#include <cstring>
 
 #include "core/backend.h"
 #include "core/device_runtime.h"
@@ -100,23 +103,40 @@ void check_device_can_train(const Config& c) {
 
 RunDevice::RunDevice(const Config& c) : device_(Device::parse(c.device)), scope_(device_) { make_current(device_); }
 
+namespace {
+// The OpenMP threads the process would start with threads: 0, from OMP_NUM_THREADS (its first
+// entry: "8,4" nests); 0 when it is unset or not a number (OpenMP then takes the processors).
+int64_t omp_num_threads_env() {
+  const char* v = std::getenv("OMP_NUM_THREADS");
+  if (v == nullptr) return 0;
+  int64_t n = 0;
+  const char* end = v + std::strcspn(v, ",");
+  const auto [p, ec] = std::from_chars(v + std::strspn(v, " "), end, n);
+  return ec == std::errc() ? n : 0;
+}
+}  // namespace
+
 void apply_process_settings(const Config& c) {
   check_device_can_train(c);
-  if (c.threads > 0) {
-    // More OpenMP threads than processors wait on each other at every barrier: a few too many
-    // (a config from a bigger machine) cost some speed and get a warning; far too many (threads:
-    // 1024 on 2 cores ran 50x slower) are refused.
+  // More OpenMP threads than processors wait on each other at every barrier: a few too many (a
+  // config from a bigger machine) cost some speed and get a warning; far too many (threads: 1024
+  // on 2 cores ran 50x slower; OMP_NUM_THREADS=100000 crashed starting them) are refused.
+  // threads: 0 takes OMP_NUM_THREADS when it is set, so that is checked the same way.
+  const bool from_env = c.threads == 0;
+  const int64_t threads = from_env ? omp_num_threads_env() : c.threads;
+  const std::string what = from_env ? fmt::format("OMP_NUM_THREADS is {} (with threads: 0 in {})", threads, c.source)
+                                    : fmt::format("{}: threads is {}", c.source, threads);
+  const std::string way_out = from_env ? "unset OMP_NUM_THREADS or set it to at most" : "use threads: 0 (OpenMP's default) or at most";
+  if (threads > 0) {
     const int procs = std::max(1, omp_get_num_procs());
-    PACKRAT_CHECK(c.threads <= int64_t{kMaxThreadsPerProcessor} * procs,
-                  "{}: threads is {}, but this process can use {} processor(s): that many OpenMP threads wait on each "
-                  "other and run many times slower (more than {}x the processors is refused); use threads: 0 (OpenMP's "
-                  "default) or at most {}",
-                  c.source, c.threads, procs, kMaxThreadsPerProcessor, procs);
-    if (c.threads > procs)
-      spdlog::warn("{}: threads is {}, more than the {} processor(s) this process can use: expect a slower run (threads: "
-                   "0 takes OpenMP's default)",
-                   c.source, c.threads, procs);
-    set_num_threads(static_cast<int>(c.threads));
+    PACKRAT_CHECK(threads <= int64_t{kMaxThreadsPerProcessor} * procs,
+                  "{}, but this process can use {} processor(s): that many OpenMP threads wait on each other and run "
+                  "many times slower (more than {}x the processors is refused); {} {}",
+                  what, procs, kMaxThreadsPerProcessor, way_out, procs);
+    if (threads > procs)
+      spdlog::warn("{}, more than the {} processor(s) this process can use: expect a slower run ({} {})", what, procs,
+                   way_out, procs);
+    if (!from_env) set_num_threads(static_cast<int>(c.threads));
   }
   set_conv_algorithm(c.conv_algorithm == "direct"          ? ConvAlgorithm::Direct
                      : c.conv_algorithm == "deterministic" ? ConvAlgorithm::Deterministic

@@ -17,12 +17,12 @@ std::string step_csv_row(const StepRow& r) {
   return fmt::format("{},{},{},{},{}", r.step, r.epoch, num(r.train_loss), num(r.train_acc), num(r.lr));
 }
 
-StepLogWriter::StepLogWriter(std::string dir) {
-  std::filesystem::create_directories(dir);
+StepLogWriter::StepLogWriter(std::string dir, bool create) {
+  if (create) std::filesystem::create_directories(dir);
   csv_ = (std::filesystem::path(dir) / "steps.csv").string();
 }
 
-void StepLogWriter::truncate_after(int64_t step) {
+std::string StepLogWriter::rows_up_to(int64_t step) const {
   std::string kept = step_csv_header() + "\n";
   std::ifstream in(csv_);
   std::string line;
@@ -36,9 +36,10 @@ void StepLogWriter::truncate_after(int64_t step) {
                   csv_, n, line.substr(0, 40));
     if (row_step <= step) kept += line + "\n";
   }
-  in.close();
-  write_file_atomic(csv_, kept);
+  return kept;
 }
+
+void StepLogWriter::truncate_after(int64_t step) { write_file_atomic(csv_, rows_up_to(step)); }
 
 void StepLogWriter::append(const StepRow& r) {
   const bool fresh = !std::filesystem::exists(csv_) || std::filesystem::file_size(csv_) == 0;

@@ -20,14 +20,18 @@ std::string step_csv_row(const StepRow& r);
 
 class StepLogWriter {
  public:
-  explicit StepLogWriter(std::string dir);
+  // create: makes `dir` when missing (false: only reads, for check()).
+  explicit StepLogWriter(std::string dir, bool create = true);
   // For a resumed run: keeps the rows of steps <= `step` (0: none), so a resumed run's file
   // equals an uninterrupted run's.
   void truncate_after(int64_t step);
+  // What truncate_after checks, before anything is written: throws naming a damaged line.
+  void check(int64_t step) const { (void)rows_up_to(step); }
   void append(const StepRow& r);
   const std::string& path() const { return csv_; }
 
  private:
+  std::string rows_up_to(int64_t step) const;
   std::string csv_;
 };
 

@@ -2,8 +2,10 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <set>
 #include <sstream>
 
@@ -18,11 +20,18 @@ std::string at(const std::string& file, const std::string& key, const YAML::Node
   return n.Mark().is_null() ? fmt::format("{}: {}", file, key) : fmt::format("{}: {} (line {})", file, key, n.Mark().line + 1);
 }
 
+// A mapping key as text: a list or a map used as a key (`[a, b]: 1`) is refused with its line.
+std::string key_text(const YAML::Node& key, const std::string& file, const std::string& path) {
+  PACKRAT_CHECK(key.IsScalar(), "{}: a key must be a single value, not a list or a mapping",
+                at(file, path.empty() ? "the sweep file" : path, key));
+  return key.as<std::string>();
+}
+
 void check_keys(const YAML::Node& map, const std::string& file, const std::string& path,
                 const std::set<std::string>& known) {
   PACKRAT_CHECK(map.IsMap(), "{}: must be a mapping", at(file, path.empty() ? "the sweep file" : path, map));
   for (const auto& kv : map) {
-    const std::string k = kv.first.as<std::string>();
+    const std::string k = key_text(kv.first, file, path);
     if (known.count(k)) continue;
     std::string names;
     for (const auto& n : known) names += (names.empty() ? "" : ", ") + n;
@@ -56,7 +65,23 @@ std::string yaml_text(const YAML::Node& n) {
   return e.c_str();
 }
 
+// `metric` must be a column that report.md aggregates (sweep_metric_columns).
+void check_metric(const SweepSpec& s, const YAML::Node& n, const std::string& key, const std::string& metric) {
+  const std::vector<std::string> known = sweep_metric_columns(s.gradient_fidelity > 0);
+  if (std::find(known.begin(), known.end(), metric) != known.end()) return;
+  std::string names;
+  for (const auto& k : known) names += (names.empty() ? "" : ", ") + k;
+  fail("{}: '{}' is not a results.csv column of the report (known: {})", at(s.file, key, n), metric, names);
+}
+
 }  // namespace
+
+std::vector<std::string> sweep_metric_columns(bool gradient_fidelity) {
+  std::vector<std::string> m = {"final_test_acc", "best_test_acc", "final_test_loss", "saved_bytes", "peak_bytes",
+                                "img_per_s"};
+  if (gradient_fidelity) m.insert(m.end(), {"grad_cosine", "grad_rel_bias", "grad_rel_variance"});
+  return m;
+}
 
 std::string sweep_dir_name(const std::string& id) {
   std::string s;
@@ -64,7 +89,9 @@ std::string sweep_dir_name(const std::string& id) {
   return s;
 }
 
-SweepSpec parse_sweep(const std::string& yaml_text_in, const std::string& file) {
+namespace {
+
+SweepSpec parse_sweep_yaml(const std::string& yaml_text_in, const std::string& file) {
   YAML::Node root;
   try {
     root = YAML::Load(yaml_text_in);
@@ -87,7 +114,7 @@ SweepSpec parse_sweep(const std::string& yaml_text_in, const std::string& file) 
   if (const YAML::Node sc = root["scales"]) {
     check_keys(sc, file, "scales", {"small", "paper"});
     for (const auto& kv : sc) {
-      const std::string k = kv.first.as<std::string>();
+      const std::string k = key_text(kv.first, file, "scales");
       s.scales[k] = string_list(kv.second, file, "scales." + k);
     }
   }
@@ -114,12 +141,35 @@ SweepSpec parse_sweep(const std::string& yaml_text_in, const std::string& file) 
         PACKRAT_CHECK(v.IsMap(), "{}: without 'key', 'values' maps each label to its list of overrides",
                       at(file, where + ".values", v));
         for (const auto& kv : v) {
-          const std::string label = kv.first.as<std::string>();
+          const std::string label = key_text(kv.first, file, where + ".values");
           a.values.push_back({label, string_list(kv.second, file, where + ".values." + label)});
         }
       }
+      // Two values with one directory name would share a run directory: the second would be taken
+      // as done by the first ([0.1, 0.1], or labels "a b" and "a_b").
+      std::map<std::string, std::string> dirs;  // directory name -> label
+      for (size_t j = 0; j < a.values.size(); ++j) {
+        const std::string& label = a.values[j].label;
+        const auto [it, fresh] = dirs.emplace(sweep_dir_name(label), label);
+        PACKRAT_CHECK(fresh || it->second != label, "{}: value '{}' is listed twice", at(file, where + ".values", v),
+                      label);
+        PACKRAT_CHECK(fresh, "{}: values '{}' and '{}' would share the run directory name '{}' (characters outside "
+                      "[A-Za-z0-9._=+-] become '_'); rename one", at(file, where + ".values", v), it->second, label,
+                      it->first);
+      }
       s.axes.push_back(std::move(a));
     }
+    // The grid is the product of the axes: refuse it before points() would allocate it.
+    uint64_t n = 1;
+    bool overflow = false;
+    std::string sizes;
+    for (const auto& a : s.axes) {
+      overflow = overflow || __builtin_mul_overflow(n, uint64_t{a.values.size()}, &n);
+      sizes += (sizes.empty() ? "" : " x ") + std::to_string(a.values.size());
+    }
+    PACKRAT_CHECK(!overflow && n <= kMaxSweepRuns, "{}: the grid has {} points ({} values); a sweep has at most {} "
+                  "runs: split it or drop values", at(file, "axes", ax), overflow ? "over 2^64" : std::to_string(n),
+                  sizes, kMaxSweepRuns);
   }
   std::set<std::string> ids;
   for (const auto& p : s.points()) ids.insert(p.id);
@@ -138,6 +188,19 @@ SweepSpec parse_sweep(const std::string& yaml_text_in, const std::string& file) 
     }
   }
   PACKRAT_CHECK(!s.axes.empty() || !s.extra_points.empty(), "{}: no points: give 'axes' or 'points'", file);
+  {
+    // Every point needs a run directory of its own: a second point in the first's directory would
+    // be taken as done and reported with the first one's results.
+    std::map<std::string, std::string> dirs;  // directory name -> point id
+    const YAML::Node where = root["points"] ? root["points"] : root["axes"];
+    for (const SweepPoint& p : s.points()) {
+      const std::string d = sweep_dir_name(p.id);
+      PACKRAT_CHECK(d != "." && d != "..", "{}: point '{}' cannot be a directory name", at(file, "points", where), p.id);
+      const auto [it, fresh] = dirs.emplace(d, p.id);
+      PACKRAT_CHECK(fresh, "{}: points '{}' and '{}' would share the run directory runs/{} (characters outside "
+                    "[A-Za-z0-9._=+-] become '_'); rename one", at(file, "points", where), it->second, p.id, d);
+    }
+  }
   if (const YAML::Node sd = root["seeds"]) {
     PACKRAT_CHECK(sd.IsSequence() && sd.size() > 0, "{}: must be a non-empty list of seeds", at(file, "seeds", sd));
     s.seeds.clear();
@@ -153,6 +216,9 @@ SweepSpec parse_sweep(const std::string& yaml_text_in, const std::string& file) 
       s.seeds.push_back(v);
     }
   }
+  const size_t runs = s.points().size() * s.seeds.size();
+  PACKRAT_CHECK(runs <= kMaxSweepRuns, "{}: {} points x {} seeds = {} runs; a sweep has at most {} runs: split it",
+                file, s.points().size(), s.seeds.size(), runs, kMaxSweepRuns);
   if (const YAML::Node g = root["gradient_fidelity"]) {
     try {
       s.gradient_fidelity = g.as<int64_t>();
@@ -168,10 +234,11 @@ SweepSpec parse_sweep(const std::string& yaml_text_in, const std::string& file) 
     PACKRAT_CHECK(pp["source"] && pp["metric"], "{}: needs 'source' (table / figure) and 'metric'", at(file, "paper", pp));
     s.paper.source = scalar(pp["source"], file, "paper.source");
     s.paper.metric = scalar(pp["metric"], file, "paper.metric");
+    check_metric(s, pp["metric"], "paper.metric", s.paper.metric);
     if (const YAML::Node v = pp["values"]) {
       PACKRAT_CHECK(v.IsMap(), "{}: must map point ids to numbers", at(file, "paper.values", v));
       for (const auto& kv : v) {
-        const std::string id = kv.first.as<std::string>();
+        const std::string id = key_text(kv.first, file, "paper.values");
         PACKRAT_CHECK(ids.count(id), "{}: '{}' is not a point of this sweep", at(file, "paper.values." + id, kv.first), id);
         try {
           s.paper.values[id] = kv.second.as<double>();
@@ -191,6 +258,7 @@ SweepSpec parse_sweep(const std::string& yaml_text_in, const std::string& file) 
                     at(file, where, pl[i]));
       p.x = scalar(pl[i]["x"], file, where + ".x");
       p.y = scalar(pl[i]["y"], file, where + ".y");
+      check_metric(s, pl[i]["y"], where + ".y", p.y);  // now, not after every run has trained
       PACKRAT_CHECK(axis_names.count(p.x), "{}: '{}' is not an axis", at(file, where + ".x", pl[i]["x"]), p.x);
       if (pl[i]["series"]) {
         p.series = scalar(pl[i]["series"], file, where + ".series");
@@ -217,6 +285,18 @@ SweepSpec parse_sweep(const std::string& yaml_text_in, const std::string& file) 
     }
   }
   return s;
+}
+
+}  // namespace
+
+SweepSpec parse_sweep(const std::string& yaml_text, const std::string& file) {
+  try {
+    return parse_sweep_yaml(yaml_text, file);
+  } catch (const YAML::Exception& e) {
+    // A node of an unexpected kind that no check above names: still an error naming the file and line.
+    if (e.mark.is_null()) fail("{}: {}", file, e.msg);
+    fail("{}: line {}: {}", file, e.mark.line + 1, e.msg);
+  }
 }
 
 SweepSpec load_sweep(const std::string& path) {

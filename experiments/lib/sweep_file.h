@@ -26,7 +26,8 @@
 //   plots:
 //     - {x: bits, y: final_test_acc, series: rounding, logx: true, logy: false, title: "..."}
 //
-// Every key is checked; errors name the file, the key and its line.
+// Every key is checked; errors name the file, the key and its line. Two points in one run
+// directory, a repeated axis value and a grid over kMaxSweepRuns are refused.
 #include <cstdint>
 #include <map>
 #include <string>
@@ -79,6 +80,13 @@ struct SweepSpec {
   std::vector<std::string> run_sets(const SweepPoint& p, const std::string& scale, uint64_t seed,
                                     const std::string& run_dir) const;
 };
+
+// The most runs (points x seeds) a sweep file may ask for: a bigger grid is refused at parse time.
+inline constexpr uint64_t kMaxSweepRuns = 10000;
+
+// The results.csv columns that report.md aggregates, in table order: what a plot's `y` and
+// `paper.metric` may name (the gradient fidelity columns when the sweep measures it).
+std::vector<std::string> sweep_metric_columns(bool gradient_fidelity);
 
 SweepSpec parse_sweep(const std::string& yaml_text, const std::string& file);
 SweepSpec load_sweep(const std::string& path);

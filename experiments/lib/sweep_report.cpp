@@ -72,11 +72,7 @@ std::string machine() {
 }  // namespace
 
 std::vector<std::string> report_metrics(const CsvTable& results) {
-  std::vector<std::string> m = {"final_test_acc", "best_test_acc", "final_test_loss", "saved_bytes", "peak_bytes",
-                                "img_per_s"};
-  for (const char* c : {"grad_cosine", "grad_rel_bias", "grad_rel_variance"})
-    if (results.has(c)) m.emplace_back(c);
-  return m;
+  return sweep_metric_columns(results.has("grad_cosine"));
 }
 
 std::vector<PointSummary> summarize_results(const SweepSpec& s, const CsvTable& results) {

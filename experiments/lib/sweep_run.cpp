@@ -1,17 +1,21 @@
 #include "experiments/lib/sweep_run.h"
 
 #include <spdlog/spdlog.h>
+#include <yaml-cpp/yaml.h>
 
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <map>
 
 #include "core/error.h"
 #include "experiments/lib/checkpoint.h"
 #include "experiments/lib/csv_table.h"
+#include "experiments/lib/dir_lock.h"
 #include "experiments/lib/gradient_fidelity.h"
 #include "experiments/lib/json.h"
+#include "experiments/lib/output_dir.h"
 #include "experiments/lib/run.h"
 #include "experiments/lib/safetensors.h"  // write_file_atomic
 #include "experiments/lib/sweep_report.h"
@@ -25,6 +29,7 @@ namespace fs = std::filesystem;
 namespace {
 
 constexpr const char* kDoneMarker = "sweep_done";
+constexpr const char* kFailedMarker = "sweep_failed";  // holds the error of a run that failed
 const char* const kFidelityColumns[] = {"grad_cosine", "grad_rel_bias", "grad_rel_variance", "grad_bias_z"};
 
 std::string read_text(const fs::path& p) {
@@ -123,6 +128,97 @@ std::string results_csv_row(const SweepSpec& s, const SweepRun& r) {
 
 namespace {
 
+// Every leaf of a YAML document as "dotted.key" -> its value (a list as one flow-YAML value).
+void flatten(const YAML::Node& n, const std::string& path, std::map<std::string, std::string>& out) {
+  if (n.IsMap()) {
+    for (const auto& kv : n) {
+      const std::string k = kv.first.as<std::string>();
+      flatten(kv.second, path.empty() ? k : path + "." + k, out);
+    }
+    return;
+  }
+  YAML::Emitter e;
+  e << YAML::Flow << n;
+  out[path] = e.c_str();
+}
+
+// How the config r resolves to now differs from the config.yaml its run directory was made with
+// ("train.epochs: 1 -> 2"); "" when they are the same. output.dir is left out: the same
+// directory may be spelled otherwise (another --out).
+std::string config_change(const SweepRun& r) {
+  const fs::path path = fs::path(r.dir) / "config.yaml";
+  std::error_code ec;
+  if (!fs::is_regular_file(path, ec)) return "its config.yaml is missing, so what it was trained with is unknown";
+  std::map<std::string, std::string> was, now;
+  try {
+    Config c = parse_config(read_text(path), path.string());
+    c.output.dir = r.config.output.dir;
+    flatten(YAML::Load(config_to_yaml(c)), "", was);  // both sides written by config_to_yaml: same keys, same style
+  } catch (const std::exception& e) {
+    return fmt::format("its config.yaml cannot be read back ({})", e.what());
+  }
+  flatten(YAML::Load(config_to_yaml(r.config)), "", now);
+  std::vector<std::string> diffs;
+  for (const auto& [k, v] : now) {
+    const auto it = was.find(k);
+    const std::string before = it == was.end() ? "(none)" : it->second;
+    if (before != v) diffs.push_back(fmt::format("{}: {} -> {}", k, before, v));
+  }
+  for (const auto& [k, v] : was)
+    if (!now.count(k)) diffs.push_back(fmt::format("{}: {} -> (none)", k, v));
+  if (diffs.empty()) return "";
+  std::string list;
+  for (size_t i = 0; i < diffs.size() && i < 3; ++i) list += (i ? ", " : "") + diffs[i];
+  if (diffs.size() > 3) list += fmt::format(" and {} more", diffs.size() - 3);
+  return "was made with another config (" + list + ")";
+}
+
+// Why the earlier run in r.dir cannot stand for r's point as the sweep file gives it now; "" when
+// it can, or when nothing was trained there yet.
+std::string earlier_run_problem(const SweepSpec& s, const SweepRun& r) {
+  const fs::path dir(r.dir);
+  std::error_code ec;
+  if (fs::exists(dir / kFailedMarker, ec)) {
+    const std::string why = read_text(dir / kFailedMarker);
+    return fmt::format("failed in an earlier sweep ({}); its files are kept", why.substr(0, why.find('\n')));
+  }
+  const bool done = fs::exists(dir / kDoneMarker, ec);
+  if (!done && earlier_run_files(r.dir).empty()) return "";
+  if (std::string change = config_change(r); !change.empty()) return change;
+  if (done && s.gradient_fidelity > 0) {
+    const fs::path g = dir / "gradient_fidelity.json";
+    int64_t draws = 0;
+    try {
+      draws = json_integer(parse_json(read_text(g), g.string()).at("draws"));
+    } catch (const std::exception&) {
+      draws = 0;  // missing or unreadable: measured anew
+    }
+    if (draws != s.gradient_fidelity)
+      return fmt::format("has gradient_fidelity {} where the sweep file now gives {}", draws, s.gradient_fidelity);
+  }
+  return "";
+}
+
+// Which runs' earlier runs must be replaced (earlier_run_problem); without o.rerun, any such run
+// refuses the sweep, naming the first and the way out.
+std::vector<bool> check_earlier_runs(const SweepSpec& s, const std::vector<SweepRun>& runs, const SweepOptions& o) {
+  std::vector<bool> replace(runs.size(), false);
+  std::string first;
+  size_t count = 0;
+  for (size_t i = 0; i < runs.size(); ++i) {
+    const std::string why = earlier_run_problem(s, runs[i]);
+    if (why.empty()) continue;
+    replace[i] = true;
+    if (count++ == 0)
+      first = fmt::format("point '{}' seed {} (run directory {}) {}", runs[i].point.id, runs[i].seed, runs[i].dir, why);
+  }
+  if (count > 0 && !o.rerun)
+    fail("{}: {}{}. Rerun the sweep with --rerun to replace {}, or write it to another directory with --out DIR",
+         s.file, first, count > 1 ? fmt::format(" (and {} more runs like it)", count - 1) : "",
+         count > 1 ? "these runs" : "this run");
+  return replace;
+}
+
 void write_results(const SweepSpec& s, const std::vector<SweepRun>& runs, const std::string& out) {
   std::string csv = csv_line(results_csv_header(s)) + "\n";
   for (const auto& r : runs)
@@ -137,7 +233,18 @@ SweepOutcome run_sweep(const SweepSpec& s, const SweepOptions& o) {
   SweepOutcome outcome;
   outcome.out_dir = sweep_out_dir(s, o);
   outcome.runs = static_cast<int64_t>(runs.size());
-  fs::create_directories(outcome.out_dir);
+  const std::string what = o.out.empty() ? "the sweep's output directory" : "--out";
+  // Checked before the directory is created or locked, so that a refused sweep writes nothing...
+  check_earlier_runs(s, runs, o);
+  make_writable_directory(outcome.out_dir, what);
+  const DirectoryLock lock(outcome.out_dir, what);  // one sweep at a time in a directory
+  // ...and again under the lock: a sweep that held it may have changed the runs meanwhile.
+  const std::vector<bool> replace = check_earlier_runs(s, runs, o);
+  // --rerun: the replaced runs' markers go first, so that none of them counts as done (in
+  // results.csv, or after a stop) before it has run again. Their files stay until it does.
+  for (size_t i = 0; i < runs.size(); ++i)
+    if (replace[i])
+      for (const char* m : {kDoneMarker, kFailedMarker}) fs::remove(fs::path(runs[i].dir) / m);
   for (size_t i = 0; i < runs.size(); ++i) {
     const SweepRun& r = runs[i];
     if (fs::exists(fs::path(r.dir) / kDoneMarker)) {
@@ -148,10 +255,15 @@ SweepOutcome run_sweep(const SweepSpec& s, const SweepOptions& o) {
     RunOptions ro;
     ro.tty = 0;
     ro.print_report = false;
-    // A run killed mid-way continues from its last checkpoint (bit-identical to running
-    // straight through); one killed before its first checkpoint starts again.
-    ro.resume = fs::is_directory(r.dir) && latest_checkpoint(r.dir).has_value();
-    ro.overwrite = !ro.resume;
+    if (replace[i]) {
+      ro.overwrite = true;
+      spdlog::warn("sweep {}: --rerun: replacing the earlier run in {}", s.name, r.dir);
+    } else {
+      // A run killed mid-way continues from its last checkpoint (bit-identical to running
+      // straight through); one killed before its first checkpoint starts again.
+      ro.resume = fs::is_directory(r.dir) && latest_checkpoint(r.dir).has_value();
+      ro.overwrite = !ro.resume;
+    }
     spdlog::info("sweep {}: run {}/{}: {} seed {}{}", s.name, i + 1, runs.size(), r.point.id, r.seed,
                  ro.resume ? " (resumed)" : "");
     const auto level = spdlog::get_level();
@@ -159,9 +271,20 @@ SweepOutcome run_sweep(const SweepSpec& s, const SweepOptions& o) {
     try {
       run_training(r.config, ro);
       if (s.gradient_fidelity > 0) gradient_fidelity_mode(r.config, s.gradient_fidelity);
-    } catch (...) {
+    } catch (const std::exception& e) {
       spdlog::set_level(level);
-      throw;
+      // Recorded beside the run's files, which stay: a rerun of the sweep names this run instead of
+      // retraining it (and deleting what it left) over and over.
+      std::error_code ec;
+      if (fs::is_directory(r.dir, ec)) {
+        try {
+          write_file_atomic((fs::path(r.dir) / kFailedMarker).string(), std::string(e.what()) + "\n");
+        } catch (const std::exception&) {
+          // a full disk: the error below still names the run
+        }
+      }
+      fail("{}: point '{}' seed {} failed (run directory {}, kept): {}. Fix the cause, then retry it with "
+           "--rerun", s.file, r.point.id, r.seed, r.dir, e.what());
     }
     spdlog::set_level(level);
     write_file_atomic((fs::path(r.dir) / kDoneMarker).string(), r.point.id + "\n");

@@ -3,6 +3,10 @@
 // run; each (point, seed) trains in <out>/runs/<point>/seed<k>/ and is marked done there
 // (sweep_done); a rerun skips the done runs, resumes a run that has a checkpoint and restarts one
 // that has none, so an interrupted sweep continues and ends with the same results.csv.
+// An earlier run counts only if its config.yaml is the config the point resolves to now; a run
+// that failed is marked (sweep_failed, with the error) and kept. Either refuses the sweep, naming
+// the point, until --rerun (SweepOptions::rerun). The output directory is locked (DirectoryLock)
+// while the sweep runs.
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -17,6 +21,9 @@ struct SweepOptions {
   std::string out;            // "" = <sweep file dir>/results/<sweep name>/<scale>
   int64_t stop_after_runs = 0;  // stop (as if killed) after this many runs done by this call; 0: never
   bool quiet = false;           // no progress lines from the runs
+  // Replace the runs of points that failed in an earlier sweep or whose resolved config changed
+  // since their run was made; without it such a sweep is refused before anything is written.
+  bool rerun = false;
 };
 
 struct SweepRun {

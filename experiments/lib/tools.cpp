@@ -2,9 +2,16 @@
 
 #include <spdlog/spdlog.h>
 
+#include <sys/resource.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
+#include <cinttypes>
+#include <cstdio>
+#include <new>
 #include <optional>
+#include <string_view>
 
 #include "autograd/tape.h"
 #include "core/device_runtime.h"
@@ -25,6 +32,33 @@ StepOptions step_options(const Config& c, bool capture) {
   o.capture_saved = capture;
   return o;
 }
+// Refuses a --find-max-batch limit beyond what this process can really allocate on the host: a
+// step would then fail outside the allocator's limit (std::bad_alloc, or a crash inside oneDNN
+// under ulimit -v) and the answer would be wrong. `held`: the tensor bytes already allocated.
+void check_host_can_hold(int64_t limit, int64_t held) {
+  const int64_t page = ::sysconf(_SC_PAGESIZE);
+  const int64_t physical = static_cast<int64_t>(::sysconf(_SC_PHYS_PAGES)) * page;
+  PACKRAT_CHECK(physical <= 0 || limit <= physical,
+                "--find-max-batch: {} bytes is more than this machine's {} bytes of memory; give at most that", limit,
+                physical);
+  rlimit as{};
+  if (::getrlimit(RLIMIT_AS, &as) != 0 || as.rlim_cur == RLIM_INFINITY) return;
+  int64_t vm_pages = 0;  // the address space in use now (/proc/self/statm's first field)
+  if (std::FILE* f = std::fopen("/proc/self/statm", "r")) {
+    if (std::fscanf(f, "%" SCNd64, &vm_pages) != 1) vm_pages = 0;
+    std::fclose(f);
+  }
+  // A step also needs address space the limit does not count: oneDNN's primitives and JIT code,
+  // malloc's per-thread arenas, freed blocks the allocator caches for reuse within the step. At a
+  // limit of 2.2 GB under ulimit -v 3G a step crashed inside oneDNN; half the room is kept for it.
+  const int64_t room = static_cast<int64_t>(as.rlim_cur) - vm_pages * page;
+  const int64_t usable = held + room / 2;
+  PACKRAT_CHECK(limit <= usable,
+                "--find-max-batch: {} bytes is more than this process can allocate: its address space is limited to "
+                "{} bytes (ulimit -v), {} of them in use; give at most {} bytes (or raise ulimit -v)",
+                limit, static_cast<int64_t>(as.rlim_cur), vm_pages * page, usable);
+}
+
 }  // namespace
 
 MemoryReport memory_report_only(const Config& c) {
@@ -137,6 +171,13 @@ MaxBatchResult find_max_batch(const Config& c, int64_t limit, int64_t upper) {
   PACKRAT_CHECK(alloc.total_current() < limit,
                 "--find-max-batch: the model and its optimizer state alone hold {} bytes, more than the limit {}",
                 alloc.total_current(), limit);
+  if (on.device().is_cpu()) check_host_can_hold(limit, alloc.total_current());
+  auto host_refused = [&](int64_t n, const std::string& why) {
+    alloc.set_limit(0);
+    fail("--find-max-batch: batch {} ran out of memory below the limit of {} bytes ({}): the process cannot hold "
+         "that much (ulimit -v, or the device's memory); give a smaller limit",
+         n, limit, why);
+  };
   // Runs one step at batch n under the limit; the peak, or -1 when it does not fit.
   auto fits = [&](int64_t n) -> int64_t {
     ++result.trials;
@@ -148,8 +189,14 @@ MaxBatchResult find_max_batch(const Config& c, int64_t limit, int64_t upper) {
       SyntheticBatch b = synthetic_inputs(c, in, n);
       StepResult r = train_step(*s.model, *s.optimizer, *s.policy, b.images, b.labels, result.trials, step_options(c, false));
       peak = r.memory.total_peak;
-    } catch (const OutOfMemory&) {
+    } catch (const OutOfMemory& e) {
+      // Only the allocator's limit says "does not fit": the device (or the host, under ulimit -v)
+      // refusing memory below it would make the answer wrong. The allocator's limit message is
+      // the one that names "the limit".
+      if (std::string_view(e.what()).find("would exceed the limit") == std::string_view::npos) host_refused(n, e.what());
       peak = -1;
+    } catch (const std::bad_alloc&) {
+      host_refused(n, "std::bad_alloc");
     }
     alloc.set_limit(0);
     clear_tape();

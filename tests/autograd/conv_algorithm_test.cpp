@@ -26,11 +26,11 @@ TEST(Conv2dOpAlgorithm, AutoMayUseWinogradDirectNeverAndTheyAgree) {
   const std::vector<float> automatic = ops::conv2d(x, w, Tensor(), o).to_vector();
   set_conv_algorithm(before);
 
-  if (cpu::avx512_kernels()) {
-    EXPECT_NE(impl.find("wino"), std::string::npos) << "oneDNN chose " << impl;
-  } else {  // oneDNN's Winograd kernels are AVX-512 only: Auto picks what Direct does
-    EXPECT_EQ(impl, direct_impl);
-  }
+  // Whether oneDNN takes Winograd for Auto depends on the CPU (its kernels are AVX-512 only, and
+  // its heuristics differ by model), so the promise is: Winograd or Direct's own kernel, never a
+  // third (gemm, reference), and the same outputs to rounding.
+  EXPECT_TRUE(impl.find("wino") != std::string::npos || impl == direct_impl) << "oneDNN chose " << impl;
+  if (!cpu::avx512_kernels()) EXPECT_EQ(impl, direct_impl);
   ASSERT_EQ(direct.size(), automatic.size());
   double worst = 0;
   for (size_t i = 0; i < direct.size(); ++i) worst = std::max(worst, std::abs(double(direct[i]) - automatic[i]));

@@ -338,12 +338,17 @@ TEST(Conv2dOp, NoGeometryOfACommonModelFallsToTheReferenceKernel) {
   }
 }
 
-TEST(Conv2dOp, ConvolutionsOfResNetAndEfficientNetRunOnJitKernelsWithOrWithoutAvx512) {
+TEST(Conv2dOp, ConvolutionsOfResNetAndEfficientNetRunOnFastKernelsWithOrWithoutAvx512) {
   // oneDNN's im2col + gemm kernels ran up to 25x slower than its jit ones on an AVX2 EPYC (3x on
   // ResNet's first stage; docs/measurements-cpu.md, "Without AVX-512"). Without AVX-512 the jit kernels read and
   // write nChw8c: the convolutions' tensors are nChw8c where their channels fill its blocks; where
   // they do not, the tensors stay plain and each call reorders into Workspace buffers of the
   // kernel's format, which the allocator counts.
+  // The one exception is the data gradient of a convolution whose input fills no channel block
+  // (an image's 3 channels) on AVX-512: oneDNN may serve it by gemm on plain tensors (a Zen 4 does;
+  // an Intel Xeon picked a jit kernel), which ran 2x faster there than its jit kernel on blocked
+  // copies (batch 64, 3 -> 64 at 32x32: 31-33 against 63-66 ms, 2 threads). What packrat promises
+  // is a fast kernel, never the reference one, not which of oneDNN's good kernels a CPU gets.
   struct Case {
     int64_t cin, cout, k, stride, groups;
   };
@@ -355,7 +360,9 @@ TEST(Conv2dOp, ConvolutionsOfResNetAndEfficientNetRunOnJitKernelsWithOrWithoutAv
     const std::string forward = cpu::conv_layouts(g).implementation;
     const auto [bwd_data, bwd_weights] = cpu::conv_backward_implementations(g);
     EXPECT_EQ(forward.rfind("jit", 0), 0u) << what << ": " << forward;
-    EXPECT_EQ(bwd_data.rfind("jit", 0), 0u) << what << " backward data: " << bwd_data;
+    const bool jit = bwd_data.rfind("jit", 0) == 0, gemm = bwd_data.find(":gemm:") != std::string::npos;
+    const bool gemm_is_fast = cpu::avx512_kernels() && c.cin < channel_block(cpu::native_blocked_layout());
+    EXPECT_TRUE(jit || (gemm_is_fast && gemm)) << what << " backward data: " << bwd_data;
     if (c.k != 5) {  // oneDNN 2.6 has no jit backward-weights kernel for 5x5 depthwise (packrat's own loop)
       EXPECT_EQ(bwd_weights.rfind("jit", 0), 0u) << what << " backward weights: " << bwd_weights;
     }

@@ -89,7 +89,7 @@ EOF
 # --- the inputs ---------------------------------------------------------------------------
 T=$BIN/trainer
 expect "fresh run into an earlier run"        2 "holds an earlier run" "$T" "${Q[@]}" --set output.dir="$W/earlier"
-expect "--overwrite with --resume"            2 "--overwrite applies to a fresh training run only" "$T" --resume "$W/earlier" --overwrite
+expect "--overwrite with --resume"            2 "--overwrite applies to a fresh training run" "$T" --resume "$W/earlier" --overwrite
 expect "--find-max-batch 9000000000G"         2 "more than 4 EiB" "$T" "${Q[@]}" --find-max-batch 9000000000G
 expect "--find-max-batch 99999999999999999999" 2 "expected a byte count" "$T" "${Q[@]}" --find-max-batch 99999999999999999999
 expect "--find-max-batch -5G"                 2 "expected a byte count" "$T" "${Q[@]}" --find-max-batch -5G
@@ -140,6 +140,41 @@ expect "--set path blamed on the --set"       2 "--set data.nope.x: data.nope: u
 expect "bad transform named with its key"     2 "data.train_transforms: transform 'bogus'" "$T" "${Q[@]}" --set 'data.train_transforms=[bogus]'
 expect "threads: 1024"                        2 "threads is 1024" "$T" "${Q[@]}" --set threads=1024 --memory-report-only --set output.dir="$W/t1"
 expect "--memory-report-only, dir is a file"  2 "$W/a_file is a file, not a directory" "$T" "${Q[@]}" --memory-report-only --set output.dir="$W/a_file"
+
+# issue 40: refused commands leave the run directory byte for byte as it was; the user's files.
+tree_sum() { (cd "$1" && find . -type f ! -name .packrat.lock -exec md5sum {} + | sort); }
+# expect_unchanged NAME DIR SUM: DIR's files still have the checksums SUM (tree_sum before).
+expect_unchanged() {
+  tried=$((tried + 1))
+  if [[ $(tree_sum "$2") == "$3" ]]; then ok=$((ok + 1)); printf 'ok    %-44s unchanged\n' "$1"
+  else failed+=("$1"); printf 'FAIL  %-44s the run directory changed\n' "$1"; fi
+}
+cp -r "$W/earlier" "$W/r40"; sed -i "s|$W/earlier|$W/r40|" "$W/r40/config.yaml"
+sed "s|$W/earlier|$W/r40|; s|arch: resnet20|arch: resnet32|" "$W/earlier/config.yaml" >"$W/other.yaml"
+S=$(tree_sum "$W/r40")
+expect "--resume with another seed"           2 "the config has seed 5" "$T" --resume "$W/r40" --set seed=5 --set train.epochs=2
+expect_unchanged "... run directory as it was" "$W/r40" "$S"
+expect "--resume with another model's config" 2 "a checkpoint of another model?" "$T" --resume "$W/r40" --config "$W/other.yaml" --set train.epochs=2
+expect_unchanged "... run directory as it was" "$W/r40" "$S"
+mv "$W/r40/metrics.csv" "$W/metrics.csv.away"
+S=$(tree_sum "$W/r40")
+expect "--resume with metrics.csv deleted"    2 "$W/r40/metrics.csv is missing" "$T" --resume "$W/r40" --set train.epochs=2
+expect_unchanged "... run directory as it was" "$W/r40" "$S"
+mv "$W/metrics.csv.away" "$W/r40/metrics.csv"
+mkdir -p "$W/exp"; cp configs/quickstart.yaml "$W/exp/config.yaml"; S=$(tree_sum "$W/exp")
+expect "config file in output.dir"            2 "$W/exp/config.yaml is your config" "$T" --config "$W/exp/config.yaml" --set output.dir="$W/exp"
+expect_unchanged "... the config as it was"   "$W/exp" "$S"
+mkdir -p "$W/text"; head -c 20000 README.md >"$W/text/a.txt"
+expect "output.dir inside a text data.root"   2 "is inside data.root $W/text" "$T" "${Q[@]}" --set data.dataset=text --set data.root="$W/text" --set model.arch=gpt_tiny --set output.dir="$W/text/run"
+expect "output.dir=~/x is \$HOME/x"            0 "wrote $W/home/x/memory_report.json" env HOME="$W/home" "$T" "${Q[@]}" --memory-report-only --set 'output.dir=~/x'
+expect "--gradient-fidelity on FP32"          2 "keeps every saved tensor in FP32" "$T" "${Q[@]}" --gradient-fidelity 2 --set output.dir="$W/gf"
+expect "--gradient-fidelity into a run"       2 "--gradient-fidelity does not write into it" "$T" "${Q[@]}" --gradient-fidelity 2 --set output.dir="$W/r40" --set saved_tensors.default=actnn-L3
+expect "OMP_NUM_THREADS=100000, threads: 0"   2 "OMP_NUM_THREADS is 100000" env OMP_NUM_THREADS=100000 "$T" "${Q[@]}" --set threads=0 --memory-report-only --set output.dir="$W/t2"
+truncate -s 10G "$W/huge.txt"
+expect "a 10 GB text file"                    2 "$W/huge.txt' holds 10737418240 bytes, more than" "$T" "${Q[@]}" --set data.dataset=text --set data.root="$W/huge.txt" --set model.arch=gpt_tiny --set output.dir="$W/t3"
+rm -f "$W/huge.txt"
+expect "--find-max-batch 64G under ulimit -v" 2 "give at most" bash -c "ulimit -v 3145728; exec $T ${Q[*]} --find-max-batch 64G"
+
 F=$BIN/fewbit
 expect "fewbit table [-1e308, 1e308]"         2 "must be a finite number in [-100, 100]" "$F" table --fn gelu --bits 2 --A -1e308 --B 1e308
 expect "fewbit table [-inf, inf]"             2 "must be a finite number in [-100, 100]" "$F" table --fn gelu --bits 2 --A -inf --B inf
