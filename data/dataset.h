@@ -22,6 +22,8 @@ class Dataset {
  public:
   virtual ~Dataset() = default;
   virtual const std::string& name() const = 0;  // "cifar10 train", for messages
+  // The file (or folder) the images come from, for messages about their shape; default: name().
+  virtual std::string source() const { return name(); }
   virtual int64_t size() const = 0;
   virtual ImageShape image_shape() const = 0;
   virtual int64_t num_classes() const = 0;
@@ -40,6 +42,8 @@ class InMemoryDataset : public Dataset {
                   std::vector<uint8_t> pixels, std::vector<int64_t> labels);
 
   const std::string& name() const override { return name_; }
+  std::string source() const override { return source_.empty() ? name_ : source_; }
+  void set_source(std::string file) { source_ = std::move(file); }
   int64_t size() const override { return static_cast<int64_t>(labels_.size()); }
   ImageShape image_shape() const override { return shape_; }
   int64_t num_classes() const override { return static_cast<int64_t>(class_names_.size()); }
@@ -51,7 +55,7 @@ class InMemoryDataset : public Dataset {
   const std::vector<int64_t>& labels() const { return labels_; }
 
  private:
-  std::string name_;
+  std::string name_, source_;
   ImageShape shape_;
   std::vector<std::string> class_names_;
   Tensor pixels_;                // (N, C, H, W) u8, from the allocator under MemTag::Data

@@ -63,8 +63,10 @@ std::shared_ptr<InMemoryDataset> load_idx_dataset(const fs::path& images, const 
       fail("{}: {} is corrupt: label {} is {}, expected 0..{}", who, labels.string(), i, lb.data[i], classes - 1);
     lab[i] = lb.data[i];
   }
-  return std::make_shared<InMemoryDataset>(who, ImageShape{1, im.dims[1], im.dims[2]}, std::move(class_names),
-                                           std::move(im.data), std::move(lab));
+  auto ds = std::make_shared<InMemoryDataset>(who, ImageShape{1, im.dims[1], im.dims[2]}, std::move(class_names),
+                                              std::move(im.data), std::move(lab));
+  ds->set_source(images.string());
+  return ds;
 }
 
 std::vector<std::string> fashion_mnist_class_names() {

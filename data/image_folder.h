@@ -28,6 +28,8 @@ class ImageFolderDataset : public Dataset {
   ImageFolderDataset(const std::filesystem::path& root, ImageFolderOptions options, std::string name = "");
 
   const std::string& name() const override { return name_; }
+  // The first image: unless resized, its size is every image's.
+  std::string source() const override { return files_.front().string(); }
   int64_t size() const override { return static_cast<int64_t>(files_.size()); }
   ImageShape image_shape() const override { return shape_; }
   int64_t num_classes() const override { return static_cast<int64_t>(class_names_.size()); }

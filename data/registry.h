@@ -12,7 +12,7 @@
 // Relative roots are relative to the working directory. With download = true a missing CIFAR
 // archive is fetched (download.h); otherwise a missing dataset is an error that says where it
 // looked and how to get the data. For the other datasets download is ignored when the files are
-// there (a missing one says it cannot be downloaded).
+// there (a missing one says it cannot be downloaded); the trainer's config refuses it for them.
 #include <memory>
 #include <string>
 #include <string_view>

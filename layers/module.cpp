@@ -27,6 +27,15 @@ void Module::collect(const std::string& prefix, bool buffers, std::vector<std::p
   for (const auto& [n, child] : children_) child->collect(prefix + n + ".", buffers, out);
 }
 
+std::vector<std::string> Module::module_names() const {
+  std::vector<std::string> out;
+  for (const auto& [n, child] : children_) {
+    out.push_back(n);
+    for (const std::string& below : child->module_names()) out.push_back(n + "." + below);
+  }
+  return out;
+}
+
 std::vector<std::pair<std::string, Tensor>> Module::named_parameters() const {
   std::vector<std::pair<std::string, Tensor>> out;
   collect("", false, out);

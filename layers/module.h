@@ -35,6 +35,9 @@ class Module {
   void zero_grad();
 
   const std::string& name() const { return name_; }  // this module's own name in its parent
+  // The dotted names of every module below this one, parents before children ("layer1",
+  // "layer1.0", "layer1.0.conv1", ...): the layer names saved tensors are requested under.
+  std::vector<std::string> module_names() const;
 
   // (dotted name, counter) of every mask stream, children recursively; a module's own stream is
   // named after the module (`features.3.1.stochastic_depth`, `transformer.h.0.attn.attn_dropout`).

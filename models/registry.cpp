@@ -146,6 +146,22 @@ std::string default_activation(const std::string& arch) {
   return "relu";
 }
 
+const std::vector<std::string>& model_keys(const std::string& arch) {
+  static const std::vector<std::string> resnet = {"stem", "activation", "classes", "in_channels"};
+  static const std::vector<std::string> vit = {"activation", "classes",  "in_channels",      "image_size",
+                                               "patch_size", "dropout", "attention_dropout"};
+  // classes is the vocabulary; the tokens need no channels, image size or stem.
+  static const std::vector<std::string> gpt = {"activation", "classes", "dropout"};
+  static const std::vector<std::string> efficientnet = {"stem",       "activation", "classes", "in_channels",
+                                                        "width_mult", "depth_mult", "dropout", "stochastic_depth"};
+  if (arch.rfind("vit_", 0) == 0) return vit;
+  if (arch.rfind("gpt_", 0) == 0) return gpt;
+  if (arch.rfind("efficientnet_", 0) == 0) return efficientnet;
+  return resnet;
+}
+
+bool takes_text(const std::string& arch) { return arch.rfind("gpt_", 0) == 0; }
+
 std::shared_ptr<Module> make_model(const ModelSpec& spec) {
   auto it = factories().find(spec.arch);
   if (it == factories().end())

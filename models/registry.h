@@ -41,5 +41,11 @@ std::vector<std::string> known_archs();
 bool is_known_arch(const std::string& arch);
 // The activation an architecture is defined with: silu for EfficientNets, relu otherwise.
 std::string default_activation(const std::string& arch);
+// The config's model.* keys an architecture reads besides `arch` (ResNets: stem, activation,
+// classes, in_channels; ViTs add image_size, patch_size, dropout, attention_dropout; ...). The
+// config refuses any other key set for it: it would be ignored.
+const std::vector<std::string>& model_keys(const std::string& arch);
+// Whether the architecture takes token sequences (the GPTs, on data.dataset: text) rather than images.
+bool takes_text(const std::string& arch);
 
 }  // namespace packrat

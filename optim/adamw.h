@@ -18,6 +18,7 @@ class AdamW : public Optimizer {
  public:
   AdamW(NamedTensors params, const AdamWOptions& o);
   const AdamWOptions& options() const { return o_; }
+  std::string_view name() const override { return "adamw"; }
 
  protected:
   void update(size_t i, Tensor& param, const Tensor& grad) override;

@@ -1,5 +1,7 @@
 #include "optim/optimizer.h"
 
+#include <fmt/ranges.h>
+
 #include <algorithm>
 #include <cmath>
 #include <set>
@@ -99,8 +101,11 @@ void Optimizer::load_state_dict(const NamedTensors& state) {
     if (load_extra(name, t)) continue;
     const size_t dot = name.find('.');
     const std::string kind = dot == std::string::npos ? name : name.substr(0, dot);
+    // Another optimizer's state (an SGD run resumed with optimizer.name: adamw) is named as such.
     PACKRAT_CHECK(dot != std::string::npos && std::find(kinds.begin(), kinds.end(), kind) != kinds.end(),
-                  "optimizer state: unexpected entry '{}' for this optimizer", name);
+                  "optimizer state: entry '{}' is not state of optimizer.name {} (which keeps {}): it was written by "
+                  "another optimizer; set optimizer.name to the one the run was started with",
+                  name, this->name(), fmt::join(kinds, ", "));
     auto it = index.find(name.substr(dot + 1));
     PACKRAT_CHECK(it != index.end(), "optimizer state: entry '{}' names no parameter of this optimizer", name);
     const Tensor& p = params_[it->second].second;

@@ -7,6 +7,7 @@
 #include <map>
 #include <span>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -30,6 +31,7 @@ class Optimizer {
   void set_lr(double lr);
   int64_t steps() const { return steps_; }
   const NamedTensors& params() const { return params_; }
+  virtual std::string_view name() const = 0;  // "sgd", "adamw": the config's optimizer.name
 
   NamedTensors state_dict() const;
   // Restores a state dict from state_dict() of an optimizer of the same kind over parameters

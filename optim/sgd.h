@@ -24,6 +24,9 @@ class SGD : public Optimizer {
   void update_all(std::span<Due> due) override;
   std::vector<std::string> state_kinds() const override { return {"momentum_buffer"}; }
 
+ public:
+  std::string_view name() const override { return "sgd"; }
+
  private:
   SgdOptions o_;
 };

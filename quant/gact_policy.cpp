@@ -112,11 +112,11 @@ GactOptions GactStore::parse_options(SchemeOptions& o, const GactOptions& base) 
   g.initial_bits = static_cast<int>(o.get_int("initial_bits", base.initial_bits, 0, kPassThroughBits));
   g.warn_ratio = o.get_double("warn_ratio", base.warn_ratio, 0.0, 1e9);
   g.log_path = o.get_string("log_path", base.log_path, {});
-  // The per-group store's keys except bits (GACT chooses them).
-  const int bits = base.store.quant.bits;
-  g.store = GroupStore::parse_options(o, base.store);
-  PACKRAT_CHECK(g.store.quant.bits == bits, "{}: 'bits' does not apply to gact (it chooses the bits per tensor); "
+  // The per-group store's keys except bits (GACT chooses them): refused when written at all, not
+  // only when it differs from the store's default (bits: 2 would otherwise pass and be ignored).
+  PACKRAT_CHECK(!o.has("bits"), "{}: 'bits' does not apply to gact (it chooses the bits per tensor); "
                 "set 'avg_bits' or 'initial_bits'", o.where());
+  g.store = GroupStore::parse_options(o, base.store);
   g.check(o.where());
   return g;
 }

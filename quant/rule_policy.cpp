@@ -96,6 +96,19 @@ std::unique_ptr<SavedTensorStore> make_store(const SchemeSpec& spec, uint64_t se
   return store;
 }
 
+void check_rule_layers(const StorePolicySpec& spec, const std::vector<std::string>& layer_names, const std::string& model) {
+  for (const StoreRule& rule : spec.rules)
+    for (const std::string& pattern : rule.layers) {
+      bool found = false;
+      for (const std::string& name : layer_names) found = found || glob_match(pattern, name);
+      if (found) continue;
+      std::string some;  // the first few, enough to show how the model names its layers
+      for (size_t i = 0; i < layer_names.size() && i < 8; ++i) some += (i ? ", " : "") + layer_names[i];
+      fail("{}: layers pattern \"{}\" matches no layer of {}, so the rule would never apply (its {} layers: {}{})",
+           rule.spec.where, pattern, model, layer_names.size(), some, layer_names.size() > 8 ? ", ..." : "");
+    }
+}
+
 RulePolicy::RulePolicy(const StorePolicySpec& spec) : spec_(spec) {
   default_ = make_store(spec_.default_scheme, spec_.seed);
   for (const auto& rule : spec_.rules) rule_stores_.push_back(make_store(rule.spec, spec_.seed));

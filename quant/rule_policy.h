@@ -63,6 +63,11 @@ std::vector<std::string> available_schemes();  // sorted
 // Builds one store; throws naming spec.where for an unknown scheme or a bad/unknown option.
 std::unique_ptr<SavedTensorStore> make_store(const SchemeSpec& spec, uint64_t seed = 0);
 
+// Throws when one of a rule's `layers` patterns matches none of `layer_names` (the model's layers,
+// Module::module_names): a typo would silently leave that rule's tensors to the default scheme.
+// The message names the rule (its `where`), the pattern, `model` and a few of the layer names.
+void check_rule_layers(const StorePolicySpec& spec, const std::vector<std::string>& layer_names, const std::string& model);
+
 class RulePolicy : public StorePolicy {
  public:
   explicit RulePolicy(const StorePolicySpec& spec);

@@ -203,7 +203,11 @@ TrainingPosition load_checkpoint(const std::string& path, Module& model, Optimiz
       PACKRAT_CHECK(used.count(n), "{}: '{}' is not a tensor of this model", path, n);
     }
   }
-  opt.load_state_dict(state);
+  try {
+    opt.load_state_dict(state);
+  } catch (const Error& e) {
+    fail("{}: {}", path, e.what());  // which checkpoint the optimizer state does not fit
+  }
   // GACT state: "gact.stores", then "gact.<i>.<entry>" per store.
   std::vector<std::vector<std::pair<std::string, Tensor>>> gact_state;
   bool has_gact = false;

@@ -83,7 +83,7 @@ TrainerArgs parse_trainer_args(const std::vector<std::string>& argv) {
     else if (f == "--set") a.sets.push_back(value());
     else if (f == "--resume") {
       a.resume = value();
-      PACKRAT_CHECK(!a.resume.empty(), "--resume needs a run directory, got an empty string");
+      PACKRAT_CHECK(!a.resume.empty(), "--resume: needs a run directory, got an empty string");
     }
     else if (f == "--memory-report-only") a.memory_report_only = true;
     else if (f == "--benchmark") a.benchmark_steps = parse_int(value(), f);
@@ -101,6 +101,10 @@ TrainerArgs parse_trainer_args(const std::vector<std::string>& argv) {
   PACKRAT_CHECK(modes <= 1, "--resume, --memory-report-only, --benchmark, --find-max-batch and --gradient-fidelity "
                 "exclude each other");
   PACKRAT_CHECK(a.gradient_fidelity != 1, "--gradient-fidelity: needs at least 2 draws to estimate a variance, got 1");
+  PACKRAT_CHECK(a.gradient_fidelity <= kMaxFidelityDraws,
+                "--gradient-fidelity: {} draws is more than the {} allowed (each draw is a backward pass; a sweep "
+                "file's gradient_fidelity has the same cap)",
+                a.gradient_fidelity, kMaxFidelityDraws);
   PACKRAT_CHECK(!a.overwrite || modes == 0 || a.gradient_fidelity > 0,
                 "--overwrite applies to a fresh training run or --gradient-fidelity only (not with --resume, "
                 "--memory-report-only, --benchmark or --find-max-batch)");
@@ -120,7 +124,8 @@ int run_trainer(const TrainerArgs& a) {
     if (config_path.empty()) config_path = (std::filesystem::path(run) / "config.yaml").string();
     sets.push_back("output.dir=" + run);
   }
-  Config c = load_config(config_path, sets);
+  // The run's own config.yaml may come from an earlier packrat (load_run_config).
+  Config c = a.config.empty() ? load_run_config(config_path, sets) : load_config(config_path, sets);
   // As a shell would: a quoted '~/runs/x' made a directory named '~' in the working directory.
   c.output.dir = expand_home(c.output.dir, "output.dir");
   c.data.root = expand_home(c.data.root, "data.root");

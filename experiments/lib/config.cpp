@@ -3,6 +3,7 @@
 #include <fmt/ranges.h>
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -30,6 +31,13 @@ std::string join(const std::vector<std::string>& v) {
   std::string s;
   for (const auto& x : v) s += (s.empty() ? "" : ", ") + x;
   return s;
+}
+
+std::vector<std::string> text_archs() {
+  std::vector<std::string> out;
+  for (const auto& a : known_archs())
+    if (takes_text(a)) out.push_back(a);
+  return out;
 }
 
 // One mapping in the config: typed getters that remember which keys were read, and errors that
@@ -426,6 +434,20 @@ Config parse_root(YAML::Node root, const Origin& origin) {
     c.data.channels = d.get_int("channels", 3, 1, 3);
     if (c.data.channels == 2) d.error_at(d.key_path("channels"), d.node()["channels"].Mark(), "must be 1 or 3");
     c.data.seq_len = d.get_int("seq_len", 0, 0, 1 << 20);  // text; 0 is refused when the text is opened
+    // Keys of one kind of dataset: written for another, they would be ignored.
+    auto only_for = [&](const char* key, std::initializer_list<const char*> datasets) {
+      if (!d.node().IsMap() || !d.node()[key].IsDefined()) return;
+      for (const char* name : datasets)
+        if (c.data.dataset == name) return;
+      std::string names;
+      for (const char* name : datasets) names += std::string(names.empty() ? "" : ", ") + name;
+      d.error_at(d.key_path(key), d.node()[key].Mark(),
+                 fmt::format("only applies to data.dataset {}, not {}: remove it", names, c.data.dataset));
+    };
+    only_for("download", {"cifar10", "cifar100"});
+    only_for("label", {"cifar100"});
+    for (const char* k : {"height", "width", "channels"}) only_for(k, {"image_folder"});
+    only_for("seq_len", {"text"});
     d.finish({"dataset", "root", "batch_size", "eval_batch_size", "train_transforms", "test_transforms", "limit_train",
               "limit_test", "workers", "prefetch", "download", "label", "height", "width", "channels", "seq_len"});
   }
@@ -451,9 +473,38 @@ Config parse_root(YAML::Node root, const Origin& origin) {
     if (!is_known_arch(c.model.arch))
       m.error_at(m.key_path("arch"), m.raw("arch").Mark(),
                  fmt::format("unknown architecture '{}' (known: {})", c.model.arch, fmt::join(known_archs(), ", ")));
+    // A key the architecture does not read would be ignored without a word: refuse it whenever it
+    // is written, whatever its value (model.width_mult: 1 on a ViT is as ignored as 0.5). Except
+    // stem: "", which chooses no stem, the only way a --set can clear a base config's stem.
+    const std::vector<std::string>& reads = model_keys(c.model.arch);
+    for (const char* k : {"stem", "activation", "classes", "in_channels", "image_size", "patch_size", "width_mult",
+                          "depth_mult", "dropout", "attention_dropout", "stochastic_depth"})
+      if (m.node().IsMap() && m.node()[k].IsDefined() && std::find(reads.begin(), reads.end(), k) == reads.end() &&
+          !(std::string(k) == "stem" && c.model.stem.empty()))
+        m.error_at(m.key_path(k), m.node()[k].Mark(),
+                   fmt::format("{} does not use this key (it reads model.arch, {}): remove it", c.model.arch,
+                               join(reads)));
     m.finish({"arch", "stem", "activation", "classes", "in_channels", "image_size", "patch_size", "width_mult",
               "depth_mult", "dropout", "attention_dropout", "stochastic_depth"});
   }
+  // The GPTs read token sequences, every other model images: a mismatch would fail deep inside the
+  // first layer (or blame model.image_size, which the user never set).
+  if (c.data.dataset == "text" && !takes_text(c.model.arch))
+    top.error_at("data.dataset", root["data"]["dataset"].Mark(),
+                 fmt::format("is text (token sequences), but model.arch {} takes images; the models that take text "
+                             "are the GPTs: {}", c.model.arch, join(text_archs())));
+  if (c.data.dataset != "text" && takes_text(c.model.arch))
+    top.error_at("model.arch", root["model"]["arch"].Mark(),
+                 fmt::format("{} takes text (data.dataset: text), but data.dataset is {} (images)", c.model.arch,
+                             c.data.dataset));
+  // Tokens take no transforms (after the model check: an image config switched to text data is
+  // told about its model first). The loader would refuse them only once the text is open.
+  if (c.data.dataset == "text")
+    for (const char* k : {"train_transforms", "test_transforms"})
+      if (root["data"][k].IsDefined())
+        top.error_at(std::string("data.") + k, root["data"][k].Mark(),
+                     "only applies to data.dataset cifar10, cifar100, fashion_mnist, mnist, image_folder, not text: "
+                     "remove it");
   c.saved_tensors = parse_saved_tensors(top.child("saved_tensors"));
   c.saved_tensors.seed = c.seed;
   {
@@ -506,6 +557,8 @@ Config parse_root(YAML::Node root, const Origin& origin) {
     only_for("milestones", "multistep");
     only_for("step_size", "step");
     only_for("min_lr", "cosine");
+    if (s.has("gamma") && c.schedule.name != "step" && c.schedule.name != "multistep")
+      s.error_at(s.key_path("gamma"), s.node()["gamma"].Mark(), "only applies to schedule.name: step or multistep");
     if (c.schedule.name == "multistep" && c.schedule.milestones.empty())
       s.error_at(s.key_path("milestones"), s.mark(), "a multistep schedule needs milestones (epochs), e.g. [30, 60]");
     s.finish({"name", "warmup_epochs", "min_lr", "step_size", "milestones", "gamma"});
@@ -552,7 +605,38 @@ Config parse_root(YAML::Node root, const Origin& origin) {
 
 }  // namespace
 
-Config parse_config(const std::string& yaml_text, const std::string& source, const std::vector<std::string>& overrides) {
+namespace {
+
+// Keys that config_to_yaml of earlier versions wrote into every run's config.yaml, whatever the
+// model, dataset or schedule, with the value that meant "unset" (each is also the key's default).
+struct ResolvedDefault {
+  const char* section;
+  const char* key;
+  const char* value;  // "[]": an empty list
+};
+constexpr ResolvedDefault kEarlierResolvedDefaults[] = {
+    {"model", "stem", ""},        {"model", "in_channels", "0"}, {"model", "image_size", "0"},
+    {"model", "patch_size", "0"}, {"model", "width_mult", "1"},  {"model", "depth_mult", "1"},
+    {"data", "download", "false"}, {"data", "label", "fine"},    {"data", "height", "0"},
+    {"data", "width", "0"},       {"data", "channels", "3"},     {"data", "seq_len", "0"},
+    {"data", "train_transforms", "[]"}, {"data", "test_transforms", "[]"}, {"schedule", "gamma", "0.1"}};
+
+// Drops those keys where they hold that value: the same config (each is its key's default), but
+// one the keys check no longer refuses where the model, dataset or schedule does not read them.
+void drop_earlier_resolved_defaults(YAML::Node& root) {
+  if (!root.IsMap()) return;
+  for (const ResolvedDefault& d : kEarlierResolvedDefaults) {
+    YAML::Node section = root[d.section];
+    if (!section.IsMap() || !section[d.key].IsDefined()) continue;
+    const YAML::Node v = section[d.key];
+    const bool unset = std::string(d.value) == "[]" ? v.IsSequence() && v.size() == 0
+                                                    : v.IsScalar() && v.Scalar() == d.value;
+    if (unset) section.remove(d.key);
+  }
+}
+
+Config parse_text(const std::string& yaml_text, const std::string& source, const std::vector<std::string>& overrides,
+                  bool earlier_run_config) {
   Origin origin{source, {}};
   YAML::Node root;
   try {
@@ -561,6 +645,7 @@ Config parse_config(const std::string& yaml_text, const std::string& source, con
     fail("{}: YAML syntax error at line {}, column {}: {}", source, e.mark.line + 1, e.mark.column + 1, e.msg);
   }
   check_duplicate_keys(root, "", source);
+  if (earlier_run_config) drop_earlier_resolved_defaults(root);
   if (!overrides.empty()) {
     if (!root.IsDefined() || root.IsNull()) root = YAML::Node(YAML::NodeType::Map);
     PACKRAT_CHECK(root.IsMap(), "{}: the config must be a mapping of sections", source);
@@ -569,14 +654,28 @@ Config parse_config(const std::string& yaml_text, const std::string& source, con
   return parse_root(root, origin);
 }
 
-Config load_config(const std::string& path, const std::vector<std::string>& overrides) {
+std::string read_config_file(const std::string& path) {
   std::error_code ec;
   if (std::filesystem::is_directory(path, ec)) fail("{}: is a directory, not a config file", path);
   std::ifstream in(path);
   if (!in) fail("{}: cannot read the config file", path);
   std::stringstream ss;
   ss << in.rdbuf();
-  return parse_config(ss.str(), path, overrides);
+  return ss.str();
+}
+
+}  // namespace
+
+Config parse_config(const std::string& yaml_text, const std::string& source, const std::vector<std::string>& overrides) {
+  return parse_text(yaml_text, source, overrides, false);
+}
+
+Config load_config(const std::string& path, const std::vector<std::string>& overrides) {
+  return parse_text(read_config_file(path), path, overrides, false);
+}
+
+Config load_run_config(const std::string& path, const std::vector<std::string>& overrides) {
+  return parse_text(read_config_file(path), path, overrides, true);
 }
 
 namespace {
@@ -605,35 +704,44 @@ std::string config_to_yaml(const Config& c) {
   e << YAML::Key << "root" << YAML::Value << YAML::DoubleQuoted << c.data.root;
   e << YAML::Key << "batch_size" << YAML::Value << c.data.batch_size;
   e << YAML::Key << "eval_batch_size" << YAML::Value << c.data.eval_batch_size;
-  e << YAML::Key << "train_transforms" << YAML::Value;
-  emit_list(e, c.data.train_transforms);
-  e << YAML::Key << "test_transforms" << YAML::Value;
-  emit_list(e, c.data.test_transforms);
+  if (c.data.dataset != "text") {
+    e << YAML::Key << "train_transforms" << YAML::Value;
+    emit_list(e, c.data.train_transforms);
+    e << YAML::Key << "test_transforms" << YAML::Value;
+    emit_list(e, c.data.test_transforms);
+  }
   e << YAML::Key << "limit_train" << YAML::Value << c.data.limit_train;
   e << YAML::Key << "limit_test" << YAML::Value << c.data.limit_test;
   e << YAML::Key << "workers" << YAML::Value << c.data.workers;
   e << YAML::Key << "prefetch" << YAML::Value << c.data.prefetch;
-  e << YAML::Key << "download" << YAML::Value << c.data.download;
-  e << YAML::Key << "label" << YAML::Value << c.data.label;
-  e << YAML::Key << "height" << YAML::Value << c.data.height;
-  e << YAML::Key << "width" << YAML::Value << c.data.width;
-  e << YAML::Key << "channels" << YAML::Value << c.data.channels;
-  e << YAML::Key << "seq_len" << YAML::Value << c.data.seq_len;
+  // The dataset's own keys only: parse_config refuses the others.
+  const std::string& ds = c.data.dataset;
+  if (ds == "cifar10" || ds == "cifar100") e << YAML::Key << "download" << YAML::Value << c.data.download;
+  if (ds == "cifar100") e << YAML::Key << "label" << YAML::Value << c.data.label;
+  if (ds == "image_folder") {
+    e << YAML::Key << "height" << YAML::Value << c.data.height;
+    e << YAML::Key << "width" << YAML::Value << c.data.width;
+    e << YAML::Key << "channels" << YAML::Value << c.data.channels;
+  }
+  if (ds == "text") e << YAML::Key << "seq_len" << YAML::Value << c.data.seq_len;
   e << YAML::EndMap;
 
+  // Only the keys the architecture reads: parse_config refuses the others.
+  const std::vector<std::string>& reads = model_keys(c.model.arch);
+  auto uses = [&](const char* key) { return std::find(reads.begin(), reads.end(), key) != reads.end(); };
   e << YAML::Key << "model" << YAML::Value << YAML::BeginMap;
   e << YAML::Key << "arch" << YAML::Value << c.model.arch;
-  e << YAML::Key << "stem" << YAML::Value << YAML::DoubleQuoted << c.model.stem;
+  if (uses("stem")) e << YAML::Key << "stem" << YAML::Value << YAML::DoubleQuoted << c.model.stem;
   e << YAML::Key << "activation" << YAML::Value << YAML::DoubleQuoted << c.model.activation;
   e << YAML::Key << "classes" << YAML::Value << c.model.classes;
-  e << YAML::Key << "in_channels" << YAML::Value << c.model.in_channels;
-  e << YAML::Key << "image_size" << YAML::Value << c.model.image_size;
-  e << YAML::Key << "patch_size" << YAML::Value << c.model.patch_size;
-  e << YAML::Key << "width_mult" << YAML::Value << c.model.width_mult;
-  e << YAML::Key << "depth_mult" << YAML::Value << c.model.depth_mult;
+  if (uses("in_channels")) e << YAML::Key << "in_channels" << YAML::Value << c.model.in_channels;
+  if (uses("image_size")) e << YAML::Key << "image_size" << YAML::Value << c.model.image_size;
+  if (uses("patch_size")) e << YAML::Key << "patch_size" << YAML::Value << c.model.patch_size;
+  if (uses("width_mult")) e << YAML::Key << "width_mult" << YAML::Value << c.model.width_mult;
+  if (uses("depth_mult")) e << YAML::Key << "depth_mult" << YAML::Value << c.model.depth_mult;
   for (const auto& [key, v] : {std::pair{"dropout", c.model.dropout}, std::pair{"attention_dropout", c.model.attention_dropout},
                                std::pair{"stochastic_depth", c.model.stochastic_depth}})
-    if (v >= 0) e << YAML::Key << key << YAML::Value << v;  // unset keys stay unset: the preset's own
+    if (v >= 0 && uses(key)) e << YAML::Key << key << YAML::Value << v;  // unset keys stay unset: the preset's own
   e << YAML::EndMap;
 
   e << YAML::Key << "saved_tensors" << YAML::Value << YAML::BeginMap;
@@ -680,7 +788,8 @@ std::string config_to_yaml(const Config& c) {
     for (int64_t m : c.schedule.milestones) e << m;
     e << YAML::EndSeq;
   }
-  e << YAML::Key << "gamma" << YAML::Value << num(c.schedule.gamma);
+  if (c.schedule.name == "step" || c.schedule.name == "multistep")
+    e << YAML::Key << "gamma" << YAML::Value << num(c.schedule.gamma);
   e << YAML::EndMap;
 
   e << YAML::Key << "train" << YAML::Value << YAML::BeginMap;

@@ -107,6 +107,10 @@ struct Config {
 Config parse_config(const std::string& yaml_text, const std::string& source,
                     const std::vector<std::string>& overrides = {});
 Config load_config(const std::string& path, const std::vector<std::string>& overrides = {});
+// A run's own config.yaml, for --resume: also one written by an earlier packrat, whose resolved
+// config listed every key (model.width_mult: 1 for a ViT, data.seq_len: 0 for images, ...); such
+// keys holding their default are dropped instead of refused as keys the model or data ignores.
+Config load_run_config(const std::string& path, const std::vector<std::string>& overrides = {});
 
 // The fully resolved config (every key, defaults included) as YAML; parse_config reads it back
 // to an equal Config.

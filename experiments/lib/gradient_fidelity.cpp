@@ -286,6 +286,7 @@ FidelityReport gradient_fidelity_mode(const Config& c, int64_t draws) {
   PACKRAT_CHECK(loader.next(b), "--gradient-fidelity: the training set of {} is empty", c.data.dataset);
   const data::ImageShape shape = loader.image_shape();
   check_in_channels(c, shape.c);
+  check_classes(c, train_ds->num_classes());
   InputSpec input{shape.c, shape.h, shape.w, c.model.classes > 0 ? c.model.classes : train_ds->num_classes()};
   Session s = make_session(c, input);
   StorePolicySpec fp32;

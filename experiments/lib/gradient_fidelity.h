@@ -58,6 +58,9 @@ FidelityReport measure_gradient_fidelity(Module& model, StorePolicy& reference, 
 // batch (the loader's order under the run seed), N draws; writes <output.dir>/gradient_fidelity.json
 // and gradient_fidelity.png (gnuplot) and returns the report.
 FidelityReport gradient_fidelity_mode(const Config& c, int64_t draws);
+// The most draws --gradient-fidelity and a sweep file's gradient_fidelity accept: each draw is a
+// backward pass, so 10^9 of them would run for days.
+constexpr int64_t kMaxFidelityDraws = 10000;
 
 // Throws naming the config when its saved_tensors keep every saved tensor in FP32 (fp32, or a
 // preset that is): the measurement would compare FP32 with FP32.

@@ -30,12 +30,14 @@ namespace {
 
 // The model is built for the training images' shape; test images of another size would pass
 // through its global pooling silently and measure something else.
-void check_test_shape(const Config& c, const data::ImageShape& train, const data::ImageShape& test) {
-  PACKRAT_CHECK(train == test,
-                "{}: the test images are {} but the training images are {} (C, H, W), after data.test_transforms and "
-                "data.train_transforms: make both end at the same size (resize(...) or random_crop(...) in "
-                "data.test_transforms; for image_folder, data.height and data.width resize every image)",
-                c.source, test.str(), train.str());
+void check_test_shape(const Config& c, const data::Loader& train, const data::Loader& test) {
+  PACKRAT_CHECK(train.image_shape() == test.image_shape(),
+                "{}: the test images ({}) are {} but the training images ({}) are {} (C, H, W), after "
+                "data.test_transforms and data.train_transforms: make both end at the same size (resize(...) or "
+                "random_crop(...) in data.test_transforms; for image_folder, data.height and data.width resize every "
+                "image)",
+                c.source, test.dataset().source(), test.image_shape().str(), train.dataset().source(),
+                train.image_shape().str());
 }
 
 std::unique_ptr<data::Loader> make_loader(const Config& c, std::shared_ptr<const data::Dataset> ds, bool train,
@@ -110,8 +112,9 @@ RunResult run_training(const Config& c, const RunOptions& o) {
   auto train = make_loader(c, train_ds, true, dp);
   auto test = make_loader(c, test_ds, false, dp);
   const data::ImageShape shape = train->image_shape();
-  check_test_shape(c, shape, test->image_shape());
+  check_test_shape(c, *train, *test);
   check_in_channels(c, shape.c);
+  check_classes(c, train_ds->num_classes());
   InputSpec input{shape.c, shape.h, shape.w, c.model.classes > 0 ? c.model.classes : train_ds->num_classes()};
   Session s = make_session(c, input);
   TrainingPosition pos{0, 0, c.seed};

@@ -25,8 +25,17 @@ InputSpec input_spec(const Config& c, const data::ImageShape& raw, int64_t class
   const data::ImageShape s = data::parse_pipeline(c.data.train_transforms).output_shape(raw);
   check_in_channels(c, s.c);
   InputSpec in{s.c, s.h, s.w, classes};
+  if (classes > 0) check_classes(c, classes);
   if (c.model.classes > 0) in.classes = c.model.classes;
   return in;
+}
+
+void check_classes(const Config& c, int64_t data_classes) {
+  // Fewer outputs than classes fails deep inside the cross-entropy (a label past the logits).
+  PACKRAT_CHECK(c.model.classes == 0 || c.model.classes >= data_classes,
+                "{}: model.classes is {}, but the {} data has {} classes (labels 0..{}): remove model.classes (the model "
+                "takes the dataset's) or set it to at least {}",
+                c.source, c.model.classes, c.data.dataset, data_classes, data_classes - 1, data_classes);
 }
 
 void check_in_channels(const Config& c, int64_t data_channels) {
@@ -138,6 +147,20 @@ void apply_process_settings(const Config& c) {
 Session make_session(const Config& c, const InputSpec& input) {
   Session s;
   s.input = input;
+  // A ViT's patches tile a square of model.image_size (unset: the input's side): a mismatch is
+  // named here, with the key or the data at fault, not by the first forward as model.image_size.
+  const std::vector<std::string>& reads = model_keys(c.model.arch);
+  if (std::find(reads.begin(), reads.end(), "image_size") != reads.end()) {
+    PACKRAT_CHECK(input.height == input.width,
+                  "{}: {} takes square images, but the {} training images are {}x{} (H x W) after "
+                  "data.train_transforms: make them square (resize(...) or random_crop(...) in data.train_transforms; "
+                  "for image_folder, data.height = data.width)",
+                  c.source, c.model.arch, c.data.dataset, input.height, input.width);
+    PACKRAT_CHECK(c.model.image_size == 0 || c.model.image_size == input.height,
+                  "{}: model.image_size is {}, but the {} training images are {}x{} after data.train_transforms: remove "
+                  "model.image_size (the model takes the images' side) or resize the images to it",
+                  c.source, c.model.image_size, c.data.dataset, input.height, input.width);
+  }
   ModelSpec spec;
   spec.arch = c.model.arch;
   spec.stem = c.model.stem;
@@ -153,6 +176,11 @@ Session make_session(const Config& c, const InputSpec& input) {
   spec.image_size = c.model.image_size > 0 ? c.model.image_size : input.height;  // vit_*
   spec.patch_size = c.model.patch_size;
   s.model = make_model(spec);
+  try {
+    check_rule_layers(c.saved_tensors, s.model->module_names(), c.model.arch);
+  } catch (const Error& e) {
+    fail("{}: {}", c.source, e.what());
+  }
   if (c.optimizer.name == "sgd") {
     SgdOptions o;
     o.lr = c.optimizer.lr;

@@ -28,6 +28,8 @@ InputSpec input_spec(const Config& c, const data::ImageShape& raw, int64_t class
 
 // Throws naming the config when model.in_channels is set and differs from the data's channels.
 void check_in_channels(const Config& c, int64_t data_channels);
+// Throws naming model.classes when it is set below the data's number of classes.
+void check_classes(const Config& c, int64_t data_classes);
 
 data::DatasetSpec dataset_spec(const Config& c, data::Split split);
 

@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "experiments/lib/gradient_fidelity.h"
 
 namespace packrat {
 
@@ -224,8 +225,8 @@ SweepSpec parse_sweep_yaml(const std::string& yaml_text_in, const std::string& f
     } catch (const YAML::Exception&) {
       fail("{}: must be an integer", at(file, "gradient_fidelity", g));
     }
-    PACKRAT_CHECK(s.gradient_fidelity == 0 || (s.gradient_fidelity >= 2 && s.gradient_fidelity <= 10000),
-                  "{}: draws must be 0 (off) or in [2, 10000], got {}", at(file, "gradient_fidelity", g),
+    PACKRAT_CHECK(s.gradient_fidelity == 0 || (s.gradient_fidelity >= 2 && s.gradient_fidelity <= kMaxFidelityDraws),
+                  "{}: draws must be 0 (off) or in [2, {}], got {}", at(file, "gradient_fidelity", g), kMaxFidelityDraws,
                   s.gradient_fidelity);
   }
   if (const YAML::Node pp = root["paper"]) {

@@ -106,6 +106,8 @@ expect "--resume without a checkpoint"        2 "no checkpoint in" "$T" --config
 cp -r "$W/earlier" "$W/r_metrics"; sed -i "s|$W/earlier|$W/r_metrics|" "$W/r_metrics/config.yaml"
 echo "garbage,line" >>"$W/r_metrics/metrics.csv"
 expect "--resume, damaged metrics.csv"        2 "metrics.csv: line 3 is not a metrics row" "$T" --resume "$W/r_metrics" --set train.epochs=2
+cp -r "$W/earlier" "$W/r_adamw"; sed -i "s|$W/earlier|$W/r_adamw|" "$W/r_adamw/config.yaml"
+expect "--resume an SGD run with AdamW"       2 "epoch_0001.safetensors: optimizer state: entry 'momentum_buffer." "$T" --resume "$W/r_adamw" --set 'optimizer={name: adamw, lr: 0.001}' --set train.epochs=2
 expect "--config DIRECTORY"                   2 "is a directory, not a config file" "$T" --config "$W"
 expect "NaN test loss"                        2 "the test loss is" "$T" "${Q[@]}" --set output.dir="$W/nan" --set 'data.test_transforms=["normalize(-3e38 / 1)"]'
 expect "NaN weight in a checkpoint"           2 "'model.fc.weight' holds nan at element 3" "$T" --resume "$W/r_nan" --set train.epochs=2
@@ -114,9 +116,20 @@ expect "absurd epoch in a checkpoint"         2 "trainer.epoch is 10000000000000
 expect "checkpoint named for another epoch"   2 "named for epoch 7 but holds epoch 1" "$T" --resume "$W/r_name" --set train.epochs=2
 expect "absurd GACT tensor count"             2 "'gact.0.tensors' is 4611686018427387904" "$T" --resume "$W/r_gact" --set train.epochs=2
 expect "warm-up shorter than a step (capped)" 0 "lr 0.1 |" "$T" "${Q[@]}" --set output.dir="$W/warm" --set 'schedule={name: constant, warmup_epochs: 0.1}'
-expect "test images of another size"          2 "the test images are (1, 20, 20)" "$T" "${Q[@]}" --set output.dir="$W/size" --set 'data.test_transforms=["resize(20)"]'
+expect "test images of another size"          2 "t10k-images-idx3-ubyte.gz) are (1, 20, 20)" "$T" "${Q[@]}" --set output.dir="$W/size" --set 'data.test_transforms=["resize(20)"]'
 expect "model.in_channels disagrees"          2 "model.in_channels is 3, but the fashion_mnist images have 1" "$T" "${Q[@]}" --set output.dir="$W/inch" --set model.in_channels=3
 expect "in_channels, --memory-report-only"    2 "model.in_channels is 3" "$T" "${Q[@]}" --set output.dir="$W/inch2" --set model.in_channels=3 --memory-report-only
+# Keys accepted and ignored, or errors that blamed the wrong key (issue 40, class 6).
+expect "ViT model.width_mult"                 2 "model.width_mult: vit_tiny_fmnist does not use this key" "$T" --config configs/vit_fmnist.yaml --set model.width_mult=1 --set output.dir="$W/k1"
+expect "GPT model.image_size"                 2 "model.image_size: gpt_small does not use this key" "$T" --config configs/gpt_fortunes.yaml --set model.image_size=32 --set output.dir="$W/k2"
+expect "ResNet model.patch_size"              2 "model.patch_size: resnet20 does not use this key" "$T" "${Q[@]}" --set model.patch_size=4 --set output.dir="$W/k3"
+expect "gact-L1 with bits: 2"                 2 "'bits' does not apply to gact" "$T" "${Q[@]}" --set 'saved_tensors.default={scheme: gact-L1, bits: 2}' --set output.dir="$W/k4"
+expect "text data with a ResNet"              2 "data.dataset: is text (token sequences), but model.arch resnet20 takes images" "$T" "${Q[@]}" --set data.dataset=text --set output.dir="$W/k5"
+expect "data.seq_len on images"               2 "data.seq_len: only applies to data.dataset text" "$T" "${Q[@]}" --set data.seq_len=64 --set output.dir="$W/k6"
+expect "model.classes below the dataset's"    2 "model.classes is 5, but the fashion_mnist data has 10 classes" "$T" "${Q[@]}" --set model.classes=5 --memory-report-only --set output.dir="$W/k7"
+expect "rule layers: that match no layer"     2 "layers pattern \"layr1.*\" matches no layer of resnet20" "$T" "${Q[@]}" --set 'saved_tensors.rules=[{layers: [layr1.*], scheme: fp32}]' --memory-report-only --set output.dir="$W/k8"
+expect "--gradient-fidelity 1000000000"       2 "--gradient-fidelity: 1000000000 draws is more than the 10000 allowed" "$T" "${Q[@]}" --gradient-fidelity 1000000000
+expect "--resume \"\""                          2 "--resume: needs a run directory, got an empty string" "$T" --resume ""
 expect "YAML duplicate key"                   2 "duplicate key 'batch_size'" "$T" --config "$W/dup_key.yaml" --memory-report-only --set output.dir="$W/y1"
 expect "YAML duplicate section"               2 "data (line 3): duplicate key 'data', first given on line 1" "$T" --config "$W/dup_section.yaml" --memory-report-only --set output.dir="$W/y2"
 expect "YAML key with no value"               2 "data.batch_size (line 3): has no value" "$T" --config "$W/no_value.yaml" --memory-report-only --set output.dir="$W/y3"
@@ -143,7 +156,6 @@ expect "--resume with another seed"           2 "the config has seed 5" "$T" --r
 expect_unchanged "... run directory as it was" "$W/r40" "$S"
 expect "--resume with another model's config" 2 "a checkpoint of another model?" "$T" --resume "$W/r40" --config "$W/other.yaml" --set train.epochs=2
 expect_unchanged "... run directory as it was" "$W/r40" "$S"
-expect "--resume \"\""                         2 "--resume needs a run directory" "$T" --resume ""
 mv "$W/r40/metrics.csv" "$W/metrics.csv.away"
 S=$(tree_sum "$W/r40")
 expect "--resume with metrics.csv deleted"    2 "$W/r40/metrics.csv is missing" "$T" --resume "$W/r40" --set train.epochs=2

@@ -165,7 +165,7 @@ TEST(RunDirHostile, ARefusedResumeLeavesTheRunDirectoryAsItWas) {
   EXPECT_TRUE(fs::exists(checkpoint_path(out.string(), 2)));
 
   m = message_of([] { parse_trainer_args({"--resume", ""}); });
-  EXPECT_TRUE(contains(m, "--resume needs a run directory")) << m;
+  EXPECT_TRUE(contains(m, "--resume: needs a run directory")) << m;
 }
 
 // Class 3: a second process into a directory whose run is still going is refused, naming the
