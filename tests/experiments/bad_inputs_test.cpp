@@ -18,6 +18,7 @@
 #include "experiments/lib/tools.h"
 #include "tests/experiments/fixture.h"
 #include "tests/experiments/tiny_config.h"
+#include "tests/experiments/run_files.h"
 #include "tests/support/errors.h"
 
 using namespace packrat;
@@ -30,22 +31,6 @@ const fs::path& fixture_data() {
   static const fs::path dir = make_idx_dataset("idx_bad", 32, 16);
   return dir;
 }
-
-RunOptions quiet() {
-  RunOptions o;
-  o.tty = 0;
-  o.print_report = false;
-  return o;
-}
-
-std::string read_text(const fs::path& p) {
-  std::ifstream in(p);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
-
-void write_text(const fs::path& p, const std::string& s) { std::ofstream(p) << s; }
-
-bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 
 const std::vector<std::string> kOneShortEpoch = {"train.epochs=1", "train.steps_per_epoch=1"};
 

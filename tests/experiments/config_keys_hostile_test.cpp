@@ -17,6 +17,7 @@
 #include "experiments/lib/sweep_file.h"
 #include "tests/experiments/fixture.h"
 #include "tests/experiments/tiny_config.h"
+#include "tests/experiments/run_files.h"
 #include "tests/support/errors.h"
 
 using namespace packrat;
@@ -24,8 +25,6 @@ using namespace packrat::testing;
 namespace fs = std::filesystem;
 
 namespace {
-
-bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 
 // A config of `arch` on `dataset`, with `model_extra` lines under model: (each "  key: value\n").
 std::string yaml_of(const std::string& arch, const std::string& dataset, const std::string& model_extra = "") {
@@ -40,13 +39,6 @@ std::string parse_error(const std::string& yaml, const std::vector<std::string>&
 const fs::path& fixture_data() {
   static const fs::path dir = make_idx_dataset("idx_keys", 32, 16);
   return dir;
-}
-
-RunOptions quiet() {
-  RunOptions o;
-  o.tty = 0;
-  o.print_report = false;
-  return o;
 }
 
 const std::vector<std::string> kOneShortEpoch = {"train.epochs=1", "train.steps_per_epoch=1"};

@@ -2,8 +2,10 @@
 
 #include "core/error.h"
 #include "experiments/lib/config.h"
+#include "tests/experiments/run_files.h"
 
 using namespace packrat;
+using packrat::testing::contains;
 
 namespace {
 
@@ -25,8 +27,6 @@ std::string error_of(const std::string& yaml, const std::vector<std::string>& se
   }
   return "";
 }
-
-bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 
 }  // namespace
 

@@ -16,6 +16,7 @@
 #include "experiments/lib/json.h"
 #include "experiments/lib/safetensors.h"
 #include "tests/experiments/fixture.h"
+#include "tests/experiments/run_files.h"
 #include "tests/experiments/tiny_config.h"
 
 using namespace packrat;
@@ -23,11 +24,6 @@ using namespace packrat::testing;
 namespace fs = std::filesystem;
 
 namespace {
-
-std::string read_text(const fs::path& p) {
-  std::ifstream f(p);
-  return std::string(std::istreambuf_iterator<char>(f), {});
-}
 
 fs::path trainer_binary() { return fs::read_symlink("/proc/self/exe").parent_path() / "trainer"; }
 

@@ -14,6 +14,7 @@
 #include "tests/experiments/fixture.h"
 #include "tests/experiments/tiny_config.h"
 #include "tests/support/emulated_gpu.h"
+#include "tests/experiments/run_files.h"
 #include "tests/support/gpu.h"
 
 using namespace packrat;
@@ -35,13 +36,6 @@ Config tiny(const std::string& name, const std::string& device, const std::strin
                                 "train.epochs=1"};
   sets.insert(sets.end(), more.begin(), more.end());
   return tiny_config(fixture_data(), temp_dir(name), sets);
-}
-
-RunOptions quiet() {
-  RunOptions o;
-  o.tty = 0;
-  o.print_report = false;
-  return o;
 }
 
 struct StorageConfig {

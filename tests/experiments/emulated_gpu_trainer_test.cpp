@@ -21,6 +21,7 @@
 #include "tests/experiments/tiny_config.h"
 #include "tests/support/device_step.h"
 #include "tests/support/emulated_gpu.h"
+#include "tests/experiments/run_files.h"
 #include "tests/support/errors.h"
 
 using namespace packrat;
@@ -42,13 +43,6 @@ Config tiny(const fs::path& out, const std::string& device, const std::vector<st
   std::vector<std::string> sets{"saved_tensors.rules=[]", "device=" + device, "train.epochs=1"};
   sets.insert(sets.end(), more.begin(), more.end());  // later settings win
   return tiny_config(fixture_data(), out, sets);
-}
-
-RunOptions quiet() {
-  RunOptions o;
-  o.tty = 0;
-  o.print_report = false;
-  return o;
 }
 
 }  // namespace

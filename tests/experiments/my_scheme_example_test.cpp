@@ -11,6 +11,7 @@
 #include <fstream>
 
 #include "experiments/lib/json.h"
+#include "tests/experiments/run_files.h"
 #include "tests/experiments/tiny_config.h"
 
 using namespace packrat;
@@ -22,11 +23,6 @@ namespace {
 // build/bin/my_scheme beside this test binary.
 fs::path example_binary(const std::string& name) {
   return fs::read_symlink("/proc/self/exe").parent_path() / name;
-}
-
-std::string read_text(const fs::path& p) {
-  std::ifstream in(p);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
 }
 
 }  // namespace

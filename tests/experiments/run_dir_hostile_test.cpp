@@ -27,6 +27,7 @@
 #include "experiments/lib/session.h"
 #include "tests/experiments/fixture.h"
 #include "tests/experiments/tiny_config.h"
+#include "tests/experiments/run_files.h"
 #include "tests/support/errors.h"
 
 using namespace packrat;
@@ -41,15 +42,6 @@ const fs::path& fixture_data() {
 }
 
 const std::vector<std::string> kShort = {"--set", "train.steps_per_epoch=1", "--set", "threads=1"};
-
-std::string read_text(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
-
-void write_text(const fs::path& p, const std::string& s) { std::ofstream(p, std::ios::binary) << s; }
-
-bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 
 // Every file under `dir` (the lock file aside: it is not a result) with its bytes; files over
 // 64 MiB (sparse test files) by size only.

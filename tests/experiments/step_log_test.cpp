@@ -8,6 +8,7 @@
 #include "experiments/lib/run.h"
 #include "experiments/lib/step_log.h"
 #include "tests/experiments/fixture.h"
+#include "tests/experiments/run_files.h"
 #include "tests/experiments/tiny_config.h"
 
 using namespace packrat;
@@ -15,11 +16,6 @@ using namespace packrat::testing;
 namespace fs = std::filesystem;
 
 namespace {
-
-std::string read_text(const fs::path& p) {
-  std::ifstream in(p);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
 
 std::vector<std::vector<double>> csv_rows(const std::string& text) {
   std::vector<std::vector<double>> rows;

@@ -15,6 +15,7 @@
 #include "experiments/lib/sweep_run.h"
 #include "tests/experiments/fixture.h"
 #include "tests/experiments/tiny_config.h"
+#include "tests/experiments/run_files.h"
 #include "tests/support/errors.h"
 
 using namespace packrat;
@@ -22,13 +23,6 @@ using namespace packrat::testing;
 namespace fs = std::filesystem;
 
 namespace {
-
-std::string read_text(const fs::path& p) {
-  std::ifstream in(p);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
-
-void write_text(const fs::path& p, const std::string& s) { std::ofstream(p) << s; }
 
 const fs::path& tiny_data() {
   static const fs::path data = make_idx_dataset("sweep_hostile", 64, 32);

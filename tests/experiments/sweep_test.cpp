@@ -11,6 +11,7 @@
 #include "experiments/lib/sweep_report.h"
 #include "experiments/lib/sweep_run.h"
 #include "tests/experiments/fixture.h"
+#include "tests/experiments/run_files.h"
 #include "tests/experiments/tiny_config.h"
 
 using namespace packrat;
@@ -18,13 +19,6 @@ using namespace packrat::testing;
 namespace fs = std::filesystem;
 
 namespace {
-
-std::string read_text(const fs::path& p) {
-  std::ifstream in(p);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
-
-void write_text(const fs::path& p, const std::string& s) { std::ofstream(p) << s; }
 
 // A sweep directory holding the tiny base config and a sweep file over it.
 fs::path sweep_dir(const std::string& name, const std::string& sweep_body) {

@@ -15,6 +15,7 @@
 #include "experiments/lib/tools.h"
 #include "experiments/lib/train_loop.h"
 #include "tests/experiments/tiny_config.h"
+#include "tests/experiments/run_files.h"
 #include "tests/support/errors.h"
 
 using namespace packrat;
@@ -34,11 +35,6 @@ Config text_config(const fs::path& out, const std::vector<std::string>& sets = {
                            "train: {epochs: 2, steps_per_epoch: 8, clip_grad_norm: 1.0}\n"
                            "output: {dir: \"" + out.string() + "\", checkpoint_interval: 0}\n";
   return parse_config(yaml, "text.yaml", sets);
-}
-
-std::string read_text(const fs::path& p) {
-  std::ifstream in(p);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
 }
 
 }  // namespace

@@ -14,6 +14,7 @@
 #include "experiments/lib/tools.h"
 #include "experiments/lib/train_loop.h"
 #include "tests/experiments/fixture.h"
+#include "tests/experiments/run_files.h"
 #include "tests/experiments/tiny_config.h"
 
 using namespace packrat;
@@ -25,11 +26,6 @@ namespace {
 const fs::path& fixture_data() {
   static const fs::path dir = make_idx_dataset("idx64", 64, 32);
   return dir;
-}
-
-std::string read_text(const fs::path& p) {
-  std::ifstream in(p);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
 }
 
 }  // namespace

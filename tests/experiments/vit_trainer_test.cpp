@@ -8,6 +8,7 @@
 #include "experiments/lib/run.h"
 #include "tests/experiments/fixture.h"
 #include "tests/experiments/tiny_config.h"
+#include "tests/experiments/run_files.h"
 #include "tests/support/errors.h"
 
 using namespace packrat;
@@ -18,15 +19,6 @@ namespace {
 const std::filesystem::path& vit_fixture_data() {
   static const std::filesystem::path dir = make_idx_dataset("idx_vit", 32, 16);
   return dir;
-}
-
-bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
-
-RunOptions quiet() {
-  RunOptions o;
-  o.tty = 0;
-  o.print_report = false;
-  return o;
 }
 
 const std::vector<std::string> kVitShortRun = {"model.arch=vit_tiny_fmnist", "train.epochs=1",
