@@ -76,6 +76,10 @@ std::vector<uint8_t> decode_image(const fs::path& file, int64_t channels, int64_
     const char* why = stbi_failure_reason();  // may be null for some corrupt files
     fail("image_folder: {} cannot be decoded: {}", file.string(), why ? why : "corrupt or unsupported image");
   }
+  if (w <= 0 || h <= 0) {  // stb_image decodes some corrupt files (a BMP of height 0) to an empty image
+    stbi_image_free(hwc);
+    fail("image_folder: {} is corrupt: it decodes to {}x{} pixels", file.string(), w, h);
+  }
   const int64_t C = channels, H = h, W = w;
   std::vector<uint8_t> chw(static_cast<size_t>(C * H * W));  // (C, H, W)
   for (int64_t y = 0; y < H; ++y)

@@ -95,6 +95,8 @@ void Resize::apply(const float* in, const ImageShape& s, float* out, const uint3
 }
 
 void resize_bilinear(const float* in, const ImageShape& s, float* out, int64_t oh, int64_t ow) {
+  PACKRAT_CHECK(s.h > 0 && s.w > 0 && oh > 0 && ow > 0, "resize: cannot resize {}x{} pixels to {}x{}", s.h, s.w, oh,
+                ow);
   if (oh == s.h && ow == s.w) {
     std::memcpy(out, in, static_cast<size_t>(s.numel()) * sizeof(float));
     return;
