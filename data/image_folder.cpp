@@ -13,11 +13,6 @@
 // stb_image with internal linkage, so no other object file's copy can clash with this one.
 #define STB_IMAGE_STATIC
 #define STB_IMAGE_IMPLEMENTATION
-// stb_image asserts an internal invariant of its JPEG Huffman decoder that a crafted file breaks
-// (image_folder_fuzz, tests/fuzz/crashers/image_folder/stb-huffman-code-assert.jpg): an abort in a
-// build without NDEBUG, nothing in a Release build, which decodes on to garbage pixels or stb's
-// own "Corrupt JPEG". Every build now does what the Release build does.
-#define STBI_ASSERT(x) ((void)0)
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wunused-function"
 #pragma GCC diagnostic ignored "-Wmissing-field-initializers"
