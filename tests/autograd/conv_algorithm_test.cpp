@@ -30,7 +30,9 @@ TEST(Conv2dOpAlgorithm, AutoMayUseWinogradDirectNeverAndTheyAgree) {
   // its heuristics differ by model), so the promise is: Winograd or Direct's own kernel, never a
   // third (gemm, reference), and the same outputs to rounding.
   EXPECT_TRUE(impl.find("wino") != std::string::npos || impl == direct_impl) << "oneDNN chose " << impl;
-  if (!cpu::avx512_kernels()) EXPECT_EQ(impl, direct_impl);
+  if (!cpu::avx512_kernels()) {
+    EXPECT_EQ(impl, direct_impl);
+  }
   ASSERT_EQ(direct.size(), automatic.size());
   double worst = 0;
   for (size_t i = 0; i < direct.size(); ++i) worst = std::max(worst, std::abs(double(direct[i]) - automatic[i]));

@@ -54,13 +54,11 @@ TEST(FuzzRegression, EveryCrasherIsNowAnErrorOrSuccess) { EXPECT_GT(replay_all(k
 // image_folder/png-null-failure-reason.png (stb_image failed without a reason; formatting the null
 // pointer threw fmt::format_error, exit 1).
 // and image_folder/bmp-*.bmp (see ImagesWhoseHeaderPromisesMoreThanTheFileHoldsAreRefused below),
-// and image_folder/empty-bmp-height-0.bmp (see AnImageThatDecodesEmptyIsRefused below).
-// Open (tests/fuzz/open/image_folder/, found in session 39): stb_image's JPEG Huffman decoder
-// computes a symbol id from a crafted table without checking its range (upstream stb_image checks
-// it since 2.28; Debian 12 ships an older one). Where NDEBUG is unset its assert on the same code
-// aborts first (stb-huffman-symbol-out-of-range-assert.jpg); in Release builds it reads values[c]
-// out of range, under ASan a heap-use-after-free (...-use-after-free.jpg). The fix planned: decode
-// JPEG with libjpeg-turbo (Debian's libjpeg62-turbo) and keep stb_image for the other formats.
+// image_folder/empty-bmp-height-0.bmp (see AnImageThatDecodesEmptyIsRefused below),
+// and image_folder/stb-huffman-symbol-out-of-range-*.jpg: stb_image's JPEG Huffman decoder
+// computed a symbol id from a crafted table without checking its range (upstream checks it since
+// 2.28; Debian 12's is older): an assert abort where NDEBUG is unset, an out-of-range read in
+// Release builds (ASan: heap-use-after-free). JPEG files now go to libjpeg-turbo (data/jpeg_decode.h).
 // A new finding goes under tests/fuzz/open/<target>/ with this test disabled, and moves to
 // tests/fuzz/crashers/ with its fix.
 TEST(FuzzRegression, DISABLED_OpenFindingsAreNowAnErrorOrSuccess) {

@@ -123,7 +123,9 @@ TEST(FewBitSolver, RefinedBordersAreTheSameFixedPointFromAnyStart) {
       ASSERT_EQ(s.size(), b[k].borders.size());
       for (size_t i = 0; i < s.size(); ++i) {
         EXPECT_NEAR(s[i], b[k].borders[i], 1e-9) << name << " " << a[k].intervals << " intervals, border " << i;
-        if (odd) EXPECT_NEAR(s[i], -s[s.size() - 1 - i], 1e-9) << name << " " << a[k].intervals << " border " << i;
+        if (odd) {
+          EXPECT_NEAR(s[i], -s[s.size() - 1 - i], 1e-9) << name << " " << a[k].intervals << " border " << i;
+        }
       }
     }
   }
