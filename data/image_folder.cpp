@@ -52,9 +52,12 @@ constexpr int64_t kMaxPixels = int64_t{1} << 28;  // 16384 x 16384
 void check_header_fits_file(const fs::path& file, const std::vector<uint8_t>& bytes, int64_t channels) {
   int w = 0, h = 0, n = 0;
   if (!stbi_info_from_memory(bytes.data(), static_cast<int>(bytes.size()), &w, &h, &n)) return;  // decode says why
-  const int64_t pixels = int64_t{w} * h, decoded = pixels * channels;
-  PACKRAT_CHECK(pixels <= kMaxPixels, "image_folder: {} is corrupt or too large: its header promises {}x{} pixels (at most {})",
-                file.string(), w, h, kMaxPixels);
+  // A negative side (a BMP's height, found by image_folder_fuzz) made pixels * channels overflow.
+  const int64_t pixels = int64_t{w} * h;
+  PACKRAT_CHECK(w > 0 && h > 0 && pixels <= kMaxPixels,
+                "image_folder: {} is corrupt or too large: its header promises {}x{} pixels (at most {})", file.string(), w,
+                h, kMaxPixels);
+  const int64_t decoded = pixels * channels;
   PACKRAT_CHECK(decoded <= kMaxDecodedBytesPerFileByte * static_cast<int64_t>(bytes.size()),
                 "image_folder: {} is corrupt: its header promises {}x{} pixels ({} bytes decoded), more than its {} bytes "
                 "can hold",
