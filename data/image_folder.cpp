@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 #include <map>
+#include <memory>
 
 #include "core/error.h"
 #include "data/file_io.h"
@@ -70,34 +71,28 @@ std::vector<uint8_t> decode_image(const fs::path& file, int64_t channels, int64_
                                   ImageShape& shape) {
   const std::vector<uint8_t> bytes = read_file(file, "image_folder");
   int w = 0, h = 0, n = 0;
-  std::vector<uint8_t> jpeg;  // (h, w, channels) when the file is a JPEG
-  const uint8_t* hwc = nullptr;
+  std::vector<uint8_t> jpeg;                                                   // (h, w, channels) of a JPEG
+  std::unique_ptr<uint8_t, void (*)(void*)> stb(nullptr, stbi_image_free);  // (h, w, channels) of the others
   if (is_jpeg(bytes)) {
     // As check_header_fits_file does for the others: no more pixels than the file's bytes can hold.
     const int64_t most = std::min(kMaxPixels, kMaxDecodedBytesPerFileByte * static_cast<int64_t>(bytes.size()) / channels);
     jpeg = decode_jpeg(file, bytes, static_cast<int>(channels), most, w, h);
-    hwc = jpeg.data();
   } else {
     check_header_fits_file(file, bytes, channels);
-    hwc = stbi_load_from_memory(bytes.data(), static_cast<int>(bytes.size()), &w, &h, &n, static_cast<int>(channels));
-    if (!hwc) {
+    stb.reset(stbi_load_from_memory(bytes.data(), static_cast<int>(bytes.size()), &w, &h, &n, static_cast<int>(channels)));
+    if (!stb) {
       const char* why = stbi_failure_reason();  // may be null for some corrupt files
       fail("image_folder: {} cannot be decoded: {}", file.string(), why ? why : "corrupt or unsupported image");
     }
   }
-  auto free_stb = [&] {
-    if (jpeg.empty()) stbi_image_free(const_cast<uint8_t*>(hwc));
-  };
-  if (w <= 0 || h <= 0) {  // stb_image decodes some corrupt files (a BMP of height 0) to an empty image
-    free_stb();
-    fail("image_folder: {} is corrupt: it decodes to {}x{} pixels", file.string(), w, h);
-  }
+  // stb_image decodes some corrupt files (a BMP of height 0) to an empty image.
+  PACKRAT_CHECK(w > 0 && h > 0, "image_folder: {} is corrupt: it decodes to {}x{} pixels", file.string(), w, h);
+  const uint8_t* hwc = stb ? stb.get() : jpeg.data();
   const int64_t C = channels, H = h, W = w;
   std::vector<uint8_t> chw(static_cast<size_t>(C * H * W));  // (C, H, W)
   for (int64_t y = 0; y < H; ++y)
     for (int64_t x = 0; x < W; ++x)
       for (int64_t c = 0; c < C; ++c) chw[(c * H + y) * W + x] = hwc[(y * W + x) * C + c];
-  free_stb();
   shape = {C, H, W};
   if (height <= 0 || width <= 0 || (height == H && width == W)) return chw;
   std::vector<float> in(chw.begin(), chw.end());           // (C, H, W)

@@ -45,7 +45,7 @@ std::vector<uint8_t> decode_jpeg(const std::filesystem::path& file, const std::v
   errors.manager.error_exit = jump_out;
   errors.manager.emit_message = no_warnings;
   errors.message[0] = '\0';
-  int64_t too_many = 0;  // the pixels a header promised beyond max_pixels (0: none)
+  int64_t refused = -1;  // the pixels a header promised when they are none or over max_pixels
   if (setjmp(errors.jump) == 0) {
     jpeg_create_decompress(&info);
     jpeg_mem_src(&info, bytes.data(), static_cast<unsigned long>(bytes.size()));
@@ -54,7 +54,7 @@ std::vector<uint8_t> decode_jpeg(const std::filesystem::path& file, const std::v
     jpeg_calc_output_dimensions(&info);
     const int64_t pixels = int64_t{info.output_width} * info.output_height;
     if (pixels > max_pixels || pixels == 0) {
-      too_many = pixels == 0 ? -1 : pixels;
+      refused = pixels;
     } else {
       jpeg_start_decompress(&info);
       width = static_cast<int>(info.output_width);
@@ -71,8 +71,8 @@ std::vector<uint8_t> decode_jpeg(const std::filesystem::path& file, const std::v
     jpeg_destroy_decompress(&info);
     fail("image_folder: {} cannot be decoded: {}", file.string(), errors.message);
   }
-  PACKRAT_CHECK(too_many == 0, "image_folder: {} is corrupt or too large: its header promises {} pixels (at most {})",
-                file.string(), too_many < 0 ? 0 : too_many, max_pixels);
+  PACKRAT_CHECK(refused < 0, "image_folder: {} is corrupt or too large: its header promises {} pixels (at most {})",
+                file.string(), refused, max_pixels);
   return hwc;
 }
 
