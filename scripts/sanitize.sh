@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # Builds packrat with AddressSanitizer and UndefinedBehaviorSanitizer into build-asan/ and runs the
 # whole test suite under them; exits non-zero on the first sanitizer report or failing test.
+# CUDA is left out: ASan cannot see device memory (compute-sanitizer is the tool for kernels), and
+# the CUDA runtime's host mappings need protect_shadow_gap=0, which weakens ASan for the rest.
 #   scripts/sanitize.sh                 # everything
 #   scripts/sanitize.sh 'DataTar.*'     # a gtest filter
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/setup.sh
 flags="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined -O1 -g"
-cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPACKRAT_NATIVE=ON -DPACKRAT_SANITIZE=ON \
+cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPACKRAT_NATIVE=ON -DPACKRAT_SANITIZE=ON -DPACKRAT_CUDA=OFF \
   -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="$flags" \
   -DCMAKE_EXE_LINKER_FLAGS="-fsanitize=address,undefined" >/dev/null
 cmake --build build-asan --target packrat_tests -j"$(nproc)"
