@@ -38,8 +38,8 @@ Tensor batchnorm2d(const Tensor& x, const Tensor& weight, const Tensor& bias, Te
 // Normalizes over the last dimension. x (..., D), weight/bias (D).
 Tensor layernorm(const Tensor& x, const Tensor& weight, const Tensor& bias, float eps = 1e-5f);
 
-// Any built-in activation by name (relu, leaky_relu, relu6, gelu, silu, sigmoid, tanh, selu,
-// softplus, elu, mish, hardswish); saves through the store as Need::Derivative.
+// Any built-in activation by name (core/activation_id.h: relu, gelu, silu, ...); saves through
+// the store as Need::Derivative.
 Tensor activation(const Tensor& x, std::string_view fn);
 Tensor relu(const Tensor& x);
 Tensor gelu(const Tensor& x);

@@ -22,7 +22,8 @@ float scalar_df(float x) {
   return A::df(x);
 }
 
-// even_derivative: f'(-x) = f'(x) (sigmoid, tanh); derivative_is_step: the relu family.
+// even_derivative: f'(-x) = f'(x) (sigmoid, tanh); derivative_is_step: the relu family
+// (core/activation_id.h).
 Pointwise make(ActivationId id, bool even_derivative, bool derivative_is_step) {
   const cpu::PointwiseLoops& loops = cpu::pointwise_loops(id);
   return with_activation(id, [&](auto a) {
@@ -34,13 +35,9 @@ Pointwise make(ActivationId id, bool even_derivative, bool derivative_is_step) {
 
 // Indexed by ActivationId.
 const std::array<Pointwise, kNumActivations>& all() {
-  using enum ActivationId;
-  static const std::array<Pointwise, kNumActivations> table{
-      make(relu, false, true),     make(leaky_relu, false, true), make(relu6, false, true),
-      make(hardswish, false, false), make(gelu, false, false),    make(silu, false, false),
-      make(sigmoid, true, false),  make(tanh, true, false),       make(selu, false, false),
-      make(softplus, false, false), make(elu, false, false),      make(mish, false, false),
-      make(gelu_tanh, false, false)};
+#define PACKRAT_POINTWISE(ID, DERIVATIVE, EVEN, STEP) make(ActivationId::ID, EVEN, STEP),
+  static const std::array<Pointwise, kNumActivations> table{PACKRAT_ACTIVATIONS(PACKRAT_POINTWISE)};
+#undef PACKRAT_POINTWISE
   return table;
 }
 

@@ -24,8 +24,8 @@ struct Pointwise {
   bool derivative_is_step = false;
 };
 
-// The built-in activations: relu, leaky_relu, relu6, hardswish, gelu, silu, sigmoid, tanh,
-// selu, softplus, elu, mish, gelu_tanh. Throws packrat::Error naming the function when unknown.
+// The built-in activations (core/activation_id.h: relu, gelu, silu, ...). Throws packrat::Error
+// naming the function and the known ones when unknown.
 const Pointwise& pointwise_by_name(std::string_view name);
 bool is_pointwise_name(std::string_view name);
 const Pointwise& pointwise_by_id(ActivationId id);

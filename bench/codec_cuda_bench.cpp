@@ -27,11 +27,11 @@
 #include "autograd/pointwise.h"
 #include "core/backend.h"
 #include "core/device_runtime.h"
-#include "quant/bitpack.h"
-#include "quant/fewbit_codec.h"
-#include "quant/fewbit_table.h"
-#include "quant/group_quant.h"
-#include "quant/mixed_quant.h"
+#include "quant/bits/bitpack.h"
+#include "quant/fewbit/fewbit_codec.h"
+#include "quant/fewbit/fewbit_table.h"
+#include "quant/group/group_quant.h"
+#include "quant/mixed/mixed_quant.h"
 
 namespace packrat {
 namespace {
@@ -78,12 +78,6 @@ void run_against_copy(benchmark::State& state, Device d, const Tensor& x, double
   state.counters["vs_copy"] = gbps / copy_gbps;
 }
 
-bool usable(benchmark::State& state, Device d) {
-  if (backend(d).complete()) return true;
-  state.SkipWithError("the CUDA backend is incomplete (Backend::complete())");
-  return false;
-}
-
 GroupGeometry group_geometry_at(int bits) {
   GroupQuantConfig c;
   c.bits = bits;
@@ -93,7 +87,6 @@ GroupGeometry group_geometry_at(int bits) {
 
 // Argument: bits.
 void GroupQuantize(benchmark::State& state, Device d) {
-  if (!usable(state, d)) return;
   make_current(d);
   const GroupGeometry g = group_geometry_at(static_cast<int>(state.range(0)));
   const Tensor x = uniform_input(d, 1, -1.0f, 3.0f);
@@ -104,7 +97,6 @@ void GroupQuantize(benchmark::State& state, Device d) {
 }
 
 void GroupDequantize(benchmark::State& state, Device d) {
-  if (!usable(state, d)) return;
   make_current(d);
   const GroupGeometry g = group_geometry_at(static_cast<int>(state.range(0)));
   const Tensor x = uniform_input(d, 1, -1.0f, 3.0f);
@@ -116,12 +108,11 @@ void GroupDequantize(benchmark::State& state, Device d) {
 }
 
 // Groups of 256 of an NHWC tensor (a GPU convolution's layout) of 64 Mi elements, 2 bits, in plain
-// order: the quantize stages each block's run through shared memory (quant/nhwc_tile.h), the
-// decode writes NHWC from the block's codes (quant/nhwc_decode.h). Per
+// order: the quantize stages each block's run through shared memory (quant/group/nhwc_tile.h), the
+// decode writes NHWC from the block's codes (quant/group/nhwc_decode.h). Per
 // plane: (1024, 64, 32, 32), one channel's quarter plane a group; per sample: (4096, 256, 8, 8), four
 // channels' planes a group. Argument: 0 quantize, 1 dequantize, 2 a GELU's backward.
 void GroupNhwc(benchmark::State& state, Device d, const Shape& shape, Grouping grouping) {
-  if (!usable(state, d)) return;
   make_current(d);
   Tensor plain = device_tensor(shape, DType::f32, d);  // (N, C, H, W)
   backend(d).fill_uniform(plain, -1.0f, 3.0f, 7, 1, 0);
@@ -171,7 +162,6 @@ FewbitCoder gelu3() {
 
 // y = gelu(x) and x's 3-bit codes, in one pass.
 void FewbitEncode(benchmark::State& state, Device d) {
-  if (!usable(state, d)) return;
   make_current(d);
   const FewbitCoder c = gelu3();
   const Tensor x = uniform_input(d, 1, -4.0f, 4.0f);
@@ -183,7 +173,6 @@ void FewbitEncode(benchmark::State& state, Device d) {
 
 // grad * level[code], in one pass.
 void FewbitApply(benchmark::State& state, Device d) {
-  if (!usable(state, d)) return;
   make_current(d);
   const FewbitCoder c = gelu3();
   const Tensor x = uniform_input(d, 1, -4.0f, 4.0f), grad = uniform_input(d, 2, -1.0f, 1.0f);
@@ -205,7 +194,6 @@ MixedQuantConfig mixed_config(int64_t which) {
 }
 
 void MixedQuantize(benchmark::State& state, Device d) {
-  if (!usable(state, d)) return;
   make_current(d);
   const MixedQuantConfig c = mixed_config(state.range(0));
   const Tensor x = uniform_input(d, 1, -1.0f, 3.0f);
@@ -217,7 +205,6 @@ void MixedQuantize(benchmark::State& state, Device d) {
 }
 
 void MixedDequantize(benchmark::State& state, Device d) {
-  if (!usable(state, d)) return;
   make_current(d);
   const MixedQuantConfig c = mixed_config(state.range(0));
   const Tensor x = uniform_input(d, 1, -1.0f, 3.0f);
@@ -228,11 +215,10 @@ void MixedDequantize(benchmark::State& state, Device d) {
 }
 
 // The mixed 2/4-bit buckets of an NHWC tensor of 64 Mi elements, (1024, 64, 32, 32), in plain
-// order (quant/nhwc_buckets.h): the quantize stages each block's buckets through shared memory,
+// order (quant/mixed/nhwc_buckets.h): the quantize stages each block's buckets through shared memory,
 // the decode writes NHWC from the block's codes. Argument: 0 quantize, 1 dequantize, 2 a GELU's
 // backward.
 void MixedNhwc(benchmark::State& state, Device d) {
-  if (!usable(state, d)) return;
   make_current(d);
   Tensor plain = device_tensor(Shape{1024, kC, 32, 32}, DType::f32, d);  // (N, C, H, W)
   backend(d).fill_uniform(plain, -1.0f, 3.0f, 7, 1, 0);

@@ -13,7 +13,7 @@
 #include "autograd/pointwise.h"
 #include "core/philox.h"
 #include "core/tensor.h"
-#include "quant/fewbit_store.h"
+#include "quant/fewbit/fewbit_store.h"
 
 namespace packrat {
 namespace {

@@ -11,7 +11,7 @@
 #include "core/philox.h"
 #include "models/registry.h"
 #include "optim/adamw.h"
-#include "quant/rule_policy.h"
+#include "quant/policy/rule_policy.h"
 
 namespace packrat {
 namespace {

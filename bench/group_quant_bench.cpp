@@ -12,7 +12,7 @@
 #include "core/cpu/layout.h"
 #include "core/philox.h"
 #include "core/tensor.h"
-#include "quant/group_quant.h"
+#include "quant/group/group_quant.h"
 
 namespace packrat {
 namespace {

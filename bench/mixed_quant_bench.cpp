@@ -1,7 +1,7 @@
 // Mixed 2/4-bit per-bucket quantize+pack (and unpack+dequantize) against fixed 2-bit and fixed
 // 4-bit on the same f32 tensor (64, 64, 32, 32), all timed back to back in each iteration so that
 // the load of the shared machine affects every side alike. Fixed widths are measured twice: with
-// the per-group quantizer (quant/group_quant.h, flat groups of the bucket size) and with this
+// the per-group quantizer (quant/group/group_quant.h, flat groups of the bucket size) and with this
 // quantizer at mix_prob 0 and 1. Counters: GB/s of f32 data for each, and the ratios
 // mix_vs_fixed4 = time(fixed 4-bit, per-group) / time(2/4 mix)  (target: >= 1/1.3 = 0.77),
 // mix_vs_fixed2 likewise, and mix_vs_own4 against this quantizer's fixed 4-bit.
@@ -17,8 +17,8 @@
 #include "core/cpu/layout.h"
 #include "core/philox.h"
 #include "core/tensor.h"
-#include "quant/group_quant.h"
-#include "quant/mixed_quant.h"
+#include "quant/group/group_quant.h"
+#include "quant/mixed/mixed_quant.h"
 
 namespace packrat {
 namespace {
@@ -134,7 +134,7 @@ void BM_MixedQuant_Dequantize(benchmark::State& state) {
 }
 
 // The codes follow the tensor's logical order: a blocked tensor (the CPU convolutions' layout:
-// nChw16c with AVX-512, nChw8c without) is walked in plain order (quant/plain_runs.h). 2/4 mix at
+// nChw16c with AVX-512, nChw8c without) is walked in plain order (quant/group/plain_runs.h). 2/4 mix at
 // p = 0.5, buckets of 512, quantize and dequantize of the plain tensor and of its blocked copy,
 // back to back. Counters: GB/s of f32 data for each, and blocked_vs_plain_{quantize,dequantize} =
 // time(plain) / time(blocked) (< 1: the walk costs that much).

@@ -15,7 +15,7 @@
 #include "core/philox.h"
 #include "models/registry.h"
 #include "optim/sgd.h"
-#include "quant/rule_policy.h"
+#include "quant/policy/rule_policy.h"
 
 namespace packrat {
 namespace {
@@ -39,10 +39,6 @@ StorePolicySpec scheme_spec(const std::string& name) {
 void TrainStepOf(benchmark::State& state, const ModelSpec& spec, const std::string& scheme,
                  Device device = Device::cpu()) {
   const int64_t batch = state.range(0);
-  if (!device.is_cpu() && !backend(device).complete()) {
-    state.SkipWithError("the CUDA backend is incomplete (Backend::complete())");
-    return;
-  }
   make_current(device);
   DeviceScope on(device);
   auto model = make_model(spec);

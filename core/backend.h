@@ -62,10 +62,6 @@ class Backend {
   virtual Device device() const = 0;
   virtual std::string_view name() const = 0;  // "cpu (oneDNN + OpenMP)"
   virtual Allocator& allocator() = 0;
-  // Whether every primitive below runs on this backend. A backend being written (CUDA today)
-  // answers false while some primitives still throw; the backend test then checks only its
-  // memory section, and checks everything once this turns true.
-  virtual bool complete() const { return true; }
 
   // ---- memory: copy, fill, reorder, convert
   // dst = src, same shape, dtype and layout; one side may be on the CPU (host <-> device copy).

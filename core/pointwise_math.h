@@ -167,6 +167,7 @@ PACKRAT_INLINE Logistic logistic(float x) {
 // relu: max(x, 0); PyTorch saves the result and passes grad where result > 0.
 PACKRAT_INLINE float relu_f(float x) { return x > 0.0f ? x : 0.0f; }
 PACKRAT_INLINE float relu_df(float x) { return x > 0.0f ? 1.0f : 0.0f; }
+PACKRAT_INLINE float relu_df_from_y(float y) { return relu_df(y); }  // y > 0 exactly where x > 0
 
 // leaky_relu, negative_slope 0.01: grad * (x > 0 ? 1 : slope).
 constexpr float kLeakySlope = 0.01f;
@@ -307,9 +308,9 @@ namespace packrat {
 
 // "gelu" for ActivationId::gelu: the name configs use; "?" for an id out of range.
 constexpr std::string_view activation_name(ActivationId id) {
-  constexpr std::string_view kNames[kNumActivations] = {"relu",    "leaky_relu", "relu6", "hardswish", "gelu",
-                                                        "silu",    "sigmoid",    "tanh",  "selu",      "softplus",
-                                                        "elu",     "mish",       "gelu_tanh"};
+#define PACKRAT_ACTIVATION_NAME(name, derivative, even, step) #name,
+  constexpr std::string_view kNames[kNumActivations] = {PACKRAT_ACTIVATIONS(PACKRAT_ACTIVATION_NAME)};
+#undef PACKRAT_ACTIVATION_NAME
   const auto i = static_cast<unsigned>(id);
   return i < static_cast<unsigned>(kNumActivations) ? kNames[i] : "?";
 }
@@ -321,58 +322,39 @@ constexpr std::string_view activation_name(ActivationId id) {
 template <ActivationId Id>
 struct Activation;
 
-#define PACKRAT_ACTIVATION(ID)                                             \
-  template <>                                                              \
-  struct Activation<ActivationId::ID> {                                    \
-    static constexpr bool kFromOutput = false;                             \
-    PACKRAT_INLINE static float f(float x) { return pwmath::ID##_f(x); }   \
-    PACKRAT_INLINE static float df(float x) { return pwmath::ID##_df(x); } \
+#define PACKRAT_ACTIVATION_IS_from_input false
+#define PACKRAT_ACTIVATION_IS_from_output true
+#define PACKRAT_ACTIVATION_DF_Y_from_input(ID)
+#define PACKRAT_ACTIVATION_DF_Y_from_output(ID) \
+  PACKRAT_INLINE static float df_from_output(float y) { return pwmath::ID##_df_from_y(y); }
+#define PACKRAT_ACTIVATION_TYPE(ID, DERIVATIVE, EVEN, STEP)                  \
+  template <>                                                               \
+  struct Activation<ActivationId::ID> {                                     \
+    static constexpr bool kFromOutput = PACKRAT_ACTIVATION_IS_##DERIVATIVE; \
+    PACKRAT_INLINE static float f(float x) { return pwmath::ID##_f(x); }    \
+    PACKRAT_INLINE static float df(float x) { return pwmath::ID##_df(x); }  \
+    PACKRAT_ACTIVATION_DF_Y_##DERIVATIVE(ID)                                \
   };
-#define PACKRAT_ACTIVATION_FROM_OUTPUT(ID, DF_Y)                             \
-  template <>                                                              \
-  struct Activation<ActivationId::ID> {                                    \
-    static constexpr bool kFromOutput = true;                              \
-    PACKRAT_INLINE static float f(float x) { return pwmath::ID##_f(x); }   \
-    PACKRAT_INLINE static float df(float x) { return pwmath::ID##_df(x); } \
-    PACKRAT_INLINE static float df_from_output(float y) { return DF_Y(y); } \
-  };
-
-PACKRAT_ACTIVATION_FROM_OUTPUT(relu, pwmath::relu_df)  // y > 0 exactly where x > 0
-PACKRAT_ACTIVATION(leaky_relu)
-PACKRAT_ACTIVATION(relu6)
-PACKRAT_ACTIVATION(hardswish)
-PACKRAT_ACTIVATION(gelu)
-PACKRAT_ACTIVATION(silu)
-PACKRAT_ACTIVATION_FROM_OUTPUT(sigmoid, pwmath::sigmoid_df_from_y)
-PACKRAT_ACTIVATION_FROM_OUTPUT(tanh, pwmath::tanh_df_from_y)
-PACKRAT_ACTIVATION(selu)
-PACKRAT_ACTIVATION(softplus)
-PACKRAT_ACTIVATION(elu)
-PACKRAT_ACTIVATION(mish)
-PACKRAT_ACTIVATION(gelu_tanh)
-#undef PACKRAT_ACTIVATION
-#undef PACKRAT_ACTIVATION_FROM_OUTPUT
+PACKRAT_ACTIVATIONS(PACKRAT_ACTIVATION_TYPE)
+#undef PACKRAT_ACTIVATION_TYPE
+#undef PACKRAT_ACTIVATION_IS_from_input
+#undef PACKRAT_ACTIVATION_IS_from_output
+#undef PACKRAT_ACTIVATION_DF_Y_from_input
+#undef PACKRAT_ACTIVATION_DF_Y_from_output
 
 // fn(Activation<id>{}) for a runtime id: the one switch over the ids that loop tables, kernel
-// launchers and tests dispatch through. The caller has checked id < kNumActivations.
+// launchers and tests dispatch through. The caller has checked id < kNumActivations (an id out of
+// range takes the last activation).
 template <typename Fn>
 decltype(auto) with_activation(ActivationId id, Fn&& fn) {
   switch (id) {
-    case ActivationId::relu: return fn(Activation<ActivationId::relu>{});
-    case ActivationId::leaky_relu: return fn(Activation<ActivationId::leaky_relu>{});
-    case ActivationId::relu6: return fn(Activation<ActivationId::relu6>{});
-    case ActivationId::hardswish: return fn(Activation<ActivationId::hardswish>{});
-    case ActivationId::gelu: return fn(Activation<ActivationId::gelu>{});
-    case ActivationId::silu: return fn(Activation<ActivationId::silu>{});
-    case ActivationId::sigmoid: return fn(Activation<ActivationId::sigmoid>{});
-    case ActivationId::tanh: return fn(Activation<ActivationId::tanh>{});
-    case ActivationId::selu: return fn(Activation<ActivationId::selu>{});
-    case ActivationId::softplus: return fn(Activation<ActivationId::softplus>{});
-    case ActivationId::elu: return fn(Activation<ActivationId::elu>{});
-    case ActivationId::mish: return fn(Activation<ActivationId::mish>{});
-    case ActivationId::gelu_tanh: break;
+#define PACKRAT_ACTIVATION_CASE(ID, DERIVATIVE, EVEN, STEP) \
+  case ActivationId::ID:                                    \
+    return fn(Activation<ActivationId::ID>{});
+    PACKRAT_ACTIVATIONS(PACKRAT_ACTIVATION_CASE)
+#undef PACKRAT_ACTIVATION_CASE
   }
-  return fn(Activation<ActivationId::gelu_tanh>{});  // gelu_tanh, the last id
+  return fn(Activation<static_cast<ActivationId>(kNumActivations - 1)>{});
 }
 
 // Whether f' of `id` can be computed from its output (Activation<id>::kFromOutput).

@@ -8,7 +8,7 @@
 //                              from it; default weight uniform on [-10, 10]), bits 1..4, beside
 //                              the same integral for the shipped table; the relu family has one
 //                              row, its exact 1-bit mask (error 0)
-//   fewbit generate [--out quant/fewbit_tables_data.cpp]   (re)solve every shipped table
+//   fewbit generate [--out quant/fewbit/fewbit_tables_data.cpp]   (re)solve every shipped table
 //   fewbit check-tables        re-solve every shipped table; exit 1 when one has drifted
 //   fewbit help
 //   fewbit plot-data --fn gelu [--from -6] [--to 6] [--step 0.005]
@@ -23,7 +23,7 @@
 #include <vector>
 
 #include "core/error.h"
-#include "quant/fewbit_table.h"
+#include "quant/fewbit/fewbit_table.h"
 
 using namespace packrat;
 
@@ -159,7 +159,7 @@ int run(int argc, char** argv) {
     return 0;
   }
   if (a.command == "generate") {
-    const std::string out = a.get("out", "quant/fewbit_tables_data.cpp");
+    const std::string out = a.get("out", "quant/fewbit/fewbit_tables_data.cpp");
     a.check_all_used();
     const std::string src = fewbit_tables_source(regenerate_all());
     std::ofstream f(out);

@@ -75,7 +75,7 @@ class CpuBackend final : public Backend {
   LayerNormGrads layernorm_backward(const Tensor& x, const Tensor& mean, const Tensor& rstd, const Tensor& weight,
                                     const Tensor& grad, bool want_dweight, bool want_dbias) override;
 
-  // ---- dropout and embedding (cpu_backend_dropout.cpp)
+  // ---- dropout and random fills (cpu_backend_random.cpp), embedding (cpu_backend_embedding.cpp)
   Tensor dropout_forward(const Tensor& x, float p, float scale, uint64_t seed, uint64_t stream, Tensor* mask) override;
   Tensor mask_scale(const Tensor& grad, const Tensor& mask, float scale) override;
   int64_t fill_uniform(Tensor& t, float lo, float hi, uint64_t seed, uint64_t stream, uint64_t counter) override;
@@ -88,7 +88,6 @@ class CpuBackend final : public Backend {
   Tensor pad_channels_subsample(const Tensor& x, int64_t out_channels, int64_t stride) override;
   Tensor pad_channels_subsample_backward(const Tensor& grad, const Shape& x_shape, Layout x_layout,
                                          int64_t stride) override;
-  // (cpu_backend_permute.cpp)
   Tensor permute(const Tensor& x, std::span<const int64_t> perm) override;
   Tensor concat(std::span<const Tensor> xs, int64_t dim) override;
   Tensor narrow(const Tensor& x, int64_t dim, int64_t start, int64_t length) override;

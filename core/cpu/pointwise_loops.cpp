@@ -34,17 +34,11 @@ constexpr PointwiseLoops loops_of() {
   return {activation_name(Id), forward_loop<A>, derivative_loop<A>, from_output};
 }
 
-#define PACKRAT_LOOPS(ID) loops_of<ActivationId::ID>()
-
 // Indexed by ActivationId.
-const PointwiseLoops kLoops[] = {PACKRAT_LOOPS(relu),     PACKRAT_LOOPS(leaky_relu), PACKRAT_LOOPS(relu6),
-                                 PACKRAT_LOOPS(hardswish), PACKRAT_LOOPS(gelu),      PACKRAT_LOOPS(silu),
-                                 PACKRAT_LOOPS(sigmoid),  PACKRAT_LOOPS(tanh),       PACKRAT_LOOPS(selu),
-                                 PACKRAT_LOOPS(softplus), PACKRAT_LOOPS(elu),        PACKRAT_LOOPS(mish),
-                                 PACKRAT_LOOPS(gelu_tanh)};
+#define PACKRAT_LOOPS(ID, DERIVATIVE, EVEN, STEP) loops_of<ActivationId::ID>(),
+const PointwiseLoops kLoops[] = {PACKRAT_ACTIVATIONS(PACKRAT_LOOPS)};
 #undef PACKRAT_LOOPS
 static_assert(sizeof(kLoops) / sizeof(kLoops[0]) == kNumActivations);
-static_assert(activation_name(ActivationId::gelu_tanh) == "gelu_tanh");
 
 }  // namespace
 

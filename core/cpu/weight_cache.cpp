@@ -88,8 +88,6 @@ void set_weight_cache_enabled(bool on) {
   cache().enabled = on;
 }
 
-bool weight_cache_enabled() { return cache().enabled; }
-
 int64_t weight_cache_bytes() {
   std::unique_lock lock(cache().mutex);
   int64_t bytes = 0;

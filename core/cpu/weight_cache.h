@@ -22,7 +22,6 @@ namespace packrat::cpu {
 Tensor weights_as(const Tensor& w, const dnnl::memory::desc& plain, const dnnl::memory::desc& want, bool keep);
 
 void set_weight_cache_enabled(bool on);  // on by default
-bool weight_cache_enabled();
 void clear_weight_cache();
 int64_t weight_cache_bytes();      // bytes held by cached copies
 int64_t weight_cache_reorders();   // reorders done so far (misses), for tests and benchmarks

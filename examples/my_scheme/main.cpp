@@ -15,8 +15,8 @@
 #include "autograd/fp32_store.h"
 #include "core/error.h"
 #include "experiments/lib/trainer_main.h"
-#include "quant/group_quant.h"  // f32_to_bf16, bf16_to_f32
-#include "quant/rule_policy.h"
+#include "quant/group/group_quant.h"  // f32_to_bf16, bf16_to_f32
+#include "quant/policy/rule_policy.h"
 
 namespace {
 

@@ -22,7 +22,7 @@
 
 #include "layers/module.h"
 #include "optim/optimizer.h"
-#include "quant/gact_policy.h"
+#include "quant/group/gact_store.h"
 
 namespace packrat {
 

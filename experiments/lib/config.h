@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "quant/rule_policy.h"
+#include "quant/policy/rule_policy.h"
 
 namespace packrat {
 

@@ -12,7 +12,7 @@
 #include "core/parallel.h"
 #include "experiments/lib/json.h"
 #include "experiments/lib/safetensors.h"
-#include "quant/gact_policy.h"
+#include "quant/group/gact_store.h"
 
 namespace packrat {
 

@@ -17,9 +17,9 @@
 #include "experiments/lib/safetensors.h"  // write_file_atomic
 #include "experiments/lib/session.h"
 #include "experiments/lib/train_loop.h"  // model_device
-#include "quant/gact_policy.h"
-#include "quant/presets.h"
-#include "quant/rule_policy.h"
+#include "quant/group/gact_store.h"
+#include "quant/policy/presets.h"
+#include "quant/policy/rule_policy.h"
 
 namespace packrat {
 

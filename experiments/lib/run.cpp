@@ -21,8 +21,8 @@
 #include "experiments/lib/step_log.h"
 #include "experiments/lib/text_task.h"
 #include "experiments/lib/train_loop.h"
-#include "quant/gact_policy.h"
-#include "quant/mixed_store.h"
+#include "quant/group/gact_store.h"
+#include "quant/mixed/mixed_store.h"
 
 namespace packrat {
 

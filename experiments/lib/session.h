@@ -10,7 +10,7 @@
 #include "layers/module.h"
 #include "optim/lr_schedule.h"
 #include "optim/optimizer.h"
-#include "quant/rule_policy.h"
+#include "quant/policy/rule_policy.h"
 
 namespace packrat {
 

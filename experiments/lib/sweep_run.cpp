@@ -20,7 +20,7 @@
 #include "experiments/lib/safetensors.h"  // write_file_atomic
 #include "experiments/lib/sweep_report.h"
 #include "models/registry.h"
-#include "quant/rule_policy.h"
+#include "quant/policy/rule_policy.h"
 
 namespace packrat {
 

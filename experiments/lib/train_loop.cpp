@@ -9,7 +9,7 @@
 #include "core/philox.h"
 #include "experiments/lib/text_task.h"
 #include "optim/clip_grad.h"
-#include "quant/gact_policy.h"
+#include "quant/group/gact_store.h"
 
 namespace packrat {
 
@@ -37,7 +37,7 @@ int64_t count_correct(const Tensor& logits, const Tensor& labels) {
 
 namespace {
 
-// GACT's sensitivity refresh (quant/gact_policy.h): when due, gradient evaluations on this
+// GACT's sensitivity refresh (quant/group/gact_store.h): when due, gradient evaluations on this
 // step's batch that differ only in one tensor's quantization noise. They must not change the
 // model: the batchnorm running statistics they update are restored afterwards.
 void refresh_gact(Module& model, Optimizer& opt, StorePolicy& policy, const Tensor& images, const Tensor& labels,

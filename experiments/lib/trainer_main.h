@@ -1,6 +1,6 @@
 #pragma once
 // The trainer's whole main as a library function: a program of your own registers its storage
-// schemes (quant/rule_policy.h: register_scheme) and then hands its command line over:
+// schemes (quant/policy/rule_policy.h: register_scheme) and then hands its command line over:
 //
 //   int main(int argc, char** argv) {
 //     packrat::register_scheme("bf16", make_bf16_store);

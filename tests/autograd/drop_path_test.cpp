@@ -12,7 +12,7 @@
 #include "autograd/ops/drop_path.h"
 #include "autograd/tape.h"
 #include "layers/stochastic_depth.h"
-#include "quant/rule_policy.h"
+#include "quant/policy/rule_policy.h"
 #include "tests/support/gradcheck.h"
 
 using namespace packrat;

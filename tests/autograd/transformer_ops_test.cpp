@@ -9,8 +9,8 @@
 #include "autograd/fp32_store.h"
 #include "autograd/ops.h"
 #include "autograd/tape.h"
-#include "quant/fewbit_table.h"
-#include "quant/rule_policy.h"
+#include "quant/fewbit/fewbit_table.h"
+#include "quant/policy/rule_policy.h"
 #include "tests/support/gradcheck.h"
 
 using namespace packrat;

@@ -49,32 +49,7 @@ inline void expect_close(const std::vector<float>& got, const std::vector<float>
 
 }  // namespace packrat::testing
 
-namespace packrat::testing {
-// The backends whose every primitive runs (Backend::complete()); says once which are left out.
-// PACKRAT_TEST_INCOMPLETE_BACKENDS=1 takes them all, to check one finished section of a backend
-// being written (--gtest_filter on that section's tests).
-inline std::vector<Backend*> complete_backends() {
-  const bool all = std::getenv("PACKRAT_TEST_INCOMPLETE_BACKENDS") != nullptr;
-  std::vector<Backend*> out;
-  for (Backend* b : available_backends()) {
-    if (b->complete() || all) {
-      out.push_back(b);
-    } else {
-      static bool said = false;
-      if (!said) std::fprintf(stderr, "backend test: %s is not complete yet; only its memory section is checked\n",
-                              std::string(b->name()).c_str());
-      said = true;
-    }
-  }
-  return out;
-}
-}  // namespace packrat::testing
-
-// for (Backend* b : ...) over the complete backends, with the backend's name in every failure message.
-#define PACKRAT_FOR_EACH_BACKEND(b)                                       \
-  for (::packrat::Backend* b : ::packrat::testing::complete_backends()) \
-    if (const ::testing::ScopedTrace trace_(__FILE__, __LINE__, b->name()); true)
-// The same over every available backend, complete or not (the memory section every backend has).
-#define PACKRAT_FOR_EACH_AVAILABLE_BACKEND(b)                    \
+// for (Backend* b : ...) over every available backend, with the backend's name in every failure message.
+#define PACKRAT_FOR_EACH_BACKEND(b)                              \
   for (::packrat::Backend* b : ::packrat::available_backends()) \
     if (const ::testing::ScopedTrace trace_(__FILE__, __LINE__, b->name()); true)

@@ -4,8 +4,7 @@
 // against the CPU and identical run to run (the sort-based scatter-add), a permute large enough to
 // be worth its 32-bit index path, and the scratch these calls take back. Compiled always; each test
 // skips with a one-line reason when no GPU is visible. The backend test (backend_rows_test.cpp and
-// the shape tests) covers the contracts; run it on a GPU before the backend is complete with
-// PACKRAT_TEST_INCOMPLETE_BACKENDS=1 (tests/core/backend_test_support.h).
+// the shape tests) covers the contracts.
 #include <gtest/gtest.h>
 
 #include <string>

@@ -1,7 +1,7 @@
 // Training on a real GPU against the CPU: a ResNet-20 and a ResNet-18 step (loss, gradients, the
 // saved bytes of every tensor), memory after a step and over 100 steps, OutOfMemory naming the
 // layer and tag, a short trainer run. Compiled always; each test skips with a one-line reason
-// when no GPU is visible, or while the CUDA backend is incomplete (its primitives still throw).
+// when no GPU is visible.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -30,10 +30,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-#define PACKRAT_REQUIRE_TRAINING_GPU() \
-  PACKRAT_SKIP_WITHOUT_GPU();           \
-  if (!first_gpu()->complete()) GTEST_SKIP() << "the CUDA backend is incomplete (Backend::complete())"
-
 const Device kGpu = Device::cuda(0);
 
 // The step on the GPU against the CPU, as issue 10 asks: loss within 1e-4 relative, every
@@ -58,7 +54,7 @@ void expect_step_matches_cpu(const ModelSpec& spec, int64_t n, int64_t c, int64_
 }  // namespace
 
 TEST(CudaTrainer, ResNet20StepMatchesTheCpuStep) {
-  PACKRAT_REQUIRE_TRAINING_GPU();
+  PACKRAT_SKIP_WITHOUT_GPU();
   ModelSpec spec;
   spec.arch = "resnet20";
   spec.in_channels = 1;
@@ -67,7 +63,7 @@ TEST(CudaTrainer, ResNet20StepMatchesTheCpuStep) {
 }
 
 TEST(CudaTrainer, ResNet18StepMatchesTheCpuStep) {
-  PACKRAT_REQUIRE_TRAINING_GPU();
+  PACKRAT_SKIP_WITHOUT_GPU();
   ModelSpec spec;
   spec.arch = "resnet18";
   spec.stem = "cifar";
@@ -81,7 +77,7 @@ TEST(CudaTrainer, ResNet18StepMatchesTheCpuStep) {
 // squeeze-excitation, SiLU, stochastic depth) runs and saves the same bytes (its drop-path masks
 // differ between two builds of the model on any device: tests/experiments/emulated_gpu_trainer_test.cpp).
 TEST(CudaTrainer, ViTAndEfficientNetStepsMatchTheCpuStep) {
-  PACKRAT_REQUIRE_TRAINING_GPU();
+  PACKRAT_SKIP_WITHOUT_GPU();
   for (const char* arch : {"vit_tiny_fmnist", "efficientnet_b0_small"}) {
     SCOPED_TRACE(arch);
     ModelSpec spec;
@@ -107,7 +103,7 @@ TEST(CudaTrainer, ViTAndEfficientNetStepsMatchTheCpuStep) {
 // or of its gradient in a step) with the CPU's values; its gradient and SGD's momentum follow it,
 // and a checkpoint written from it holds plain OIHW weights that load back bit for bit.
 TEST(CudaTrainer, ConvolutionWeightsKeepTheGpusLayoutWithTheCpusValues) {
-  PACKRAT_REQUIRE_TRAINING_GPU();
+  PACKRAT_SKIP_WITHOUT_GPU();
   const ConvConfig cfg{.stride = 1, .padding = 1, .dilation = 1, .groups = 1, .bias = true};
   Conv2d on_cpu(8, 16, 3, cfg, 7);
   const Tensor x = random_tensor({2, 8, 6, 6}, 3);  // (N, Cin, H, W), host
@@ -150,7 +146,7 @@ TEST(CudaTrainer, ConvolutionWeightsKeepTheGpusLayoutWithTheCpusValues) {
 }
 
 TEST(CudaTrainer, NothingIsLeftAfterAStepAndMemoryDoesNotGrowOver100Steps) {
-  PACKRAT_REQUIRE_TRAINING_GPU();
+  PACKRAT_SKIP_WITHOUT_GPU();
   const Config c = tiny_config("/nonexistent", "/tmp/unused", {"saved_tensors.rules=[]", "device=cuda:0"});
   apply_process_settings(c);
   const RunDevice on(c);
@@ -171,7 +167,7 @@ TEST(CudaTrainer, NothingIsLeftAfterAStepAndMemoryDoesNotGrowOver100Steps) {
 }
 
 TEST(CudaTrainer, OutOfGpuMemoryNamesTheLayerAndTag) {
-  PACKRAT_REQUIRE_TRAINING_GPU();
+  PACKRAT_SKIP_WITHOUT_GPU();
   LayerScope layer("layer4.1.conv2");
   // More than any GPU has: cudaMalloc refuses, even after the allocator empties its cache.
   const std::string m = message_of([] {
@@ -191,7 +187,7 @@ TEST(CudaTrainer, OutOfGpuMemoryNamesTheLayerAndTag) {
 // conv_algorithm: deterministic takes only the cuDNN algorithms marked deterministic (and every
 // packrat kernel sums in a fixed order): the same run twice gives the same losses bit for bit.
 TEST(CudaTrainer, DeterministicConvolutionsRepeatARunBitForBit) {
-  PACKRAT_REQUIRE_TRAINING_GPU();
+  PACKRAT_SKIP_WITHOUT_GPU();
   static const fs::path data = make_idx_dataset("idx_cuda_deterministic", 96, 64);
   RunOptions o;
   o.tty = 0;
@@ -213,7 +209,7 @@ TEST(CudaTrainer, DeterministicConvolutionsRepeatARunBitForBit) {
 }
 
 TEST(CudaTrainer, AShortRunTracksTheCpuRun) {
-  PACKRAT_REQUIRE_TRAINING_GPU();
+  PACKRAT_SKIP_WITHOUT_GPU();
   static const fs::path data = make_idx_dataset("idx_cuda", 96, 64);
   RunOptions o;
   o.tty = 0;

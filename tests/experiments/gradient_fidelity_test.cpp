@@ -14,7 +14,7 @@
 #include "layers/flatten.h"
 #include "layers/linear.h"
 #include "layers/sequential.h"
-#include "quant/rule_policy.h"
+#include "quant/policy/rule_policy.h"
 
 using namespace packrat;
 

@@ -12,7 +12,7 @@
 #include "core/error.h"
 #include "experiments/lib/run.h"
 #include "experiments/lib/tools.h"
-#include "quant/presets.h"
+#include "quant/policy/presets.h"
 #include "tests/experiments/fixture.h"
 #include "tests/experiments/tiny_config.h"
 

@@ -5,7 +5,7 @@
 #include "autograd/fp32_store.h"
 #include "autograd/pointwise.h"
 #include "core/error.h"
-#include "quant/rule_policy.h"
+#include "quant/policy/rule_policy.h"
 
 using namespace packrat;
 

@@ -13,8 +13,8 @@
 #include "autograd/ops.h"
 #include "autograd/tape.h"
 #include "models/efficientnet.h"
-#include "quant/gact_policy.h"
-#include "quant/rule_policy.h"
+#include "quant/group/gact_store.h"
+#include "quant/policy/rule_policy.h"
 #include "tests/support/gradcheck.h"
 
 using namespace packrat;

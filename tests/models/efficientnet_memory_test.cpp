@@ -9,7 +9,7 @@
 
 #include "autograd/tape.h"
 #include "models/registry.h"
-#include "quant/rule_policy.h"
+#include "quant/policy/rule_policy.h"
 #include "tests/support/gradcheck.h"
 
 using namespace packrat;

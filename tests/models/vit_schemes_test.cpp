@@ -14,7 +14,7 @@
 #include "autograd/tape.h"
 #include "models/vit.h"
 #include "tests/models/vit_fixture.h"
-#include "quant/rule_policy.h"
+#include "quant/policy/rule_policy.h"
 #include "tests/support/gradcheck.h"
 
 using namespace packrat;

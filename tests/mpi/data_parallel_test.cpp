@@ -15,7 +15,7 @@
 #include "experiments/lib/safetensors.h"
 #include "experiments/lib/session.h"
 #include "experiments/lib/train_loop.h"
-#include "quant/gact_policy.h"
+#include "quant/group/gact_store.h"
 #include "tests/experiments/fixture.h"
 #include "tests/experiments/tiny_config.h"
 

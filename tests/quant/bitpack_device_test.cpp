@@ -1,5 +1,5 @@
 // Exact packing of masks and indices on a GPU. Without one: the bodies its CUDA kernels run
-// (quant/bitpack_device.h), block by block on the host, write the CPU kernel's bytes for every
+// (quant/bits/bitpack_device.h), block by block on the host, write the CPU kernel's bytes for every
 // width and integer type, on lengths with tails, note the first value that does not fit, and
 // unpack to the CPU's values. The Tensor entry points: the CPU's codes and the unfit index. With a
 // GPU: the CUDA kernels write the same bytes and find the same first unfit element.
@@ -11,8 +11,8 @@
 
 #include "core/philox.h"
 #include "core/tensor.h"
-#include "quant/bitpack.h"
-#include "quant/bitpack_device.h"
+#include "quant/bits/bitpack.h"
+#include "quant/bits/bitpack_device.h"
 #include "tests/support/errors.h"
 #include "tests/support/gpu.h"
 #include "tests/support/host_launch.h"

@@ -1,4 +1,4 @@
-#include "quant/bitpack.h"
+#include "quant/bits/bitpack.h"
 
 #include <gtest/gtest.h>
 

@@ -1,5 +1,5 @@
-// The per-element reference of each codec (the PACKRAT_HD functions of quant/group_quant.h,
-// quant/mixed_quant.h, quant/fewbit_codec.h, run element by element, as a CUDA kernel runs them)
+// The per-element reference of each codec (the PACKRAT_HD functions of quant/group/group_quant.h,
+// quant/mixed/mixed_quant.h, quant/fewbit/fewbit_codec.h, run element by element, as a CUDA kernel runs them)
 // and the CPU fast kernels write byte-identical codes and metadata and decode to bit-identical
 // floats: for every per-group width, rounding mode, metadata type and grouping, for the mixed and
 // deterministic bucket quantizers of both scale rules, and for the few-bit index of every
@@ -16,13 +16,13 @@
 #include "core/build_config.h"
 #include "core/philox.h"
 #include "core/tensor.h"
-#include "quant/bitpack.h"
+#include "quant/bits/bitpack.h"
 #include "autograd/pointwise.h"
-#include "quant/fewbit_codec.h"
-#include "quant/fewbit_store.h"
-#include "quant/group_quant.h"
-#include "quant/group_store.h"
-#include "quant/mixed_quant.h"
+#include "quant/fewbit/fewbit_codec.h"
+#include "quant/fewbit/fewbit_store.h"
+#include "quant/group/group_quant.h"
+#include "quant/group/group_store.h"
+#include "quant/mixed/mixed_quant.h"
 #include "tests/support/mixed_cases.h"
 #include "tests/support/errors.h"
 

@@ -1,7 +1,7 @@
 // A new scheme is its codec plus a name: a toy store that keeps bf16 values gets the entry
 // table, dedup, the in-place check, exact pass-through, exact step masks, packed masks and
-// describe() from quant/compressing_store.h, with every byte counted by the allocator.
-#include "quant/compressing_store.h"
+// describe() from quant/store/compressing_store.h, with every byte counted by the allocator.
+#include "quant/store/compressing_store.h"
 
 #include <gtest/gtest.h>
 
@@ -12,7 +12,7 @@
 #include "autograd/pointwise.h"
 #include "core/allocator.h"
 #include "core/philox.h"
-#include "quant/group_quant.h"  // f32_to_bf16, bf16_to_f32
+#include "quant/group/group_quant.h"  // f32_to_bf16, bf16_to_f32
 #include "tests/support/errors.h"
 
 namespace packrat {

@@ -13,9 +13,9 @@
 #include "autograd/ops.h"
 #include "autograd/pointwise.h"
 #include "autograd/tape.h"
-#include "quant/bitpack.h"
-#include "quant/fewbit_table.h"
-#include "quant/rule_policy.h"
+#include "quant/bits/bitpack.h"
+#include "quant/fewbit/fewbit_table.h"
+#include "quant/policy/rule_policy.h"
 #include "tests/support/gradcheck.h"
 
 namespace packrat {

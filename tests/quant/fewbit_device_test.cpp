@@ -1,4 +1,4 @@
-// The few-bit codec on a GPU. Without one: the bodies its CUDA kernels run (quant/fewbit_device.h),
+// The few-bit codec on a GPU. Without one: the bodies its CUDA kernels run (quant/fewbit/fewbit_device.h),
 // thread by thread on the host (the encode's pair exchange replayed warp by warp), write the CPU kernel's codes and forward values and decode to its
 // floats, for every kind (table, step mask, boolean mask) and width. With one: the CUDA kernels do.
 #include <gtest/gtest.h>
@@ -11,8 +11,8 @@
 #include "core/backend.h"
 #include "core/build_config.h"
 #include "core/philox.h"
-#include "quant/fewbit_device.h"
-#include "quant/fewbit_table.h"
+#include "quant/fewbit/fewbit_device.h"
+#include "quant/fewbit/fewbit_table.h"
 #include "tests/support/host_launch.h"
 #include "tests/support/gpu.h"
 

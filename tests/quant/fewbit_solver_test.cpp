@@ -1,4 +1,4 @@
-#include "quant/fewbit_solver.h"
+#include "quant/fewbit/fewbit_solver.h"
 
 #include <gtest/gtest.h>
 
@@ -6,7 +6,7 @@
 
 #include "autograd/pointwise.h"
 #include "core/error.h"
-#include "quant/fewbit_table.h"
+#include "quant/fewbit/fewbit_table.h"
 
 namespace packrat {
 namespace {

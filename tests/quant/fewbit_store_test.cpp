@@ -1,4 +1,4 @@
-#include "quant/fewbit_store.h"
+#include "quant/fewbit/fewbit_store.h"
 
 #include <gtest/gtest.h>
 
@@ -11,7 +11,7 @@
 #include "autograd/tape.h"
 #include "core/error.h"
 #include "core/philox.h"
-#include "quant/bitpack.h"
+#include "quant/bits/bitpack.h"
 #include "tests/support/gradcheck.h"
 
 namespace packrat {

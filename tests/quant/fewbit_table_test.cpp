@@ -1,4 +1,4 @@
-#include "quant/fewbit_table.h"
+#include "quant/fewbit/fewbit_table.h"
 
 #include <gtest/gtest.h>
 
@@ -28,7 +28,7 @@ TEST(FewBitTables, ShippedTablesMatchARegeneration) {
       ASSERT_LT(k, shipped.size()) << "fewbit_tables_data.cpp lacks " << t.fn << " " << t.bits << "-bit";
       std::string why;
       EXPECT_TRUE(fewbit_tables_match(shipped[k], t, kFewbitTableReproducibility, &why))
-          << why << "\nregenerate with: build/bin/fewbit generate --out quant/fewbit_tables_data.cpp";
+          << why << "\nregenerate with: build/bin/fewbit generate --out quant/fewbit/fewbit_tables_data.cpp";
       ++k;
     }
   }

@@ -5,7 +5,7 @@
 #include "autograd/ops.h"
 #include "autograd/fp32_store.h"
 #include "autograd/tape.h"
-#include "quant/rule_policy.h"
+#include "quant/policy/rule_policy.h"
 #include "tests/support/gradcheck.h"
 
 using namespace packrat;

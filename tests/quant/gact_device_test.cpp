@@ -11,7 +11,7 @@
 #include <cmath>
 #include <vector>
 
-#include "quant/gact_policy.h"
+#include "quant/group/gact_store.h"
 #include "tests/support/emulated_gpu.h"
 #include "tests/support/gact_toy.h"
 #include "tests/support/gpu.h"

@@ -13,9 +13,9 @@
 #include "autograd/ops.h"
 #include "autograd/tape.h"
 #include "core/error.h"
-#include "quant/gact_policy.h"
-#include "quant/presets.h"
-#include "quant/rule_policy.h"
+#include "quant/group/gact_store.h"
+#include "quant/policy/presets.h"
+#include "quant/policy/rule_policy.h"
 #include "tests/support/gact_toy.h"
 #include "tests/support/gradcheck.h"
 

@@ -1,5 +1,5 @@
 // An activation's backward straight from its per-group codes (dequantize_groups_apply, the sink of
-// quant/apply_derivative_sink.h): the same floats as dequantizing and then the backend's
+// quant/codec/apply_derivative_sink.h): the same floats as dequantizing and then the backend's
 // pointwise_backward, for activations whose derivative comes from the input and from the output,
 // over every geometry of group_cases(); the per-group store on a device takes that path, with no
 // Workspace tensor of the dequantized values. On a GPU: the CUDA kernel against the two CUDA passes.
@@ -11,8 +11,8 @@
 
 #include "core/backend.h"
 #include "core/philox.h"
-#include "quant/group_quant.h"
-#include "quant/group_store.h"
+#include "quant/group/group_quant.h"
+#include "quant/group/group_store.h"
 #include "tests/support/emulated_gpu.h"
 #include "tests/support/fused_derivative.h"
 #include "tests/support/gpu.h"

@@ -12,7 +12,7 @@
 #include "core/backend.h"
 #include "core/build_config.h"
 #include "core/philox.h"
-#include "quant/group_quant.h"
+#include "quant/group/group_quant.h"
 #include "tests/quant/nhwc_cases.h"
 #include "tests/support/gpu.h"
 #include "tests/support/group_cases.h"
@@ -61,8 +61,8 @@ TEST(GroupQuantDevice, CudaKernelsWriteTheCpuBytes) {
 
 // An NHWC tensor (what the CUDA convolutions make) quantizes to the CPU's bytes of its plain copy,
 // ReLU-like zeros, zero extremes of either sign and NaN values included: through the staged
-// kernel (quant/nhwc_tile.h), or under PACKRAT_QUANTIZE=quads the tile-free one where it
-// takes the shape (quant/quad_quantize.h; scripts/device_check.sh runs this suite with it
+// kernel (quant/group/nhwc_tile.h), or under PACKRAT_QUANTIZE=quads the tile-free one where it
+// takes the shape (quant/group/quad_quantize.h; scripts/device_check.sh runs this suite with it
 // as its EXPERIMENT).
 TEST(GroupQuantDevice, NhwcTensorsQuantizeToThePlainTensorsBytes) {
   PACKRAT_SKIP_WITHOUT_GPU();

@@ -9,7 +9,7 @@
 
 #include "core/error.h"
 #include "core/philox.h"
-#include "quant/group_quant.h"
+#include "quant/group/group_quant.h"
 
 namespace packrat {
 namespace {

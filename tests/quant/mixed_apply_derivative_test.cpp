@@ -1,5 +1,5 @@
 // An activation's backward straight from mixed / deterministic bucket codes (dequantize_mixed_apply,
-// DequantizeBucketQuadsBody with the sink of quant/apply_derivative_sink.h): the same floats as
+// DequantizeBucketQuadsBody with the sink of quant/codec/apply_derivative_sink.h): the same floats as
 // dequantizing and then the backend's pointwise_backward, for activations whose derivative comes
 // from the input and from the output, over every configuration of mixed_cases() (mixed widths by
 // bucket and by tensor, sign-magnitude scales, codes over 8 bits, short last buckets); the mixed
@@ -14,8 +14,8 @@
 
 #include "core/backend.h"
 #include "core/philox.h"
-#include "quant/mixed_quant.h"
-#include "quant/mixed_store.h"
+#include "quant/mixed/mixed_quant.h"
+#include "quant/mixed/mixed_store.h"
 #include "tests/support/emulated_gpu.h"
 #include "tests/support/fused_derivative.h"
 #include "tests/support/gpu.h"

@@ -1,5 +1,5 @@
 // The mixed and deterministic bucket quantizers on a GPU. Without one: the bodies their CUDA
-// kernels run (quant/mixed_quant_device.h), run index by index on the host, write the CPU
+// kernels run (quant/mixed/mixed_quant_device.h), run index by index on the host, write the CPU
 // kernel's decisions, offsets, packed flags, metadata and codes byte for byte and decode to the
 // same floats, for every variant, on sizes whose buckets leave a tail. With one: the CUDA
 // kernels (warp reductions, CUB's scan) write the CPU's bytes.
@@ -11,9 +11,9 @@
 
 #include "core/backend.h"
 #include "core/philox.h"
-#include "quant/bitpack.h"
-#include "quant/mixed_quant.h"
-#include "quant/mixed_quant_device.h"
+#include "quant/bits/bitpack.h"
+#include "quant/mixed/mixed_quant.h"
+#include "quant/mixed/mixed_kernel_bodies.h"
 #include "tests/support/errors.h"
 #include "tests/support/gpu.h"
 #include "tests/support/host_launch.h"
@@ -187,7 +187,7 @@ TEST(MixedQuantDevice, CudaKernelsWriteTheCpuBytes) {
     }
 }
 
-// An NHWC tensor on a GPU (its buckets staged in plain order: quant/nhwc_buckets.h) gets the plain
+// An NHWC tensor on a GPU (its buckets staged in plain order: quant/mixed/nhwc_buckets.h) gets the plain
 // tensor's bytes, decodes into NHWC to its floats, and applies a GELU's derivative from its codes
 // in NHWC as the plain tensor does: pixels of 8 channels (planes of 63), quads (12 channels),
 // single channels (5), planes of 1024.

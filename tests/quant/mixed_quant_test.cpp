@@ -1,7 +1,8 @@
 // Mixed-precision per-bucket quantization: format, round trip against a scalar reference,
 // honest bytes, unbiasedness of both scale rules, the deterministic baseline's exact bias, the
 // realised mix fraction, and configuration errors.
-#include "quant/mixed_quant.h"
+#include "quant/bits/wide_codes.h"
+#include "quant/mixed/mixed_quant.h"
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>

@@ -1,7 +1,7 @@
 // The mixed and deterministic stores: the store contract (round trip, derivatives, masks,
 // indices, exact requests, dedupe, in-place checks), honest bytes in describe() and the
 // allocator, both storage modes, the mix_prob schedule, and the config factories.
-#include "quant/mixed_store.h"
+#include "quant/mixed/mixed_store.h"
 
 #include <gtest/gtest.h>
 
@@ -17,7 +17,7 @@
 #include "autograd/pointwise.h"
 #include "core/allocator.h"
 #include "core/error.h"
-#include "quant/rule_policy.h"
+#include "quant/policy/rule_policy.h"
 #include "tests/support/gradcheck.h"
 
 namespace packrat {
@@ -108,7 +108,7 @@ TEST(MixedStore, ValueRoundTripMatchesTheQuantizerAndCountsEveryByte) {
 // channels.)
 TEST(MixedStore, ABlockedTensorIsBucketedAsItsPlainCopy) {
   // Planes of 63: buckets across channels; planes of 9, 55296 values: buckets across tiles, split
-  // between threads inside tiles (quant/plain_runs.h).
+  // between threads inside tiles (quant/group/plain_runs.h).
   for (const Shape& shape : {Shape{2, 32, 9, 7}, Shape{128, 48, 3, 3}}) {
     for (Layout layout : {Layout::nChw16c, Layout::nChw8c}) {
       const Tensor x = random_tensor(shape, 12, -3.0f, 3.0f);

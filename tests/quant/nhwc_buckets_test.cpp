@@ -1,5 +1,5 @@
 // The mixed / deterministic bucket codes of a GPU's NHWC tensor in plain order
-// (quant/nhwc_buckets.h), on the host: the phases a CUDA quantize block runs (stage its buckets'
+// (quant/mixed/nhwc_buckets.h), on the host: the phases a CUDA quantize block runs (stage its buckets'
 // run into a tile, quantize each bucket there) write the CPU kernel's bytes for the plain tensor,
 // and the phases of a decode block (copy its buckets' codes and metadata, decode its run) give
 // the plain tensor's floats, and an activation's backward from the codes, in NHWC. On a GPU,
@@ -12,8 +12,8 @@
 
 #include "core/pointwise_math.h"
 #include "core/tensor.h"
-#include "quant/mixed_quant.h"
-#include "quant/nhwc_buckets.h"
+#include "quant/mixed/mixed_quant.h"
+#include "quant/mixed/nhwc_buckets.h"
 #include "tests/quant/nhwc_cases.h"
 #include "tests/support/mixed_cases.h"
 

@@ -1,4 +1,4 @@
-// The decode of an NHWC tensor's per-group codes straight into NHWC (quant/nhwc_decode.h), on the
+// The decode of an NHWC tensor's per-group codes straight into NHWC (quant/group/nhwc_decode.h), on the
 // host: a CUDA block's phases (its codes and metadata copied, then its run decoded a thread at a
 // time) give the plain tensor's dequantized values, and an activation's backward from the codes,
 // in NHWC order; a run's decode writes its own elements and nothing else. On a GPU,
@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "core/pointwise_math.h"
-#include "quant/group_quant.h"
-#include "quant/nhwc_decode.h"
+#include "quant/group/group_quant.h"
+#include "quant/group/nhwc_decode.h"
 #include "tests/quant/nhwc_cases.h"
 
 namespace packrat {

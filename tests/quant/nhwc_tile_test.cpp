@@ -1,4 +1,4 @@
-// Per-group codes of an NHWC tensor in plain order (quant/nhwc_tile.h), on the host: the phases a
+// Per-group codes of an NHWC tensor in plain order (quant/group/nhwc_tile.h), on the host: the phases a
 // CUDA quantize block runs (stage its groups' run into a tile, quantize the tile's groups), thread
 // by thread, give the CPU kernel's bytes for the plain tensor, for per-plane, per-sample and flat
 // groups. The decode: tests/quant/nhwc_decode_test.cpp. On a GPU,
@@ -11,8 +11,8 @@
 
 #include "core/philox.h"
 #include "core/tensor.h"
-#include "quant/group_quant.h"
-#include "quant/nhwc_tile.h"
+#include "quant/group/group_quant.h"
+#include "quant/group/nhwc_tile.h"
 #include "tests/quant/nhwc_cases.h"
 #include "tests/support/emulated_gpu.h"
 

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "core/tensor.h"
-#include "quant/plain_runs.h"
+#include "quant/group/plain_runs.h"
 
 namespace packrat {
 namespace {

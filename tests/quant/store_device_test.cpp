@@ -1,6 +1,6 @@
 // The compressing stores on a device. Without a GPU: on the emulated GPU
 // (tests/support/emulated_gpu.h), whose codec kernels are the CPU's (the seam of
-// quant/codec_device.h), every request kind saved by the per-group store (actnn at 2, 4 and 8
+// quant/codec/codec_device.h), every request kind saved by the per-group store (actnn at 2, 4 and 8
 // bits, stochastic and nearest, bf16 and f32 metadata; gact's per-tensor bits), the mixed /
 // deterministic store and the few-bit store gives the CPU store's forward values, loads and gradients bit for bit, the same describe()
 // bytes, codes allocated on the device under the Saved tag, and no host access to device data.
@@ -19,12 +19,12 @@
 #include "autograd/pointwise.h"
 #include "core/backend.h"
 #include "core/philox.h"
-#include "quant/compressing_store.h"
-#include "quant/fewbit_solver.h"
-#include "quant/fewbit_store.h"
-#include "quant/fewbit_table.h"
-#include "quant/group_store.h"
-#include "quant/rule_policy.h"
+#include "quant/store/compressing_store.h"
+#include "quant/fewbit/fewbit_solver.h"
+#include "quant/fewbit/fewbit_store.h"
+#include "quant/fewbit/fewbit_table.h"
+#include "quant/group/group_store.h"
+#include "quant/policy/rule_policy.h"
 #include "tests/support/emulated_gpu.h"
 #include "tests/support/gpu.h"
 #include "tests/support/gradcheck.h"
@@ -253,7 +253,7 @@ void expect_group_stores_match_the_cpu(Device d, bool gpu) {
   expect_same(run_scenario(on_dev, d, true), run_scenario(on_cpu, Device::cpu(), true), gpu, "gact");
 }
 
-// The mixed and deterministic bucket quantizers (quant/mixed_quant.h), as configs write them:
+// The mixed and deterministic bucket quantizers (quant/mixed/mixed_quant.h), as configs write them:
 // per-bucket and per-tensor 2/4-bit decisions, affine and max-abs scales, quantize-on-backward,
 // the deterministic scheme's nearest rounding; buckets of 64 (with tails).
 std::vector<SchemeSpec> mixed_cases() {
@@ -420,7 +420,7 @@ void expect_cpu_blocked_groups_match_plain_groups_on(Device d) {
   }
 }
 
-// Buckets hold the same elements of a tensor in every layout (quant/mixed_store.h): the CPU's
+// Buckets hold the same elements of a tensor in every layout (quant/mixed/mixed_store.h): the CPU's
 // blocked tensor (nChw16c) and device d's in `layout` (a GPU's NHWC; plain on the emulated GPU,
 // whose layouts are the CPU's) load the same values and apply the same derivative, from the same
 // bytes, for every mixed case (a GPU's own f' within the last bits, as expect_same).
@@ -604,7 +604,7 @@ TEST(StoreCuda, FewbitStoresOnTheGpuGiveTheCpuStoresResultsAndBytes) {
 }
 
 // The groupings and shapes of the NHWC tests: planes of 99, 1024, 64 and 49 (taken in plain order
-// by the kernels: quant/nhwc_tile.h, quant/nhwc_decode.h) and of 1600 (over a tile's 1024:
+// by the kernels: quant/group/nhwc_tile.h, quant/group/nhwc_decode.h) and of 1600 (over a tile's 1024:
 // quantized through a plain copy).
 struct NhwcCase {
   Shape shape;

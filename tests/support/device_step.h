@@ -12,7 +12,7 @@
 #include "experiments/lib/text_task.h"
 #include "experiments/lib/train_loop.h"
 #include "models/registry.h"
-#include "quant/rule_policy.h"
+#include "quant/policy/rule_policy.h"
 
 namespace packrat::testing {
 

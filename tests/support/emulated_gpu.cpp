@@ -11,7 +11,7 @@
 #include "core/backend.h"
 #include "core/backend_override.h"
 #include "core/cpu/cpu_backend.h"
-#include "quant/codec_device.h"
+#include "quant/codec/codec_device.h"
 
 namespace packrat::testing {
 

@@ -1,6 +1,6 @@
 #pragma once
 // What a store's fused activation backward promises on a device, for the stores that decode codes
-// into grad * f'(x) in one pass (quant/apply_derivative_sink.h): the CPU store's floats, and no
+// into grad * f'(x) in one pass (quant/codec/apply_derivative_sink.h): the CPU store's floats, and no
 // Workspace tensor of the dequantized values (the two-pass path makes one as large as x).
 #include <gtest/gtest.h>
 

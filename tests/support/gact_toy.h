@@ -6,7 +6,7 @@
 
 #include "autograd/ops.h"
 #include "autograd/tape.h"
-#include "quant/gact_policy.h"
+#include "quant/group/gact_store.h"
 #include "tests/support/gradcheck.h"
 
 namespace packrat::testing {

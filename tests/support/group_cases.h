@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "core/philox.h"
-#include "quant/group_quant.h"
+#include "quant/group/group_quant.h"
 
 namespace packrat::testing {
 

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "quant/mixed_quant.h"
+#include "quant/mixed/mixed_quant.h"
 
 namespace packrat::testing {
 

@@ -1,0 +1,202 @@
+// The CPU kernels of the few-bit codec (quant/fewbit/fewbit_codec.h): tiles that stay in L1 (f(x),
+// codes, scratch), BMI2 pext to pack, OpenMP over blocks of 8 elements. They write the codes of
+// fewbit_index / the step and mask rules element by element and read them back with
+// fewbit_apply's rule (tests/quant/codec_bitexact_test.cpp).
+#include <algorithm>
+#include <cstring>
+#if defined(__BMI2__) || defined(__AVX2__)
+#include <immintrin.h>
+#endif
+
+#include "autograd/pointwise.h"
+#include "core/error.h"
+#include "core/parallel.h"
+#include "quant/bits/bitpack.h"
+#include "quant/fewbit/fewbit_codec.h"
+
+namespace packrat {
+
+namespace {
+
+constexpr int64_t kTile = 512;          // elements per tile: f(x), codes and scratch stay in L1
+constexpr int64_t kGrainBlocks = kMinParallelWork / 16;  // blocks of 8 elements per thread chunk, at least
+static_assert(kTile % 8 == 0, "tiles must start on block boundaries");
+
+template <typename Fn>
+void dispatch_bits(int bits, Fn&& fn) {
+  switch (bits) {
+    case 1: fn(std::integral_constant<int, 1>{}); break;
+    case 2: fn(std::integral_constant<int, 2>{}); break;
+    case 3: fn(std::integral_constant<int, 3>{}); break;
+    case 4: fn(std::integral_constant<int, 4>{}); break;
+    default: fail("fewbit codec: bits must be in [1, 4], got {}", bits);
+  }
+}
+
+// Eight codes (bytes, each < 2^B) as one block word; with BMI2 one pext gathers the low B bits
+// of each byte.
+template <int B>
+inline uint64_t pack8(const uint8_t* c) {
+#if defined(__BMI2__)
+  uint64_t v;
+  std::memcpy(&v, c, 8);
+  return _pext_u64(v, 0x0101010101010101ull * ((1u << B) - 1u));
+#else
+  uint64_t w = 0;
+  for (int k = 0; k < 8; ++k) w |= block_put(c[k], k, B);
+  return w;
+#endif
+}
+
+// Packs len codes (len a multiple of 8 except at the very end of the tensor) to dst.
+template <int B>
+inline void pack_tile(const uint8_t* codes, int64_t len, uint8_t* dst) {
+  const int64_t full = len / 8;
+  for (int64_t blk = 0; blk < full; ++blk) store_block8(pack8<B>(codes + blk * 8), B, dst + blk * B);
+  const int rest = static_cast<int>(len - full * 8);
+  if (rest > 0) {
+    uint64_t w = 0;
+    for (int k = 0; k < rest; ++k) w |= block_put(codes[full * 8 + k], k, B);
+    store_block8(w, static_cast<int>(packed_bytes(rest, B)), dst + full * B);
+  }
+}
+
+// Codes of one tile. `src` is f32 (Table, Step) or u8 (Mask).
+template <int B>
+inline void make_codes(const FewbitCoder& c, const Pointwise* fn, const void* src, int64_t len, uint8_t* codes,
+                       float* scratch) {
+  switch (c.kind) {
+    case FewbitKind::Table: {
+      constexpr int NB = (1 << B) - 1;
+      const float* v = static_cast<const float*>(src);
+      const FewbitLut lut = c.lut;
+      for (int64_t i = 0; i < len; ++i) codes[i] = static_cast<uint8_t>(fewbit_index<NB>(lut, v[i]));
+      break;
+    }
+    case FewbitKind::Step: {
+      // The activation's own f' decides, so the mask agrees with the FP32 path bit for bit.
+      const float* v = static_cast<const float*>(src);
+      (c.from_output ? fn->derivative_from_output : fn->derivative)(v, scratch, len);
+      const float hi = c.step_hi;
+      for (int64_t i = 0; i < len; ++i) codes[i] = scratch[i] == hi ? 1 : 0;
+      break;
+    }
+    case FewbitKind::Mask: {
+      const uint8_t* m = static_cast<const uint8_t*>(src);
+      for (int64_t i = 0; i < len; ++i) codes[i] = m[i] != 0 ? 1 : 0;
+      break;
+    }
+  }
+}
+
+// One pass over src: y = f(src) when y is given, and the packed codes of src.
+template <int B>
+void encode_impl(const FewbitCoder& c, const Pointwise* fn, const void* src, size_t elem, float* y, int64_t n,
+            uint8_t* packed) {
+  const int64_t blocks = (n + 7) / 8;
+  parallel_chunks(blocks, kGrainBlocks, [&](int64_t b0, int64_t b1) {
+    alignas(64) uint8_t codes[kTile];   // (kTile,)
+    alignas(64) float scratch[kTile];   // (kTile,) f'(x) of a Step tile
+    const int64_t end = std::min(n, b1 * 8);
+    for (int64_t s = b0 * 8; s < end; s += kTile) {
+      const int64_t len = std::min(kTile, end - s);
+      const void* v = static_cast<const char*>(src) + s * static_cast<int64_t>(elem);
+      if (y) fn->forward(static_cast<const float*>(v), y + s, len);
+      make_codes<B>(c, fn, v, len, codes, scratch);
+      pack_tile<B>(codes, len, packed + s / 8 * B);
+    }
+  });
+}
+
+#if defined(__AVX2__)
+// A block's 8 codes, lane k = code k, and level[code] lane by lane: one permute for up to 8
+// levels, two and a blend on the code's bit 3 for 16. The same products as the scalar loop below.
+template <int B>
+struct BlockDecoder8 {
+  __m256 lo, hi;  // levels 0..7 and 8..15 (B == 4)
+  explicit BlockDecoder8(const float* levels) {
+    alignas(32) float l[16] = {};  // (16,) the levels, zero past 2^B
+    for (int i = 0; i < (1 << B); ++i) l[i] = levels[i];
+    lo = _mm256_load_ps(l);
+    hi = _mm256_load_ps(l + 8);
+  }
+  static __m256i codes(uint64_t w) {
+    const __m256i shifts = _mm256_setr_epi32(0, B, 2 * B, 3 * B, 4 * B, 5 * B, 6 * B, 7 * B);
+    return _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(static_cast<int>(w)), shifts),
+                            _mm256_set1_epi32((1 << B) - 1));
+  }
+  __m256 levels(__m256i code) const {
+    const __m256 low = _mm256_permutevar8x32_ps(lo, code);
+    if constexpr (B < 4) return low;
+    return _mm256_blendv_ps(low, _mm256_permutevar8x32_ps(hi, code), _mm256_castsi256_ps(_mm256_slli_epi32(code, 28)));
+  }
+  // Full blocks [b0, b1): out = g * level, code ? g : 0 (mask), or level (g null).
+  void run(const uint8_t* packed, const float* g, float* out, bool mask, int64_t b0, int64_t b1) const {
+    for (int64_t blk = b0; blk < b1; ++blk) {
+      const __m256i code = codes(load_block8(packed + blk * B, B));
+      float* o = out + blk * 8;
+      if (mask) {
+        const __m256 zero = _mm256_castsi256_ps(_mm256_cmpeq_epi32(code, _mm256_setzero_si256()));
+        _mm256_storeu_ps(o, _mm256_andnot_ps(zero, _mm256_loadu_ps(g + blk * 8)));
+      } else if (g) {
+        _mm256_storeu_ps(o, _mm256_mul_ps(_mm256_loadu_ps(g + blk * 8), levels(code)));
+      } else {
+        _mm256_storeu_ps(o, levels(code));
+      }
+    }
+  }
+};
+#endif
+
+// One pass: out = grad * level[code] (Table, Step), or code ? grad : 0 (Mask), or, with g null,
+// out = level[code] (load).
+template <int B>
+void decode_impl(const FewbitCoder& c, const uint8_t* packed, const float* g, float* out, int64_t n) {
+  const int64_t blocks = (n + 7) / 8;
+  float levels[1 << B];  // (2^B,)
+  for (int i = 0; i < (1 << B); ++i) levels[i] = c.lut.levels[i];
+  const bool mask = c.kind == FewbitKind::Mask;
+#if defined(__AVX2__)
+  const BlockDecoder8<B> simd(levels);
+#endif
+  parallel_chunks(blocks, kGrainBlocks, [&](int64_t b0, int64_t b1) {
+    const int64_t full_end = std::min(b1, n / 8);
+#if defined(__AVX2__)
+    simd.run(packed, g, out, mask, b0, full_end);
+    b0 = std::max(b0, full_end);
+#endif
+    for (int64_t blk = b0; blk < full_end; ++blk) {
+      const uint64_t w = load_block8(packed + blk * B, B);
+      const int64_t i0 = blk * 8;
+      if (mask) {
+        for (int k = 0; k < 8; ++k) out[i0 + k] = block_code(w, k, B) ? g[i0 + k] : 0.0f;
+      } else if (g) {
+        for (int k = 0; k < 8; ++k) out[i0 + k] = g[i0 + k] * levels[block_code(w, k, B)];
+      } else {
+        for (int k = 0; k < 8; ++k) out[i0 + k] = levels[block_code(w, k, B)];
+      }
+    }
+    if (b1 * 8 > n && full_end < b1) {  // the last, partial block
+      const int64_t i0 = full_end * 8;
+      const int rest = static_cast<int>(n - i0);
+      const uint64_t w = load_block8(packed + full_end * B, B, static_cast<int>(packed_bytes(rest, B)));
+      for (int k = 0; k < rest; ++k) {
+        const uint32_t code = block_code(w, k, B);
+        out[i0 + k] = mask ? (code ? g[i0 + k] : 0.0f) : (g ? g[i0 + k] * levels[code] : levels[code]);
+      }
+    }
+  });
+}
+
+}  // namespace
+
+void fewbit_encode(const FewbitCoder& c, const Pointwise* fn, const void* src, size_t elem, float* y, int64_t n,
+                   uint8_t* packed) {
+  dispatch_bits(c.bits, [&](auto B) { encode_impl<B()>(c, fn, src, elem, y, n, packed); });
+}
+
+void fewbit_decode(const FewbitCoder& c, const uint8_t* packed, const float* g, float* out, int64_t n) {
+  dispatch_bits(c.bits, [&](auto B) { decode_impl<B()>(c, packed, g, out, n); });
+}
+
+}  // namespace packrat

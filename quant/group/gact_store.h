@@ -1,0 +1,259 @@
+#pragma once
+// GACT's adaptive bit allocation over the per-group store. Each quantized tensor l (numbered
+// by its order of saving within a step) has a sensitivity c_l: the gradient variance its
+// quantization causes per unit of S(b) = 1/(2^b - 1)^2 (GACT, Thm. 2). Every adapt_interval
+// steps the sensitivities are re-estimated and the bits re-assigned to minimise
+// sum_l c_l S(b_l) subject to sum_l b_l D_l <= avg_bits * sum_l D_l (greedy, as ActNN). The
+// candidates are 1, 2, 3, 4 and 8 bits of per-group quantization and 32: the tensor passes
+// through in FP32 (GACT's max_bits; S(32) ~ 0), for the few tensors too sensitive to compress.
+//
+// Estimators:
+//  - measured (GACT Alg. 1): gradient evaluations that differ only in tensor l's quantization
+//    noise; c_l = ||g0 - g_l||^2 / (2 S(b_l)). One shared baseline g0 makes it L + 1 passes per
+//    refresh instead of 2L, and `tensors_per_refresh` = k spreads the tensors round-robin over
+//    refreshes (k + 1 passes each).
+//    A tensor held at 32 bits is quantized at 8 bits during these passes, so that it has noise
+//    to measure.
+//  - analytic (ActNN): c_l = sum_n J_n * sum_{i in n} R_i, R_i = (range of i's group)^2 / 4,
+//    from the group ranges the quantizer computes, and J_n = ||dL/d(output of l's consumer)_n||^2
+//    times the squared norm of a weight-gradient Jacobian column per input element of sample n,
+//    relative to that output gradient (analytic_jacobian_factor): exact for a linear layer,
+//    KH*KW / (H*W) for a convolution with a KH x KW kernel over an H x W input (ActNN's
+//    num_locations; the kernel sizes come from the model, set_conv_kernels), 1 / (elements per
+//    sample) for other ops. No extra passes.
+//
+// The compression-variance warning: predicted_variance() against the sampling variance of the
+// gradient, which observe_gradient() estimates from the gradients of the training steps (the
+// trainer feeds every step's gradient, whichever the estimator).
+//
+// Devices: the estimators work where the model's tensors and gradients are. Gradient
+// distances, the sampling variance's running mean (kept on the gradients' device) and per-sample
+// gradient norms use the device's backend; only per-layer scalars (a distance, a sum, N
+// per-sample norms, a pass-through tensor's per-group ranges) come to the host. The exported
+// state is host tensors whatever the device (grad_mean copied from it); an imported mean moves
+// to the gradients' device at the next observe_gradient.
+//
+// Trainer protocol (like GACT's controller.iterate):
+//   GactPolicy policy(options);  PolicyScope scope(policy);
+//   for each step: policy.begin_step(step);
+//                  policy.gact().iterate(step, compute_param_grads);  // refreshes when due
+//                  forward, backward as usual
+//                  policy.gact().observe_gradient(grads)  // sampling variance, for the warning
+//                  optimizer step
+// compute_param_grads runs forward + backward on one fixed batch with the current policy and
+// returns copies of the parameter gradients; it must not update the parameters (it may
+// overwrite .grad). The policy resets the store's tensor counter before each call.
+#include <cmath>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "quant/group/group_store.h"
+
+namespace packrat {
+
+enum class GactEstimator : uint8_t { Measured, Analytic };
+
+struct GactOptions {
+  GroupStoreOptions store;          // group size, grouping, metadata, rounding, seed (bits: unused)
+  double avg_bits = 4;              // budget, bits per element averaged over quantized elements (>= 1)
+  int64_t adapt_interval = 1000;    // steps between refreshes of the sensitivities
+  GactEstimator estimator = GactEstimator::Measured;
+  int64_t tensors_per_refresh = 0;  // measured: tensors re-estimated per refresh, round-robin (0: all)
+  std::vector<int> candidate_bits = {1, 2, 3, 4, 8, 32};  // 32: kept in FP32 (kPassThroughBits)
+  int initial_bits = 0;             // bits before the first estimate (0: largest candidate <= avg_bits; 32: FP32)
+  double warn_ratio = 0.1;          // warn when predicted variance > warn_ratio * sampling variance
+  std::string log_path;             // CSV appended at every refresh ("" : none)
+  void check(std::string_view where) const;
+};
+
+// The candidate that keeps a tensor unquantized, in FP32.
+inline constexpr int kPassThroughBits = 32;
+
+// S(b) = 1 / (2^b - 1)^2: variance of stochastic rounding per unit of R (GACT, A.4); ~0 at 32.
+inline double quant_variance_factor(int bits) {
+  const double levels = std::ldexp(1.0, bits) - 1.0;
+  return 1.0 / (levels * levels);
+}
+
+// The analytic estimator's ||d(weight grad)/d x_j||^2 / ||grad_out_n||^2 for an input element
+// x_j of sample n (grad_out: the consumer's output gradient):
+//   linear, matmul: 1 / (rows of grad_out per sample)    (exact: x_j meets one row of grad_out)
+//   conv2d:         kernel_elements / input_pixels       (the OH*OW output positions meet KH*KW
+//                   input positions each, so x_j meets OH*OW*KH*KW/(H*W) of them on average, each
+//                   carrying ||grad_out_n||^2 / (OH*OW): ActNN's num_locations / num_pixels)
+//   otherwise:      1 / (grad_out elements per sample)   (elementwise and normalisation ops)
+double analytic_jacobian_factor(std::string_view op, const Tensor& grad_out, int64_t kernel_elements,
+                                int64_t input_pixels);
+
+// Per-sample squared L2 norms of a gradient whose leading dimension is the batch (rank < 2: one
+// sample), wherever it lives: a CPU tensor through per_sample_sq_norms (squares in double);
+// another device's with its backend (the squares in f32, summed in double), only the N sums
+// coming to the host.
+std::vector<double> sample_sq_norms(const Tensor& t);
+
+// KH*KW of every convolution of a model, by layer name ("layer1.0.conv1"), from its named
+// parameters (a rank-4 "<layer>.weight").
+std::map<std::string, int64_t> conv_kernel_elements(const std::vector<std::pair<std::string, Tensor>>& named_parameters);
+
+// Greedy allocation: starting from the smallest candidate everywhere, repeatedly takes the
+// upgrade with the largest variance reduction per added bit that still fits the budget
+// sum_l b_l numel_l <= avg_bits * sum_l numel_l. Returns b_l per tensor.
+std::vector<int> allocate_bits(const std::vector<double>& sensitivity, const std::vector<int64_t>& numel,
+                               double avg_bits, const std::vector<int>& candidates);
+
+struct TensorSensitivity {
+  int64_t index = 0;
+  std::string layer, op;
+  int64_t numel = 0;
+  double sensitivity = 0;  // c_l
+  bool estimated = false;  // c_l measured at least once
+  int bits = 0;            // assigned bits
+};
+
+using GradFn = std::function<std::vector<Tensor>()>;
+
+class GactStore : public GroupStore, private BitsProvider {
+ public:
+  explicit GactStore(GactOptions o);
+  // Options: avg_bits, adapt_interval, estimator measured|analytic, tensors_per_refresh,
+  // initial_bits, warn_ratio, log_path, plus the per-group store's group_size, grouping,
+  // meta, rounding, seed. `base` supplies the defaults (a preset).
+  static GactOptions parse_options(SchemeOptions& o, const GactOptions& base = {});
+
+  // Quantizes at the tensor's assigned bits, or passes it through in FP32 at 32 bits.
+  SavedHandle save(const Tensor& x, const SaveRequest& r) override;
+  void release(const SavedHandle& h) override;
+  void describe(std::vector<SavedRecord>& out) const override;
+  size_t live_count() const override;
+  void begin_step(int64_t step) override;
+  // Analytic estimator: records the consumer's output-gradient norms per sample.
+  void note_backward(const SavedHandle& h, const std::vector<Tensor>& grad_outputs) override;
+  // KH*KW per conv2d layer name (conv_kernel_elements); the analytic estimator needs the kernel
+  // of every convolution whose input it quantizes (the trainer sets it from the model).
+  void set_conv_kernels(std::map<std::string, int64_t> kernel_elements) { kernels_ = std::move(kernel_elements); }
+
+  // Refreshes sensitivities and bits when due (first call, then every adapt_interval steps).
+  // Returns true when it did. The measured estimator calls compute_param_grads; the analytic
+  // one uses what the last training step left (compute_param_grads may be empty).
+  bool iterate(int64_t step, const GradFn& compute_param_grads);
+  void estimate_measured(const GradFn& compute_param_grads);
+  void estimate_analytic();
+  void reallocate();
+
+  // Running estimate of the gradient's sampling variance E||g - E g||^2 across steps.
+  void observe_gradient(const std::vector<Tensor>& grads);
+  double sampling_variance() const;         // NaN until two gradients were observed
+  double predicted_variance() const;        // sum_l c_l S(b_l)
+  bool warned() const { return warned_; }   // the last refresh warned (logged when it starts warning)
+
+  const std::vector<TensorSensitivity>& tensors() const { return table_; }
+  double average_bits() const;              // realised, weighted by numel
+  int64_t refreshes() const { return refreshes_; }
+  int64_t last_refresh_passes() const { return last_passes_; }    // gradient evaluations
+  // "step,index,layer,op,numel,sensitivity,bits" rows for the current table.
+  void write_csv(const std::string& path, bool append = false) const;
+  const GactOptions& gact_options() const { return gopts_; }
+  // Where every refresh appends its rows, e.g. "<run dir>/gact_bits.csv" ("" : no log).
+  void set_log_path(std::string path) { gopts_.log_path = std::move(path); }
+
+  // The adaptive state that influences later steps, as named plain tensors (for checkpoints;
+  // a caller prefixes the names, e.g. "gact.0."):
+  //   tensors i64 (1)                  L, the tensors in the table
+  //   sensitivity f64 (L), bits i32 (L), numel i64 (L), estimated u8 (L)     when L > 0
+  //   names u8 (bytes)                 "layer\top\n" per tensor, when L > 0
+  //   last_refresh_step, refreshes, round_robin, salt_counter, last_passes, warned: i64 (1)
+  //   grad_count i64 (1), grad_m2 f64 (1), grad_mean f32 (P) when observed: sampling variance
+  //   pending_analytic f64 (L') when the analytic estimator has a finished step's estimate
+  // (what begin_step would harvest from the last step, so a resumed run refreshes as the
+  // uninterrupted one would).
+  std::vector<std::pair<std::string, Tensor>> export_state() const;
+  // Replaces the adaptive state by an export_state() result (names without the prefix).
+  // `where` starts every error (e.g. "<file>: gact store 0"); a missing, extra or malformed
+  // entry, or bits that are not candidates of this store, is an error naming it. The restored
+  // table is checked against the first step that quantizes tensors afterwards
+  // (check_restored_step).
+  void import_state(const std::vector<std::pair<std::string, Tensor>>& state, const std::string& where);
+  // After import_state: once tensors have been quantized since the last begin_step, compares
+  // them with the restored table (count, then layer and op of each) and throws naming the first
+  // difference (the checkpoint belongs to a config that quantizes other tensors with gact).
+  // A no-op before that and once checked.
+  void check_restored_step();
+
+ private:
+  // The FP32 store of the tensors held at 32 bits: tells its owner about backward and release.
+  class PassThrough : public Fp32Store {
+   public:
+    explicit PassThrough(GactStore& owner) : owner_(owner) {}
+    void release(const SavedHandle& h) override;
+    void note_backward(const SavedHandle& h, const std::vector<Tensor>& grad_outputs) override;
+
+   private:
+    GactStore& owner_;
+  };
+  // One adaptive tensor (a Value or Derivative request the per-group store would quantize) of
+  // the current step, numbered l in order of first saving.
+  struct StepTensor {
+    int64_t group_index = -1;         // its index in step_tensors() when quantized, -1 when passed through
+    std::string layer, op;
+    int64_t numel = 0, samples = 1;
+    int bits = 0;                     // as saved this step
+    std::vector<double> range_sq;     // (samples,) passed-through tensors under the analytic estimator
+    std::vector<double> grad_sq;      // (samples,) J_n summed over its consumers (analytic)
+  };
+  struct Consumer {  // a live handle to an adaptive tensor (analytic estimator)
+    int64_t index = 0;                // l
+    std::string op;
+    int64_t kernel_elements = 0, input_pixels = 0;  // conv2d
+  };
+  using HandleKey = std::pair<const SavedTensorStore*, uint64_t>;
+
+  int bits_for(int64_t index, const SaveRequest& r, const Tensor& x) override;
+  int bits_to_save(int64_t l) const;  // assigned bits, 8 for a 32-bit tensor during measurement passes
+  void note_consumer(const HandleKey& k, const std::vector<Tensor>& grad_outputs);
+  void sync_table();  // layer/op/numel/bits from the tensors of the current step
+  std::vector<double> analytic_from_step() const;  // c_l per tensor of the current step, or empty
+  void forget_step();  // the per-step records, at begin_step
+
+  GactOptions gopts_;
+  PassThrough passthrough_{*this};
+  std::vector<StepTensor> step_;                   // this step's adaptive tensors, by l
+  std::map<uint64_t, std::pair<int64_t, int64_t>> seen_;  // storage id -> (l, version) this step
+  std::map<HandleKey, Consumer> consumers_;        // analytic: live handles to adaptive tensors
+  std::map<std::string, int64_t> kernels_;         // conv2d layer -> KH*KW
+  std::string unknown_kernel_;                     // a conv2d layer whose kernel was not given
+  int pending_bits_ = 0;                           // bits_for's answer for the save in progress
+  bool measuring_ = false;                         // inside estimate_measured's passes
+  std::vector<TensorSensitivity> table_;
+  std::vector<double> pending_analytic_;  // harvested at begin_step from the finished step
+  int64_t last_refresh_step_ = 0, refreshes_ = 0, round_robin_ = 0, last_passes_ = 0;
+  uint64_t salt_counter_ = 0;
+  bool warned_ = false;
+  std::string restored_from_;  // import_state's `where` until check_restored_step has checked
+  // Sampling variance (Welford over the flattened gradient).
+  Tensor grad_mean_;  // (P,) f32, tagged OptimizerState
+  int64_t grad_count_ = 0;
+  double grad_m2_ = 0;
+};
+
+// The whole policy: every request goes to one GactStore.
+class GactPolicy : public StorePolicy {
+ public:
+  explicit GactPolicy(GactOptions o) : store_(std::move(o)) {}
+  SavedTensorStore& store_for(const SaveRequest&) override { return store_; }
+  std::vector<SavedTensorStore*> stores() override { return {&store_}; }
+  GactStore& gact() { return store_; }
+
+ private:
+  GactStore store_;
+};
+
+// Factory for the config (`{scheme: gact, avg_bits: 3, adapt_interval: 1000, estimator: measured}`).
+std::unique_ptr<SavedTensorStore> make_gact_store(SchemeOptions& o);
+// The GACT stores of a policy (e.g. a rule policy whose default or rules use gact).
+std::vector<GactStore*> find_gact_stores(StorePolicy& p);
+
+}  // namespace packrat

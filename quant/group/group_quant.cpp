@@ -1,0 +1,232 @@
+#include "quant/group/group_quant.h"
+
+#include <algorithm>
+
+#include "core/build_config.h"
+#include "core/error.h"
+#include "core/parallel.h"
+#include "core/tensor.h"
+#include "quant/codec/apply_derivative_sink.h"
+#include "quant/codec/codec_device.h"
+#include "quant/group/group_quant_warp.h"
+#include "quant/group/nhwc_tile.h"
+#if PACKRAT_HAVE_CUDA
+#include "core/cuda/launch_check.h"
+#include "quant/group/group_quant_device.h"
+#endif
+
+namespace packrat {
+
+std::string_view grouping_name(Grouping g) {
+  switch (g) {
+    case Grouping::PerSample: return "per_sample";
+    case Grouping::Flat: return "flat";
+    case Grouping::PerPlane: return "per_plane";
+  }
+  return "?";
+}
+std::string_view meta_name(MetaType m) { return m == MetaType::BF16 ? "bf16" : "f32"; }
+std::string_view rounding_name(Rounding r) { return r == Rounding::Stochastic ? "stochastic" : "nearest"; }
+
+void GroupQuantConfig::check(std::string_view where) const {
+  PACKRAT_CHECK(group_bits_supported(bits), "{}: per-group quantization supports 1, 2, 3, 4 or 8 bits, got {}", where,
+                bits);
+  PACKRAT_CHECK(group_size >= 1, "{}: group_size must be at least 1, got {}", where, group_size);
+}
+
+namespace {
+
+// The buffers of a quantized tensor against its geometry; the sizes a kernel writes blindly.
+void check_same_size(const Tensor& x, const GroupGeometry& g, const Tensor& codes, const Tensor& meta,
+                     const char* where) {
+  PACKRAT_CHECK(x.numel() == g.numel && codes.nbytes() >= static_cast<size_t>(g.code_bytes()) &&
+                    meta.nbytes() >= static_cast<size_t>(g.meta_bytes()),
+                "{}: {} elements, {} code bytes and {} metadata bytes given; the geometry needs {}, {} and {}", where,
+                x.numel(), codes.nbytes(), meta.nbytes(), g.numel, g.code_bytes(), g.meta_bytes());
+}
+
+}  // namespace
+
+GroupGeometry group_geometry(int64_t numel, int64_t samples, const GroupQuantConfig& c, int64_t plane) {
+  c.check("group_geometry");
+  GroupGeometry g;
+  g.numel = numel;
+  g.group_size = c.group_size;
+  g.bits = c.bits;
+  g.meta = c.meta;
+  if (numel == 0) return g;  // no groups
+  const bool split_samples = samples > 1 && numel % samples == 0;
+  const bool per_plane = c.grouping == Grouping::PerPlane && plane > 0 && (numel / std::max<int64_t>(1, samples)) % plane == 0;
+  if (per_plane && plane >= c.group_size) {
+    g.spans = numel / plane;  // one span per plane, cut into groups of equal length
+    const int64_t groups = (plane + c.group_size - 1) / c.group_size;
+    g.group_size = (plane + groups - 1) / groups;
+  } else {
+    g.spans = (c.grouping != Grouping::Flat && split_samples) ? samples : 1;
+    if (per_plane) g.group_size = plane * (c.group_size / plane);  // whole planes to a group
+  }
+  g.span_len = numel / g.spans;
+  g.groups_per_span = (g.span_len + g.group_size - 1) / g.group_size;
+  g.tail_len = g.span_len - (g.groups_per_span - 1) * g.group_size;
+  return g;
+}
+
+int64_t leading_samples(const Tensor& x) { return x.rank() >= 2 ? x.dim(0) : 1; }
+
+int64_t channel_plane(const Shape& shape) {
+  if (shape.rank() < 3) return 0;
+  int64_t plane = 1;
+  for (int64_t d = 2; d < shape.rank(); ++d) plane *= shape[d];
+  return plane;
+}
+int64_t channel_plane(const Tensor& x) { return channel_plane(x.shape()); }
+
+// An NHWC tensor (a GPU's) is walked in plain order under every grouping, so that its groups and
+// codes are the plain tensor's, as on the CPU: staged through shared memory where the kernels can,
+// else through a plain copy.
+CodecOrder codec_order(const Tensor& x, const GroupGeometry& g) {
+  CodecOrder o;
+  if (const int64_t block = channel_block(x.layout())) {
+    o.walk = {x.dim(1), channel_plane(x), false, block};
+  } else if (x.layout() == Layout::NHWC) {
+    if (nhwc_stageable(g, CodecWalk{x.dim(1), channel_plane(x), true}))
+      o.walk = {x.dim(1), channel_plane(x), true};
+    else
+      o.via_plain = true;
+  }
+  return o;
+}
+
+namespace {
+
+// The NHWC decode reads a group's record in whole 32-bit words (quant/group/nhwc_decode.h): the metadata
+// must start on a 4-byte boundary (its own allocation does; a view might not).
+void check_records_aligned(const Tensor& meta, const CodecWalk& walk, const char* where) {
+  PACKRAT_CHECK(!walk.nhwc || reinterpret_cast<uintptr_t>(meta.device_data<uint8_t>()) % 4 == 0,
+                "{}: the metadata ({}) does not start on a 4-byte boundary, which the NHWC decode reads in words",
+                where, meta.describe());
+}
+
+}  // namespace
+
+Tensor in_codec_order(const Tensor& x, const CodecOrder& o) {
+  if (!o.via_plain) return x;
+  const TagScope scratch(MemTag::Workspace);
+  return x.to_plain();
+}
+
+GroupGeometry group_geometry_of(const Tensor& x, const GroupQuantConfig& c) {
+  return group_geometry(x.numel(), leading_samples(x), c, channel_plane(x));
+}
+
+void quantize_groups(const Tensor& x, const GroupGeometry& g, Rounding rounding, const QuantNoise& noise,
+                     const Tensor& codes, const Tensor& meta, std::vector<double>* group_range_sq,
+                     CodecWalk walk) {
+  check_same_size(x, g, codes, meta, "quantize_groups");
+  PACKRAT_CHECK(codes.device() == x.device() && meta.device() == x.device(),
+                "quantize_groups: input on {}, codes on {}, metadata on {}", x.device().str(), codes.device().str(),
+                meta.device().str());
+  if (x.is_cpu()) {
+    PACKRAT_CHECK(!walk.nhwc, "quantize_groups: an NHWC walk on the CPU (a GPU layout)");
+    quantize_groups(x.data<float>(), g, rounding, noise, codes.data<uint8_t>(), meta.data<uint8_t>(), group_range_sq,
+                    walk);
+    return;
+  }
+  if (codec_ran_on_host(x.device(), {x, codes, meta},
+                        [&] { quantize_groups(x, g, rounding, noise, codes, meta, group_range_sq, walk); }))
+    return;
+  PACKRAT_CHECK(walk.channels == 0 || walk.nhwc, "quantize_groups: a channel-blocked walk on {} (a CPU layout)",
+                x.device().str());
+#if PACKRAT_HAVE_CUDA
+  Tensor range_sq;  // (groups) f64 on the device, copied to the host afterwards
+  if (group_range_sq) range_sq = Tensor::empty(Shape{g.groups()}, DType::f64, Layout::Plain, MemTag::Workspace, x.device());
+  cuda::launch_quantize_groups(x.device_data<float>(), g, rounding, noise, codes.device_data<uint8_t>(),
+                               meta.device_data<uint8_t>(), group_range_sq ? range_sq.device_data<double>() : nullptr,
+                               walk);
+  cuda::check_last_launch("quantize_groups");
+  if (group_range_sq) {
+    const Tensor host = range_sq.to(Device::cpu());
+    group_range_sq->assign(host.data<double>(), host.data<double>() + g.groups());
+  }
+#else
+  fail("quantize_groups: the input is on {}, but this packrat was built without CUDA", x.device().str());
+#endif
+}
+
+void dequantize_groups(const Tensor& codes, const Tensor& meta, const GroupGeometry& g, const Tensor& out,
+                       CodecWalk walk) {
+  check_same_size(out, g, codes, meta, "dequantize_groups");
+  PACKRAT_CHECK(codes.device() == out.device() && meta.device() == out.device(),
+                "dequantize_groups: codes on {}, metadata on {}, output on {}", codes.device().str(),
+                meta.device().str(), out.device().str());
+  if (out.is_cpu()) {
+    PACKRAT_CHECK(!walk.nhwc, "dequantize_groups: an NHWC walk on the CPU (a GPU layout)");
+    dequantize_groups(codes.data<uint8_t>(), meta.data<uint8_t>(), g, out.data<float>(), walk);
+    return;
+  }
+  if (codec_ran_on_host(out.device(), {codes, meta, out}, [&] { dequantize_groups(codes, meta, g, out, walk); }))
+    return;
+  PACKRAT_CHECK(walk.channels == 0 || walk.nhwc, "dequantize_groups: a channel-blocked walk on {} (a CPU layout)",
+                out.device().str());
+  check_records_aligned(meta, walk, "dequantize_groups");
+#if PACKRAT_HAVE_CUDA
+  cuda::launch_dequantize_groups(codes.device_data<uint8_t>(), meta.device_data<uint8_t>(), g,
+                                 out.device_data<float>(), walk);
+  cuda::check_last_launch("dequantize_groups");
+#else
+  fail("dequantize_groups: the codes are on {}, but this packrat was built without CUDA", codes.device().str());
+#endif
+}
+
+namespace {
+
+// The one-pass backward on the host: each group's quads in order, groups in parallel where the
+// tensor is large enough to pay for it.
+void dequantize_groups_apply_on_host(const uint8_t* codes, const uint8_t* meta, const GroupGeometry& g,
+                                     ActivationId fn, bool from_output, const float* grad, float* gx) {
+  with_apply_derivative(fn, from_output, grad, gx, [&](auto sink) {
+    const DequantizeQuadsBody<decltype(sink)> body{codes, meta, g, sink};
+    rows_for(g.groups(), g.group_size, [&](int64_t group) { body(group, 0, 1); });
+  });
+}
+
+}  // namespace
+
+void dequantize_groups_apply(const Tensor& codes, const Tensor& meta, const GroupGeometry& g, ActivationId fn,
+                             bool from_output, const Tensor& grad, const Tensor& gx, CodecWalk walk) {
+  check_same_size(grad, g, codes, meta, "dequantize_groups_apply");
+  PACKRAT_CHECK(static_cast<int>(fn) < kNumActivations, "dequantize_groups_apply: no activation with id {}",
+                static_cast<int>(fn));
+  PACKRAT_CHECK(grad.dtype() == DType::f32 && gx.dtype() == DType::f32 && gx.numel() == grad.numel(),
+                "dequantize_groups_apply: gradient {} and output {} must be f32 of {} elements", grad.describe(),
+                gx.describe(), g.numel);
+  PACKRAT_CHECK(grad.device() == codes.device() && gx.device() == codes.device() && meta.device() == codes.device(),
+                "dequantize_groups_apply: codes on {}, metadata on {}, gradient on {}, output on {}",
+                codes.device().str(), meta.device().str(), grad.device().str(), gx.device().str());
+  auto on_host = [&] {
+    dequantize_groups_apply_on_host(codes.data<uint8_t>(), meta.data<uint8_t>(), g, fn, from_output,
+                                    grad.data<float>(), gx.data<float>());
+  };
+  const bool host_walk = walk.channels == 0;  // the host bodies take the codes' order as it lies
+  if (codes.is_cpu()) {
+    PACKRAT_CHECK(host_walk, "dequantize_groups_apply: a blocked walk on the CPU (its store keeps two passes)");
+    return on_host();
+  }
+  if (codec_ran_on_host(codes.device(), {codes, meta, grad, gx}, [&] {
+        PACKRAT_CHECK(host_walk, "dequantize_groups_apply: a blocked walk on {}", codes.device().str());
+        on_host();
+      }))
+    return;
+  PACKRAT_CHECK(host_walk || walk.nhwc, "dequantize_groups_apply: a channel-blocked walk on {} (a CPU layout)",
+                codes.device().str());
+  check_records_aligned(meta, walk, "dequantize_groups_apply");
+#if PACKRAT_HAVE_CUDA
+  cuda::launch_dequantize_groups_apply(codes.device_data<uint8_t>(), meta.device_data<uint8_t>(), g, fn, from_output,
+                                       grad.device_data<float>(), gx.device_data<float>(), walk);
+  cuda::check_last_launch("dequantize_groups_apply");
+#else
+  fail("dequantize_groups_apply: the codes are on {}, but this packrat was built without CUDA", codes.device().str());
+#endif
+}
+
+}  // namespace packrat

@@ -1,0 +1,265 @@
+// The CPU kernels of per-group quantization: AVX-512 or AVX2 where the build has it, OpenMP over
+// groups. They write the same bytes as the per-group reference in quant/group/group_quant.h
+// (quantize_group / dequantize_group), which tests/quant/codec_bitexact_test.cpp checks for every
+// width, rounding mode and metadata type.
+#include <algorithm>
+#include <cstring>
+#include <optional>
+#include <vector>
+
+#include "core/error.h"
+#include "core/parallel.h"
+#include "quant/group/group_quant.h"
+#include "quant/group/group_quant_simd.h"
+#include "quant/group/plain_runs.h"
+
+#if defined(__AVX512F__) || defined(__AVX2__)
+#include <immintrin.h>
+#endif
+
+namespace packrat {
+
+// GCC 12 warns about the undefined pass-through operand inside the AVX-512 intrinsics (a false
+// positive of its headers, as in mixed_quant.cpp; the unpack and shuffle ones say "uninitialized").
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+
+namespace {
+
+using namespace group_simd;
+
+constexpr int64_t kChunk = 256;  // elements quantized per inner pass (a multiple of 128)
+
+
+// out[i] = rounding_noise16 of element 128 * b0 + i, for the blocks [b0, b1].
+void fill_noise_blocks(const QuantNoise& noise, int64_t b0, int64_t b1, uint16_t* out) {
+  for (int64_t b = b0; b <= b1; ++b) {
+    uint16_t* o = out + (b - b0) * 128;
+#if defined(__AVX512F__)
+    __m512i w[4];
+    philox16(noise.seed, noise.stream, static_cast<uint64_t>(b) << 4, w);
+    const __m512i lo16 = _mm512_set1_epi32(0xFFFF);
+    for (int j = 0; j < 4; ++j) {
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(o + 32 * j), _mm512_cvtepi32_epi16(_mm512_and_si512(w[j], lo16)));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(o + 32 * j + 16), _mm512_cvtepi32_epi16(_mm512_srli_epi32(w[j], 16)));
+    }
+#else
+    noise_block(noise.seed, noise.stream, b, o);
+#endif
+  }
+}
+
+// The rounding noise of one thread's walk through its groups, which ask for rising, often
+// overlapping element ranges: a group shorter than the noise's 128-element blocks (per-plane
+// groups of 49) shares its blocks with its neighbours, so blocks already made are kept, not made
+// again.
+class NoiseWindow {
+ public:
+  explicit NoiseWindow(const QuantNoise& noise) : noise_(noise) {}
+  // The noise of elements [e0, e0 + n), n <= kChunk.
+  const uint16_t* get(int64_t e0, int64_t n) {
+    const int64_t b0 = e0 >> 7, b1 = (e0 + n - 1) >> 7;
+    if (b0 < first_ || b0 >= first_ + count_) {
+      count_ = 0;  // nothing reusable
+    } else if (b0 > first_) {
+      count_ -= b0 - first_;  // keep the blocks from b0 on
+      std::memmove(buf_, buf_ + (b0 - first_) * 128, static_cast<size_t>(count_) * 128 * sizeof(uint16_t));
+    }
+    first_ = b0;
+    if (b1 >= first_ + count_) {
+      fill_noise_blocks(noise_, first_ + count_, b1, buf_ + count_ * 128);
+      count_ = b1 - first_ + 1;
+    }
+    return buf_ + (e0 - 128 * b0);
+  }
+
+ private:
+  QuantNoise noise_;
+  int64_t first_ = 0, count_ = 0;       // the blocks held: [first_, first_ + count_)
+  alignas(64) uint16_t buf_[kChunk + 2 * 128];  // (blocks covering a chunk, 128)
+};
+
+#if defined(__AVX512BW__)
+// packed_bytes(m, B) bytes at src -> the first m = min(n, 64) codes of B in {2, 4} bits, one a byte.
+// Masked loads and stores: nothing past either end is touched.
+template <int B>
+inline void unpack64(const uint8_t* src, int64_t n, uint8_t* codes) {
+  n = n < 64 ? n : 64;
+  const __mmask64 out = n == 64 ? ~__mmask64{0} : (__mmask64{1} << n) - 1;
+  const uint64_t in = (uint64_t{1} << packed_bytes(n, B)) - 1;
+  if constexpr (B == 2) {  // byte b -> 32-bit lane (b&3) | (b>>2&3)<<8 | (b>>4&3)<<16 | (b>>6)<<24
+    const __m512i b = _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(static_cast<__mmask16>(in), src));
+    const __m512i w = _mm512_or_si512(_mm512_or_si512(b, _mm512_slli_epi32(b, 6)),
+                                      _mm512_or_si512(_mm512_slli_epi32(b, 12), _mm512_slli_epi32(b, 18)));
+    _mm512_mask_storeu_epi8(codes, out, _mm512_and_si512(w, _mm512_set1_epi32(0x03030303)));
+  } else {  // byte b -> 16-bit lane (b&15) | (b>>4)<<8
+    const __m512i b = _mm512_cvtepu8_epi16(_mm256_maskz_loadu_epi8(static_cast<__mmask32>(in), src));
+    const __m512i w = _mm512_or_si512(b, _mm512_slli_epi16(b, 4));
+    _mm512_mask_storeu_epi8(codes, out, _mm512_and_si512(w, _mm512_set1_epi16(0x0F0F)));
+  }
+}
+#endif
+
+template <int B>
+inline void unpack_chunk(const uint8_t* src, int64_t n, uint8_t* codes) {
+  if constexpr (B == 8) {
+    std::memcpy(codes, src, static_cast<size_t>(n));
+  } else if constexpr (B == 2 || B == 4) {
+    int64_t i = 0;
+#if defined(__AVX512BW__)
+    for (; i < n; i += 64) unpack64<B>(src + i * B / 8, n - i, codes + i);
+    return;
+#endif
+    constexpr int per = 8 / B;
+#if defined(__AVX2__)
+    // 32 codes at a time from 8 or 16 bytes, unpack64's arithmetic on 8 dwords or 16 words.
+    for (; i + 32 <= n; i += 32) {
+      __m256i w;
+      if constexpr (B == 2) {
+        const __m256i b = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(src + i / 4)));
+        w = _mm256_or_si256(_mm256_or_si256(b, _mm256_slli_epi32(b, 6)),
+                            _mm256_or_si256(_mm256_slli_epi32(b, 12), _mm256_slli_epi32(b, 18)));
+        w = _mm256_and_si256(w, _mm256_set1_epi32(0x03030303));
+      } else {
+        const __m256i b = _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i / 2)));
+        w = _mm256_and_si256(_mm256_or_si256(b, _mm256_slli_epi16(b, 4)), _mm256_set1_epi16(0x0F0F));
+      }
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(codes + i), w);
+    }
+#endif
+    // Four codes a 32-bit word (unpack64's arithmetic): byte b -> (b&3)|(b>>2&3)<<8|(b>>4&3)<<16|
+    // (b>>6)<<24, or bytes b0, b1 -> (b0&15)|(b0>>4)<<8|(b1&15)<<16|(b1>>4)<<24.
+    for (; i + 4 <= n; i += 4) {
+      uint32_t w;
+      if constexpr (B == 2) {
+        const uint32_t b = src[i / 4];
+        w = (b | b << 6 | b << 12 | b << 18) & 0x03030303u;
+      } else {
+        const uint32_t b = src[i / 2] | static_cast<uint32_t>(src[i / 2 + 1]) << 16;
+        w = (b | b << 4) & 0x0F0F0F0Fu;
+      }
+      std::memcpy(codes + i, &w, 4);
+    }
+    if (i < n) unpack_group_codes(src + i / per, n - i, B, codes + i);
+  } else {
+    unpack_group_codes(src, n, B, codes);
+  }
+}
+
+// out[i] = dequantize_value(codes[i], p), n elements.
+inline void dequantize_run(const uint8_t* codes, int64_t n, const GroupParams& p, float* out) {
+  int64_t i = 0;
+#if defined(__AVX512F__)
+  const __m512 vmin = _mm512_set1_ps(p.min), vstep = _mm512_set1_ps(p.step);
+  for (; i + 16 <= n; i += 16) {
+    const __m512 c = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(codes + i))));
+    _mm512_storeu_ps(out + i, _mm512_fmadd_ps(c, vstep, vmin));  // as dequantize_value
+  }
+#endif
+  for (; i < n; ++i) out[i] = dequantize_value(codes[i], p);
+}
+
+// Calls fn(g0, g1) over ranges of about `grain` groups, each range from the group cut(r * grain)
+// (cut: monotone, cut(gi) in [gi, gi + grain)). Dynamic scheduling: on a machine shared with other
+// jobs, a thread that gets descheduled does not hold the others at the barrier with a whole
+// static share of the work.
+template <typename Cut, typename Fn>
+void for_group_ranges(int64_t groups, int64_t grain, Cut&& cut, Fn&& fn) {
+  const int64_t ranges = (groups + grain - 1) / grain;
+  if (ranges <= 1 || omp_get_max_threads() == 1) {
+    fn(int64_t{0}, groups);
+    return;
+  }
+#pragma omp parallel for schedule(dynamic, 1)
+  for (int64_t r = 0; r < ranges; ++r) {
+    const int64_t g0 = r == 0 ? 0 : cut(r * grain), g1 = r + 1 == ranges ? groups : cut((r + 1) * grain);
+    if (g0 < g1) fn(g0, g1);
+  }
+}
+
+template <int B>
+void quantize_impl(const float* x, const GroupGeometry& g, Rounding rounding, const QuantNoise& noise, uint8_t* codes,
+                   uint8_t* meta, double* group_range_sq, const CodecWalk& walk) {
+  constexpr uint32_t levels = (1u << B) - 1u;
+  const bool stochastic = rounding == Rounding::Stochastic;
+  const int meta_size = meta_bytes_per_group(g.meta);
+  const int64_t grain = std::max<int64_t>(1, kMinParallelWork / g.group_size);
+  const auto cut = [&](int64_t gi) { return group_at_tile_edge(g, walk, gi, grain); };
+  for_group_ranges(g.groups(), grain, cut, [&](int64_t g0, int64_t g1) {
+    alignas(64) uint8_t code_buf[kChunk];  // (kChunk,)
+    NoiseWindow window(noise);
+    std::optional<PlainRuns> plain;  // a blocked buffer's groups in plain order
+    if (walk.channels) plain.emplace(walk, g.group_size);
+    for (int64_t gi = g0; gi < g1; ++gi) {
+      const int64_t start = g.group_start(gi), len = g.group_len(gi);
+      const float* xg = plain ? plain->read(x, start, len) : x + start;
+      float mn, mx;
+      group_range(xg, len, mn, mx);
+      const GroupParams p = group_params(mn, mx, B, g.meta);
+      store_group_meta(p, g.meta, meta + gi * meta_size);
+      if (group_range_sq) group_range_sq[gi] = packrat::group_range_sq(p, len, B);
+      uint8_t* dst = codes + g.group_code_offset(gi);
+      for (int64_t c = 0; c < len; c += kChunk) {
+        const int64_t n = std::min(kChunk, len - c);
+        const float* xc = xg + c;
+        const uint16_t* r = stochastic ? window.get(start + c, n) : nullptr;
+        quantize_run(xc, n, p, levels, r, code_buf);
+        pack_chunk<B>(code_buf, n, dst + c * B / 8);  // c is a multiple of 8: byte aligned
+      }
+    }
+  });
+}
+
+template <int B>
+void dequantize_impl(const uint8_t* codes, const uint8_t* meta, const GroupGeometry& g, float* out,
+                     const CodecWalk& walk) {
+  const int meta_size = meta_bytes_per_group(g.meta);
+  const int64_t grain = std::max<int64_t>(1, kMinParallelWork / g.group_size);
+  const auto cut = [&](int64_t gi) { return group_at_tile_edge(g, walk, gi, grain); };
+  for_group_ranges(g.groups(), grain, cut, [&](int64_t g0, int64_t g1) {
+    alignas(64) uint8_t code_buf[kChunk];  // (kChunk,)
+    std::optional<PlainRuns> plain;  // a blocked buffer's groups in plain order
+    if (walk.channels) plain.emplace(walk, g.group_size);
+    for (int64_t gi = g0; gi < g1; ++gi) {
+      const int64_t start = g.group_start(gi), len = g.group_len(gi);
+      const GroupParams p = load_group_meta(meta + gi * meta_size, g.meta);
+      const uint8_t* src = codes + g.group_code_offset(gi);
+      float* og = plain ? plain->write(out, start, len) : out + start;
+      for (int64_t c = 0; c < len; c += kChunk) {
+        const int64_t n = std::min(kChunk, len - c);
+        unpack_chunk<B>(src + c * B / 8, n, code_buf);
+        dequantize_run(code_buf, n, p, og + c);
+      }
+    }
+    if (plain) plain->finish(out);
+  });
+}
+
+template <typename Fn>
+void dispatch_bits(int bits, Fn&& fn) {
+  if (!group_simd::dispatch_group_width(bits, fn))
+    fail("per-group quantization: {} bits is not supported (1, 2, 3, 4 or 8)", bits);
+}
+
+}  // namespace
+
+void quantize_groups(const float* x, const GroupGeometry& g, Rounding rounding, const QuantNoise& noise,
+                     uint8_t* codes, uint8_t* meta, std::vector<double>* group_range_sq, CodecWalk walk) {
+  if (group_range_sq) group_range_sq->assign(static_cast<size_t>(g.groups()), 0.0);
+  if (g.groups() == 0) return;
+  dispatch_bits(g.bits, [&](auto b) {
+    quantize_impl<decltype(b)::value>(x, g, rounding, noise, codes, meta,
+                                      group_range_sq ? group_range_sq->data() : nullptr, walk);
+  });
+}
+
+void dequantize_groups(const uint8_t* codes, const uint8_t* meta, const GroupGeometry& g, float* out,
+                       CodecWalk walk) {
+  if (g.groups() == 0) return;
+  dispatch_bits(g.bits, [&](auto b) { dequantize_impl<decltype(b)::value>(codes, meta, g, out, walk); });
+}
+
+}  // namespace packrat
+
+#pragma GCC diagnostic pop

@@ -1,0 +1,375 @@
+#pragma once
+// The SIMD building blocks of per-group quantization, shared by the per-group kernels
+// (group_quant_cpu.cpp) and the mixed-precision bucket kernels (mixed_quant_cpu.cpp) so that both draw
+// the same noise, reduce ranges in the same order and pack the same layout, on AVX-512 or AVX2
+// (per-ISA lane types, one algorithm) and plain C++ otherwise. Internal: included by those two
+// .cpp files and their test only (it includes immintrin.h).
+#include <cstdint>
+#include <cstring>
+#include <type_traits>
+
+#if defined(__AVX512F__) || defined(__AVX2__)
+#include <immintrin.h>
+#endif
+
+#include "core/philox.h"
+#include "quant/group/group_quant.h"
+
+// GCC 12 warns about the undefined pass-through operand inside the AVX-512 intrinsics (a false
+// positive of its headers) wherever they are inlined.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+
+namespace packrat::group_simd {
+
+// Lanes of 32-bit words for Philox: U32x16 (AVX-512) or U32x8 (AVX2), each with broadcast, xor,
+// and the hi and lo 32 bits of the 32x32-bit products a * m lane by lane (even lanes' products
+// and odd lanes', blended).
+#if defined(__AVX512F__)
+struct U32x16 {
+  __m512i v;
+  static U32x16 set1(uint32_t x) { return {_mm512_set1_epi32(static_cast<int>(x))}; }
+  friend U32x16 operator^(U32x16 a, U32x16 b) { return {_mm512_xor_si512(a.v, b.v)}; }
+  static void mulhilo(U32x16 a, U32x16 m, U32x16& hi, U32x16& lo) {
+    const __m512i even = _mm512_mul_epu32(a.v, m.v);
+    const __m512i odd = _mm512_mul_epu32(_mm512_srli_epi64(a.v, 32), m.v);
+    hi = {_mm512_mask_blend_epi32(0xAAAA, _mm512_srli_epi64(even, 32), odd)};
+    lo = {_mm512_mask_blend_epi32(0xAAAA, even, _mm512_slli_epi64(odd, 32))};
+  }
+};
+#elif defined(__AVX2__)
+struct U32x8 {
+  __m256i v;
+  static U32x8 set1(uint32_t x) { return {_mm256_set1_epi32(static_cast<int>(x))}; }
+  friend U32x8 operator^(U32x8 a, U32x8 b) { return {_mm256_xor_si256(a.v, b.v)}; }
+  static void mulhilo(U32x8 a, U32x8 m, U32x8& hi, U32x8& lo) {
+    const __m256i even = _mm256_mul_epu32(a.v, m.v);
+    const __m256i odd = _mm256_mul_epu32(_mm256_srli_epi64(a.v, 32), m.v);
+    hi = {_mm256_blend_epi32(_mm256_srli_epi64(even, 32), odd, 0xAA)};
+    lo = {_mm256_blend_epi32(even, _mm256_slli_epi64(odd, 32), 0xAA)};
+  }
+};
+#endif
+
+// Philox-4x32-10's ten rounds on the state words c[0..3] of V's lanes (Philox4x32::generate's).
+template <class V>
+inline void philox_rounds(uint64_t seed, V c[4]) {
+  const V m0 = V::set1(Philox4x32::kMul0), m1 = V::set1(Philox4x32::kMul1);
+  uint32_t k0 = static_cast<uint32_t>(seed), k1 = static_cast<uint32_t>(seed >> 32);
+  for (int round = 0; round < 10; ++round) {
+    V hi0, lo0, hi1, lo1;
+    V::mulhilo(c[0], m0, hi0, lo0);
+    V::mulhilo(c[2], m1, hi1, lo1);
+    c[0] = hi1 ^ c[1] ^ V::set1(k0);
+    c[1] = lo1;
+    c[2] = hi0 ^ c[3] ^ V::set1(k1);
+    c[3] = lo0;
+    k0 += Philox4x32::kWeyl0;
+    k1 += Philox4x32::kWeyl1;
+  }
+}
+
+#if defined(__AVX512F__)
+// 16 Philox-4x32-10 evaluations at once (lanes = counters c_lo + lane, high word c_hi),
+// bit-identical to Philox4x32::generate.
+inline void philox16(uint64_t seed, uint64_t stream, uint64_t counter0, __m512i out[4]) {
+  const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+  U32x16 c[4] = {{_mm512_add_epi32(U32x16::set1(static_cast<uint32_t>(counter0)).v, lane)},
+                 U32x16::set1(static_cast<uint32_t>(counter0 >> 32)), U32x16::set1(static_cast<uint32_t>(stream)),
+                 U32x16::set1(static_cast<uint32_t>(stream >> 32))};
+  philox_rounds(seed, c);
+  for (int w = 0; w < 4; ++w) out[w] = c[w].v;
+}
+#endif
+
+// Philox-4x32-10 at counters (counter0 + lane) for 16 lanes, bit-identical to
+// Philox4x32::generate; out[w * 16 + lane] = word w of lane's output. With AVX2, 8 lanes a
+// register as philox16 (twice as fast as GCC's vectorisation of the loop below, which holds a
+// word in a 64-bit lane); otherwise written lane-wise so the compiler vectorises it.
+inline void philox_lanes16(uint64_t seed, uint64_t stream, uint64_t counter0, uint32_t* out) {
+#if defined(__AVX2__) && !defined(__AVX512F__)
+  for (int half = 0; half < 2; ++half) {  // lanes 8 half .. 8 half + 7
+    const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    U32x8 c[4] = {{_mm256_add_epi32(U32x8::set1(static_cast<uint32_t>(counter0) + 8u * half).v, lane)},
+                  U32x8::set1(static_cast<uint32_t>(counter0 >> 32)), U32x8::set1(static_cast<uint32_t>(stream)),
+                  U32x8::set1(static_cast<uint32_t>(stream >> 32))};
+    philox_rounds(seed, c);
+    for (int w = 0; w < 4; ++w) _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + 16 * w + 8 * half), c[w].v);
+  }
+#else
+  // The state words held in 64-bit lanes (values below 2^32), so that each 32x32 -> 64-bit
+  // product is one vpmuludq lane.
+  alignas(64) uint64_t c0[16], c1[16], c2[16], c3[16];  // (16,) each: the state, lane by lane
+  for (int l = 0; l < 16; ++l) {
+    c0[l] = static_cast<uint32_t>(static_cast<uint32_t>(counter0) + static_cast<uint32_t>(l));  // counter0 % 16 == 0: no carry
+    c1[l] = static_cast<uint32_t>(counter0 >> 32);
+    c2[l] = static_cast<uint32_t>(stream);
+    c3[l] = static_cast<uint32_t>(stream >> 32);
+  }
+  uint64_t k0 = static_cast<uint32_t>(seed), k1 = static_cast<uint32_t>(seed >> 32);
+  constexpr uint64_t m0 = Philox4x32::kMul0, m1 = Philox4x32::kMul1, lo32 = 0xFFFFFFFFull;
+  for (int round = 0; round < 10; ++round) {
+    for (int l = 0; l < 16; ++l) {
+      const uint64_t p0 = m0 * (c0[l] & lo32);
+      const uint64_t p1 = m1 * (c2[l] & lo32);
+      c0[l] = (p1 >> 32) ^ c1[l] ^ k0;
+      c1[l] = p1 & lo32;
+      c2[l] = (p0 >> 32) ^ c3[l] ^ k1;
+      c3[l] = p0 & lo32;
+    }
+    k0 = (k0 + Philox4x32::kWeyl0) & lo32;
+    k1 = (k1 + Philox4x32::kWeyl1) & lo32;
+  }
+  for (int l = 0; l < 16; ++l) {
+    out[l] = static_cast<uint32_t>(c0[l]);
+    out[16 + l] = static_cast<uint32_t>(c1[l]);
+    out[32 + l] = static_cast<uint32_t>(c2[l]);
+    out[48 + l] = static_cast<uint32_t>(c3[l]);
+  }
+#endif
+}
+
+// The rounding noise of block `block` of a stream: out[i] = rounding_noise16 of element
+// 128 * block + i, i < 128 (16 Philox evaluations, each giving 8 elements' 16 bits).
+inline void noise_block(uint64_t seed, uint64_t stream, int64_t block, uint16_t* out) {
+  alignas(64) uint32_t words[64];  // (4 words, 16 lanes)
+  philox_lanes16(seed, stream, static_cast<uint64_t>(block) << 4, words);
+  // Element 16 h + lane takes half-word h of its lane: word h / 2, low half for even h.
+#if defined(__AVX2__)
+  // A word's 16 lanes' low halves, then their high halves: two packs of 8 + 8 lanes (packus
+  // interleaves 128-bit lanes, which the permute puts back in order). GCC's vectorisation of the
+  // loop below took 18% of the 2-bit quantize (perf).
+  const __m256i lo16 = _mm256_set1_epi32(0xFFFF);
+  for (int w = 0; w < 4; ++w) {
+    const __m256i a = _mm256_load_si256(reinterpret_cast<const __m256i*>(words + 16 * w));
+    const __m256i b = _mm256_load_si256(reinterpret_cast<const __m256i*>(words + 16 * w + 8));
+    const __m256i low = _mm256_packus_epi32(_mm256_and_si256(a, lo16), _mm256_and_si256(b, lo16));
+    const __m256i high = _mm256_packus_epi32(_mm256_srli_epi32(a, 16), _mm256_srli_epi32(b, 16));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + 32 * w), _mm256_permute4x64_epi64(low, 0xD8));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + 32 * w + 16), _mm256_permute4x64_epi64(high, 0xD8));
+  }
+#else
+  for (int h = 0; h < 8; ++h)
+    for (int l = 0; l < 16; ++l) out[16 * h + l] = static_cast<uint16_t>(words[16 * (h >> 1) + l] >> (16 * (h & 1)));
+#endif
+}
+
+#if defined(__AVX512F__)
+// 16 floats: one register.
+struct Floats16 {
+  __m512 v;
+  static Floats16 broadcast(float f) { return {_mm512_set1_ps(f)}; }
+  static Floats16 load(const float* x) { return {_mm512_loadu_ps(x)}; }
+  // min / max lane by lane; where either is NaN, the second operand (MINPS's rule).
+  static Floats16 min(Floats16 a, Floats16 b) { return {_mm512_min_ps(a.v, b.v)}; }
+  static Floats16 max(Floats16 a, Floats16 b) { return {_mm512_max_ps(a.v, b.v)}; }
+  void store(float* out) const { _mm512_storeu_ps(out, v); }
+};
+#elif defined(__AVX2__)
+// 16 floats: two registers.
+struct Floats16 {
+  __m256 lo, hi;
+  static Floats16 broadcast(float f) { return {_mm256_set1_ps(f), _mm256_set1_ps(f)}; }
+  static Floats16 load(const float* x) { return {_mm256_loadu_ps(x), _mm256_loadu_ps(x + 8)}; }
+  static Floats16 min(Floats16 a, Floats16 b) { return {_mm256_min_ps(a.lo, b.lo), _mm256_min_ps(a.hi, b.hi)}; }
+  static Floats16 max(Floats16 a, Floats16 b) { return {_mm256_max_ps(a.lo, b.lo), _mm256_max_ps(a.hi, b.hi)}; }
+  void store(float* out) const {
+    _mm256_storeu_ps(out, lo);
+    _mm256_storeu_ps(out + 8, hi);
+  }
+};
+#endif
+
+// min and max of x[0..n), n >= 1: the plain scan (x < mn from the first value; the tail loop
+// below), which the reference and the GPU's RangeScan (quant/group/group_quant_warp.h) give. With SIMD,
+// 16 lanes as RangeScan's lanes: each starts from the first value and skips NaNs (min / max
+// return their second operand, the lane's extreme, where either is NaN), and what the order
+// changes is settled after: a NaN first value, which the scan keeps, and the sign of a zero
+// extreme, the scan's first zero.
+inline void group_range(const float* x, int64_t n, float& mn_out, float& mx_out) {
+  float mn = x[0], mx = x[0];
+  int64_t i = 0;
+#if defined(__AVX512F__) || defined(__AVX2__)
+  const bool lanes = n >= 16;
+  if (lanes) {
+    Floats16 vmn = Floats16::broadcast(x[0]), vmx = vmn;
+    for (; i + 16 <= n; i += 16) {
+      const Floats16 v = Floats16::load(x + i);
+      vmn = Floats16::min(v, vmn);
+      vmx = Floats16::max(v, vmx);
+    }
+    float lo[16], hi[16];
+    vmn.store(lo);
+    vmx.store(hi);
+    for (int k = 0; k < 16; ++k) {
+      mn = lo[k] < mn ? lo[k] : mn;
+      mx = hi[k] > mx ? hi[k] : mx;
+    }
+  }
+#endif
+  for (; i < n; ++i) {
+    mn = x[i] < mn ? x[i] : mn;
+    mx = x[i] > mx ? x[i] : mx;
+  }
+#if defined(__AVX512F__) || defined(__AVX2__)
+  if (lanes) {
+    if (x[0] != x[0]) {
+      mn = mx = x[0];
+    } else if (mn == 0.0f || mx == 0.0f) {
+      int64_t z = 0;
+      while (x[z] != 0.0f) ++z;  // a zero extreme is one of x's zeros
+      if (mn == 0.0f) mn = x[z];
+      if (mx == 0.0f) mx = x[z];
+    }
+  }
+#endif
+  mn_out = mn;
+  mx_out = mx;
+}
+
+// codes[i] = quantize_value(x[i], p, levels, uniform16(rnd[i])) (rnd null: nearest), n elements.
+inline void quantize_run(const float* x, int64_t n, const GroupParams& p, uint32_t levels, const uint16_t* rnd,
+                         uint8_t* codes) {
+  int64_t i = 0;
+#if defined(__AVX512F__)
+  const __m512 vmin = _mm512_set1_ps(p.min), vinv = _mm512_set1_ps(p.inv_step), zero = _mm512_setzero_ps();
+  const __m512 half = _mm512_set1_ps(0.5f), scale = _mm512_set1_ps(1.0f / 65536.0f);
+  const __m512i one = _mm512_set1_epi32(1), vlev = _mm512_set1_epi32(static_cast<int>(levels));
+  for (; i + 16 <= n; i += 16) {
+    const __m512 u = _mm512_max_ps(_mm512_mul_ps(_mm512_sub_ps(_mm512_loadu_ps(x + i), vmin), vinv), zero);
+    const __m512 fl = _mm512_roundscale_ps(u, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+    const __m512 frac = _mm512_sub_ps(u, fl);
+    __m512 r = half;
+    if (rnd) {
+      const __m512i h = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(rnd + i)));
+      r = _mm512_mul_ps(_mm512_add_ps(_mm512_cvtepi32_ps(h), half), scale);
+    }
+    __m512i code = _mm512_cvttps_epi32(fl);
+    code = _mm512_mask_add_epi32(code, _mm512_cmp_ps_mask(r, frac, _CMP_LT_OQ), code, one);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(codes + i), _mm512_cvtepi32_epi8(_mm512_min_epi32(code, vlev)));
+  }
+#elif defined(__AVX2__)
+  // The AVX-512 loop's arithmetic on two halves of 8, the codes narrowed by two packs: 1.4x GCC's
+  // vectorisation of the loop below (0.25 against 0.35 ns a value, 2 bits, L1-resident, AVX2 EPYC).
+  const __m256 vmin = _mm256_set1_ps(p.min), vinv = _mm256_set1_ps(p.inv_step), zero = _mm256_setzero_ps();
+  const __m256 half = _mm256_set1_ps(0.5f), scale = _mm256_set1_ps(1.0f / 65536.0f);
+  const __m256i vlev = _mm256_set1_epi32(static_cast<int>(levels));
+  for (; i + 16 <= n; i += 16) {
+    __m256i code[2];  // (2 halves, 8 lanes)
+    for (int h = 0; h < 2; ++h) {
+      const __m256 u = _mm256_max_ps(_mm256_mul_ps(_mm256_sub_ps(_mm256_loadu_ps(x + i + 8 * h), vmin), vinv), zero);
+      const __m256 fl = _mm256_round_ps(u, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+      const __m256 frac = _mm256_sub_ps(u, fl);
+      __m256 r = half;
+      if (rnd) {
+        const __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(rnd + i + 8 * h)));
+        r = _mm256_mul_ps(_mm256_add_ps(_mm256_cvtepi32_ps(w), half), scale);
+      }
+      const __m256i up = _mm256_castps_si256(_mm256_cmp_ps(r, frac, _CMP_LT_OQ));  // -1 where rounded up
+      code[h] = _mm256_min_epi32(_mm256_sub_epi32(_mm256_cvttps_epi32(fl), up), vlev);
+    }
+    // packus interleaves the halves' 128-bit lanes; the permute puts the 16 words back in order.
+    const __m256i words = _mm256_permute4x64_epi64(_mm256_packus_epi32(code[0], code[1]), 0xD8);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(codes + i),
+                     _mm_packus_epi16(_mm256_castsi256_si128(words), _mm256_extracti128_si256(words, 1)));
+  }
+#endif
+  for (; i < n; ++i)
+    codes[i] = static_cast<uint8_t>(quantize_value(x[i], p, levels, rnd ? uniform16(rnd[i]) : 0.5f));
+}
+
+#if defined(__AVX512BW__)
+// The first min(n, 64) codes of B in {2, 4} bits (one a byte) at codes -> their packed_bytes
+// at dst, pack_group_codes' layout. Masked loads and stores: nothing past either end is touched.
+template <int B>
+inline void pack64(const uint8_t* codes, int64_t n, uint8_t* dst) {
+  n = n < 64 ? n : 64;
+  const __mmask64 in = n == 64 ? ~__mmask64{0} : (__mmask64{1} << n) - 1;
+  const uint64_t bytes = static_cast<uint64_t>(packed_bytes(n, B));
+  const __m512i w = _mm512_maskz_loadu_epi8(in, codes);
+  if constexpr (B == 2) {  // 32-bit lane c0|c1<<8|c2<<16|c3<<24 -> c0|c1<<2|c2<<4|c3<<6
+    const __m512i p = _mm512_or_si512(_mm512_or_si512(w, _mm512_srli_epi32(w, 6)),
+                                      _mm512_or_si512(_mm512_srli_epi32(w, 12), _mm512_srli_epi32(w, 18)));
+    _mm_mask_storeu_epi8(dst, static_cast<__mmask16>((uint64_t{1} << bytes) - 1), _mm512_cvtepi32_epi8(p));
+  } else {  // 16-bit lane c0|c1<<8 -> c0|c1<<4
+    const __m512i p = _mm512_or_si512(w, _mm512_srli_epi16(w, 4));
+    _mm256_mask_storeu_epi8(dst, static_cast<__mmask32>((uint64_t{1} << bytes) - 1), _mm512_cvtepi16_epi8(p));
+  }
+}
+#endif
+
+// Packs n codes at a byte boundary; fast paths for 2 and 4 bits, same layout as pack_group_codes.
+template <int B>
+inline void pack_chunk(const uint8_t* codes, int64_t n, uint8_t* dst) {
+  if constexpr (B == 8) {
+    std::memcpy(dst, codes, static_cast<size_t>(n));
+  } else if constexpr (B == 2 || B == 4) {
+    int64_t i = 0;
+#if defined(__AVX512BW__)
+    for (; i < n; i += 64) pack64<B>(codes + i, n - i, dst + i * B / 8);  // a group of 49: one pass
+    return;
+#endif
+    constexpr int per = 8 / B;
+#if defined(__AVX2__)
+    // 32 codes at a time into 8 or 16 bytes, pack64's arithmetic on 8 dwords or 16 words, whose low
+    // bytes a byte shuffle gathers per 128-bit half.
+    for (; i + 32 <= n; i += 32) {
+      const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(codes + i));
+      if constexpr (B == 2) {
+        const __m256i p = _mm256_or_si256(_mm256_or_si256(w, _mm256_srli_epi32(w, 6)),
+                                          _mm256_or_si256(_mm256_srli_epi32(w, 12), _mm256_srli_epi32(w, 18)));
+        const __m256i low = _mm256_shuffle_epi8(p, _mm256_setr_epi8(0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1,
+                                                                    -1, -1, 0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1,
+                                                                    -1, -1, -1, -1, -1));
+        const uint64_t bytes = static_cast<uint32_t>(_mm256_extract_epi32(low, 0)) |
+                               static_cast<uint64_t>(static_cast<uint32_t>(_mm256_extract_epi32(low, 4))) << 32;
+        std::memcpy(dst + i / 4, &bytes, 8);
+      } else {
+        const __m256i p = _mm256_or_si256(w, _mm256_srli_epi16(w, 4));
+        const __m256i low = _mm256_shuffle_epi8(p, _mm256_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, -1, -1, -1, -1, -1, -1, -1,
+                                                                    -1, 0, 2, 4, 6, 8, 10, 12, 14, -1, -1, -1, -1, -1,
+                                                                    -1, -1, -1));
+        const __m256i halves = _mm256_permute4x64_epi64(low, 0x08);  // qwords 0 and 2 in the low 128 bits
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i / 2), _mm256_castsi256_si128(halves));
+      }
+    }
+#endif
+    // Four codes a 32-bit word, shifted together (pack64's arithmetic): c0|c1<<8|c2<<16|c3<<24
+    // -> c0|c1<<2|c2<<4|c3<<6 (one byte), or c0|c1<<4 and c2|c3<<4 (two).
+    for (; i + 4 <= n; i += 4) {
+      uint32_t w;
+      std::memcpy(&w, codes + i, 4);
+      if constexpr (B == 2) {
+        w |= w >> 6;
+        w |= w >> 12;
+        dst[i / 4] = static_cast<uint8_t>(w);
+      } else {
+        w |= w >> 4;
+        dst[i / 2] = static_cast<uint8_t>(w);
+        dst[i / 2 + 1] = static_cast<uint8_t>(w >> 16);
+      }
+    }
+    if (i < n) pack_group_codes(codes + i, n - i, B, dst + i / per);
+  } else {
+    pack_group_codes(codes, n, B, dst);
+  }
+}
+
+// Calls fn(std::integral_constant<int, B>) for the per-group widths B in {1, 2, 3, 4, 8};
+// false (fn not called) for any other width, so that each caller names its own error.
+template <typename Fn>
+bool dispatch_group_width(int bits, Fn&& fn) {
+  switch (bits) {
+    case 1: fn(std::integral_constant<int, 1>{}); return true;
+    case 2: fn(std::integral_constant<int, 2>{}); return true;
+    case 3: fn(std::integral_constant<int, 3>{}); return true;
+    case 4: fn(std::integral_constant<int, 4>{}); return true;
+    case 8: fn(std::integral_constant<int, 8>{}); return true;
+    default: return false;
+  }
+}
+
+}  // namespace packrat::group_simd
+
+#pragma GCC diagnostic pop

@@ -1,0 +1,219 @@
+#include "quant/group/plain_runs.h"
+
+#include <algorithm>
+#include <cstring>
+
+#if defined(__AVX2__)
+#include <immintrin.h>
+#endif
+
+namespace packrat {
+
+// GCC 12 warns about the undefined pass-through operand inside the AVX-512 unpack and shuffle
+// intrinsics (a false positive of its headers, as in group_quant_cpu.cpp).
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+
+namespace {
+
+// The buffer offset of plain element e of a blocked tensor (see CodecWalk).
+inline int64_t blocked_offset(const CodecWalk& b, int64_t e) {
+  const int64_t nc = e / b.plane, s = e % b.plane, n = nc / b.channels, c = nc % b.channels;
+  return ((n * (b.channels / b.block) + c / b.block) * b.plane + s) * b.block + c % b.block;
+}
+
+// Calls fn(run_start, run_len, offset) for the runs of [e0, e0 + len) that stay within one
+// channel plane; a run's elements lie b.block floats apart from `offset` on.
+template <typename Fn>
+void for_plane_runs(const CodecWalk& b, int64_t e0, int64_t len, Fn&& fn) {
+  for (int64_t e = e0; e < e0 + len;) {
+    const int64_t run = std::min(b.plane - e % b.plane, e0 + len - e);
+    fn(e - e0, run, blocked_offset(b, e));
+    e += run;
+  }
+}
+
+#if defined(__AVX512F__)
+// The float offsets of one channel's 16 consecutive positions in a plane of 16-channel blocks:
+// 0, 16, .., 240.
+inline __m512i every16th() {
+  return _mm512_setr_epi32(0, 16, 32, 48, 64, 80, 96, 112, 128, 144, 160, 176, 192, 208, 224, 240);
+}
+#endif
+
+// out's plain element e0 + i = src[i], i < len: a tile written in part (the rest is another
+// thread's), element by element.
+void scatter_plain(const float* src, const CodecWalk& b, int64_t e0, int64_t len, float* out) {
+  const int64_t B = b.block;
+  for_plane_runs(b, e0, len, [&](int64_t i0, int64_t run, int64_t offset) {
+    float* dst = out + offset;
+    int64_t i = 0;
+#if defined(__AVX512F__)
+    if (B == 16)
+      for (; i + 16 <= run; i += 16) _mm512_i32scatter_ps(dst + 16 * i, every16th(), _mm512_loadu_ps(src + i0 + i), 4);
+#endif
+    for (; i < run; ++i) dst[B * i] = src[i0 + i];
+  });
+}
+
+// dst[c * dst_stride + i] = src[i * src_stride + c] for i, c < 16 (a 16 x 16 transpose), or
+// false without AVX-512.
+inline bool transpose16(const float* src, int64_t src_stride, float* dst, int64_t dst_stride) {
+#if defined(__AVX512F__)
+  __m512 r[16], t[16];
+  // Rows i, i + 1 loaded and interleaved at once: a loop of the 16 loads alone into r, GCC made a
+  // memcpy to the stack (a call and a round trip through memory, 15% of the blocked quantize).
+  for (int i = 0; i < 16; i += 2) {  // per 128-bit lane: (row i, row i+1) interleaved by pairs
+    const __m512 a = _mm512_loadu_ps(src + i * src_stride), b = _mm512_loadu_ps(src + (i + 1) * src_stride);
+    t[i] = _mm512_unpacklo_ps(a, b);
+    t[i + 1] = _mm512_unpackhi_ps(a, b);
+  }
+  for (int i = 0; i < 16; i += 4) {  // r[i + j], lane L: column 4L + j of rows i..i+3
+    const __m512d a = _mm512_castps_pd(t[i]), b = _mm512_castps_pd(t[i + 1]);
+    const __m512d c = _mm512_castps_pd(t[i + 2]), d = _mm512_castps_pd(t[i + 3]);
+    r[i] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, c));
+    r[i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, c));
+    r[i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(b, d));
+    r[i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(b, d));
+  }
+  for (int j = 0; j < 4; ++j) {  // column 4L + j: lane L of r[j], r[4 + j], r[8 + j], r[12 + j]
+    const __m512 u0 = _mm512_shuffle_f32x4(r[j], r[4 + j], 0x44), u1 = _mm512_shuffle_f32x4(r[j], r[4 + j], 0xEE);
+    const __m512 v0 = _mm512_shuffle_f32x4(r[8 + j], r[12 + j], 0x44), v1 = _mm512_shuffle_f32x4(r[8 + j], r[12 + j], 0xEE);
+    _mm512_storeu_ps(dst + (0 + j) * dst_stride, _mm512_shuffle_f32x4(u0, v0, 0x88));
+    _mm512_storeu_ps(dst + (4 + j) * dst_stride, _mm512_shuffle_f32x4(u0, v0, 0xDD));
+    _mm512_storeu_ps(dst + (8 + j) * dst_stride, _mm512_shuffle_f32x4(u1, v1, 0x88));
+    _mm512_storeu_ps(dst + (12 + j) * dst_stride, _mm512_shuffle_f32x4(u1, v1, 0xDD));
+  }
+  return true;
+#else
+  (void)src, (void)src_stride, (void)dst, (void)dst_stride;
+  return false;
+#endif
+}
+
+// dst[c * dst_stride + i] = src[i * src_stride + c] for i, c < 8 (an 8 x 8 transpose), or false
+// without AVX2.
+inline bool transpose8(const float* src, int64_t src_stride, float* dst, int64_t dst_stride) {
+#if defined(__AVX2__)
+  __m256 r[8], t[8], u[8];
+  for (int i = 0; i < 8; ++i) r[i] = _mm256_loadu_ps(src + i * src_stride);
+  for (int i = 0; i < 8; i += 2) {  // per 128-bit lane: (row i, row i+1) interleaved
+    t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
+    t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
+  }
+  for (int i = 0; i < 8; i += 4) {  // u[i + j], lane L: column 4L + j of rows i..i+3
+    u[i] = _mm256_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(1, 0, 1, 0));
+    u[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(3, 2, 3, 2));
+    u[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(1, 0, 1, 0));
+    u[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(3, 2, 3, 2));
+  }
+  for (int j = 0; j < 4; ++j) {  // column j from the low lanes, column 4 + j from the high ones
+    _mm256_storeu_ps(dst + j * dst_stride, _mm256_permute2f128_ps(u[j], u[4 + j], 0x20));
+    _mm256_storeu_ps(dst + (4 + j) * dst_stride, _mm256_permute2f128_ps(u[j], u[4 + j], 0x31));
+  }
+  return true;
+#else
+  (void)src, (void)src_stride, (void)dst, (void)dst_stride;
+  return false;
+#endif
+}
+
+// A B x B transpose (transpose16 / transpose8), or false where this CPU has no vector one.
+inline bool transpose_block(int64_t B, const float* src, int64_t src_stride, float* dst, int64_t dst_stride) {
+  return B == 16 ? transpose16(src, src_stride, dst, dst_stride) : transpose8(src, src_stride, dst, dst_stride);
+}
+
+// (plane, B) at src <-> (B, plane) at dst: src[s * B + k] -> dst[k * plane + s] (to_planes), or
+// back.
+void transpose_tile(const float* src, float* dst, int64_t plane, int64_t B, bool to_planes) {
+  int64_t s = 0;
+  for (; s + B <= plane; s += B) {
+    const bool done = to_planes ? transpose_block(B, src + s * B, B, dst + s, plane)
+                                : transpose_block(B, src + s, plane, dst + s * B, B);
+    if (!done) break;
+  }
+  for (; s < plane; ++s)
+    for (int64_t k = 0; k < B; ++k) {
+      if (to_planes)
+        dst[k * plane + s] = src[s * B + k];
+      else
+        dst[s * B + k] = src[k * plane + s];
+    }
+}
+
+}  // namespace
+
+const float* PlainTile::read(const float* x, int64_t e0) {
+  const int64_t t = tile_of(e0);
+  if (t != tile_) {
+    transpose_tile(x + t * len_, buf_.get(), b_.plane, b_.block, true);
+    tile_ = t;
+  }
+  return buf_.get() + (e0 - t * len_);
+}
+
+float* PlainTile::write(float* out, int64_t e0, int64_t n) {
+  const int64_t t = tile_of(e0);
+  if (t != tile_) {
+    flush(out);
+    tile_ = t;
+    lo_ = hi_ = e0;
+  }
+  hi_ = e0 + n;
+  return buf_.get() + (e0 - t * len_);
+}
+
+void PlainTile::flush(float* out) {
+  if (tile_ < 0 || hi_ == lo_) return;
+  if (hi_ - lo_ == len_) {  // the whole tile
+    transpose_tile(buf_.get(), out + tile_ * len_, b_.plane, b_.block, false);
+  } else {  // part of it (the rest is another thread's)
+    scatter_plain(buf_.get() + (lo_ - tile_ * len_), b_, lo_, hi_ - lo_, out);
+  }
+  lo_ = hi_;
+}
+
+// A run across tiles (a group or bucket of several planes: small planes, e.g. 4 x 4) piece by
+// piece from the tiles' copies: the runs rise, so each tile is transposed once, as for the runs
+// within one (element by element, each element's place took six integer divisions).
+const float* PlainRuns::read(const float* x, int64_t e0, int64_t n) {
+  if (tile_.holds(e0, n)) return tile_.read(x, e0);
+  for_tile_pieces(e0, n, [&](int64_t e, int64_t len) {
+    std::memcpy(run_.get() + (e - e0), tile_.read(x, e), static_cast<size_t>(len) * sizeof(float));
+  });
+  return run_.get();
+}
+
+float* PlainRuns::write(float* out, int64_t e0, int64_t n) {
+  finish_run(out);
+  if (tile_.holds(e0, n)) return tile_.write(out, e0, n);
+  pending_e0_ = e0;
+  pending_n_ = n;
+  return run_.get();
+}
+
+void PlainRuns::finish(float* out) {
+  finish_run(out);
+  tile_.flush(out);
+}
+
+void PlainRuns::finish_run(float* out) {
+  const int64_t e0 = pending_e0_;
+  for_tile_pieces(e0, pending_n_, [&](int64_t e, int64_t len) {
+    std::memcpy(tile_.write(out, e, len), run_.get() + (e - e0), static_cast<size_t>(len) * sizeof(float));
+  });
+  pending_n_ = 0;
+}
+
+int64_t group_at_tile_edge(const GroupGeometry& g, const CodecWalk& walk, int64_t gi, int64_t limit) {
+  if (!walk.channels || walk.nhwc) return gi;
+  const int64_t tile = walk.block * walk.plane, end = std::min(g.groups(), gi + limit);
+  for (int64_t k = gi; k < end; ++k)
+    if (g.group_start(k) % tile == 0) return k;
+  return gi;
+}
+
+#pragma GCC diagnostic pop
+
+}  // namespace packrat
