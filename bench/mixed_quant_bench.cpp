@@ -134,7 +134,7 @@ void BM_MixedQuant_Dequantize(benchmark::State& state) {
 }
 
 // The codes follow the tensor's logical order: a blocked tensor (the CPU convolutions' layout:
-// nChw16c with AVX-512, nChw8c without) is walked in plain order (quant/group/plain_runs.h). 2/4 mix at
+// nChw16c with AVX-512, nChw8c without) is walked in plain order (quant/cpu/plain_runs.h). 2/4 mix at
 // p = 0.5, buckets of 512, quantize and dequantize of the plain tensor and of its blocked copy,
 // back to back. Counters: GB/s of f32 data for each, and blocked_vs_plain_{quantize,dequantize} =
 // time(plain) / time(blocked) (< 1: the walk costs that much).

@@ -2,7 +2,7 @@
 // Bit packing of small unsigned codes, 1 to 8 bits per element, little-endian within a byte
 // stream: element i occupies bits [i*b, (i+1)*b) of the stream. 3 bits: 8 elements in 3 bytes.
 // The per-element helpers are inline and PACKRAT_HD so CPU loops and CUDA kernels share them;
-// pack_bits / unpack_bits are the CPU kernels over them (bitpack_cpu.cpp), on host pointers;
+// pack_bits / unpack_bits are the CPU kernels over them (quant/cpu/bitpack_cpu.cpp), on host pointers;
 // pack_codes / unpack_codes the Tensor entry points, dispatched by device (bitpack.cpp; the CUDA
 // kernels run the bodies of bitpack_device.h).
 #include <cstddef>
@@ -20,7 +20,7 @@ void pack_bits(const uint8_t* codes, int64_t n, int bits, uint8_t* dst);
 // Unpacks n codes from src.
 void unpack_bits(const uint8_t* src, int64_t n, int bits, uint8_t* codes);
 
-// Entry points, on the device of their tensors (CPU: the kernels above; GPU: bitpack_cuda.cu).
+// Entry points, on the device of their tensors (CPU: the kernels above; GPU: quant/cuda/bitpack_cuda.cu).
 class Tensor;
 // Packs the integers of src (u8, i32 or i64, any shape, the buffer as it lies) at `bits` (1..8)
 // into packed ((packed_bytes(numel, bits),) u8, on src's device). Returns the index of the first

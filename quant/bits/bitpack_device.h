@@ -1,7 +1,7 @@
 #pragma once
 // The GPU work of packing masks and indices exactly (CompressingStore's Packed form, the few-bit
 // store's mask loads), one block of 8 codes per index: the bodies the CUDA kernels
-// (bitpack_cuda.cu) run, CUDA-free so that the CPU tests run them too (run_on_host) against the CPU
+// (quant/cuda/bitpack_cuda.cu) run, CUDA-free so that the CPU tests run them too (run_on_host) against the CPU
 // kernels, byte for byte; the CPU entry points run them for i32 / i64 codes. A block of 8 codes
 // fills exactly `bits` bytes, so blocks are written independently (the last one may be partial).
 #include <cstdint>
@@ -68,14 +68,5 @@ struct UnpackCodesBody {
     for (int k = 0; k < count; ++k) out[i0 + k] = static_cast<T>(block_code(w, k, bits));
   }
 };
-
-namespace cuda {
-// Launchers (bitpack_cuda.cu; CUDA builds only), on device pointers, one thread per block of 8
-// codes, on the default stream; the caller checks the launch. `elem`: bytes per integer (1: u8,
-// 4: i32, 8: i64). launch_pack_codes first sets *first_unfit to all ones (-1 as an i64), then
-// atomically lowers it to the index of the first element that does not fit.
-void launch_pack_codes(const void* src, int elem, int64_t n, int bits, uint8_t* dst, int64_t* first_unfit);
-void launch_unpack_codes(const uint8_t* src, int64_t n, int bits, void* out, int elem);
-}  // namespace cuda
 
 }  // namespace packrat

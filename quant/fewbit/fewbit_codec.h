@@ -6,7 +6,7 @@
 //   Mask:  code = [m != 0], a boolean mask (dropout, Need::Mask)
 // The per-element logic is PACKRAT_HD (fewbit_index in quant/fewbit/fewbit_table.h, fewbit_apply
 // below), so a CUDA kernel writes and reads the same codes; the CPU kernels are in
-// fewbit_codec_cpu.cpp. The entry points dispatch by device.
+// quant/cpu/fewbit_codec_cpu.cpp. The entry points dispatch by device.
 #include <cstdint>
 
 #include "core/hd.h"
@@ -39,13 +39,13 @@ PACKRAT_HD inline float fewbit_apply(FewbitKind kind, const float* levels, uint3
 // One pass over src (f32 for Table and Step, u8 for Mask; any shape): its packed codes into
 // packed ((packed_bytes(numel, c.bits),) u8), and y = fn->forward(src) into y when y is defined
 // (same numel, f32). fn: the activation (Step needs its f'; forward needs f). CPU: the kernel in
-// fewbit_codec_cpu.cpp; a GPU: fewbit_codec_cuda.cu (quant/codec/codec_device.h).
+// quant/cpu/fewbit_codec_cpu.cpp; a GPU: quant/cuda/fewbit_codec_cuda.cu (quant/codec/codec_kernels.h).
 void fewbit_encode(const FewbitCoder& c, const Pointwise* fn, const Tensor& src, const Tensor& y, const Tensor& packed);
 // One pass: out = fewbit_apply(code, grad) elementwise, or with grad undefined out = level[code]
 // (the load of a Table or Step code). out and grad: n f32 each, in the order of the saved buffer.
 void fewbit_decode(const FewbitCoder& c, const Tensor& packed, const Tensor& grad, const Tensor& out);
 
-// ---- the CPU kernels (fewbit_codec_cpu.cpp), on host pointers --------------------------------
+// ---- the CPU kernels (quant/cpu/fewbit_codec_cpu.cpp), on host pointers --------------------------------
 
 // src: n elements of elem bytes; y: n floats or null.
 void fewbit_encode(const FewbitCoder& c, const Pointwise* fn, const void* src, size_t elem, float* y, int64_t n,

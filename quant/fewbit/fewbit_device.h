@@ -1,6 +1,6 @@
 #pragma once
 // The few-bit codec's GPU work, one quad of 4 elements per thread: the bodies its CUDA kernels
-// (fewbit_codec_cuda.cu) run, CUDA-free so that the CPU tests run them too (a host loop over the
+// (quant/cuda/fewbit_codec_cuda.cu) run, CUDA-free so that the CPU tests run them too (a host loop over the
 // threads, the encode's pair exchange included) against the CPU kernels, byte for byte. A block
 // of 8 codes fills exactly `bits` bytes, so the blocks of a tensor are written independently
 // (the last one may be partial).
@@ -124,14 +124,5 @@ struct FewbitDecodeQuads {
 
 // Quads of n elements.
 PACKRAT_HD inline int64_t fewbit_quads(int64_t n) { return (n + 3) / 4; }
-
-namespace cuda {
-// Launchers (fewbit_codec_cuda.cu; CUDA builds only), on device pointers, one thread per quad,
-// on the default stream; the caller checks the launch. fn: the activation (null for Table or Mask
-// codes without y).
-void launch_fewbit_encode(const FewbitCoder& c, const ActivationId* fn, const void* src, float* y, int64_t n,
-                          uint8_t* packed);
-void launch_fewbit_decode(const FewbitCoder& c, const uint8_t* packed, const float* grad, float* out, int64_t n);
-}  // namespace cuda
 
 }  // namespace packrat

@@ -13,7 +13,7 @@
 //
 // The codec (make and read the codes, CPU kernels, device dispatch) is quant/fewbit/fewbit_codec.h; the
 // bookkeeping (entries, dedup, the in-place check, describe) quant/store/compressing_store.h's. A GPU
-// tensor is encoded and decoded on its device (quant/fewbit/fewbit_codec_cuda.cu, the CPU's codes), its
+// tensor is encoded and decoded on its device (quant/cuda/fewbit_codec_cuda.cu, the CPU's codes), its
 // codes held there under the Saved tag; backward's grad * level[code] is one pass there too.
 //
 // Config: `{ops: [gelu], scheme: fewbit, bits: 3, weight: uniform, refine: true}`.

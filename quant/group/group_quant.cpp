@@ -2,18 +2,11 @@
 
 #include <algorithm>
 
-#include "core/build_config.h"
 #include "core/error.h"
 #include "core/parallel.h"
 #include "core/tensor.h"
-#include "quant/codec/apply_derivative_sink.h"
-#include "quant/codec/codec_device.h"
-#include "quant/group/group_quant_warp.h"
+#include "quant/codec/codec_kernels.h"
 #include "quant/group/nhwc_tile.h"
-#if PACKRAT_HAVE_CUDA
-#include "core/cuda/launch_check.h"
-#include "quant/group/group_quant_device.h"
-#endif
 
 namespace packrat {
 
@@ -97,18 +90,6 @@ CodecOrder codec_order(const Tensor& x, const GroupGeometry& g) {
   return o;
 }
 
-namespace {
-
-// The NHWC decode reads a group's record in whole 32-bit words (quant/group/nhwc_decode.h): the metadata
-// must start on a 4-byte boundary (its own allocation does; a view might not).
-void check_records_aligned(const Tensor& meta, const CodecWalk& walk, const char* where) {
-  PACKRAT_CHECK(!walk.nhwc || reinterpret_cast<uintptr_t>(meta.device_data<uint8_t>()) % 4 == 0,
-                "{}: the metadata ({}) does not start on a 4-byte boundary, which the NHWC decode reads in words",
-                where, meta.describe());
-}
-
-}  // namespace
-
 Tensor in_codec_order(const Tensor& x, const CodecOrder& o) {
   if (!o.via_plain) return x;
   const TagScope scratch(MemTag::Workspace);
@@ -126,31 +107,8 @@ void quantize_groups(const Tensor& x, const GroupGeometry& g, Rounding rounding,
   PACKRAT_CHECK(codes.device() == x.device() && meta.device() == x.device(),
                 "quantize_groups: input on {}, codes on {}, metadata on {}", x.device().str(), codes.device().str(),
                 meta.device().str());
-  if (x.is_cpu()) {
-    PACKRAT_CHECK(!walk.nhwc, "quantize_groups: an NHWC walk on the CPU (a GPU layout)");
-    quantize_groups(x.data<float>(), g, rounding, noise, codes.data<uint8_t>(), meta.data<uint8_t>(), group_range_sq,
-                    walk);
-    return;
-  }
-  if (codec_ran_on_host(x.device(), {x, codes, meta},
-                        [&] { quantize_groups(x, g, rounding, noise, codes, meta, group_range_sq, walk); }))
-    return;
-  PACKRAT_CHECK(walk.channels == 0 || walk.nhwc, "quantize_groups: a channel-blocked walk on {} (a CPU layout)",
-                x.device().str());
-#if PACKRAT_HAVE_CUDA
-  Tensor range_sq;  // (groups) f64 on the device, copied to the host afterwards
-  if (group_range_sq) range_sq = Tensor::empty(Shape{g.groups()}, DType::f64, Layout::Plain, MemTag::Workspace, x.device());
-  cuda::launch_quantize_groups(x.device_data<float>(), g, rounding, noise, codes.device_data<uint8_t>(),
-                               meta.device_data<uint8_t>(), group_range_sq ? range_sq.device_data<double>() : nullptr,
-                               walk);
-  cuda::check_last_launch("quantize_groups");
-  if (group_range_sq) {
-    const Tensor host = range_sq.to(Device::cpu());
-    group_range_sq->assign(host.data<double>(), host.data<double>() + g.groups());
-  }
-#else
-  fail("quantize_groups: the input is on {}, but this packrat was built without CUDA", x.device().str());
-#endif
+  codecs(x.device(), "quantize_groups: the input")
+      .quantize_groups(x, g, rounding, noise, codes, meta, group_range_sq, walk);
 }
 
 void dequantize_groups(const Tensor& codes, const Tensor& meta, const GroupGeometry& g, const Tensor& out,
@@ -159,38 +117,8 @@ void dequantize_groups(const Tensor& codes, const Tensor& meta, const GroupGeome
   PACKRAT_CHECK(codes.device() == out.device() && meta.device() == out.device(),
                 "dequantize_groups: codes on {}, metadata on {}, output on {}", codes.device().str(),
                 meta.device().str(), out.device().str());
-  if (out.is_cpu()) {
-    PACKRAT_CHECK(!walk.nhwc, "dequantize_groups: an NHWC walk on the CPU (a GPU layout)");
-    dequantize_groups(codes.data<uint8_t>(), meta.data<uint8_t>(), g, out.data<float>(), walk);
-    return;
-  }
-  if (codec_ran_on_host(out.device(), {codes, meta, out}, [&] { dequantize_groups(codes, meta, g, out, walk); }))
-    return;
-  PACKRAT_CHECK(walk.channels == 0 || walk.nhwc, "dequantize_groups: a channel-blocked walk on {} (a CPU layout)",
-                out.device().str());
-  check_records_aligned(meta, walk, "dequantize_groups");
-#if PACKRAT_HAVE_CUDA
-  cuda::launch_dequantize_groups(codes.device_data<uint8_t>(), meta.device_data<uint8_t>(), g,
-                                 out.device_data<float>(), walk);
-  cuda::check_last_launch("dequantize_groups");
-#else
-  fail("dequantize_groups: the codes are on {}, but this packrat was built without CUDA", codes.device().str());
-#endif
+  codecs(out.device(), "dequantize_groups: the codes").dequantize_groups(codes, meta, g, out, walk);
 }
-
-namespace {
-
-// The one-pass backward on the host: each group's quads in order, groups in parallel where the
-// tensor is large enough to pay for it.
-void dequantize_groups_apply_on_host(const uint8_t* codes, const uint8_t* meta, const GroupGeometry& g,
-                                     ActivationId fn, bool from_output, const float* grad, float* gx) {
-  with_apply_derivative(fn, from_output, grad, gx, [&](auto sink) {
-    const DequantizeQuadsBody<decltype(sink)> body{codes, meta, g, sink};
-    rows_for(g.groups(), g.group_size, [&](int64_t group) { body(group, 0, 1); });
-  });
-}
-
-}  // namespace
 
 void dequantize_groups_apply(const Tensor& codes, const Tensor& meta, const GroupGeometry& g, ActivationId fn,
                              bool from_output, const Tensor& grad, const Tensor& gx, CodecWalk walk) {
@@ -203,30 +131,8 @@ void dequantize_groups_apply(const Tensor& codes, const Tensor& meta, const Grou
   PACKRAT_CHECK(grad.device() == codes.device() && gx.device() == codes.device() && meta.device() == codes.device(),
                 "dequantize_groups_apply: codes on {}, metadata on {}, gradient on {}, output on {}",
                 codes.device().str(), meta.device().str(), grad.device().str(), gx.device().str());
-  auto on_host = [&] {
-    dequantize_groups_apply_on_host(codes.data<uint8_t>(), meta.data<uint8_t>(), g, fn, from_output,
-                                    grad.data<float>(), gx.data<float>());
-  };
-  const bool host_walk = walk.channels == 0;  // the host bodies take the codes' order as it lies
-  if (codes.is_cpu()) {
-    PACKRAT_CHECK(host_walk, "dequantize_groups_apply: a blocked walk on the CPU (its store keeps two passes)");
-    return on_host();
-  }
-  if (codec_ran_on_host(codes.device(), {codes, meta, grad, gx}, [&] {
-        PACKRAT_CHECK(host_walk, "dequantize_groups_apply: a blocked walk on {}", codes.device().str());
-        on_host();
-      }))
-    return;
-  PACKRAT_CHECK(host_walk || walk.nhwc, "dequantize_groups_apply: a channel-blocked walk on {} (a CPU layout)",
-                codes.device().str());
-  check_records_aligned(meta, walk, "dequantize_groups_apply");
-#if PACKRAT_HAVE_CUDA
-  cuda::launch_dequantize_groups_apply(codes.device_data<uint8_t>(), meta.device_data<uint8_t>(), g, fn, from_output,
-                                       grad.device_data<float>(), gx.device_data<float>(), walk);
-  cuda::check_last_launch("dequantize_groups_apply");
-#else
-  fail("dequantize_groups_apply: the codes are on {}, but this packrat was built without CUDA", codes.device().str());
-#endif
+  codecs(codes.device(), "dequantize_groups_apply: the codes")
+      .dequantize_groups_apply(codes, meta, g, fn, from_output, grad, gx, walk);
 }
 
 }  // namespace packrat

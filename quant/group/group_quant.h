@@ -24,7 +24,7 @@
 //   meta:  per group {min, step}, two bf16 (4 bytes) or two f32 (8 bytes), group after group.
 //
 // The per-element helpers and the one-group reference (quantize_group / dequantize_group) below
-// are inline and PACKRAT_HD: the CPU kernels (group_quant_cpu.cpp) write exactly their bytes
+// are inline and PACKRAT_HD: the CPU kernels (quant/cpu/group_quant_cpu.cpp) write exactly their bytes
 // (tests/quant/codec_bitexact_test.cpp) and a CUDA kernel calls them, so a code written on one
 // device decodes bit-identically on the other. The Tensor entry points dispatch by device.
 #include <cmath>
@@ -287,7 +287,7 @@ PACKRAT_HD inline GroupParams load_group_meta(const uint8_t* src, MetaType meta)
 
 // Code of one value: stochastic with uniform r in (0, 1), round-to-nearest (ties down) with
 // r = 0.5. x must lie in the group's range; NaN gives code 0.
-// (The CPU loops in group_quant_cpu.cpp compute the same codes with AVX-512 where available.)
+// (The CPU loops in quant/cpu/group_quant_cpu.cpp compute the same codes with AVX-512 where available.)
 PACKRAT_HD inline uint32_t quantize_value(float x, const GroupParams& p, uint32_t levels, float r) {
   float u = (x - p.min) * p.inv_step;
   u = u > 0.0f ? u : 0.0f;  // and NaN: 0 (code 0, as below zero)
@@ -407,9 +407,9 @@ PACKRAT_HD inline void dequantize_group(const uint8_t* codes, const uint8_t* met
 // ---- entry points: dispatched by the device of their tensors ---------------------------------
 
 // Quantizes x (g.numel f32, walked as `walk` says) into codes (g.code_bytes(),) u8 and meta
-// (g.meta_bytes(),) u8 on x's device. CPU: the kernel below; a GPU: group_quant_cuda.cu (the
+// (g.meta_bytes(),) u8 on x's device. CPU: the kernel below; a GPU: quant/cuda/group_quant_cuda.cu (the
 // variance bounds, when asked for, are copied to the host); the emulated GPU of the tests: the
-// CPU kernel (quant/codec/codec_device.h).
+// CPU kernel (quant/codec/codec_kernels.h).
 // `walk` (codec_order): channel-blocked walks on the CPU (and the emulated GPU of the tests, which
 // runs the CPU's kernels), NHWC walks on a GPU.
 void quantize_groups(const Tensor& x, const GroupGeometry& g, Rounding rounding, const QuantNoise& noise,
@@ -425,7 +425,7 @@ void dequantize_groups(const Tensor& codes, const Tensor& meta, const GroupGeome
 void dequantize_groups_apply(const Tensor& codes, const Tensor& meta, const GroupGeometry& g, ActivationId fn,
                              bool from_output, const Tensor& grad, const Tensor& gx, CodecWalk walk = {});
 
-// ---- the CPU kernels (group_quant_cpu.cpp), on host pointers ----------------------------------
+// ---- the CPU kernels (quant/cpu/group_quant_cpu.cpp), on host pointers ----------------------------------
 
 // One pass: for every group, its range, its metadata, its codes, packed (the bytes of
 // quantize_group). x holds g.numel floats; codes holds g.code_bytes(), meta g.meta_bytes().

@@ -1,5 +1,5 @@
 #pragma once
-// How a CUDA warp runs the per-group codec (quant/group/group_quant_cuda.cu), CUDA-free: the kernels
+// How a CUDA warp runs the per-group codec (quant/cuda/group_quant_cuda.cu), CUDA-free: the kernels
 // call these per-lane steps between their shuffles and warp barriers, and
 // tests/quant/group_quant_warp_test.cpp replays the same steps lane by lane on the host (the
 // shuffles and the shared-memory phases included) against the CPU kernel's bytes.

@@ -7,7 +7,7 @@
 // bookkeeping is quant/store/compressing_store.h's). Packed codes and metadata are u8 tensors
 // allocated under the Saved tag on the saved tensor's device, so that device's allocator counts
 // every byte and describe() reports them; a GPU tensor is quantized and dequantized there by the
-// codec's CUDA kernels (quant/group/group_quant_cuda.cu), writing the CPU's bytes.
+// codec's CUDA kernels (quant/cuda/group_quant_cuda.cu), writing the CPU's bytes.
 //
 // Randomness: the tensor quantized n-th since begin_step(step) draws its rounding noise from
 // Philox(seed, quant_stream(step, n), element); set_noise_salt re-draws one tensor's noise.

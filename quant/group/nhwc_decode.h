@@ -7,7 +7,7 @@
 // (NhwcElementDecoder). Staging the decoded values through a plain-order tile and writing the tile
 // back, as the quantize does, wrote 16 bytes a thread at a pixel's stride (a request to L2 each:
 // the L2 60% busy at 0.3 of copy bandwidth, DRAM at 20%). CUDA-free: the kernel
-// (group_quant_cuda.cu) and the host tests (tests/quant/nhwc_decode_test.cpp) run the same phases.
+// (quant/cuda/group_quant_cuda.cu) and the host tests (tests/quant/nhwc_decode_test.cpp) run the same phases.
 #include <algorithm>
 #include <cstdint>
 #include <cstring>

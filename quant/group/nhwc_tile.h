@@ -5,7 +5,7 @@
 // the run from the NHWC buffer (a thread a pixel's 8 or 4 channels where the channels are a
 // multiple of them, else an element; its whole share of loads in flight at once) into a tile in
 // plain order, then quantizes the tile's groups with the warps of group_quant_warp.h. (The decode
-// needs no tile: quant/group/nhwc_decode.h.) CUDA-free: the kernels (group_quant_cuda.cu) and the host
+// needs no tile: quant/group/nhwc_decode.h.) CUDA-free: the kernels (quant/cuda/group_quant_cuda.cu) and the host
 // tests (tests/quant/nhwc_tile_test.cpp) run the same phases.
 #include <cstdint>
 

@@ -1,5 +1,5 @@
 #pragma once
-// The per-index bodies of the mixed quantizer's CUDA kernels (quant/mixed/mixed_quant_cuda.cu) and
+// The per-index bodies of the mixed quantizer's CUDA kernels (quant/cuda/mixed_quant_cuda.cu) and
 // their launchers: CUDA-free, so the host tests run the same bodies index by index
 // (tests/quant/mixed_quant_device_test.cpp). The per-element helpers they use:
 // quant/mixed/mixed_quant_device.h.
@@ -159,40 +159,5 @@ struct DequantizeBucketQuadsBody {
     }
   }
 };
-
-namespace cuda {
-// Launchers (mixed_quant_cuda.cu; CUDA builds only), on device pointers, on the default stream.
-// The caller checks the launch (check_last_launch).
-
-// Bytes of CUB's temporary storage for the scans and the count below, for `buckets` buckets.
-size_t mixed_scan_scratch_bytes(int64_t buckets);
-// Per-bucket decisions: flags (buckets,) u8 and offsets (buckets + 1,) i64, the exclusive prefix
-// sum of the bucket code bytes (CUB DeviceScan); totals (2,) i64 = {code bytes, mix buckets}.
-void launch_decide_buckets(const MixedQuantConfig& c, const BucketGeometry& g, const QuantNoise& noise, uint8_t* flags,
-                           int64_t* offsets, int64_t* totals, void* scratch, size_t scratch_bytes);
-// packed (packed_bytes(buckets, 1),) from flags (buckets,): PackFlagsBody.
-void launch_pack_flags(const uint8_t* flags, int64_t buckets, uint8_t* packed);
-// offsets (buckets + 1,) from the widths held (BucketBytesBody, then the scan).
-void launch_code_offsets(const MixedFormat& f, const BucketFlags& flags, int64_t* offsets, void* scratch,
-                         size_t scratch_bytes);
-// One warp per bucket: its range or scale by warp reductions (the reference's values), its
-// metadata, then its blocks of 8 codes across the lanes (QuantizeBucketBlockBody's arithmetic
-// with the grid in registers), at offsets(g). walk: plain (channels 0), or an NHWC tensor taken in
-// plain order, its buckets staged through shared memory (quant/mixed/nhwc_buckets.h; the caller checks
-// nhwc_buckets_stageable).
-void launch_quantize_mixed(const float* x, const MixedFormat& f, Rounding rounding, const QuantNoise& noise,
-                           const BucketFlags& flags, const BucketOffsets& offsets, uint8_t* codes, uint8_t* meta,
-                           const CodecWalk& walk);
-// Plain: dequantize_lanes(bucket size) lanes a bucket, DequantizeBucketQuadsBody. NHWC: a block's
-// buckets decoded straight into NHWC (quant/mixed/nhwc_buckets.h).
-void launch_dequantize_mixed(const uint8_t* codes, const uint8_t* meta, const MixedFormat& f, const BucketFlags& flags,
-                             const BucketOffsets& offsets, float* out, const CodecWalk& walk);
-// The same, each quad's values x (y = f(x) where from_output) turned into gx = grad * f'(x)
-// (quant/codec/apply_derivative_sink.h) instead of stored; grad and gx in the walk's layout. fn <
-// kNumActivations, checked by the caller.
-void launch_dequantize_mixed_apply(const uint8_t* codes, const uint8_t* meta, const MixedFormat& f,
-                                   const BucketFlags& flags, const BucketOffsets& offsets, ActivationId fn,
-                                   bool from_output, const float* grad, float* gx, const CodecWalk& walk);
-}  // namespace cuda
 
 }  // namespace packrat

@@ -106,7 +106,7 @@ void decide_buckets(const BucketGeometry& g, const MixedQuantConfig& c, const Qu
 CodecOrder mixed_codec_order(const Shape& shape, Layout layout, Device d, int64_t bucket_size);
 // Quantizes x (any shape, f32, a layout mixed_codec_order walks); the result's Tensors on x's device
 // under the current TagScope. CPU: the kernel below. A GPU: the CUDA kernels
-// (mixed_quant_cuda.cu), the same bytes; with per-bucket decisions the host reads back the code
+// (quant/cuda/mixed_quant_cuda.cu), the same bytes; with per-bucket decisions the host reads back the code
 // size (one synchronising 16-byte copy) to allocate the codes. A build without CUDA: packrat::Error.
 MixedPacked quantize_mixed(const Tensor& x, const MixedQuantConfig& c, const QuantNoise& noise);
 // Dequantizes into out (p.numel f32, any shape, a layout mixed_codec_order walks), on the codes' device:
@@ -131,15 +131,20 @@ std::vector<int64_t> bucket_code_offsets(const BucketGeometry& g, const BucketWi
 // The format fields of a quantized tensor (numel, bucket size, widths, scale rule, metadata type),
 // before its buffers (mixed_quant.cpp).
 MixedPacked mixed_packed_header(int64_t numel, const MixedQuantConfig& c);
+// What the kernels read of a quantized tensor's format.
+MixedFormat mixed_format_of(const MixedPacked& p);
+// The kernels' walk of t on its device (mixed_codec_order), or packrat::Error naming `where` for
+// a layout they do not walk there.
+CodecWalk mixed_walk_of(const Tensor& t, int64_t bucket_size, const char* where);
 
-// ---- the CPU kernels (mixed_quant_cpu.cpp), on host pointers ------------------------------
+// ---- the CPU kernels (quant/cpu/mixed_quant_cpu.cpp), on host pointers ------------------------------
 
 // Quantizes x (numel floats, in the order of walk: the buffer as it lies, or a blocked buffer in
 // plain order) in one parallel pass over the buckets (the bytes of quantize_bucket_ref, bucket by
 // bucket, with the widths of bucket_takes_mix).
 // The widths are chosen by decide_buckets with the same noise; Tensors under the current TagScope.
 // Affine buckets at 1, 2, 3, 4 or 8 bits are quantized by a fused kernel built from per-group
-// quantization's SIMD pieces (quant/group/group_quant_simd.h: noise, range, packing) and dequantized by
+// quantization's SIMD pieces (quant/cpu/group_quant_simd.h: noise, range, packing) and dequantized by
 // dequantize_groups; the other widths and the sign-magnitude rules by this file's own loops.
 MixedPacked quantize_mixed(const float* x, int64_t numel, const MixedQuantConfig& c, const QuantNoise& noise,
                            const CodecWalk& walk = {});

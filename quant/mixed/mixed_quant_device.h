@@ -3,7 +3,7 @@
 // format and the entry points): the per-element and per-bucket helpers, the one-bucket reference
 // (quantize_bucket_ref / dequantize_bucket_ref); the per-index bodies of the CUDA kernels build on
 // them (quant/mixed/mixed_kernel_bodies.h). CUDA-free and fmt-free: g++ compiles it for the CPU kernels
-// (quant/mixed/mixed_quant_cpu.cpp, which share the helpers) and for the tests that run the bodies on
+// (quant/cpu/mixed_quant_cpu.cpp, which share the helpers) and for the tests that run the bodies on
 // the host (tests/quant/mixed_quant_device_test.cpp), nvcc for the kernels, so a code written on
 // one device decodes bit-identically on the other.
 #include <cmath>
@@ -180,7 +180,7 @@ PACKRAT_HD inline BucketGrid load_bucket_meta(const uint8_t* src, ScaleRule scal
 // ---- a bucket's range and scale, in their canonical order ----------------------------------
 
 // min and max of x[0..n), n >= 1, a plain scan (the CPU's order; the GPU's warp reduction keeps
-// its result, quant/mixed/warp_range.cuh).
+// its result, quant/cuda/warp_range.cuh).
 PACKRAT_HD inline void bucket_range_ref(const float* x, int64_t n, float& mn_out, float& mx_out) {
   float mn = x[0], mx = x[0];
   for (int64_t i = 1; i < n; ++i) {

@@ -3,7 +3,7 @@
 // NCHW) order, the order of the CPU's codes, in one pass each way as the per-group codec does:
 // a block of the CUDA quantize kernel takes consecutive buckets, whose elements are one run of
 // the plain order, stages the run through shared memory (quant/group/nhwc_tile.h) and quantizes each
-// bucket there with one warp (mixed_quant_cuda.cu); a block of the decode kernel copies its
+// bucket there with one warp (quant/cuda/mixed_quant_cuda.cu); a block of the decode kernel copies its
 // buckets' codes into shared memory beside a table of their widths and grids, and decodes each
 // NHWC position from its own bucket's codes (quant/group/nhwc_decode.h's walk, with
 // NhwcBucketDecoder). CUDA-free: the kernels and the host tests (tests/quant/nhwc_buckets_test.cpp)

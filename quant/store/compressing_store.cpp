@@ -5,7 +5,7 @@
 #include "core/backend.h"
 #include "core/error.h"
 #include "quant/bits/bitpack.h"
-#include "quant/codec/codec_device.h"
+#include "quant/codec/codec_kernels.h"
 #include "quant/fewbit/fewbit_codec.h"
 #include "quant/bits/wide_codes.h"  // masks and indices above 8 bits
 #include "quant/store/with_integers.h"

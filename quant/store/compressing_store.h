@@ -130,7 +130,7 @@ class CompressingStore : public SavedTensorStore {
                            std::unique_ptr<Encoded> enc, int variant);
   // Unless x is on the CPU or the codec runs on devices (codec_on_devices), throws "<scheme>:
   // this scheme's codec has no GPU kernels, so nothing is compressed on cuda:0: <op> <layer>
-  // <x.describe()> cannot be compressed there ..." (quant/codec/codec_device.h).
+  // <x.describe()> cannot be compressed there ..." (quant/codec/codec_kernels.h).
   void check_device(const Tensor& x, const SaveRequest& r) const;
   // The held buffer of a live, non-exact handle (no in-place check), or null.
   const Held* held_of(const SavedHandle& h) const;

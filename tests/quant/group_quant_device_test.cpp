@@ -62,7 +62,7 @@ TEST(GroupQuantDevice, CudaKernelsWriteTheCpuBytes) {
 // An NHWC tensor (what the CUDA convolutions make) quantizes to the CPU's bytes of its plain copy,
 // ReLU-like zeros, zero extremes of either sign and NaN values included: through the staged
 // kernel (quant/group/nhwc_tile.h), or under PACKRAT_QUANTIZE=quads the tile-free one where it
-// takes the shape (quant/group/quad_quantize.h; scripts/device_check.sh runs this suite with it
+// takes the shape (quant/cuda/quad_quantize.h; scripts/device_check.sh runs this suite with it
 // as its EXPERIMENT).
 TEST(GroupQuantDevice, NhwcTensorsQuantizeToThePlainTensorsBytes) {
   PACKRAT_SKIP_WITHOUT_GPU();

@@ -1,4 +1,4 @@
-// The CPU kernels' SIMD building blocks (quant/group/group_quant_simd.h) against their plain forms, on
+// The CPU kernels' SIMD building blocks (quant/cpu/group_quant_simd.h) against their plain forms, on
 // whatever this machine has (AVX-512, AVX2 or neither): the same bytes as the reference and a GPU.
 #include <gtest/gtest.h>
 
@@ -8,7 +8,7 @@
 
 #include "core/philox.h"
 #include "quant/bits/bitpack.h"
-#include "quant/group/group_quant_simd.h"
+#include "quant/cpu/group_quant_simd.h"
 
 namespace packrat {
 namespace {

@@ -1,5 +1,5 @@
 // The per-group codec's CUDA kernels without a GPU: their warps (quant/group/group_quant_warp.h's steps,
-// in quant/group/group_quant_cuda.cu's order) replayed on the host, lane by lane, shuffles and shared
+// in quant/cuda/group_quant_cuda.cu's order) replayed on the host, lane by lane, shuffles and shared
 // memory included, write the CPU kernel's codes, metadata, variance bounds and floats byte for byte.
 #include "quant/group/group_quant_warp.h"
 
@@ -200,7 +200,7 @@ TEST(GroupQuantWarp, AChunksSharedPhiloxCallsGiveEveryElementItsRoundingNoise) {
 // The lanes' scans merged in the kernels' butterfly order give the plain scan's (min, max), with
 // a NaN first value (kept), later NaNs (ignored) and signed zeros (the first one found): a warp's
 // lanes on blocks of 8, lane l on blocks l, l + 32, ... (the per-group kernel with a warp a
-// group, and the mixed quantizer's warp_range, quant/mixed/warp_range.cuh).
+// group, and the mixed quantizer's warp_range, quant/cuda/warp_range.cuh).
 TEST(GroupQuantWarp, MergedLaneRangesAreThePlainScans) {
   const float nan = std::numeric_limits<float>::quiet_NaN();
   std::vector<std::vector<float>> groups = {{nan, 1.0f, -2.0f, 3.0f},         {1.0f, nan, -2.0f, 3.0f, nan},

@@ -103,7 +103,7 @@ TEST(GroupStore, GroupsAreTheSameForPlainAndBlockedTensors) {
       {{2, 32, 8, 8}, 2 * 32 * ((64 * 2 + 7) / 8 + 4)},  // planes of 64: one group a plane
       // planes of 9, seven to a group, six such and one of six planes a sample; 86400 values: the
       // groups split between threads (at tile edges: group_at_tile_edge), groups across tiles
-      // (quant/group/plain_runs.h)
+      // (quant/cpu/plain_runs.h)
       {{200, 48, 3, 3}, 200 * (6 * ((63 * 2 + 7) / 8 + 4) + ((54 * 2 + 7) / 8 + 4))},
   };
   for (Grouping grouping : {Grouping::PerPlane, Grouping::PerSample, Grouping::Flat}) {

@@ -108,7 +108,7 @@ TEST(MixedStore, ValueRoundTripMatchesTheQuantizerAndCountsEveryByte) {
 // channels.)
 TEST(MixedStore, ABlockedTensorIsBucketedAsItsPlainCopy) {
   // Planes of 63: buckets across channels; planes of 9, 55296 values: buckets across tiles, split
-  // between threads inside tiles (quant/group/plain_runs.h).
+  // between threads inside tiles (quant/cpu/plain_runs.h).
   for (const Shape& shape : {Shape{2, 32, 9, 7}, Shape{128, 48, 3, 3}}) {
     for (Layout layout : {Layout::nChw16c, Layout::nChw8c}) {
       const Tensor x = random_tensor(shape, 12, -3.0f, 3.0f);

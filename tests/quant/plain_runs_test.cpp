@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "core/tensor.h"
-#include "quant/group/plain_runs.h"
+#include "quant/cpu/plain_runs.h"
 
 namespace packrat {
 namespace {

@@ -1,4 +1,4 @@
-// The quads quantize (quant/group/quad_quantize.h), on the host: its plans take the shapes they promise
+// The quads quantize (quant/cuda/quad_quantize.h), on the host: its plans take the shapes they promise
 // (ResNet-18's activations on CIFAR in NHWC, plain tensors in runs that divide them) and refuse the
 // ones they cannot, and its three phases, run thread by thread and run by run as a CUDA block runs
 // them, write the CPU kernel's codes, metadata and range_sq for the plain tensor: per plane, per
@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "quant/group/group_quant.h"
-#include "quant/group/quad_quantize.h"
+#include "quant/cuda/quad_quantize.h"
 #include "tests/quant/nhwc_cases.h"
 
 namespace packrat {

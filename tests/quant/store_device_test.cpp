@@ -1,6 +1,6 @@
 // The compressing stores on a device. Without a GPU: on the emulated GPU
 // (tests/support/emulated_gpu.h), whose codec kernels are the CPU's (the seam of
-// quant/codec/codec_device.h), every request kind saved by the per-group store (actnn at 2, 4 and 8
+// quant/codec/codec_kernels.h), every request kind saved by the per-group store (actnn at 2, 4 and 8
 // bits, stochastic and nearest, bf16 and f32 metadata; gact's per-tensor bits), the mixed /
 // deterministic store and the few-bit store gives the CPU store's forward values, loads and gradients bit for bit, the same describe()
 // bytes, codes allocated on the device under the Saved tag, and no host access to device data.

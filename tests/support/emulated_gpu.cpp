@@ -11,7 +11,8 @@
 #include "core/backend.h"
 #include "core/backend_override.h"
 #include "core/cpu/cpu_backend.h"
-#include "quant/codec/codec_device.h"
+#include "quant/codec/codec_kernels.h"
+#include "quant/cpu/cpu_codecs.h"
 
 namespace packrat::testing {
 
@@ -431,14 +432,63 @@ class EmulatedBackend final : public Backend {
   Allocator allocator_;
 };
 
-// The compression codecs on the device: their CPU kernels, on its (host) memory.
-class EmulatedCodecs final : public HostCodecOverride {
+// The compression codecs on the device: the CPU's kernels, on its (host) memory.
+class EmulatedCodecs final : public CodecKernels {
  public:
-  Device device() const override { return kGpu; }
-  void run_on_host(std::initializer_list<Tensor> operands, const std::function<void()>& kernel) override {
-    OnHost h;
-    for (const Tensor& t : operands) h.add(t);
-    kernel();
+  void quantize_groups(const Tensor& x, const GroupGeometry& g, Rounding rounding, const QuantNoise& noise,
+                       const Tensor& codes, const Tensor& meta, std::vector<double>* group_range_sq,
+                       const CodecWalk& walk) override {
+    OnHost h(x, codes, meta);
+    cpu_codecs().quantize_groups(x, g, rounding, noise, codes, meta, group_range_sq, walk);
+  }
+  void dequantize_groups(const Tensor& codes, const Tensor& meta, const GroupGeometry& g, const Tensor& out,
+                         const CodecWalk& walk) override {
+    OnHost h(codes, meta, out);
+    cpu_codecs().dequantize_groups(codes, meta, g, out, walk);
+  }
+  void dequantize_groups_apply(const Tensor& codes, const Tensor& meta, const GroupGeometry& g, ActivationId fn,
+                               bool from_output, const Tensor& grad, const Tensor& gx,
+                               const CodecWalk& walk) override {
+    PACKRAT_CHECK(walk.channels == 0, "dequantize_groups_apply: a blocked walk on {}", codes.device().str());
+    OnHost h(codes, meta, grad, gx);
+    cpu_codecs().dequantize_groups_apply(codes, meta, g, fn, from_output, grad, gx, walk);
+  }
+  // The CPU kernel's buffers, moved to the device.
+  MixedPacked quantize_mixed(const Tensor& x, const MixedQuantConfig& c, const QuantNoise& noise) override {
+    MixedPacked p;
+    {
+      OnHost h(x);
+      p = cpu_codecs().quantize_mixed(x, c, noise);
+    }
+    for (Tensor* t : {&p.codes, &p.meta_data, &p.flags})
+      if (t->defined()) *t = t->to(kGpu);
+    return p;
+  }
+  void dequantize_mixed(const MixedPacked& p, const Tensor& out) override {
+    OnHost h(p.codes, p.meta_data, p.flags, out);
+    cpu_codecs().dequantize_mixed(p, out);
+  }
+  void dequantize_mixed_apply(const MixedPacked& p, ActivationId fn, bool from_output, const Tensor& grad,
+                              const Tensor& gx) override {
+    OnHost h(p.codes, p.meta_data, p.flags, grad, gx);
+    cpu_codecs().dequantize_mixed_apply(p, fn, from_output, grad, gx);
+  }
+  void fewbit_encode(const FewbitCoder& c, const Pointwise* fn, const Tensor& src, const Tensor& y,
+                     const Tensor& packed) override {
+    OnHost h(src, y, packed);
+    cpu_codecs().fewbit_encode(c, fn, src, y, packed);
+  }
+  void fewbit_decode(const FewbitCoder& c, const Tensor& packed, const Tensor& grad, const Tensor& out) override {
+    OnHost h(packed, grad, out);
+    cpu_codecs().fewbit_decode(c, packed, grad, out);
+  }
+  int64_t pack_codes(const Tensor& src, int bits, const Tensor& packed) override {
+    OnHost h(src, packed);
+    return cpu_codecs().pack_codes(src, bits, packed);
+  }
+  void unpack_codes(const Tensor& packed, int bits, const Tensor& out) override {
+    OnHost h(packed, out);
+    cpu_codecs().unpack_codes(packed, bits, out);
   }
 };
 
@@ -456,10 +506,10 @@ EmulatedBackend& instance() {
 
 EmulatedGpu::EmulatedGpu() {
   set_backend_override(kGpu, &instance());
-  set_codec_override(&codecs());
+  set_codecs(kGpu, &codecs());
 }
 EmulatedGpu::~EmulatedGpu() {
-  set_codec_override(nullptr);
+  set_codecs(kGpu, nullptr);
   set_backend_override(kGpu, nullptr);
 }
 Allocator& EmulatedGpu::allocator() { return instance().allocator(); }

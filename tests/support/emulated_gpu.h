@@ -7,7 +7,7 @@
 // copies to and from it go through its backend, and `device: cuda:1000` passes the trainer's
 // device check. A training step that runs on it has no hidden host access left, and allocates
 // nothing on the wrong device. The compression codecs run their CPU kernels on its memory (the
-// test seam of quant/codec/codec_device.h), so the compressing stores' device paths run here too.
+// test seam of quant/codec/codec_kernels.h), so the compressing stores' device paths run here too.
 // What it cannot catch: memcpy on raw() pointers (its memory is host memory; grep for raw()
 // instead), and anything about CUDA itself (kernels, streams, cudaMalloc).
 //

@@ -8,10 +8,10 @@
 
 #include "core/cuda/launch.cuh"
 #include "quant/codec/apply_derivative_sink.h"
-#include "quant/group/group_quant_device.h"
+#include "quant/cuda/launchers.h"
 #include "quant/group/group_quant_warp.h"
 #include "quant/group/nhwc_decode.h"
-#include "quant/group/quad_quantize.h"
+#include "quant/cuda/quad_quantize.h"
 #include "quant/group/nhwc_tile.h"
 
 namespace packrat::cuda {
@@ -134,7 +134,7 @@ __global__ void __launch_bounds__(kStaged ? kNhwcBlockThreads : kThreadsPerBlock
 }
 
 // An NHWC tensor's groups without a staging tile, or a plain tensor's without a warp a group
-// (quant/group/quad_quantize.h says how): a thread a box of 4 channels x 8 pixels (plain: 4 blocks of
+// (quant/cuda/quad_quantize.h says how): a thread a box of 4 channels x 8 pixels (plain: 4 blocks of
 // 8), in registers from its 8 loads to its codes; the block's range and noise in shared memory
 // (34 KiB), two barriers; ptxas: 78 registers (80 at 3 bits), no spills, so three blocks an SM.
 // Not yet timed on a GPU: picked by PACKRAT_QUANTIZE=quads (quads_quantize_chosen), the staged

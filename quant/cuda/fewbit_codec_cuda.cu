@@ -4,6 +4,7 @@
 #include <type_traits>
 
 #include "core/cuda/launch.cuh"
+#include "quant/cuda/launchers.h"
 #include "quant/fewbit/fewbit_device.h"
 
 namespace packrat::cuda {

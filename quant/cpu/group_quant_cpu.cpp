@@ -10,8 +10,8 @@
 #include "core/error.h"
 #include "core/parallel.h"
 #include "quant/group/group_quant.h"
-#include "quant/group/group_quant_simd.h"
-#include "quant/group/plain_runs.h"
+#include "quant/cpu/group_quant_simd.h"
+#include "quant/cpu/plain_runs.h"
 
 #if defined(__AVX512F__) || defined(__AVX2__)
 #include <immintrin.h>

@@ -11,9 +11,9 @@
 #include "core/error.h"
 #include "core/parallel.h"
 #include "quant/bits/bitpack.h"
-#include "quant/group/group_quant_simd.h"
+#include "quant/cpu/group_quant_simd.h"
 #include "quant/mixed/mixed_quant.h"
-#include "quant/group/plain_runs.h"
+#include "quant/cpu/plain_runs.h"
 
 #if defined(__AVX512F__)
 #include <immintrin.h>

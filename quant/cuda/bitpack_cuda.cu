@@ -2,6 +2,7 @@
 #include <cuda_runtime.h>
 
 #include "core/cuda/launch.cuh"
+#include "quant/cuda/launchers.h"
 #include "quant/bits/bitpack_device.h"
 
 namespace packrat::cuda {

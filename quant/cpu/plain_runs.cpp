@@ -1,4 +1,4 @@
-#include "quant/group/plain_runs.h"
+#include "quant/cpu/plain_runs.h"
 
 #include <algorithm>
 #include <cstring>

@@ -10,10 +10,11 @@
 #include <algorithm>
 
 #include "core/cuda/launch.cuh"
+#include "quant/cuda/launchers.h"
 #include "quant/codec/apply_derivative_sink.h"
 #include "quant/mixed/mixed_kernel_bodies.h"
 #include "quant/mixed/nhwc_buckets.h"
-#include "quant/mixed/warp_range.cuh"
+#include "quant/cuda/warp_range.cuh"
 
 namespace packrat::cuda {
 
