@@ -1,5 +1,8 @@
 #pragma once
-// MD5 (RFC 1321), to check downloaded archives against their published digests.
+// MD5 (RFC 1321), to check downloaded archives against their published digests: Nettle's
+// (nettle-dev), streamed.
+#include <nettle/md5.h>
+
 #include <array>
 #include <cstddef>
 #include <cstdint>
@@ -18,11 +21,7 @@ class Md5 {
   std::string hex_digest();          // 32 lowercase hex digits
 
  private:
-  void block(const uint8_t* p);
-  uint32_t state_[4];
-  uint64_t length_ = 0;  // bytes so far
-  uint8_t buffer_[64];
-  size_t buffered_ = 0;
+  md5_ctx ctx_;
 };
 
 std::string md5_hex(std::string_view data);
