@@ -16,10 +16,13 @@
 
 #include "autograd/ops.h"
 #include "autograd/saved_tensor_store.h"
+#include "autograd/saving_op_kinds.h"
 #include "autograd/tape.h"
 #include "core/backend.h"
 
 namespace packrat::ops {
+
+PACKRAT_SAVING_OP_KINDS("attention_q", "attention_k", "attention_v", "attention_softmax", "attention_dropout")
 
 namespace {
 

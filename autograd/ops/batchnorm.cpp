@@ -3,10 +3,13 @@
 // and updates the running statistics in place as PyTorch does (bumping their versions).
 #include "autograd/batchnorm_sync.h"
 #include "autograd/ops.h"
+#include "autograd/saving_op_kinds.h"
 #include "autograd/tape.h"
 #include "core/backend.h"
 
 namespace packrat::ops {
+
+PACKRAT_SAVING_OP_KINDS("batchnorm2d")
 
 namespace {
 void check_channel_tensor(const std::string& where, const char* what, const Tensor& t, int64_t C) {

@@ -2,10 +2,13 @@
 // Saves x (for the weight gradient) and the weight (for the input gradient), each only when
 // the gradient that needs it is wanted.
 #include "autograd/ops.h"
+#include "autograd/saving_op_kinds.h"
 #include "autograd/tape.h"
 #include "core/backend.h"
 
 namespace packrat::ops {
+
+PACKRAT_SAVING_OP_KINDS("conv2d")
 
 namespace {
 

@@ -8,10 +8,13 @@
 
 #include "autograd/ops.h"
 #include "autograd/saved_tensor_store.h"
+#include "autograd/saving_op_kinds.h"
 #include "autograd/tape.h"
 #include "core/backend.h"
 
 namespace packrat::ops {
+
+PACKRAT_SAVING_OP_KINDS("cross_entropy")
 
 Tensor cross_entropy(const Tensor& logits_any, const Tensor& targets, float label_smoothing) {
   const std::string& layer = LayerScope::current();

@@ -7,10 +7,13 @@
 #include <string>
 
 #include "autograd/saved_tensor_store.h"
+#include "autograd/saving_op_kinds.h"
 #include "autograd/tape.h"
 #include "core/backend.h"
 
 namespace packrat::ops {
+
+PACKRAT_SAVING_OP_KINDS("drop_path")
 
 namespace {
 

@@ -5,10 +5,13 @@
 
 #include "autograd/ops.h"
 #include "autograd/saved_tensor_store.h"
+#include "autograd/saving_op_kinds.h"
 #include "autograd/tape.h"
 #include "core/backend.h"
 
 namespace packrat::ops {
+
+PACKRAT_SAVING_OP_KINDS("embedding")
 
 Tensor embedding(const Tensor& ids, const Tensor& weight) {
   const std::string& layer = LayerScope::current();

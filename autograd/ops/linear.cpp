@@ -1,10 +1,13 @@
 // linear and matmul on the backend's matmul (Backend's matmul section). Both work on plain data:
 // blocked 4-d inputs are reordered first, and their input gradients go back to the input's layout.
 #include "autograd/ops.h"
+#include "autograd/saving_op_kinds.h"
 #include "autograd/tape.h"
 #include "core/backend.h"
 
 namespace packrat::ops {
+
+PACKRAT_SAVING_OP_KINDS("linear", "matmul")
 
 namespace {
 SaveRequest value_request(std::string_view op) { return SaveRequest{Need::Value, nullptr, op, LayerScope::current()}; }

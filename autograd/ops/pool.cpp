@@ -4,10 +4,13 @@
 #include <bit>
 
 #include "autograd/ops.h"
+#include "autograd/saving_op_kinds.h"
 #include "autograd/tape.h"
 #include "core/backend.h"
 
 namespace packrat::ops {
+
+PACKRAT_SAVING_OP_KINDS("maxpool2d")
 
 namespace {
 

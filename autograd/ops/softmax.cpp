@@ -4,10 +4,13 @@
 
 #include "autograd/ops.h"
 #include "autograd/saved_tensor_store.h"
+#include "autograd/saving_op_kinds.h"
 #include "autograd/tape.h"
 #include "core/backend.h"
 
 namespace packrat::ops {
+
+PACKRAT_SAVING_OP_KINDS("softmax")
 
 Tensor softmax(const Tensor& x_any) {
   const std::string& layer = LayerScope::current();

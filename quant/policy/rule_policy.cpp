@@ -6,6 +6,7 @@
 
 #include "autograd/fp32_store.h"
 #include "autograd/pointwise.h"
+#include "autograd/saving_op_kinds.h"
 #include "core/error.h"
 #include "quant/fewbit/fewbit_store.h"
 #include "quant/group/gact_store.h"
@@ -15,12 +16,7 @@
 
 namespace packrat {
 
-std::vector<std::string> saving_op_kinds() {
-  return {"conv2d", "linear", "matmul", "batchnorm2d", "layernorm", "maxpool2d", "softmax", "cross_entropy",
-          "dropout", "embedding", "mul",
-          // scaled_dot_product_attention's saved tensors (autograd/ops/attention.cpp)
-          "attention_q", "attention_k", "attention_v", "attention_softmax", "attention_dropout"};
-}
+std::vector<std::string> saving_op_kinds() { return registered_saving_op_kinds(); }
 
 bool is_op_kind(std::string_view op) {
   for (const auto& k : saving_op_kinds())

@@ -43,9 +43,10 @@ struct StorePolicySpec {
   uint64_t seed = 0;
 };
 
-// The op kinds a rule's `ops` may name: the ops that save tensors for backward (SaveRequest::op)
-// and every built-in activation by name.
-std::vector<std::string> saving_op_kinds();  // conv2d, linear, matmul, batchnorm2d, ...
+// The op kinds a rule's `ops` may name: the ops that save tensors for backward (SaveRequest::op,
+// each registered in its op's file: autograd/saving_op_kinds.h) and every built-in activation by
+// name.
+std::vector<std::string> saving_op_kinds();  // attention_dropout, attention_k, ..., conv2d, ...
 bool is_op_kind(std::string_view op);
 
 // '*' matches any run of characters (dots included), '?' one character, [..] a class.
