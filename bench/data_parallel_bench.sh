@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Data-parallel step benchmark (README "Data-parallel training"), side by side in one run:
+# Data-parallel step benchmark (docs/distributed.md), side by side in one run:
 #   A  mpiexec -np 2, 1 OpenMP thread per rank, gradient all-reduce overlapped with the backward
 #   A' the same with distributed.overlap: false (every bucket reduced after the backward)
 #   B  one process, 2 OpenMP threads, the same global batch

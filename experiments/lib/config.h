@@ -73,7 +73,7 @@ struct OutputConfig {
   int64_t checkpoint_interval = 1;  // epochs between checkpoints (0: only at the end)
 };
 
-// Data-parallel training under mpirun (README "Data-parallel training"); ignored otherwise.
+// Data-parallel training under mpirun (docs/distributed.md); ignored otherwise.
 struct DistributedConfig {
   std::string backend = "auto";          // mpi | nccl | auto (nccl for CUDA tensors, mpi otherwise)
   double timeout_s = 300;                // a collective not complete by then stops every rank, exit 2

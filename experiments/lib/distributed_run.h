@@ -1,6 +1,6 @@
 #pragma once
 // The trainer under mpirun: `mpirun -np 4 trainer --config X.yaml` trains one model
-// data-parallel (README "Data-parallel training"). This file holds what the trainer adds for it:
+// data-parallel (docs/distributed.md). This file holds what the trainer adds for it:
 // starting the world (threads per rank, the check that every rank resolved the same config,
 // data.batch_size split over the ranks), the training step's gradient all-reduce and GACT
 // broadcast (StepSync), synchronised batchnorm, the parameter broadcast at start, and the

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# The README's commands, as a new user copies them (issue 40): every command line in its code
-# blocks names a program that exists after the two set-up commands, and the quick ones run as
-# written, from a scratch copy of the repository root (so their runs/ never touch the checkout's).
+# The README's commands, as a new user copies them (issue 40): every command line in the code
+# blocks of README.md and of the guides in docs/*.md names a program that exists after the two
+# set-up commands, and the quick ones run as written, from a scratch copy of the repository root
+# (so their runs/ never touch the checkout's). A command written in several files is checked once.
 #   tests/readme/readme_commands.sh [BUILD_DIR]     (CTest runs it as readme.commands)
 # Prints one line per command and a count; exits 1 when a program is missing or a quick one fails.
 set -uo pipefail
@@ -13,8 +14,15 @@ for f in configs experiments scripts examples; do ln -s "$root/$f" "$scratch/$f"
 ln -s "$build" "$scratch/build"
 
 # Command lines: lines of ```sh blocks and indented code that start with a program of the project.
-commands=$(awk '/^```/ { inblock = !inblock; next } inblock || /^    [^ ]/ { sub(/^    /, ""); print }' "$root/README.md" |
-  grep -E '^(\./)?(build/bin/|scripts/|experiments/|OMP_NUM_THREADS=[0-9]+ build/bin/|mpirun )' | sed 's/[[:space:]]*#.*$//')
+# One line per command, "FILE<TAB>COMMAND" (FILE relative to the root), the first file that has it.
+commands_of() {
+  awk '/^```/ { inblock = !inblock; next } inblock || /^    [^ ]/ { sub(/^    /, ""); print }' "$root/$1" |
+    grep -E '^(\./)?(build/bin/|scripts/|experiments/|OMP_NUM_THREADS=[0-9]+ build/bin/|mpirun )' |
+    sed 's/[[:space:]]*#.*$//' | sed "s|^|$1\t|"
+}
+files=(README.md)
+for f in "$root"/docs/*.md; do files+=("docs/${f##*/}"); done
+commands=$(for f in "${files[@]}"; do commands_of "$f"; done | awk -F'\t' '$2 != "" && !seen[$2]++')
 
 checked=0 ran=0 failed=0
 # The program a command line runs: the first word that is neither an assignment nor an mpirun flag.
@@ -30,13 +38,14 @@ program_of() {
 quick() {
   [[ $1 == *--memory-report-only* || $1 == build/bin/fewbit* || $1 == experiments/fewbit_backward/errors.sh* ]]
 }
-while IFS= read -r cmd; do
+while IFS=$'\t' read -r file cmd; do
   [[ -z $cmd ]] && continue
   checked=$((checked + 1))
   prog=$(program_of "$cmd")
   if [[ ! -x $scratch/${prog#./} ]]; then
     failed=$((failed + 1))
     echo "FAIL  missing program '$prog': $cmd"
+    echo "      in $file"
     continue
   fi
   run=""
@@ -51,6 +60,7 @@ while IFS= read -r cmd; do
   else
     failed=$((failed + 1))
     echo "FAIL  ran: $run"
+    echo "      in $file"
     tail -3 <<<"$out" | sed 's/^/      /'
   fi
 done <<<"$commands"
