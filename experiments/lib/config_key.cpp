@@ -186,12 +186,13 @@ std::string meaning(const ConfigKey& k) {
     s += fmt::format(" (data.dataset {} only)", d);
   }
   const std::vector<std::string> readers = key_readers(k);
-  if (!readers.empty()) {
+  const size_t kinds = k.section == "optimizer" ? optimizer_names().size() : lr_schedule_names().size();
+  if (!readers.empty() && readers.size() < kinds) {
     std::string d;
     for (const auto& x : readers) d += (d.empty() ? "`" : ", `") + x + "`";
     s += fmt::format(" ({} only)", d);
   }
-  return s;
+  return s.rfind(' ', 0) == 0 ? s.substr(1) : s;
 }
 
 }  // namespace

@@ -208,13 +208,13 @@ std::vector<ConfigKey> make_table() {
 
       text("optimizer", "name", in(&C::optimizer, &O::name), "sgd", "the optimizer").one_of(optimizer_names),
       number("optimizer", "lr", in(&C::optimizer, &O::lr), "0.1", 0, 100, "learning rate").shortest(),
-      number("optimizer", "momentum", in(&C::optimizer, &O::momentum), "0", 0, 1, "").shortest(),
+      number("optimizer", "momentum", in(&C::optimizer, &O::momentum), "0", 0, 1, "momentum factor").shortest(),
       boolean("optimizer", "nesterov", in(&C::optimizer, &O::nesterov), "false", "needs momentum > 0"),
       number("optimizer", "weight_decay", in(&C::optimizer, &O::weight_decay), "0", 0, 10,
              "sgd: added to the gradient; adamw: decoupled").shortest(),
-      number("optimizer", "beta1", in(&C::optimizer, &O::beta1), "0.9", 0, 0.999999, "").shortest(),
-      number("optimizer", "beta2", in(&C::optimizer, &O::beta2), "0.999", 0, 0.999999999, "").shortest(),
-      number("optimizer", "eps", in(&C::optimizer, &O::eps), "1e-08", 0, 1, "").shortest(),
+      number("optimizer", "beta1", in(&C::optimizer, &O::beta1), "0.9", 0, 0.999999, "first-moment decay").shortest(),
+      number("optimizer", "beta2", in(&C::optimizer, &O::beta2), "0.999", 0, 0.999999999, "second-moment decay").shortest(),
+      number("optimizer", "eps", in(&C::optimizer, &O::eps), "1e-08", 0, 1, "added to the denominator").shortest(),
 
       text("schedule", "name", in(&C::schedule, &S::name), "constant", "the learning-rate schedule")
           .one_of(lr_schedule_names),
