@@ -9,6 +9,9 @@
 
 namespace packrat {
 
+// A model by name and options. It is also the config's model section (experiments/lib/config.h:
+// Config::model, one key per field but seed), where in_channels and num_classes 0 mean "the
+// data's" until make_session fills them in.
 struct ModelSpec {
   // resnet18 | resnet34 | resnet50 | resnet20 | resnet32 | resnet44 | resnet56 | resnet110 |
   // vit_b_16 | vit_tiny_cifar | vit_tiny_fmnist | gpt_tiny | gpt_small | gpt_medium (models/gpt.h;

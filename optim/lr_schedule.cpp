@@ -2,22 +2,97 @@
 
 #include <algorithm>
 #include <cmath>
+#include <deque>
+#include <mutex>
 
 #include "core/error.h"
 
 namespace packrat {
 
+namespace {
+
+std::mutex g_schedules_mutex;
+
+// Registration order is the order names are listed in messages ("constant, step, ...").
+std::deque<std::pair<std::string, LrScheduleKind>>& schedules() {  // callers hold g_schedules_mutex
+  static std::deque<std::pair<std::string, LrScheduleKind>> table = [] {
+    std::deque<std::pair<std::string, LrScheduleKind>> t;
+    t.push_back({"constant", {{}, [](const LrScheduleConfig& c, int64_t, double) { return c.base_lr; }, nullptr}});
+    t.push_back({"step",
+                 {{"step_size", "gamma"},
+                  [](const LrScheduleConfig& c, int64_t epoch, double) {
+                    return c.base_lr * std::pow(c.gamma, std::floor(static_cast<double>(epoch) / c.step_size));
+                  },
+                  [](const LrScheduleConfig& c) {
+                    PACKRAT_CHECK(c.step_size > 0, "lr schedule: step_size must be > 0, got {}", c.step_size);
+                  }}});
+    t.push_back({"multistep",
+                 {{"milestones", "gamma"},
+                  [](const LrScheduleConfig& c, int64_t epoch, double) {
+                    int passed = 0;
+                    for (int64_t m : c.milestones) passed += epoch >= m;
+                    return c.base_lr * std::pow(c.gamma, passed);
+                  },
+                  nullptr}});
+    t.push_back({"cosine",
+                 {{"min_lr"},
+                  [](const LrScheduleConfig& c, int64_t, double t) {
+                    const double span = static_cast<double>(c.epochs) - c.warmup_epochs;
+                    const double progress = std::min(1.0, (t - c.warmup_epochs) / span);
+                    return c.min_lr + (c.base_lr - c.min_lr) * 0.5 * (1.0 + std::cos(M_PI * progress));
+                  },
+                  // The cosine runs over what is left after the warm-up: there must be some.
+                  [](const LrScheduleConfig& c) {
+                    PACKRAT_CHECK(c.warmup_epochs < static_cast<double>(c.epochs),
+                                  "lr schedule: warmup_epochs {} must be >= 0 and shorter than the run ({} epochs)",
+                                  c.warmup_epochs, c.epochs);
+                  }}});
+    return t;
+  }();
+  return table;
+}
+
+}  // namespace
+
+void register_lr_schedule(const std::string& name, LrScheduleKind kind) {
+  std::lock_guard lock(g_schedules_mutex);
+  for (auto& [n, k] : schedules())
+    if (n == name) {
+      k = std::move(kind);
+      return;
+    }
+  schedules().push_back({name, std::move(kind)});
+}
+
+std::vector<std::string> lr_schedule_names() {
+  std::lock_guard lock(g_schedules_mutex);
+  std::vector<std::string> out;
+  for (const auto& [name, k] : schedules()) out.push_back(name);
+  return out;
+}
+
+const LrScheduleKind* find_lr_schedule(const std::string& name) {
+  std::lock_guard lock(g_schedules_mutex);
+  for (const auto& [n, k] : schedules())
+    if (n == name) return &k;
+  return nullptr;
+}
+
 LrSchedule::LrSchedule(LrScheduleConfig c) : c_(std::move(c)) {
-  PACKRAT_CHECK(c_.kind == "constant" || c_.kind == "step" || c_.kind == "multistep" || c_.kind == "cosine",
-                "lr schedule: unknown kind '{}' (known: constant, step, multistep, cosine)", c_.kind);
+  const LrScheduleKind* kind = find_lr_schedule(c_.kind);
+  if (kind == nullptr) {
+    std::string known;
+    for (const auto& n : lr_schedule_names()) known += (known.empty() ? "" : ", ") + n;
+    fail("lr schedule: unknown kind '{}' (known: {})", c_.kind, known);
+  }
+  kind_ = *kind;
   PACKRAT_CHECK(c_.base_lr >= 0.0 && c_.min_lr >= 0.0 && c_.gamma > 0.0,
                 "lr schedule: base_lr {}, min_lr {} must be >= 0 and gamma {} > 0", c_.base_lr, c_.min_lr, c_.gamma);
   PACKRAT_CHECK(c_.epochs > 0 && c_.steps_per_epoch > 0, "lr schedule: epochs {} and steps_per_epoch {} must be > 0",
                 c_.epochs, c_.steps_per_epoch);
-  PACKRAT_CHECK(c_.kind != "step" || c_.step_size > 0, "lr schedule: step_size must be > 0, got {}", c_.step_size);
-  PACKRAT_CHECK(c_.warmup_epochs >= 0.0 && (c_.kind != "cosine" || c_.warmup_epochs < static_cast<double>(c_.epochs)),
-                "lr schedule: warmup_epochs {} must be >= 0 and shorter than the run ({} epochs)", c_.warmup_epochs,
-                c_.epochs);
+  if (kind_.check) kind_.check(c_);
+  PACKRAT_CHECK(c_.warmup_epochs >= 0.0, "lr schedule: warmup_epochs {} must be >= 0 and shorter than the run ({} epochs)",
+                c_.warmup_epochs, c_.epochs);
 }
 
 double LrSchedule::lr(int64_t epoch, int64_t step_in_epoch) const {
@@ -29,19 +104,7 @@ double LrSchedule::lr(int64_t epoch, int64_t step_in_epoch) const {
   // Capped at 1: a warm-up shorter than one step (warmup_epochs * steps_per_epoch < 1) ends at
   // the first step instead of multiplying the learning rate.
   if (global < warmup_steps) return c_.base_lr * std::min(1.0, (global + 1.0) / warmup_steps);
-  const double t = global / spe;  // fractional epoch
-  if (c_.kind == "step") return c_.base_lr * std::pow(c_.gamma, std::floor(static_cast<double>(epoch) / c_.step_size));
-  if (c_.kind == "multistep") {
-    int passed = 0;
-    for (int64_t m : c_.milestones) passed += epoch >= m;
-    return c_.base_lr * std::pow(c_.gamma, passed);
-  }
-  if (c_.kind == "cosine") {
-    const double span = static_cast<double>(c_.epochs) - c_.warmup_epochs;
-    const double progress = std::min(1.0, (t - c_.warmup_epochs) / span);
-    return c_.min_lr + (c_.base_lr - c_.min_lr) * 0.5 * (1.0 + std::cos(M_PI * progress));
-  }
-  return c_.base_lr;
+  return kind_.lr(c_, epoch, global / spe);
 }
 
 }  // namespace packrat

@@ -10,6 +10,7 @@
 // the main schedule then runs on the remaining time (cosine over [warmup, epochs];
 // step/multistep keep their absolute epochs).
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -27,6 +28,24 @@ struct LrScheduleConfig {
   double warmup_epochs = 0.0;     // linear warmup length (may be fractional)
 };
 
+// Schedules by name, as saved-tensor schemes are (quant/policy/rule_policy.h): constant, step,
+// multistep and cosine are registered on first use; a program may add its own before it runs the
+// trainer. The config's schedule.name is one of these names.
+struct LrScheduleKind {
+  // The LrScheduleConfig fields (= the config's schedule.* keys) this kind reads besides the
+  // ones every kind reads (base_lr, epochs, steps_per_epoch, warmup_epochs); the config refuses the
+  // others' keys for it.
+  std::vector<std::string> keys;
+  // The lr at global step `global` (t = global / steps_per_epoch: the fractional epoch) after
+  // the warm-up.
+  std::function<double(const LrScheduleConfig& c, int64_t epoch, double t)> lr;
+  // Throws for numbers this kind cannot run with (the common ones are checked for every kind).
+  std::function<void(const LrScheduleConfig& c)> check;
+};
+void register_lr_schedule(const std::string& name, LrScheduleKind kind);
+std::vector<std::string> lr_schedule_names();  // in registration order
+const LrScheduleKind* find_lr_schedule(const std::string& name);  // nullptr when unknown
+
 class LrSchedule {
  public:
   explicit LrSchedule(LrScheduleConfig c);  // throws on an unknown kind or bad numbers
@@ -35,6 +54,7 @@ class LrSchedule {
 
  private:
   LrScheduleConfig c_;
+  LrScheduleKind kind_;
 };
 
 }  // namespace packrat

@@ -1,5 +1,7 @@
 #pragma once
-// The trainer's typed configuration, parsed from YAML with yaml-cpp. Every key is checked:
+// The trainer's typed configuration, parsed from YAML with yaml-cpp. Every key is described once
+// in experiments/lib/config_table.cpp (config_key.h), which drives the reader, the resolved-config
+// writer and the README's table of keys. Every key is checked:
 // unknown keys, wrong types and out-of-range values throw packrat::Error naming the file, the
 // dotted key and its line ("configs/q.yaml: data.batch_size (line 7): must be an integer in
 // [1, 1048576], got 0"); a value given by --set is named as such ("--set data.batch_size=0").
@@ -7,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "models/registry.h"
+#include "optim/registry.h"
 #include "quant/policy/rule_policy.h"
 
 namespace packrat {
@@ -29,29 +33,8 @@ struct DataConfig {
   int64_t seq_len = 0;                        // text: tokens per sample (required, >= 1)
 };
 
-struct ModelConfig {
-  std::string arch;                 // resnet20, resnet18, ...
-  std::string stem;                 // cifar | imagenet; "" = the architecture's own
-  std::string activation;           // any built-in pointwise activation; default: the arch's own
-  int64_t image_size = 0, patch_size = 0;  // vit_*: 0 = the input's side / the preset's patch
-  int64_t classes = 0;              // 0: the dataset's number of classes
-  int64_t in_channels = 0;          // 0: the dataset's channels; otherwise it must equal them
-  double width_mult = 1.0, depth_mult = 1.0;  // EfficientNet: on top of the preset's own
-  // < 0 (unset): the preset's own; see ModelSpec (models/registry.h) for what each one drops.
-  double dropout = -1, attention_dropout = -1, stochastic_depth = -1;
-};
-
-struct OptimizerConfig {
-  std::string name = "sgd";  // sgd | adamw
-  double lr = 0.1;
-  double momentum = 0.9;     // sgd
-  bool nesterov = false;     // sgd
-  double weight_decay = 0.0;
-  double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;  // adamw
-};
-
 struct ScheduleConfig {
-  std::string name = "constant";   // constant | step | multistep | cosine (optim/lr_schedule.h)
+  std::string name = "constant";   // a registered schedule: constant | step | multistep | cosine (optim/lr_schedule.h)
   double warmup_epochs = 0;        // linear warmup (may be fractional)
   double min_lr = 0;               // cosine floor
   int64_t step_size = 30;          // step: epochs between decays
@@ -91,9 +74,11 @@ struct Config {
   // cuDNN algorithms that give the same bits run after run (on the CPU, auto). See core/backend.h.
   std::string conv_algorithm = "auto";
   DataConfig data;
-  ModelConfig model;
+  // The model as make_model takes it, but in_channels and num_classes (model.in_channels,
+  // model.classes) 0 = the data's, and no seed: make_session fills them in.
+  ModelSpec model{.in_channels = 0, .num_classes = 0};
   StorePolicySpec saved_tensors;
-  OptimizerConfig optimizer;
+  OptimizerConfig optimizer;       // optim/registry.h
   ScheduleConfig schedule;
   TrainConfig train;
   OutputConfig output;

@@ -287,7 +287,7 @@ FidelityReport gradient_fidelity_mode(const Config& c, int64_t draws) {
   const data::ImageShape shape = loader.image_shape();
   check_in_channels(c, shape.c);
   check_classes(c, train_ds->num_classes());
-  InputSpec input{shape.c, shape.h, shape.w, c.model.classes > 0 ? c.model.classes : train_ds->num_classes()};
+  InputSpec input{shape.c, shape.h, shape.w, c.model.num_classes > 0 ? c.model.num_classes : train_ds->num_classes()};
   Session s = make_session(c, input);
   StorePolicySpec fp32;
   fp32.seed = c.seed;

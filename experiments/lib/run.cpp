@@ -115,7 +115,7 @@ RunResult run_training(const Config& c, const RunOptions& o) {
   check_test_shape(c, *train, *test);
   check_in_channels(c, shape.c);
   check_classes(c, train_ds->num_classes());
-  InputSpec input{shape.c, shape.h, shape.w, c.model.classes > 0 ? c.model.classes : train_ds->num_classes()};
+  InputSpec input{shape.c, shape.h, shape.w, c.model.num_classes > 0 ? c.model.num_classes : train_ds->num_classes()};
   Session s = make_session(c, input);
   TrainingPosition pos{0, 0, c.seed};
   std::string resumed_from;

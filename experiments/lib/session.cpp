@@ -15,8 +15,7 @@
 #include "data/transforms.h"
 #include "layers/dropout.h"
 #include "models/registry.h"
-#include "optim/adamw.h"
-#include "optim/sgd.h"
+#include "optim/registry.h"
 #include "quant/group/gact_store.h"
 
 namespace packrat {
@@ -26,16 +25,16 @@ InputSpec input_spec(const Config& c, const data::ImageShape& raw, int64_t class
   check_in_channels(c, s.c);
   InputSpec in{s.c, s.h, s.w, classes};
   if (classes > 0) check_classes(c, classes);
-  if (c.model.classes > 0) in.classes = c.model.classes;
+  if (c.model.num_classes > 0) in.classes = c.model.num_classes;
   return in;
 }
 
 void check_classes(const Config& c, int64_t data_classes) {
   // Fewer outputs than classes fails deep inside the cross-entropy (a label past the logits).
-  PACKRAT_CHECK(c.model.classes == 0 || c.model.classes >= data_classes,
+  PACKRAT_CHECK(c.model.num_classes == 0 || c.model.num_classes >= data_classes,
                 "{}: model.classes is {}, but the {} data has {} classes (labels 0..{}): remove model.classes (the model "
                 "takes the dataset's) or set it to at least {}",
-                c.source, c.model.classes, c.data.dataset, data_classes, data_classes - 1, data_classes);
+                c.source, c.model.num_classes, c.data.dataset, data_classes, data_classes - 1, data_classes);
 }
 
 void check_in_channels(const Config& c, int64_t data_channels) {
@@ -59,7 +58,7 @@ InputSpec synthetic_input_spec(const Config& c) {
     raw = {3, 32, 32};
     classes = c.data.label == "coarse" ? 20 : 100;
   } else if (d == "image_folder") {
-    PACKRAT_CHECK(c.data.height > 0 && c.data.width > 0 && c.model.classes > 0,
+    PACKRAT_CHECK(c.data.height > 0 && c.data.width > 0 && c.model.num_classes > 0,
                   "{}: synthetic inputs for an image_folder dataset need data.height, data.width and model.classes",
                   c.source);
     raw = {c.data.channels, c.data.height, c.data.width};
@@ -158,42 +157,19 @@ Session make_session(const Config& c, const InputSpec& input) {
                   "model.image_size (the model takes the images' side) or resize the images to it",
                   c.source, c.model.image_size, c.data.dataset, input.height, input.width);
   }
-  ModelSpec spec;
-  spec.arch = c.model.arch;
-  spec.stem = c.model.stem;
-  spec.activation = c.model.activation;
-  spec.width_mult = c.model.width_mult;
-  spec.depth_mult = c.model.depth_mult;
-  spec.dropout = c.model.dropout;
-  spec.attention_dropout = c.model.attention_dropout;
-  spec.stochastic_depth = c.model.stochastic_depth;
+  // The config's model with what the data decides: channels, classes and (ViTs) the image side.
+  ModelSpec spec = c.model;
   spec.in_channels = input.channels;
   spec.num_classes = input.classes;
   spec.seed = c.seed;
-  spec.image_size = c.model.image_size > 0 ? c.model.image_size : input.height;  // vit_*
-  spec.patch_size = c.model.patch_size;
+  if (spec.image_size == 0) spec.image_size = input.height;  // vit_*
   s.model = make_model(spec);
   try {
     check_rule_layers(c.saved_tensors, s.model->module_names(), c.model.arch);
   } catch (const Error& e) {
     fail("{}: {}", c.source, e.what());
   }
-  if (c.optimizer.name == "sgd") {
-    SgdOptions o;
-    o.lr = c.optimizer.lr;
-    o.momentum = c.optimizer.momentum;
-    o.nesterov = c.optimizer.nesterov;
-    o.weight_decay = c.optimizer.weight_decay;
-    s.optimizer = std::make_unique<SGD>(s.model->named_parameters(), o);
-  } else {
-    AdamWOptions o;
-    o.lr = c.optimizer.lr;
-    o.beta1 = c.optimizer.beta1;
-    o.beta2 = c.optimizer.beta2;
-    o.eps = c.optimizer.eps;
-    o.weight_decay = c.optimizer.weight_decay;
-    s.optimizer = std::make_unique<AdamW>(s.model->named_parameters(), o);
-  }
+  s.optimizer = make_optimizer(s.model->named_parameters(), c.optimizer);
   s.policy = std::make_unique<RulePolicy>(c.saved_tensors);
   // GACT's analytic estimator scales a convolution's input by its kernel size.
   const auto kernels = conv_kernel_elements(s.model->named_parameters());

@@ -214,7 +214,7 @@ TEST(ConfigKeysHostile, ShippedConfigsAndSweepsParseAndBuild) {
   const fs::path root(PACKRAT_SOURCE_DIR);
   std::set<std::string> built;  // one session per model and set of layer patterns
   auto check = [&](const Config& c, const std::string& what) {
-    if (c.data.dataset == "image_folder" && c.model.classes == 0) return;  // needs the folder for its classes
+    if (c.data.dataset == "image_folder" && c.model.num_classes == 0) return;  // needs the folder for its classes
     std::string key = c.model.arch;
     for (const StoreRule& r : c.saved_tensors.rules)
       for (const std::string& l : r.layers) key += " " + l;
