@@ -9,18 +9,19 @@
 //
 // A scheme that is a codec, a way of keeping a tensor in fewer bytes, derives from
 // CompressingStore (quant/compressing_store.h) and writes only that codec and a name: here
-// encode() and values(), about 40 lines. Everything else comes from the base, as it does for
-// packrat's own schemes (actnn, mixed, fewbit):
+// encode() and values(). Everything else comes from the base, as it does for packrat's own
+// schemes (actnn, mixed, fewbit):
 //   - the entry table: save / load / release; using a released handle is an error naming the store
 //   - dedup: a buffer two ops save in the same form is encoded once and counted once
 //   - the in-place check: loading a buffer modified after its save is an error
 //   - exact pass-through: exact requests (batchnorm statistics) stay FP32
-//   - ReLU-family derivatives as exact 1-bit masks: f' of a step function is 0 or 1, so relu,
-//     leaky_relu and relu6 never reach encode() and cost 1 bit an element, not 16
+//   - ReLU-family derivatives as exact 1-bit masks: f' of relu, leaky_relu or relu6 takes two
+//     values, so their saves never reach encode() and cost 1 bit an element, not 16
 //   - dropout masks and max-pool indices packed exactly at the bits they need
 //   - describe(): the memory report's bytes, as the allocator counts them
 // Derive from SavedTensorStore (autograd/saved_tensor_store.h) only for a store that is not a
-// codec (one that offloads to disk, say); you then write all of the above yourself.
+// codec (one that offloads to disk, say): it then implements scheme, save, load, release,
+// describe and live_count, and whatever of the above it needs, itself.
 //
 // CPU only: the codec below reads and writes the tensors on the host. It does not override
 // codec_on_devices(), so the base refuses a GPU tensor before anything is made there, with
