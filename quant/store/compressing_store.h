@@ -1,6 +1,7 @@
 #pragma once
-// The shared base of the compressing stores (per-group, mixed / deterministic, few-bit): the
-// bookkeeping every scheme needs, written once, so that a new scheme is its codec plus a name.
+// The shared base of the compressing stores (per-group, mixed / deterministic, few-bit, and a
+// scheme of your own): the bookkeeping every scheme needs, written once, so that a new scheme is
+// its codec plus a name.
 //
 // The base owns:
 //   the entry table      one entry per handle, in the order of saving; load / release /
@@ -20,11 +21,20 @@
 //                        tensors on that device, with no host access) when the codec says it runs
 //                        there (codec_on_devices); otherwise a device tensor is a clear error
 //
-// The derived class supplies its codec: encode (what it keeps of an f32 Value or Derivative,
-// as an Encoded holding packrat Tensors), decode (what the request asks for back) or, for a
-// codec that keeps x's values for a Derivative too, values (x decoded: the base's decode gives x
-// or f'(x), its apply_encoded grad * f'(x) in one pass), and its scheme() name; optionally a
-// fused apply_encoded and its own routing (form_for).
+// Your own scheme: a codec (a way of keeping an f32 tensor in fewer bytes) derives from this
+// class and supplies
+//   scheme()             its name, as configs write it and the memory report shows it
+//   encode()             what it keeps of an f32 Value or Derivative: an Encoded holding packrat
+//                        Tensors allocated under MemTag::Saved
+//   values() or decode() what it gives back: values() x itself (the base's decode gives x or
+//                        f'(x), its apply_encoded grad * f'(x) in one pass); decode() instead,
+//                        with apply_encoded(), for codes that are not x's values (a table index)
+// and optionally a fused apply_encoded, its own routing (form_for), codec_key and
+// codec_on_devices (each documented below). The base calls them under its lock (mutex()).
+// examples/my_scheme/main.cpp walks through one: bfloat16, encode() and values() alone.
+// Derive from SavedTensorStore (autograd/saved_tensor_store.h) only for a store that is not a
+// codec (one that offloads to disk, say): it then implements scheme, save, load, release,
+// describe and live_count, and whatever of the list above it needs, itself.
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -60,10 +70,12 @@ class CompressingStore : public SavedTensorStore {
   size_t live_count() const override;
 
  protected:
-  // What a codec keeps of one buffer. Its Tensors are allocated under MemTag::Saved.
+  // What a codec keeps of one buffer: a derived struct holding its Tensors, allocated under
+  // MemTag::Saved on the saved tensor's device (so that the allocator, and the memory report,
+  // counts them); freed when its last entry is released.
   struct Encoded {
     virtual ~Encoded() = default;
-    virtual int64_t bytes() const = 0;  // as the allocator counts them
+    virtual int64_t bytes() const = 0;  // as the allocator counts them (the allocations' bytes())
     int bits = 0;                       // nominal bits per element, for describe()
   };
   enum class Form : uint8_t { Exact, Codec, StepMask, Packed };
@@ -98,7 +110,9 @@ class CompressingStore : public SavedTensorStore {
   };
 
   // ---- the codec ----
-  // Encodes an f32 Value or Derivative request (the tensor as handed to save()).
+  // Encodes an f32 Value or Derivative request that form_for sends to Form::Codec: the tensor
+  // as handed to save() (any layout; y = f(x) where r.fn->derivative_from_output), once per
+  // buffer however many ops save it, after check_device. Required.
   virtual std::unique_ptr<Encoded> encode(const Tensor& x, const SaveRequest& r) = 0;
   // What e.request.need asks for, from what encode kept (sets its own TagScope). Default: from
   // values(), x itself, or f'(x) for a Derivative.
@@ -117,7 +131,7 @@ class CompressingStore : public SavedTensorStore {
   // Whether encode / decode / apply_encoded run on any device: they allocate on the tensor's
   // device and call only device-dispatching codec entry points, never host access to its data.
   // Default false: a device tensor is refused by check_device before anything is made there (a
-  // scheme of your own unless it says so; the built-in stores all say so).
+  // scheme of your own, unless it says so; the built-in stores all say true).
   virtual bool codec_on_devices() const;
   // The fn and variant of a Codec key: two requests with the same key share one encoding.
   // Default: {nullptr, 0} (the codes depend on the buffer only).
