@@ -3,6 +3,8 @@
 // loops over them (core/cpu/pointwise_loops.h), with the facts the stores need.
 #include "autograd/pointwise.h"
 
+#include <fmt/format.h>
+
 #include <array>
 #include <string>
 
@@ -49,11 +51,15 @@ const Pointwise* find(std::string_view name) {
 
 }  // namespace
 
+std::string pointwise_names(std::string_view quote) {
+  std::string names;
+  for (const Pointwise& p : all()) names += fmt::format("{}{}{}{}", names.empty() ? "" : ", ", quote, p.name, quote);
+  return names;
+}
+
 const Pointwise& pointwise_by_name(std::string_view name) {
   if (const Pointwise* p = find(name)) return *p;
-  std::string known;
-  for (const Pointwise& p : all()) known += (known.empty() ? "" : ", ") + std::string(p.name);
-  fail("activation: unknown function '{}' (known: {})", name, known);
+  fail("activation: unknown function '{}' (known: {})", name, pointwise_names());
 }
 
 bool is_pointwise_name(std::string_view name) { return find(name) != nullptr; }

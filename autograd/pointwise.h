@@ -2,6 +2,7 @@
 // A pointwise activation: its scalar f and f' (for tables and tests) and the CPU's vectorised loops
 // over buffers (for the ops and the stores). One instance per activation, see pointwise.cpp.
 #include <cstdint>
+#include <string>
 #include <string_view>
 
 #include "core/activation_id.h"
@@ -28,6 +29,8 @@ struct Pointwise {
 // naming the function and the known ones when unknown.
 const Pointwise& pointwise_by_name(std::string_view name);
 bool is_pointwise_name(std::string_view name);
+// Their names in id order, each wrapped in `quote` and joined by ", " ("relu, leaky_relu, ...").
+std::string pointwise_names(std::string_view quote = "");
 const Pointwise& pointwise_by_id(ActivationId id);
 
 }  // namespace packrat

@@ -165,15 +165,13 @@ std::vector<ConfigKey> make_table() {
           .quoted(),
       [] {
         ConfigKey k = text("model", "activation", in(&C::model, &M::activation), "",
-                           "any built-in pointwise activation: `relu`, `leaky_relu`, `relu6`, `hardswish`, `gelu`, "
-                           "`silu`, `sigmoid`, `tanh`, `selu`, `softplus`, `elu`, `mish`, `gelu_tanh`")
+                           "any built-in pointwise activation: " + pointwise_names("`"))
                           .quoted()
                           .then([](Config& c, config::Section& s) {
                             if (!is_pointwise_name(c.model.activation))
                               s.error_at(s.key_path("activation"), s.raw("activation").Mark(),
-                                         fmt::format("unknown activation '{}' (relu, leaky_relu, relu6, hardswish, "
-                                                     "gelu, silu, sigmoid, tanh, selu, softplus, elu, mish, gelu_tanh)",
-                                                     c.model.activation));
+                                         fmt::format("unknown activation '{}' ({})", c.model.activation,
+                                                     pointwise_names()));
                           });
         k.default_from = [](const Config& c) { return default_activation(c.model.arch); };
         k.default_doc = "the architecture's own (ResNet `relu`, EfficientNet `silu`, ViT and GPT `gelu`)";
