@@ -39,6 +39,13 @@ Tensor SavedTensorStore::apply_derivative(const SavedHandle& h, const Tensor& gr
   return multiply_elementwise(grad_out, load(h));
 }
 
+std::vector<SavedTensorStore*> stateful_stores(StorePolicy& p) {
+  std::vector<SavedTensorStore*> out;
+  for (SavedTensorStore* s : p.stores())
+    if (!s->state_name().empty()) out.push_back(s);
+  return out;
+}
+
 std::vector<SavedRecord> StorePolicy::describe() {
   std::vector<SavedRecord> out;
   for (auto* s : stores()) s->describe(out);

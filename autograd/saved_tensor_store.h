@@ -3,6 +3,7 @@
 // Ops say what backward needs; the store decides how to keep it (FP32, few-bit LUT index,
 // per-group quantized, ...) and hands back what was asked for in backward.
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -90,6 +91,45 @@ class SavedTensorStore {
     (void)h;
     (void)grad_outputs;
   }
+
+  // ---- a store that adapts across steps (GACT's bit allocation: quant/group/gact_store.h). The
+  // trainer calls these on every store of its policy; the defaults do nothing.
+  // Evaluates the parameter gradients on the step's batch with the current policy, leaving the
+  // model as it was; returns copies of them.
+  using GradFn = std::function<std::vector<Tensor>()>;
+  // Once, before the first step: the model's named parameters ("layer1.0.conv1.weight"), for
+  // what a store needs to know of the model (GACT: every convolution's kernel size).
+  virtual void observe_model(const std::vector<std::pair<std::string, Tensor>>& named_parameters) {
+    (void)named_parameters;
+  }
+  // Before a step's forward: re-estimates what it adapts, when due, calling `param_grads` as it
+  // needs. Returns true when its state changed (data-parallel ranks then take rank 0's state).
+  virtual bool refresh(int64_t step, const GradFn& param_grads) {
+    (void)step;
+    (void)param_grads;
+    return false;
+  }
+  // After a step's backward: the parameter gradients (undefined where a parameter has none).
+  virtual void observe_gradients(const std::vector<Tensor>& grads) { (void)grads; }
+  // The state a checkpoint keeps (and data-parallel ranks share): its name ("gact"; empty: the
+  // store keeps none) and its entries as named host tensors.
+  virtual std::string_view state_name() const { return {}; }
+  virtual std::vector<std::pair<std::string, Tensor>> export_state() const { return {}; }
+  // Replaces the state by an export_state() result; `where` starts every error.
+  virtual void import_state(const std::vector<std::pair<std::string, Tensor>>& state, const std::string& where) {
+    (void)state;
+    (void)where;
+  }
+  // Where it logs what it adapts, in a run directory ("": not at all, e.g. on all ranks but
+  // rank 0); `index` is its place among the stores of its state name (GACT: gact_bits.csv, then
+  // gact_bits_1.csv, ..., unless its options name a file).
+  virtual void log_to(const std::string& run_dir, int index) {
+    (void)run_dir;
+    (void)index;
+  }
+  // After the first forward that follows import_state: throws naming the first difference when
+  // the restored state does not belong to what this step saved. Default: nothing to check.
+  virtual void check_restored_step() {}
 };
 
 // Maps each request to a store. Built from the `saved_tensors` config section.
@@ -105,6 +145,9 @@ class StorePolicy {
   // that totals compare against what the FP32 store would really hold.
   std::vector<SavedRecord> describe();
 };
+
+// The stores of p that keep state across steps (state_name() not empty), in p.stores() order.
+std::vector<SavedTensorStore*> stateful_stores(StorePolicy& p);
 
 // The thread's policy (an FP32 policy unless set); PolicyScope swaps it for a scope.
 StorePolicy& current_policy();

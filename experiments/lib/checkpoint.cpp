@@ -9,6 +9,7 @@
 #include <set>
 
 #include "core/backend.h"
+#include "experiments/lib/checkpoint_stores.h"
 #include "experiments/lib/safetensors.h"
 
 namespace packrat {
@@ -57,29 +58,6 @@ void check_position(const TrainingPosition& pos, const int64_t* rng, const std::
   PACKRAT_CHECK(!named || *named == pos.epoch,
                 "{}: the file is named for epoch {} but holds epoch {}: rename it or resume from the right file", path,
                 *named, pos.epoch);
-}
-
-// Sizes in the GACT state of store i that the store would trust: the number of tensors agrees
-// with its sensitivities, element counts are positive and bounded, and the running gradient mean
-// has one entry per model parameter.
-void check_gact_sizes(const SafetensorsFile& f, size_t i, int64_t parameters, const std::string& path) {
-  const std::string p = fmt::format("gact.{}.", i);
-  const Tensor* L = f.find(p + "tensors");
-  if (L == nullptr || L->dtype() != DType::i64 || L->numel() != 1) return;  // import_state names what is missing
-  const Tensor* sens = f.find(p + "sensitivity");
-  const int64_t n = L->data<int64_t>()[0], have = sens ? sens->numel() : 0;
-  PACKRAT_CHECK(n >= 0 && n == have, "{}: '{}tensors' is {} but '{}sensitivity' has {} entries: the GACT state is corrupt",
-                path, p, n, p, have);
-  if (const Tensor* numel = f.find(p + "numel"); numel && numel->dtype() == DType::i64)
-    for (int64_t k = 0; k < numel->numel(); ++k) {
-      const int64_t v = numel->data<int64_t>()[k];
-      PACKRAT_CHECK(v >= 0 && v <= (int64_t{1} << 40), "{}: '{}numel' entry {} is {}, not an element count", path, p,
-                    k, v);
-    }
-  if (const Tensor* mean = f.find(p + "grad_mean"))
-    PACKRAT_CHECK(mean->numel() == parameters,
-                  "{}: '{}grad_mean' has {} entries but the model has {} parameters: the GACT state is of another model",
-                  path, p, mean->numel(), parameters);
 }
 
 constexpr const char* kMaskPrefix = "trainer.masks.";
@@ -136,7 +114,7 @@ std::string checkpoint_path(const std::string& run_dir, int64_t epoch) {
 }
 
 void save_checkpoint(const std::string& path, const Module& model, const Optimizer& opt, const TrainingPosition& pos,
-                     const std::string& arch, const std::vector<GactStore*>& gact) {
+                     const std::string& arch, const std::vector<SavedTensorStore*>& stores) {
   NamedTensors all;
   for (auto& [n, t] : model.named_parameters()) all.emplace_back("model." + n, t);
   for (auto& [n, t] : model.named_buffers()) all.emplace_back("model." + n, t);
@@ -154,11 +132,7 @@ void save_checkpoint(const std::string& path, const Module& model, const Optimiz
     t.data<int64_t>()[1] = static_cast<int64_t>(stream.calls);
     all.emplace_back(kMaskPrefix + n, t);
   }
-  if (!gact.empty()) {
-    all.emplace_back("gact.stores", scalar_i64(static_cast<int64_t>(gact.size())));
-    for (size_t i = 0; i < gact.size(); ++i)
-      for (auto& [n, t] : gact[i]->export_state()) all.emplace_back(fmt::format("gact.{}.{}", i, n), t);
-  }
+  append_store_state(all, stores);
   std::filesystem::create_directories(std::filesystem::path(path).parent_path());
   write_safetensors(path, all,
                     {{"format", "pt"},
@@ -169,7 +143,7 @@ void save_checkpoint(const std::string& path, const Module& model, const Optimiz
 }
 
 TrainingPosition load_checkpoint(const std::string& path, Module& model, Optimizer& opt,
-                                 const std::vector<GactStore*>& gact) {
+                                 const std::vector<SavedTensorStore*>& stores) {
   const SafetensorsFile f = read_safetensors(path);
   // The position and the values are checked before anything is restored.
   TrainingPosition pos;
@@ -208,36 +182,7 @@ TrainingPosition load_checkpoint(const std::string& path, Module& model, Optimiz
   } catch (const Error& e) {
     fail("{}: {}", path, e.what());  // which checkpoint the optimizer state does not fit
   }
-  // GACT state: "gact.stores", then "gact.<i>.<entry>" per store.
-  std::vector<std::vector<std::pair<std::string, Tensor>>> gact_state;
-  bool has_gact = false;
-  for (const auto& [n, t] : f.tensors) has_gact = has_gact || n.rfind("gact.", 0) == 0;
-  if (has_gact) {
-    const int64_t stores = read_i64(f, "gact.stores", path);
-    PACKRAT_CHECK(stores == static_cast<int64_t>(gact.size()),
-                  "{}: the checkpoint holds the adaptive state of {} GACT store(s), but this config uses {} (the "
-                  "saved_tensors config differs from the checkpointed run's)",
-                  path, stores, gact.size());
-    int64_t parameters = 0;
-    for (const auto& [n, t] : model.named_parameters()) parameters += t.numel();
-    for (size_t i = 0; i < gact.size(); ++i) check_gact_sizes(f, i, parameters, path);
-    gact_state.resize(gact.size());
-    for (const auto& [n, t] : f.tensors) {
-      if (n.rfind("gact.", 0) != 0 || n == "gact.stores") continue;
-      const size_t dot = n.find('.', 5);
-      size_t i = gact.size();
-      try {
-        if (dot != std::string::npos && dot > 5) i = std::stoul(n.substr(5, dot - 5));
-      } catch (const std::exception&) {
-      }
-      PACKRAT_CHECK(i < gact.size(), "{}: '{}' is not the state of one of its {} GACT store(s)", path, n, gact.size());
-      gact_state[i].emplace_back(n.substr(dot + 1), t);
-    }
-    for (size_t i = 0; i < gact.size(); ++i) gact[i]->import_state(gact_state[i], fmt::format("{}: gact store {}", path, i));
-  } else if (!gact.empty()) {
-    spdlog::warn("{}: the checkpoint has no GACT state (a run without gact, or an older checkpoint): the adaptive bit "
-                 "allocation starts afresh, so this run does not continue bit-identically", path);
-  }
+  restore_store_state(f, stores, path);
   return pos;
 }
 

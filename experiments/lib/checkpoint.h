@@ -9,9 +9,9 @@
 //   trainer.masks.<module>         (index, calls) as i64 for each mask stream of the model
 //                                  (Module::named_mask_streams: Dropout, StochasticDepth, attention
 //                                  dropout): the masks of the next training forwards are keyed by them
-//   gact.stores                    runs with GACT stores only: how many (i64 scalar), and per
-//   gact.<i>.<entry>               store i (find_gact_stores order) its adaptive state
-//                                  (GactStore::export_state: sensitivity, bits, refresh timing, ..)
+//   <state>.stores                 runs with stores that adapt across steps only (GACT: gact.stores):
+//   <state>.<i>.<entry>            how many (i64 scalar), and per store i its state
+//                                  (SavedTensorStore::export_state; GACT's: sensitivity, bits, ..)
 // and metadata {"format": "pt", "arch": .., "epoch": .., "step": ..}. In PyTorch:
 //   sd = {k[6:]: v for k, v in safetensors.torch.load_file(p).items() if k.startswith("model.")}
 // Files are <run>/checkpoints/epoch_0003.safetensors, written atomically.
@@ -22,7 +22,7 @@
 
 #include "layers/module.h"
 #include "optim/optimizer.h"
-#include "quant/group/gact_store.h"
+#include "autograd/saved_tensor_store.h"
 
 namespace packrat {
 
@@ -38,22 +38,18 @@ struct TrainingPosition {
 
 std::string checkpoint_path(const std::string& run_dir, int64_t epoch);
 void save_checkpoint(const std::string& path, const Module& model, const Optimizer& opt, const TrainingPosition& pos,
-                     const std::string& arch, const std::vector<GactStore*>& gact = {});
+                     const std::string& arch, const std::vector<SavedTensorStore*>& stores = {});
 // Checks first that the checkpoint is one a run can have written (throws packrat::Error naming
 // the file and the entry otherwise): every f32/f64 value finite, trainer.epoch in
 // [0, kMaxCheckpointEpoch], trainer.step in [0, kMaxCheckpointStep], trainer.rng and the
-// file name agreeing with them, GACT sizes consistent (tensor counts, element counts, one
-// gradient-mean entry per model parameter). Then restores model parameters and buffers (exact names and shapes; a missing or extra tensor is an
+// file name agreeing with them. Then restores model parameters and buffers (exact names and shapes; a missing or extra tensor is an
 // error naming it), the mask streams (a missing or extra one is an error naming it; a checkpoint
 // without any, written before packrat saved them, loads with a warning: the masks then differ
-// from the uninterrupted run's), the optimizer state and the state of the GACT stores `gact`;
-// returns the position. A checkpoint with GACT state for another number of stores than `gact` holds is an
-// error naming both counts (the tensors each store quantizes are checked against the first step:
-// GactStore::check_restored_step). A checkpoint without GACT state (a run without gact, or
-// written before packrat saved it) loads with a warning when `gact` is not empty: the adaptive
-// allocation then starts afresh and the run does not continue bit-identically.
+// from the uninterrupted run's), the optimizer state and the state of the adaptive `stores`
+// (experiments/lib/checkpoint_stores.h: each store checks its own, e.g. GACT's sizes against the
+// model, and what it restored against the first step: check_restored_step); returns the position.
 TrainingPosition load_checkpoint(const std::string& path, Module& model, Optimizer& opt,
-                                 const std::vector<GactStore*>& gact = {});
+                                 const std::vector<SavedTensorStore*>& stores = {});
 // The epoch of a checkpoint file name "epoch_0003.safetensors" (1 to 9 digits); nullopt otherwise.
 std::optional<int64_t> checkpoint_epoch(const std::string& filename);
 // The checkpoint of the highest epoch in <run_dir>/checkpoints, if any.

@@ -12,7 +12,6 @@
 #include "core/parallel.h"
 #include "experiments/lib/json.h"
 #include "experiments/lib/safetensors.h"
-#include "quant/group/gact_store.h"
 
 namespace packrat {
 
@@ -180,11 +179,12 @@ void DataParallelStep::after_backward() { reducer_.finish(); }
 
 void DataParallelStep::abandon() { reducer_.abandon(); }
 
-void DataParallelStep::after_gact_refresh(GactStore& store) {
-  // Each rank measured sensitivities on its own shard; rank 0's decision holds everywhere.
+void DataParallelStep::after_store_refresh(SavedTensorStore& store) {
+  // Each rank measured on its own shard (GACT: sensitivities); rank 0's decision holds everywhere.
+  const std::string_view name = store.state_name();
   std::string state = dp_.root() ? pack_tensors(store.export_state()) : std::string();
-  state = dist::broadcast_string(*dp_.comm, std::move(state), 0, "GACT bits");
-  if (!dp_.root()) store.import_state(unpack_tensors(state), "rank 0's GACT refresh");
+  state = dist::broadcast_string(*dp_.comm, std::move(state), 0, fmt::format("{} state", name));
+  if (!dp_.root()) store.import_state(unpack_tensors(state), fmt::format("rank 0's {} refresh", name));
 }
 
 DataParallelSession::DataParallelSession(DataParallel* dp, Module& model, const DistributedConfig& c) {

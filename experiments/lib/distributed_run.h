@@ -55,7 +55,7 @@ class DataParallelStep : public StepSync {
   void before_backward(int64_t local, int64_t global) override;
   void after_backward() override;
   void abandon() override;
-  void after_gact_refresh(GactStore& store) override;
+  void after_store_refresh(SavedTensorStore& store) override;
   const dist::ReducerTiming& timing() const { return reducer_.timing(); }
   double time_reduction_alone() { return reducer_.time_reduction_alone(); }
 

@@ -17,7 +17,6 @@
 #include "experiments/lib/safetensors.h"  // write_file_atomic
 #include "experiments/lib/session.h"
 #include "experiments/lib/train_loop.h"  // model_device
-#include "quant/group/gact_store.h"
 #include "quant/policy/presets.h"
 #include "quant/policy/rule_policy.h"
 
@@ -141,8 +140,8 @@ FidelityReport measure_gradient_fidelity(Module& model, StorePolicy& reference, 
   const auto names = model.named_parameters();
   const Grads ref = gradients(model, reference, images, labels, first_step, label_smoothing);
   // GACT allocates its bits from measured sensitivities: let it do so on this batch first.
-  for (GactStore* g : find_gact_stores(scheme))
-    g->iterate(first_step, [&] { return gradients(model, scheme, images, labels, first_step, label_smoothing); });
+  for (SavedTensorStore* s : stateful_stores(scheme))
+    s->refresh(first_step, [&] { return gradients(model, scheme, images, labels, first_step, label_smoothing); });
 
   std::vector<Accumulator> acc(ref.size());
   for (size_t t = 0; t < ref.size(); ++t)

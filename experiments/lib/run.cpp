@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <map>
 #include <optional>
 
 #include "core/device_runtime.h"
@@ -21,7 +22,6 @@
 #include "experiments/lib/step_log.h"
 #include "experiments/lib/text_task.h"
 #include "experiments/lib/train_loop.h"
-#include "quant/group/gact_store.h"
 #include "quant/mixed/mixed_store.h"
 
 namespace packrat {
@@ -122,7 +122,7 @@ RunResult run_training(const Config& c, const RunOptions& o) {
   if (o.resume) {
     auto ckpt = latest_checkpoint(c.output.dir);
     PACKRAT_CHECK(ckpt.has_value(), "--resume {}: no checkpoint in {}/checkpoints", c.output.dir, c.output.dir);
-    pos = load_checkpoint(*ckpt, *s.model, *s.optimizer, find_gact_stores(*s.policy));  // before the first step
+    pos = load_checkpoint(*ckpt, *s.model, *s.optimizer, stateful_stores(*s.policy));  // before the first step
     PACKRAT_CHECK(pos.seed == c.seed, "--resume {}: the checkpoint was written with seed {}, the config has seed {}",
                   c.output.dir, pos.seed, c.seed);
     if (root) {
@@ -140,18 +140,11 @@ RunResult run_training(const Config& c, const RunOptions& o) {
     write_file_atomic((fs::path(c.output.dir) / "config.yaml").string(), config_to_yaml(c));
   }
   DataParallelSession dp_session(dp, *s.model, c.distributed);
-  // GACT's bit allocations, one CSV block per refresh, go to the run directory unless the
-  // config names a file (saved_tensors: {scheme: gact, log_path: ...}).
-  int gact_index = 0;
-  for (GactStore* g : find_gact_stores(*s.policy)) {
-    if (!root)
-      g->set_log_path("");
-    else if (g->gact_options().log_path.empty())
-      g->set_log_path((fs::path(c.output.dir) / (gact_index == 0 ? std::string("gact_bits.csv")
-                                                                 : fmt::format("gact_bits_{}.csv", gact_index)))
-                          .string());
-    ++gact_index;
-  }
+  // What the adaptive stores log (GACT's bit allocations, one CSV block per refresh) goes to the
+  // run directory unless the config names a file (saved_tensors: {scheme: gact, log_path: ...}).
+  std::map<std::string, int, std::less<>> index_of_state;
+  for (SavedTensorStore* st : stateful_stores(*s.policy))
+    st->log_to(root ? c.output.dir : std::string(), index_of_state[std::string(st->state_name())]++);
   const int64_t steps_per_epoch = c.train.steps_per_epoch > 0
                                       ? std::min(c.train.steps_per_epoch, train->batches_per_epoch())
                                       : train->batches_per_epoch();
@@ -279,7 +272,7 @@ RunResult run_training(const Config& c, const RunOptions& o) {
     if (last || stopping || (c.output.checkpoint_interval > 0 && pos.epoch % c.output.checkpoint_interval == 0)) {
       const std::string path = checkpoint_path(c.output.dir, pos.epoch);
       if (root) {
-        save_checkpoint(path, *s.model, *s.optimizer, pos, c.model.arch, find_gact_stores(*s.policy));
+        save_checkpoint(path, *s.model, *s.optimizer, pos, c.model.arch, stateful_stores(*s.policy));
         spdlog::info("checkpoint {}", path);
       }
     }

@@ -16,7 +16,6 @@
 #include "layers/dropout.h"
 #include "models/registry.h"
 #include "optim/registry.h"
-#include "quant/group/gact_store.h"
 
 namespace packrat {
 
@@ -171,9 +170,9 @@ Session make_session(const Config& c, const InputSpec& input) {
   }
   s.optimizer = make_optimizer(s.model->named_parameters(), c.optimizer);
   s.policy = std::make_unique<RulePolicy>(c.saved_tensors);
-  // GACT's analytic estimator scales a convolution's input by its kernel size.
-  const auto kernels = conv_kernel_elements(s.model->named_parameters());
-  for (GactStore* g : find_gact_stores(*s.policy)) g->set_conv_kernels(kernels);
+  // What the stores need to know of the model (GACT's analytic estimator: the kernel sizes).
+  const auto named = s.model->named_parameters();
+  for (SavedTensorStore* st : s.policy->stores()) st->observe_model(named);
   return s;
 }
 

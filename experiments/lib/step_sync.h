@@ -5,7 +5,7 @@
 
 namespace packrat {
 
-class GactStore;
+class SavedTensorStore;
 
 class StepSync {
  public:
@@ -17,8 +17,9 @@ class StepSync {
   virtual void after_backward() = 0;
   // The step failed between the two.
   virtual void abandon() = 0;
-  // GACT refreshed its bits on this rank's batch: make every rank use rank 0's decision.
-  virtual void after_gact_refresh(GactStore& store) = 0;
+  // An adaptive store refreshed its state on this rank's batch (GACT: its bits): make every rank
+  // use rank 0's.
+  virtual void after_store_refresh(SavedTensorStore& store) = 0;
 };
 
 }  // namespace packrat

@@ -9,7 +9,6 @@
 #include "core/philox.h"
 #include "experiments/lib/text_task.h"
 #include "optim/clip_grad.h"
-#include "quant/group/gact_store.h"
 
 namespace packrat {
 
@@ -37,19 +36,20 @@ int64_t count_correct(const Tensor& logits, const Tensor& labels) {
 
 namespace {
 
-// GACT's sensitivity refresh (quant/group/gact_store.h): when due, gradient evaluations on this
-// step's batch that differ only in one tensor's quantization noise. They must not change the
-// model: the batchnorm running statistics they update are restored afterwards.
-void refresh_gact(Module& model, Optimizer& opt, StorePolicy& policy, const Tensor& images, const Tensor& labels,
-                  int64_t step, const StepOptions& o) {
-  const std::vector<GactStore*> gact = find_gact_stores(policy);
-  if (gact.empty()) return;
+// The adaptive stores' refresh (SavedTensorStore::refresh; GACT's sensitivities, when due:
+// gradient evaluations on this step's batch that differ only in one tensor's quantization noise).
+// They must not change the model: the batchnorm running statistics they update are restored
+// afterwards.
+void refresh_stores(Module& model, Optimizer& opt, StorePolicy& policy, const Tensor& images, const Tensor& labels,
+                    int64_t step, const StepOptions& o) {
+  const std::vector<SavedTensorStore*> stores = stateful_stores(policy);
+  if (stores.empty()) return;
   std::vector<std::pair<Tensor, Tensor>> buffers;  // (live buffer, copy)
   for (auto& [name, b] : model.named_buffers()) {
     TagScope tag(MemTag::Workspace);
     buffers.emplace_back(b, b.clone());
   }
-  const GradFn grads = [&]() {
+  const SavedTensorStore::GradFn grads = [&]() {
     opt.zero_grad();
     {
       TagScope tag(MemTag::Activation);
@@ -62,8 +62,8 @@ void refresh_gact(Module& model, Optimizer& opt, StorePolicy& policy, const Tens
     opt.zero_grad();
     return out;
   };
-  for (GactStore* g : gact)
-    if (g->iterate(step, grads) && o.sync) o.sync->after_gact_refresh(*g);
+  for (SavedTensorStore* s : stores)
+    if (s->refresh(step, grads) && o.sync) o.sync->after_store_refresh(*s);
   for (auto& [live, copy] : buffers) {
     backend_of(live).copy(copy, live);
     live.bump_version();
@@ -87,7 +87,7 @@ StepResult train_step(Module& model, Optimizer& opt, StorePolicy& policy, const 
   PolicyScope scope(policy);
   policy.begin_step(step);
   model.train();
-  refresh_gact(model, opt, policy, images, labels, step, o);
+  refresh_stores(model, opt, policy, images, labels, step, o);
   opt.zero_grad();
   const int64_t saved_before = alloc.current(MemTag::Saved);
   alloc.reset_peak();
@@ -99,8 +99,9 @@ StepResult train_step(Module& model, Optimizer& opt, StorePolicy& policy, const 
       loss = task_loss(logits, labels, static_cast<float>(o.label_smoothing));
       r.correct = count_correct(logits, labels);
     }
-    // After a resume: the tensors this config quantizes with GACT are those of the checkpoint.
-    for (GactStore* g : find_gact_stores(policy)) g->check_restored_step();
+    // After a resume: the restored state belongs to what this config saves (GACT: the tensors it
+    // quantizes are those of the checkpoint).
+    for (SavedTensorStore* s : stateful_stores(policy)) s->check_restored_step();
     r.loss = loss.to(Device::cpu()).item();
     if (!std::isfinite(r.loss))
       fail("step {}: the loss is {} (not finite); try a lower optimizer.lr (now {:g}), gradient clipping "
@@ -113,12 +114,12 @@ StepResult train_step(Module& model, Optimizer& opt, StorePolicy& policy, const 
     if (o.sync) o.sync->before_backward(r.count, o.global_count > 0 ? o.global_count : r.count);
     backward(loss);
     if (o.sync) o.sync->after_backward();
-    // GACT's warning compares its predicted compression variance with the gradient's sampling
-    // variance, estimated from every step's gradient.
-    if (const std::vector<GactStore*> gact = find_gact_stores(policy); !gact.empty()) {
+    // The adaptive stores see every step's gradient (GACT's warning compares its predicted
+    // compression variance with the gradient's sampling variance, estimated from them).
+    if (const std::vector<SavedTensorStore*> stores = stateful_stores(policy); !stores.empty()) {
       std::vector<Tensor> grads;
       for (const Tensor& p : model.parameters()) grads.push_back(p.grad());
-      for (GactStore* g : gact) g->observe_gradient(grads);
+      for (SavedTensorStore* s : stores) s->observe_gradients(grads);
     }
   } catch (...) {
     if (o.sync) o.sync->abandon();

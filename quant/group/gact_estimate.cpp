@@ -199,7 +199,7 @@ void GactStore::reallocate() {
                  predicted, gopts_.warn_ratio, sampling, average_bits());
 }
 
-void GactStore::observe_gradient(const std::vector<Tensor>& grads) {
+void GactStore::observe_gradients(const std::vector<Tensor>& grads) {
   int64_t P = 0;
   const Tensor* first = nullptr;
   for (const auto& g : grads) {

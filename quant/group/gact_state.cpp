@@ -118,6 +118,8 @@ void GactStore::import_state(const std::vector<std::pair<std::string, Tensor>>& 
       t.sensitivity = c.data<double>()[l];
       t.bits = bits.data<int32_t>()[l];
       t.numel = numel.data<int64_t>()[l];
+      PACKRAT_CHECK(t.numel >= 0 && t.numel <= (int64_t{1} << 40), "{}: GACT state 'numel' entry {} is {}, not an "
+                    "element count", where, l, t.numel);
       t.estimated = est.data<uint8_t>()[l] != 0;
       PACKRAT_CHECK(t.bits == 0 || std::find(gopts_.candidate_bits.begin(), gopts_.candidate_bits.end(), t.bits) !=
                                        gopts_.candidate_bits.end(),
@@ -143,6 +145,9 @@ void GactStore::import_state(const std::vector<std::pair<std::string, Tensor>>& 
   const double m2 = get("grad_m2", DType::f64, 1, true)->to_plain().data<double>()[0];
   const Tensor* mean = get("grad_mean", DType::f32, -1, false);
   PACKRAT_CHECK(count == 0 || mean != nullptr, "{}: GACT state has grad_count {} but no grad_mean", where, count);
+  PACKRAT_CHECK(!mean || parameters_ == 0 || mean->numel() == parameters_,
+                "{}: GACT state 'grad_mean' has {} entries but the model has {} parameters: the GACT state is of another "
+                "model", where, mean ? mean->numel() : 0, parameters_);
   const Tensor* pending = get("pending_analytic", DType::f64, -1, false);
 
   table_ = std::move(table);

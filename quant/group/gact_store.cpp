@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <cmath>
 #include <fstream>
 #include <limits>
@@ -85,6 +86,21 @@ std::vector<GactStore*> find_gact_stores(StorePolicy& p) {
   for (auto* s : p.stores())
     if (auto* g = dynamic_cast<GactStore*>(s)) out.push_back(g);
   return out;
+}
+
+void GactStore::observe_model(const std::vector<std::pair<std::string, Tensor>>& named_parameters) {
+  set_conv_kernels(conv_kernel_elements(named_parameters));
+  parameters_ = 0;
+  for (const auto& [name, p] : named_parameters) parameters_ += p.numel();
+}
+
+void GactStore::log_to(const std::string& run_dir, int index) {
+  if (run_dir.empty())
+    set_log_path("");
+  else if (gopts_.log_path.empty())
+    set_log_path((std::filesystem::path(run_dir) / (index == 0 ? std::string("gact_bits.csv")
+                                                               : fmt::format("gact_bits_{}.csv", index)))
+                     .string());
 }
 
 int GactStore::bits_for(int64_t, const SaveRequest&, const Tensor&) { return pending_bits_; }
@@ -262,7 +278,7 @@ std::vector<double> GactStore::analytic_from_step() const {
   return c;
 }
 
-bool GactStore::iterate(int64_t step, const GradFn& compute_param_grads) {
+bool GactStore::refresh(int64_t step, const GradFn& compute_param_grads) {
   const bool due = refreshes_ == 0 || step - last_refresh_step_ >= gopts_.adapt_interval;
   if (!due) return false;
   if (gopts_.estimator == GactEstimator::Measured) {

@@ -23,7 +23,7 @@
 //    sample) for other ops. No extra passes.
 //
 // The compression-variance warning: predicted_variance() against the sampling variance of the
-// gradient, which observe_gradient() estimates from the gradients of the training steps (the
+// gradient, which observe_gradients() estimates from the gradients of the training steps (the
 // trainer feeds every step's gradient, whichever the estimator).
 //
 // Devices: the estimators work where the model's tensors and gradients are. Gradient
@@ -36,9 +36,9 @@
 // Trainer protocol (like GACT's controller.iterate):
 //   GactPolicy policy(options);  PolicyScope scope(policy);
 //   for each step: policy.begin_step(step);
-//                  policy.gact().iterate(step, compute_param_grads);  // refreshes when due
+//                  policy.gact().refresh(step, compute_param_grads);  // refreshes when due
 //                  forward, backward as usual
-//                  policy.gact().observe_gradient(grads)  // sampling variance, for the warning
+//                  policy.gact().observe_gradients(grads)  // sampling variance, for the warning
 //                  optimizer step
 // compute_param_grads runs forward + backward on one fixed batch with the current policy and
 // returns copies of the parameter gradients; it must not update the parameters (it may
@@ -135,17 +135,20 @@ class GactStore : public GroupStore, private BitsProvider {
   // KH*KW per conv2d layer name (conv_kernel_elements); the analytic estimator needs the kernel
   // of every convolution whose input it quantizes (the trainer sets it from the model).
   void set_conv_kernels(std::map<std::string, int64_t> kernel_elements) { kernels_ = std::move(kernel_elements); }
+  // The store contract's: the kernels of the model's convolutions (conv_kernel_elements), and
+  // its parameter count, which an imported gradient mean must have.
+  void observe_model(const std::vector<std::pair<std::string, Tensor>>& named_parameters) override;
 
   // Refreshes sensitivities and bits when due (first call, then every adapt_interval steps).
   // Returns true when it did. The measured estimator calls compute_param_grads; the analytic
   // one uses what the last training step left (compute_param_grads may be empty).
-  bool iterate(int64_t step, const GradFn& compute_param_grads);
+  bool refresh(int64_t step, const GradFn& compute_param_grads) override;
   void estimate_measured(const GradFn& compute_param_grads);
   void estimate_analytic();
   void reallocate();
 
   // Running estimate of the gradient's sampling variance E||g - E g||^2 across steps.
-  void observe_gradient(const std::vector<Tensor>& grads);
+  void observe_gradients(const std::vector<Tensor>& grads) override;
   double sampling_variance() const;         // NaN until two gradients were observed
   double predicted_variance() const;        // sum_l c_l S(b_l)
   bool warned() const { return warned_; }   // the last refresh warned (logged when it starts warning)
@@ -159,6 +162,9 @@ class GactStore : public GroupStore, private BitsProvider {
   const GactOptions& gact_options() const { return gopts_; }
   // Where every refresh appends its rows, e.g. "<run dir>/gact_bits.csv" ("" : no log).
   void set_log_path(std::string path) { gopts_.log_path = std::move(path); }
+  // The store contract's: <run_dir>/gact_bits.csv (index 0) or gact_bits_<index>.csv unless the
+  // options name a file; no log when run_dir is "".
+  void log_to(const std::string& run_dir, int index) override;
 
   // The adaptive state that influences later steps, as named plain tensors (for checkpoints;
   // a caller prefixes the names, e.g. "gact.0."):
@@ -170,18 +176,19 @@ class GactStore : public GroupStore, private BitsProvider {
   //   pending_analytic f64 (L') when the analytic estimator has a finished step's estimate
   // (what begin_step would harvest from the last step, so a resumed run refreshes as the
   // uninterrupted one would).
-  std::vector<std::pair<std::string, Tensor>> export_state() const;
+  std::string_view state_name() const override { return "gact"; }
+  std::vector<std::pair<std::string, Tensor>> export_state() const override;
   // Replaces the adaptive state by an export_state() result (names without the prefix).
   // `where` starts every error (e.g. "<file>: gact store 0"); a missing, extra or malformed
   // entry, or bits that are not candidates of this store, is an error naming it. The restored
   // table is checked against the first step that quantizes tensors afterwards
   // (check_restored_step).
-  void import_state(const std::vector<std::pair<std::string, Tensor>>& state, const std::string& where);
+  void import_state(const std::vector<std::pair<std::string, Tensor>>& state, const std::string& where) override;
   // After import_state: once tensors have been quantized since the last begin_step, compares
   // them with the restored table (count, then layer and op of each) and throws naming the first
   // difference (the checkpoint belongs to a config that quantizes other tensors with gact).
   // A no-op before that and once checked.
-  void check_restored_step();
+  void check_restored_step() override;
 
  private:
   // The FP32 store of the tensors held at 32 bits: tells its owner about backward and release.
@@ -224,6 +231,7 @@ class GactStore : public GroupStore, private BitsProvider {
   std::map<uint64_t, std::pair<int64_t, int64_t>> seen_;  // storage id -> (l, version) this step
   std::map<HandleKey, Consumer> consumers_;        // analytic: live handles to adaptive tensors
   std::map<std::string, int64_t> kernels_;         // conv2d layer -> KH*KW
+  int64_t parameters_ = 0;                         // the model's parameter elements (observe_model; 0: unknown)
   std::string unknown_kernel_;                     // a conv2d layer whose kernel was not given
   int pending_bits_ = 0;                           // bits_for's answer for the save in progress
   bool measuring_ = false;                         // inside estimate_measured's passes

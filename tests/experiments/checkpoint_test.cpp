@@ -10,6 +10,7 @@
 #include "experiments/lib/safetensors.h"
 #include "experiments/lib/session.h"
 #include "experiments/lib/train_loop.h"
+#include "quant/group/gact_store.h"
 #include "tests/experiments/tiny_config.h"
 
 using namespace packrat;
@@ -93,7 +94,7 @@ TEST(Checkpoint, GactStateIsSavedUnderItsOwnPrefixAndChecked) {
   const auto ga = find_gact_stores(*a.policy);
   ASSERT_EQ(ga.size(), 1u);
   const std::string path = checkpoint_path(dir.string(), 1);
-  save_checkpoint(path, *a.model, *a.optimizer, {1, 2, c.seed}, "resnet20", ga);
+  save_checkpoint(path, *a.model, *a.optimizer, {1, 2, c.seed}, "resnet20", stateful_stores(*a.policy));
   const SafetensorsFile f = read_safetensors(path);
   EXPECT_TRUE(f.find("model.layer1.0.conv1.weight"));
   EXPECT_TRUE(f.find("optimizer.momentum_buffer.fc.weight"));
@@ -108,7 +109,7 @@ TEST(Checkpoint, GactStateIsSavedUnderItsOwnPrefixAndChecked) {
   // Into the same config: the state comes back exactly.
   Session s = make_session(c, synthetic_input_spec(c));
   const auto gs = find_gact_stores(*s.policy);
-  load_checkpoint(path, *s.model, *s.optimizer, gs);
+  load_checkpoint(path, *s.model, *s.optimizer, stateful_stores(*s.policy));
   const auto ea = ga[0]->export_state(), es = gs[0]->export_state();
   ASSERT_EQ(ea.size(), es.size());
   for (size_t i = 0; i < ea.size(); ++i) {
@@ -119,18 +120,18 @@ TEST(Checkpoint, GactStateIsSavedUnderItsOwnPrefixAndChecked) {
   const Config fp32 = tiny_config("/nonexistent", dir, {"saved_tensors.rules=[]"});
   Session p = make_session(fp32, synthetic_input_spec(fp32));
   try {
-    load_checkpoint(path, *p.model, *p.optimizer, find_gact_stores(*p.policy));
+    load_checkpoint(path, *p.model, *p.optimizer, stateful_stores(*p.policy));
     FAIL() << "no error";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("1 GACT store(s), but this config uses 0"), std::string::npos) << e.what();
   }
   // A checkpoint without GACT state still loads, into either config.
   const std::string plain = checkpoint_path(dir.string(), 2);
-  save_checkpoint(plain, *p.model, *p.optimizer, {2, 0, c.seed}, "resnet20", find_gact_stores(*p.policy));
+  save_checkpoint(plain, *p.model, *p.optimizer, {2, 0, c.seed}, "resnet20", stateful_stores(*p.policy));
   EXPECT_FALSE(read_safetensors(plain).find("gact.stores"));
-  EXPECT_NO_THROW(load_checkpoint(plain, *p.model, *p.optimizer, find_gact_stores(*p.policy)));
+  EXPECT_NO_THROW(load_checkpoint(plain, *p.model, *p.optimizer, stateful_stores(*p.policy)));
   Session fresh = make_session(c, synthetic_input_spec(c));
-  EXPECT_NO_THROW(load_checkpoint(plain, *fresh.model, *fresh.optimizer, find_gact_stores(*fresh.policy)));
+  EXPECT_NO_THROW(load_checkpoint(plain, *fresh.model, *fresh.optimizer, stateful_stores(*fresh.policy)));
   EXPECT_EQ(find_gact_stores(*fresh.policy)[0]->refreshes(), 0);
 }
 
@@ -150,7 +151,7 @@ std::string load_error(const std::string& path, const std::vector<std::string>& 
   const Config c = tiny_config("/nonexistent", "/tmp/unused", sets);
   Session s = make_session(c, synthetic_input_spec(c));
   try {
-    load_checkpoint(path, *s.model, *s.optimizer, find_gact_stores(*s.policy));
+    load_checkpoint(path, *s.model, *s.optimizer, stateful_stores(*s.policy));
   } catch (const Error& e) {
     return e.what();
   }
@@ -215,13 +216,13 @@ TEST(Checkpoint, NonFiniteAndImplausibleValuesAreRefused) {
   Session gs = make_session(g, synthetic_input_spec(g));
   SyntheticBatch b = synthetic_batch(4, gs.input.channels, gs.input.height, gs.input.width, gs.input.classes, 5);
   train_step(*gs.model, *gs.optimizer, *gs.policy, b.images, b.labels, 0, {});
-  save_checkpoint(good, *gs.model, *gs.optimizer, {2, 1, g.seed}, "resnet20", find_gact_stores(*gs.policy));
+  save_checkpoint(good, *gs.model, *gs.optimizer, {2, 1, g.seed}, "resnet20", stateful_stores(*gs.policy));
   ASSERT_EQ(load_error(good, gact), "(no error)");
   rewrite(good, checkpoint_path(dir.string(), 2),
           [](NamedTensors& t) { entry(t, "gact.0.tensors").data<int64_t>()[0] = int64_t{1} << 60; });
   m = load_error(good, gact);
   EXPECT_NE(m.find("'gact.0.tensors' is 1152921504606846976 but 'gact.0.sensitivity' has"), std::string::npos) << m;
-  save_checkpoint(good, *gs.model, *gs.optimizer, {2, 1, g.seed}, "resnet20", find_gact_stores(*gs.policy));
+  save_checkpoint(good, *gs.model, *gs.optimizer, {2, 1, g.seed}, "resnet20", stateful_stores(*gs.policy));
   rewrite(good, good, [](NamedTensors& t) { entry(t, "gact.0.numel").data<int64_t>()[0] = -7; });
   m = load_error(good, gact);
   EXPECT_NE(m.find("'gact.0.numel' entry 0 is -7"), std::string::npos) << m;

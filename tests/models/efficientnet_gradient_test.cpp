@@ -139,7 +139,7 @@ TEST(EfficientNetGradient, GactAtTwoBitsOnAverageKeepsTheGradientCloserThanTwoBi
   ASSERT_EQ(stores.size(), 1u);
   Fixture& f = fixture();
   gact.begin_step(0);
-  ASSERT_TRUE(stores[0]->iterate(0, [&] {  // GACT's measured sensitivities, then the allocation
+  ASSERT_TRUE(stores[0]->refresh(0, [&] {  // GACT's measured sensitivities, then the allocation
     f.model->zero_grad();
     PolicyScope scope(gact);
     backward(ops::cross_entropy((*f.model)(f.x), f.y));

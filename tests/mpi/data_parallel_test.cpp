@@ -183,7 +183,7 @@ class WithoutGactBroadcast : public StepSync {
   void before_backward(int64_t l, int64_t g) override { s_.before_backward(l, g); }
   void after_backward() override { s_.after_backward(); }
   void abandon() override { s_.abandon(); }
-  void after_gact_refresh(GactStore&) override {}
+  void after_store_refresh(SavedTensorStore&) override {}
 
  private:
   StepSync& s_;

@@ -37,8 +37,8 @@ TEST(GactDevice, MeasuredSensitivitiesAndBitsFromGpuGradientsEqualTheCpus) {
   GactPolicy cpu_policy(o), gpu_policy(o);
   cpu_policy.begin_step(0);
   gpu_policy.begin_step(0);
-  ASSERT_TRUE(cpu_policy.gact().iterate(0, [&] { return net.grads(cpu_policy); }));
-  ASSERT_TRUE(gpu_policy.gact().iterate(0, [&] {
+  ASSERT_TRUE(cpu_policy.gact().refresh(0, [&] { return net.grads(cpu_policy); }));
+  ASSERT_TRUE(gpu_policy.gact().refresh(0, [&] {
     const std::vector<Tensor> g = on(EmulatedGpu::device(), net.grads(gpu_policy));
     EXPECT_FALSE(g[0].is_cpu());
     return g;
@@ -66,8 +66,8 @@ TEST(GactDevice, SamplingVarianceAndItsCheckpointFromGpuGradientsEqualTheCpus) {
   auto observe = [&](int k, GactStore& on_gpu, GactStore* on_cpu) {
     net.xa = testing::random_tensor({16, 64}, 300 + static_cast<uint64_t>(k));
     const std::vector<Tensor> g = net.grads(fp32);
-    on_gpu.observe_gradient(on(d, g));
-    if (on_cpu) on_cpu->observe_gradient(g);
+    on_gpu.observe_gradients(on(d, g));
+    if (on_cpu) on_cpu->observe_gradients(g);
   };
   for (int k = 0; k < 3; ++k) observe(k, gpu_policy.gact(), &cpu_policy.gact());
   ASSERT_TRUE(std::isfinite(cpu_policy.gact().sampling_variance()));
@@ -84,7 +84,7 @@ TEST(GactDevice, SamplingVarianceAndItsCheckpointFromGpuGradientsEqualTheCpus) {
   for (int k = 3; k < 6; ++k) {
     observe(k, gpu_policy.gact(), &cpu_policy.gact());
     net.xa = testing::random_tensor({16, 64}, 300 + static_cast<uint64_t>(k));
-    resumed.gact().observe_gradient(on(d, net.grads(fp32)));
+    resumed.gact().observe_gradients(on(d, net.grads(fp32)));
   }
   EXPECT_EQ(gpu.allocator().current(MemTag::OptimizerState), 2 * mean_bytes) << "the restored mean moved to the GPU";
   EXPECT_EQ(resumed.gact().sampling_variance(), gpu_policy.gact().sampling_variance());
@@ -118,8 +118,8 @@ TEST(GactDevice, OnARealGpuTheEstimatesMatchTheCpuAndResumeExactly) {
   GactPolicy cpu_policy(o), gpu_policy(o);
   cpu_policy.begin_step(0);
   gpu_policy.begin_step(0);
-  ASSERT_TRUE(cpu_policy.gact().iterate(0, [&] { return net.grads(cpu_policy); }));
-  ASSERT_TRUE(gpu_policy.gact().iterate(0, [&] { return on(d, net.grads(gpu_policy)); }));
+  ASSERT_TRUE(cpu_policy.gact().refresh(0, [&] { return net.grads(cpu_policy); }));
+  ASSERT_TRUE(gpu_policy.gact().refresh(0, [&] { return on(d, net.grads(gpu_policy)); }));
   for (size_t l = 0; l < 2; ++l) {
     const double a = cpu_policy.gact().tensors()[l].sensitivity, b = gpu_policy.gact().tensors()[l].sensitivity;
     EXPECT_NEAR(b, a, 1e-9 * a) << "tensor " << l;
@@ -129,8 +129,8 @@ TEST(GactDevice, OnARealGpuTheEstimatesMatchTheCpuAndResumeExactly) {
   for (int k = 0; k < 3; ++k) {
     net.xa = testing::random_tensor({16, 64}, 300 + static_cast<uint64_t>(k));
     const std::vector<Tensor> g = net.grads(fp32);
-    cpu_policy.gact().observe_gradient(g);
-    gpu_policy.gact().observe_gradient(on(d, g));
+    cpu_policy.gact().observe_gradients(g);
+    gpu_policy.gact().observe_gradients(on(d, g));
   }
   const double a = cpu_policy.gact().sampling_variance(), b = gpu_policy.gact().sampling_variance();
   EXPECT_NEAR(b, a, 1e-5 * a);
@@ -139,8 +139,8 @@ TEST(GactDevice, OnARealGpuTheEstimatesMatchTheCpuAndResumeExactly) {
   for (int k = 3; k < 5; ++k) {
     net.xa = testing::random_tensor({16, 64}, 300 + static_cast<uint64_t>(k));
     const std::vector<Tensor> g = on(d, net.grads(fp32));
-    gpu_policy.gact().observe_gradient(g);
-    resumed.gact().observe_gradient(g);
+    gpu_policy.gact().observe_gradients(g);
+    resumed.gact().observe_gradients(g);
   }
   EXPECT_TRUE(testing::same_state(resumed.gact().export_state(), gpu_policy.gact().export_state()));
   const Tensor grad = testing::random_tensor({4, 8, 5, 3}, 7, -2.0f, 2.0f);

@@ -73,7 +73,7 @@ TEST(GactMeasured, SensitiveTensorGetsMoreBits) {
   GactStore& g = policy.gact();
   auto fn = [&] { return net.grads(policy); };
   policy.begin_step(0);
-  ASSERT_TRUE(g.iterate(0, fn));
+  ASSERT_TRUE(g.refresh(0, fn));
   ASSERT_EQ(g.tensors().size(), 2u);
   EXPECT_EQ(g.last_refresh_passes(), 3);  // one shared baseline + one per tensor
   const auto& t = g.tensors();
@@ -86,7 +86,7 @@ TEST(GactMeasured, SensitiveTensorGetsMoreBits) {
   EXPECT_LE(g.average_bits(), 3.0);
   // The next steps quantize with the assigned bits; the describe() report shows them.
   policy.begin_step(1);
-  EXPECT_FALSE(g.iterate(1, fn));  // not due
+  EXPECT_FALSE(g.refresh(1, fn));  // not due
   {
     PolicyScope scope(policy);
     Tensor y = ops::linear(net.xa, net.wa, Tensor());
@@ -109,7 +109,7 @@ TEST(GactMeasured, SensitiveTensorGetsMoreBits) {
     clear_tape();
   }
   policy.begin_step(10);
-  EXPECT_TRUE(g.iterate(10, fn));  // due again
+  EXPECT_TRUE(g.refresh(10, fn));  // due again
   EXPECT_EQ(g.refreshes(), 2);
 }
 
@@ -121,12 +121,12 @@ TEST(GactMeasured, RoundRobinSubsetIsCheaper) {
   GactPolicy policy(o);
   auto fn = [&] { return net.grads(policy); };
   policy.begin_step(0);
-  ASSERT_TRUE(policy.gact().iterate(0, fn));
+  ASSERT_TRUE(policy.gact().refresh(0, fn));
   EXPECT_EQ(policy.gact().last_refresh_passes(), 2);
   EXPECT_TRUE(policy.gact().tensors()[0].estimated);
   EXPECT_FALSE(policy.gact().tensors()[1].estimated);
   policy.begin_step(1);
-  ASSERT_TRUE(policy.gact().iterate(1, fn));
+  ASSERT_TRUE(policy.gact().refresh(1, fn));
   EXPECT_TRUE(policy.gact().tensors()[1].estimated);
   EXPECT_GT(policy.gact().tensors()[1].bits, policy.gact().tensors()[0].bits);
 }
@@ -136,9 +136,9 @@ TEST(GactAnalytic, SensitiveTensorGetsMoreBitsWithoutExtraPasses) {
   GactPolicy policy(toy_options(GactEstimator::Analytic));
   GactStore& g = policy.gact();
   policy.begin_step(0);
-  EXPECT_FALSE(g.iterate(0, nullptr));  // nothing observed yet
+  EXPECT_FALSE(g.refresh(0, nullptr));  // nothing observed yet
   net.grads(policy);                    // the training step: forward + backward
-  ASSERT_TRUE(g.iterate(0, nullptr));
+  ASSERT_TRUE(g.refresh(0, nullptr));
   EXPECT_EQ(g.last_refresh_passes(), 0);
   const auto& t = g.tensors();
   ASSERT_EQ(t.size(), 2u);
@@ -150,12 +150,12 @@ TEST(GactAnalytic, SensitiveTensorGetsMoreBitsWithoutExtraPasses) {
   // The analytic value bounds the measured variance from above (range^2/4 per element).
   GactPolicy measured(toy_options(GactEstimator::Measured));
   measured.begin_step(0);
-  measured.gact().iterate(0, [&] { return net.grads(measured); });
+  measured.gact().refresh(0, [&] { return net.grads(measured); });
   for (size_t l = 0; l < 2; ++l) EXPECT_GT(t[l].sensitivity, measured.gact().tensors()[l].sensitivity);
   // Harvested at begin_step too: a refresh called after the next step began still works.
   policy.begin_step(9);
   policy.begin_step(10);
-  EXPECT_TRUE(g.iterate(10, nullptr));
+  EXPECT_TRUE(g.refresh(10, nullptr));
 }
 
 // The trainer's order: a step begins (forgetting the last step's tensors), then the refresh runs.
@@ -165,10 +165,10 @@ TEST(GactAnalytic, RefreshAfterTheNextStepBeganKnowsTheTensorSizes) {
   GactPolicy policy(toy_options(GactEstimator::Analytic));
   GactStore& g = policy.gact();
   policy.begin_step(0);
-  EXPECT_FALSE(g.iterate(0, nullptr));
+  EXPECT_FALSE(g.refresh(0, nullptr));
   net.grads(policy);
   policy.begin_step(1);
-  ASSERT_TRUE(g.iterate(1, nullptr));
+  ASSERT_TRUE(g.refresh(1, nullptr));
   const auto& t = g.tensors();
   ASSERT_EQ(t.size(), 2u);
   for (const auto& s : t) EXPECT_EQ(s.numel, 16 * 64);
@@ -199,7 +199,7 @@ TEST(GactAnalytic, ConvAndLinearEstimatesAgreeWithMeasuredUpToACommonScale) {
   double mc[2] = {0, 0};
   for (int step = 0; step < 4; ++step) {  // average a few refreshes: one draw is noisy
     measured.begin_step(step * 10);
-    measured.gact().iterate(step * 10, [&] { return grads(measured); });
+    measured.gact().refresh(step * 10, [&] { return grads(measured); });
     for (int l = 0; l < 2; ++l) mc[l] += measured.gact().tensors()[static_cast<size_t>(l)].sensitivity;
   }
   o.estimator = GactEstimator::Analytic;
@@ -207,7 +207,7 @@ TEST(GactAnalytic, ConvAndLinearEstimatesAgreeWithMeasuredUpToACommonScale) {
   analytic.gact().set_conv_kernels({{"", 9}});  // the 3x3 convolution (no layer name here)
   analytic.begin_step(0);
   grads(analytic);
-  ASSERT_TRUE(analytic.gact().iterate(0, nullptr));
+  ASSERT_TRUE(analytic.gact().refresh(0, nullptr));
   const auto& t = analytic.gact().tensors();
   ASSERT_EQ(t.size(), 2u);
   EXPECT_EQ(t[0].op, "conv2d");
@@ -256,7 +256,7 @@ TEST(GactAnalytic, ConvolutionNormalisationFollowsTheKernelSize) {
   double mc[3] = {0, 0, 0};
   for (int step = 0; step < 4; ++step) {
     measured.begin_step(step * 10);
-    measured.gact().iterate(step * 10, [&] { return grads(measured); });
+    measured.gact().refresh(step * 10, [&] { return grads(measured); });
     for (int l = 0; l < 3; ++l) mc[l] += measured.gact().tensors()[static_cast<size_t>(l)].sensitivity;
   }
   o.estimator = GactEstimator::Analytic;
@@ -264,7 +264,7 @@ TEST(GactAnalytic, ConvolutionNormalisationFollowsTheKernelSize) {
   analytic.gact().set_conv_kernels(conv_kernel_elements({{"c1.weight", w1}, {"c7.weight", w7}, {"fc.weight", wl}}));
   analytic.begin_step(0);
   grads(analytic);
-  ASSERT_TRUE(analytic.gact().iterate(0, nullptr));
+  ASSERT_TRUE(analytic.gact().refresh(0, nullptr));
   const auto& t = analytic.gact().tensors();
   ASSERT_EQ(t.size(), 3u);
   EXPECT_EQ(t[0].layer, "c1");
@@ -282,7 +282,7 @@ TEST(GactAnalytic, ConvolutionNormalisationFollowsTheKernelSize) {
   unknown.begin_step(0);
   grads(unknown);
   try {
-    unknown.gact().iterate(0, nullptr);
+    unknown.gact().refresh(0, nullptr);
     FAIL() << "no error without the kernel sizes";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("'c1'"), std::string::npos) << e.what();
@@ -328,7 +328,7 @@ TEST(GactStore, ThirtyTwoBitTensorsPassThroughAndAreStillMeasured) {
   for (size_t k = 0; k < 2; ++k) EXPECT_EQ(first[k].to_vector(), exact[k].to_vector());
   // The refresh measures them (quantized at 8 bits during its passes) and allocates the budget.
   policy.begin_step(1);
-  ASSERT_TRUE(g.iterate(1, [&] { return net.grads(policy); }));
+  ASSERT_TRUE(g.refresh(1, [&] { return net.grads(policy); }));
   ASSERT_EQ(g.tensors().size(), 2u);
   for (const auto& t : g.tensors()) {
     EXPECT_TRUE(std::isfinite(t.sensitivity));
@@ -350,11 +350,11 @@ TEST(GactWarning, WarnsWhenCompressionVarianceDominates) {
     float* p = net.xa.data<float>();
     for (int64_t i = 0; i < net.xa.numel(); ++i) p[i] = xa0.data<float>()[i] * (1.0f + 0.001f * static_cast<float>(k));
     Fp32Policy fp32;
-    g.observe_gradient(net.grads(fp32));
+    g.observe_gradients(net.grads(fp32));
   }
   EXPECT_TRUE(std::isfinite(g.sampling_variance()));
   policy.begin_step(0);
-  g.iterate(0, [&] { return net.grads(policy); });
+  g.refresh(0, [&] { return net.grads(policy); });
   EXPECT_GT(g.predicted_variance(), 0.1 * g.sampling_variance());
   EXPECT_TRUE(g.warned());
   // With a large sampling variance (very different batches) it does not warn.
@@ -365,10 +365,10 @@ TEST(GactWarning, WarnsWhenCompressionVarianceDominates) {
     net.xb = random_tensor({16, 64}, 100 + k);
     net.xa = random_tensor({16, 64}, 200 + k);
     Fp32Policy fp32;
-    quiet.gact().observe_gradient(net.grads(fp32));
+    quiet.gact().observe_gradients(net.grads(fp32));
   }
   quiet.begin_step(0);
-  quiet.gact().iterate(0, [&] { return net.grads(quiet); });
+  quiet.gact().refresh(0, [&] { return net.grads(quiet); });
   EXPECT_FALSE(quiet.gact().warned());
 }
 
@@ -379,9 +379,9 @@ TEST(GactLog, WritesSensitivityAndBitsPerTensor) {
   std::remove(o.log_path.c_str());
   GactPolicy policy(o);
   policy.begin_step(0);
-  policy.gact().iterate(0, [&] { return net.grads(policy); });
+  policy.gact().refresh(0, [&] { return net.grads(policy); });
   policy.begin_step(10);
-  policy.gact().iterate(10, [&] { return net.grads(policy); });
+  policy.gact().refresh(10, [&] { return net.grads(policy); });
   std::ifstream in(o.log_path);
   std::string line;
   std::vector<std::string> lines;
@@ -397,8 +397,8 @@ TEST(GactLog, WritesSensitivityAndBitsPerTensor) {
 // backward, the gradient observed (the sampling variance).
 void toy_step(ToyNet& net, GactPolicy& policy, int64_t step) {
   policy.begin_step(step);
-  policy.gact().iterate(step, [&] { return net.grads(policy); });
-  policy.gact().observe_gradient(net.grads(policy));
+  policy.gact().refresh(step, [&] { return net.grads(policy); });
+  policy.gact().observe_gradients(net.grads(policy));
 }
 
 // A store restored from export_state continues exactly as the one it was exported from:
