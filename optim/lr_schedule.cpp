@@ -2,21 +2,17 @@
 
 #include <algorithm>
 #include <cmath>
-#include <deque>
-#include <mutex>
-
 #include "core/error.h"
+#include "core/named_registry.h"
 
 namespace packrat {
 
 namespace {
 
-std::mutex g_schedules_mutex;
-
 // Registration order is the order names are listed in messages ("constant, step, ...").
-std::deque<std::pair<std::string, LrScheduleKind>>& schedules() {  // callers hold g_schedules_mutex
-  static std::deque<std::pair<std::string, LrScheduleKind>> table = [] {
-    std::deque<std::pair<std::string, LrScheduleKind>> t;
+NamedRegistry<LrScheduleKind>& schedules() {
+  static NamedRegistry<LrScheduleKind> table([] {
+    std::vector<std::pair<std::string, LrScheduleKind>> t;
     t.push_back({"constant", {{}, [](const LrScheduleConfig& c, int64_t, double) { return c.base_lr; }, nullptr}});
     t.push_back({"step",
                  {{"step_size", "gamma"},
@@ -48,43 +44,21 @@ std::deque<std::pair<std::string, LrScheduleKind>>& schedules() {  // callers ho
                                   c.warmup_epochs, c.epochs);
                   }}});
     return t;
-  }();
+  }());
   return table;
 }
 
 }  // namespace
 
-void register_lr_schedule(const std::string& name, LrScheduleKind kind) {
-  std::lock_guard lock(g_schedules_mutex);
-  for (auto& [n, k] : schedules())
-    if (n == name) {
-      k = std::move(kind);
-      return;
-    }
-  schedules().push_back({name, std::move(kind)});
-}
+void register_lr_schedule(const std::string& name, LrScheduleKind kind) { schedules().add(name, std::move(kind)); }
 
-std::vector<std::string> lr_schedule_names() {
-  std::lock_guard lock(g_schedules_mutex);
-  std::vector<std::string> out;
-  for (const auto& [name, k] : schedules()) out.push_back(name);
-  return out;
-}
+std::vector<std::string> lr_schedule_names() { return schedules().names(); }
 
-const LrScheduleKind* find_lr_schedule(const std::string& name) {
-  std::lock_guard lock(g_schedules_mutex);
-  for (const auto& [n, k] : schedules())
-    if (n == name) return &k;
-  return nullptr;
-}
+const LrScheduleKind* find_lr_schedule(const std::string& name) { return schedules().find(name); }
 
 LrSchedule::LrSchedule(LrScheduleConfig c) : c_(std::move(c)) {
   const LrScheduleKind* kind = find_lr_schedule(c_.kind);
-  if (kind == nullptr) {
-    std::string known;
-    for (const auto& n : lr_schedule_names()) known += (known.empty() ? "" : ", ") + n;
-    fail("lr schedule: unknown kind '{}' (known: {})", c_.kind, known);
-  }
+  if (kind == nullptr) fail("lr schedule: unknown kind '{}' (known: {})", c_.kind, schedules().joined_names());
   kind_ = *kind;
   PACKRAT_CHECK(c_.base_lr >= 0.0 && c_.min_lr >= 0.0 && c_.gamma > 0.0,
                 "lr schedule: base_lr {}, min_lr {} must be >= 0 and gamma {} > 0", c_.base_lr, c_.min_lr, c_.gamma);

@@ -1,17 +1,13 @@
 #include "optim/registry.h"
 
-#include <deque>
-#include <mutex>
-
 #include "core/error.h"
+#include "core/named_registry.h"
 #include "optim/adamw.h"
 #include "optim/sgd.h"
 
 namespace packrat {
 
 namespace {
-
-std::mutex g_optimizers_mutex;
 
 std::unique_ptr<Optimizer> make_sgd(NamedTensors params, const OptimizerConfig& c) {
   SgdOptions o;
@@ -33,9 +29,9 @@ std::unique_ptr<Optimizer> make_adamw(NamedTensors params, const OptimizerConfig
 }
 
 // Registration order is the order names are listed in messages ("sgd, adamw").
-std::deque<std::pair<std::string, OptimizerKind>>& optimizers() {  // callers hold g_optimizers_mutex
-  static std::deque<std::pair<std::string, OptimizerKind>> table = [] {
-    std::deque<std::pair<std::string, OptimizerKind>> t;
+NamedRegistry<OptimizerKind>& optimizers() {
+  static NamedRegistry<OptimizerKind> table([] {
+    std::vector<std::pair<std::string, OptimizerKind>> t;
     t.push_back({"sgd",
                  {{{"lr", "0.1"}, {"momentum", "0.9"}, {"nesterov", "false"}, {"weight_decay", "0"}},
                   make_sgd,
@@ -48,43 +44,21 @@ std::deque<std::pair<std::string, OptimizerKind>>& optimizers() {  // callers ho
                   make_adamw,
                   nullptr}});
     return t;
-  }();
+  }());
   return table;
 }
 
 }  // namespace
 
-void register_optimizer(const std::string& name, OptimizerKind kind) {
-  std::lock_guard lock(g_optimizers_mutex);
-  for (auto& [n, k] : optimizers())
-    if (n == name) {
-      k = std::move(kind);
-      return;
-    }
-  optimizers().push_back({name, std::move(kind)});
-}
+void register_optimizer(const std::string& name, OptimizerKind kind) { optimizers().add(name, std::move(kind)); }
 
-std::vector<std::string> optimizer_names() {
-  std::lock_guard lock(g_optimizers_mutex);
-  std::vector<std::string> out;
-  for (const auto& [name, k] : optimizers()) out.push_back(name);
-  return out;
-}
+std::vector<std::string> optimizer_names() { return optimizers().names(); }
 
-const OptimizerKind* find_optimizer(const std::string& name) {
-  std::lock_guard lock(g_optimizers_mutex);
-  for (const auto& [n, k] : optimizers())
-    if (n == name) return &k;
-  return nullptr;
-}
+const OptimizerKind* find_optimizer(const std::string& name) { return optimizers().find(name); }
 
 std::unique_ptr<Optimizer> make_optimizer(NamedTensors params, const OptimizerConfig& c) {
   const OptimizerKind* kind = find_optimizer(c.name);
-  if (kind == nullptr) {
-    std::string known;
-    for (const auto& n : optimizer_names()) known += (known.empty() ? "" : ", ") + n;
-    fail("optimizer.name: is '{}', must be one of: {}", c.name, known);
-  }
+  if (kind == nullptr) fail("optimizer.name: is '{}', must be one of: {}", c.name, optimizers().joined_names());
   return kind->make(std::move(params), c);
 }
 
