@@ -115,10 +115,13 @@ class SavedTensorStore {
   // store keeps none) and its entries as named host tensors.
   virtual std::string_view state_name() const { return {}; }
   virtual std::vector<std::pair<std::string, Tensor>> export_state() const { return {}; }
-  // Replaces the state by an export_state() result; `where` starts every error.
-  virtual void import_state(const std::vector<std::pair<std::string, Tensor>>& state, const std::string& where) {
+  // Replaces the state by an export_state() result; `where` starts every error, and an error
+  // about an entry names it as `entry_prefix` + its name (a checkpoint's "gact.0.bits").
+  virtual void import_state(const std::vector<std::pair<std::string, Tensor>>& state, const std::string& where,
+                            const std::string& entry_prefix = "") {
     (void)state;
     (void)where;
+    (void)entry_prefix;
   }
   // Where it logs what it adapts, in a run directory ("": not at all, e.g. on all ranks but
   // rank 0); `index` is its place among the stores of its state name (GACT: gact_bits.csv, then

@@ -85,7 +85,8 @@ void restore_store_state(const SafetensorsFile& f, const std::vector<SavedTensor
                     label);
       state[i].emplace_back(n.substr(dot + 1), t);
     }
-    for (size_t i = 0; i < group.size(); ++i) group[i]->import_state(state[i], fmt::format("{}: {} store {}", path, name, i));
+    for (size_t i = 0; i < group.size(); ++i)
+      group[i]->import_state(state[i], fmt::format("{}: {} store {}", path, name, i), fmt::format("{}{}.", prefix, i));
   }
 }
 

@@ -77,9 +77,40 @@ std::vector<std::pair<std::string, Tensor>> GactStore::export_state() const {
   return out;
 }
 
-void GactStore::import_state(const std::vector<std::pair<std::string, Tensor>>& state, const std::string& where) {
+// Sizes the store would trust before it allocates by them: the number of tensors agrees with
+// the sensitivities, element counts are positive and bounded, and the running gradient mean has
+// one entry per model parameter (when observe_model told the count).
+void GactStore::check_state_sizes(const std::map<std::string, const Tensor*>& by_name, const std::string& where,
+                                  const std::string& p) const {
+  auto find = [&](const char* n) -> const Tensor* {
+    auto it = by_name.find(n);
+    return it == by_name.end() ? nullptr : it->second;
+  };
+  const Tensor* L = find("tensors");
+  if (L == nullptr || L->dtype() != DType::i64 || L->numel() != 1) return;  // the import names what is missing
+  const Tensor* sens = find("sensitivity");
+  const int64_t n = L->to_plain().data<int64_t>()[0], have = sens ? sens->numel() : 0;
+  PACKRAT_CHECK(n >= 0 && n == have, "{}: '{}tensors' is {} but '{}sensitivity' has {} entries: the GACT state is corrupt",
+                where, p, n, p, have);
+  if (const Tensor* numel = find("numel"); numel && numel->dtype() == DType::i64) {
+    const Tensor host = numel->to_plain();
+    for (int64_t k = 0; k < host.numel(); ++k) {
+      const int64_t v = host.data<int64_t>()[k];
+      PACKRAT_CHECK(v >= 0 && v <= (int64_t{1} << 40), "{}: '{}numel' entry {} is {}, not an element count", where, p,
+                    k, v);
+    }
+  }
+  if (const Tensor* mean = find("grad_mean"); mean && parameters_ > 0)
+    PACKRAT_CHECK(mean->numel() == parameters_,
+                  "{}: '{}grad_mean' has {} entries but the model has {} parameters: the GACT state is of another model",
+                  where, p, mean->numel(), parameters_);
+}
+
+void GactStore::import_state(const std::vector<std::pair<std::string, Tensor>>& state, const std::string& where,
+                             const std::string& entry_prefix) {
   std::map<std::string, const Tensor*> by_name;
   for (const auto& [n, t] : state) by_name[n] = &t;
+  check_state_sizes(by_name, where, entry_prefix);
   static const std::set<std::string> known = {
       "tensors",     "sensitivity",  "bits",        "numel",      "estimated", "names",   "last_refresh_step",
       "refreshes",   "round_robin",  "salt_counter", "last_passes", "warned",   "grad_count", "grad_m2",
@@ -118,8 +149,6 @@ void GactStore::import_state(const std::vector<std::pair<std::string, Tensor>>& 
       t.sensitivity = c.data<double>()[l];
       t.bits = bits.data<int32_t>()[l];
       t.numel = numel.data<int64_t>()[l];
-      PACKRAT_CHECK(t.numel >= 0 && t.numel <= (int64_t{1} << 40), "{}: GACT state 'numel' entry {} is {}, not an "
-                    "element count", where, l, t.numel);
       t.estimated = est.data<uint8_t>()[l] != 0;
       PACKRAT_CHECK(t.bits == 0 || std::find(gopts_.candidate_bits.begin(), gopts_.candidate_bits.end(), t.bits) !=
                                        gopts_.candidate_bits.end(),
@@ -145,9 +174,6 @@ void GactStore::import_state(const std::vector<std::pair<std::string, Tensor>>& 
   const double m2 = get("grad_m2", DType::f64, 1, true)->to_plain().data<double>()[0];
   const Tensor* mean = get("grad_mean", DType::f32, -1, false);
   PACKRAT_CHECK(count == 0 || mean != nullptr, "{}: GACT state has grad_count {} but no grad_mean", where, count);
-  PACKRAT_CHECK(!mean || parameters_ == 0 || mean->numel() == parameters_,
-                "{}: GACT state 'grad_mean' has {} entries but the model has {} parameters: the GACT state is of another "
-                "model", where, mean ? mean->numel() : 0, parameters_);
   const Tensor* pending = get("pending_analytic", DType::f64, -1, false);
 
   table_ = std::move(table);

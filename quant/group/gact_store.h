@@ -183,7 +183,8 @@ class GactStore : public GroupStore, private BitsProvider {
   // entry, or bits that are not candidates of this store, is an error naming it. The restored
   // table is checked against the first step that quantizes tensors afterwards
   // (check_restored_step).
-  void import_state(const std::vector<std::pair<std::string, Tensor>>& state, const std::string& where) override;
+  void import_state(const std::vector<std::pair<std::string, Tensor>>& state, const std::string& where,
+                    const std::string& entry_prefix = "") override;
   // After import_state: once tensors have been quantized since the last begin_step, compares
   // them with the restored table (count, then layer and op of each) and throws naming the first
   // difference (the checkpoint belongs to a config that quantizes other tensors with gact).
@@ -224,7 +225,8 @@ class GactStore : public GroupStore, private BitsProvider {
   void sync_table();  // layer/op/numel/bits from the tensors of the current step
   std::vector<double> analytic_from_step() const;  // c_l per tensor of the current step, or empty
   void forget_step();  // the per-step records, at begin_step
-
+  void check_state_sizes(const std::map<std::string, const Tensor*>& by_name, const std::string& where,
+                         const std::string& entry_prefix) const;
   GactOptions gopts_;
   PassThrough passthrough_{*this};
   std::vector<StepTensor> step_;                   // this step's adaptive tensors, by l
