@@ -10,6 +10,7 @@
 #include <cstring>
 
 #include "core/cpu/layout.h"
+#include "bench/codec_bench_input.h"
 #include "core/philox.h"
 #include "core/tensor.h"
 #include "quant/group/group_quant.h"
@@ -17,16 +18,7 @@
 namespace packrat {
 namespace {
 
-constexpr int64_t kN = 64, kC = 64, kH = 32, kW = 32;
-constexpr int64_t kNumel = kN * kC * kH * kW;
-
-Tensor make_input() {
-  Tensor t = Tensor::empty({kN, kC, kH, kW});  // (N, C, H, W)
-  float* p = t.data<float>();
-  PhiloxStream s(7, 0);
-  for (int64_t i = 0; i < kNumel; ++i) p[i] = s.uniform() * 4.0f - 1.0f;
-  return t;
-}
+using namespace codec_bench;  // kN, kC, kH, kW, kNumel, make_input
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

@@ -15,6 +15,7 @@
 
 #include "core/backend.h"
 #include "core/cpu/layout.h"
+#include "bench/codec_bench_input.h"
 #include "core/philox.h"
 #include "core/tensor.h"
 #include "quant/group/group_quant.h"
@@ -23,16 +24,7 @@
 namespace packrat {
 namespace {
 
-constexpr int64_t kN = 64, kC = 64, kH = 32, kW = 32;
-constexpr int64_t kNumel = kN * kC * kH * kW;
-
-Tensor make_input() {
-  Tensor t = Tensor::empty({kN, kC, kH, kW});  // (N, C, H, W)
-  float* p = t.data<float>();
-  PhiloxStream s(7, 0);
-  for (int64_t i = 0; i < kNumel; ++i) p[i] = s.uniform() * 4.0f - 1.0f;
-  return t;
-}
+using namespace codec_bench;  // kN, kC, kH, kW, kNumel, make_input
 
 double seconds(const std::function<void()>& fn) {
   const auto t0 = std::chrono::steady_clock::now();
@@ -49,6 +41,16 @@ MixedQuantConfig mixed_config(ScaleRule rule, int base, int mix, double p, int64
   c.mix_prob = p;
   c.bucket_size = bucket;
   return c;
+}
+
+// The per-group quantizer's geometry at `bits`, in flat groups of a bucket's size: the fixed
+// widths the mix is measured against.
+GroupGeometry flat_groups(int64_t bucket, int bits) {
+  GroupQuantConfig gc;
+  gc.group_size = bucket;
+  gc.grouping = Grouping::Flat;
+  gc.bits = bits;
+  return group_geometry(kNumel, kN, gc);
 }
 
 struct Side {
@@ -71,13 +73,7 @@ void BM_MixedQuant_Quantize(benchmark::State& state) {
   const int64_t bucket = state.range(0);
   const ScaleRule rule = state.range(1) ? ScaleRule::MaxAbs : ScaleRule::Affine;
   const Tensor x = make_input();
-  GroupQuantConfig gc;
-  gc.group_size = bucket;
-  gc.grouping = Grouping::Flat;
-  gc.bits = 2;
-  const GroupGeometry g2 = group_geometry(kNumel, kN, gc);
-  gc.bits = 4;
-  const GroupGeometry g4 = group_geometry(kNumel, kN, gc);
+  const GroupGeometry g2 = flat_groups(bucket, 2), g4 = flat_groups(bucket, 4);
   Tensor codes = Tensor::empty({g4.code_bytes()}, DType::u8), meta = Tensor::empty({g4.meta_bytes()}, DType::u8);
   MixedQuantConfig mix = mixed_config(rule, 2, 4, 0.5, bucket);
   mix.decision = state.range(2) ? MixDecision::PerTensor : MixDecision::PerBucket;
@@ -106,13 +102,7 @@ void BM_MixedQuant_Dequantize(benchmark::State& state) {
   const ScaleRule rule = state.range(1) ? ScaleRule::MaxAbs : ScaleRule::Affine;
   const Tensor x = make_input();
   Tensor y = Tensor::empty_like(x);
-  GroupQuantConfig gc;
-  gc.group_size = bucket;
-  gc.grouping = Grouping::Flat;
-  gc.bits = 2;
-  const GroupGeometry g2 = group_geometry(kNumel, kN, gc);
-  gc.bits = 4;
-  const GroupGeometry g4 = group_geometry(kNumel, kN, gc);
+  const GroupGeometry g2 = flat_groups(bucket, 2), g4 = flat_groups(bucket, 4);
   Tensor c2 = Tensor::empty({g2.code_bytes()}, DType::u8), m2 = Tensor::empty({g2.meta_bytes()}, DType::u8);
   Tensor c4 = Tensor::empty({g4.code_bytes()}, DType::u8), m4 = Tensor::empty({g4.meta_bytes()}, DType::u8);
   quantize_groups(x.data<float>(), g2, Rounding::Stochastic, {1, 42}, c2.data<uint8_t>(), m2.data<uint8_t>());

@@ -2,15 +2,13 @@
 
 #include <algorithm>
 #include <cmath>
+
 #include "core/error.h"
-#include "core/named_registry.h"
 
 namespace packrat {
 
-namespace {
-
 // Registration order is the order names are listed in messages ("constant, step, ...").
-NamedRegistry<LrScheduleKind>& schedules() {
+NamedRegistry<LrScheduleKind>& lr_schedules() {
   static NamedRegistry<LrScheduleKind> table([] {
     std::vector<std::pair<std::string, LrScheduleKind>> t;
     t.push_back({"constant", {{}, [](const LrScheduleConfig& c, int64_t, double) { return c.base_lr; }, nullptr}});
@@ -48,17 +46,9 @@ NamedRegistry<LrScheduleKind>& schedules() {
   return table;
 }
 
-}  // namespace
-
-void register_lr_schedule(const std::string& name, LrScheduleKind kind) { schedules().add(name, std::move(kind)); }
-
-std::vector<std::string> lr_schedule_names() { return schedules().names(); }
-
-const LrScheduleKind* find_lr_schedule(const std::string& name) { return schedules().find(name); }
-
 LrSchedule::LrSchedule(LrScheduleConfig c) : c_(std::move(c)) {
-  const LrScheduleKind* kind = find_lr_schedule(c_.kind);
-  if (kind == nullptr) fail("lr schedule: unknown kind '{}' (known: {})", c_.kind, schedules().joined_names());
+  const LrScheduleKind* kind = lr_schedules().find(c_.kind);
+  if (kind == nullptr) fail("lr schedule: unknown kind '{}' (known: {})", c_.kind, lr_schedules().joined_names());
   kind_ = *kind;
   PACKRAT_CHECK(c_.base_lr >= 0.0 && c_.min_lr >= 0.0 && c_.gamma > 0.0,
                 "lr schedule: base_lr {}, min_lr {} must be >= 0 and gamma {} > 0", c_.base_lr, c_.min_lr, c_.gamma);

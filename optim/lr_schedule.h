@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "core/named_registry.h"
 namespace packrat {
 
 struct LrScheduleConfig {
@@ -42,9 +43,9 @@ struct LrScheduleKind {
   // Throws for numbers this kind cannot run with (the common ones are checked for every kind).
   std::function<void(const LrScheduleConfig& c)> check;
 };
-void register_lr_schedule(const std::string& name, LrScheduleKind kind);
-std::vector<std::string> lr_schedule_names();  // in registration order
-const LrScheduleKind* find_lr_schedule(const std::string& name);  // nullptr when unknown
+// The LR schedules by name, in registration order (lr_schedules().add(name, kind); .names();
+// .find(name), nullptr when unknown).
+NamedRegistry<LrScheduleKind>& lr_schedules();
 
 class LrSchedule {
  public:

@@ -1,7 +1,6 @@
 #include "optim/registry.h"
 
 #include "core/error.h"
-#include "core/named_registry.h"
 #include "optim/adamw.h"
 #include "optim/sgd.h"
 
@@ -28,6 +27,8 @@ std::unique_ptr<Optimizer> make_adamw(NamedTensors params, const OptimizerConfig
   return std::make_unique<AdamW>(std::move(params), o);
 }
 
+}  // namespace
+
 // Registration order is the order names are listed in messages ("sgd, adamw").
 NamedRegistry<OptimizerKind>& optimizers() {
   static NamedRegistry<OptimizerKind> table([] {
@@ -48,16 +49,8 @@ NamedRegistry<OptimizerKind>& optimizers() {
   return table;
 }
 
-}  // namespace
-
-void register_optimizer(const std::string& name, OptimizerKind kind) { optimizers().add(name, std::move(kind)); }
-
-std::vector<std::string> optimizer_names() { return optimizers().names(); }
-
-const OptimizerKind* find_optimizer(const std::string& name) { return optimizers().find(name); }
-
 std::unique_ptr<Optimizer> make_optimizer(NamedTensors params, const OptimizerConfig& c) {
-  const OptimizerKind* kind = find_optimizer(c.name);
+  const OptimizerKind* kind = optimizers().find(c.name);
   if (kind == nullptr) fail("optimizer.name: is '{}', must be one of: {}", c.name, optimizers().joined_names());
   return kind->make(std::move(params), c);
 }

@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/named_registry.h"
 #include "optim/optimizer.h"
 
 namespace packrat {
@@ -37,9 +38,9 @@ struct OptimizerKind {
   std::function<std::optional<OptimizerRefusal>(const OptimizerConfig& c)> check;
 };
 
-void register_optimizer(const std::string& name, OptimizerKind kind);
-std::vector<std::string> optimizer_names();  // in registration order: sgd, adamw, then yours
-const OptimizerKind* find_optimizer(const std::string& name);  // nullptr when unknown
+// The optimizers by name, in registration order: sgd, adamw, then yours
+// (optimizers().add("lion", kind); .names(); .find(name), nullptr when unknown).
+NamedRegistry<OptimizerKind>& optimizers();
 // Throws naming optimizer.name when c.name is not registered.
 std::unique_ptr<Optimizer> make_optimizer(NamedTensors params, const OptimizerConfig& c);
 

@@ -76,13 +76,13 @@ bool lists(const std::vector<std::string>& keys, const std::string& key) {
 
 std::vector<std::string> optimizer_keys(const std::string& name) {
   std::vector<std::string> out;
-  if (const OptimizerKind* kind = find_optimizer(name))
+  if (const OptimizerKind* kind = optimizers().find(name))
     for (const auto& [key, def] : kind->keys) out.push_back(key);
   return out;
 }
 
 std::vector<std::string> schedule_keys(const std::string& name) {
-  const LrScheduleKind* kind = find_lr_schedule(name);
+  const LrScheduleKind* kind = lr_schedules().find(name);
   return kind ? kind->keys : std::vector<std::string>{};
 }
 
@@ -91,10 +91,10 @@ std::vector<std::string> schedule_keys(const std::string& name) {
 std::vector<std::string> key_readers(const ConfigKey& k) {
   std::vector<std::string> out;
   if (k.section == "optimizer")
-    for (const auto& name : optimizer_names())
+    for (const auto& name : optimizers().names())
       if (lists(optimizer_keys(name), k.name)) out.push_back(name);
   if (k.section == "schedule")
-    for (const auto& name : lr_schedule_names())
+    for (const auto& name : lr_schedules().names())
       if (lists(schedule_keys(name), k.name)) out.push_back(name);
   return out;
 }
@@ -108,7 +108,7 @@ std::vector<std::string> chosen_kind_keys(const std::string& section, const Conf
 std::string default_for(const ConfigKey& k, const Config& c) {
   if (k.default_from) return k.default_from(c);
   if (k.section == "optimizer")
-    if (const OptimizerKind* kind = find_optimizer(c.optimizer.name))
+    if (const OptimizerKind* kind = optimizers().find(c.optimizer.name))
       for (const auto& [key, def] : kind->keys)
         if (key == k.name) return def;
   return k.default_text;
@@ -186,7 +186,7 @@ std::string meaning(const ConfigKey& k) {
     s += fmt::format(" (data.dataset {} only)", d);
   }
   const std::vector<std::string> readers = key_readers(k);
-  const size_t kinds = k.section == "optimizer" ? optimizer_names().size() : lr_schedule_names().size();
+  const size_t kinds = k.section == "optimizer" ? optimizers().names().size() : lr_schedules().names().size();
   if (!readers.empty() && readers.size() < kinds) {
     std::string d;
     for (const auto& x : readers) d += (d.empty() ? "`" : ", `") + x + "`";

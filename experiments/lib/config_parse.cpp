@@ -157,7 +157,7 @@ Config parse_root(YAML::Node root, const Origin& origin) {
     Section o = top.child("optimizer");
     read_keys(o, "optimizer", c);
     refuse_other_kinds_keys(o, "optimizer", c);
-    if (const OptimizerKind* kind = find_optimizer(c.optimizer.name); kind && kind->check)
+    if (const OptimizerKind* kind = optimizers().find(c.optimizer.name); kind && kind->check)
       if (const auto refusal = kind->check(c.optimizer))
         o.error_at(o.key_path(refusal->key), o.node()[refusal->key].Mark(), refusal->message);
     o.finish(section_key_names("optimizer"));

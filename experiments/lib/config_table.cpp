@@ -204,7 +204,7 @@ std::vector<ConfigKey> make_table() {
           "ordered list; each has `ops: [..]` and/or `layers: [\"layer1.*\"]` (globs) and a scheme with its "
           "options; the first match wins"),
 
-      text("optimizer", "name", in(&C::optimizer, &O::name), "sgd", "the optimizer").one_of(optimizer_names),
+      text("optimizer", "name", in(&C::optimizer, &O::name), "sgd", "the optimizer").one_of([] { return optimizers().names(); }),
       number("optimizer", "lr", in(&C::optimizer, &O::lr), "0.1", 0, 100, "learning rate").shortest(),
       number("optimizer", "momentum", in(&C::optimizer, &O::momentum), "0", 0, 1, "momentum factor").shortest(),
       boolean("optimizer", "nesterov", in(&C::optimizer, &O::nesterov), "false", "needs momentum > 0"),
@@ -215,7 +215,7 @@ std::vector<ConfigKey> make_table() {
       number("optimizer", "eps", in(&C::optimizer, &O::eps), "1e-08", 0, 1, "added to the denominator").shortest(),
 
       text("schedule", "name", in(&C::schedule, &S::name), "constant", "the learning-rate schedule")
-          .one_of(lr_schedule_names),
+          .one_of([] { return lr_schedules().names(); }),
       number("schedule", "warmup_epochs", in(&C::schedule, &S::warmup_epochs), "0", 0, 1e6,
              "linear warmup (may be fractional)").shortest(),
       number("schedule", "min_lr", in(&C::schedule, &S::min_lr), "0", 0, 100, "the cosine's floor").shortest(),

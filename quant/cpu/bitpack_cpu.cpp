@@ -9,6 +9,7 @@
 
 #include "core/error.h"
 #include "core/parallel.h"
+#include "quant/cpu/code_bits.h"
 
 namespace packrat {
 
@@ -55,17 +56,8 @@ void unpack_blocks(const uint8_t* src, int64_t b, int64_t e, uint8_t* codes) {
 }
 
 template <typename Fn>
-void dispatch_bits(int bits, Fn&& fn) {
-  switch (bits) {
-    case 1: fn(std::integral_constant<int, 1>{}); break;
-    case 2: fn(std::integral_constant<int, 2>{}); break;
-    case 3: fn(std::integral_constant<int, 3>{}); break;
-    case 4: fn(std::integral_constant<int, 4>{}); break;
-    case 5: fn(std::integral_constant<int, 5>{}); break;
-    case 6: fn(std::integral_constant<int, 6>{}); break;
-    case 7: fn(std::integral_constant<int, 7>{}); break;
-    default: fn(std::integral_constant<int, 8>{}); break;
-  }
+void dispatch_bits(int bits, Fn&& fn) {  // bits checked by the caller (check_bits)
+  with_code_bits<8>(bits, fn);
 }
 
 }  // namespace

@@ -11,6 +11,7 @@
 #include "autograd/pointwise.h"
 #include "core/error.h"
 #include "core/parallel.h"
+#include "quant/cpu/code_bits.h"
 #include "quant/bits/bitpack.h"
 #include "quant/fewbit/fewbit_codec.h"
 
@@ -24,13 +25,7 @@ static_assert(kTile % 8 == 0, "tiles must start on block boundaries");
 
 template <typename Fn>
 void dispatch_bits(int bits, Fn&& fn) {
-  switch (bits) {
-    case 1: fn(std::integral_constant<int, 1>{}); break;
-    case 2: fn(std::integral_constant<int, 2>{}); break;
-    case 3: fn(std::integral_constant<int, 3>{}); break;
-    case 4: fn(std::integral_constant<int, 4>{}); break;
-    default: fail("fewbit codec: bits must be in [1, 4], got {}", bits);
-  }
+  if (!with_code_bits<4>(bits, fn)) fail("fewbit codec: bits must be in [1, 4], got {}", bits);
 }
 
 // Eight codes (bytes, each < 2^B) as one block word; with BMI2 one pext gathers the low B bits

@@ -10,6 +10,7 @@
 
 #include "core/error.h"
 #include "core/parallel.h"
+#include "quant/cpu/code_bits.h"
 #include "quant/bits/bitpack.h"
 #include "quant/cpu/group_quant_simd.h"
 #include "quant/mixed/mixed_quant.h"
@@ -262,16 +263,8 @@ void dequantize_bucket(const uint8_t* src, int64_t len, const BucketWidth& w, Sc
 
 template <typename Fn>
 void dispatch_code_bits(int bits, Fn&& fn) {
-  switch (bits) {
-#define PACKRAT_MIXED_CASE(B) \
-  case B: fn(std::integral_constant<int, B>{}); break;
-    PACKRAT_MIXED_CASE(1) PACKRAT_MIXED_CASE(2) PACKRAT_MIXED_CASE(3) PACKRAT_MIXED_CASE(4)
-    PACKRAT_MIXED_CASE(5) PACKRAT_MIXED_CASE(6) PACKRAT_MIXED_CASE(7) PACKRAT_MIXED_CASE(8)
-    PACKRAT_MIXED_CASE(9) PACKRAT_MIXED_CASE(10) PACKRAT_MIXED_CASE(11) PACKRAT_MIXED_CASE(12)
-    PACKRAT_MIXED_CASE(13) PACKRAT_MIXED_CASE(14) PACKRAT_MIXED_CASE(15) PACKRAT_MIXED_CASE(16)
-#undef PACKRAT_MIXED_CASE
-    default: fail("mixed quantization: {}-bit codes are not supported (1 to {})", bits, kMaxCodeBits);
-  }
+  if (!with_code_bits<kMaxCodeBits>(bits, fn))
+    fail("mixed quantization: {}-bit codes are not supported (1 to {})", bits, kMaxCodeBits);
 }
 
 // ---- fused affine kernel ------------------------------------------------------------------

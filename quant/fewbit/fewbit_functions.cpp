@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "autograd/pointwise.h"
 #include "core/activation_id.h"
 #include "core/error.h"
 #include "quant/fewbit/fewbit_solver.h"
@@ -112,9 +113,7 @@ const FewbitFunction* find_fewbit_function(std::string_view name) {
 
 const FewbitFunction& fewbit_function(std::string_view name) {
   if (const auto* f = find_fewbit_function(name)) return *f;
-  std::string known;
-  for (const auto& f : fewbit_functions()) known += (known.empty() ? "" : ", ") + std::string(f.name);
-  fail("fewbit: unknown function '{}' (known: {})", name, known);
+  fail("fewbit: unknown function '{}' (known: {})", name, pointwise_names());  // the same list, in order
 }
 
 }  // namespace packrat

@@ -1,60 +1,25 @@
-// A new scheme is its codec plus a name: a toy store that keeps bf16 values gets the entry
-// table, dedup, the in-place check, exact pass-through, exact step masks, packed masks and
-// describe() from quant/store/compressing_store.h, with every byte counted by the allocator.
+// A new scheme is its codec plus a name: the example's store that keeps bf16 values
+// (examples/my_scheme/bf16_store.h) gets the entry table, dedup, the in-place check, exact
+// pass-through, exact step masks, packed masks and describe() from quant/store/compressing_store.h,
+// with every byte counted by the allocator.
 #include "quant/store/compressing_store.h"
 
 #include <gtest/gtest.h>
 
-#include <cstring>
 #include <string>
 #include <vector>
 
 #include "autograd/pointwise.h"
 #include "core/allocator.h"
 #include "core/philox.h"
+#include "examples/my_scheme/bf16_store.h"
 #include "quant/group/group_quant.h"  // f32_to_bf16, bf16_to_f32
 #include "tests/support/errors.h"
 
 namespace packrat {
 namespace {
 
-class Bf16Store : public CompressingStore {
- public:
-  Bf16Store() : CompressingStore(Rules{}) {}
-  std::string_view scheme() const override { return "bf16"; }
-
- protected:
-  struct Codes : Encoded {
-    Tensor halves;  // (2 * numel,) u8: one bf16 per element
-    int64_t bytes() const override { return static_cast<int64_t>(halves.storage()->allocation->bytes()); }
-  };
-  std::unique_ptr<Encoded> encode(const Tensor& x, const SaveRequest&) override {
-    auto c = std::make_unique<Codes>();
-    c->bits = 16;
-    TagScope tag(MemTag::Saved);
-    c->halves = Tensor::empty(Shape{2 * x.numel()}, DType::u8);
-    const float* p = x.data<float>();
-    uint8_t* q = c->halves.data<uint8_t>();
-    for (int64_t i = 0; i < x.numel(); ++i) {
-      const uint16_t h = f32_to_bf16(p[i]);
-      std::memcpy(q + 2 * i, &h, 2);
-    }
-    return c;
-  }
-  Tensor decode(const Encoded& enc, const Entry& e) override {
-    const auto& c = static_cast<const Codes&>(enc);
-    TagScope tag(MemTag::Workspace);
-    Tensor out = Tensor::empty(e.shape, DType::f32, e.layout);
-    const uint8_t* q = c.halves.data<uint8_t>();
-    float* o = out.data<float>();
-    for (int64_t i = 0; i < out.numel(); ++i) {
-      uint16_t h;
-      std::memcpy(&h, q + 2 * i, 2);
-      o[i] = bf16_to_f32(h);
-    }
-    return e.request.need == Need::Derivative ? pointwise_derivative(*e.request.fn, out) : out;
-  }
-};
+using my_scheme::Bf16Store;  // the bf16 scheme of examples/my_scheme: encode() and values() only
 
 int64_t saved_bytes() { return Allocator::cpu().current(MemTag::Saved); }
 
