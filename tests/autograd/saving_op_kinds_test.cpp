@@ -50,7 +50,8 @@ TEST(SavingOpKinds, EveryKindAnOpSavesUnderIsRegisteredAndAcceptedByRules) {
   o.dropout_p = 0.5f;
   o.training = true;
   h = ops::scaled_dot_product_attention(q, input({2, 1, 3, 8}, 11), input({2, 1, 3, 8}, 12), o);
-  ops::cross_entropy(ops::reshape(h, {2, 8}), Tensor::from_vector({2}, std::vector<double>{0.0, 7.0}).to(DType::i64));
+  const Tensor loss =
+      ops::cross_entropy(ops::reshape(h, {2, 8}), Tensor::from_vector({2}, std::vector<double>{0.0, 7.0}).to(DType::i64));
 
   const std::vector<std::string> kinds = registered_saving_op_kinds();
   const std::set<std::string> registered(kinds.begin(), kinds.end());
@@ -64,6 +65,8 @@ TEST(SavingOpKinds, EveryKindAnOpSavesUnderIsRegisteredAndAcceptedByRules) {
                         "matmul", "softmax", "embedding", "attention_q", "attention_k", "attention_v",
                         "attention_softmax", "attention_dropout", "cross_entropy"})
     EXPECT_TRUE(seen.count(k)) << k << " was not saved by the ops run here";
+  backward(loss);  // releases every saved tensor while the recording store still lives
+  EXPECT_EQ(policy.store.live_count(), 0u);
 }
 
 }  // namespace
