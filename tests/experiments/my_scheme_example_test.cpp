@@ -134,7 +134,9 @@ TEST(MySchemeExample, ReluSavesAreExactOneBitMasksAndConvInputsAreBf16) {
 
 // Four SGD steps (64 images, batches of 16) with saved activations in bf16 track FP32's losses:
 // the first is the same (saving does not touch the forward pass), the others differ, as the
-// backward reads bf16 values, but by far less than the 0.06 that training moves the loss.
+// backward reads bf16 values, but by far less than the 0.06 that training moves the loss. (The
+// difference depends on the build's floating-point choices: up to 0.011 under scripts/sanitize.sh's
+// -O1 build, hence the 0.025.)
 TEST(MySchemeExample, TrainingLossStaysCloseToFp32) {
   const fs::path data = make_idx_dataset("my_scheme_loss", 64, 32);
   const fs::path fp32 = temp_dir("my_scheme_fp32"), bf16 = temp_dir("my_scheme_bf16");
@@ -147,7 +149,7 @@ TEST(MySchemeExample, TrainingLossStaysCloseToFp32) {
   EXPECT_EQ(a[0], b[0]);
   bool differs = false;
   for (size_t i = 1; i < a.size(); ++i) {
-    EXPECT_NEAR(b[i], a[i], 0.01) << "step " << i + 1;
+    EXPECT_NEAR(b[i], a[i], 0.025) << "step " << i + 1;
     differs = differs || a[i] != b[i];
   }
   EXPECT_TRUE(differs) << "the bf16 run's backward read FP32 values";
