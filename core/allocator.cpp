@@ -66,7 +66,7 @@ Allocator& Allocator::of(Device device) { return device.is_cpu() ? cpu() : backe
 std::shared_ptr<Allocation> Allocator::allocate(size_t bytes, MemTag tag) {
   const int64_t limit = limit_.load();
   if (limit > 0 && total_.load() + static_cast<int64_t>(bytes) > limit) {
-    throw OutOfMemory(fmt::format(
+    throw LimitExceeded(fmt::format(
         "out of memory on {}: allocating {} bytes of {} for layer '{}' would exceed the limit of {} bytes "
         "({} bytes held)",
         device_.str(), bytes, tag_name(tag), t_layer, limit, total_.load()));

@@ -82,7 +82,8 @@ class Allocator {
   static Allocator& of(Device device);
   Device device() const { return device_; }
 
-  // Throws OutOfMemory (naming tag, layer, request and limit) when the byte limit would be exceeded.
+  // Throws LimitExceeded (naming tag, layer, request and limit) when the byte limit would be
+  // exceeded, OutOfMemory when the device refuses the memory.
   std::shared_ptr<Allocation> allocate(size_t bytes, MemTag tag);
 
   MemoryStats stats() const;

@@ -12,10 +12,18 @@ class Error : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-// The allocator's byte limit was reached.
+// Memory ran out: the device (or the host) refused an allocation, or the allocator's byte limit
+// was reached (LimitExceeded).
 class OutOfMemory : public Error {
  public:
   using Error::Error;
+};
+
+// The allocator's byte limit (Allocator::set_limit) would be exceeded: what `--find-max-batch`
+// takes for "does not fit", unlike the device refusing memory below the limit.
+class LimitExceeded : public OutOfMemory {
+ public:
+  using OutOfMemory::OutOfMemory;
 };
 
 template <typename... Args>

@@ -189,12 +189,10 @@ MaxBatchResult find_max_batch(const Config& c, int64_t limit, int64_t upper) {
       SyntheticBatch b = synthetic_inputs(c, in, n);
       StepResult r = train_step(*s.model, *s.optimizer, *s.policy, b.images, b.labels, result.trials, step_options(c, false));
       peak = r.memory.total_peak;
+    } catch (const LimitExceeded&) {
+      peak = -1;  // only the allocator's limit says "does not fit"
     } catch (const OutOfMemory& e) {
-      // Only the allocator's limit says "does not fit": the device (or the host, under ulimit -v)
-      // refusing memory below it would make the answer wrong. The allocator's limit message is
-      // the one that names "the limit".
-      if (std::string_view(e.what()).find("would exceed the limit") == std::string_view::npos) host_refused(n, e.what());
-      peak = -1;
+      host_refused(n, e.what());  // the device (or the host, under ulimit -v) refused memory below the limit
     } catch (const std::bad_alloc&) {
       host_refused(n, "std::bad_alloc");
     }

@@ -48,6 +48,22 @@ TEST(Allocator, LimitThrowsOutOfMemoryNamingTheRequest) {
   }
 }
 
+// --find-max-batch tells "does not fit under the limit" from "the device refused memory" by type.
+TEST(Allocator, TheLimitIsLimitExceededNotAnyOutOfMemory) {
+  auto& a = Allocator::cpu();
+  a.set_limit(a.total_current() + 1000);
+  bool limit = false;
+  try {
+    Tensor t = Tensor::empty({1000}, DType::f32, Layout::Plain, MemTag::Activation);
+  } catch (const LimitExceeded&) {
+    limit = true;
+  } catch (const OutOfMemory& e) {
+    ADD_FAILURE() << "the limit threw a plain OutOfMemory: " << e.what();
+  }
+  a.set_limit(0);
+  EXPECT_TRUE(limit);
+}
+
 TEST(Tensor, BlockedLayoutRoundTrips) {
   std::vector<float> v(2 * 32 * 3 * 2);
   for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>(i);
