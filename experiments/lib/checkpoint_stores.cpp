@@ -32,8 +32,6 @@ std::string upper(std::string s) {  // "gact" -> "GACT", as the messages name a 
   return s;
 }
 
-bool starts_with(const std::string& s, const std::string& prefix) { return s.rfind(prefix, 0) == 0; }
-
 }  // namespace
 
 void append_store_state(NamedTensors& all, const std::vector<SavedTensorStore*>& stores) {
@@ -57,7 +55,7 @@ void restore_store_state(const SafetensorsFile& f, const std::vector<SavedTensor
   for (const auto& [name, group] : groups) {
     const std::string prefix = name + ".", label = upper(name);
     bool has_state = false;
-    for (const auto& [n, t] : f.tensors) has_state = has_state || starts_with(n, prefix);
+    for (const auto& [n, t] : f.tensors) has_state = has_state || n.starts_with(prefix);
     if (!has_state) {
       spdlog::warn("{}: the checkpoint has no {} state (a run without {}, or an older checkpoint): the adaptive bit "
                    "allocation starts afresh, so this run does not continue bit-identically",
@@ -74,7 +72,7 @@ void restore_store_state(const SafetensorsFile& f, const std::vector<SavedTensor
                   path, saved, label, group.size());
     std::vector<NamedTensors> state(group.size());
     for (const auto& [n, t] : f.tensors) {
-      if (!starts_with(n, prefix) || n == prefix + "stores") continue;
+      if (!n.starts_with(prefix) || n == prefix + "stores") continue;
       const size_t dot = n.find('.', prefix.size());
       size_t i = group.size();
       try {

@@ -40,9 +40,8 @@ namespace {
 // gradient evaluations on this step's batch that differ only in one tensor's quantization noise).
 // They must not change the model: the batchnorm running statistics they update are restored
 // afterwards.
-void refresh_stores(Module& model, Optimizer& opt, StorePolicy& policy, const Tensor& images, const Tensor& labels,
-                    int64_t step, const StepOptions& o) {
-  const std::vector<SavedTensorStore*> stores = stateful_stores(policy);
+void refresh_stores(Module& model, Optimizer& opt, const std::vector<SavedTensorStore*>& stores, const Tensor& images,
+                    const Tensor& labels, int64_t step, const StepOptions& o) {
   if (stores.empty()) return;
   std::vector<std::pair<Tensor, Tensor>> buffers;  // (live buffer, copy)
   for (auto& [name, b] : model.named_buffers()) {
@@ -87,7 +86,8 @@ StepResult train_step(Module& model, Optimizer& opt, StorePolicy& policy, const 
   PolicyScope scope(policy);
   policy.begin_step(step);
   model.train();
-  refresh_stores(model, opt, policy, images, labels, step, o);
+  const std::vector<SavedTensorStore*> stateful = stateful_stores(policy);  // the step's adaptive stores
+  refresh_stores(model, opt, stateful, images, labels, step, o);
   opt.zero_grad();
   const int64_t saved_before = alloc.current(MemTag::Saved);
   alloc.reset_peak();
@@ -101,7 +101,7 @@ StepResult train_step(Module& model, Optimizer& opt, StorePolicy& policy, const 
     }
     // After a resume: the restored state belongs to what this config saves (GACT: the tensors it
     // quantizes are those of the checkpoint).
-    for (SavedTensorStore* s : stateful_stores(policy)) s->check_restored_step();
+    for (SavedTensorStore* s : stateful) s->check_restored_step();
     r.loss = loss.to(Device::cpu()).item();
     if (!std::isfinite(r.loss))
       fail("step {}: the loss is {} (not finite); try a lower optimizer.lr (now {:g}), gradient clipping "
@@ -116,10 +116,10 @@ StepResult train_step(Module& model, Optimizer& opt, StorePolicy& policy, const 
     if (o.sync) o.sync->after_backward();
     // The adaptive stores see every step's gradient (GACT's warning compares its predicted
     // compression variance with the gradient's sampling variance, estimated from them).
-    if (const std::vector<SavedTensorStore*> stores = stateful_stores(policy); !stores.empty()) {
+    if (!stateful.empty()) {
       std::vector<Tensor> grads;
       for (const Tensor& p : model.parameters()) grads.push_back(p.grad());
-      for (SavedTensorStore* s : stores) s->observe_gradients(grads);
+      for (SavedTensorStore* s : stateful) s->observe_gradients(grads);
     }
   } catch (...) {
     if (o.sync) o.sync->abandon();
