@@ -41,6 +41,7 @@ Tensor sync_batchnorm2d(const Tensor& x, const Tensor& weight, const Tensor& bia
 // A training step's update of both running statistics from the batch's, n values a channel (the
 // variance's estimate unbiased by n / (n - 1)), and the batch counted when num_batches_tracked is
 // given: one backend call (one kernel on a GPU), the versions bumped. Both batchnorm ops use it.
+// Nothing while recomputing() (autograd/checkpoint.h): a step counts its batch once.
 void update_running(Tensor& running_mean, Tensor& running_var, Tensor* num_batches_tracked, const Tensor& mean,
                     const Tensor& var, float momentum, double n);
 // What both batchnorm ops keep for backward, in this order: x (Need::Value, compressible), the

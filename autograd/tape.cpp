@@ -1,5 +1,6 @@
 #include "autograd/tape.h"
 
+#include <algorithm>
 #include <unordered_map>
 
 #include "core/backend.h"
@@ -10,6 +11,8 @@ namespace {
 thread_local bool t_grad_enabled = true;
 thread_local std::vector<std::shared_ptr<Node>> t_tape;
 thread_local GradientReadyHook t_gradient_ready;
+// While an UnrecordedScope is open: the leaves its ops read.
+thread_local std::vector<std::shared_ptr<AutogradMeta>>* t_unrecorded = nullptr;
 
 bool is_grad_leaf(const std::shared_ptr<AutogradMeta>& m) { return m && m->is_leaf && m->requires_grad; }
 
@@ -30,9 +33,24 @@ void set_gradient_ready_hook(GradientReadyHook hook) { t_gradient_ready = std::m
 bool grad_enabled() { return t_grad_enabled; }
 NoGradScope::NoGradScope() : previous_(t_grad_enabled) { t_grad_enabled = false; }
 NoGradScope::~NoGradScope() { t_grad_enabled = previous_; }
+EnableGradScope::EnableGradScope() : previous_(t_grad_enabled) { t_grad_enabled = true; }
+EnableGradScope::~EnableGradScope() { t_grad_enabled = previous_; }
+
+UnrecordedScope::UnrecordedScope(std::vector<std::shared_ptr<AutogradMeta>>& leaves) : previous_(t_unrecorded) {
+  t_unrecorded = &leaves;
+}
+UnrecordedScope::~UnrecordedScope() { t_unrecorded = previous_; }
+bool recording() { return t_grad_enabled && t_unrecorded == nullptr; }
 
 bool needs_grad(std::initializer_list<const Tensor*> inputs) {
   if (!t_grad_enabled) return false;
+  if (t_unrecorded) {
+    for (const Tensor* t : inputs)
+      if (t && t->defined() && is_grad_leaf(t->autograd_meta()) &&
+          std::find(t_unrecorded->begin(), t_unrecorded->end(), t->autograd_meta()) == t_unrecorded->end())
+        t_unrecorded->push_back(t->autograd_meta());
+    return false;
+  }
   for (const Tensor* t : inputs)
     if (t && t->defined() && t->requires_grad()) return true;
   return false;
@@ -85,26 +103,14 @@ void backward(const Tensor& loss) {
   backward(loss, seed);
 }
 
-void backward(const Tensor& output, const Tensor& seed) {
-  PACKRAT_CHECK(output.requires_grad(), "backward: the tensor does not require grad (no parameter or input "
-                                        "that requires grad was used to compute it, or grad mode was off)");
-  auto meta = output.autograd_meta();
-  if (meta->is_leaf) {
-    TagScope tag(MemTag::Gradient);
-    accumulate_into(meta->grad, seed.clone());
-    return;
-  }
-  auto producer = meta->grad_fn.lock();
-  if (!producer || producer->done || meta->consumed)
-    fail("backward: called a second time on a graph whose saved tensors were already released (by {}); "
-         "run the forward again before calling backward",
-         producer ? producer->where() : meta->consumed_by.empty() ? std::string("an earlier backward") : meta->consumed_by);
-  meta->grad = seed;
+namespace {
 
+// Runs the backward of every node of `tape` not yet done, newest first, from the gradients in
+// their outputs' slots. `leaf_uses` (null without a gradient-ready hook) counts, per leaf, the
+// nodes still to run that use it.
+void run_nodes(std::vector<std::shared_ptr<Node>>& tape, std::unordered_map<AutogradMeta*, int64_t>* leaf_uses) {
   NoGradScope no_grad;
   TagScope tag(MemTag::Gradient);
-  auto tape = std::move(t_tape);
-  t_tape.clear();
   // When a node's backward throws (out of memory under the allocator's limit, a version check),
   // the nodes not yet run still hold saved handles: release them so the stores free their bytes.
   struct ReleaseUnlessCompleted {
@@ -118,13 +124,6 @@ void backward(const Tensor& output, const Tensor& seed) {
       }
     }
   } release_guard{tape};
-  // For the gradient-ready hook: how many nodes still to run use each leaf.
-  std::unordered_map<AutogradMeta*, int64_t> leaf_uses;
-  if (t_gradient_ready)
-    for (auto& n : tape)
-      if (!n->done)
-        for (auto& in : n->inputs)
-          if (is_grad_leaf(in)) ++leaf_uses[in.get()];
   for (auto it = tape.rbegin(); it != tape.rend(); ++it) {
     Node& node = **it;
     if (node.done) continue;
@@ -153,7 +152,7 @@ void backward(const Tensor& output, const Tensor& seed) {
       for (size_t i = 0; i < grads.size(); ++i) {
         auto& in = node.inputs[i];
         if (!in || !in->requires_grad || !grads[i].defined()) continue;
-        if (so_far[i].defined() && grads[i].same_storage(so_far[i])) {
+        if (i < so_far.size() && so_far[i].defined() && grads[i].same_storage(so_far[i])) {
           in->grad = grads[i];  // the op added its gradient into the one the input held
         } else if (in->is_leaf && !in->grad.defined()) {
           in->grad = grads[i].clone();  // a leaf owns its gradient buffer (tagged Gradient)
@@ -164,9 +163,9 @@ void backward(const Tensor& output, const Tensor& seed) {
     }
     release_saved(node);
     node.done = true;
-    if (t_gradient_ready)
+    if (leaf_uses && t_gradient_ready)
       for (auto& in : node.inputs)
-        if (is_grad_leaf(in) && --leaf_uses[in.get()] == 0) t_gradient_ready(*in);
+        if (is_grad_leaf(in) && --(*leaf_uses)[in.get()] == 0) t_gradient_ready(*in);
     for (auto& w : node.outputs)
       if (auto m = w.lock()) {
         m->grad = Tensor();  // non-leaf gradients are not kept
@@ -175,6 +174,67 @@ void backward(const Tensor& output, const Tensor& seed) {
       }
   }
   release_guard.completed = true;
+}
+
+// The leaf counts of the backward running on this thread (null: none, or no hook).
+thread_local std::unordered_map<AutogradMeta*, int64_t>* t_leaf_uses = nullptr;
+
+void count_leaf_uses(const std::vector<std::shared_ptr<Node>>& nodes, std::unordered_map<AutogradMeta*, int64_t>& uses,
+                     int64_t delta) {
+  for (auto& n : nodes)
+    if (!n->done)
+      for (auto& in : n->inputs)
+        if (is_grad_leaf(in)) uses[in.get()] += delta;
+}
+
+}  // namespace
+
+void backward(const Tensor& output, const Tensor& seed) {
+  PACKRAT_CHECK(output.requires_grad(), "backward: the tensor does not require grad (no parameter or input "
+                                        "that requires grad was used to compute it, or grad mode was off)");
+  auto meta = output.autograd_meta();
+  if (meta->is_leaf) {
+    TagScope tag(MemTag::Gradient);
+    accumulate_into(meta->grad, seed.clone());
+    return;
+  }
+  auto producer = meta->grad_fn.lock();
+  if (!producer || producer->done || meta->consumed)
+    fail("backward: called a second time on a graph whose saved tensors were already released (by {}); "
+         "run the forward again before calling backward",
+         producer ? producer->where() : meta->consumed_by.empty() ? std::string("an earlier backward") : meta->consumed_by);
+  meta->grad = seed;
+
+  auto tape = std::move(t_tape);
+  t_tape.clear();
+  // For the gradient-ready hook: how many nodes still to run use each leaf.
+  std::unordered_map<AutogradMeta*, int64_t> leaf_uses;
+  if (t_gradient_ready) count_leaf_uses(tape, leaf_uses, 1);
+  auto* previous = t_leaf_uses;
+  t_leaf_uses = t_gradient_ready ? &leaf_uses : nullptr;
+  struct Restore {
+    std::unordered_map<AutogradMeta*, int64_t>* previous;
+    ~Restore() { t_leaf_uses = previous; }
+  } restore{previous};
+  run_nodes(tape, t_leaf_uses);
+}
+
+void backward_nested(Node& owner, std::vector<std::shared_ptr<Node>> nodes) {
+  if (t_leaf_uses) {
+    count_leaf_uses(nodes, *t_leaf_uses, 1);  // before the owner's uses go: no count passes 0 here
+    for (auto& in : owner.inputs)
+      if (is_grad_leaf(in)) --(*t_leaf_uses)[in.get()];
+  }
+  for (auto& in : owner.inputs)
+    if (is_grad_leaf(in)) in = nullptr;
+  run_nodes(nodes, t_leaf_uses);
+}
+
+std::vector<std::shared_ptr<Node>> take_tape_since(size_t mark) {
+  PACKRAT_CHECK(mark <= t_tape.size(), "take_tape_since: mark {} is past the tape's {} nodes", mark, t_tape.size());
+  std::vector<std::shared_ptr<Node>> taken(t_tape.begin() + static_cast<std::ptrdiff_t>(mark), t_tape.end());
+  t_tape.resize(mark);
+  return taken;
 }
 
 void clear_tape() {

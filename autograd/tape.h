@@ -65,6 +65,43 @@ void backward(const Tensor& output, const Tensor& seed);
 using GradientReadyHook = std::function<void(AutogradMeta& leaf)>;
 void set_gradient_ready_hook(GradientReadyHook hook);
 
+// ---- for primitives that run a forward inside a node's backward (autograd/checkpoint.h)
+
+// Grad mode on for a scope (backward turns it off).
+class EnableGradScope {
+ public:
+  EnableGradScope();
+  ~EnableGradScope();
+
+ private:
+  bool previous_;
+};
+
+// Ops run in this scope compute their forward as usual (grad mode stays on) but record no node
+// and save nothing; the leaves requiring grad that they read (parameters) are appended, once
+// each, to `leaves`.
+class UnrecordedScope {
+ public:
+  explicit UnrecordedScope(std::vector<std::shared_ptr<AutogradMeta>>& leaves);
+  ~UnrecordedScope();
+
+ private:
+  std::vector<std::shared_ptr<AutogradMeta>>* previous_;
+};
+
+// Whether ops record nodes now: grad mode on and no UnrecordedScope open.
+bool recording();
+
+// The nodes recorded since `mark` (an earlier tape_size()), taken off the thread's tape.
+std::vector<std::shared_ptr<Node>> take_tape_since(size_t mark);
+
+// Runs the backward of `nodes`, recorded inside `owner`'s backward, from the gradients already
+// placed in their outputs' slots, releasing each node's saved handles as soon as it has run.
+// Gradients reach the nodes' inputs as in backward(); owner's inputs that are leaves are
+// cleared, as the nodes' own uses replace owner's: the gradient-ready hook fires for a leaf when
+// the last node using it, inner or outer, has run, as it would have without the owner.
+void backward_nested(Node& owner, std::vector<std::shared_ptr<Node>> nodes);
+
 // Drops the tape and releases every saved handle (e.g. after an eval forward with grad on,
 // or when a step is abandoned).
 void clear_tape();

@@ -129,6 +129,7 @@ void Allocator::account(MemTag tag, const std::string& layer, int64_t delta) {
   if (delta > 0) {
     raise_peak(peak_[i], now);
     raise_peak(total_peak_, total);
+    raise_peak(window_peak_, total);
   }
   std::lock_guard lock(layer_mutex_);
   by_layer_[layer][i] += delta;
@@ -150,6 +151,10 @@ void Allocator::reset_peak() {
   for (size_t i = 0; i < kNumTags; ++i) peak_[i] = current_[i].load();
   total_peak_ = total_.load();
 }
+
+int64_t Allocator::restart_window() { return window_peak_.exchange(total_.load()); }
+
+void Allocator::raise_window(int64_t bytes) { raise_peak(window_peak_, bytes); }
 
 std::map<std::string, int64_t> Allocator::current_by_layer(MemTag t) const {
   std::lock_guard lock(layer_mutex_);

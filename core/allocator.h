@@ -92,6 +92,12 @@ class Allocator {
   int64_t total_current() const { return total_.load(); }
   int64_t total_peak() const { return total_peak_.load(); }
   void reset_peak();
+  // A peak of the total over a phase of a step (a checkpoint segment's recompute and backward),
+  // kept apart from the step's peaks: restart_window() starts a window at the current total and
+  // returns the peak of the one it ends; raise_window() lifts the current window's peak to at
+  // least `bytes` (a nested phase that restarted it gives back what it ended).
+  int64_t restart_window();
+  void raise_window(int64_t bytes);
   // Current bytes of one tag per layer name ("" for allocations outside any LayerScope).
   std::map<std::string, int64_t> current_by_layer(MemTag t) const;
 
@@ -121,7 +127,7 @@ class Allocator {
   std::atomic<int64_t> cached_{0};
   std::array<std::atomic<int64_t>, kNumTags> current_{};
   std::array<std::atomic<int64_t>, kNumTags> peak_{};
-  std::atomic<int64_t> total_{0}, total_peak_{0};
+  std::atomic<int64_t> total_{0}, total_peak_{0}, window_peak_{0};
   std::atomic<int64_t> limit_{0};
   mutable std::mutex layer_mutex_;
   std::map<std::string, std::array<int64_t, kNumTags>> by_layer_;

@@ -90,6 +90,13 @@ Tensor Tensor::reshape(const Shape& shape) const {
   return t;
 }
 
+Tensor Tensor::detached() const {
+  Tensor t;
+  t.impl_ = std::make_shared<Impl>(*impl_);
+  t.impl_->meta = nullptr;
+  return t;
+}
+
 Tensor Tensor::flatten(int64_t start_dim) const {
   std::vector<int64_t> dims(shape().dims().begin(), shape().dims().begin() + start_dim);
   int64_t rest = 1;

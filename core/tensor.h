@@ -82,6 +82,9 @@ class Tensor {
 
   // A view with another shape over the same plain data (no copy).
   Tensor reshape(const Shape& shape) const;
+  // The same data, shape and layout under a handle of its own with no autograd state (a
+  // checkpoint segment's output, its recompute's inputs).
+  Tensor detached() const;
   Tensor flatten(int64_t start_dim = 1) const;  // (N, ...) -> (N, prod(rest)); plain data only
   Tensor clone() const;                          // deep copy, same layout and device, current TagScope tag
   Tensor to_layout(Layout layout) const;         // reorder (a copy) or *this when already there

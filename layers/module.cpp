@@ -1,12 +1,45 @@
 #include "layers/module.h"
 
+#include "autograd/checkpoint.h"
+#include "autograd/tape.h"
 #include "core/allocator.h"
 
 namespace packrat {
 
 Tensor Module::operator()(const Tensor& x) {
   LayerScope scope(name_);
+  if (recompute_ && recording()) return forward_as_segment(x);
   return forward(x);
+}
+
+Tensor Module::forward_as_segment(const Tensor& x) {
+  // The mask streams' counters before the forward: the recompute draws the same masks from them,
+  // then leaves the counters where the first forward left them.
+  std::vector<std::pair<std::string, MaskStream*>> streams = named_mask_streams();
+  std::vector<MaskStream> before;  // (streams)
+  for (auto& [n, s] : streams) before.push_back(*s);
+  return checkpoint(
+      [this, streams, before](const Tensor& in) {
+        if (!recomputing()) return forward(in);
+        std::vector<MaskStream> after;  // (streams)
+        for (size_t i = 0; i < streams.size(); ++i) {
+          after.push_back(*streams[i].second);
+          *streams[i].second = before[i];
+        }
+        Tensor y = forward(in);
+        for (size_t i = 0; i < streams.size(); ++i) *streams[i].second = after[i];
+        return y;
+      },
+      x);
+}
+
+std::vector<std::pair<std::string, Module*>> Module::named_modules() {
+  std::vector<std::pair<std::string, Module*>> out;
+  for (const auto& [n, child] : children_) {
+    out.emplace_back(n, child.get());
+    for (const auto& [below, m] : child->named_modules()) out.emplace_back(n + "." + below, m);
+  }
+  return out;
 }
 
 Tensor& Module::register_parameter(std::string name, Tensor t) {

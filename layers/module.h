@@ -35,6 +35,19 @@ class Module {
   void zero_grad();
 
   const std::string& name() const { return name_; }  // this module's own name in its parent
+  // Every module below this one with its dotted name, parents before children.
+  std::vector<std::pair<std::string, Module*>> named_modules();
+
+  // Recomputation (memory.recompute, layers/recompute.h): while ops record, operator() runs this
+  // module's forward as one checkpoint segment (autograd/checkpoint.h), which keeps only its
+  // input and runs the forward again in backward, replaying the module's mask streams so that
+  // its random masks are the same both times. The module must outlive the step's backward.
+  void set_recompute(bool on) { recompute_ = on; }
+  // A residual or transformer block (ResNet's BasicBlock, a ViT encoder layer, ...): what
+  // `memory.recompute: [blocks]` and the gact-CB1 preset recompute. A model of your own says so
+  // by overriding this.
+  virtual bool is_block() const { return false; }
+  bool recompute() const { return recompute_; }
   // The dotted names of every module below this one, parents before children ("layer1",
   // "layer1.0", "layer1.0.conv1", ...): the layer names saved tensors are requested under.
   std::vector<std::string> module_names() const;
@@ -62,8 +75,10 @@ class Module {
  private:
   void collect(const std::string& prefix, bool buffers, std::vector<std::pair<std::string, Tensor>>& out) const;
   void collect_mask_streams(const std::string& path, std::vector<std::pair<std::string, MaskStream*>>& out);
+  Tensor forward_as_segment(const Tensor& x);
   std::string name_;
   bool training_ = true;
+  bool recompute_ = false;
   std::vector<std::pair<std::string, Tensor>> params_, buffers_;
   std::vector<std::pair<std::string, std::shared_ptr<Module>>> children_;
 };

@@ -53,6 +53,7 @@ struct MBConvSettings {
 
 class MBConv : public Module {
  public:
+  bool is_block() const override { return true; }
   MBConv(const MBConvSettings& s, float stochastic_depth_prob, const BnSettings& bn, const std::string& activation,
          init::SeedSequence& seeds);
   Tensor forward(const Tensor& x) override;
@@ -66,6 +67,7 @@ class MBConv : public Module {
 
 class FusedMBConv : public Module {
  public:
+  bool is_block() const override { return true; }
   FusedMBConv(const MBConvSettings& s, float stochastic_depth_prob, const BnSettings& bn,
               const std::string& activation, init::SeedSequence& seeds);
   Tensor forward(const Tensor& x) override;

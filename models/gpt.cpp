@@ -33,6 +33,7 @@ class GptMlp : public Module {
 // transformer.h.<i>: x + attn(ln_1(x)), then x + mlp(ln_2(x)).
 class GptBlock : public Module {
  public:
+  bool is_block() const override { return true; }
   GptBlock(const GptConfig& c, init::SeedSequence& seeds) {
     ln_1_ = register_module("ln_1", std::make_shared<LayerNorm>(c.n_embd));
     MultiheadAttentionOptions a;

@@ -29,6 +29,7 @@ struct BlockShortcut {
 
 class BasicBlock : public Module {
  public:
+  bool is_block() const override { return true; }
   static constexpr int64_t kExpansion = 1;
   BasicBlock(int64_t in, int64_t planes, int64_t stride, BlockShortcut shortcut, const std::string& activation,
              ConvInit init, init::SeedSequence& seeds);
@@ -43,6 +44,7 @@ class BasicBlock : public Module {
 
 class Bottleneck : public Module {
  public:
+  bool is_block() const override { return true; }
   static constexpr int64_t kExpansion = 4;
   Bottleneck(int64_t in, int64_t planes, int64_t stride, BlockShortcut shortcut, const std::string& activation,
              ConvInit init, init::SeedSequence& seeds);

@@ -34,6 +34,7 @@ struct VitConfig {
 // encoder.layers.encoder_layer_<i>
 class VitEncoderBlock : public Module {
  public:
+  bool is_block() const override { return true; }
   VitEncoderBlock(const VitConfig& c, uint64_t seed);
   Tensor forward(const Tensor& x) override;  // (N, T, D) -> (N, T, D)
 

@@ -2,6 +2,7 @@
 // Training saves x (Need::Value, compressible) and the batch mean and biased variance (exact),
 // and updates the running statistics in place as PyTorch does (bumping their versions).
 #include "autograd/batchnorm_sync.h"
+#include "autograd/checkpoint.h"
 #include "autograd/ops.h"
 #include "autograd/saving_op_kinds.h"
 #include "autograd/tape.h"
@@ -23,6 +24,7 @@ void check_channel_tensor(const std::string& where, const char* what, const Tens
 
 void update_running(Tensor& running_mean, Tensor& running_var, Tensor* num_batches_tracked, const Tensor& mean,
                     const Tensor& var, float momentum, double n) {
+  if (recomputing()) return;  // a checkpoint segment's second forward: the first one counted the batch
   backend_of(running_mean)
       .batchnorm_update_running(running_mean, running_var, num_batches_tracked, mean, var, momentum, n / (n - 1));
   running_mean.bump_version();

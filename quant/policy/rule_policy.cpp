@@ -1,7 +1,5 @@
 #include "quant/policy/rule_policy.h"
 
-#include <fnmatch.h>
-
 #include <mutex>
 
 #include "autograd/fp32_store.h"
@@ -22,11 +20,6 @@ bool is_op_kind(std::string_view op) {
   for (const auto& k : saving_op_kinds())
     if (k == op) return true;
   return is_pointwise_name(op);
-}
-
-bool glob_match(std::string_view pattern, std::string_view text) {
-  const std::string p(pattern), t(text);
-  return ::fnmatch(p.c_str(), t.c_str(), 0) == 0;
 }
 
 namespace {

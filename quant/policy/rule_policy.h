@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "autograd/saved_tensor_store.h"
+#include "core/glob.h"  // glob_match, which rules use
 #include "quant/policy/scheme_options.h"
 
 namespace packrat {
@@ -49,8 +50,6 @@ struct StorePolicySpec {
 std::vector<std::string> saving_op_kinds();  // attention_dropout, attention_k, ..., conv2d, ...
 bool is_op_kind(std::string_view op);
 
-// '*' matches any run of characters (dots included), '?' one character, [..] a class.
-bool glob_match(std::string_view pattern, std::string_view text);
 
 // Scheme factories by name. The built-in schemes and the ActNN/GACT presets (quant/policy/presets.h)
 // are registered on first use; a scheme of your own is registered by your program's main with
