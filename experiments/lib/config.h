@@ -65,6 +65,14 @@ struct DistributedConfig {
   bool overlap = true;                   // start each bucket's all-reduce during the backward
 };
 
+// The memory levers other than the storage format (docs: "Recomputation").
+struct MemoryConfig {
+  // Modules (dotted-name globs, or `blocks`: every residual / transformer block) whose forward
+  // runs again in backward instead of keeping what it saves (layers/recompute.h). Empty: none,
+  // unless the saved_tensors preset recomputes (gact-CB1: blocks).
+  std::vector<std::string> recompute;
+};
+
 struct Config {
   uint64_t seed = 0;
   int64_t threads = 0;          // OpenMP threads; 0 = OpenMP's default
@@ -83,6 +91,7 @@ struct Config {
   TrainConfig train;
   OutputConfig output;
   DistributedConfig distributed;
+  MemoryConfig memory;
   std::string source;           // the file it came from, for messages
 };
 

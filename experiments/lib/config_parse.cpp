@@ -172,7 +172,7 @@ Config parse_root(YAML::Node root, const Origin& origin) {
                  fmt::format("a {} schedule needs milestones (epochs), e.g. [30, 60]", c.schedule.name));
     s.finish(section_key_names("schedule"));
   }
-  for (const char* section : {"train", "output", "distributed"}) read_plain_section(top, section, c);
+  for (const char* section : {"train", "output", "distributed", "memory"}) read_plain_section(top, section, c);
   std::vector<std::string> top_keys = section_key_names("");
   for (const std::string& s : config_sections()) top_keys.push_back(s);
   top.finish(top_keys);

@@ -93,6 +93,7 @@ std::vector<ConfigKey> make_table() {
   using T = TrainConfig;
   using Out = OutputConfig;
   using Dist = DistributedConfig;
+  using Mem = MemoryConfig;
   const int64_t kMax = INT64_MAX;
   return {
       integer("", "seed", top(&C::seed), "0", 0, kMax,
@@ -203,6 +204,12 @@ std::vector<ConfigKey> make_table() {
       key("saved_tensors", "rules", KeyType::Custom, nullptr, "[]",
           "ordered list; each has `ops: [..]` and/or `layers: [\"layer1.*\"]` (globs) and a scheme with its "
           "options; the first match wins"),
+
+      key("memory", "recompute", KeyType::TextList, in(&C::memory, &Mem::recompute), "[]",
+          "modules whose forward runs again in backward, keeping only their inputs (through the saved-tensor "
+          "store): globs on dotted module names (`[\"layer*.*\"]`, `[\"transformer.h.*\"]`; the outermost match "
+          "wins) or `blocks` (every residual / transformer block); `[]`: none unless the preset recomputes "
+          "(`gact-CB1`); see \"Recomputation\""),
 
       text("optimizer", "name", in(&C::optimizer, &O::name), "sgd", "the optimizer").one_of([] { return optimizers().names(); }),
       number("optimizer", "lr", in(&C::optimizer, &O::lr), "0.1", 0, 100, "learning rate").shortest(),

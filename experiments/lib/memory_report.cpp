@@ -30,6 +30,15 @@ MemoryReport make_memory_report(int64_t batch_size, std::vector<SavedRecord> rec
   return r;
 }
 
+MemoryReport make_memory_report(int64_t batch_size, StepResult& step, const std::vector<std::string>& recomputed) {
+  MemoryReport r = make_memory_report(batch_size, std::move(step.saved), step.saved_allocator_bytes, step.memory);
+  r.recomputed = recomputed;
+  r.recompute = step.recompute;
+  r.forward_s = step.forward_s;
+  r.backward_s = step.backward_s;
+  return r;
+}
+
 std::vector<LayerTotals> MemoryReport::per_layer() const {
   std::vector<LayerTotals> out;
   std::map<std::string, size_t> index;
@@ -50,6 +59,13 @@ std::vector<std::pair<std::string, int64_t>> MemoryReport::per_scheme() const {
   return {m.begin(), m.end()};
 }
 
+std::vector<std::pair<std::string, int64_t>> MemoryReport::segment_inputs_per_scheme() const {
+  std::map<std::string, int64_t> m;
+  for (const auto& t : tensors)
+    if (t.op == "checkpoint") m[t.scheme] += t.bytes;
+  return {m.begin(), m.end()};
+}
+
 Json memory_report_json(const MemoryReport& r) {
   Json j = Json::object();
   j["device"] = Json(r.step.device.str());
@@ -67,6 +83,22 @@ Json memory_report_json(const MemoryReport& r) {
   Json by_scheme = Json::object();
   for (const auto& [s, b] : r.per_scheme()) by_scheme[s] = Json(b);
   totals["saved_bytes_by_scheme"] = by_scheme;
+  totals["forward_ms"] = Json(r.forward_s * 1e3);
+  totals["backward_ms"] = Json((r.backward_s - r.recompute.recompute_s) * 1e3);
+  totals["recompute_ms"] = Json(r.recompute.recompute_s * 1e3);
+  if (!r.recomputed.empty()) {
+    Json rc = Json::object();
+    Json segments = Json::array();
+    for (const std::string& m : r.recomputed) segments.push_back(Json(m));
+    rc["segments"] = segments;
+    Json kept = Json::object();
+    for (const auto& [s, b] : r.segment_inputs_per_scheme()) kept[s] = Json(b);
+    rc["inputs_bytes_by_scheme"] = kept;
+    rc["recomputes"] = Json(r.recompute.recomputes);
+    rc["recompute_ms"] = Json(r.recompute.recompute_s * 1e3);
+    rc["peak_bytes"] = Json(r.recompute.peak_bytes);
+    j["recompute"] = rc;
+  }
   Json layers = Json::array();
   for (const auto& l : r.per_layer()) {
     Json e = Json::object();
@@ -123,6 +155,25 @@ std::string memory_report_table(const MemoryReport& r) {
   s += "\n";
   s += fmt::format("Total saved: {} ({} bytes) instead of {} in FP32: {} smaller\n", format_bytes(r.saved_bytes),
                    r.saved_bytes, format_bytes(r.saved_fp32_bytes), ratio(r.saved_fp32_bytes, r.saved_bytes));
+  if (!r.recomputed.empty()) {
+    std::string names;
+    for (size_t i = 0; i < r.recomputed.size(); ++i) {
+      if (i == 6 && r.recomputed.size() > 8) {
+        names += fmt::format(", ... {} more", r.recomputed.size() - i - 1);
+        names += ", " + r.recomputed.back();
+        break;
+      }
+      names += (i ? ", " : "") + r.recomputed[i];
+    }
+    s += fmt::format("Recomputed in backward (memory.recompute): {} segments ({}); they keep only their inputs "
+                     "(op checkpoint):",
+                     r.recomputed.size(), names);
+    for (const auto& [scheme, b] : r.segment_inputs_per_scheme()) s += fmt::format("  {} {}", scheme, format_bytes(b));
+    s += fmt::format("\nRecompute phase: {} segment forwards run again, {:.1f} ms of the step's {:.1f} ms backward; "
+                     "peak while recomputing {} ({} bytes)\n",
+                     r.recompute.recomputes, r.recompute.recompute_s * 1e3, r.backward_s * 1e3,
+                     format_bytes(r.recompute.peak_bytes), r.recompute.peak_bytes);
+  }
   s += fmt::format("Peak over the step on {}: {} ({} bytes); by tag:", r.step.device.str(), format_bytes(r.step.total_peak),
                    r.step.total_peak);
   for (size_t i = 0; i < kNumTags; ++i)

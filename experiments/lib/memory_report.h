@@ -9,9 +9,11 @@
 #include <string>
 #include <vector>
 
+#include "autograd/checkpoint.h"
 #include "autograd/saved_tensor_store.h"
 #include "core/allocator.h"
 #include "experiments/lib/json.h"
+#include "experiments/lib/train_loop.h"
 
 namespace packrat {
 
@@ -27,15 +29,26 @@ struct MemoryReport {
   int64_t saved_fp32_bytes = 0;      // sum of tensors[].fp32_bytes
   int64_t allocator_saved_bytes = 0; // the allocator's Saved tag at the same moment
   MemoryStats step;                  // peaks over the whole step (forward, backward, update), and its device
+  // Recomputation (memory.recompute): the modules run as checkpoint segments, what their
+  // recompute phase cost in the step (time, the device's peak total while a segment was
+  // recomputed and its backward ran), and the step's forward and backward time.
+  std::vector<std::string> recomputed;
+  RecomputeStats recompute;
+  double forward_s = 0, backward_s = 0;
 
   std::vector<LayerTotals> per_layer() const;  // in order of first appearance
   // Saved bytes per scheme name (fp32, fewbit, actnn, ...), sorted by name.
   std::vector<std::pair<std::string, int64_t>> per_scheme() const;
+  // The same over the checkpoint segments' kept inputs (op `checkpoint`) only.
+  std::vector<std::pair<std::string, int64_t>> segment_inputs_per_scheme() const;
 };
 
 // Builds the report from the policy's records (taken after the forward) and the step's stats.
 MemoryReport make_memory_report(int64_t batch_size, std::vector<SavedRecord> records, int64_t allocator_saved_bytes,
                                 const MemoryStats& step);
+// The report of a train_step that captured its records (moved out of it), with the modules that
+// ran as checkpoint segments.
+MemoryReport make_memory_report(int64_t batch_size, StepResult& step, const std::vector<std::string>& recomputed);
 
 Json memory_report_json(const MemoryReport& r);
 std::string memory_report_table(const MemoryReport& r);  // per tensor, per layer, overall, peaks

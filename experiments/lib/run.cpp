@@ -198,7 +198,7 @@ RunResult run_training(const Config& c, const RunOptions& o) {
       StepResult r = train_step(*s.model, *s.optimizer, *s.policy, b.images, b.labels, pos.step, step_options);
       ++pos.step;
       if (first_step) {
-        result.report = make_memory_report(b.images.dim(0), std::move(r.saved), r.saved_allocator_bytes, r.memory);
+        result.report = make_memory_report(b.images.dim(0), r, s.recomputed);
         if (root) write_memory_report(result.report, c.output.dir);
         if (o.print_report && root) std::fputs(memory_report_table(result.report).c_str(), stdout);
         if (dp && o.print_report) std::fputs(gather_memory_reports(*dp, result.report, c.output.dir).c_str(), stdout);

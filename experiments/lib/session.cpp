@@ -14,8 +14,10 @@
 #include "data/text.h"
 #include "data/transforms.h"
 #include "layers/dropout.h"
+#include "layers/recompute.h"
 #include "models/registry.h"
 #include "optim/registry.h"
+#include "quant/policy/presets.h"
 
 namespace packrat {
 
@@ -139,6 +141,13 @@ void apply_process_settings(const Config& c) {
   set_dropout_seed(c.seed);
 }
 
+std::vector<std::string> recompute_globs(const Config& c) {
+  if (!c.memory.recompute.empty()) return c.memory.recompute;
+  bool blocks = preset_recomputes_blocks(c.saved_tensors.default_scheme.scheme);
+  for (const StoreRule& r : c.saved_tensors.rules) blocks = blocks || preset_recomputes_blocks(r.spec.scheme);
+  return blocks ? std::vector<std::string>{"blocks"} : std::vector<std::string>{};
+}
+
 Session make_session(const Config& c, const InputSpec& input) {
   Session s;
   s.input = input;
@@ -165,6 +174,11 @@ Session make_session(const Config& c, const InputSpec& input) {
   s.model = make_model(spec);
   try {
     check_rule_layers(c.saved_tensors, s.model->module_names(), c.model.arch);
+  } catch (const Error& e) {
+    fail("{}: {}", c.source, e.what());
+  }
+  try {
+    s.recomputed = apply_recompute(*s.model, recompute_globs(c));
   } catch (const Error& e) {
     fail("{}: {}", c.source, e.what());
   }

@@ -60,7 +60,10 @@ struct Session {
   std::unique_ptr<Optimizer> optimizer;
   std::unique_ptr<RulePolicy> policy;
   InputSpec input;
+  std::vector<std::string> recomputed;  // the modules run as checkpoint segments (memory.recompute)
 };
+// memory.recompute as the config says, or [blocks] where a preset recomputes (gact-CB1).
+std::vector<std::string> recompute_globs(const Config& c);
 Session make_session(const Config& c, const InputSpec& input);
 
 LrSchedule make_schedule(const Config& c, int64_t steps_per_epoch);

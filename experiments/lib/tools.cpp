@@ -69,7 +69,7 @@ MemoryReport memory_report_only(const Config& c) {
   Session s = make_session(c, in);
   SyntheticBatch b = synthetic_inputs(c, in, c.data.batch_size);
   StepResult r = train_step(*s.model, *s.optimizer, *s.policy, b.images, b.labels, 0, step_options(c, true));
-  MemoryReport report = make_memory_report(c.data.batch_size, std::move(r.saved), r.saved_allocator_bytes, r.memory);
+  MemoryReport report = make_memory_report(c.data.batch_size, r, s.recomputed);
   write_memory_report(report, c.output.dir);
   return report;
 }
@@ -80,6 +80,9 @@ Json BenchmarkResult::json() const {
   j["peak_bytes"] = Json(peak_bytes);
   j["saved_bytes"] = Json(saved_bytes);
   j["device"] = Json(device);
+  j["forward_ms"] = Json(forward_ms);
+  j["recompute_ms"] = Json(recompute_ms);
+  j["backward_ms"] = Json(backward_ms);
   if (ranks > 1) {
     j["ranks"] = Json(ranks);
     j["threads"] = Json(static_cast<int64_t>(num_threads()));
@@ -106,6 +109,7 @@ BenchmarkResult benchmark(const Config& c, int64_t steps, DataParallel* dp) {
     b.labels = b.labels.to(on.device());
   }
   StepOptions o = step_options(c, false);
+  o.time_phases = true;
   DataParallelSession dp_session(dp, *s.model, c.distributed);
   DataParallelStep* dp_step = dp_session.step();
   if (dp) {
@@ -127,6 +131,9 @@ BenchmarkResult benchmark(const Config& c, int64_t steps, DataParallel* dp) {
     StepResult sr = train_step(*s.model, *s.optimizer, *s.policy, b.images, b.labels, i, o);
     r.peak_bytes = std::max(r.peak_bytes, sr.memory.total_peak);
     r.saved_bytes = sr.saved_record_bytes;
+    r.forward_ms += sr.forward_s * 1e3 / static_cast<double>(steps);
+    r.recompute_ms += sr.recompute.recompute_s * 1e3 / static_cast<double>(steps);
+    r.backward_ms += (sr.backward_s - sr.recompute.recompute_s) * 1e3 / static_cast<double>(steps);
     if (dp_step) {
       r.exposed_reduce_s += dp_step->timing().exposed_s;
       r.started_in_backward = static_cast<double>(dp_step->timing().bytes_started_in_backward) /

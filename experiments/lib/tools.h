@@ -25,6 +25,9 @@ struct BenchmarkResult {
   int64_t steps = 0, batch_size = 0;
   std::string device;       // where the steps ran ("cpu", "cuda:0")
   double seconds = 0;
+  // Per timed step, averaged: the forward, the recompute of checkpoint segments (memory.recompute)
+  // and the rest of the backward; their sum is below the step's time by the optimizer update.
+  double forward_ms = 0, recompute_ms = 0, backward_ms = 0;
   // Data-parallel (dp given): the reduction's time left after the backward ended, averaged over
   // the timed steps and the ranks, and the number of ranks.
   double exposed_reduce_s = 0;
@@ -32,7 +35,8 @@ struct BenchmarkResult {
   double started_in_backward = 0;  // fraction of the gradient bytes whose all-reduce started during the backward
   double completed_in_backward = 0;  // ... and had completed when it ended (hidden whole), over the timed steps
   int64_t ranks = 1;
-  // {"img_per_s": X, "peak_bytes": P, "saved_bytes": S, "device": D}, and when data-parallel also
+  // {"img_per_s": X, "peak_bytes": P, "saved_bytes": S, "device": D, "forward_ms": F,
+  // "recompute_ms": R, "backward_ms": B}, and when data-parallel also
   // "ranks", "threads", "exposed_reduce_s_per_step", "reduce_alone_s", "started_in_backward" and
   // "completed_in_backward"
   Json json() const;

@@ -1,11 +1,13 @@
 #include "experiments/lib/train_loop.h"
 
+#include <chrono>
 #include <cmath>
 #include <cstring>
 
 #include "autograd/ops.h"
 #include "autograd/tape.h"
 #include "core/backend.h"
+#include "core/device_runtime.h"
 #include "core/philox.h"
 #include "experiments/lib/text_task.h"
 #include "optim/clip_grad.h"
@@ -91,6 +93,9 @@ StepResult train_step(Module& model, Optimizer& opt, StorePolicy& policy, const 
   opt.zero_grad();
   const int64_t saved_before = alloc.current(MemTag::Saved);
   alloc.reset_peak();
+  reset_recompute_stats();
+  using Clock = std::chrono::steady_clock;
+  const auto forward_start = Clock::now();
   try {
     Tensor loss;
     {
@@ -103,6 +108,7 @@ StepResult train_step(Module& model, Optimizer& opt, StorePolicy& policy, const 
     // quantizes are those of the checkpoint).
     for (SavedTensorStore* s : stateful) s->check_restored_step();
     r.loss = loss.to(Device::cpu()).item();
+    r.forward_s = std::chrono::duration<double>(Clock::now() - forward_start).count();
     if (!std::isfinite(r.loss))
       fail("step {}: the loss is {} (not finite); try a lower optimizer.lr (now {:g}), gradient clipping "
            "(train.clip_grad_norm: 1.0), or FP32 storage for the saved tensors (saved_tensors.default: fp32)",
@@ -112,7 +118,11 @@ StepResult train_step(Module& model, Optimizer& opt, StorePolicy& policy, const 
     if (o.capture_saved) r.saved = policy.describe();
     for (const auto& rec : o.capture_saved ? r.saved : policy.describe()) r.saved_record_bytes += rec.bytes;
     if (o.sync) o.sync->before_backward(r.count, o.global_count > 0 ? o.global_count : r.count);
+    const auto backward_start = Clock::now();
     backward(loss);
+    if (o.time_phases) synchronize(device);
+    r.backward_s = std::chrono::duration<double>(Clock::now() - backward_start).count();
+    r.recompute = recompute_stats();
     if (o.sync) o.sync->after_backward();
     // The adaptive stores see every step's gradient (GACT's warning compares its predicted
     // compression variance with the gradient's sampling variance, estimated from them).

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "autograd/checkpoint.h"
 #include "autograd/saved_tensor_store.h"
 #include "core/allocator.h"
 #include "core/tensor.h"
@@ -20,6 +21,7 @@ struct StepOptions {
   bool capture_saved = false;  // take the policy's records after the forward (memory report)
   StepSync* sync = nullptr;    // data-parallel: gradient all-reduce, GACT broadcast (step_sync.h)
   int64_t global_count = 0;    // data-parallel: samples of the global batch (0: this batch's)
+  bool time_phases = false;    // wait for the device after the backward, so that backward_s is its time
 };
 
 struct StepResult {
@@ -30,6 +32,11 @@ struct StepResult {
   int64_t saved_allocator_bytes = 0;    // Allocator Saved bytes at that moment, minus those before the step
   int64_t saved_record_bytes = 0;       // sum of the records' bytes (always taken)
   MemoryStats memory;                   // after the step; peaks cover the whole step
+  // Wall time of the forward (up to the loss on the host) and of the backward, whose part spent
+  // running checkpoint segments' forwards again is recompute.recompute_s (autograd/checkpoint.h;
+  // on a GPU the backward is timed to its end only with StepOptions::time_phases).
+  double forward_s = 0, backward_s = 0;
+  RecomputeStats recompute;
 };
 
 // The device the model's parameters live on (the DeviceScope's for a model without any).

@@ -17,10 +17,13 @@
 //   gact-adapt3   adaptive bits, 3 on average                      GACT "Adapt 3bit" (code: L2.1)
 //   gact-adapt2   adaptive bits, 2 on average                      GACT "Adapt 2bit" (code: L2.2)
 //   gact-fix4     4-bit per-group everywhere                       GACT "Fix 4bit" (code: L1)
+//   gact-CB1      gact-L1's storage, and every residual /          GACT paper CB1 (L1 + gradient
+//                 transformer block recomputed (memory.recompute:  checkpointing)
+//                 [blocks] unless the config names modules)
 //
-// Levels that add swapping to host memory, defragmentation or gradient checkpointing (ActNN L4,
-// L5; GACT L2, CB1, CB2) are not storage schemes and packrat does none of them: their names are
-// known, and choosing one is an error that says so and names the preset with the same storage.
+// Levels that add swapping to host memory, defragmentation or memory-efficient attention
+// (ActNN L4, L5; GACT L2, CB2) packrat does not do yet: their names are known, and choosing one
+// is an error that says so and names the preset with the same storage.
 #include <map>
 #include <memory>
 #include <string>
@@ -38,9 +41,12 @@ struct StoragePreset {
   bool fp32_batchnorm = false;  // batchnorm2d's saved inputs kept in FP32 (ActNN L1)
   std::string summary;          // what it keeps, or (unavailable) what the level adds that packrat lacks
   std::string source;           // the level it reproduces
+  bool recompute_blocks = false;  // the level recomputes every block (memory.recompute: [blocks])
 };
 const std::vector<StoragePreset>& storage_presets();
 const StoragePreset* find_storage_preset(const std::string& name);  // null when not a preset
+// Whether a scheme name is a preset that recomputes every block (gact-CB1).
+bool preset_recomputes_blocks(const std::string& scheme);
 
 // Builds the store of a preset; options as written override the preset's. Calls
 // o.check_all_used(). Throws naming o.where() for an unknown or unavailable preset.

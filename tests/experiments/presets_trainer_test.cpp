@@ -69,6 +69,7 @@ TEST(Presets, EveryAvailablePresetWorksThroughTheTrainerConfig) {
       {"actnn-L0", "fp32", 32, "fp32"},     {"actnn-L1", "actnn", 4, "fp32"},  {"actnn-L2", "actnn", 4, "actnn"},
       {"actnn-L3", "gact", 2, "gact"},      {"gact-L0", "fp32", 32, "fp32"},   {"gact-L1", "gact", 4, "gact"},
       {"gact-adapt3", "gact", 3, "gact"},   {"gact-adapt2", "gact", 2, "gact"}, {"gact-fix4", "actnn", 4, "actnn"},
+      {"gact-CB1", "gact", 4, "gact"},  // the stem's conv and batchnorm: the blocks keep only their inputs
   };
   // Every available preset of the table is covered here.
   size_t available = 0;
@@ -87,7 +88,9 @@ TEST(Presets, EveryAvailablePresetWorksThroughTheTrainerConfig) {
     ASSERT_GT(conv.count, 0);
     ASSERT_GT(bn.count, 0);
     EXPECT_EQ(conv.scheme, e.conv_scheme);
-    if (e.conv_scheme == "gact") {  // the adaptive tensors within the average budget
+    // The adaptive tensors within the average budget. (gact-CB1's budget covers every tensor the
+    // step quantizes, most of them by the recompute in backward, after the report's snapshot.)
+    if (e.conv_scheme == "gact" && e.name != "gact-CB1") {
       double bits = 0, elements = 0;
       for (const SavedRecord& rec : r.tensors)
         if (rec.scheme == "gact" && rec.need == Need::Value && !rec.shared) {
@@ -96,7 +99,7 @@ TEST(Presets, EveryAvailablePresetWorksThroughTheTrainerConfig) {
         }
       EXPECT_LE(bits / elements, e.conv_bits + 1e-9);
       EXPECT_GE(bits / elements, 1.0);
-    } else {
+    } else if (e.conv_scheme != "gact") {
       EXPECT_EQ(conv.bits, e.conv_bits);
     }
     EXPECT_EQ(bn.scheme, e.bn_scheme);
@@ -107,7 +110,7 @@ TEST(Presets, EveryAvailablePresetWorksThroughTheTrainerConfig) {
 }
 
 TEST(Presets, LevelsPackratCannotReproduceAreErrorsThatSaySo) {
-  for (const char* name : {"gact-L2", "actnn-L4", "actnn-L5", "gact-CB1", "gact-CB2"}) {
+  for (const char* name : {"gact-L2", "actnn-L4", "actnn-L5", "gact-CB2"}) {
     SCOPED_TRACE(name);
     try {
       memory_report_only(tiny_config(preset_data(), temp_dir("preset_bad"), with_preset(name)));
