@@ -179,12 +179,12 @@ void run_nodes(std::vector<std::shared_ptr<Node>>& tape, std::unordered_map<Auto
 // The leaf counts of the backward running on this thread (null: none, or no hook).
 thread_local std::unordered_map<AutogradMeta*, int64_t>* t_leaf_uses = nullptr;
 
-void count_leaf_uses(const std::vector<std::shared_ptr<Node>>& nodes, std::unordered_map<AutogradMeta*, int64_t>& uses,
-                     int64_t delta) {
+// Adds, per leaf, the nodes of `nodes` not yet run that use it.
+void count_leaf_uses(const std::vector<std::shared_ptr<Node>>& nodes, std::unordered_map<AutogradMeta*, int64_t>& uses) {
   for (auto& n : nodes)
     if (!n->done)
       for (auto& in : n->inputs)
-        if (is_grad_leaf(in)) uses[in.get()] += delta;
+        if (is_grad_leaf(in)) ++uses[in.get()];
 }
 
 }  // namespace
@@ -209,7 +209,7 @@ void backward(const Tensor& output, const Tensor& seed) {
   t_tape.clear();
   // For the gradient-ready hook: how many nodes still to run use each leaf.
   std::unordered_map<AutogradMeta*, int64_t> leaf_uses;
-  if (t_gradient_ready) count_leaf_uses(tape, leaf_uses, 1);
+  if (t_gradient_ready) count_leaf_uses(tape, leaf_uses);
   auto* previous = t_leaf_uses;
   t_leaf_uses = t_gradient_ready ? &leaf_uses : nullptr;
   struct Restore {
@@ -221,7 +221,7 @@ void backward(const Tensor& output, const Tensor& seed) {
 
 void backward_nested(Node& owner, std::vector<std::shared_ptr<Node>> nodes) {
   if (t_leaf_uses) {
-    count_leaf_uses(nodes, *t_leaf_uses, 1);  // before the owner's uses go: no count passes 0 here
+    count_leaf_uses(nodes, *t_leaf_uses);  // before the owner's uses go: no count passes 0 here
     for (auto& in : owner.inputs)
       if (is_grad_leaf(in)) --(*t_leaf_uses)[in.get()];
   }

@@ -173,6 +173,10 @@ MaxBatchResult find_max_batch(const Config& c, int64_t limit, int64_t upper) {
     SyntheticBatch b = synthetic_inputs(c, in, 1);
     train_step(*s.model, *s.optimizer, *s.policy, b.images, b.labels, 0, step_options(c, false));
   }
+  // The trials measure memory: they run the update (its memory counts) at learning rate 0, so
+  // that a model trained on a few tiny batches at the config's rate cannot diverge to a non-finite
+  // loss, which would end the search with an error that says nothing about memory.
+  s.optimizer->set_lr(0.0);
   MaxBatchResult result;
   result.limit = limit;
   PACKRAT_CHECK(alloc.total_current() < limit,

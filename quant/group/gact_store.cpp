@@ -66,6 +66,12 @@ GactOptions GactStore::parse_options(SchemeOptions& o, const GactOptions& base) 
   g.initial_bits = static_cast<int>(o.get_int("initial_bits", base.initial_bits, 0, kPassThroughBits));
   g.warn_ratio = o.get_double("warn_ratio", base.warn_ratio, 0.0, 1e9);
   g.log_path = o.get_string("log_path", base.log_path, {});
+  // GACT's max_bits: the widest candidate (8: never FP32).
+  const int widest = *std::max_element(base.candidate_bits.begin(), base.candidate_bits.end());
+  const int max_bits = static_cast<int>(o.get_int("max_bits", widest, 1, kPassThroughBits));
+  PACKRAT_CHECK(group_bits_supported(max_bits) || max_bits == kPassThroughBits,
+                "{}: 'max_bits' is {}, must be 1, 2, 3, 4, 8 or 32 (FP32)", o.where(), max_bits);
+  std::erase_if(g.candidate_bits, [max_bits](int b) { return b > max_bits; });
   // The per-group store's keys except bits (GACT chooses them): refused when written at all, not
   // only when it differs from the store's default (bits: 2 would otherwise pass and be ignored).
   PACKRAT_CHECK(!o.has("bits"), "{}: 'bits' does not apply to gact (it chooses the bits per tensor); "

@@ -120,7 +120,8 @@ class GactStore : public GroupStore, private BitsProvider {
  public:
   explicit GactStore(GactOptions o);
   // Options: avg_bits, adapt_interval, estimator measured|analytic, tensors_per_refresh,
-  // initial_bits, warn_ratio, log_path, plus the per-group store's group_size, grouping,
+  // initial_bits, max_bits (the widest candidate: 32 keeps a tensor in FP32, 8 never), warn_ratio,
+  // log_path, plus the per-group store's group_size, grouping,
   // meta, rounding, seed. `base` supplies the defaults (a preset).
   static GactOptions parse_options(SchemeOptions& o, const GactOptions& base = {});
 

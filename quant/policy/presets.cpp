@@ -23,9 +23,9 @@ const std::vector<StoragePreset>& storage_presets() {
        "adaptive bits per tensor, 4 per element on average, from the measured sensitivity",
        "GACT paper L1 (auto-precision 4; the released code's L2)"},
       {"gact-L2", "", {}, false, "GACT L1 plus swapping and prefetching saved tensors to host memory", "GACT L2"},
-      {"gact-CB1", "gact", {{"avg_bits", "4"}}, false,
-       "gact-L1's storage, and every residual / transformer block recomputed in backward (memory.recompute: "
-       "[blocks] unless the config names modules)",
+      {"gact-CB1", "gact", {{"avg_bits", "4"}, {"max_bits", "8"}}, false,
+       "gact-L1's storage at most 8 bits a tensor, and every residual / transformer block recomputed in backward "
+       "(memory.recompute: [blocks] unless the config names modules)",
        "GACT paper CB1 (L1 + gradient checkpointing)", true},
       {"gact-CB2", "", {}, false, "GACT CB1 plus memory-efficient self-attention", "GACT CB2"},
       {"gact-adapt3", "gact", {{"avg_bits", "3"}}, false, "adaptive bits per tensor, 3 per element on average",

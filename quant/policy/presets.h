@@ -17,9 +17,10 @@
 //   gact-adapt3   adaptive bits, 3 on average                      GACT "Adapt 3bit" (code: L2.1)
 //   gact-adapt2   adaptive bits, 2 on average                      GACT "Adapt 2bit" (code: L2.2)
 //   gact-fix4     4-bit per-group everywhere                       GACT "Fix 4bit" (code: L1)
-//   gact-CB1      gact-L1's storage, and every residual /          GACT paper CB1 (L1 + gradient
-//                 transformer block recomputed (memory.recompute:  checkpointing)
-//                 [blocks] unless the config names modules)
+//   gact-CB1      gact-L1's storage at most 8 bits a tensor        GACT paper CB1 (L1 + gradient
+//                 (max_bits), and every residual / transformer     checkpointing)
+//                 block recomputed (memory.recompute: [blocks]
+//                 unless the config names modules)
 //
 // Levels that add swapping to host memory, defragmentation or memory-efficient attention
 // (ActNN L4, L5; GACT L2, CB2) packrat does not do yet: their names are known, and choosing one

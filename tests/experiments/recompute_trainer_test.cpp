@@ -6,8 +6,10 @@
 #include <string>
 #include <vector>
 
+#include "experiments/lib/gradient_fidelity.h"
 #include "experiments/lib/session.h"
 #include "experiments/lib/tools.h"
+#include "tests/experiments/fixture.h"
 #include "tests/experiments/tiny_config.h"
 #include "tests/support/errors.h"
 
@@ -106,4 +108,17 @@ TEST(RecomputeTrainer, ResNet50SavedPeakFallsToTheBlockInputsAndFurtherWithGactC
       memory_report_only(resnet50("r50_cb1", {"saved_tensors.default={scheme: gact-CB1}"})).step.peak_at(MemTag::Saved);
   EXPECT_LE(static_cast<double>(recompute), 0.40 * static_cast<double>(l0)) << recompute << " of " << l0;
   EXPECT_LE(static_cast<double>(cb1), 0.10 * static_cast<double>(l0)) << cb1 << " of " << l0;
+}
+
+// --gradient-fidelity with recomputation: the compressed backward (8-bit per-group storage of the
+// segments' inputs and of what their recompute saves) measured against FP32, as without it.
+TEST(RecomputeTrainer, GradientFidelityMeasuresTheRecomputedBackward) {
+  const auto data = make_idx_dataset("recompute_fidelity", 32, 8);
+  const Config c = tiny_config(data, temp_dir("recompute_fidelity"),
+                               {"saved_tensors.rules=[]", "saved_tensors.default={scheme: actnn, bits: 8}",
+                                "memory.recompute=[blocks]"});
+  const FidelityReport r = gradient_fidelity_mode(c, 2);
+  EXPECT_GT(r.total.cosine, 0.99);
+  EXPECT_LT(r.total.cosine, 1.0);  // the inputs are compressed: the gradient is not FP32's
+  EXPECT_LT(r.total.rel_bias, 0.25);  // two draws: their variance is part of it
 }

@@ -130,6 +130,17 @@ TEST(DataParallel, TwoRanksMatchOneProcessOnAVisionTransformer) {
   }
 }
 
+// Every block recomputed in backward (memory.recompute): the reducer still starts each bucket when
+// its gradients are final (the nested backward reports a parameter ready after its last inner use),
+// and the synchronised batchnorm's collectives in the recompute run in the same order on both ranks.
+TEST(DataParallel, RecomputedBlocksWithSyncBatchnormMatchOneProcess) {
+  const double d = two_ranks_against_one("dp_recompute", {"distributed.sync_batchnorm=true", "model.activation=silu",
+                                                          "memory.recompute=[blocks]"});
+  if (g_world->root()) {
+    EXPECT_LT(d, 2e-4);
+  }
+}
+
 // Without it, each rank normalises with its own shard's statistics (as PyTorch DDP does by
 // default), which is a different computation: the weights drift apart measurably.
 TEST(DataParallel, PerRankBatchnormDiffersFromOneProcess) {
