@@ -3,8 +3,10 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
 #include <functional>
-#include <map>
+
+#include "core/named_registry.h"
 
 #include "models/cifar_resnet.h"
 #include "models/efficientnet.h"
@@ -99,83 +101,111 @@ std::shared_ptr<Module> efficientnet(const ModelSpec& s, EfficientNetConfig c, d
   return std::make_shared<EfficientNet>(c);
 }
 
-using Factory = std::function<std::shared_ptr<Module>(const ModelSpec&)>;
+const std::vector<std::string> kResNetKeys = {"stem", "activation", "classes", "in_channels"};
+const std::vector<std::string> kVitKeys = {"activation", "classes", "in_channels", "image_size",
+                                           "patch_size", "dropout", "attention_dropout"};
+// classes is the vocabulary; the tokens need no channels, image size or stem.
+const std::vector<std::string> kGptKeys = {"activation", "classes", "dropout"};
+const std::vector<std::string> kEfficientNetKeys = {"stem",       "activation", "classes", "in_channels",
+                                                    "width_mult", "depth_mult", "dropout", "stochastic_depth"};
 
-const std::map<std::string, Factory>& factories() {
-  static const std::map<std::string, Factory> m = {
-      {"resnet18", [](const ModelSpec& s) { return torchvision_resnet(s, false, {2, 2, 2, 2}); }},
-      {"resnet34", [](const ModelSpec& s) { return torchvision_resnet(s, false, {3, 4, 6, 3}); }},
-      {"resnet50", [](const ModelSpec& s) { return torchvision_resnet(s, true, {3, 4, 6, 3}); }},
-      {"resnet20", [](const ModelSpec& s) { return cifar_resnet(s, 20); }},
-      {"resnet32", [](const ModelSpec& s) { return cifar_resnet(s, 32); }},
-      {"resnet44", [](const ModelSpec& s) { return cifar_resnet(s, 44); }},
-      {"resnet56", [](const ModelSpec& s) { return cifar_resnet(s, 56); }},
-      {"resnet110", [](const ModelSpec& s) { return cifar_resnet(s, 110); }},
-      {"vit_b_16", [](const ModelSpec& s) { return vit(s, vit_b_16_config()); }},
-      {"vit_tiny_cifar", [](const ModelSpec& s) { return vit(s, vit_tiny_cifar_config()); }},
-      {"vit_tiny_fmnist", [](const ModelSpec& s) { return vit(s, vit_tiny_fmnist_config()); }},
-      {"gpt_tiny", gpt},
-      {"gpt_small", gpt},
-      {"gpt_medium", gpt},
+ModelKind resnet_kind(std::function<std::shared_ptr<Module>(const ModelSpec&)> make) {
+  return {std::move(make), kResNetKeys, false, "relu"};
+}
+ModelKind vit_kind(VitConfig (*config)()) {
+  return {[config](const ModelSpec& s) { return vit(s, config()); }, kVitKeys, false, "gelu"};
+}
+ModelKind efficientnet_kind(EfficientNetConfig (*config)(), double width, double depth, const char* stem) {
+  return {[=](const ModelSpec& s) { return efficientnet(s, config(), width, depth, stem); }, kEfficientNetKeys, false,
+          "silu"};
+}
+
+NamedRegistry<ModelKind>& models() {
+  static NamedRegistry<ModelKind> r({
+      {"resnet18", resnet_kind([](const ModelSpec& s) { return torchvision_resnet(s, false, {2, 2, 2, 2}); })},
+      {"resnet34", resnet_kind([](const ModelSpec& s) { return torchvision_resnet(s, false, {3, 4, 6, 3}); })},
+      {"resnet50", resnet_kind([](const ModelSpec& s) { return torchvision_resnet(s, true, {3, 4, 6, 3}); })},
+      {"resnet20", resnet_kind([](const ModelSpec& s) { return cifar_resnet(s, 20); })},
+      {"resnet32", resnet_kind([](const ModelSpec& s) { return cifar_resnet(s, 32); })},
+      {"resnet44", resnet_kind([](const ModelSpec& s) { return cifar_resnet(s, 44); })},
+      {"resnet56", resnet_kind([](const ModelSpec& s) { return cifar_resnet(s, 56); })},
+      {"resnet110", resnet_kind([](const ModelSpec& s) { return cifar_resnet(s, 110); })},
+      {"vit_b_16", vit_kind(vit_b_16_config)},
+      {"vit_tiny_cifar", vit_kind(vit_tiny_cifar_config)},
+      {"vit_tiny_fmnist", vit_kind(vit_tiny_fmnist_config)},
+      {"gpt_tiny", {gpt, kGptKeys, true, "gelu"}},
+      {"gpt_small", {gpt, kGptKeys, true, "gelu"}},
+      {"gpt_medium", {gpt, kGptKeys, true, "gelu"}},
       // torchvision's models, and small presets for 32x32 / 28x28 inputs that train on 2 cores:
       // half the width, a half (B0: 9 blocks) or a quarter (V2: 12 blocks) of the depth, cifar stem.
-      {"efficientnet_b0", [](const ModelSpec& s) { return efficientnet(s, efficientnet_b0_config(), 1, 1, "imagenet"); }},
-      {"efficientnet_v2_s",
-       [](const ModelSpec& s) { return efficientnet(s, efficientnet_v2_s_config(), 1, 1, "imagenet"); }},
-      {"efficientnet_b0_small",
-       [](const ModelSpec& s) { return efficientnet(s, efficientnet_b0_config(), 0.5, 0.5, "cifar"); }},
-      {"efficientnet_v2_small",
-       [](const ModelSpec& s) { return efficientnet(s, efficientnet_v2_s_config(), 0.5, 0.25, "cifar"); }},
-  };
-  return m;
+      {"efficientnet_b0", efficientnet_kind(efficientnet_b0_config, 1, 1, "imagenet")},
+      {"efficientnet_v2_s", efficientnet_kind(efficientnet_v2_s_config, 1, 1, "imagenet")},
+      {"efficientnet_b0_small", efficientnet_kind(efficientnet_b0_config, 0.5, 0.5, "cifar")},
+      {"efficientnet_v2_small", efficientnet_kind(efficientnet_v2_s_config, 0.5, 0.25, "cifar")},
+  });
+  return r;
+}
+
+// The kind of a known architecture; throws listing the known ones otherwise.
+const ModelKind& kind_of(const std::string& arch) {
+  const ModelKind* k = models().find(arch);
+  if (!k) fail("model.arch: unknown architecture '{}' (known: {})", arch, fmt::join(known_archs(), ", "));
+  return *k;
+}
+
+bool reads(const ModelKind& k, const char* key) { return std::find(k.keys.begin(), k.keys.end(), key) != k.keys.end(); }
+
+// A spec that sets `key` (model.<key>) for an architecture that does not read it is an error
+// naming the architectures that do.
+void check_reads(const ModelSpec& spec, const ModelKind& k, const char* key, bool set, const char* what) {
+  if (!set || reads(k, key)) return;
+  std::vector<std::string> with;
+  for (const std::string& a : known_archs())
+    if (reads(*models().find(a), key)) with.push_back(a);
+  fail("model.{}: {} has no {} (architectures with one: {})", key, spec.arch, what, fmt::join(with, ", "));
 }
 
 }  // namespace
 
+void register_model(const std::string& name, ModelKind kind) {
+  PACKRAT_CHECK(!name.empty(), "register_model: the name is empty");
+  PACKRAT_CHECK(static_cast<bool>(kind.make), "register_model: model '{}' has no factory", name);
+  models().add(name, std::move(kind));
+}
+
 std::vector<std::string> known_archs() {
-  std::vector<std::string> names;
-  for (const auto& [name, f] : factories()) names.push_back(name);
+  std::vector<std::string> names = models().names();
+  std::sort(names.begin(), names.end());
   return names;
 }
 
-bool is_known_arch(const std::string& arch) { return factories().count(arch) > 0; }
+bool is_known_arch(const std::string& arch) { return models().find(arch) != nullptr; }
 
+// An unknown architecture reads as a ResNet here: the config names it as unknown where it checks
+// model.arch, after its other keys.
 std::string default_activation(const std::string& arch) {
-  if (arch.rfind("efficientnet", 0) == 0) return "silu";
-  if (arch.rfind("vit_", 0) == 0 || arch.rfind("gpt_", 0) == 0) return "gelu";
-  return "relu";
+  const ModelKind* k = models().find(arch);
+  return k ? k->default_activation : "relu";
 }
 
 const std::vector<std::string>& model_keys(const std::string& arch) {
-  static const std::vector<std::string> resnet = {"stem", "activation", "classes", "in_channels"};
-  static const std::vector<std::string> vit = {"activation", "classes",  "in_channels",      "image_size",
-                                               "patch_size", "dropout", "attention_dropout"};
-  // classes is the vocabulary; the tokens need no channels, image size or stem.
-  static const std::vector<std::string> gpt = {"activation", "classes", "dropout"};
-  static const std::vector<std::string> efficientnet = {"stem",       "activation", "classes", "in_channels",
-                                                        "width_mult", "depth_mult", "dropout", "stochastic_depth"};
-  if (arch.rfind("vit_", 0) == 0) return vit;
-  if (arch.rfind("gpt_", 0) == 0) return gpt;
-  if (arch.rfind("efficientnet_", 0) == 0) return efficientnet;
-  return resnet;
+  const ModelKind* k = models().find(arch);
+  return k ? k->keys : kResNetKeys;
 }
 
-bool takes_text(const std::string& arch) { return arch.rfind("gpt_", 0) == 0; }
+bool takes_text(const std::string& arch) {
+  const ModelKind* k = models().find(arch);
+  return k && k->takes_text;
+}
 
 std::shared_ptr<Module> make_model(const ModelSpec& spec) {
-  auto it = factories().find(spec.arch);
-  if (it == factories().end())
-    fail("model.arch: unknown architecture '{}' (known: {})", spec.arch, fmt::join(known_archs(), ", "));
-  auto family = [&](const char* prefix) { return spec.arch.rfind(prefix, 0) == 0; };
-  const bool vit = family("vit_"), gpt = family("gpt_"), efficientnet = family("efficientnet_");
-  PACKRAT_CHECK(spec.dropout < 0 || vit || gpt || efficientnet,
-                "model.dropout: {} has no dropout (it applies to vit_*, gpt_* and efficientnet_*)", spec.arch);
-  PACKRAT_CHECK(spec.attention_dropout < 0 || vit,
-                "model.attention_dropout: {} has no separate attention dropout (vit_* only; gpt_* uses model.dropout)",
-                spec.arch);
-  PACKRAT_CHECK(spec.stochastic_depth < 0 || efficientnet,
-                "model.stochastic_depth: {} has no stochastic depth (efficientnet_* only)", spec.arch);
-  return it->second(spec);
+  const ModelKind& k = kind_of(spec.arch);
+  check_reads(spec, k, "dropout", spec.dropout >= 0, "dropout");
+  check_reads(spec, k, "attention_dropout", spec.attention_dropout >= 0, "separate attention dropout");
+  check_reads(spec, k, "stochastic_depth", spec.stochastic_depth >= 0, "stochastic depth");
+  std::shared_ptr<Module> m = k.make(spec);
+  PACKRAT_CHECK(m != nullptr, "model {}: its factory returned no model", spec.arch);
+  return m;
 }
 
 }  // namespace packrat

@@ -1,6 +1,7 @@
 #pragma once
 // Models by name, for configs and the trainer.
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -38,15 +39,32 @@ struct ModelSpec {
   double dropout = -1, attention_dropout = -1, stochastic_depth = -1;
 };
 
+// How a model is built from a spec, and what of the config it reads.
+struct ModelKind {
+  std::function<std::shared_ptr<Module>(const ModelSpec&)> make;
+  // The config's model.* keys it reads besides `arch` ("stem", "activation", "classes",
+  // "in_channels", "image_size", "patch_size", "width_mult", "depth_mult", "dropout",
+  // "attention_dropout", "stochastic_depth"): the config refuses any other key set for it, and
+  // make_model a spec that sets dropout, attention_dropout or stochastic_depth without reading it.
+  std::vector<std::string> keys = {"classes", "in_channels"};
+  bool takes_text = false;                 // token sequences (data.dataset: text), not images
+  std::string default_activation = "relu"; // what model.activation "" means for it
+};
+
+// Registers a model under `name` (an existing name is replaced), for configs (`model.arch: name`)
+// and every tool that builds models; the built-in models are registered the same way. A program
+// of your own registers its models before it hands over to the trainer
+// (experiments/lib/trainer_main.h; examples/my_model/).
+void register_model(const std::string& name, ModelKind kind);
+
 // Throws packrat::Error listing the known architectures when spec.arch is unknown.
 std::shared_ptr<Module> make_model(const ModelSpec& spec);
-std::vector<std::string> known_archs();
+std::vector<std::string> known_archs();  // sorted
 bool is_known_arch(const std::string& arch);
-// The activation an architecture is defined with: silu for EfficientNets, relu otherwise.
+// The activation an architecture is defined with (ResNets relu, EfficientNets silu, ViTs and GPTs
+// gelu). These three read an unknown architecture as a ResNet (the config refuses it elsewhere).
 std::string default_activation(const std::string& arch);
-// The config's model.* keys an architecture reads besides `arch` (ResNets: stem, activation,
-// classes, in_channels; ViTs add image_size, patch_size, dropout, attention_dropout; ...). The
-// config refuses any other key set for it: it would be ignored.
+// The config's model.* keys an architecture reads besides `arch` (ModelKind::keys).
 const std::vector<std::string>& model_keys(const std::string& arch);
 // Whether the architecture takes token sequences (the GPTs, on data.dataset: text) rather than images.
 bool takes_text(const std::string& arch);
