@@ -130,8 +130,9 @@ class SavedTensorStore {
     (void)run_dir;
     (void)index;
   }
-  // After the first forward that follows import_state: throws naming the first difference when
-  // the restored state does not belong to what this step saved. Default: nothing to check.
+  // After the backward of the first step that follows import_state (a recomputed segment saves
+  // during the backward): throws naming the first difference when the restored state does not
+  // belong to what this step saved. Default: nothing to check.
   virtual void check_restored_step() {}
 };
 

@@ -6,8 +6,8 @@
 //
 // The models: small_cnn.h (a CNN) and tiny_transformer.h (one Transformer block over patches).
 // (Every folder under examples/ is built into build/bin/<folder> with the tests.)
-#include "examples/my_model/small_cnn.h"
-#include "examples/my_model/tiny_transformer.h"
+#include "small_cnn.h"
+#include "tiny_transformer.h"
 #include "experiments/lib/trainer_main.h"  // run_trainer
 
 int main(int argc, char** argv) {

@@ -104,9 +104,6 @@ StepResult train_step(Module& model, Optimizer& opt, StorePolicy& policy, const 
       loss = task_loss(logits, labels, static_cast<float>(o.label_smoothing));
       r.correct = count_correct(logits, labels);
     }
-    // After a resume: the restored state belongs to what this config saves (GACT: the tensors it
-    // quantizes are those of the checkpoint).
-    for (SavedTensorStore* s : stateful) s->check_restored_step();
     r.loss = loss.to(Device::cpu()).item();
     r.forward_s = std::chrono::duration<double>(Clock::now() - forward_start).count();
     if (!std::isfinite(r.loss))
@@ -123,6 +120,9 @@ StepResult train_step(Module& model, Optimizer& opt, StorePolicy& policy, const 
     if (o.time_phases) synchronize(device);
     r.backward_s = std::chrono::duration<double>(Clock::now() - backward_start).count();
     r.recompute = recompute_stats();
+    // After a resume: the restored state belongs to what this config saves (GACT: the tensors it
+    // quantizes are those of the checkpoint; with recomputation some are saved in the backward).
+    for (SavedTensorStore* s : stateful) s->check_restored_step();
     if (o.sync) o.sync->after_backward();
     // The adaptive stores see every step's gradient (GACT's warning compares its predicted
     // compression variance with the gradient's sampling variance, estimated from them).
