@@ -256,7 +256,10 @@ TEST(Trainer, BenchmarkReportsThroughputAndBytes) {
   EXPECT_EQ(j.at("saved_bytes").get<int64_t>(), r.saved_bytes);
   EXPECT_EQ(j.at("peak_bytes").get<int64_t>(), r.peak_bytes);
   EXPECT_EQ(j.at("device").get<std::string>(), "cpu");
-  EXPECT_EQ(j.size(), 4u);
+  EXPECT_GT(j.at("forward_ms").get<double>(), 0.0);
+  EXPECT_EQ(j.at("recompute_ms").get<double>(), 0.0);  // nothing recomputed
+  EXPECT_GT(j.at("backward_ms").get<double>(), 0.0);
+  EXPECT_EQ(j.size(), 7u);
 }
 
 TEST(Trainer, MaxBatchFitsInTheLimitAndGrowsWithIt) {
