@@ -1,5 +1,6 @@
 #include "experiments/lib/memory_report.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <map>
 
@@ -169,6 +170,9 @@ std::string memory_report_table(const MemoryReport& r) {
                      "(op checkpoint):",
                      r.recomputed.size(), names);
     for (const auto& [scheme, b] : r.segment_inputs_per_scheme()) s += fmt::format("  {} {}", scheme, format_bytes(b));
+    const bool shared = std::any_of(r.tensors.begin(), r.tensors.end(),
+                                    [](const SavedRecord& t) { return t.op == "checkpoint" && t.shared; });
+    if (shared) s += " (an input another op keeps too is counted once, with the op that saved it first)";
     s += fmt::format("\nRecompute phase: {} segment forwards run again, {:.1f} ms of the step's {:.1f} ms backward; "
                      "peak while recomputing {} ({} bytes)\n",
                      r.recompute.recomputes, r.recompute.recompute_s * 1e3, r.backward_s * 1e3,
