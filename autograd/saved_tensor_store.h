@@ -52,6 +52,9 @@ struct SavedRecord {
   int64_t fp32_bytes = 0;    // what the FP32 store would hold for it
   int64_t numel = 0;
   bool shared = false;       // a second save of a tensor already held: counted once
+  // Kept without loss by a compressing scheme: a step function's derivative as its 1-bit mask,
+  // a mask, an index (packed to the bits it needs).
+  bool exact = false;
   // Storage id of the tensor the FP32 store would hold for this request (x, or y where
   // fn->derivative_from_output): records with the same key count their fp32_bytes once,
   // as the FP32 store keeps a buffer saved by two ops once (relu's output, which the next

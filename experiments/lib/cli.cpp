@@ -163,14 +163,15 @@ int run_mode(const TrainerArgs& a, const Config& c, DataParallel* dp) {
   if (a.benchmark_steps > 0) {
     const BenchmarkResult r = benchmark(c, a.benchmark_steps, dp);
     if (dp && !dp->root()) return 0;
-    spdlog::info("{} steps of batch {} on {} in {:.2f} s", r.steps, r.batch_size, r.device, r.seconds);
+    spdlog::info("{} steps of batch {} on {} in {:.2f} s (synthetic inputs of the data's shape)", r.steps, r.batch_size,
+                 r.device, r.seconds);
     std::printf("%s\n", r.json().dump().c_str());
     return 0;
   }
   if (a.max_batch_bytes > 0) {
     const MaxBatchResult r = find_max_batch(c, a.max_batch_bytes);
     PACKRAT_CHECK(r.batch_size > 0, "--find-max-batch: not even batch 1 fits in {} bytes", r.limit);
-    std::printf("max batch size %lld fits in %lld bytes: peak %lld bytes (%lld trials)\n",
+    std::printf("max batch size %lld fits in %lld bytes: peak %lld bytes (%lld trials on synthetic inputs of the data's shape)\n",
                 static_cast<long long>(r.batch_size), static_cast<long long>(r.limit),
                 static_cast<long long>(r.peak_bytes), static_cast<long long>(r.trials));
     std::printf("{\"max_batch_size\": %lld, \"peak_bytes\": %lld, \"limit\": %lld}\n", static_cast<long long>(r.batch_size),

@@ -122,6 +122,7 @@ Json memory_report_json(const MemoryReport& r) {
     e["fp32_bytes"] = Json(t.fp32_bytes);
     e["numel"] = Json(t.numel);
     if (t.shared) e["shared"] = Json(true);
+    if (t.exact) e["exact"] = Json(true);
     tensors.push_back(e);
   }
   j["tensors"] = tensors;
@@ -129,8 +130,32 @@ Json memory_report_json(const MemoryReport& r) {
 }
 
 namespace {
+// Where a row's bytes are counted when not there, and what an exactly kept row holds.
+std::string row_note(const MemoryReport& r, const SavedRecord& t) {
+  auto first_holder = [&]() -> const SavedRecord* {
+    for (const SavedRecord& o : r.tensors)
+      if (o.fp32_key == t.fp32_key && &o != &t && (o.fp32_bytes > 0 || (t.shared && !o.shared))) return &o;
+    return nullptr;
+  };
+  auto at = [](const SavedRecord* o) { return (o->layer.empty() ? std::string("-") : o->layer) + " " + o->op; };
+  if (t.shared) {
+    const SavedRecord* o = t.fp32_key != 0 ? first_holder() : nullptr;
+    return o ? "  (the buffer " + at(o) + " keeps: counted once, there)" : "  (shared, counted once)";
+  }
+  std::string note;
+  if (t.exact)
+    note = t.need == Need::Derivative ? "  (exact: f' of a step function as a 1-bit mask)"
+           : t.need == Need::Index    ? "  (exact index)"
+                                      : "  (exact mask)";
+  if (t.fp32_bytes == 0 && t.fp32_key != 0)
+    if (const SavedRecord* o = first_holder())
+      note += "  (FP32 would keep this buffer once, with " + at(o) + ")";
+  return note;
+}
+
 std::string ratio(int64_t fp32, int64_t held) {
   if (held <= 0) return fp32 > 0 ? "inf" : "-";
+  if (fp32 <= 0) return "-";  // FP32 would keep the buffer once, counted at another row
   return fmt::format("{:.2f}x", static_cast<double>(fp32) / static_cast<double>(held));
 }
 }  // namespace
@@ -138,14 +163,15 @@ std::string ratio(int64_t fp32, int64_t held) {
 std::string memory_report_table(const MemoryReport& r) {
   size_t w = 5;
   for (const auto& t : r.tensors) w = std::max(w, t.layer.size());
-  std::string s = fmt::format("Saved tensors after the forward of one training step (batch {}, on {}):\n", r.batch_size,
-                              r.step.device.str());
+  std::string s = fmt::format("Saved tensors after the forward of one training step (batch {}, on {}{}):\n",
+                              r.batch_size, r.step.device.str(),
+                              r.synthetic ? ", synthetic inputs of the data's shape" : "");
   s += fmt::format("  {:<{}}  {:<14} {:<8} {:>5}  {:>12}  {:>12}  {:>7}\n", "layer", w, "op", "scheme", "bits", "bytes",
                    "fp32 bytes", "ratio");
   for (const auto& t : r.tensors) {
+    const std::string note = row_note(r, t);
     s += fmt::format("  {:<{}}  {:<14} {:<8} {:>5.2g}  {:>12}  {:>12}  {:>7}{}\n", t.layer.empty() ? "-" : t.layer, w,
-                     t.op, t.scheme, t.bits, t.bytes, t.fp32_bytes, ratio(t.fp32_bytes, t.bytes),
-                     t.shared ? "  (shared, counted once)" : "");
+                     t.op, t.scheme, t.bits, t.bytes, t.fp32_bytes, ratio(t.fp32_bytes, t.bytes), note);
   }
   s += "Per layer:\n";
   for (const auto& l : r.per_layer())

@@ -24,6 +24,7 @@ struct LayerTotals {
 
 struct MemoryReport {
   int64_t batch_size = 0;
+  bool synthetic = false;            // the step ran on synthetic inputs of the data's shape (--memory-report-only)
   std::vector<SavedRecord> tensors;  // live saved tensors after the forward, in order of saving
   int64_t saved_bytes = 0;           // sum of tensors[].bytes
   int64_t saved_fp32_bytes = 0;      // sum of tensors[].fp32_bytes

@@ -70,6 +70,7 @@ MemoryReport memory_report_only(const Config& c) {
   SyntheticBatch b = synthetic_inputs(c, in, c.data.batch_size);
   StepResult r = train_step(*s.model, *s.optimizer, *s.policy, b.images, b.labels, 0, step_options(c, true));
   MemoryReport report = make_memory_report(c.data.batch_size, r, s.recomputed);
+  report.synthetic = true;
   write_memory_report(report, c.output.dir);
   return report;
 }

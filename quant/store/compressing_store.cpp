@@ -337,6 +337,7 @@ void CompressingStore::describe(std::vector<SavedRecord>& out) const {
     rec.bits = rules_.realised_bits ? (h.numel ? 8.0 * static_cast<double>(bytes) / static_cast<double>(h.numel) : 0.0)
                                     : (h.encoded ? h.encoded->bits : h.packed_bits);
     rec.shared = e.shared;
+    rec.exact = !h.encoded;  // a step mask, or a mask / index packed exactly
     rec.fp32_key = e.fp32_key;
     rec.bytes = e.shared ? 0 : bytes;
     rec.fp32_bytes = e.shared ? 0 : rec.numel * static_cast<int64_t>(dtype_size(e.dtype));

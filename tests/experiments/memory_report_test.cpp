@@ -6,6 +6,7 @@
 
 #include "experiments/lib/memory_report.h"
 #include "experiments/lib/session.h"
+#include "experiments/lib/tools.h"
 #include "experiments/lib/train_loop.h"
 #include "tests/experiments/tiny_config.h"
 
@@ -128,4 +129,31 @@ TEST(MemoryReport, NamesTheDeviceWhoseAllocatorMeasuredTheStep) {
   const MemoryReport r = make_memory_report(2, {}, 0, stats);
   EXPECT_EQ(memory_report_json(r).at("device").get<std::string>(), "cuda:1");
   EXPECT_NE(memory_report_table(r).find("Peak over the step on cuda:1: "), std::string::npos);
+}
+
+// What a row that says little by its numbers alone says in words: an exactly kept ReLU mask is
+// "exact", a convolution input FP32 would keep once (the ReLU's output) names where it is
+// counted instead of a 0.00x ratio, and a report on synthetic inputs says so.
+TEST(MemoryReport, RowsSayWhatIsExactAndWhereASharedBufferIsCounted) {
+  const Config c = tiny_config("/nonexistent", temp_dir("report_words"),
+                               {"saved_tensors.rules=[]", "saved_tensors.default={scheme: actnn, bits: 2}"});
+  const MemoryReport r = memory_report_only(c);
+  const std::string table = memory_report_table(r);
+  EXPECT_NE(table.find("synthetic inputs of the data's shape"), std::string::npos) << table;
+  bool relu_exact = false, conv_elsewhere = false;
+  for (const SavedRecord& t : r.tensors) {
+    if (t.op == "relu") {
+      EXPECT_TRUE(t.exact) << t.layer;
+      relu_exact = relu_exact || t.exact;
+    }
+    if (t.op == "conv2d") EXPECT_FALSE(t.exact) << t.layer;
+    conv_elsewhere = conv_elsewhere || (t.op == "conv2d" && t.fp32_bytes == 0);
+  }
+  EXPECT_TRUE(relu_exact);
+  EXPECT_TRUE(conv_elsewhere);
+  EXPECT_NE(table.find("relu           actnn        1"), std::string::npos) << table;
+  EXPECT_NE(table.find("(exact: f' of a step function as a 1-bit mask)"), std::string::npos) << table;
+  EXPECT_NE(table.find("-  (FP32 would keep this buffer once, with layer1.0.act1 relu)"), std::string::npos) << table;
+  EXPECT_EQ(table.find("0.00x"), std::string::npos) << table;
+  EXPECT_NE(memory_report_json(r).dump().find("\"exact\":true"), std::string::npos);
 }
