@@ -92,6 +92,7 @@ void Fp32Store::describe(std::vector<SavedRecord>& out) const {
     rec.numel = e.shape.numel();
     rec.fp32_bytes = e.shared ? 0 : rec.numel * static_cast<int64_t>(dtype_size(e.dtype));  // once, at its first save
     rec.shared = e.shared;
+    rec.statistics = e.request.exact;
     rec.bytes = e.shared ? 0 : static_cast<int64_t>(h.tensor.storage()->allocation->bytes());
     rec.fp32_key = h.tensor.storage()->id;
     out.push_back(std::move(rec));

@@ -55,6 +55,9 @@ struct SavedRecord {
   // Kept without loss by a compressing scheme: a step function's derivative as its 1-bit mask,
   // a mask, an index (packed to the bits it needs).
   bool exact = false;
+  // A small tensor every store keeps in full (SaveRequest::exact): batchnorm's mean and variance,
+  // the loss's probabilities.
+  bool statistics = false;
   // Storage id of the tensor the FP32 store would hold for this request (x, or y where
   // fn->derivative_from_output): records with the same key count their fp32_bytes once,
   // as the FP32 store keeps a buffer saved by two ops once (relu's output, which the next

@@ -40,18 +40,32 @@ MemoryReport make_memory_report(int64_t batch_size, StepResult& step, const std:
   return r;
 }
 
-std::vector<LayerTotals> MemoryReport::per_layer() const {
+namespace {
+
+// Totals of r's tensors grouped by key(tensor), in order of first appearance.
+template <typename Key>
+std::vector<LayerTotals> totals_by(const std::vector<SavedRecord>& tensors, Key key) {
   std::vector<LayerTotals> out;
   std::map<std::string, size_t> index;
   for (const auto& t : tensors) {
-    auto [it, fresh] = index.emplace(t.layer, out.size());
-    if (fresh) out.push_back({t.layer});
+    auto [it, fresh] = index.emplace(key(t), out.size());
+    if (fresh) out.push_back({key(t)});
     LayerTotals& l = out[it->second];
     l.tensors += 1;
     l.bytes += t.bytes;
     l.fp32_bytes += t.fp32_bytes;
   }
   return out;
+}
+
+}  // namespace
+
+std::vector<LayerTotals> MemoryReport::per_layer() const {
+  return totals_by(tensors, [](const SavedRecord& t) { return t.layer; });
+}
+
+std::vector<LayerTotals> MemoryReport::per_op() const {
+  return totals_by(tensors, [](const SavedRecord& t) { return t.op; });
 }
 
 std::vector<std::pair<std::string, int64_t>> MemoryReport::per_scheme() const {
@@ -110,6 +124,15 @@ Json memory_report_json(const MemoryReport& r) {
     layers.push_back(e);
   }
   j["layers"] = layers;
+  Json ops = Json::array();
+  for (const auto& o : r.per_op()) {
+    Json e = Json::object();
+    e["op"] = Json(o.layer);
+    e["tensors"] = Json(o.tensors);
+    e["bytes"] = Json(o.bytes);
+    ops.push_back(e);
+  }
+  j["ops"] = ops;
   Json tensors = Json::array();
   for (const auto& t : r.tensors) {
     Json e = Json::object();
@@ -123,6 +146,7 @@ Json memory_report_json(const MemoryReport& r) {
     e["numel"] = Json(t.numel);
     if (t.shared) e["shared"] = Json(true);
     if (t.exact) e["exact"] = Json(true);
+    if (t.statistics) e["statistics"] = Json(true);
     tensors.push_back(e);
   }
   j["tensors"] = tensors;
@@ -168,10 +192,30 @@ std::string memory_report_table(const MemoryReport& r) {
                               r.synthetic ? ", synthetic inputs of the data's shape" : "");
   s += fmt::format("  {:<{}}  {:<14} {:<8} {:>5}  {:>12}  {:>12}  {:>7}\n", "layer", w, "op", "scheme", "bits", "bytes",
                    "fp32 bytes", "ratio");
+  int64_t folded = 0, folded_bytes = 0;  // batchnorm statistics rows, left to their layer's totals
   for (const auto& t : r.tensors) {
+    if (t.statistics && t.op == "batchnorm2d") {
+      ++folded;
+      folded_bytes += t.bytes;
+      continue;
+    }
     const std::string note = row_note(r, t);
     s += fmt::format("  {:<{}}  {:<14} {:<8} {:>5.2g}  {:>12}  {:>12}  {:>7}{}\n", t.layer.empty() ? "-" : t.layer, w,
                      t.op, t.scheme, t.bits, t.bytes, t.fp32_bytes, ratio(t.fp32_bytes, t.bytes), note);
+  }
+  if (folded > 0)
+    s += fmt::format("  (and {} batchnorm mean / variance tensors, {} bytes in all, counted in their layers below)\n",
+                     folded, folded_bytes);
+  // Bytes held per op kind and scheme. (No FP32 column: FP32 keeps a buffer two ops save once,
+  // with the first, so a convolution's share would read as nothing beside its ReLU's.)
+  s += "Per op (bytes held, by scheme):\n";
+  for (const auto& o : r.per_op()) {
+    std::map<std::string, int64_t> by_scheme;
+    for (const auto& t : r.tensors)
+      if (t.op == o.layer) by_scheme[t.scheme] += t.bytes;
+    s += fmt::format("  {:<{}}  {:>3} tensors  {:>12} ", o.layer, w, o.tensors, o.bytes);
+    for (const auto& [scheme, b] : by_scheme) s += fmt::format("  {} {}", scheme, format_bytes(b));
+    s += "\n";
   }
   s += "Per layer:\n";
   for (const auto& l : r.per_layer())

@@ -38,6 +38,10 @@ struct MemoryReport {
   double forward_s = 0, backward_s = 0;
 
   std::vector<LayerTotals> per_layer() const;  // in order of first appearance
+  // The same per op kind (conv2d, batchnorm2d, relu, ...; LayerTotals::layer holds the op), in
+  // order of first appearance. Its fp32_bytes follow the records' once-per-buffer count, so a
+  // convolution whose input is its ReLU's output has them at the ReLU: compare bytes only.
+  std::vector<LayerTotals> per_op() const;
   // Saved bytes per scheme name (fp32, fewbit, actnn, ...), sorted by name.
   std::vector<std::pair<std::string, int64_t>> per_scheme() const;
   // The same over the checkpoint segments' kept inputs (op `checkpoint`) only.

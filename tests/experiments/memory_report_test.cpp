@@ -156,4 +156,22 @@ TEST(MemoryReport, RowsSayWhatIsExactAndWhereASharedBufferIsCounted) {
   EXPECT_NE(table.find("-  (FP32 would keep this buffer once, with layer1.0.act1 relu)"), std::string::npos) << table;
   EXPECT_EQ(table.find("0.00x"), std::string::npos) << table;
   EXPECT_NE(memory_report_json(r).dump().find("\"exact\":true"), std::string::npos);
+
+  // Batchnorm's per-channel mean and variance are left to their layers' totals: one table row per
+  // batchnorm (its input), and a line that says how many were folded.
+  int64_t bn_inputs = 0, bn_stats = 0;
+  for (const SavedRecord& t : r.tensors)
+    if (t.op == "batchnorm2d") (t.statistics ? bn_stats : bn_inputs) += 1;
+  EXPECT_EQ(bn_stats, 2 * bn_inputs);
+  const std::string rows = table.substr(0, table.find("Per op"));
+  int64_t bn_rows = 0;
+  for (size_t at = rows.find(" batchnorm2d "); at != std::string::npos; at = rows.find(" batchnorm2d ", at + 1)) ++bn_rows;
+  EXPECT_EQ(bn_rows, bn_inputs) << table;
+  EXPECT_NE(table.find(fmt::format("(and {} batchnorm mean / variance tensors", bn_stats)), std::string::npos) << table;
+  // The per-op totals: every op kind once, in the JSON too.
+  EXPECT_NE(table.find("Per op (bytes held, by scheme):\n"), std::string::npos) << table;
+  const Json j = memory_report_json(r);
+  int64_t op_bytes = 0;
+  for (const Json& o : j["ops"]) op_bytes += o["bytes"].get<int64_t>();
+  EXPECT_EQ(op_bytes, r.saved_bytes);
 }
