@@ -90,6 +90,8 @@ void Fp32Store::describe(std::vector<SavedRecord>& out) const {
     rec.need = e.request.need;
     rec.bits = 8.0 * static_cast<double>(dtype_size(e.dtype));
     rec.numel = e.shape.numel();
+    rec.shape = e.shape;
+    rec.dtype = e.dtype;
     rec.fp32_bytes = e.shared ? 0 : rec.numel * static_cast<int64_t>(dtype_size(e.dtype));  // once, at its first save
     rec.shared = e.shared;
     rec.statistics = e.request.exact;

@@ -51,6 +51,8 @@ struct SavedRecord {
   int64_t bytes = 0;         // bytes really held, metadata and padding included
   int64_t fp32_bytes = 0;    // what the FP32 store would hold for it
   int64_t numel = 0;
+  Shape shape;               // of the tensor saved (x, or y where fn->derivative_from_output)
+  DType dtype = DType::f32;  // ... and its element type
   bool shared = false;       // a second save of a tensor already held: counted once
   // Kept without loss by a compressing scheme: a step function's derivative as its 1-bit mask,
   // a mask, an index (packed to the bits it needs).

@@ -144,6 +144,8 @@ Json memory_report_json(const MemoryReport& r) {
     e["bytes"] = Json(t.bytes);
     e["fp32_bytes"] = Json(t.fp32_bytes);
     e["numel"] = Json(t.numel);
+    e["shape"] = Json(t.shape.dims());
+    e["dtype"] = Json(std::string(dtype_name(t.dtype)));
     if (t.shared) e["shared"] = Json(true);
     if (t.exact) e["exact"] = Json(true);
     if (t.statistics) e["statistics"] = Json(true);

@@ -333,6 +333,8 @@ void CompressingStore::describe(std::vector<SavedRecord>& out) const {
     rec.scheme = std::string(scheme());
     rec.need = e.request.need;
     rec.numel = e.shape.numel();
+    rec.shape = e.shape;
+    rec.dtype = e.dtype;
     const int64_t bytes = h.bytes();
     rec.bits = rules_.realised_bits ? (h.numel ? 8.0 * static_cast<double>(bytes) / static_cast<double>(h.numel) : 0.0)
                                     : (h.encoded ? h.encoded->bits : h.packed_bits);

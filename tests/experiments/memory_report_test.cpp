@@ -174,4 +174,9 @@ TEST(MemoryReport, RowsSayWhatIsExactAndWhereASharedBufferIsCounted) {
   int64_t op_bytes = 0;
   for (const Json& o : j["ops"]) op_bytes += o["bytes"].get<int64_t>();
   EXPECT_EQ(op_bytes, r.saved_bytes);
+  // Every tensor's shape and element type: the stem convolution's input is the batch of images.
+  const Json& first = j["tensors"][0];
+  EXPECT_EQ(first["op"], "conv2d");
+  EXPECT_EQ(first["shape"], Json::parse("[16, 1, 12, 12]")) << first.dump();
+  EXPECT_EQ(first["dtype"], "f32");
 }
