@@ -115,6 +115,7 @@ ModelKind resnet_kind(std::function<std::shared_ptr<Module>(const ModelSpec&)> m
 ModelKind vit_kind(VitConfig (*config)()) {
   return {[config](const ModelSpec& s) { return vit(s, config()); }, kVitKeys, false, "gelu"};
 }
+ModelKind gpt_kind() { return {gpt, kGptKeys, true, "gelu"}; }
 ModelKind efficientnet_kind(EfficientNetConfig (*config)(), double width, double depth, const char* stem) {
   return {[=](const ModelSpec& s) { return efficientnet(s, config(), width, depth, stem); }, kEfficientNetKeys, false,
           "silu"};
@@ -133,9 +134,9 @@ NamedRegistry<ModelKind>& models() {
       {"vit_b_16", vit_kind(vit_b_16_config)},
       {"vit_tiny_cifar", vit_kind(vit_tiny_cifar_config)},
       {"vit_tiny_fmnist", vit_kind(vit_tiny_fmnist_config)},
-      {"gpt_tiny", {gpt, kGptKeys, true, "gelu"}},
-      {"gpt_small", {gpt, kGptKeys, true, "gelu"}},
-      {"gpt_medium", {gpt, kGptKeys, true, "gelu"}},
+      {"gpt_tiny", gpt_kind()},
+      {"gpt_small", gpt_kind()},
+      {"gpt_medium", gpt_kind()},
       // torchvision's models, and small presets for 32x32 / 28x28 inputs that train on 2 cores:
       // half the width, a half (B0: 9 blocks) or a quarter (V2: 12 blocks) of the depth, cifar stem.
       {"efficientnet_b0", efficientnet_kind(efficientnet_b0_config, 1, 1, "imagenet")},

@@ -68,16 +68,10 @@ std::vector<LayerTotals> MemoryReport::per_op() const {
   return totals_by(tensors, [](const SavedRecord& t) { return t.op; });
 }
 
-std::vector<std::pair<std::string, int64_t>> MemoryReport::per_scheme() const {
-  std::map<std::string, int64_t> m;
-  for (const auto& t : tensors) m[t.scheme] += t.bytes;
-  return {m.begin(), m.end()};
-}
-
-std::vector<std::pair<std::string, int64_t>> MemoryReport::segment_inputs_per_scheme() const {
+std::vector<std::pair<std::string, int64_t>> MemoryReport::per_scheme(std::string_view op) const {
   std::map<std::string, int64_t> m;
   for (const auto& t : tensors)
-    if (t.op == "checkpoint") m[t.scheme] += t.bytes;
+    if (op.empty() || t.op == op) m[t.scheme] += t.bytes;
   return {m.begin(), m.end()};
 }
 
@@ -107,7 +101,7 @@ Json memory_report_json(const MemoryReport& r) {
     for (const std::string& m : r.recomputed) segments.push_back(Json(m));
     rc["segments"] = segments;
     Json kept = Json::object();
-    for (const auto& [s, b] : r.segment_inputs_per_scheme()) kept[s] = Json(b);
+    for (const auto& [s, b] : r.per_scheme("checkpoint")) kept[s] = Json(b);
     rc["inputs_bytes_by_scheme"] = kept;
     rc["recomputes"] = Json(r.recompute.recomputes);
     rc["recompute_ms"] = Json(r.recompute.recompute_s * 1e3);
@@ -212,11 +206,8 @@ std::string memory_report_table(const MemoryReport& r) {
   // with the first, so a convolution's share would read as nothing beside its ReLU's.)
   s += "Per op (bytes held, by scheme):\n";
   for (const auto& o : r.per_op()) {
-    std::map<std::string, int64_t> by_scheme;
-    for (const auto& t : r.tensors)
-      if (t.op == o.layer) by_scheme[t.scheme] += t.bytes;
     s += fmt::format("  {:<{}}  {:>3} tensors  {:>12} ", o.layer, w, o.tensors, o.bytes);
-    for (const auto& [scheme, b] : by_scheme) s += fmt::format("  {} {}", scheme, format_bytes(b));
+    for (const auto& [scheme, b] : r.per_scheme(o.layer)) s += fmt::format("  {} {}", scheme, format_bytes(b));
     s += "\n";
   }
   s += "Per layer:\n";
@@ -241,7 +232,7 @@ std::string memory_report_table(const MemoryReport& r) {
     s += fmt::format("Recomputed in backward (memory.recompute): {} segments ({}); they keep only their inputs "
                      "(op checkpoint):",
                      r.recomputed.size(), names);
-    for (const auto& [scheme, b] : r.segment_inputs_per_scheme()) s += fmt::format("  {} {}", scheme, format_bytes(b));
+    for (const auto& [scheme, b] : r.per_scheme("checkpoint")) s += fmt::format("  {} {}", scheme, format_bytes(b));
     const bool shared = std::any_of(r.tensors.begin(), r.tensors.end(),
                                     [](const SavedRecord& t) { return t.op == "checkpoint" && t.shared; });
     if (shared) s += " (an input another op keeps too is counted once, with the op that saved it first)";

@@ -7,6 +7,7 @@
 //    "op": .., "scheme": .., "bits": .., "bytes": .., "fp32_bytes": ..}, ...]}
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "autograd/checkpoint.h"
@@ -42,10 +43,9 @@ struct MemoryReport {
   // order of first appearance. Its fp32_bytes follow the records' once-per-buffer count, so a
   // convolution whose input is its ReLU's output has them at the ReLU: compare bytes only.
   std::vector<LayerTotals> per_op() const;
-  // Saved bytes per scheme name (fp32, fewbit, actnn, ...), sorted by name.
-  std::vector<std::pair<std::string, int64_t>> per_scheme() const;
-  // The same over the checkpoint segments' kept inputs (op `checkpoint`) only.
-  std::vector<std::pair<std::string, int64_t>> segment_inputs_per_scheme() const;
+  // Saved bytes per scheme name (fp32, fewbit, actnn, ...), sorted by name; of one op kind's
+  // tensors only when `op` is given (`checkpoint`: the recomputed segments' kept inputs).
+  std::vector<std::pair<std::string, int64_t>> per_scheme(std::string_view op = {}) const;
 };
 
 // Builds the report from the policy's records (taken after the forward) and the step's stats.
