@@ -199,6 +199,11 @@ bool takes_text(const std::string& arch) {
   return k && k->takes_text;
 }
 
+bool encodes_text(const std::string& arch) {
+  const ModelKind* k = models().find(arch);
+  return k && k->encodes_text;
+}
+
 std::shared_ptr<Module> make_model(const ModelSpec& spec) {
   const ModelKind& k = kind_of(spec.arch);
   check_reads(spec, k, "dropout", spec.dropout >= 0, "dropout");

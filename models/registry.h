@@ -37,6 +37,11 @@ struct ModelSpec {
   // classifier); attention_dropout: ViT's attention probabilities; stochastic_depth: EfficientNet's
   // drop-path probability of the last block (rising linearly from 0 over the blocks).
   double dropout = -1, attention_dropout = -1, stochastic_depth = -1;
+  // Text encoders (ModelKind::encodes_text) only: which head the session builds: "classes" (a
+  // pooled first-token classifier, logits (N, num_classes): data.dataset text_classes) or "tokens"
+  // (the tied masked-language-model head, logits (N, T, num_classes = the vocabulary):
+  // data.dataset text with train.task mlm). "" lets the model pick "classes".
+  std::string text_head;
 };
 
 // How a model is built from a spec, and what of the config it reads.
@@ -49,6 +54,10 @@ struct ModelKind {
   std::vector<std::string> keys = {"classes", "in_channels"};
   bool takes_text = false;                 // token sequences (data.dataset: text), not images
   std::string default_activation = "relu"; // what model.activation "" means for it
+  // A bidirectional encoder (bert_*): it classifies token sequences (data.dataset: text_classes)
+  // or predicts masked tokens (data.dataset: text, train.task: mlm), as ModelSpec::text_head says;
+  // takes_text is true as well. The GPTs (takes_text only) predict the next token.
+  bool encodes_text = false;
 };
 
 // Registers a model under `name` (an existing name is replaced), for configs (`model.arch: name`)
@@ -68,5 +77,7 @@ std::string default_activation(const std::string& arch);
 const std::vector<std::string>& model_keys(const std::string& arch);
 // Whether the architecture takes token sequences (the GPTs, on data.dataset: text) rather than images.
 bool takes_text(const std::string& arch);
+// Whether it is a text encoder (ModelKind::encodes_text).
+bool encodes_text(const std::string& arch);
 
 }  // namespace packrat
