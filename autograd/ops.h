@@ -70,17 +70,28 @@ Tensor narrow(const Tensor& x, int64_t dim, int64_t start, int64_t length);
 // x.expand(shape).contiguous() (numpy broadcasting, e.g. a class token (1, 1, D) -> (N, 1, D));
 // the gradient is summed back to x's shape.
 Tensor expand(const Tensor& x, const Shape& shape);
-// Scaled dot-product attention, softmax(q k^T * scale [+ causal mask]) with dropout, times v:
+// Scaled dot-product attention, softmax(q k^T * scale [+ masks]) with dropout, times v:
 // q (B..., T, E), k (B..., S, E), v (B..., S, Ev) -> (B..., T, Ev). It records one node whose saved
-// tensors each have their own op name, so store rules can target them:
-//   attention_q, attention_k, attention_v (Need::Value), attention_softmax (the softmax output,
-//   Need::Value), attention_dropout (the keep mask, Need::Mask; only when dropout is active).
+// tensors each have their own op name, so store rules can target them. Two algorithms:
+//  - standard: the (T, S) probabilities are materialised and saved: attention_q, attention_k,
+//    attention_v (Need::Value), attention_softmax (Need::Value), attention_dropout (the keep mask,
+//    Need::Mask; only when dropout is active). Saved bytes grow with T * S.
+//  - memory_efficient (FlashAttention-2, core/backend.h attention_forward): saves attention_q,
+//    attention_k, attention_v, attention_out (y, Need::Value) and attention_lse (the per-row
+//    log-sum-exp (B..., T), exact: stores keep it in f32); backward recomputes the probabilities
+//    tile by tile, dropout's mask included. Saved bytes grow with T + S.
+// Both draw dropout's keep mask alike (element (b, i, j) of the (B..., T, S) probabilities), so
+// the two give the same result up to f32 rounding.
 struct AttentionOptions {
   bool causal = false;     // query i sees keys j <= i (+ S - T)
   float dropout_p = 0.0f;  // on the attention weights, in training only
   bool training = false;
   uint64_t seed = 0, stream = 0;  // dropout's Philox key
   float scale = 0.0f;             // 0: 1 / sqrt(E)
+  bool memory_efficient = false;  // the algorithm (above)
+  // Key padding: (B) i64 on q's device, B = q.dim(0): sample b's queries see keys j < length[b]
+  // only (read clamped to [1, S]). Undefined: every key.
+  Tensor key_lengths;
 };
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionOptions& o);
 

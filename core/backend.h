@@ -262,6 +262,45 @@ class Backend {
   // Causal attention mask, in place: scores (..., T, S) plain f32 with T <= S; element (i, j) of
   // each (T, S) matrix becomes -inf where j > i + (S - T) (a query sees keys up to its own position).
   virtual void causal_mask_fill(Tensor& scores) = 0;
+  // Key padding, in place: scores (B, ..., T, S) plain f32; element (b, ..., i, j) becomes -inf
+  // where j >= key_lengths[b]. key_lengths (B) i64 on the scores' device; a length is read clamped
+  // to [1, S] (every query keeps at least its first key, so no softmax row is all -inf).
+  virtual void key_padding_fill(Tensor& scores, const Tensor& key_lengths) = 0;
+  // The unpadded length of each sequence: tokens (N, T) i64 -> (N) i64, the position of the first
+  // `pad` token of row n (T when it has none), at least 1.
+  virtual Tensor sequence_lengths(const Tensor& tokens, int64_t pad) = 0;
+
+  // ---- memory-efficient attention (ops/attention, model.attention: memory_efficient)
+  // FlashAttention-2 (Dao, arXiv 2307.08691): the scores are computed in tiles of keys with an
+  // online max and sum, and never kept; backward recomputes each tile's probabilities from the
+  // per-row log-sum-exp. Over G = B * H heads, sample-major: q (G, T, E), k (G, S, E), v (G, S, Ev)
+  // plain f32. s_ij = scale q_i . k_j, masked (-inf) where `causal` and j > i + (S - T), and where
+  // j >= key_lengths[g / H] (key_lengths (B) i64 on the device, read clamped to [1, S] as
+  // key_padding_fill does; undefined: no padding, H unused). P = softmax_j(s); with dropout_p > 0,
+  // Pd = P * keep / (1 - dropout_p) with keep drawn as dropout_forward(seed, stream) draws it for the
+  // (G, T, S) tensor P (element (g, i, j) = (g T + i) S + j), so a mask is the standard path's.
+  // y = Pd v.
+  struct AttentionArgs {
+    int64_t T = 0, S = 0, E = 0, Ev = 0, heads = 1;  // heads H: G / B when key_lengths is defined
+    float scale = 1.0f;
+    bool causal = false;
+    float dropout_p = 0.0f;
+    uint64_t seed = 0, stream = 0;
+  };
+  struct AttentionOut {
+    Tensor y;    // (G, T, Ev)
+    Tensor lse;  // (G, T) f32: log sum_j exp(s_ij) over the unmasked keys
+  };
+  virtual AttentionOut attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_lengths,
+                                         const AttentionArgs& a) = 0;
+  // The gradients from what forward saved (q, k, v, y, lse) and grad (G, T, Ev): dq (G, T, E),
+  // dk (G, S, E), dv (G, S, Ev), each only when asked for (undefined otherwise).
+  struct AttentionGrads {
+    Tensor dq, dk, dv;
+  };
+  virtual AttentionGrads attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& y,
+                                            const Tensor& lse, const Tensor& grad, const Tensor& key_lengths,
+                                            const AttentionArgs& a, bool want_dq, bool want_dk, bool want_dv) = 0;
 
   // ---- optimizer updates (optim)
   // One fused SGD step over param, grad (and the momentum buffer), f32 of one layout, as PyTorch:

@@ -1,4 +1,6 @@
-// Scaled dot-product attention, composed from the backend's batched matmul, softmax and dropout:
+// Scaled dot-product attention (autograd/ops.h): the standard path, composed from the backend's
+// batched matmul, softmax and dropout, and the memory-efficient one (the backend's
+// attention_forward / attention_backward, FlashAttention-2). The standard path:
 //   S = q k^T * scale (+ causal mask: -inf above the diagonal)   (B..., T, S)
 //   P = softmax(S), Pd = dropout(P) (training, p > 0)            (B..., T, S)
 //   y = Pd v                                                      (B..., T, Ev)
@@ -22,15 +24,17 @@
 
 namespace packrat::ops {
 
-PACKRAT_SAVING_OP_KINDS("attention_q", "attention_k", "attention_v", "attention_softmax", "attention_dropout")
+PACKRAT_SAVING_OP_KINDS("attention_q", "attention_k", "attention_v", "attention_softmax", "attention_dropout",
+                        "attention_out", "attention_lse")
 
 namespace {
 
-SaveRequest request(std::string_view op, Need need) {
+SaveRequest request(std::string_view op, Need need, bool exact = false) {
   SaveRequest r;
   r.need = need;
   r.op = op;
   r.name = LayerScope::current();
+  r.exact = exact;
   return r;
 }
 
@@ -39,6 +43,40 @@ Shape with_last2(const Shape& batch_of, int64_t a, int64_t b) {
   d[d.size() - 2] = a;
   d[d.size() - 1] = b;
   return Shape(d);
+}
+
+// The memory-efficient path: one node saving q, k, v, y and the per-row log-sum-exp (exact);
+// backward recomputes the probabilities from them (core/backend.h attention_backward).
+Tensor memory_efficient_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_lengths,
+                                  const Backend::AttentionArgs& a) {
+  Backend& be = backend_of(q);
+  const Tensor qp = q.to_plain(), kp = k.to_plain(), vp = v.to_plain();
+  Backend::AttentionOut fwd = be.attention_forward(qp, kp, vp, key_lengths, a);
+  Tensor y = fwd.y.reshape(with_last2(q.shape(), a.T, a.Ev));  // (B..., T, Ev)
+  if (!needs_grad({&q, &k, &v})) return y;
+  std::vector<SavedHandle> saved;
+  saved.push_back(save_for_backward(qp, request("attention_q", Need::Value)));
+  saved.push_back(save_for_backward(kp, request("attention_k", Need::Value)));
+  saved.push_back(save_for_backward(vp, request("attention_v", Need::Value)));
+  saved.push_back(save_for_backward(y, request("attention_out", Need::Value)));
+  saved.push_back(save_for_backward(fwd.lse, request("attention_lse", Need::Value, /*exact=*/true)));
+  const Shape q_shape = q.shape(), k_shape = k.shape(), v_shape = v.shape();
+  const Layout lq = q.layout(), lk = k.layout(), lv = v.layout();
+  record("attention", {&q, &k, &v}, {&y}, std::move(saved),
+         [=](Node& n, const std::vector<Tensor>& grads) -> std::vector<Tensor> {
+           Backend& b = backend_of(grads[0]);
+           const Tensor g = grads[0].to_plain();  // (B..., T, Ev)
+           Backend::AttentionGrads d = b.attention_backward(n.load(0), n.load(1), n.load(2), n.load(3), n.load(4), g,
+                                                            key_lengths, a, static_cast<bool>(n.inputs[0]),
+                                                            static_cast<bool>(n.inputs[1]),
+                                                            static_cast<bool>(n.inputs[2]));
+           std::vector<Tensor> r(3);
+           if (d.dq.defined()) r[0] = d.dq.reshape(q_shape).to_layout(lq);
+           if (d.dk.defined()) r[1] = d.dk.reshape(k_shape).to_layout(lk);
+           if (d.dv.defined()) r[2] = d.dv.reshape(v_shape).to_layout(lv);
+           return r;
+         });
+  return y;
 }
 
 }  // namespace
@@ -67,6 +105,25 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
   const float scale = o.scale > 0.0f ? o.scale : 1.0f / std::sqrt(static_cast<float>(E));
   const bool drop = o.training && o.dropout_p > 0.0f;
   const float keep_scale = 1.0f / (1.0f - o.dropout_p);
+  int64_t heads = 1;  // per sample, when key lengths are given
+  if (o.key_lengths.defined()) {
+    const Tensor& len = o.key_lengths;
+    PACKRAT_CHECK(q.rank() >= 3 && len.dtype() == DType::i64 && len.rank() == 1 && len.dim(0) == q.dim(0),
+                  "{}: key lengths must be ({}) i64, one per sample of q {}, got {}", where,
+                  q.rank() >= 3 ? q.dim(0) : 0, q.shape().str(), len.describe());
+    PACKRAT_CHECK(len.device() == q.device(), "{}: key lengths are on {}, q on {}", where, len.device().str(),
+                  q.device().str());
+    heads = batch / q.dim(0);
+  }
+  if (o.memory_efficient) {
+    Backend::AttentionArgs a;
+    a.T = T, a.S = S, a.E = E, a.Ev = Ev, a.heads = heads;
+    a.scale = scale;
+    a.causal = o.causal;
+    a.dropout_p = drop ? o.dropout_p : 0.0f;
+    a.seed = o.seed, a.stream = o.stream;
+    return memory_efficient_attention(q, k, v, o.key_lengths, a);
+  }
 
   Backend& be = backend_of(q);
   const Tensor qp = q.to_plain(), kp = k.to_plain(), vp = v.to_plain();
@@ -75,6 +132,7 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
   {
     Tensor s = be.scale(be.matmul(qp, false, kp, true, batch, T, E, S, Tensor(), s_shape), scale);  // (B..., T, S)
     if (o.causal) be.causal_mask_fill(s);
+    if (o.key_lengths.defined()) be.key_padding_fill(s, o.key_lengths);
     p = be.softmax_forward(s);
   }
   const bool grad = needs_grad({&q, &k, &v});

@@ -92,6 +92,15 @@ class CpuBackend final : public Backend {
   Tensor concat(std::span<const Tensor> xs, int64_t dim) override;
   Tensor narrow(const Tensor& x, int64_t dim, int64_t start, int64_t length) override;
   void causal_mask_fill(Tensor& scores) override;
+  void key_padding_fill(Tensor& scores, const Tensor& key_lengths) override;
+  Tensor sequence_lengths(const Tensor& tokens, int64_t pad) override;
+
+  // ---- memory-efficient attention (cpu_backend_attention.cpp)
+  AttentionOut attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_lengths,
+                                 const AttentionArgs& a) override;
+  AttentionGrads attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& y,
+                                    const Tensor& lse, const Tensor& grad, const Tensor& key_lengths,
+                                    const AttentionArgs& a, bool want_dq, bool want_dk, bool want_dv) override;
 
   // ---- optimizer updates (cpu_backend_optim.cpp)
   void sgd_update(Tensor& param, const Tensor& grad, Tensor& momentum_buffer, const SgdStep& s) override;

@@ -6,6 +6,7 @@
 #include <limits>
 #include <vector>
 
+#include "core/attention_math.h"
 #include "core/cpu/cpu_backend.h"
 #include "core/cpu/layout.h"
 #include "core/cpu/loops.h"
@@ -194,6 +195,38 @@ void CpuBackend::causal_mask_fill(Tensor& scores) {
     float* r = p + row * S;
     for (int64_t j = i + (S - T) + 1; j < S; ++j) r[j] = kNegInf;
   });
+}
+
+void CpuBackend::key_padding_fill(Tensor& scores, const Tensor& key_lengths) {
+  PACKRAT_CHECK(scores.dtype() == DType::f32 && scores.layout() == Layout::Plain && scores.rank() >= 3,
+                "key_padding_fill: expects plain f32 scores (B, ..., T, S), got {}", scores.shape().str());
+  const int64_t B = scores.dim(0), S = scores.dim(-1);
+  PACKRAT_CHECK(key_lengths.dtype() == DType::i64 && key_lengths.numel() == B,
+                "key_padding_fill: expects {} key lengths (i64) for scores {}, got {}", B, scores.shape().str(),
+                key_lengths.describe());
+  const int64_t rows = S == 0 ? 0 : scores.numel() / S, rows_per_sample = B == 0 ? 0 : rows / B;
+  const int64_t* len = key_lengths.data<int64_t>();
+  float* p = scores.data<float>();
+  constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+  rows_for(rows, S, [&](int64_t row) {
+    float* r = p + row * S;
+    for (int64_t j = attention_math::clamp_length(len[row / rows_per_sample], S); j < S; ++j) r[j] = kNegInf;
+  });
+}
+
+Tensor CpuBackend::sequence_lengths(const Tensor& tokens, int64_t pad) {
+  PACKRAT_CHECK(tokens.dtype() == DType::i64 && tokens.rank() == 2,
+                "sequence_lengths: expects tokens (N, T) i64, got {}", tokens.describe());
+  const int64_t N = tokens.dim(0), T = tokens.dim(1);
+  Tensor lengths = empty_cpu(Shape{N}, DType::i64);  // (N)
+  const int64_t* t = tokens.data<int64_t>();
+  int64_t* out = lengths.data<int64_t>();
+  for (int64_t n = 0; n < N; ++n) {
+    int64_t end = 0;
+    while (end < T && t[n * T + end] != pad) ++end;
+    out[n] = std::max<int64_t>(end, 1);
+  }
+  return lengths;
 }
 
 }  // namespace packrat::cpu

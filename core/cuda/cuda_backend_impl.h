@@ -100,6 +100,15 @@ class CudaBackend final : public Backend {
   Tensor narrow(const Tensor& x, int64_t dim, int64_t start, int64_t length) override;
   void causal_mask_fill(Tensor& scores) override;
 
+  // ---- attention: memory-efficient attention, key padding, sequence lengths (cuda_backend_attention.cpp)
+  void key_padding_fill(Tensor& scores, const Tensor& key_lengths) override;
+  Tensor sequence_lengths(const Tensor& tokens, int64_t pad) override;
+  AttentionOut attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_lengths,
+                                 const AttentionArgs& a) override;
+  AttentionGrads attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& y,
+                                    const Tensor& lse, const Tensor& grad, const Tensor& key_lengths,
+                                    const AttentionArgs& a, bool want_dq, bool want_dk, bool want_dv) override;
+
   // ---- optimizer updates (cuda_backend_optim.cpp)
   void sgd_update(Tensor& param, const Tensor& grad, Tensor& momentum_buffer, const SgdStep& s) override;
   void sgd_update_many(std::span<const SgdOperands> operands, const SgdStep& s) override;

@@ -419,6 +419,37 @@ class EmulatedBackend final : public Backend {
     OnHost h(scores);
     cpu().causal_mask_fill(scores);
   }
+  void key_padding_fill(Tensor& scores, const Tensor& key_lengths) override {
+    OnHost h(scores, key_lengths);
+    cpu().key_padding_fill(scores, key_lengths);
+  }
+  Tensor sequence_lengths(const Tensor& tokens, int64_t pad) override {
+    Tensor y;
+    {
+      OnHost h(tokens);
+      y = cpu().sequence_lengths(tokens, pad);
+    }
+    return adopt(y);
+  }
+  AttentionOut attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_lengths,
+                                 const AttentionArgs& a) override {
+    AttentionOut o;
+    {
+      OnHost h(q, k, v, key_lengths);
+      o = cpu().attention_forward(q, k, v, key_lengths, a);
+    }
+    return {adopt(o.y), adopt(o.lse)};
+  }
+  AttentionGrads attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& y,
+                                    const Tensor& lse, const Tensor& grad, const Tensor& key_lengths,
+                                    const AttentionArgs& a, bool want_dq, bool want_dk, bool want_dv) override {
+    AttentionGrads o;
+    {
+      OnHost h(q, k, v, y, lse, grad, key_lengths);
+      o = cpu().attention_backward(q, k, v, y, lse, grad, key_lengths, a, want_dq, want_dk, want_dv);
+    }
+    return {adopt(o.dq), adopt(o.dk), adopt(o.dv)};
+  }
   void sgd_update(Tensor& param, const Tensor& grad, Tensor& momentum_buffer, const SgdStep& s) override {
     OnHost h(param, grad, momentum_buffer);
     cpu().sgd_update(param, grad, momentum_buffer, s);

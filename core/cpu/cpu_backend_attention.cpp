@@ -1,0 +1,297 @@
+// CpuBackend: memory-efficient attention (core/backend.h, attention_forward), FlashAttention-2's
+// algorithm on the CPU. A task is one head g and a block of kQueryBlock queries; it walks the keys
+// in tiles of kKeyBlock, so the (T, S) scores exist only as one (kQueryBlock, kKeyBlock) tile per
+// thread. The tile products are oneDNN's dnnl_sgemm on the owning thread (inside an OpenMP region
+// oneDNN runs a GEMM single-threaded). Masks are per-row key ranges (attention_math::key_end), so
+// a masked key is skipped rather than set to -inf, and key tiles past every row's range are never
+// computed: a causal head does about half the work of the standard path.
+//
+// Forward, per row i: m = running max, l = running sum of exp(s - m), o = running sum of
+// exp(s - m) * dropout * v; a new tile rescales l and o by exp(m_old - m_new). y = o / l,
+// lse = m + log l. Backward (per head, one thread: dk and dv accumulate without atomics), with
+// D_i = dy_i . y_i and P_ij = exp(s_ij - lse_i) recomputed per tile, Z the dropout keep * scale:
+//   dv_j += (P Z)_ij dy_i,  dP_ij = Z_ij (dy_i . v_j),  dS_ij = P_ij (dP_ij - D_i),
+//   dq_i += scale dS_ij k_j,  dk_j += scale dS_ij q_i.
+// (D_i = sum_j P_ij dP_ij because y_i = sum_j (P Z)_ij v_j, with or without dropout.)
+//
+// Scratch: a few tiles per thread (std::vector, about 100 KiB), outside the allocator's tags like
+// every kernel's registers; everything the caller gets back (y, lse, dq, dk, dv) is a tensor.
+#include <dnnl.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include <omp.h>
+
+#include "core/attention_math.h"
+#include "core/cpu/cpu_backend.h"
+#include "core/cpu/loops.h"
+#include "core/pointwise_math.h"
+
+namespace packrat::cpu {
+
+namespace {
+
+using AttentionArgs = Backend::AttentionArgs;
+
+constexpr int64_t kQueryBlock = 64;  // rows of a tile
+constexpr int64_t kKeyBlock = 128;   // keys of a tile
+
+// C = alpha op(A) op(B) + beta C, row-major (dnnl_sgemm). A failure is recorded in `failed` (no
+// exception may leave an OpenMP region) and reported after it.
+void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+          const float* B, int64_t ldb, float beta, float* C, int64_t ldc, std::atomic<bool>& failed) {
+  if (dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', M, N, K, alpha, A, lda, B, ldb, beta, C, ldc) != dnnl_success)
+    failed = true;
+}
+
+// The geometry every task shares.
+struct Geometry {
+  int64_t G, T, S, E, Ev, H;
+  const int64_t* lengths;  // (B) or null
+  const AttentionArgs* a;
+  int64_t length_of(int64_t g) const {
+    return lengths ? attention_math::clamp_length(lengths[g / H], S) : S;
+  }
+  // Keys row i of head g sees: [0, end).
+  int64_t end_of(int64_t g, int64_t i) const { return attention_math::key_end(i, T, S, a->causal, length_of(g)); }
+};
+
+// Dropout's keep for elements [e0, e0 + n) of the (G, T, S) probabilities, as 0 / keep_scale.
+// Counters are cached per lane: the 64 lanes of a 256-element block share one Philox call per
+// lane, so a contiguous run needs about one call per two elements rather than one per element.
+struct DropoutRow {
+  uint64_t seed, stream;
+  float p, keep_scale;
+  void fill(int64_t e0, int64_t n, float* z) const {
+    int64_t cached[DropoutPhilox::kLanes];
+    uint32_t words[DropoutPhilox::kLanes][4];
+    std::fill(std::begin(cached), std::end(cached), -1);
+    for (int64_t t = 0; t < n; ++t) {
+      const int64_t e = e0 + t, lane = e % DropoutPhilox::kLanes;
+      const int64_t counter = e / DropoutPhilox::kBlock * DropoutPhilox::kLanes + lane;
+      if (cached[lane] != counter) {
+        Philox4x32::generate(seed, stream, static_cast<uint64_t>(counter), words[lane]);
+        cached[lane] = counter;
+      }
+      const bool keep = DropoutPhilox::keep(words[lane][(e % DropoutPhilox::kBlock) / DropoutPhilox::kLanes], p);
+      z[t] = keep ? keep_scale : 0.0f;
+    }
+  }
+};
+
+DropoutRow dropout_of(const AttentionArgs& a) {
+  return {a.seed, a.stream, a.dropout_p, 1.0f / (1.0f - a.dropout_p)};
+}
+
+void check_operands(const char* what, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& lengths,
+                    const AttentionArgs& a) {
+  for (const Tensor* t : {&q, &k, &v})
+    PACKRAT_CHECK(t->dtype() == DType::f32, "{}: expects f32 q, k, v, got {}", what, dtype_name(t->dtype()));
+  const int64_t G = a.T > 0 && a.E > 0 ? q.numel() / (a.T * a.E) : 0;
+  PACKRAT_CHECK(q.numel() == G * a.T * a.E && k.numel() == G * a.S * a.E && v.numel() == G * a.S * a.Ev,
+                "{}: q {}, k {}, v {} are not (G, {}, {}), (G, {}, {}), (G, {}, {})", what, q.shape().str(),
+                k.shape().str(), v.shape().str(), a.T, a.E, a.S, a.E, a.S, a.Ev);
+  if (lengths.defined())
+    PACKRAT_CHECK(lengths.dtype() == DType::i64 && a.heads > 0 && lengths.numel() * a.heads == G,
+                  "{}: key lengths {} do not give one length per sample of {} heads ({} heads of {} each)", what,
+                  lengths.describe(), G, G / std::max<int64_t>(a.heads, 1), a.heads);
+}
+
+}  // namespace
+
+Backend::AttentionOut CpuBackend::attention_forward(const Tensor& q_any, const Tensor& k_any, const Tensor& v_any,
+                                                    const Tensor& key_lengths, const AttentionArgs& a) {
+  check_operands("attention_forward", q_any, k_any, v_any, key_lengths, a);
+  const Tensor q = q_any.to_plain(), k = k_any.to_plain(), v = v_any.to_plain();
+  const int64_t T = a.T, S = a.S, E = a.E, Ev = a.Ev, G = T * E > 0 ? q.numel() / (T * E) : 0;
+  const Geometry geo{G, T, S, E, Ev, a.heads, key_lengths.defined() ? key_lengths.data<int64_t>() : nullptr, &a};
+  AttentionOut out;
+  out.y = empty_cpu(Shape{G, T, Ev});  // (G, T, Ev)
+  out.lse = empty_cpu(Shape{G, T});    // (G, T)
+  const float* qp = q.data<float>();
+  const float* kp = k.data<float>();
+  const float* vp = v.data<float>();
+  float* yp = out.y.data<float>();
+  float* lp = out.lse.data<float>();
+  const bool drop = a.dropout_p > 0.0f;
+  const DropoutRow dropout = dropout_of(a);
+  const int64_t qblocks = (T + kQueryBlock - 1) / kQueryBlock, tasks = G * qblocks;
+  std::atomic<bool> failed{false};
+  const bool parallel = tasks > 1 && G * T * S * (E + Ev) >= kMinParallelWork;
+#pragma omp parallel if (parallel)
+  {
+    std::vector<float> s(kQueryBlock * kKeyBlock);  // (rows, keys): scores, then probabilities
+    std::vector<float> z(kKeyBlock);                 // (keys) dropout's keep * scale of one row
+    std::vector<float> o(kQueryBlock * Ev);          // (rows, Ev) running output
+    std::vector<float> m(kQueryBlock), l(kQueryBlock);
+#pragma omp for schedule(dynamic)
+    for (int64_t task = 0; task < tasks; ++task) {
+      const int64_t g = task / qblocks, i0 = task % qblocks * kQueryBlock, rows = std::min(kQueryBlock, T - i0);
+      const float* qg = qp + (g * T + i0) * E;
+      const float* kg = kp + g * S * E;
+      const float* vg = vp + g * S * Ev;
+      std::fill(o.begin(), o.begin() + rows * Ev, 0.0f);
+      std::fill(m.begin(), m.end(), -std::numeric_limits<float>::infinity());
+      std::fill(l.begin(), l.end(), 0.0f);
+      const int64_t keys = geo.end_of(g, i0 + rows - 1);  // the last row sees the most keys
+      for (int64_t j0 = 0; j0 < keys; j0 += kKeyBlock) {
+        const int64_t cols = std::min(kKeyBlock, keys - j0);
+        gemm(false, true, rows, cols, E, a.scale, qg, E, kg + j0 * E, E, 0.0f, s.data(), kKeyBlock, failed);
+        for (int64_t r = 0; r < rows; ++r) {
+          float* sr = s.data() + r * kKeyBlock;
+          const int64_t valid = std::clamp<int64_t>(geo.end_of(g, i0 + r) - j0, 0, cols);
+          if (valid == 0) {
+            std::fill(sr, sr + cols, 0.0f);
+            continue;
+          }
+          float mx = m[r];
+          for (int64_t c = 0; c < valid; ++c) mx = std::max(mx, sr[c]);
+          const float rescale = pwmath::fast_exp(m[r] - mx);  // 0 on the first tile (m = -inf)
+          float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+          for (int64_t c = 0; c < valid; ++c) {
+            const float e = pwmath::fast_exp(sr[c] - mx);
+            sr[c] = e;
+            sum += e;
+          }
+          std::fill(sr + valid, sr + cols, 0.0f);
+          l[r] = l[r] * rescale + sum;
+          m[r] = mx;
+          if (rescale != 1.0f)
+            for (float* it = o.data() + r * Ev; it != o.data() + (r + 1) * Ev; ++it) *it *= rescale;
+          if (drop) {
+            dropout.fill(((g * T + i0 + r) * S) + j0, valid, z.data());
+            for (int64_t c = 0; c < valid; ++c) sr[c] *= z[c];
+          }
+        }
+        gemm(false, false, rows, Ev, cols, 1.0f, s.data(), kKeyBlock, vg + j0 * Ev, Ev, 1.0f, o.data(), Ev, failed);
+      }
+      for (int64_t r = 0; r < rows; ++r) {
+        const float inv = 1.0f / l[r];
+        float* yr = yp + (g * T + i0 + r) * Ev;
+        for (int64_t e = 0; e < Ev; ++e) yr[e] = o[r * Ev + e] * inv;
+        lp[g * T + i0 + r] = m[r] + std::log(l[r]);
+      }
+    }
+  }
+  PACKRAT_CHECK(!failed, "attention_forward: oneDNN's sgemm failed");
+  return out;
+}
+
+Backend::AttentionGrads CpuBackend::attention_backward(const Tensor& q_any, const Tensor& k_any, const Tensor& v_any,
+                                                       const Tensor& y_any, const Tensor& lse_any,
+                                                       const Tensor& grad_any, const Tensor& key_lengths,
+                                                       const AttentionArgs& a, bool want_dq, bool want_dk,
+                                                       bool want_dv) {
+  check_operands("attention_backward", q_any, k_any, v_any, key_lengths, a);
+  const Tensor q = q_any.to_plain(), k = k_any.to_plain(), v = v_any.to_plain();
+  const Tensor y = y_any.to_plain(), lse = lse_any.to_plain(), dy = grad_any.to_plain();
+  const int64_t T = a.T, S = a.S, E = a.E, Ev = a.Ev, G = T * E > 0 ? q.numel() / (T * E) : 0;
+  PACKRAT_CHECK(y.numel() == G * T * Ev && dy.numel() == G * T * Ev && lse.numel() == G * T,
+                "attention_backward: output {}, its gradient {} or lse {} do not match (G {}, T {}, Ev {})",
+                y.shape().str(), dy.shape().str(), lse.shape().str(), G, T, Ev);
+  const Geometry geo{G, T, S, E, Ev, a.heads, key_lengths.defined() ? key_lengths.data<int64_t>() : nullptr, &a};
+  AttentionGrads out;
+  // dq is written block by block; dk and dv accumulate over query blocks.
+  Tensor dq = want_dq ? empty_cpu(Shape{G, T, E}) : Tensor();    // (G, T, E)
+  Tensor dk = want_dk ? zeros_cpu(Shape{G, S, E}) : Tensor();    // (G, S, E)
+  Tensor dv = want_dv ? zeros_cpu(Shape{G, S, Ev}) : Tensor();   // (G, S, Ev)
+  const bool need_ds = want_dq || want_dk;
+  const float* qp = q.data<float>();
+  const float* kp = k.data<float>();
+  const float* vp = v.data<float>();
+  const float* yp = y.data<float>();
+  const float* lp = lse.data<float>();
+  const float* gp = dy.data<float>();
+  float* dqp = want_dq ? dq.data<float>() : nullptr;
+  float* dkp = want_dk ? dk.data<float>() : nullptr;
+  float* dvp = want_dv ? dv.data<float>() : nullptr;
+  const bool drop = a.dropout_p > 0.0f;
+  const DropoutRow dropout = dropout_of(a);
+  std::atomic<bool> failed{false};
+  const bool parallel = G > 1 && G * T * S * (E + Ev) >= kMinParallelWork;
+#pragma omp parallel if (parallel)
+  {
+    std::vector<float> p(kQueryBlock * kKeyBlock);   // (rows, keys) P
+    std::vector<float> ds(kQueryBlock * kKeyBlock);  // (rows, keys) P Z, then dP, then dS
+    std::vector<float> z(kQueryBlock * kKeyBlock);   // (rows, keys) dropout's keep * scale
+    std::vector<float> dqb(kQueryBlock * E);         // (rows, E) dq of the block
+    std::vector<float> d(T);                         // (T) dy_i . y_i of the head
+#pragma omp for schedule(dynamic)
+    for (int64_t g = 0; g < G; ++g) {
+      const float* qg = qp + g * T * E;
+      const float* kg = kp + g * S * E;
+      const float* vg = vp + g * S * Ev;
+      const float* gg = gp + g * T * Ev;
+      for (int64_t i = 0; i < T; ++i) {
+        const float* yi = yp + (g * T + i) * Ev;
+        const float* gi = gg + i * Ev;
+        float dot = 0.0f;
+#pragma omp simd reduction(+ : dot)
+        for (int64_t e = 0; e < Ev; ++e) dot += yi[e] * gi[e];
+        d[i] = dot;
+      }
+      for (int64_t i0 = 0; i0 < T; i0 += kQueryBlock) {
+        const int64_t rows = std::min(kQueryBlock, T - i0);
+        if (want_dq) std::fill(dqb.begin(), dqb.begin() + rows * E, 0.0f);
+        const int64_t keys = geo.end_of(g, i0 + rows - 1);
+        for (int64_t j0 = 0; j0 < keys; j0 += kKeyBlock) {
+          const int64_t cols = std::min(kKeyBlock, keys - j0);
+          gemm(false, true, rows, cols, E, a.scale, qg + i0 * E, E, kg + j0 * E, E, 0.0f, p.data(), kKeyBlock, failed);
+          for (int64_t r = 0; r < rows; ++r) {
+            float* pr = p.data() + r * kKeyBlock;
+            const int64_t valid = std::clamp<int64_t>(geo.end_of(g, i0 + r) - j0, 0, cols);
+            const float lse_r = lp[g * T + i0 + r];
+#pragma omp simd
+            for (int64_t c = 0; c < valid; ++c) pr[c] = pwmath::fast_exp(pr[c] - lse_r);
+            std::fill(pr + valid, pr + cols, 0.0f);
+            if (drop) {
+              float* zr = z.data() + r * kKeyBlock;
+              dropout.fill((g * T + i0 + r) * S + j0, cols, zr);
+              float* pz = ds.data() + r * kKeyBlock;
+              for (int64_t c = 0; c < cols; ++c) pz[c] = pr[c] * zr[c];
+            }
+          }
+          if (want_dv)  // dv_j += (P Z)^T dy
+            gemm(true, false, cols, Ev, rows, 1.0f, drop ? ds.data() : p.data(), kKeyBlock, gg + i0 * Ev, Ev, 1.0f,
+                 dvp + (g * S + j0) * Ev, Ev, failed);
+          if (!need_ds) continue;
+          // dP Z = dy v^T, then dS = P (dP Z - D)
+          gemm(false, true, rows, cols, Ev, 1.0f, gg + i0 * Ev, Ev, vg + j0 * Ev, Ev, 0.0f, ds.data(), kKeyBlock,
+               failed);
+          for (int64_t r = 0; r < rows; ++r) {
+            const float* pr = p.data() + r * kKeyBlock;
+            const float* zr = z.data() + r * kKeyBlock;
+            float* dr = ds.data() + r * kKeyBlock;
+            const float di = d[i0 + r];
+            if (drop) {
+#pragma omp simd
+              for (int64_t c = 0; c < cols; ++c) dr[c] = pr[c] * (dr[c] * zr[c] - di);
+            } else {
+#pragma omp simd
+              for (int64_t c = 0; c < cols; ++c) dr[c] = pr[c] * (dr[c] - di);
+            }
+          }
+          if (want_dq)
+            gemm(false, false, rows, E, cols, a.scale, ds.data(), kKeyBlock, kg + j0 * E, E, 1.0f, dqb.data(), E,
+                 failed);
+          if (want_dk)
+            gemm(true, false, cols, E, rows, a.scale, ds.data(), kKeyBlock, qg + i0 * E, E, 1.0f,
+                 dkp + (g * S + j0) * E, E, failed);
+        }
+        if (want_dq) std::copy(dqb.begin(), dqb.begin() + rows * E, dqp + (g * T + i0) * E);
+      }
+    }
+  }
+  PACKRAT_CHECK(!failed, "attention_backward: oneDNN's sgemm failed");
+  out.dq = std::move(dq);
+  out.dk = std::move(dk);
+  out.dv = std::move(dv);
+  return out;
+}
+
+}  // namespace packrat::cpu
