@@ -10,6 +10,7 @@ namespace packrat {
 
 MultiheadAttention::MultiheadAttention(const MultiheadAttentionOptions& o)
     : o_(o), attn_dropout_(o.dropout) {
+  use_memory_efficient(o.attention, Device::cpu(), 0);  // an unknown algorithm fails here, naming the key
   PACKRAT_CHECK(o.embed_dim > 0 && o.num_heads > 0 && o.embed_dim % o.num_heads == 0,
                 "MultiheadAttention: embed_dim {} must be a positive multiple of num_heads {}", o.embed_dim,
                 o.num_heads);
@@ -23,6 +24,13 @@ MultiheadAttention::MultiheadAttention(const MultiheadAttentionOptions& o)
   in_proj_bias_ = register_parameter("in_proj_bias", Tensor::zeros({3 * D}));
   out_proj_ = register_module("out_proj", std::make_shared<Linear>(D, D, true, init::SeedSequence(o.seed).next()));
   init::constant(out_proj_->bias(), 0.0f);
+}
+
+bool use_memory_efficient(const std::string& attention, Device device, int64_t keys) {
+  if (attention == "memory_efficient") return true;
+  if (attention == "standard") return false;
+  PACKRAT_CHECK(attention.empty(), "model.attention: unknown algorithm '{}' (standard, memory_efficient)", attention);
+  return device.is_cpu() && keys >= kAutoMemoryEfficientFrom;
 }
 
 Tensor MultiheadAttention::forward(const Tensor& x) {
@@ -40,6 +48,8 @@ Tensor MultiheadAttention::forward(const Tensor& x) {
   ao.causal = o_.causal;
   ao.dropout_p = o_.dropout;
   ao.training = training();
+  ao.memory_efficient = use_memory_efficient(o_.attention, x.device(), T);
+  ao.key_lengths = key_lengths_;
   if (training() && o_.dropout > 0.0f) {
     ao.seed = dropout_seed();
     ao.stream = attn_dropout_.next_stream();

@@ -42,6 +42,7 @@ class GptBlock : public Module {
     a.dropout = c.dropout;
     a.causal = true;
     a.seed = seeds.next();
+    a.attention = c.attention;
     attn_ = register_module("attn", std::make_shared<MultiheadAttention>(a));
     resid_drop_ = register_module("resid_dropout", std::make_shared<Dropout>(c.dropout));
     ln_2_ = register_module("ln_2", std::make_shared<LayerNorm>(c.n_embd));

@@ -35,6 +35,7 @@ struct GptConfig {
   float dropout = 0.0f;                   // embeddings, attention probabilities, residual branches
   std::string activation = "gelu";        // the MLP's
   uint64_t seed = 0;
+  std::string attention;                  // model.attention: "" (auto) | standard | memory_efficient
 };
 
 // Registered presets (models/registry.cpp): gpt_tiny, gpt_small, gpt_medium; vocab from the data.

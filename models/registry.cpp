@@ -8,6 +8,7 @@
 
 #include "core/named_registry.h"
 
+#include "models/bert.h"
 #include "models/cifar_resnet.h"
 #include "models/efficientnet.h"
 #include "models/gpt.h"
@@ -65,6 +66,7 @@ std::shared_ptr<Module> vit(const ModelSpec& s, VitConfig c) {
   c.in_channels = s.in_channels;
   c.num_classes = s.num_classes;
   c.seed = s.seed;
+  c.attention = s.attention;
   return std::make_shared<VisionTransformer>(c);
 }
 
@@ -80,7 +82,26 @@ std::shared_ptr<Module> gpt(const ModelSpec& s) {
   if (s.dropout >= 0) c.dropout = static_cast<float>(s.dropout);
   c.vocab = s.num_classes;
   c.seed = s.seed;
+  c.attention = s.attention;
   return std::make_shared<Gpt>(c);
+}
+
+// A BERT preset over bytes (vocabulary 256), with the classes head (num_classes) or the
+// masked-language-model head (num_classes = the vocabulary), as spec.text_head says.
+std::shared_ptr<Module> bert(const ModelSpec& s) {
+  PACKRAT_CHECK(s.stem.empty(), "model {}: a BERT has no stem option, got stem '{}'", s.arch, s.stem);
+  check_no_multipliers(s);
+  BertConfig c = bert_preset(s.arch);
+  if (!s.activation.empty()) c.activation = s.activation;
+  if (s.dropout >= 0) c.dropout = static_cast<float>(s.dropout);
+  if (s.attention_dropout >= 0) c.attention_dropout = static_cast<float>(s.attention_dropout);
+  c.head = s.text_head.empty() ? "classes" : s.text_head;
+  if (c.head == "tokens") c.vocab = s.num_classes;
+  else c.num_classes = s.num_classes;
+  c.norm_first = s.norm_first;
+  c.attention = s.attention;
+  c.seed = s.seed;
+  return std::make_shared<Bert>(c);
 }
 
 // An EfficientNet preset: torchvision's configuration `base`, the preset's own multipliers and
@@ -102,10 +123,13 @@ std::shared_ptr<Module> efficientnet(const ModelSpec& s, EfficientNetConfig c, d
 }
 
 const std::vector<std::string> kResNetKeys = {"stem", "activation", "classes", "in_channels"};
-const std::vector<std::string> kVitKeys = {"activation", "classes", "in_channels", "image_size",
-                                           "patch_size", "dropout", "attention_dropout"};
+const std::vector<std::string> kVitKeys = {"activation", "classes",           "in_channels", "image_size",
+                                           "patch_size", "dropout",           "attention_dropout", "attention"};
 // classes is the vocabulary; the tokens need no channels, image size or stem.
-const std::vector<std::string> kGptKeys = {"activation", "classes", "dropout"};
+const std::vector<std::string> kGptKeys = {"activation", "classes", "dropout", "attention"};
+// classes: the data's classes (text_classes) or the vocabulary (masked-language-model pretraining).
+const std::vector<std::string> kBertKeys = {"activation", "classes", "dropout", "attention_dropout", "attention",
+                                            "norm_first"};
 const std::vector<std::string> kEfficientNetKeys = {"stem",       "activation", "classes", "in_channels",
                                                     "width_mult", "depth_mult", "dropout", "stochastic_depth"};
 
@@ -116,6 +140,11 @@ ModelKind vit_kind(VitConfig (*config)()) {
   return {[config](const ModelSpec& s) { return vit(s, config()); }, kVitKeys, false, "gelu"};
 }
 ModelKind gpt_kind() { return {gpt, kGptKeys, true, "gelu"}; }
+ModelKind bert_kind() {
+  ModelKind k{bert, kBertKeys, true, "gelu"};
+  k.encodes_text = true;
+  return k;
+}
 ModelKind efficientnet_kind(EfficientNetConfig (*config)(), double width, double depth, const char* stem) {
   return {[=](const ModelSpec& s) { return efficientnet(s, config(), width, depth, stem); }, kEfficientNetKeys, false,
           "silu"};
@@ -137,6 +166,10 @@ NamedRegistry<ModelKind>& models() {
       {"gpt_tiny", gpt_kind()},
       {"gpt_small", gpt_kind()},
       {"gpt_medium", gpt_kind()},
+      {"bert_tiny", bert_kind()},
+      {"bert_small", bert_kind()},
+      {"bert_base", bert_kind()},
+      {"bert_large", bert_kind()},
       // torchvision's models, and small presets for 32x32 / 28x28 inputs that train on 2 cores:
       // half the width, a half (B0: 9 blocks) or a quarter (V2: 12 blocks) of the depth, cifar stem.
       {"efficientnet_b0", efficientnet_kind(efficientnet_b0_config, 1, 1, "imagenet")},

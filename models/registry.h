@@ -16,7 +16,7 @@ namespace packrat {
 struct ModelSpec {
   // resnet18 | resnet34 | resnet50 | resnet20 | resnet32 | resnet44 | resnet56 | resnet110 |
   // vit_b_16 | vit_tiny_cifar | vit_tiny_fmnist | gpt_tiny | gpt_small | gpt_medium (models/gpt.h;
-  // num_classes = the vocabulary) | efficientnet_b0 | efficientnet_v2_s | efficientnet_b0_small |
+  // num_classes = the vocabulary) | bert_tiny | bert_small | bert_base | bert_large (models/bert.h) | efficientnet_b0 | efficientnet_v2_s | efficientnet_b0_small |
   // efficientnet_v2_small; see known_archs()
   std::string arch;
   // imagenet | cifar; "" picks the architecture's own: imagenet for resnet18/34/50, cifar for the
@@ -42,6 +42,11 @@ struct ModelSpec {
   // (the tied masked-language-model head, logits (N, T, num_classes = the vocabulary):
   // data.dataset text with train.task mlm). "" lets the model pick "classes".
   std::string text_head;
+  // Transformers (ViT, GPT, BERT): the attention algorithm, "" (auto: memory_efficient on the CPU
+  // from 512 keys on, standard otherwise; layers/multihead_attention.h) | standard | memory_efficient.
+  std::string attention;
+  // BERT only: pre-LN layers (and a final LayerNorm) instead of BERT's post-LN.
+  bool norm_first = false;
 };
 
 // How a model is built from a spec, and what of the config it reads.

@@ -32,7 +32,7 @@ VitEncoderBlock::VitEncoderBlock(const VitConfig& c, uint64_t seed) {
   ln_1_ = register_module("ln_1", std::make_shared<LayerNorm>(c.hidden_dim, kLayerNormEps));
   self_attention_ = register_module(
       "self_attention", std::make_shared<MultiheadAttention>(MultiheadAttentionOptions{
-                            c.hidden_dim, c.num_heads, c.attention_dropout, false, seeds.next()}));
+                            c.hidden_dim, c.num_heads, c.attention_dropout, false, seeds.next(), c.attention}));
   dropout_ = register_module("dropout", std::make_shared<Dropout>(c.dropout));
   ln_2_ = register_module("ln_2", std::make_shared<LayerNorm>(c.hidden_dim, kLayerNormEps));
   mlp_ = register_module("mlp", std::make_shared<Sequential>());

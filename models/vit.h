@@ -29,6 +29,7 @@ struct VitConfig {
   std::string activation = "gelu";  // the MLP's (torchvision: exact GELU)
   int64_t in_channels = 3, num_classes = 1000;
   uint64_t seed = 0;
+  std::string attention;  // model.attention: "" (auto) | standard | memory_efficient
 };
 
 // encoder.layers.encoder_layer_<i>

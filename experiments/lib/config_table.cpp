@@ -158,7 +158,8 @@ std::vector<ConfigKey> make_table() {
                     "`efficientnet_v2_small` (see \"EfficientNet\"); Vision Transformers `vit_b_16` (torchvision's: "
                     "224, patch 16, 12 x 768, 12 heads), `vit_tiny_cifar` (patch 4, 6 x 192, 3 heads, MLP 384), "
                     "`vit_tiny_fmnist` (patch 4, 4 x 64, 4 heads, MLP 128); for text `gpt_tiny`, `gpt_small`, "
-                    "`gpt_medium` (see \"Text\"). Every other model.* key is refused for an architecture that does "
+                    "`gpt_medium` (see \"Text\") and the BERT encoders `bert_tiny` (2 x 128, 2 heads), `bert_small` "
+                    "(4 x 512, 8 heads), `bert_base` (12 x 768, 12 heads), `bert_large` (24 x 1024, 16 heads). Every other model.* key is refused for an architecture that does "
                     "not read it")),
       text("model", "stem", in(&C::model, &M::stem), "",
            "`imagenet` (7x7/2 conv + max-pool) or `cifar` (3x3/1 conv); \"\": the architecture's own")
@@ -190,11 +191,21 @@ std::vector<ConfigKey> make_table() {
       number("model", "depth_mult", in(&C::model, &M::depth_mult), "1", 1.0 / 64, 8.0,
              "EfficientNet: blocks `ceil(n * d)` per stage, on top of the preset's own"),
       unset_by_default(number("model", "dropout", in(&C::model, &M::dropout), "-1", 0.0, 0.99,
-                              "unset (-1): the preset's own (ViT and GPT 0, EfficientNet 0.2). ViT: after the "
-                              "embeddings and in the MLPs; GPT: embeddings, attention probabilities, residual "
-                              "branches; EfficientNet: before the classifier")),
+                              "unset (-1): the preset's own (ViT and GPT 0, BERT 0.1, EfficientNet 0.2). ViT: after "
+                              "the embeddings and in the MLPs; GPT: embeddings, attention probabilities, residual "
+                              "branches; BERT: embeddings, residual branches, feed-forward, pooled state; "
+                              "EfficientNet: before the classifier")),
       unset_by_default(number("model", "attention_dropout", in(&C::model, &M::attention_dropout), "-1", 0.0, 0.99,
-                              "unset (-1): the preset's own (0). ViT's attention probabilities")),
+                              "unset (-1): the preset's own (ViT 0, BERT 0.1). ViT's and BERT's attention "
+                              "probabilities")),
+      text("model", "attention", in(&C::model, &M::attention), "",
+           "Transformers: `standard` (the (T, S) probabilities saved), `memory_efficient` (FlashAttention-2: "
+           "q, k, v, output and log-sum-exp saved, linear in T); \"\": memory_efficient on the CPU from 512 "
+           "keys on, standard otherwise (see \"Attention\")")
+          .one_of({"", "standard", "memory_efficient"})
+          .quoted(),
+      boolean("model", "norm_first", in(&C::model, &M::norm_first), "false",
+              "BERT: pre-LN layers and a final LayerNorm (`encoder.norm`) instead of BERT's post-LN"),
       unset_by_default(number("model", "stochastic_depth", in(&C::model, &M::stochastic_depth), "-1", 0.0, 0.99,
                               "unset (-1): the preset's own (0.2). EfficientNet's drop-path probability of the last "
                               "block")),

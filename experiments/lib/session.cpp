@@ -148,6 +148,14 @@ std::vector<std::string> recompute_globs(const Config& c) {
   return blocks ? std::vector<std::string>{"blocks"} : std::vector<std::string>{};
 }
 
+std::string attention_algorithm(const Config& c) {
+  if (!c.model.attention.empty()) return c.model.attention;
+  bool efficient = preset_uses_memory_efficient_attention(c.saved_tensors.default_scheme.scheme);
+  for (const StoreRule& r : c.saved_tensors.rules)
+    efficient = efficient || preset_uses_memory_efficient_attention(r.spec.scheme);
+  return efficient ? "memory_efficient" : "";
+}
+
 Session make_session(const Config& c, const InputSpec& input) {
   Session s;
   s.input = input;
@@ -170,6 +178,7 @@ Session make_session(const Config& c, const InputSpec& input) {
   spec.in_channels = input.channels;
   spec.num_classes = input.classes;
   spec.seed = c.seed;
+  spec.attention = attention_algorithm(c);
   if (spec.image_size == 0) spec.image_size = input.height;  // vit_*
   s.model = make_model(spec);
   try {

@@ -62,6 +62,8 @@ struct Session {
   InputSpec input;
   std::vector<std::string> recomputed;  // the modules run as checkpoint segments (memory.recompute)
 };
+// model.attention as the config says, or memory_efficient where a preset asks for it (gact-CB2).
+std::string attention_algorithm(const Config& c);
 // memory.recompute as the config says, or [blocks] where a preset recomputes (gact-CB1).
 std::vector<std::string> recompute_globs(const Config& c);
 Session make_session(const Config& c, const InputSpec& input);

@@ -27,7 +27,10 @@ const std::vector<StoragePreset>& storage_presets() {
        "gact-L1's storage at most 8 bits a tensor, and every residual / transformer block recomputed in backward "
        "(memory.recompute: [blocks] unless the config names modules)",
        "GACT paper CB1 (L1 + gradient checkpointing)", true},
-      {"gact-CB2", "", {}, false, "GACT CB1 plus memory-efficient self-attention", "GACT CB2"},
+      {"gact-CB2", "gact", {{"avg_bits", "4"}, {"max_bits", "8"}}, false,
+       "gact-CB1 (gact-L1's storage at most 8 bits a tensor, every block recomputed) with memory-efficient "
+       "self-attention (model.attention: memory_efficient unless the config names one)",
+       "GACT paper CB2 (CB1 + memory-efficient self-attention after Rabe & Staats)", true, true},
       {"gact-adapt3", "gact", {{"avg_bits", "3"}}, false, "adaptive bits per tensor, 3 per element on average",
        "GACT Adapt 3bit (the released code's L2.1)"},
       {"gact-adapt2", "gact", {{"avg_bits", "2"}}, false, "adaptive bits per tensor, 2 per element on average",
@@ -47,6 +50,11 @@ const StoragePreset* find_storage_preset(const std::string& name) {
 bool preset_recomputes_blocks(const std::string& scheme) {
   const StoragePreset* p = find_storage_preset(scheme);
   return p && p->recompute_blocks;
+}
+
+bool preset_uses_memory_efficient_attention(const std::string& scheme) {
+  const StoragePreset* p = find_storage_preset(scheme);
+  return p && p->memory_efficient_attention;
 }
 
 namespace {

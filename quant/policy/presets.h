@@ -21,9 +21,12 @@
 //                 (max_bits), and every residual / transformer     checkpointing)
 //                 block recomputed (memory.recompute: [blocks]
 //                 unless the config names modules)
+//   gact-CB2      gact-CB1 with memory-efficient attention         GACT paper CB2 (CB1 + memory-
+//                 (model.attention: memory_efficient unless the    efficient self-attention)
+//                 config names an algorithm)
 //
-// Levels that add swapping to host memory, defragmentation or memory-efficient attention
-// (ActNN L4, L5; GACT L2, CB2) packrat does not do yet: their names are known, and choosing one
+// Levels that add swapping to host memory or defragmentation (ActNN L4, L5; GACT L2) packrat does
+// not do yet: their names are known, and choosing one
 // is an error that says so and names the preset with the same storage.
 #include <map>
 #include <memory>
@@ -43,11 +46,14 @@ struct StoragePreset {
   std::string summary;          // what it keeps, or (unavailable) what the level adds that packrat lacks
   std::string source;           // the level it reproduces
   bool recompute_blocks = false;  // the level recomputes every block (memory.recompute: [blocks])
+  bool memory_efficient_attention = false;  // ... and uses memory-efficient attention (model.attention)
 };
 const std::vector<StoragePreset>& storage_presets();
 const StoragePreset* find_storage_preset(const std::string& name);  // null when not a preset
 // Whether a scheme name is a preset that recomputes every block (gact-CB1).
 bool preset_recomputes_blocks(const std::string& scheme);
+// Whether it is a preset with memory-efficient attention (gact-CB2).
+bool preset_uses_memory_efficient_attention(const std::string& scheme);
 
 // Builds the store of a preset; options as written override the preset's. Calls
 // o.check_all_used(). Throws naming o.where() for an unknown or unavailable preset.

@@ -57,7 +57,7 @@ TEST(ConfigKeysHostile, ModelKeysTheModelDoesNotReadAreRefused) {
   for (const char* line : {"  stem: cifar\n", "  width_mult: 2\n", "  patch_size: 4\n", "  image_size: 32\n",
                            "  in_channels: 1\n", "  stochastic_depth: 0.1\n"}) {
     m = parse_error(yaml_of("gpt_tiny", "text", line));
-    EXPECT_TRUE(contains(m, "gpt_tiny does not use this key (it reads model.arch, activation, classes, dropout)")) << m;
+    EXPECT_TRUE(contains(m, "gpt_tiny does not use this key (it reads model.arch, activation, classes, dropout, attention)")) << m;
   }
   m = parse_error(yaml_of("resnet20", "fashion_mnist", "  patch_size: 4\n"));
   EXPECT_TRUE(contains(m, "model.patch_size (line 5): resnet20 does not use this key")) << m;

@@ -3,6 +3,8 @@
 // presets failing before training with the key named.
 #include <gtest/gtest.h>
 
+#include <set>
+
 #include <string>
 
 #include "experiments/lib/run.h"
@@ -45,4 +47,31 @@ TEST(VitTrainer, BadPatchAndUnknownPresetNameTheKey) {
   sets.push_back("model.arch=vit_gigantic");
   m = message_of([&] { run_training(tiny_config(vit_fixture_data(), temp_dir("vit_bad_arch"), sets), quiet()); });
   EXPECT_TRUE(contains(m, "model.arch: unknown architecture 'vit_gigantic'")) << m;
+}
+
+// model.attention through the config, and gact-CB2 choosing memory-efficient attention: the
+// attention then saves its output and log-sum-exp, never the (T, T) probabilities. (The MLPs are
+// recomputed instead of the whole blocks, so the attention's saves show in the report's forward.)
+TEST(VitTrainer, AttentionAlgorithmFromTheConfigAndTheGactCB2Preset) {
+  auto attention_ops = [](const RunResult& r) {
+    std::set<std::string> ops;
+    for (const auto& t : r.report.tensors)
+      if (t.layer == "encoder.layers.encoder_layer_0.self_attention" && t.op.rfind("attention", 0) == 0)
+        ops.insert(t.op);
+    return ops;
+  };
+  const std::set<std::string> efficient = {"attention_q", "attention_k", "attention_v", "attention_out",
+                                           "attention_lse"};
+  std::vector<std::string> sets = kVitShortRun;
+  sets.push_back("model.attention=memory_efficient");
+  EXPECT_EQ(attention_ops(run_training(tiny_config(vit_fixture_data(), temp_dir("vit_me"), sets), quiet())), efficient);
+  sets = kVitShortRun;
+  sets.push_back("saved_tensors.default={scheme: gact-CB2}");
+  sets.push_back("memory.recompute=[\"encoder.layers.*.mlp\"]");
+  EXPECT_EQ(attention_ops(run_training(tiny_config(vit_fixture_data(), temp_dir("vit_cb2"), sets), quiet())),
+            efficient);
+  // A config naming the algorithm wins over the preset's.
+  sets.push_back("model.attention=standard");
+  EXPECT_TRUE(attention_ops(run_training(tiny_config(vit_fixture_data(), temp_dir("vit_cb2_std"), sets), quiet()))
+                  .count("attention_softmax"));
 }

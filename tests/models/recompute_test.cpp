@@ -33,12 +33,15 @@ ModelSpec spec_of(const std::string& arch) {
   ModelSpec s;
   s.arch = arch;
   s.seed = 3;
-  s.num_classes = arch.rfind("gpt", 0) == 0 ? 32 : 10;
+  s.num_classes = takes_text(arch) ? 32 : 10;
   s.in_channels = 3;
   // Random masks inside the blocks, so that their replay is checked.
   if (arch.rfind("vit", 0) == 0) s.dropout = 0.1, s.attention_dropout = 0.1;
   if (arch.rfind("gpt", 0) == 0) s.dropout = 0.1;
   if (arch.rfind("efficientnet", 0) == 0) s.stochastic_depth = 0.3;
+  // BERT: the masked-token head (logits per position, as the GPT's), memory-efficient attention
+  // with dropout, and key padding wherever a token 0 falls.
+  if (arch.rfind("bert", 0) == 0) s.text_head = "tokens", s.attention = "memory_efficient";
   return s;
 }
 
@@ -144,7 +147,8 @@ TEST_P(RecomputeModels, EveryBlockRecomputedGivesTheSameStepOnTheEmulatedGpu) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, RecomputeModels,
-                         ::testing::Values("resnet20", "efficientnet_b0_small", "vit_tiny_cifar", "gpt_tiny"),
+                         ::testing::Values("resnet20", "efficientnet_b0_small", "vit_tiny_cifar", "gpt_tiny",
+                                           "bert_tiny"),
                          [](const auto& info) { return info.param; });
 
 TEST(RecomputeConfig, AGlobThatMatchesNoModuleNamesTheKeyAndTheTopLevelModules) {
