@@ -101,7 +101,10 @@ Tensor dropout(const Tensor& x, float p, bool training, uint64_t seed, uint64_t 
 Tensor softmax(const Tensor& x);  // over the last dimension
 // ids (N...) i64 in [0, num) -> (N..., D); weight (num, D).
 Tensor embedding(const Tensor& ids, const Tensor& weight);
-// logits (N, C), targets (N) i64 -> mean loss, a scalar. label_smoothing as PyTorch.
-Tensor cross_entropy(const Tensor& logits, const Tensor& targets, float label_smoothing = 0.0f);
+// logits (N, C), targets (N) i64 -> mean loss, a scalar. label_smoothing and ignore_index as
+// PyTorch: targets equal to ignore_index (PyTorch's value: -100) count for nothing, the mean is
+// over the others; every target ignored gives loss 0 and a zero gradient (PyTorch: NaN).
+Tensor cross_entropy(const Tensor& logits, const Tensor& targets, float label_smoothing = 0.0f,
+                     std::optional<int64_t> ignore_index = std::nullopt);
 
 }  // namespace packrat::ops

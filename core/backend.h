@@ -16,6 +16,7 @@
 // ggml's backend interface and test-backend-ops are the model: tests/core/backend_test.cpp runs
 // every primitive of every available backend against a slow scalar reference.
 #include <cstdint>
+#include <limits>
 #include <span>
 #include <string>
 #include <string_view>
@@ -53,6 +54,9 @@ struct PoolGeometry {
 enum class PoolKind { Max, AvgIncludePadding, AvgExcludePadding };
 
 enum class BinaryOp : uint8_t { Add, Sub, Mul, Div };
+
+// cross_entropy's ignore_index when no target is ignored (a target this low is out of range).
+constexpr int64_t kNoIgnoreIndex = std::numeric_limits<int64_t>::min();
 
 // ---------------------------------------------------------------- the interface
 
@@ -193,19 +197,24 @@ class Backend {
   virtual Tensor softmax_forward(const Tensor& x) = 0;
   // dx = y * (g - sum(g * y)) per row: y, grad (..., D) -> dx (..., D).
   virtual Tensor softmax_backward(const Tensor& y, const Tensor& grad) = 0;
-  // Cross-entropy from logits (N, C) and targets (N) i64, label smoothing eps:
-  // loss = mean_n [(1 - eps) (-log p[n, t_n]) + eps mean_c(-log p[n, c])], a scalar () f32;
-  // probs (N, C) = softmax(logits) when want_probs. Throws "cross_entropy <layer>: target .. of
-  // sample .. is out of range [0, C)" on a bad target.
+  // Cross-entropy from logits (N, C) and targets (N) i64, label smoothing eps, and PyTorch's
+  // ignore_index: a sample whose target equals ignore_index (kNoIgnoreIndex: none does) counts
+  // for nothing. Over the M others,
+  // loss = mean_n [(1 - eps) (-log p[n, t_n]) + eps mean_c(-log p[n, c])], a scalar () f32, and
+  // 0 when M = 0 (every target ignored; PyTorch gives NaN there); count = M, on the host.
+  // probs (N, C) = softmax(logits) when want_probs (every row, ignored ones too). Throws
+  // "cross_entropy <layer>: target .. of sample .. is out of range [0, C)" on a bad target.
   struct CrossEntropyOut {
     Tensor loss, probs;
+    int64_t count = 0;  // targets not ignored
   };
   virtual CrossEntropyOut cross_entropy_forward(const Tensor& logits, const Tensor& targets, float label_smoothing,
-                                                bool want_probs) = 0;
-  // dlogits = (probs - q) * grad_loss / N, q = (1 - eps) onehot(t) + eps / C: probs (N, C),
-  // targets (N) i64, grad_loss a one-element f32 or f64 -> (N, C).
+                                                bool want_probs, int64_t ignore_index) = 0;
+  // dlogits = (probs - q) * grad_loss / count, q = (1 - eps) onehot(t) + eps / C, and 0 in the
+  // rows of ignored targets: probs (N, C), targets (N) i64, grad_loss a one-element f32 or f64,
+  // count the forward's CrossEntropyOut::count (0: every row is ignored) -> (N, C).
   virtual Tensor cross_entropy_backward(const Tensor& probs, const Tensor& targets, float label_smoothing,
-                                        const Tensor& grad_loss) = 0;
+                                        const Tensor& grad_loss, int64_t ignore_index, int64_t count) = 0;
   // y = (x - mean) * rstd * weight + bias per row (biased variance, rstd = 1 / sqrt(var + eps));
   // x (..., D), weight and bias (D) or undefined -> y (..., D), mean and rstd (R).
   struct LayerNormOut {

@@ -1,8 +1,10 @@
 // Cross-entropy from logits, mean over the batch, with PyTorch's label smoothing:
 //   loss_n = (1 - eps) * (-log p[n, t_n]) + eps * mean_c(-log p[n, c]),  loss = mean_n loss_n,
-// i.e. the target distribution q = (1 - eps) onehot(t) + eps / C. Saves the probabilities
-// (exact: the most sensitive tensor in GACT's study) and the targets; backward is
-// dlogits = (p - q) / N * g.
+// i.e. the target distribution q = (1 - eps) onehot(t) + eps / C. With an ignore_index (PyTorch's)
+// the samples whose target equals it count for nothing: the mean is over the M others, and
+// M = 0 gives loss 0 and a zero gradient (PyTorch: NaN). Saves the probabilities (exact: the most
+// sensitive tensor in GACT's study) and the targets (exact, so an ignored target's value is kept
+// too); backward is dlogits = (p - q) / M * g, 0 in the rows of ignored targets.
 #include <bit>
 #include <string>
 
@@ -16,7 +18,8 @@ namespace packrat::ops {
 
 PACKRAT_SAVING_OP_KINDS("cross_entropy")
 
-Tensor cross_entropy(const Tensor& logits_any, const Tensor& targets, float label_smoothing) {
+Tensor cross_entropy(const Tensor& logits_any, const Tensor& targets, float label_smoothing,
+                     std::optional<int64_t> ignore_index) {
   const std::string& layer = LayerScope::current();
   PACKRAT_CHECK(logits_any.defined() && targets.defined(), "cross_entropy {}: logits or targets is undefined", layer);
   PACKRAT_CHECK(logits_any.rank() == 2 && logits_any.dtype() == DType::f32,
@@ -31,9 +34,13 @@ Tensor cross_entropy(const Tensor& logits_any, const Tensor& targets, float labe
   PACKRAT_CHECK(N > 0 && C > 0, "cross_entropy {}: empty logits {}", layer, logits_any.shape().str());
   PACKRAT_CHECK(label_smoothing >= 0.0f && label_smoothing <= 1.0f,
                 "cross_entropy {}: label_smoothing must be in [0, 1], got {}", layer, label_smoothing);
+  PACKRAT_CHECK(!ignore_index || *ignore_index != kNoIgnoreIndex, "cross_entropy {}: ignore_index {} is reserved",
+                layer, *ignore_index);
   check_same_device("cross_entropy", {&logits_any, &targets});
   const bool grad = needs_grad({&logits_any});
-  auto [loss, probs] = backend_of(logits_any).cross_entropy_forward(logits_any, targets, label_smoothing, grad);
+  const int64_t ignore = ignore_index.value_or(kNoIgnoreIndex);
+  auto [loss, probs, count] = backend_of(logits_any).cross_entropy_forward(logits_any, targets, label_smoothing, grad,
+                                                                           ignore);
 
   if (grad) {
     SaveRequest req;
@@ -47,10 +54,10 @@ Tensor cross_entropy(const Tensor& logits_any, const Tensor& targets, float labe
     std::vector<SavedHandle> saved{save_for_backward(probs, req), save_for_backward(targets, treq)};
     const float eps_f = label_smoothing;
     record("cross_entropy", {&logits_any, &targets}, {&loss}, std::move(saved),
-           [eps_f](Node& node, const std::vector<Tensor>& g) -> std::vector<Tensor> {
+           [eps_f, ignore, count](Node& node, const std::vector<Tensor>& g) -> std::vector<Tensor> {
              const Tensor p = node.load(0);
              const Tensor tg = node.load(1);
-             return {backend_of(p).cross_entropy_backward(p, tg, eps_f, g[0]), Tensor()};
+             return {backend_of(p).cross_entropy_backward(p, tg, eps_f, g[0], ignore, count), Tensor()};
            });
   }
   return loss;

@@ -1,6 +1,6 @@
 // CpuBackend: per-row primitives over the last dim: softmax, cross-entropy with label
-// smoothing, layernorm. One row per OpenMP iteration (rows_for); exp is the vectorisable one of
-// core/pointwise_math.h.
+// smoothing and ignore_index, layernorm. One row per OpenMP iteration (rows_for); exp is the
+// vectorisable one of core/pointwise_math.h.
 #include <algorithm>
 #include <cmath>
 #include <string>
@@ -58,19 +58,24 @@ Tensor CpuBackend::softmax_backward(const Tensor& y_any, const Tensor& grad) {
 }
 
 Backend::CrossEntropyOut CpuBackend::cross_entropy_forward(const Tensor& logits_any, const Tensor& targets,
-                                                           float label_smoothing, bool want_probs) {
+                                                           float label_smoothing, bool want_probs,
+                                                           int64_t ignore_index) {
   const std::string& layer = LayerScope::current();
   const int64_t N = logits_any.dim(0), C = logits_any.dim(1);
   const int64_t* t = targets.data<int64_t>();
-  for (int64_t i = 0; i < N; ++i)
+  const auto ignored = [&](int64_t n) { return ignore_index != kNoIgnoreIndex && t[n] == ignore_index; };
+  CrossEntropyOut res;
+  for (int64_t i = 0; i < N; ++i) {
+    if (ignored(i)) continue;
     PACKRAT_CHECK(t[i] >= 0 && t[i] < C, "cross_entropy {}: target {} of sample {} is out of range [0, {})", layer,
                   t[i], i, C);
+    ++res.count;
+  }
   const Tensor logits = logits_any.to_plain();
   const float* x = logits.data<float>();
-  CrossEntropyOut res;
   if (want_probs) res.probs = empty_cpu(Shape{N, C});  // (N, C)
   float* probs = want_probs ? res.probs.data<float>() : nullptr;
-  std::vector<double> row_loss(static_cast<size_t>(N));  // (N)
+  std::vector<double> row_loss(static_cast<size_t>(N));  // (N); 0 for an ignored target
   const double eps = label_smoothing;
   rows_for(N, 4 * C, [&](int64_t n) {
     const float* r = x + n * C;
@@ -83,9 +88,11 @@ Backend::CrossEntropyOut CpuBackend::cross_entropy_forward(const Tensor& logits_
       sum_shifted += s;
     }
     const double lse = std::log(sum);  // log p[c] = (x[c] - max) - lse
-    const double nll = lse - (static_cast<double>(r[t[n]]) - mx);
-    const double smooth = lse - sum_shifted / static_cast<double>(C);  // mean_c(-log p[c])
-    row_loss[static_cast<size_t>(n)] = (1.0 - eps) * nll + eps * smooth;
+    if (!ignored(n)) {
+      const double nll = lse - (static_cast<double>(r[t[n]]) - mx);
+      const double smooth = lse - sum_shifted / static_cast<double>(C);  // mean_c(-log p[c])
+      row_loss[static_cast<size_t>(n)] = (1.0 - eps) * nll + eps * smooth;
+    }
     if (probs) {
       float* p = probs + n * C;
       for (int64_t c = 0; c < C; ++c) p[c] = static_cast<float>(std::exp(static_cast<double>(r[c]) - mx - lse));
@@ -94,20 +101,25 @@ Backend::CrossEntropyOut CpuBackend::cross_entropy_forward(const Tensor& logits_
   double total = 0;
   for (double l : row_loss) total += l;
   res.loss = empty_cpu(Shape());  // scalar
-  res.loss.data<float>()[0] = static_cast<float>(total / static_cast<double>(N));
+  res.loss.data<float>()[0] = res.count > 0 ? static_cast<float>(total / static_cast<double>(res.count)) : 0.0f;
   return res;
 }
 
 Tensor CpuBackend::cross_entropy_backward(const Tensor& probs, const Tensor& targets, float label_smoothing,
-                                          const Tensor& grad_loss) {
+                                          const Tensor& grad_loss, int64_t ignore_index, int64_t count) {
   const int64_t N = probs.dim(0), C = probs.dim(1);
-  const float gscale = grad_loss.to(DType::f32).data<float>()[0] / static_cast<float>(N);
+  // count 0: every row is ignored, and no row reads gscale.
+  const float gscale = grad_loss.to(DType::f32).data<float>()[0] / static_cast<float>(std::max<int64_t>(count, 1));
   const float off = label_smoothing / static_cast<float>(C), on = 1.0f - label_smoothing + off;
   Tensor gx = empty_cpu(Shape{N, C});  // (N, C)
   const float* pp = probs.data<float>();
   const int64_t* tp = targets.data<int64_t>();
   float* out = gx.data<float>();
   rows_for(N, C, [&](int64_t n) {
+    if (ignore_index != kNoIgnoreIndex && tp[n] == ignore_index) {
+      std::fill(out + n * C, out + (n + 1) * C, 0.0f);
+      return;
+    }
     for (int64_t c = 0; c < C; ++c) out[n * C + c] = (pp[n * C + c] - off) * gscale;
     out[n * C + tp[n]] = (pp[n * C + tp[n]] - on) * gscale;
   });

@@ -75,9 +75,9 @@ class CudaBackend final : public Backend {
   Tensor softmax_forward(const Tensor& x) override;
   Tensor softmax_backward(const Tensor& y, const Tensor& grad) override;
   CrossEntropyOut cross_entropy_forward(const Tensor& logits, const Tensor& targets, float label_smoothing,
-                                        bool want_probs) override;
+                                        bool want_probs, int64_t ignore_index) override;
   Tensor cross_entropy_backward(const Tensor& probs, const Tensor& targets, float label_smoothing,
-                                const Tensor& grad_loss) override;
+                                const Tensor& grad_loss, int64_t ignore_index, int64_t count) override;
   LayerNormOut layernorm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, float eps) override;
   LayerNormGrads layernorm_backward(const Tensor& x, const Tensor& mean, const Tensor& rstd, const Tensor& weight,
                                     const Tensor& grad, bool want_dweight, bool want_dbias) override;

@@ -1,5 +1,5 @@
 // CudaBackend: per-row primitives over the last dim: softmax, cross-entropy with label
-// smoothing, layernorm (the kernels: rows_kernels.cu, their bodies: kernels/rows.h).
+// smoothing and ignore_index, layernorm (the kernels: rows_kernels.cu, their bodies: kernels/rows.h).
 #include <cuda_runtime.h>
 
 #include <string>
@@ -51,7 +51,8 @@ Tensor CudaBackend::softmax_backward(const Tensor& y_any, const Tensor& grad) {
 }
 
 Backend::CrossEntropyOut CudaBackend::cross_entropy_forward(const Tensor& logits_any, const Tensor& targets,
-                                                            float label_smoothing, bool want_probs) {
+                                                            float label_smoothing, bool want_probs,
+                                                            int64_t ignore_index) {
   const std::string& layer = LayerScope::current();
   const Tensor logits = logits_any.to_plain();
   const int64_t N = logits.dim(0), C = logits.dim(1);
@@ -64,10 +65,14 @@ Backend::CrossEntropyOut CudaBackend::cross_entropy_forward(const Tensor& logits
   Tensor bad = scratch_on(device(), 1, DType::i64);  // the first sample with a bad target, as unsigned
   auto* bad_index = static_cast<unsigned long long*>(bad.raw());
   PACKRAT_CUDA_CHECK(cudaMemsetAsync(bad_index, 0xFF, sizeof(unsigned long long), nullptr));  // kNoBadIndex
+  const bool ignoring = ignore_index != kNoIgnoreIndex;
+  Tensor count;  // (1) the targets not ignored; without an ignore_index, N
+  if (ignoring) count = scratch_on(device(), 1, DType::f64);
   launch_cross_entropy_forward(logits.device_data<float>(), targets.device_data<int64_t>(),
                                row_loss.device_data<double>(), res.loss.device_data<float>(),
-                               want_probs ? res.probs.device_data<float>() : nullptr, bad_index, N, C,
-                               label_smoothing);
+                               want_probs ? res.probs.device_data<float>() : nullptr,
+                               ignoring ? count.device_data<double>() : nullptr, bad_index, N, C, label_smoothing,
+                               ignore_index);
   PACKRAT_CHECK_LAUNCH("cross_entropy_forward");
   // The one host synchronisation the contract needs: a bad target must throw here. The host
   // reads the loss every step anyway, so this waits for work it would wait for soon after.
@@ -80,11 +85,17 @@ Backend::CrossEntropyOut CudaBackend::cross_entropy_forward(const Tensor& logits
         cudaMemcpy(&t, targets.device_data<int64_t>() + n, sizeof t, cudaMemcpyDeviceToHost));
     fail("cross_entropy {}: target {} of sample {} is out of range [0, {})", layer, t, n, C);
   }
+  res.count = N;
+  if (ignoring) {  // after the synchronisation above: no further wait
+    double m = 0;
+    PACKRAT_CUDA_CHECK(cudaMemcpy(&m, count.device_data<double>(), sizeof m, cudaMemcpyDeviceToHost));
+    res.count = static_cast<int64_t>(m);
+  }
   return res;
 }
 
 Tensor CudaBackend::cross_entropy_backward(const Tensor& probs, const Tensor& targets, float label_smoothing,
-                                           const Tensor& grad_loss_any) {
+                                           const Tensor& grad_loss_any, int64_t ignore_index, int64_t count) {
   const int64_t N = probs.dim(0), C = probs.dim(1);
   PACKRAT_CHECK(grad_loss_any.numel() == 1 && (grad_loss_any.dtype() == DType::f32 || grad_loss_any.dtype() == DType::f64),
                 "{} backward: the loss gradient must be one f32 or f64 element, got {}", op_where("cross_entropy"),
@@ -93,7 +104,8 @@ Tensor CudaBackend::cross_entropy_backward(const Tensor& probs, const Tensor& ta
   const Tensor grad_loss = grad_loss_any.to(device());
   Tensor dx = output_on(device(), Shape{N, C});  // (N, C)
   launch_cross_entropy_backward(probs.device_data<float>(), targets.device_data<int64_t>(), grad_loss.raw(),
-                                grad_loss.dtype(), dx.device_data<float>(), N, C, label_smoothing);
+                                grad_loss.dtype(), dx.device_data<float>(), N, C, label_smoothing, ignore_index,
+                                count);
   PACKRAT_CHECK_LAUNCH("cross_entropy_backward");
   return dx;
 }

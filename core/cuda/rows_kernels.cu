@@ -16,22 +16,23 @@ void launch_softmax_backward(const float* y, const float* g, float* dx, int64_t 
 }
 
 void launch_cross_entropy_forward(const float* logits, const int64_t* targets, double* row_loss, float* loss,
-                                  float* probs, unsigned long long* bad, int64_t N, int64_t C,
-                                  double label_smoothing) {
-  launch_rows(N, C, CrossEntropyForwardRow{logits, targets, row_loss, probs, bad, C, label_smoothing});
-  // The mean over the batch: one row of N, summed in a fixed order (deterministic, no atomics).
-  launch_rows(1, N, MeanToFloatRow{row_loss, loss, N});
+                                  float* probs, double* count, unsigned long long* bad, int64_t N, int64_t C,
+                                  double label_smoothing, int64_t ignore_index) {
+  launch_rows(N, C, CrossEntropyForwardRow{logits, targets, row_loss, probs, bad, C, label_smoothing, ignore_index});
+  // The mean over the targets not ignored: one row of N, summed in a fixed order (deterministic, no atomics).
+  launch_rows(1, N, TargetMeanToFloatRow{row_loss, targets, loss, count, N, ignore_index});
 }
 
 void launch_cross_entropy_backward(const float* probs, const int64_t* targets, const void* grad_loss,
-                                   DType grad_dtype, float* dx, int64_t N, int64_t C, float label_smoothing) {
+                                   DType grad_dtype, float* dx, int64_t N, int64_t C, float label_smoothing,
+                                   int64_t ignore_index, int64_t count) {
   const float off = label_smoothing / static_cast<float>(C), on = 1.0f - label_smoothing + off;
   if (grad_dtype == DType::f64)
-    launch_for_each(N * C, CrossEntropyBackward<double>{probs, targets, static_cast<const double*>(grad_loss), dx, N,
-                                                        C, off, on});
+    launch_for_each(N * C, CrossEntropyBackward<double>{probs, targets, static_cast<const double*>(grad_loss), dx,
+                                                        count, C, off, on, ignore_index});
   else
-    launch_for_each(N * C, CrossEntropyBackward<float>{probs, targets, static_cast<const float*>(grad_loss), dx, N, C,
-                                                       off, on});
+    launch_for_each(N * C, CrossEntropyBackward<float>{probs, targets, static_cast<const float*>(grad_loss), dx,
+                                                       count, C, off, on, ignore_index});
 }
 
 void launch_layernorm_forward(const float* x, const float* weight, const float* bias, float* y, float* mean,

@@ -71,11 +71,12 @@ TEST(BackendRows, CrossEntropyWithLabelSmoothingMatchesTheReference) {
         for (int64_t c = 0; c < C; ++c) smooth -= std::log(p[n * C + c]) / C;
         loss += ((1 - eps) * -std::log(p[n * C + t[n]]) + eps * smooth) / N;
       }
-      const auto out = b->cross_entropy_forward(hx.to(b->device()), targets, eps, true);
+      const auto out = b->cross_entropy_forward(hx.to(b->device()), targets, eps, true, kNoIgnoreIndex);
+      EXPECT_EQ(out.count, N);
       EXPECT_EQ(out.loss.shape(), Shape());
       EXPECT_NEAR(host_values(out.loss)[0], loss, 1e-5 * std::abs(loss)) << eps;
       expect_close(host_values(out.probs), std::vector<float>(p.begin(), p.end()), 1e-5f, 1e-7f, "probs");
-      EXPECT_FALSE(b->cross_entropy_forward(hx.to(b->device()), targets, eps, false).probs.defined());
+      EXPECT_FALSE(b->cross_entropy_forward(hx.to(b->device()), targets, eps, false, kNoIgnoreIndex).probs.defined());
 
       const float g = 0.7f;
       std::vector<float> want(static_cast<size_t>(N * C));
@@ -85,12 +86,60 @@ TEST(BackendRows, CrossEntropyWithLabelSmoothingMatchesTheReference) {
           want[n * C + c] = static_cast<float>((p[n * C + c] - q) * g / N);
         }
       const Tensor grad_loss = Tensor::full(Shape(), g).to(b->device());
-      expect_close(host_values(b->cross_entropy_backward(out.probs, targets, eps, grad_loss)), want, 1e-5f, 1e-7f,
+      expect_close(host_values(b->cross_entropy_backward(out.probs, targets, eps, grad_loss, kNoIgnoreIndex, N)), want,
+                   1e-5f, 1e-7f,
                    "cross_entropy backward eps " + std::to_string(eps));
     }
     EXPECT_NE(testing::message_of([&] {
-                b->cross_entropy_forward(hx.to(b->device()), host_ids({0, 1, 7, 0, 0}).to(b->device()), 0.0f, false);
+                b->cross_entropy_forward(hx.to(b->device()), host_ids({0, 1, 7, 0, 0}).to(b->device()), 0.0f, false,
+                                         kNoIgnoreIndex);
               }).find("target 7 of sample 2 is out of range [0, 7)"),
+              std::string::npos);
+  }
+}
+
+// PyTorch's ignore_index: the ignored samples count for nothing, the mean is over the others, their
+// gradient rows are 0; every target ignored gives loss 0 and a zero gradient (PyTorch: NaN).
+TEST(BackendRows, CrossEntropyIgnoresTargetsEqualToIgnoreIndex) {
+  PACKRAT_FOR_EACH_BACKEND(b) {
+    DeviceScope on(b->device());
+    const int64_t N = 6, C = 5;
+    const Tensor hx = host_random({N, C}, 7, -4.0f, 4.0f);
+    const std::vector<double> p = softmax_rows(hx.to_vector(), C);
+    const std::vector<int64_t> t{2, -100, 4, -100, 0, 1};  // samples 1 and 3 ignored
+    const Tensor targets = host_ids(t).to(b->device());
+    for (float eps : {0.0f, 0.2f}) {
+      double loss = 0;
+      for (int64_t n = 0; n < N; ++n) {
+        if (t[n] == -100) continue;
+        double smooth = 0;
+        for (int64_t c = 0; c < C; ++c) smooth -= std::log(p[n * C + c]) / C;
+        loss += ((1 - eps) * -std::log(p[n * C + t[n]]) + eps * smooth) / 4;
+      }
+      const auto out = b->cross_entropy_forward(hx.to(b->device()), targets, eps, true, -100);
+      EXPECT_EQ(out.count, 4);
+      EXPECT_NEAR(host_values(out.loss)[0], loss, 1e-5 * std::abs(loss)) << eps;
+      const float g = 0.7f;
+      std::vector<float> want(static_cast<size_t>(N * C), 0.0f);
+      for (int64_t n = 0; n < N; ++n)
+        for (int64_t c = 0; c < C && t[n] != -100; ++c) {
+          const double q = (c == t[n] ? 1 - eps : 0.0) + eps / C;
+          want[n * C + c] = static_cast<float>((p[n * C + c] - q) * g / 4);
+        }
+      const Tensor grad_loss = Tensor::full(Shape(), g).to(b->device());
+      expect_close(host_values(b->cross_entropy_backward(out.probs, targets, eps, grad_loss, -100, out.count)), want,
+                   1e-5f, 1e-7f, "cross_entropy backward, ignoring, eps " + std::to_string(eps));
+    }
+    // Every target ignored.
+    const Tensor none = host_ids(std::vector<int64_t>(N, -100)).to(b->device());
+    const auto out = b->cross_entropy_forward(hx.to(b->device()), none, 0.0f, true, -100);
+    EXPECT_EQ(out.count, 0);
+    EXPECT_EQ(host_values(out.loss)[0], 0.0f);
+    const Tensor grad_loss = Tensor::full(Shape(), 1.0f).to(b->device());
+    for (float v : host_values(b->cross_entropy_backward(out.probs, none, 0.0f, grad_loss, -100, 0))) EXPECT_EQ(v, 0.0f);
+    // Without an ignore_index, -100 is a bad target like any other.
+    EXPECT_NE(testing::message_of([&] { b->cross_entropy_forward(hx.to(b->device()), none, 0.0f, false, kNoIgnoreIndex); })
+                  .find("target -100 of sample 0 is out of range [0, 5)"),
               std::string::npos);
   }
 }

@@ -25,10 +25,10 @@ using cuda::kNoBadIndex;
 using cuda::LayerNormBackwardRow;
 using cuda::LayerNormForwardRow;
 using cuda::LayerNormParamPartials;
-using cuda::MeanToFloatRow;
 using cuda::SoftmaxBackwardRow;
 using cuda::SoftmaxForwardRow;
 using cuda::SumChunksToFloat;
+using cuda::TargetMeanToFloatRow;
 using testing::expect_close;
 using testing::host_random;
 using testing::run_on_host;
@@ -66,45 +66,60 @@ TEST(CudaKernelsRows, SoftmaxBodiesMatchTheCpuBackend) {
 
 TEST(CudaKernelsRows, CrossEntropyBodiesMatchTheCpuBackend) {
   DeviceScope on_cpu(Device::cpu());
+  // Without an ignore_index; with -100 on some targets (PyTorch's value); with every target ignored.
+  enum class Ignore { None, Some, All };
   for (const auto& [N, C] : std::vector<std::pair<int64_t, int64_t>>{{5, 7}, {3, 70}, {40, 2}}) {
     const Tensor logits = host_random({N, C}, 3, -6.0f, 6.0f);
-    std::vector<int64_t> tv;
-    for (int64_t n = 0; n < N; ++n) tv.push_back((n * 5 + 3) % C);
-    const Tensor targets = host_ids(tv);
-    for (float eps : {0.0f, 0.1f, 1.0f}) {
-      const auto want = cpu().cross_entropy_forward(logits, targets, eps, true);
-      for (int lanes : kLaneCounts) {
-        const std::string what = std::to_string(N) + "x" + std::to_string(C) + " eps " + std::to_string(eps) +
-                                 " lanes " + std::to_string(lanes);
-        Tensor probs = Tensor::empty({N, C}), row_loss = Tensor::empty({N}, DType::f64), loss = Tensor::empty(Shape());
-        unsigned long long bad = kNoBadIndex;
-        run_rows_on_host(N, lanes,
-                         CrossEntropyForwardRow{logits.data<float>(), targets.data<int64_t>(), row_loss.data<double>(),
-                                                probs.data<float>(), &bad, C, eps});
-        run_rows_on_host(1, lanes, MeanToFloatRow{row_loss.data<double>(), loss.data<float>(), N});
-        EXPECT_EQ(bad, kNoBadIndex) << what;
-        EXPECT_NEAR(loss.item(), want.loss.item(), 1e-6 * std::abs(want.loss.item())) << what;
-        expect_close(values(probs), values(want.probs), 1e-6f, 1e-8f, "probs " + what);
-        // Without probs the body writes none (a null pointer) and the loss is the same.
-        run_rows_on_host(N, lanes,
-                         CrossEntropyForwardRow{logits.data<float>(), targets.data<int64_t>(), row_loss.data<double>(),
-                                                nullptr, &bad, C, eps});
-        run_rows_on_host(1, lanes, MeanToFloatRow{row_loss.data<double>(), loss.data<float>(), N});
-        EXPECT_NEAR(loss.item(), want.loss.item(), 1e-6 * std::abs(want.loss.item())) << what;
-      }
-      // Backward, with the loss gradient in f32 and in f64.
-      for (DType gdt : {DType::f32, DType::f64}) {
-        const Tensor g32 = Tensor::full(Shape(), 0.7f), grad_loss = g32.to(gdt);
-        const Tensor want_dx = cpu().cross_entropy_backward(want.probs, targets, eps, grad_loss);
-        const float off = eps / static_cast<float>(C), on = 1.0f - eps + off;
-        Tensor dx = Tensor::empty({N, C});
-        if (gdt == DType::f64)
-          run_on_host(N * C, CrossEntropyBackward<double>{want.probs.data<float>(), targets.data<int64_t>(),
-                                                          grad_loss.data<double>(), dx.data<float>(), N, C, off, on});
-        else
-          run_on_host(N * C, CrossEntropyBackward<float>{want.probs.data<float>(), targets.data<int64_t>(),
-                                                         grad_loss.data<float>(), dx.data<float>(), N, C, off, on});
-        EXPECT_EQ(values(dx), values(want_dx)) << "cross_entropy backward eps " << eps << " " << dtype_name(gdt);
+    for (Ignore ig : {Ignore::None, Ignore::Some, Ignore::All}) {
+      std::vector<int64_t> tv;
+      for (int64_t n = 0; n < N; ++n)
+        tv.push_back(ig == Ignore::All || (ig == Ignore::Some && n % 2 == 1) ? -100 : (n * 5 + 3) % C);
+      const Tensor targets = host_ids(tv);
+      const int64_t ignore = ig == Ignore::None ? kNoIgnoreIndex : -100;
+      for (float eps : {0.0f, 0.1f, 1.0f}) {
+        const auto want = cpu().cross_entropy_forward(logits, targets, eps, true, ignore);
+        EXPECT_EQ(want.count, ig == Ignore::None ? N : ig == Ignore::Some ? N - N / 2 : 0);  // the even samples kept
+        for (int lanes : kLaneCounts) {
+          const std::string what = std::to_string(N) + "x" + std::to_string(C) + " eps " + std::to_string(eps) +
+                                   " lanes " + std::to_string(lanes) + " ignoring " + std::to_string(int(ig));
+          Tensor probs = Tensor::empty({N, C}), row_loss = Tensor::empty({N}, DType::f64), loss = Tensor::empty(Shape());
+          unsigned long long bad = kNoBadIndex;
+          double count = -1;
+          run_rows_on_host(N, lanes,
+                           CrossEntropyForwardRow{logits.data<float>(), targets.data<int64_t>(), row_loss.data<double>(),
+                                                  probs.data<float>(), &bad, C, eps, ignore});
+          run_rows_on_host(1, lanes,
+                           TargetMeanToFloatRow{row_loss.data<double>(), targets.data<int64_t>(), loss.data<float>(),
+                                                &count, N, ignore});
+          EXPECT_EQ(bad, kNoBadIndex) << what;
+          EXPECT_EQ(count, static_cast<double>(want.count)) << what;
+          EXPECT_NEAR(loss.item(), want.loss.item(), 1e-6 * std::abs(want.loss.item())) << what;
+          expect_close(values(probs), values(want.probs), 1e-6f, 1e-8f, "probs " + what);
+          // Without probs the body writes none (a null pointer) and the loss is the same.
+          run_rows_on_host(N, lanes,
+                           CrossEntropyForwardRow{logits.data<float>(), targets.data<int64_t>(), row_loss.data<double>(),
+                                                  nullptr, &bad, C, eps, ignore});
+          run_rows_on_host(1, lanes,
+                           TargetMeanToFloatRow{row_loss.data<double>(), targets.data<int64_t>(), loss.data<float>(),
+                                                nullptr, N, ignore});
+          EXPECT_NEAR(loss.item(), want.loss.item(), 1e-6 * std::abs(want.loss.item())) << what;
+        }
+        // Backward, with the loss gradient in f32 and in f64.
+        for (DType gdt : {DType::f32, DType::f64}) {
+          const Tensor g32 = Tensor::full(Shape(), 0.7f), grad_loss = g32.to(gdt);
+          const Tensor want_dx = cpu().cross_entropy_backward(want.probs, targets, eps, grad_loss, ignore, want.count);
+          const float off = eps / static_cast<float>(C), on = 1.0f - eps + off;
+          Tensor dx = Tensor::empty({N, C});
+          if (gdt == DType::f64)
+            run_on_host(N * C, CrossEntropyBackward<double>{want.probs.data<float>(), targets.data<int64_t>(),
+                                                            grad_loss.data<double>(), dx.data<float>(), want.count, C,
+                                                            off, on, ignore});
+          else
+            run_on_host(N * C, CrossEntropyBackward<float>{want.probs.data<float>(), targets.data<int64_t>(),
+                                                           grad_loss.data<float>(), dx.data<float>(), want.count, C,
+                                                           off, on, ignore});
+          EXPECT_EQ(values(dx), values(want_dx)) << "cross_entropy backward eps " << eps << " " << dtype_name(gdt);
+        }
       }
     }
   }
@@ -120,11 +135,26 @@ TEST(CudaKernelsRows, CrossEntropyRecordsTheFirstBadTarget) {
     unsigned long long bad = kNoBadIndex;
     run_rows_on_host(N, lanes,
                      CrossEntropyForwardRow{logits.data<float>(), targets.data<int64_t>(), row_loss.data<double>(),
-                                            nullptr, &bad, C, 0.0});
+                                            nullptr, &bad, C, 0.0, kNoIgnoreIndex});
     EXPECT_EQ(bad, 3u) << lanes;
     EXPECT_EQ(row_loss.data<double>()[3], 0.0);
     EXPECT_GT(row_loss.data<double>()[2], 0.0);  // the good rows still get their loss
+    // An ignore_index of -1 makes sample 5 ignored, not bad; sample 3 stays the first bad one.
+    bad = kNoBadIndex;
+    run_rows_on_host(N, lanes,
+                     CrossEntropyForwardRow{logits.data<float>(), targets.data<int64_t>(), row_loss.data<double>(),
+                                            nullptr, &bad, C, 0.0, -1});
+    EXPECT_EQ(bad, 3u) << lanes;
+    EXPECT_EQ(row_loss.data<double>()[5], 0.0);
   }
+  // Only the ignored one out of range: nothing is bad.
+  const Tensor ignored_only = host_ids({0, 3, 2, 1, 1, -1});
+  Tensor row_loss = Tensor::empty({N}, DType::f64);
+  unsigned long long bad = kNoBadIndex;
+  run_rows_on_host(N, 3,
+                   CrossEntropyForwardRow{logits.data<float>(), ignored_only.data<int64_t>(), row_loss.data<double>(),
+                                          nullptr, &bad, C, 0.0, -1});
+  EXPECT_EQ(bad, kNoBadIndex);
 }
 
 TEST(CudaKernelsRows, LayerNormBodiesMatchTheCpuBackend) {

@@ -63,15 +63,27 @@ TEST(CudaRowsDevice, LongRowsTakeTheBlockKernelAndMatchTheCpu) {
     std::vector<int64_t> tv;
     for (int64_t n = 0; n < 7; ++n) tv.push_back((n * 977) % D);
     const Tensor t = host_ids({7}, tv);
-    const auto ce = cpu().cross_entropy_forward(x, t, 0.1f, true);
-    const auto ce_d = gpu().cross_entropy_forward(x.to(d), t.to(d), 0.1f, true);
+    const auto ce = cpu().cross_entropy_forward(x, t, 0.1f, true, kNoIgnoreIndex);
+    const auto ce_d = gpu().cross_entropy_forward(x.to(d), t.to(d), 0.1f, true, kNoIgnoreIndex);
     EXPECT_NEAR(host_values(ce_d.loss)[0], ce.loss.item(), 1e-5 * ce.loss.item()) << what;
+    EXPECT_EQ(ce_d.count, 7) << what;
     expect_close(host_values(ce_d.probs), ce.probs.to_vector(), 1e-5f, 1e-9f, "cross_entropy probs " + what);
     // The loss gradient as an f64 device scalar, read by the kernel.
     const Tensor g64 = Tensor::from_vector(Shape(), std::vector<double>{0.5});
-    expect_close(host_values(gpu().cross_entropy_backward(ce_d.probs, t.to(d), 0.1f, g64)),
-                 cpu().cross_entropy_backward(ce.probs, t, 0.1f, g64.to(Device::cpu())).to_vector(), 1e-5f, 1e-9f,
-                 "cross_entropy backward " + what);
+    expect_close(host_values(gpu().cross_entropy_backward(ce_d.probs, t.to(d), 0.1f, g64, kNoIgnoreIndex, 7)),
+                 cpu().cross_entropy_backward(ce.probs, t, 0.1f, g64.to(Device::cpu()), kNoIgnoreIndex, 7).to_vector(),
+                 1e-5f, 1e-9f, "cross_entropy backward " + what);
+    // Targets 1, 4 and 6 ignored (-100): the mean over the four others, zero rows in the gradient.
+    std::vector<int64_t> tiv = tv;
+    for (int64_t n : {1, 4, 6}) tiv[n] = -100;
+    const Tensor ti = host_ids({7}, tiv);
+    const auto ci = cpu().cross_entropy_forward(x, ti, 0.1f, true, -100);
+    const auto ci_d = gpu().cross_entropy_forward(x.to(d), ti.to(d), 0.1f, true, -100);
+    EXPECT_EQ(ci_d.count, 4) << what;
+    EXPECT_NEAR(host_values(ci_d.loss)[0], ci.loss.item(), 1e-5 * ci.loss.item()) << what;
+    expect_close(host_values(gpu().cross_entropy_backward(ci_d.probs, ti.to(d), 0.1f, g64, -100, 4)),
+                 cpu().cross_entropy_backward(ci.probs, ti, 0.1f, g64.to(Device::cpu()), -100, 4).to_vector(), 1e-5f,
+                 1e-9f, "cross_entropy backward, ignoring " + what);
   }
 }
 
@@ -85,7 +97,7 @@ TEST(CudaRowsDevice, CrossEntropyNamesTheFirstBadTargetOfALargeBatch) {
   tv[4999] = -2;
   LayerScope layer("head");
   const std::string m = testing::message_of([&] {
-    gpu().cross_entropy_forward(host_random({N, C}, 5).to(d), host_ids({N}, tv).to(d), 0.0f, false);
+    gpu().cross_entropy_forward(host_random({N, C}, 5).to(d), host_ids({N}, tv).to(d), 0.0f, false, kNoIgnoreIndex);
   });
   EXPECT_EQ(m, "cross_entropy head: target 10 of sample 4321 is out of range [0, 10)");
   EXPECT_EQ(Allocator::of(d).current(MemTag::Workspace), 0);  // the flag and row losses are given back

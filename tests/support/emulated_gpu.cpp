@@ -290,20 +290,20 @@ class EmulatedBackend final : public Backend {
     return adopt(dx);
   }
   CrossEntropyOut cross_entropy_forward(const Tensor& logits, const Tensor& targets, float label_smoothing,
-                                        bool want_probs) override {
+                                        bool want_probs, int64_t ignore_index) override {
     CrossEntropyOut o;
     {
       OnHost h(logits, targets);
-      o = cpu().cross_entropy_forward(logits, targets, label_smoothing, want_probs);
+      o = cpu().cross_entropy_forward(logits, targets, label_smoothing, want_probs, ignore_index);
     }
-    return {adopt(o.loss), adopt(o.probs)};
+    return {adopt(o.loss), adopt(o.probs), o.count};
   }
   Tensor cross_entropy_backward(const Tensor& probs, const Tensor& targets, float label_smoothing,
-                                const Tensor& grad_loss) override {
+                                const Tensor& grad_loss, int64_t ignore_index, int64_t count) override {
     Tensor y;
     {
       OnHost h(probs, targets, grad_loss);
-      y = cpu().cross_entropy_backward(probs, targets, label_smoothing, grad_loss);
+      y = cpu().cross_entropy_backward(probs, targets, label_smoothing, grad_loss, ignore_index, count);
     }
     return adopt(y);
   }

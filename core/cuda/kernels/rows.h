@@ -1,7 +1,7 @@
 #pragma once
-// The CUDA row kernels' bodies: softmax, cross-entropy with label smoothing, layernorm (the
-// contracts of core/backend.h, the arithmetic of core/cpu/cpu_backend_rows.cpp). CUDA-free, so
-// the host tests run these very bodies.
+// The CUDA row kernels' bodies: softmax, cross-entropy with label smoothing and ignore_index,
+// layernorm (the contracts of core/backend.h, the arithmetic of core/cpu/cpu_backend_rows.cpp).
+// CUDA-free, so the host tests run these very bodies.
 //
 // A row body runs row r as `lanes` cooperating threads, this one being `lane`: each lane walks
 // the elements j = lane, lane + lanes, ... (adjacent lanes read adjacent elements: coalesced),
@@ -70,9 +70,16 @@ struct SoftmaxBackwardRow {
   }
 };
 
+// Whether target t is ignored: it equals ignore_index, and ignore_index is not core/backend.h's
+// kNoIgnoreIndex (the lowest int64, "none").
+PACKRAT_HD inline bool ignored_target(int64_t t, int64_t ignore_index) {
+  return ignore_index != std::numeric_limits<int64_t>::min() && t == ignore_index;
+}
+
 // Row n's loss (1 - eps) (-log p[t_n]) + eps mean_c(-log p[c]) into row_loss[n] (double), and
-// probs = softmax when probs is non-null. A target outside [0, C) records its sample in `bad`
-// (the host reads it and throws the contract's error) and gives the row loss 0.
+// probs = softmax when probs is non-null. An ignored target gives the row loss 0 (its probs are
+// written all the same); another target outside [0, C) records its sample in `bad` (the host
+// reads it and throws the contract's error) and gives the row loss 0.
 struct CrossEntropyForwardRow {
   const float* logits;      // (N, C)
   const int64_t* targets;   // (N)
@@ -81,10 +88,12 @@ struct CrossEntropyForwardRow {
   unsigned long long* bad;  // (1): the first sample with a bad target
   int64_t C;
   double eps;
+  int64_t ignore_index;     // kNoIgnoreIndex: none
   template <class Reduce>
   PACKRAT_HD void operator()(int64_t n, int lane, int lanes, const Reduce& red) const {
     const int64_t t = targets[n];
-    if (t < 0 || t >= C) {  // the same for every lane of the row
+    const bool ignored = ignored_target(t, ignore_index);
+    if (!ignored && (t < 0 || t >= C)) {  // the same for every lane of the row
       if (lane == 0) {
         record_first_bad(bad, n);
         row_loss[n] = 0;
@@ -105,9 +114,13 @@ struct CrossEntropyForwardRow {
     sum_shifted = red.sum(sum_shifted);
     const double lse = log(sum);  // log p[c] = (x[c] - max) - lse
     if (lane == 0) {
-      const double nll = lse - (static_cast<double>(x[t]) - mx);
-      const double smooth = lse - sum_shifted / static_cast<double>(C);  // mean_c(-log p[c])
-      row_loss[n] = (1.0 - eps) * nll + eps * smooth;
+      if (ignored) {
+        row_loss[n] = 0;
+      } else {
+        const double nll = lse - (static_cast<double>(x[t]) - mx);
+        const double smooth = lse - sum_shifted / static_cast<double>(C);  // mean_c(-log p[c])
+        row_loss[n] = (1.0 - eps) * nll + eps * smooth;
+      }
     }
     if (probs != nullptr)
       for (int64_t c = lane; c < C; c += lanes)
@@ -115,34 +128,54 @@ struct CrossEntropyForwardRow {
   }
 };
 
-// out = mean of the N values v (double), as f32: one row of N (the cross-entropy loss).
-struct MeanToFloatRow {
-  const double* v;  // (N)
-  float* out;       // (1)
+// out = the mean of the N values v (double) over the samples whose target is not ignored, as
+// f32 (0 when every one is), and their number into count (double, exact below 2^53) unless
+// count is null: one row of N (the cross-entropy loss).
+struct TargetMeanToFloatRow {
+  const double* v;         // (N)
+  const int64_t* targets;  // (N)
+  float* out;              // (1)
+  double* count;           // (1) or null
   int64_t N;
+  int64_t ignore_index;    // kNoIgnoreIndex: none
   template <class Reduce>
   PACKRAT_HD void operator()(int64_t, int lane, int lanes, const Reduce& red) const {
-    double s = 0;
-    for (int64_t i = lane; i < N; i += lanes) s += v[i];
+    double s = 0, m = 0;
+    for (int64_t i = lane; i < N; i += lanes)
+      if (!ignored_target(targets[i], ignore_index)) {
+        s += v[i];
+        m += 1;
+      }
     s = red.sum(s);
-    if (lane == 0) out[0] = static_cast<float>(s / static_cast<double>(N));
+    m = red.sum(m);
+    if (lane == 0) {
+      out[0] = m > 0 ? static_cast<float>(s / m) : 0.0f;
+      if (count != nullptr) count[0] = m;
+    }
   }
 };
 
-// dlogits = (probs - q) * grad_loss / N, q = (1 - eps) onehot(t) + eps / C: `on` = 1 - eps + eps / C
-// at the target, `off` = eps / C elsewhere. grad_loss is read on the device (f32 or f64).
+// dlogits = (probs - q) * grad_loss / count, q = (1 - eps) onehot(t) + eps / C: `on` = 1 - eps +
+// eps / C at the target, `off` = eps / C elsewhere; 0 in the row of an ignored target. grad_loss
+// is read on the device (f32 or f64); count is the targets not ignored (the forward's).
 template <typename G>
 struct CrossEntropyBackward {
   const float* probs;      // (N, C)
   const int64_t* targets;  // (N)
   const G* grad_loss;      // (1)
   float* dx;               // (N, C)
-  int64_t N, C;
+  int64_t count, C;
   float off, on;
+  int64_t ignore_index;    // kNoIgnoreIndex: none
   PACKRAT_HD void operator()(int64_t i) const {
     const int64_t n = i / C, c = i % C;
-    const float gscale = static_cast<float>(grad_loss[0]) / static_cast<float>(N);
-    dx[i] = (probs[i] - (c == targets[n] ? on : off)) * gscale;
+    const int64_t t = targets[n];
+    if (ignored_target(t, ignore_index)) {
+      dx[i] = 0.0f;
+      return;
+    }
+    const float gscale = static_cast<float>(grad_loss[0]) / static_cast<float>(count);
+    dx[i] = (probs[i] - (c == t ? on : off)) * gscale;
   }
 };
 
