@@ -7,7 +7,9 @@
 #include "core/device_runtime.h"
 #include "core/error.h"
 #include "core/philox.h"
+#include "data/masked_lm.h"
 #include "data/text.h"
+#include "data/text_classes.h"
 
 namespace packrat::data {
 
@@ -26,10 +28,18 @@ Loader::Loader(std::shared_ptr<const Dataset> dataset, Pipeline pipeline, Loader
   PACKRAT_CHECK(size_ > 0, "loader {}: the dataset is empty", dataset_->name());
   in_shape_ = dataset_->image_shape();
   text_ = dynamic_cast<const TextDataset*>(dataset_.get());
-  PACKRAT_CHECK(text_ == nullptr || pipeline_.empty(),
+  classes_ = dynamic_cast<const TextClassesDataset*>(dataset_.get());
+  PACKRAT_CHECK((text_ == nullptr && classes_ == nullptr) || pipeline_.empty(),
                 "loader {}: a text dataset takes no transforms, got {} (remove data.train_transforms and "
                 "data.test_transforms)",
                 dataset_->name(), pipeline_.describe());
+  PACKRAT_CHECK(!options_.masked_lm || text_ != nullptr,
+                "loader {}: masked-language-model samples come from a text dataset (data.dataset: text)",
+                dataset_->name());
+  PACKRAT_CHECK(!options_.masked_lm || text_->seq_len() >= 2,
+                "loader {}: a masked-language-model sample of {} token(s) has no byte to mask (the class token comes "
+                "first): data.seq_len must be at least 2",
+                dataset_->name(), text_ == nullptr ? 0 : text_->seq_len());
   out_shape_ = pipeline_.output_shape(in_shape_);
   PACKRAT_CHECK(out_shape_.numel() <= kMaxImageValues,
                 "loader {}: the transforms ({}) make images of {} = {} values, more than {} (1 GiB of f32) per image",
@@ -87,7 +97,11 @@ Batch Loader::allocate_batch(const std::vector<int64_t>& order, int64_t epoch, i
   try {
     if (text_ != nullptr) {
       b.images = empty_host({n, text_->seq_len()}, DType::i64, MemTag::Data, options_.host_memory);  // (N, T) tokens
-      b.labels = empty_host({n, text_->seq_len()}, DType::i64, MemTag::Data, options_.host_memory);  // (N, T) next bytes
+      // (N, T) next bytes, or masked-language-model targets
+      b.labels = empty_host({n, text_->seq_len()}, DType::i64, MemTag::Data, options_.host_memory);
+    } else if (classes_ != nullptr) {
+      b.images = empty_host({n, classes_->seq_len()}, DType::i64, MemTag::Data, options_.host_memory);  // (N, T) tokens
+      b.labels = empty_host({n}, DType::i64, MemTag::Data, options_.host_memory);                       // (N) classes
     } else {
       b.images = empty_host({n, out_shape_.c, out_shape_.h, out_shape_.w}, DType::f32, MemTag::Data,
                             options_.host_memory);                                          // (N, C, H, W)
@@ -101,6 +115,7 @@ Batch Loader::allocate_batch(const std::vector<int64_t>& order, int64_t epoch, i
 
 void Loader::fill_batch(Batch& b) const {
   if (text_ != nullptr) return fill_token_batch(b);
+  if (classes_ != nullptr) return fill_class_token_batch(b);
   const auto n = static_cast<int64_t>(b.indices.size());
   float* images = b.images.data<float>();      // (N, C, H, W)
   int64_t* labels = b.labels.data<int64_t>();  // (N)
@@ -140,10 +155,27 @@ void Loader::fill_token_batch(Batch& b) const {
   int64_t* targets = b.labels.data<int64_t>();  // (N, T)
   for (int64_t i = 0; i < n; ++i) {
     const uint8_t* w = text_->window(b.indices[i]);  // T + 1 bytes
+    if (options_.masked_lm) {
+      const int64_t epoch = options_.fixed_masks ? 0 : b.epoch;
+      mask_window(w, t, options_.seed, epoch, b.indices[i], tokens + i * t, targets + i * t);
+      continue;
+    }
     for (int64_t j = 0; j < t; ++j) {
       tokens[i * t + j] = w[j];
       targets[i * t + j] = w[j + 1];
     }
+  }
+}
+
+void Loader::fill_class_token_batch(Batch& b) const {
+  const auto n = static_cast<int64_t>(b.indices.size());
+  const int64_t t = classes_->seq_len();
+  int64_t* tokens = b.images.data<int64_t>();  // (N, T)
+  int64_t* labels = b.labels.data<int64_t>();  // (N)
+  std::vector<uint8_t> bytes(static_cast<size_t>(t));  // (T)
+  for (int64_t i = 0; i < n; ++i) {
+    labels[i] = classes_->get(b.indices[i], bytes.data());
+    for (int64_t j = 0; j < t; ++j) tokens[i * t + j] = bytes[static_cast<size_t>(j)];
   }
 }
 

@@ -48,12 +48,19 @@ struct LoaderOptions {
   // Where batches are allocated (nullptr: the CPU allocator); a GPU run passes page-locked memory
   // (core/device_runtime.h). Batches are host tensors either way.
   Allocator* host_memory = nullptr;
+  // A text dataset only: masked-language-model samples (data/masked_lm.h: BERT's masking keyed by
+  // seed, epoch and sample index) instead of next-byte targets; fixed_masks draws every epoch's
+  // masks as epoch 0's (evaluation: the same masked positions every time).
+  bool masked_lm = false;
+  bool fixed_masks = false;
 };
 
 // A text dataset (data/text.h) gives token batches: images are the tokens (N, T) i64 and
-// labels the next-byte targets (N, T) i64; it takes no transforms.
+// labels the next-byte targets (N, T) i64, or with masked_lm BERT's masked tokens and targets
+// (-100 where nothing is predicted). A text_classes dataset (data/text_classes.h) gives tokens
+// (N, T) i64 and class labels (N) i64. Neither takes transforms.
 struct Batch {
-  Tensor images;                 // (N, C, H, W) f32 plain, tag Data; text: (N, T) i64 tokens
+  Tensor images;                 // (N, C, H, W) f32 plain, tag Data; text, text_classes: (N, T) i64 tokens
   Tensor labels;                 // (N) i64, tag Data; text: (N, T) i64 targets
   std::vector<int64_t> indices;  // (N) dataset index of each sample
   int64_t global_size = 0;       // samples of the whole batch across shards (split_batches), else N
@@ -62,6 +69,7 @@ struct Batch {
 };
 
 class TextDataset;
+class TextClassesDataset;
 
 constexpr uint64_t kShuffleStream = 0x5A0FFull << 40;
 
@@ -95,6 +103,7 @@ class Loader {
   Batch allocate_batch(const std::vector<int64_t>& order, int64_t epoch, int64_t batch_index) const;
   void fill_batch(Batch& b) const;        // its images and labels, from b.indices (the background thread)
   void fill_token_batch(Batch& b) const;  // the same for a text dataset
+  void fill_class_token_batch(Batch& b) const;  // and for a text_classes dataset
   Error out_of_host_memory() const;
   // Allocates batch next_slot_ of the epoch and hands it to the background thread to fill. Called
   // on the caller's thread only (start_epoch: the first `prefetch`; next: one for each batch
@@ -113,6 +122,7 @@ class Loader {
 
   std::shared_ptr<const Dataset> dataset_;
   const TextDataset* text_ = nullptr;  // dataset_ when it is a text dataset
+  const TextClassesDataset* classes_ = nullptr;  // dataset_ when it is a text_classes dataset
   Pipeline pipeline_;
   LoaderOptions options_;
   int64_t size_ = 0;

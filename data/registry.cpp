@@ -7,6 +7,7 @@
 #include "data/idx.h"
 #include "data/image_folder.h"
 #include "data/text.h"
+#include "data/text_classes.h"
 
 namespace packrat::data {
 namespace fs = std::filesystem;
@@ -60,8 +61,10 @@ std::string default_root(std::string_view name) {
   if (name == "cifar100") return "data/cifar100";
   if (name == "fashion_mnist") return "/usr/share/datasets/fashion-mnist";
   if (name == "mnist") return "data/mnist";
+  if (name == "text_classes") return kFortunesRoot;
   if (name == "image_folder" || name == "text") return "";
-  fail("data: unknown dataset '{}' (known: cifar10, cifar100, fashion_mnist, mnist, image_folder, text)", name);
+  fail("data: unknown dataset '{}' (known: cifar10, cifar100, fashion_mnist, mnist, image_folder, text, text_classes)",
+       name);
 }
 
 Split parse_split(std::string_view s) {
@@ -117,6 +120,7 @@ std::shared_ptr<Dataset> open_checked(const DatasetSpec& spec) {
     return std::make_shared<TextDataset>(fmt::format("text {} {}", which, root_s), std::move(part), spec.seq_len,
                                          "data.seq_len");
   }
+  if (spec.name == "text_classes") return load_text_classes(root, spec.split, spec.seq_len, "data.root", "data.seq_len");
   default_root(spec.name);  // throws: unknown name
   return nullptr;
 }

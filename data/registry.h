@@ -8,6 +8,7 @@
 //   mnist          data/mnist                           same names as fashion_mnist
 //   image_folder   (root required)                      <root>/train/<class>/..., <root>/val/ (or test/)
 //   text           (root required)                      a text file or a folder of them (data/text.h)
+//   text_classes   /usr/share/games/fortunes            <root>/<class>: fortune files, one class each (data/text_classes.h)
 //
 // Relative roots are relative to the working directory. With download = true a missing CIFAR
 // archive is fetched (download.h); otherwise a missing dataset is an error that says where it
@@ -23,7 +24,7 @@
 namespace packrat::data {
 
 struct DatasetSpec {
-  std::string name{};            // cifar10 | cifar100 | fashion_mnist | mnist | image_folder | text
+  std::string name{};            // cifar10 | cifar100 | fashion_mnist | mnist | image_folder | text | text_classes
   std::string root{};            // "" = default_root(name)
   Split split = Split::Train;
   bool download = false;         // cifar10, cifar100: fetch the archive when missing
@@ -31,7 +32,7 @@ struct DatasetSpec {
   int64_t height = 0, width = 0; // image_folder: resize on load (0 = keep)
   int64_t channels = 3;          // image_folder: 3 = RGB, 1 = grey
   bool preload = false;          // image_folder: decode all images at open
-  int64_t seq_len = 0;           // text: tokens per sample
+  int64_t seq_len = 0;           // text, text_classes: tokens per sample
   std::string url{}, md5{};      // cifar: override the archive URL and its MD5 (mirrors, tests)
 };
 
