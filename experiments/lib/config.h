@@ -16,7 +16,7 @@
 namespace packrat {
 
 struct DataConfig {
-  std::string dataset;                        // registry name: fashion_mnist, cifar10, ...
+  std::string dataset;                        // registry name: fashion_mnist, cifar10, text, text_classes, ...
   std::string root;                           // dataset directory; "" = the registry's default
   int64_t batch_size = 128;
   int64_t eval_batch_size = 256;
@@ -30,7 +30,7 @@ struct DataConfig {
   std::string label = "fine";                 // cifar100: fine | coarse
   int64_t height = 0, width = 0;              // image_folder: resize on load (0: keep)
   int64_t channels = 3;                       // image_folder: 3 (RGB) or 1 (grey)
-  int64_t seq_len = 0;                        // text: tokens per sample (required, >= 1)
+  int64_t seq_len = 0;                        // text, text_classes: tokens per sample (required)
 };
 
 struct ScheduleConfig {
@@ -49,6 +49,12 @@ struct TrainConfig {
   int64_t eval_interval = 1;     // evaluate every N epochs (and after the last)
   int64_t steps_per_epoch = 0;   // 0: a full pass over the training set
   int64_t log_interval = 50;     // steps between plain progress lines (not on a terminal)
+  // data.dataset text only: next_token (a GPT: next-byte targets) | mlm (a text encoder: BERT's
+  // masked language model, data/masked_lm.h). The parser fills in the model's own when unset.
+  std::string task = "next_token";
+  // A checkpoint file (or a run directory: its latest checkpoint) whose parameters and buffers
+  // of matching name and shape initialise a fresh run's model (experiments/lib/init_from.h).
+  std::string init_from;
 };
 
 struct OutputConfig {

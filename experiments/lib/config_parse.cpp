@@ -54,9 +54,9 @@ void read_keys(Section& s, const std::string& section, Config& c) {
 
 bool written(const Section& s, const std::string& key) { return s.node().IsMap() && s.node()[key].IsDefined(); }
 
-// Keys of one kind of dataset: written for another, they would be ignored.
-void refuse_other_datasets_keys(Section& d, const Config& c) {
-  for (const ConfigKey* k : section_keys("data")) {
+// Keys of one kind of dataset (data.seq_len, train.task, ...): written for another, they would be ignored.
+void refuse_other_datasets_keys(Section& d, const std::string& section, const Config& c) {
+  for (const ConfigKey* k : section_keys(section)) {
     if (k->only_for.empty() || !written(d, k->name)) continue;
     if (std::find(k->only_for.begin(), k->only_for.end(), c.data.dataset) != k->only_for.end()) continue;
     d.error_at(d.key_path(k->name), d.node()[k->name].Mark(),
@@ -92,11 +92,53 @@ void refuse_other_kinds_keys(Section& s, const std::string& section, const Confi
   }
 }
 
-std::vector<std::string> text_archs() {
+std::vector<std::string> text_archs(bool (*kind)(const std::string&)) {
   std::vector<std::string> out;
   for (const auto& a : known_archs())
-    if (takes_text(a)) out.push_back(a);
+    if (kind(a)) out.push_back(a);
   return out;
+}
+
+std::string list_or_none(const std::vector<std::string>& archs) {
+  return archs.empty() ? std::string("none is registered") : join(archs);
+}
+
+// Which models a dataset takes: token sequences (text: the GPTs and the text encoders;
+// text_classes: the encoders) or images (the others). A mismatch would fail deep inside the first
+// layer (or blame model.image_size, which the user never set).
+void check_data_fits_model(Section& top, const YAML::Node& root, const Config& c) {
+  const std::string& arch = c.model.arch;
+  const bool text = c.data.dataset == "text", classes = c.data.dataset == "text_classes";
+  if (text && !takes_text(arch))
+    top.error_at("data.dataset", root["data"]["dataset"].Mark(),
+                 fmt::format("is text (token sequences), but model.arch {} takes images; the models that take text: "
+                             "{}", arch, join(text_archs(takes_text))));
+  if (classes && !encodes_text(arch))
+    top.error_at("data.dataset", root["data"]["dataset"].Mark(),
+                 fmt::format("is text_classes (token sequences to classify), but model.arch {} is no text encoder; the "
+                             "text encoders (models/registry.h: ModelKind::encodes_text): {}",
+                             arch, list_or_none(text_archs(encodes_text))));
+  if (!text && !classes && takes_text(arch))
+    top.error_at("model.arch", root["model"]["arch"].Mark(),
+                 fmt::format("{} takes text (data.dataset: {}), but data.dataset is {} (images)", arch,
+                             encodes_text(arch) ? "text or text_classes" : "text", c.data.dataset));
+}
+
+// train.task on text: next_token needs a causal model (a GPT), mlm a bidirectional encoder.
+void check_text_task(Section& t, const Config& c) {
+  if (c.data.dataset != "text") return;
+  const std::string& arch = c.model.arch;
+  const YAML::Mark at = t.has("task") ? t.node()["task"].Mark() : t.mark();
+  if (c.train.task == "mlm" && !encodes_text(arch))
+    t.error_at(t.key_path("task"), at,
+               fmt::format("is mlm (masked bytes, predicted from both sides), but model.arch {} is causal: it learns "
+                           "next_token; the text encoders: {}",
+                           arch, list_or_none(text_archs(encodes_text))));
+  if (c.train.task == "next_token" && encodes_text(arch))
+    t.error_at(t.key_path("task"), at,
+               fmt::format("is next_token, but model.arch {} is a bidirectional text encoder (it would see the byte "
+                           "it predicts): use train.task: mlm",
+                           arch));
 }
 
 // The sections with nothing but their keys' own checks.
@@ -117,7 +159,7 @@ Config parse_root(YAML::Node root, const Origin& origin) {
     Section d = top.child("data");
     if (!top.has("data")) top.error_at("data", root.Mark(), "section is required (at least data.dataset)");
     read_keys(d, "data", c);
-    refuse_other_datasets_keys(d, c);
+    refuse_other_datasets_keys(d, "data", c);
     d.finish(section_key_names("data"));
   }
   {
@@ -130,24 +172,16 @@ Config parse_root(YAML::Node root, const Origin& origin) {
     refuse_keys_the_model_ignores(m, c);
     m.finish(section_key_names("model"));
   }
-  // The GPTs read token sequences, every other model images: a mismatch would fail deep inside the
-  // first layer (or blame model.image_size, which the user never set).
-  if (c.data.dataset == "text" && !takes_text(c.model.arch))
-    top.error_at("data.dataset", root["data"]["dataset"].Mark(),
-                 fmt::format("is text (token sequences), but model.arch {} takes images; the models that take text "
-                             "are the GPTs: {}", c.model.arch, join(text_archs())));
-  if (c.data.dataset != "text" && takes_text(c.model.arch))
-    top.error_at("model.arch", root["model"]["arch"].Mark(),
-                 fmt::format("{} takes text (data.dataset: text), but data.dataset is {} (images)", c.model.arch,
-                             c.data.dataset));
+  check_data_fits_model(top, root, c);
   // Tokens take no transforms (after the model check: an image config switched to text data is
   // told about its model first). The loader would refuse them only once the text is open.
-  if (c.data.dataset == "text")
+  if (c.data.dataset == "text" || c.data.dataset == "text_classes")
     for (const char* k : {"train_transforms", "test_transforms"})
       if (root["data"][k].IsDefined())
         top.error_at(std::string("data.") + k, root["data"][k].Mark(),
-                     "only applies to data.dataset cifar10, cifar100, fashion_mnist, mnist, image_folder, not text: "
-                     "remove it");
+                     fmt::format("only applies to data.dataset cifar10, cifar100, fashion_mnist, mnist, image_folder, "
+                                 "not {}: remove it",
+                                 c.data.dataset));
   {
     Section s = top.child("saved_tensors");
     c.saved_tensors = config::parse_saved_tensors(s);
@@ -172,7 +206,14 @@ Config parse_root(YAML::Node root, const Origin& origin) {
                  fmt::format("a {} schedule needs milestones (epochs), e.g. [30, 60]", c.schedule.name));
     s.finish(section_key_names("schedule"));
   }
-  for (const char* section : {"train", "output", "distributed", "memory"}) read_plain_section(top, section, c);
+  {
+    Section t = top.child("train");
+    read_keys(t, "train", c);
+    refuse_other_datasets_keys(t, "train", c);
+    check_text_task(t, c);
+    t.finish(section_key_names("train"));
+  }
+  for (const char* section : {"output", "distributed", "memory"}) read_plain_section(top, section, c);
   std::vector<std::string> top_keys = section_key_names("");
   for (const std::string& s : config_sections()) top_keys.push_back(s);
   top.finish(top_keys);

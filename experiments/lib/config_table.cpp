@@ -82,7 +82,7 @@ void check_pipeline(const std::vector<std::string>& items, config::Section& s, c
 }
 
 // Tokens take no transforms; config_parse.cpp refuses them for text after the model's checks.
-bool takes_no_transforms(const Config& c) { return c.data.dataset == "text"; }
+bool takes_no_transforms(const Config& c) { return c.data.dataset == "text" || c.data.dataset == "text_classes"; }
 
 std::vector<ConfigKey> make_table() {
   using C = Config;
@@ -116,13 +116,15 @@ std::vector<ConfigKey> make_table() {
 
       required(text("data", "dataset", in(&C::data, &D::dataset), "",
                     "`fashion_mnist`, `mnist`, `cifar10`, `cifar100`, `image_folder`, `text` (bytes of a file or "
-                    "folder, see \"Text\")")),
+                    "folder, see \"Text\"), `text_classes` (a folder of fortune files, one class each; default root "
+                    "`/usr/share/games/fortunes`; see \"Text classification\")")),
       text("data", "root", in(&C::data, &D::root), "", "dataset directory (\"\": the dataset's default; see "
                                                        "`data/README.md`)").quoted(),
       integer("data", "batch_size", in(&C::data, &D::batch_size), "128", 1, 1 << 20, "training batch"),
       integer("data", "eval_batch_size", in(&C::data, &D::eval_batch_size), "256", 1, 1 << 20, "evaluation batch"),
       key("data", "train_transforms", KeyType::TextList, in(&C::data, &D::train_transforms), "[]",
-          "e.g. `[\"random_crop(32, 4)\", \"hflip\", \"resize(40)\", \"normalize(cifar10)\"]`; not for `text`")
+          "e.g. `[\"random_crop(32, 4)\", \"hflip\", \"resize(40)\", \"normalize(cifar10)\"]`; not for `text`, "
+          "`text_classes`")
           .unwritten_if(takes_no_transforms)
           .then([](Config& c, config::Section& s) { check_pipeline(c.data.train_transforms, s, "train_transforms"); }),
       key("data", "test_transforms", KeyType::TextList, in(&C::data, &D::test_transforms), "[]",
@@ -149,8 +151,10 @@ std::vector<ConfigKey> make_table() {
             if (c.data.channels == 2) refuse(s, "channels", "must be 1 or 3");
           }),
       // 0 is refused when the text is opened.
-      integer("data", "seq_len", in(&C::data, &D::seq_len), "0", 0, 1 << 20, "tokens (bytes) per sample (required)")
-          .for_datasets({"text"}),
+      integer("data", "seq_len", in(&C::data, &D::seq_len), "0", 0, 1 << 20,
+              "tokens (bytes) per sample (required); text_classes: the class token and the record's bytes, truncated "
+              "or padded to it")
+          .for_datasets({"text", "text_classes"}),
 
       required(text("model", "arch", in(&C::model, &M::arch), "",
                     "`resnet18`, `resnet34`, `resnet50`, `resnet20`, `resnet32`, `resnet44`, `resnet56`, `resnet110`; "
@@ -251,6 +255,23 @@ std::vector<ConfigKey> make_table() {
               "0: a full pass over the training set"),
       integer("train", "log_interval", in(&C::train, &T::log_interval), "50", 1, kMax,
               "steps between plain progress lines (not on a terminal)"),
+      [] {
+        ConfigKey k = text("train", "task", in(&C::train, &T::task), "next_token",
+                           "what a text model learns: `next_token` (a GPT: every next byte) or `mlm` (a text encoder: "
+                           "BERT's masked language model, 15% of the bytes masked, accuracy over them; see \"Text "
+                           "classification\")")
+                          .one_of({"next_token", "mlm"})
+                          .for_datasets({"text"});
+        k.default_from = [](const Config& c) { return encodes_text(c.model.arch) ? "mlm" : "next_token"; };
+        k.default_doc = "`next_token` (a GPT), `mlm` (a text encoder)";
+        return k;
+      }(),
+      text("train", "init_from", in(&C::train, &T::init_from), "",
+           "a checkpoint file (`RUN/checkpoints/epoch_0003.safetensors`) or a run directory (its latest checkpoint): "
+           "a fresh run starts from its parameters and buffers whose names and shapes match the model's, the "
+           "optimizer afresh (fine-tuning); a name in both with other shapes is an error, and so is no match at all. "
+           "`--resume` continues from the run's own checkpoint instead; see \"Fine-tuning\"")
+          .quoted(),
 
       text("output", "dir", in(&C::output, &Out::dir), "runs/run", "the run directory")
           .quoted()

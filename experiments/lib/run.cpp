@@ -15,6 +15,7 @@
 #include "data/transforms.h"
 #include "experiments/lib/checkpoint.h"
 #include "experiments/lib/distributed_run.h"
+#include "experiments/lib/init_from.h"
 #include "experiments/lib/output_dir.h"
 #include "experiments/lib/progress.h"
 #include "experiments/lib/safetensors.h"
@@ -54,6 +55,8 @@ std::unique_ptr<data::Loader> make_loader(const Config& c, std::shared_ptr<const
   o.limit = train ? c.data.limit_train : c.data.limit_test;
   o.prefetch = c.data.prefetch;
   o.threads = static_cast<int>(c.data.workers);
+  o.masked_lm = is_masked_lm(c);
+  o.fixed_masks = !train;  // evaluation masks the same positions every epoch
   // Batches bound for a GPU in page-locked memory, so that their copy to it is asynchronous.
   o.host_memory = pinned_host_allocator(Device::parse(c.device));
   return std::make_unique<data::Loader>(ds, data::parse_pipeline(train ? c.data.train_transforms : c.data.test_transforms), o);
@@ -82,7 +85,8 @@ class LogFile {
 void check_output_outside_data(const Config& c) {
   namespace fs = std::filesystem;
   // Datasets read every file under their root: a run directory there would be read as data.
-  if (c.data.root.empty() || (c.data.dataset != "text" && c.data.dataset != "image_folder")) return;
+  const std::string& d = c.data.dataset;
+  if (c.data.root.empty() || (d != "text" && d != "text_classes" && d != "image_folder")) return;
   std::error_code ec;
   const fs::path root = fs::weakly_canonical(c.data.root, ec);
   if (ec || !fs::is_directory(root, ec)) return;
@@ -117,6 +121,10 @@ RunResult run_training(const Config& c, const RunOptions& o) {
   check_classes(c, train_ds->num_classes());
   InputSpec input{shape.c, shape.h, shape.w, c.model.num_classes > 0 ? c.model.num_classes : train_ds->num_classes()};
   Session s = make_session(c, input);
+  // A fresh run may start from another run's weights; a resumed one has them in its own checkpoint.
+  std::optional<InitFromResult> init;
+  if (!c.train.init_from.empty() && !o.resume)
+    init = init_from_checkpoint(c.train.init_from, *s.model, fmt::format("{}: train.init_from", c.source));
   TrainingPosition pos{0, 0, c.seed};
   std::string resumed_from;
   if (o.resume) {
@@ -162,7 +170,11 @@ RunResult run_training(const Config& c, const RunOptions& o) {
     metrics->truncate_after(pos.epoch);  // 0: a fresh run's empty files
     step_log->truncate_after(pos.step);
   }
+  if (init) spdlog::info("{}", init->summary());
   if (o.resume) spdlog::info("resumed from {} at epoch {} step {}", resumed_from, pos.epoch, pos.step);
+  if (o.resume && !c.train.init_from.empty())
+    spdlog::info("train.init_from {} is not applied again: the run continues from its own checkpoint",
+                 c.train.init_from);
   result.start_epoch = pos.epoch;
   if (pos.epoch >= c.train.epochs)
     spdlog::info("the run already has its {} epochs (raise train.epochs with --set to train on)", c.train.epochs);
@@ -178,7 +190,8 @@ RunResult run_training(const Config& c, const RunOptions& o) {
     Progress progress(fmt::format("epoch {}/{}", epoch + 1, c.train.epochs), steps_per_epoch, c.train.log_interval, o.tty);
     if (is_text_task(c)) progress.show_bits_per_byte();
     double loss_sum = 0;
-    int64_t correct = 0, seen = 0;
+    int64_t correct = 0, seen = 0;  // seen: the labels averaged over (masked-language-model: the masked bytes)
+    int64_t processed = 0;          // images, or tokens of a text run: the throughput's unit
     train->start_epoch(epoch);
     data::Batch b;
     StepAverager interval;  // the steps since the last steps.csv row
@@ -210,20 +223,23 @@ RunResult run_training(const Config& c, const RunOptions& o) {
       loss_sum += r.loss * static_cast<double>(r.count);
       correct += r.correct;
       seen += r.count;
+      processed += is_text_task(c) ? b.images.numel() : b.images.dim(0);
       m.peak_bytes = std::max(m.peak_bytes, r.memory.total_peak);
       for (size_t t = 0; t < kNumTags; ++t) m.peak_by_tag[t] = std::max(m.peak_by_tag[t], r.memory.peak[t]);
       interval.add(r.loss, r.correct, r.count);
       if ((i + 1) % c.train.log_interval == 0 || i + 1 == steps_per_epoch) log_steps(epoch);
-      if (root) progress.update(i + 1, loss_sum / static_cast<double>(seen), static_cast<double>(correct) / static_cast<double>(seen), seen);
+      if (root) progress.update(i + 1, loss_sum / static_cast<double>(seen), static_cast<double>(correct) / static_cast<double>(seen), processed);
     }
     if (root) progress.finish();
     if (!interval.empty()) log_steps(epoch);  // a short epoch
     if (dp) {  // the epoch's figures over every rank's shard
-      std::vector<double> sums{loss_sum, static_cast<double>(correct), static_cast<double>(seen)};
+      std::vector<double> sums{loss_sum, static_cast<double>(correct), static_cast<double>(seen),
+                               static_cast<double>(processed)};
       sum_over_ranks(*dp, sums, "epoch metrics");
       loss_sum = sums[0];
       correct = static_cast<int64_t>(sums[1]);
       seen = static_cast<int64_t>(sums[2]);
+      processed = static_cast<int64_t>(sums[3]);
     }
     m.epoch = epoch + 1;
     m.step = pos.step;
@@ -231,7 +247,7 @@ RunResult run_training(const Config& c, const RunOptions& o) {
     m.train_acc = seen ? static_cast<double>(correct) / static_cast<double>(seen) : 0.0;
     m.lr = s.optimizer->lr();
     m.seconds = progress.seconds();
-    m.img_per_s = dp ? static_cast<double>(seen) / std::max(1e-9, m.seconds) : progress.img_per_s();  // all ranks'
+    m.img_per_s = dp ? static_cast<double>(processed) / std::max(1e-9, m.seconds) : progress.img_per_s();  // all ranks'
     const bool last = epoch + 1 == c.train.epochs;
     if ((epoch + 1) % c.train.eval_interval == 0 || last) {
       EvalResult e = evaluate(*s.model, *test, epoch);

@@ -12,6 +12,7 @@
 
 #include "core/parallel.h"
 #include "data/text.h"
+#include "data/text_classes.h"
 #include "data/transforms.h"
 #include "layers/dropout.h"
 #include "layers/recompute.h"
@@ -68,8 +69,22 @@ InputSpec synthetic_input_spec(const Config& c) {
                   c.data.seq_len);
     raw = {1, 1, c.data.seq_len};  // (N, T) tokens; see data/text.h
     classes = data::kTextVocab;
+  } else if (d == "text_classes") {
+    PACKRAT_CHECK(c.data.seq_len >= 2, "{}: data.seq_len is {}; a text_classes sample needs at least 2 tokens (the "
+                  "class token and a byte)", c.source, c.data.seq_len);
+    raw = {1, 1, c.data.seq_len};  // (N, T) tokens; see data/text_classes.h
+    // The classes are the files in data.root (listed, not parsed), unless model.classes says.
+    if (c.model.num_classes == 0) {
+      const std::string root = c.data.root.empty() ? data::default_root(d) : c.data.root;
+      try {
+        classes = static_cast<int64_t>(data::text_class_names(root, "data.root").size());
+      } catch (const Error& e) {
+        fail("{}: {}", c.source, e.what());
+      }
+    }
   } else {
-    fail("{}: data.dataset '{}' is unknown (cifar10, cifar100, fashion_mnist, mnist, image_folder, text)", c.source, d);
+    fail("{}: data.dataset '{}' is unknown (cifar10, cifar100, fashion_mnist, mnist, image_folder, text, text_classes)",
+         c.source, d);
   }
   return input_spec(c, raw, classes);
 }
@@ -180,6 +195,9 @@ Session make_session(const Config& c, const InputSpec& input) {
   spec.seed = c.seed;
   spec.attention = attention_algorithm(c);
   if (spec.image_size == 0) spec.image_size = input.height;  // vit_*
+  // A text encoder's head: a classifier of the classes (text_classes, logits (N, classes)) or the
+  // masked-language-model head over the bytes (text with train.task mlm, logits (N, T, 256)).
+  if (encodes_text(c.model.arch)) spec.text_head = c.data.dataset == "text_classes" ? "classes" : "tokens";
   s.model = make_model(spec);
   try {
     check_rule_layers(c.saved_tensors, s.model->module_names(), c.model.arch);

@@ -9,6 +9,7 @@
 #include "core/backend.h"
 #include "core/device_runtime.h"
 #include "core/philox.h"
+#include "data/masked_lm.h"
 #include "experiments/lib/text_task.h"
 #include "optim/clip_grad.h"
 
@@ -19,21 +20,23 @@ Device model_device(const Module& model) {
   return params.empty() ? DeviceScope::current() : params.front().second.device();
 }
 
-int64_t count_correct(const Tensor& logits, const Tensor& labels) {
+Hits count_correct(const Tensor& logits, const Tensor& labels) {
   // The argmax on the host: logits are a small result ((N, C); (N, T, V) of a token model).
   const Tensor l = logits.to_plain().to(Device::cpu());
   const Tensor host_labels = labels.to(Device::cpu());
   const int64_t c = l.dim(l.rank() - 1), n = l.numel() / c;
   const float* x = l.data<float>();
   const int64_t* y = host_labels.data<int64_t>();
-  int64_t hits = 0;
+  Hits h;
   for (int64_t i = 0; i < n; ++i) {
+    if (y[i] == data::kIgnoreTarget) continue;
     int64_t best = 0;
     for (int64_t k = 1; k < c; ++k)
       if (x[i * c + k] > x[i * c + best]) best = k;
-    hits += best == y[i];
+    h.correct += best == y[i];
+    ++h.count;
   }
-  return hits;
+  return h;
 }
 
 namespace {
@@ -84,7 +87,6 @@ StepResult train_step(Module& model, Optimizer& opt, StorePolicy& policy, const 
     labels = host_labels.to(device);
   }
   StepResult r;
-  r.count = labels.numel();  // images, or tokens of a token model
   PolicyScope scope(policy);
   policy.begin_step(step);
   model.train();
@@ -102,7 +104,9 @@ StepResult train_step(Module& model, Optimizer& opt, StorePolicy& policy, const 
       TagScope tag(MemTag::Activation);
       Tensor logits = model(images);
       loss = task_loss(logits, labels, static_cast<float>(o.label_smoothing));
-      r.correct = count_correct(logits, labels);
+      const Hits hits = count_correct(logits, labels);  // images, tokens, or masked tokens
+      r.correct = hits.correct;
+      r.count = hits.count;
     }
     r.loss = loss.to(Device::cpu()).item();
     r.forward_s = std::chrono::duration<double>(Clock::now() - forward_start).count();
@@ -160,10 +164,11 @@ EvalResult evaluate(Module& model, data::Loader& loader, int64_t epoch) {
       labels = b.labels.to(device);
     }
     Tensor logits = model(images);
-    const int64_t n = labels.numel();  // images, or tokens of a token model
-    loss_sum += static_cast<double>(task_loss(logits, labels, 0.0f).to(Device::cpu()).item()) * static_cast<double>(n);
-    correct += count_correct(logits, labels);
-    r.count += n;
+    const Hits hits = count_correct(logits, labels);  // images, tokens, or masked tokens
+    loss_sum += static_cast<double>(task_loss(logits, labels, 0.0f).to(Device::cpu()).item()) *
+                static_cast<double>(hits.count);
+    correct += hits.correct;
+    r.count += hits.count;
   }
   model.train();
   if (r.count > 0) {

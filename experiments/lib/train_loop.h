@@ -26,7 +26,7 @@ struct StepOptions {
 
 struct StepResult {
   double loss = 0;
-  int64_t correct = 0, count = 0;
+  int64_t correct = 0, count = 0;       // count: the labels the loss averages (count_correct)
   double grad_norm = 0;                 // before clipping (0 when clipping is off)
   std::vector<SavedRecord> saved;       // live saved tensors after the forward (capture_saved)
   int64_t saved_allocator_bytes = 0;    // Allocator Saved bytes at that moment, minus those before the step
@@ -59,8 +59,13 @@ struct EvalResult {
 };
 EvalResult evaluate(Module& model, data::Loader& loader, int64_t epoch);
 
-// Argmax hits of logits (N, C) against labels (N) i64, or (N, T, V) against (N, T).
-int64_t count_correct(const Tensor& logits, const Tensor& labels);
+// Argmax hits of logits (N, C) against labels (N) i64, or (N, T, V) against (N, T), among the
+// labels counted: every one but those of -100 (data::kIgnoreTarget: masked-language-model
+// positions not chosen, which the loss ignores too).
+struct Hits {
+  int64_t correct = 0, count = 0;
+};
+Hits count_correct(const Tensor& logits, const Tensor& labels);
 
 // Random inputs (N, C, H, W) ~ N(0, 1) and labels in [0, classes), tagged Data, from Philox(seed),
 // on the host.

@@ -149,7 +149,9 @@ TEST(ConfigKeysHostile, TextDataAndImageModelsAreRefusedNamingBoth) {
 // Keys of another kind of dataset (or schedule) were ignored: refused.
 TEST(ConfigKeysHostile, DatasetAndScheduleKeysOfAnotherKindAreRefused) {
   const std::map<std::string, std::string> cases = {
-      {"data.seq_len=64", "--set data.seq_len: data.seq_len: only applies to data.dataset text, not fashion_mnist"},
+      {"data.seq_len=64",
+       "--set data.seq_len: data.seq_len: only applies to data.dataset text, text_classes, not fashion_mnist"},
+      {"train.task=mlm", "--set train.task: train.task: only applies to data.dataset text, not fashion_mnist"},
       {"data.download=true", "only applies to data.dataset cifar10, cifar100, not fashion_mnist"},
       {"data.label=coarse", "--set data.label: data.label: only applies to data.dataset cifar100"},
       {"data.height=32", "only applies to data.dataset image_folder"},
