@@ -16,6 +16,7 @@
 #include "experiments/lib/output_dir.h"
 #include "experiments/lib/safetensors.h"  // write_file_atomic
 #include "experiments/lib/session.h"
+#include "experiments/lib/text_task.h"
 #include "experiments/lib/train_loop.h"  // model_device
 #include "quant/policy/presets.h"
 #include "quant/policy/rule_policy.h"
@@ -41,7 +42,8 @@ Grads gradients(Module& model, StorePolicy& policy, const Tensor& images, const 
   {
     const Device device = model_device(model);
     TagScope tag(MemTag::Activation);
-    Tensor loss = ops::cross_entropy(model(images.to(device)), labels.to(device), static_cast<float>(label_smoothing));
+    // task_loss: a classifier's (N, C) logits, or a token model's (N, T, V) (masked positions only).
+    Tensor loss = task_loss(model(images.to(device)), labels.to(device), static_cast<float>(label_smoothing));
     backward(loss);
   }
   for (size_t i = 0; i < mask_streams.size(); ++i) *mask_streams[i].second = rewind[i];
@@ -279,6 +281,7 @@ FidelityReport gradient_fidelity_mode(const Config& c, int64_t draws) {
   lo.seed = c.seed;
   lo.limit = c.data.limit_train;
   lo.prefetch = 1;
+  lo.masked_lm = is_masked_lm(c);
   data::Loader loader(train_ds, data::parse_pipeline(c.data.train_transforms), lo);
   loader.start_epoch(0);
   data::Batch b;

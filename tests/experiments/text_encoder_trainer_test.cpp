@@ -17,11 +17,13 @@
 #include "data/masked_lm.h"
 #include "data/tokens.h"
 #include "experiments/lib/checkpoint.h"
+#include "experiments/lib/gradient_fidelity.h"
 #include "experiments/lib/init_from.h"
 #include "experiments/lib/run.h"
 #include "experiments/lib/safetensors.h"
 #include "experiments/lib/session.h"
 #include "experiments/lib/text_task.h"
+#include "experiments/lib/tools.h"
 #include "experiments/lib/trainer_main.h"
 #include "layers/embedding.h"
 #include "layers/linear.h"
@@ -177,6 +179,25 @@ TEST(TextClassesTrainer, SyntheticInputsAreTokensAndClassLabels) {
   EXPECT_EQ(synthetic_input_spec(classes_config("/nonexistent", "/tmp/unused", {"model.classes=5"})).classes, 5);
 }
 
+// The synthetic-input modes (--memory-report-only, --benchmark) run both tasks: the loss's
+// saved targets are the batch's labels, (N) classes or (N, T) masked-language-model targets.
+TEST(TextClassesTrainer, MemoryReportAndBenchmarkRunOnSyntheticTokens) {
+  const fs::path root = three_class_folder("tc_report");
+  for (const Config& c : {classes_config(root, temp_dir("tc_report_run")), mlm_config(temp_dir("mlm_report_run"))}) {
+    SCOPED_TRACE(c.data.dataset);
+    const MemoryReport r = memory_report_only(c);
+    EXPECT_EQ(r.saved_bytes, r.allocator_saved_bytes);
+    bool targets = false;
+    for (const SavedRecord& t : r.tensors)
+      if (t.op == "cross_entropy" && t.need == Need::Index) {
+        targets = true;
+        EXPECT_EQ(t.numel, c.data.dataset == "text" ? 8 * 32 : 12) << "the batch's labels";
+      }
+    EXPECT_TRUE(targets);
+    EXPECT_GT(benchmark(c, 2).img_per_s, 0.0);
+  }
+}
+
 TEST(TextClassesTrainer, ConfigsThatCannotWorkAreRefusedNamingTheKey) {
   register_tiny_encoder();
   const fs::path root = three_class_folder("tc_refused");
@@ -301,6 +322,16 @@ TEST(MaskedLmTrainer, AResumedRunMasksAndEndsExactlyAsTheUninterruptedOne) {
   const RunResult r = run_training(mlm_config(parts), resume);
   EXPECT_EQ(r.start_epoch, 1);
   EXPECT_EQ(model_tensors(checkpoint_path(whole.string(), 2)), model_tensors(checkpoint_path(parts.string(), 2)));
+}
+
+// --gradient-fidelity on masked-language-model batches: the loss over the masked bytes, whose
+// gradient reaches every parameter (an FP32 reference measured against 2-bit ActNN).
+TEST(MaskedLmTrainer, GradientFidelityMeasuresTheMaskedLoss) {
+  const FidelityReport r =
+      gradient_fidelity_mode(mlm_config(temp_dir("mlm_fidelity"), {"saved_tensors.default={scheme: actnn, bits: 2}"}), 2);
+  ASSERT_EQ(r.tensors.size(), 5u);
+  EXPECT_GT(r.total.cosine, 0.5);
+  EXPECT_LT(r.total.cosine, 1.0);
 }
 
 TEST(InitFrom, AFineTuneStartsFromThePretrainedSharedParametersBitForBit) {
