@@ -53,8 +53,9 @@ std::vector<ClassFile> read_class_files(const fs::path& root, const std::string&
   }
   PACKRAT_CHECK(text.size() >= 2,
                 "text_classes: {} '{}' holds {} class file(s) ({} regular file(s), the others binary: they hold a NUL "
-                "byte); a classification needs at least 2 classes, one text file each",
-                key, root.string(), text.size(), files.size());
+                "byte); a classification needs at least 2 classes, one text file each{}",
+                key, root.string(), text.size(), files.size(),
+                root == fs::path(kFortunesRoot) ? " (Debian: apt-get install fortunes, beside fortunes-min)" : "");
   return text;
 }
 

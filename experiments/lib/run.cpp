@@ -207,7 +207,7 @@ RunResult run_training(const Config& c, const RunOptions& o) {
       // total_steps, when configured, takes precedence at its begin_step.
       set_training_progress(*s.policy, std::min(1.0, static_cast<double>(pos.step) / static_cast<double>(total_steps)));
       step_options.capture_saved = first_step;
-      step_options.global_count = b.global_size;
+      step_options.global_count = b.global_size * labels_per_sample(c);  // labels, as StepResult::count
       StepResult r = train_step(*s.model, *s.optimizer, *s.policy, b.images, b.labels, pos.step, step_options);
       ++pos.step;
       if (first_step) {

@@ -24,6 +24,11 @@ Tensor task_loss(const Tensor& logits, const Tensor& labels, float label_smoothi
                             data::kIgnoreTarget);
 }
 
+int64_t labels_per_sample(const Config& c) {
+  if (is_masked_lm(c)) return data::masked_positions(c.data.seq_len);
+  return is_text_task(c) ? c.data.seq_len : 1;
+}
+
 double bits_per_byte(double nats_per_byte) { return nats_per_byte / std::numbers::ln2; }
 
 SyntheticBatch synthetic_token_batch(int64_t n, int64_t t, int64_t vocab, uint64_t seed) {

@@ -21,6 +21,11 @@ bool is_masked_lm(const Config& c);    // data.dataset: text, train.task: mlm
 // ignored, the mean taken over the others.
 Tensor task_loss(const Tensor& logits, const Tensor& labels, float label_smoothing);
 
+// The labels a sample contributes to the loss's mean: 1 (a class), data.seq_len (next-byte
+// targets) or data::masked_positions(seq_len) (masked-language-model targets: the same number in
+// every sample). Data-parallel steps weigh a rank's gradient by its share of the global batch's.
+int64_t labels_per_sample(const Config& c);
+
 // Mean cross-entropy in nats per byte -> bits per byte (nats / ln 2).
 double bits_per_byte(double nats_per_byte);
 

@@ -115,7 +115,7 @@ BenchmarkResult benchmark(const Config& c, int64_t steps, DataParallel* dp) {
   DataParallelStep* dp_step = dp_session.step();
   if (dp) {
     o.sync = dp_step;
-    o.global_count = c.data.batch_size;
+    o.global_count = c.data.batch_size * labels_per_sample(c);  // labels, as StepResult::count
   }
   train_step(*s.model, *s.optimizer, *s.policy, b.images, b.labels, 0, o);  // warm-up
   BenchmarkResult r;

@@ -20,7 +20,7 @@ struct StepOptions {
   double clip_grad_norm = 0;   // 0: off
   bool capture_saved = false;  // take the policy's records after the forward (memory report)
   StepSync* sync = nullptr;    // data-parallel: gradient all-reduce, GACT broadcast (step_sync.h)
-  int64_t global_count = 0;    // data-parallel: samples of the global batch (0: this batch's)
+  int64_t global_count = 0;    // data-parallel: labels of the global batch (as StepResult::count; 0: this batch's)
   bool time_phases = false;    // wait for the device after the backward, so that backward_s is its time
 };
 

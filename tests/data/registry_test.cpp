@@ -63,7 +63,8 @@ TEST(DataRegistry, MissingDatasetsSayWhereTheyLookedAndHowToGetThem) {
             std::string::npos) << m;
   EXPECT_NE(m.find("cifar-100-binary.tar.gz"), std::string::npos) << m;
   m = message_of([&] { open_dataset({.name = "svhn"}); });
-  EXPECT_EQ(m, "data: unknown dataset 'svhn' (known: cifar10, cifar100, fashion_mnist, mnist, image_folder, text)");
+  EXPECT_EQ(m, "data: unknown dataset 'svhn' (known: cifar10, cifar100, fashion_mnist, mnist, image_folder, text, "
+               "text_classes)");
   EXPECT_EQ(parse_split("val"), Split::Test);
   EXPECT_THROW(parse_split("dev"), Error);
 }

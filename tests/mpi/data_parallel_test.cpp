@@ -130,6 +130,43 @@ TEST(DataParallel, TwoRanksMatchOneProcessOnAVisionTransformer) {
   }
 }
 
+// A GPT on bytes (data.dataset: text): its loss is the mean over the batch's tokens, so a rank's
+// gradient weighs its share of the global batch's tokens (the trainer once compared a rank's tokens
+// with the global batch's samples and refused the first step). Two ranks of batch 4 compute what
+// one process of batch 8 does, over 2 epochs (SGD: AdamW's normalised step would magnify the
+// reduction order's rounding in gradients near 0).
+TEST(DataParallel, TwoRanksMatchOneProcessOnAGptOverText) {
+  const fs::path dist_out = shared_dir("dp_text_2ranks"), single_out = shared_dir("dp_text_1proc");
+  const fs::path text = shared_dir("dp_text_data") / "text.txt";
+  if (g_world->root()) {
+    std::ofstream f(text);
+    for (int i = 0; i < 400; ++i) f << "line " << i << ": the quick brown fox jumps over the lazy dog " << i * 7 << "\n";
+  }
+  g_world->comm->barrier("text data");
+  auto config = [&](const fs::path& out) {
+    return parse_config("seed: 2\n"
+                        "data: {dataset: text, root: \"" + text.string() + "\", seq_len: 32, batch_size: 8, "
+                        "eval_batch_size: 16}\n"
+                        "model: {arch: gpt_tiny}\n"
+                        "optimizer: {name: sgd, lr: 0.1, momentum: 0.9}\n"
+                        "train: {epochs: 2, steps_per_epoch: 4}\n"
+                        "output: {dir: \"" + out.string() + "\"}\n",
+                        "text.yaml");
+  };
+  const RunResult dist = run_training(config(dist_out), quiet(g_world));
+  if (g_world->root()) {
+    const RunResult single = run_training(config(single_out), quiet(nullptr));
+    EXPECT_NEAR(dist.epochs.back().train_loss, single.epochs.back().train_loss, 1e-4);
+  }
+  g_world->comm->barrier("dp_text");
+  if (!g_world->root()) return;
+  std::string worst;
+  const double d = max_relative_difference(latest_checkpoint(dist_out.string()).value(),
+                                           latest_checkpoint(single_out.string()).value(), &worst);
+  std::printf("dp_text: largest relative difference %.3g (%s)\n", d, worst.c_str());
+  EXPECT_LT(d, 2e-4);
+}
+
 // Every block recomputed in backward (memory.recompute): the reducer still starts each bucket when
 // its gradients are final (the nested backward reports a parameter ready after its last inner use),
 // and the synchronised batchnorm's collectives in the recompute run in the same order on both ranks.
