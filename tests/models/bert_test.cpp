@@ -17,6 +17,7 @@
 #include "layers/init.h"
 #include "models/bert.h"
 #include "models/registry.h"
+#include "tests/models/golden_file.h"
 #include "tests/support/errors.h"
 #include "tests/support/gradcheck.h"
 
@@ -56,19 +57,8 @@ TEST_P(BertGolden, ForwardBackwardAndEvalMatchPyTorch) {
   BertConfig c = golden_config(g.head, g.norm_first);
   c.attention = attention;
   Bert model(c);
-  // One for one with PyTorch's parameters (its named_parameters lists the tied decoder once).
-  std::set<std::string> ours, theirs;
-  for (auto& [name, p] : model.named_parameters()) {
-    ours.insert(name);
-    const Tensor* w = f.find("param." + name);
-    ASSERT_NE(w, nullptr) << "no golden parameter " << name;
-    ASSERT_EQ(w->shape(), p.shape()) << name;
-    std::memcpy(p.raw(), w->raw(), p.nbytes());
-    p.bump_version();
-  }
-  for (const auto& [name, t] : f.tensors)
-    if (name.rfind("param.", 0) == 0) theirs.insert(name.substr(6));
-  EXPECT_EQ(ours, theirs);
+  packrat::testing::load_golden_parameters(model, f);  // names one for one with PyTorch's
+  if (::testing::Test::HasFatalFailure()) return;
 
   const Tensor tokens = *f.find("tokens"), targets = *f.find("targets");
   model.train();

@@ -8,7 +8,11 @@
 #include <string>
 #include <vector>
 
+#include <cstring>
+#include <set>
+
 #include "core/tensor.h"
+#include "experiments/lib/safetensors.h"
 #include "layers/module.h"
 
 namespace packrat::testing {
@@ -107,5 +111,23 @@ inline void expect_close(const std::vector<float>& got, const std::vector<float>
     EXPECT_NEAR(got[i], want[i], atol + rtol * std::abs(want[i])) << what << " element " << i;
 }
 }  // namespace
+
+// A safetensors golden of tests/golden/models (make_gpt_golden.py, make_bert_golden.py): copies
+// every "param.<name>" into the model's parameter of that name and shape, and expects the two
+// sets of names to be the same (PyTorch lists a tied weight once, as packrat does).
+inline void load_golden_parameters(Module& model, const SafetensorsFile& f) {
+  std::set<std::string> ours, theirs;
+  for (auto& [name, p] : model.named_parameters()) {
+    ours.insert(name);
+    const Tensor* w = f.find("param." + name);
+    ASSERT_NE(w, nullptr) << "no golden parameter " << name;
+    ASSERT_EQ(w->shape(), p.shape()) << name;
+    std::memcpy(p.raw(), w->raw(), p.nbytes());
+    p.bump_version();
+  }
+  for (const auto& [name, t] : f.tensors)
+    if (name.rfind("param.", 0) == 0) theirs.insert(name.substr(6));
+  EXPECT_EQ(ours, theirs);
+}
 
 }  // namespace packrat::testing

@@ -18,6 +18,7 @@
 #include "experiments/lib/train_loop.h"
 #include "models/gpt.h"
 #include "models/registry.h"
+#include "tests/models/golden_file.h"
 #include "tests/support/errors.h"
 #include "tests/support/gradcheck.h"
 
@@ -45,19 +46,8 @@ TEST(Gpt, ForwardBackwardAndEvalMatchPyTorch) {
   const SafetensorsFile f =
       read_safetensors(std::string(PACKRAT_SOURCE_DIR) + "/tests/golden/models/gpt_tiny_golden.safetensors");
   Gpt model(golden_config());
-  // The parameter names are PyTorch's, one for one (its named_parameters lists the tied head once).
-  std::set<std::string> ours, theirs;
-  for (auto& [name, p] : model.named_parameters()) {
-    ours.insert(name);
-    const Tensor* w = f.find("param." + name);
-    ASSERT_NE(w, nullptr) << "no golden parameter " << name;
-    ASSERT_EQ(w->shape(), p.shape()) << name;
-    std::memcpy(p.raw(), w->raw(), p.nbytes());
-    p.bump_version();
-  }
-  for (const auto& [name, t] : f.tensors)
-    if (name.rfind("param.", 0) == 0) theirs.insert(name.substr(6));
-  EXPECT_EQ(ours, theirs);
+  packrat::testing::load_golden_parameters(model, f);  // names one for one with PyTorch's
+  if (::testing::Test::HasFatalFailure()) return;
 
   const Tensor tokens = *f.find("tokens"), targets = *f.find("targets");
   model.train();
