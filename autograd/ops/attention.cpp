@@ -55,8 +55,11 @@ Tensor memory_efficient_attention(const Tensor& q, const Tensor& k, const Tensor
   Tensor y = fwd.y.reshape(with_last2(q.shape(), a.T, a.Ev));  // (B..., T, Ev)
   if (!needs_grad({&q, &k, &v})) return y;
   std::vector<SavedHandle> saved;
-  saved.push_back(save_for_backward(qp, request("attention_q", Need::Value)));
-  saved.push_back(save_for_backward(kp, request("attention_k", Need::Value)));
+  // q and k exact: backward recomputes P = exp(scale q k^T - lse) with the forward's lse, so an
+  // error in a score is an error in the exponent: quantized q and k leave rows that no longer sum
+  // to 1, a bias no stochastic rounding averages out (docs/attention.md: measured on BERT).
+  saved.push_back(save_for_backward(qp, request("attention_q", Need::Value, /*exact=*/true)));
+  saved.push_back(save_for_backward(kp, request("attention_k", Need::Value, /*exact=*/true)));
   saved.push_back(save_for_backward(vp, request("attention_v", Need::Value)));
   saved.push_back(save_for_backward(y, request("attention_out", Need::Value)));
   saved.push_back(save_for_backward(fwd.lse, request("attention_lse", Need::Value, /*exact=*/true)));
