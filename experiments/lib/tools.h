@@ -51,6 +51,10 @@ struct MaxBatchResult {
   int64_t peak_bytes = 0;   // peak total of a step at that batch size
   int64_t limit = 0;
   int64_t trials = 0;
+  // GACT sensitivity refreshes the trials ran: 0, because each trial's fresh saved-tensor policy
+  // starts from the warm-up step's adaptive state (as a resumed run does), so that a trial
+  // measures a training step and not GACT's first-step measurement.
+  int64_t refreshes = 0;
 };
 // Doubles the batch from 1 until a step runs out of memory under the allocator limit `limit`
 // (which counts every tagged byte: parameters, optimizer state, data, activations, saved,

@@ -282,6 +282,21 @@ TEST(Trainer, MaxBatchFitsInTheLimitAndGrowsWithIt) {
   EXPECT_LE(r2.peak_bytes, limit + (int64_t{12} << 20));
 }
 
+// Under GACT's measured estimator a fresh store measures its sensitivities in its first step.
+// The search's trials start from the warm-up step's allocation instead, as a resumed run would:
+// none of them refreshes, and the search finds the same batch as one that pays the refresh in
+// every trial would not be asked to.
+TEST(Trainer, MaxBatchTrialsUnderGactStartFromTheWarmUpAllocation) {
+  const Config c = tiny_config("/nonexistent", "/tmp/unused",
+                               {"saved_tensors.rules=[]", "saved_tensors.default={scheme: gact-L1}"});
+  const int64_t limit = Allocator::cpu().stats().total_current + (int64_t{12} << 20);
+  const MaxBatchResult r = find_max_batch(c, limit, 64);
+  EXPECT_GT(r.batch_size, 1);
+  EXPECT_GT(r.trials, 3);
+  EXPECT_EQ(r.refreshes, 0);
+  EXPECT_LE(r.peak_bytes, limit);
+}
+
 TEST(Trainer, GactRefreshDoesNotTouchTheBatchnormStatistics) {
   // The forward is the same under every storage scheme, so after one step the running
   // statistics match FP32 storage exactly, although GACT ran extra gradient passes to measure
