@@ -22,6 +22,7 @@
 #include "tests/support/gradcheck.h"
 
 using namespace packrat;
+using packrat::testing::expect_close;
 using packrat::testing::message_of;
 
 namespace {
@@ -36,12 +37,6 @@ BertConfig golden_config(const std::string& head, bool norm_first) {  // as make
   return c;
 }
 
-void expect_close(const Tensor& got, const Tensor& want, float atol, float rtol, const std::string& what) {
-  ASSERT_EQ(got.numel(), want.numel()) << what;
-  const std::vector<float> g = got.to_vector(), w = want.to_vector();
-  for (size_t i = 0; i < g.size(); ++i)
-    ASSERT_NEAR(g[i], w[i], atol + rtol * std::abs(w[i])) << what << " element " << i;
-}
 
 struct GoldenCase {
   std::string file, head;

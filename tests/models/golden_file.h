@@ -110,6 +110,9 @@ inline void expect_close(const std::vector<float>& got, const std::vector<float>
   for (size_t i = 0; i < got.size(); ++i)
     EXPECT_NEAR(got[i], want[i], atol + rtol * std::abs(want[i])) << what << " element " << i;
 }
+inline void expect_close(const Tensor& got, const Tensor& want, float atol, float rtol, const std::string& what) {
+  expect_close(got.to_vector(), want.to_vector(), atol, rtol, what);
+}
 }  // namespace
 
 // A safetensors golden of tests/golden/models (make_gpt_golden.py, make_bert_golden.py): copies

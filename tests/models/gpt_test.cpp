@@ -23,6 +23,7 @@
 #include "tests/support/gradcheck.h"
 
 using namespace packrat;
+using packrat::testing::expect_close;
 using packrat::testing::message_of;
 
 namespace {
@@ -33,12 +34,6 @@ GptConfig golden_config() {  // as VOCAB, BLOCK, LAYERS, HEADS, EMBD in make_gpt
   return c;
 }
 
-void expect_close(const Tensor& got, const Tensor& want, float atol, float rtol, const std::string& what) {
-  ASSERT_EQ(got.numel(), want.numel()) << what;
-  const std::vector<float> g = got.to_vector(), w = want.to_vector();
-  for (size_t i = 0; i < g.size(); ++i)
-    ASSERT_NEAR(g[i], w[i], atol + rtol * std::abs(w[i])) << what << " element " << i;
-}
 
 }  // namespace
 
