@@ -188,12 +188,6 @@ MaxBatchResult find_max_batch(const Config& c, int64_t limit, int64_t upper) {
     SyntheticBatch b = synthetic_inputs(c, in, 1);
     train_step(*s.model, *s.optimizer, *s.policy, b.images, b.labels, 0, step_options(c, false));
   }
-  // The adaptive stores' state after that step (GACT's bit allocation): each trial's fresh policy
-  // starts from it, as a resumed run does, so that a trial measures a training step and not the
-  // allocation's first-step passes (on bert_base: 7 minutes at batch 1 on 2 cores, and a copy of
-  // every gradient held meanwhile).
-  SafetensorsFile adapted;
-  append_store_state(adapted.tensors, s.policy->stores());
   // The trials measure memory: they run the update (its memory counts) at learning rate 0, so
   // that a model trained on a few tiny batches at the config's rate cannot diverge to a non-finite
   // loss, which would end the search with an error that says nothing about memory.
@@ -214,8 +208,17 @@ MaxBatchResult find_max_batch(const Config& c, int64_t limit, int64_t upper) {
   auto fits = [&](int64_t n) -> int64_t {
     ++result.trials;
     // A fresh policy per trial: an out-of-memory in the middle of a step must leave nothing behind.
-    s.policy = std::make_unique<RulePolicy>(c.saved_tensors);
-    restore_store_state(adapted, s.policy->stores(), "--find-max-batch (the warm-up step's adaptive state)");
+    // It starts from the adaptive stores' state of the policy before it (the warm-up step's first:
+    // GACT's bit allocation and gradient statistics), as a resumed run does, so that a trial
+    // measures a training step and not GACT's first-step measurement (on bert_base: 7 minutes at
+    // batch 1 on 2 cores). The carried copy is gone before the step, whose peak starts afresh.
+    {
+      SafetensorsFile carried;
+      append_store_state(carried.tensors, s.policy->stores());
+      auto fresh = std::make_unique<RulePolicy>(c.saved_tensors);
+      restore_store_state(carried, fresh->stores(), "--find-max-batch (the previous step's adaptive state)");
+      s.policy = std::move(fresh);
+    }
     const int64_t refreshes_before = gact_refreshes(*s.policy);
     int64_t peak = -1;
     try {
