@@ -76,10 +76,11 @@ Tensor expand(const Tensor& x, const Shape& shape);
 //  - standard: the (T, S) probabilities are materialised and saved: attention_q, attention_k,
 //    attention_v (Need::Value), attention_softmax (Need::Value), attention_dropout (the keep mask,
 //    Need::Mask; only when dropout is active). Saved bytes grow with T * S.
-//  - memory_efficient (FlashAttention-2, core/backend.h attention_forward): saves attention_q,
-//    attention_k, attention_v, attention_out (y, Need::Value) and attention_lse (the per-row
-//    log-sum-exp (B..., T), exact: stores keep it in f32); backward recomputes the probabilities
-//    tile by tile, dropout's mask included. Saved bytes grow with T + S.
+//  - memory_efficient (FlashAttention-2, core/backend.h attention_forward): saves attention_q and
+//    attention_k (exact: backward recomputes exp(q k^T - lse), where a quantized score would be an
+//    error in the exponent), attention_v, attention_out (y, Need::Value) and attention_lse (the
+//    per-row log-sum-exp (B..., T), exact); backward recomputes the probabilities tile by tile,
+//    dropout's mask included. Saved bytes grow with T + S.
 // Both draw dropout's keep mask alike (element (b, i, j) of the (B..., T, S) probabilities), so
 // the two give the same result up to f32 rounding.
 struct AttentionOptions {

@@ -45,8 +45,8 @@ Shape with_last2(const Shape& batch_of, int64_t a, int64_t b) {
   return Shape(d);
 }
 
-// The memory-efficient path: one node saving q, k, v, y and the per-row log-sum-exp (exact);
-// backward recomputes the probabilities from them (core/backend.h attention_backward).
+// The memory-efficient path: one node saving q and k (exact), v, y and the per-row log-sum-exp
+// (exact); backward recomputes the probabilities from them (core/backend.h attention_backward).
 Tensor memory_efficient_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_lengths,
                                   const Backend::AttentionArgs& a) {
   Backend& be = backend_of(q);
