@@ -24,13 +24,11 @@ PACKRAT_HD inline int64_t key_end(int64_t i, int64_t T, int64_t S, bool causal, 
 }
 
 // Whether dropout keeps element e of a tensor, as dropout_forward(p, seed, stream) decides it
-// (core/philox_maps.h: word (e % 256) / 64 of counter 64 (e / 256) + e % 64).
+// (core/philox_maps.h, DropoutPhilox::counter_of and word_of).
 PACKRAT_HD inline bool dropout_keeps(uint64_t seed, uint64_t stream, int64_t e, float p) {
-  const uint64_t counter = static_cast<uint64_t>(e / DropoutPhilox::kBlock) * DropoutPhilox::kLanes +
-                           static_cast<uint64_t>(e % DropoutPhilox::kLanes);
   uint32_t w[4];
-  Philox4x32::generate(seed, stream, counter, w);
-  return DropoutPhilox::keep(w[(e % DropoutPhilox::kBlock) / DropoutPhilox::kLanes], p);
+  Philox4x32::generate(seed, stream, DropoutPhilox::counter_of(e), w);
+  return DropoutPhilox::keep(w[DropoutPhilox::word_of(e)], p);
 }
 
 }  // namespace packrat::attention_math

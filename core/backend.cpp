@@ -1,6 +1,7 @@
 #include "core/backend.h"
 #include "core/backend_override.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 
@@ -115,6 +116,38 @@ void check_same_device(std::string_view op, std::initializer_list<const Tensor*>
     }
     ++i;
   }
+}
+
+int64_t check_attention_operands(const char* what, const Tensor& q, const Tensor& k, const Tensor& v,
+                                 const Tensor& key_lengths, const Backend::AttentionArgs& a) {
+  for (const Tensor* t : {&q, &k, &v})
+    PACKRAT_CHECK(t->dtype() == DType::f32, "{}: expects f32 q, k, v, got {}", what, dtype_name(t->dtype()));
+  const int64_t G = a.T > 0 && a.E > 0 ? q.numel() / (a.T * a.E) : 0;
+  PACKRAT_CHECK(q.numel() == G * a.T * a.E && k.numel() == G * a.S * a.E && v.numel() == G * a.S * a.Ev,
+                "{}: q {}, k {}, v {} are not (G, {}, {}), (G, {}, {}), (G, {}, {})", what, q.shape().str(),
+                k.shape().str(), v.shape().str(), a.T, a.E, a.S, a.E, a.S, a.Ev);
+  if (key_lengths.defined())
+    PACKRAT_CHECK(key_lengths.dtype() == DType::i64 && a.heads > 0 && key_lengths.numel() * a.heads == G,
+                  "{}: key lengths {} do not give one length per sample of {} heads ({} heads of {} each)", what,
+                  key_lengths.describe(), G, G / std::max<int64_t>(a.heads, 1), a.heads);
+  return G;
+}
+
+void check_attention_outputs(const Tensor& y, const Tensor& lse, const Tensor& grad, int64_t G,
+                             const Backend::AttentionArgs& a) {
+  PACKRAT_CHECK(y.numel() == G * a.T * a.Ev && grad.numel() == G * a.T * a.Ev && lse.numel() == G * a.T,
+                "attention_backward: output {}, its gradient {} or lse {} do not match (G {}, T {}, Ev {})",
+                y.shape().str(), grad.shape().str(), lse.shape().str(), G, a.T, a.Ev);
+}
+
+int64_t check_key_padding(const Tensor& scores, const Tensor& key_lengths) {
+  PACKRAT_CHECK(scores.dtype() == DType::f32 && scores.layout() == Layout::Plain && scores.rank() >= 3,
+                "key_padding_fill: expects plain f32 scores (B, ..., T, S), got {}", scores.shape().str());
+  const int64_t B = scores.dim(0), S = scores.dim(-1);
+  PACKRAT_CHECK(key_lengths.dtype() == DType::i64 && key_lengths.numel() == B,
+                "key_padding_fill: expects {} key lengths (i64) for scores {}, got {}", B, scores.shape().str(),
+                key_lengths.describe());
+  return B == 0 || S == 0 ? 0 : scores.numel() / S / B;
 }
 
 }  // namespace packrat

@@ -349,6 +349,18 @@ std::vector<Backend*> available_backends();
 // Throws unless copy_range's operands are on one device, of one dtype, plain, and the ranges fit.
 void check_copy_range(const Tensor& src, int64_t src_offset, const Tensor& dst, int64_t dst_offset, int64_t count);
 
+// The checks attention_forward / attention_backward share on every backend: f32 q (G, T, E),
+// k (G, S, E), v (G, S, Ev) in any shape of those sizes, and key lengths, when given, i64, one per
+// sample of a.heads heads. Returns G. `what` starts every message.
+int64_t check_attention_operands(const char* what, const Tensor& q, const Tensor& k, const Tensor& v,
+                                 const Tensor& key_lengths, const Backend::AttentionArgs& a);
+// attention_backward's saved output y and its gradient (G, T, Ev), and the log-sum-exp (G, T).
+void check_attention_outputs(const Tensor& y, const Tensor& lse, const Tensor& grad, int64_t G,
+                             const Backend::AttentionArgs& a);
+// key_padding_fill's operands: plain f32 scores (B, ..., T, S) and (B) i64 key lengths. Returns
+// the score rows per sample.
+int64_t check_key_padding(const Tensor& scores, const Tensor& key_lengths);
+
 // Throws unless batchnorm_update_running's four statistics are (C) f32 tensors of one size and the
 // counter, when given, an i64 scalar.
 void check_running_update(const Tensor& running_mean, const Tensor& running_var, const Tensor* num_batches_tracked,

@@ -21,6 +21,11 @@ struct DropoutPhilox {
   PACKRAT_HD static int64_t element(uint64_t counter, int word) {
     return static_cast<int64_t>(counter / kLanes) * kBlock + word * kLanes + static_cast<int64_t>(counter % kLanes);
   }
+  // The counter and the word of it that decide element e (the inverse of element()).
+  PACKRAT_HD static uint64_t counter_of(int64_t e) {
+    return static_cast<uint64_t>(e / kBlock) * kLanes + static_cast<uint64_t>(e % kLanes);
+  }
+  PACKRAT_HD static int word_of(int64_t e) { return static_cast<int>((e % kBlock) / kLanes); }
   // The counters that cover n elements (whole blocks).
   PACKRAT_HD static int64_t counters(int64_t n) { return (n + kBlock - 1) / kBlock * kLanes; }
   PACKRAT_HD static bool keep(uint32_t word, float p) { return Philox4x32::to_uniform(word) >= p; }

@@ -20,4 +20,12 @@ Tensor Embedding::forward(const Tensor& ids) {
   return ops::embedding(ids, weight_);
 }
 
+Tensor position_ids(int64_t n, int64_t t, Device device) {
+  TagScope tag(MemTag::Data);
+  Tensor host = Tensor::empty(Shape{n, t}, DType::i64, Layout::Plain, MemTag::Data, Device::cpu());  // (n, t)
+  int64_t* p = host.data<int64_t>();
+  for (int64_t i = 0; i < n * t; ++i) p[i] = i % t;
+  return host.to(device);
+}
+
 }  // namespace packrat

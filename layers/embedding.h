@@ -17,4 +17,9 @@ class Embedding : public Module {
   Tensor weight_;
 };
 
+// The ids of a position embedding for n sequences of t tokens: (n, t) i64 on `device`, tag Data,
+// 0 .. t-1 in every row (so the position embedding's output adds to the token embedding's
+// without broadcasting).
+Tensor position_ids(int64_t n, int64_t t, Device device);
+
 }  // namespace packrat

@@ -21,15 +21,6 @@ namespace {
 
 constexpr float kLayerNormEps = 1e-12f;  // BERT's
 
-// (N, T) i64 on `device`, element (n, t) = value(t): positions, token types.
-Tensor index_grid(int64_t n, int64_t t, Device device, int64_t (*value)(int64_t)) {
-  TagScope tag(MemTag::Data);
-  Tensor host = Tensor::empty(Shape{n, t}, DType::i64, Layout::Plain, MemTag::Data, Device::cpu());
-  int64_t* p = host.data<int64_t>();
-  for (int64_t i = 0; i < n * t; ++i) p[i] = value(i % t);
-  return host.to(device);
-}
-
 // embeddings: word + position + token type 0, LayerNorm, dropout: tokens (N, T) -> (N, T, D).
 class BertEmbeddings : public Module {
  public:
@@ -43,8 +34,9 @@ class BertEmbeddings : public Module {
   }
   Tensor forward(const Tensor& tokens) override {
     const int64_t n = tokens.dim(0), t = tokens.dim(1);
-    const Tensor positions = index_grid(n, t, tokens.device(), [](int64_t i) { return i; });
-    const Tensor types = index_grid(n, t, tokens.device(), [](int64_t) { return int64_t{0}; });
+    Tensor types = Tensor::empty(Shape{n, t}, DType::i64, Layout::Plain, MemTag::Data, tokens.device());  // (N, T)
+    backend_of(types).fill(types, 0.0);  // one segment: token type 0 everywhere
+    const Tensor positions = position_ids(n, t, tokens.device());
     const Tensor x = ops::add(ops::add((*word_)(tokens), (*position_)(positions)), (*type_)(types));  // (N, T, D)
     return (*drop_)((*norm_)(x));
   }

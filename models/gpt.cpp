@@ -80,15 +80,7 @@ class GptTransformer : public Module {
                   "gpt: the input has {} tokens per sequence, more than the position table transformer.wpe holds "
                   "(block_size {}): set data.seq_len to at most {}",
                   t, c_.block_size, c_.block_size);
-    Tensor positions;  // (N, T) i64: 0 .. T-1 in every row, so wpe's output adds to wte's without broadcasting
-    {
-      TagScope tag(MemTag::Data);
-      Tensor host = Tensor::empty(Shape{n, t}, DType::i64, Layout::Plain, MemTag::Data, Device::cpu());
-      int64_t* p = host.data<int64_t>();
-      for (int64_t i = 0; i < n * t; ++i) p[i] = i % t;
-      positions = host.to(tokens.device());
-    }
-    Tensor x = (*drop_)(ops::add((*wte_)(tokens), (*wpe_)(positions)));  // (N, T, D)
+    Tensor x = (*drop_)(ops::add((*wte_)(tokens), (*wpe_)(position_ids(n, t, tokens.device()))));  // (N, T, D)
     return (*ln_f_)((*h_)(x));
   }
   Tensor& token_embedding() { return wte_->weight(); }

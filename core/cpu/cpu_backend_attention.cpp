@@ -67,17 +67,17 @@ struct DropoutRow {
   uint64_t seed, stream;
   float p, keep_scale;
   void fill(int64_t e0, int64_t n, float* z) const {
-    int64_t cached[DropoutPhilox::kLanes];
+    uint64_t cached[DropoutPhilox::kLanes];  // the counter each lane's words are of
     uint32_t words[DropoutPhilox::kLanes][4];
-    std::fill(std::begin(cached), std::end(cached), -1);
+    std::fill(std::begin(cached), std::end(cached), ~uint64_t{0});
     for (int64_t t = 0; t < n; ++t) {
       const int64_t e = e0 + t, lane = e % DropoutPhilox::kLanes;
-      const int64_t counter = e / DropoutPhilox::kBlock * DropoutPhilox::kLanes + lane;
+      const uint64_t counter = DropoutPhilox::counter_of(e);
       if (cached[lane] != counter) {
-        Philox4x32::generate(seed, stream, static_cast<uint64_t>(counter), words[lane]);
+        Philox4x32::generate(seed, stream, counter, words[lane]);
         cached[lane] = counter;
       }
-      const bool keep = DropoutPhilox::keep(words[lane][(e % DropoutPhilox::kBlock) / DropoutPhilox::kLanes], p);
+      const bool keep = DropoutPhilox::keep(words[lane][DropoutPhilox::word_of(e)], p);
       z[t] = keep ? keep_scale : 0.0f;
     }
   }
@@ -87,27 +87,13 @@ DropoutRow dropout_of(const AttentionArgs& a) {
   return {a.seed, a.stream, a.dropout_p, 1.0f / (1.0f - a.dropout_p)};
 }
 
-void check_operands(const char* what, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& lengths,
-                    const AttentionArgs& a) {
-  for (const Tensor* t : {&q, &k, &v})
-    PACKRAT_CHECK(t->dtype() == DType::f32, "{}: expects f32 q, k, v, got {}", what, dtype_name(t->dtype()));
-  const int64_t G = a.T > 0 && a.E > 0 ? q.numel() / (a.T * a.E) : 0;
-  PACKRAT_CHECK(q.numel() == G * a.T * a.E && k.numel() == G * a.S * a.E && v.numel() == G * a.S * a.Ev,
-                "{}: q {}, k {}, v {} are not (G, {}, {}), (G, {}, {}), (G, {}, {})", what, q.shape().str(),
-                k.shape().str(), v.shape().str(), a.T, a.E, a.S, a.E, a.S, a.Ev);
-  if (lengths.defined())
-    PACKRAT_CHECK(lengths.dtype() == DType::i64 && a.heads > 0 && lengths.numel() * a.heads == G,
-                  "{}: key lengths {} do not give one length per sample of {} heads ({} heads of {} each)", what,
-                  lengths.describe(), G, G / std::max<int64_t>(a.heads, 1), a.heads);
-}
-
 }  // namespace
 
 Backend::AttentionOut CpuBackend::attention_forward(const Tensor& q_any, const Tensor& k_any, const Tensor& v_any,
                                                     const Tensor& key_lengths, const AttentionArgs& a) {
-  check_operands("attention_forward", q_any, k_any, v_any, key_lengths, a);
+  const int64_t G = check_attention_operands("attention_forward", q_any, k_any, v_any, key_lengths, a);
   const Tensor q = q_any.to_plain(), k = k_any.to_plain(), v = v_any.to_plain();
-  const int64_t T = a.T, S = a.S, E = a.E, Ev = a.Ev, G = T * E > 0 ? q.numel() / (T * E) : 0;
+  const int64_t T = a.T, S = a.S, E = a.E, Ev = a.Ev;
   const Geometry geo{G, T, S, E, Ev, a.heads, key_lengths.defined() ? key_lengths.data<int64_t>() : nullptr, &a};
   AttentionOut out;
   out.y = empty_cpu(Shape{G, T, Ev});  // (G, T, Ev)
@@ -187,13 +173,11 @@ Backend::AttentionGrads CpuBackend::attention_backward(const Tensor& q_any, cons
                                                        const Tensor& grad_any, const Tensor& key_lengths,
                                                        const AttentionArgs& a, bool want_dq, bool want_dk,
                                                        bool want_dv) {
-  check_operands("attention_backward", q_any, k_any, v_any, key_lengths, a);
+  const int64_t G = check_attention_operands("attention_backward", q_any, k_any, v_any, key_lengths, a);
+  check_attention_outputs(y_any, lse_any, grad_any, G, a);
   const Tensor q = q_any.to_plain(), k = k_any.to_plain(), v = v_any.to_plain();
   const Tensor y = y_any.to_plain(), lse = lse_any.to_plain(), dy = grad_any.to_plain();
-  const int64_t T = a.T, S = a.S, E = a.E, Ev = a.Ev, G = T * E > 0 ? q.numel() / (T * E) : 0;
-  PACKRAT_CHECK(y.numel() == G * T * Ev && dy.numel() == G * T * Ev && lse.numel() == G * T,
-                "attention_backward: output {}, its gradient {} or lse {} do not match (G {}, T {}, Ev {})",
-                y.shape().str(), dy.shape().str(), lse.shape().str(), G, T, Ev);
+  const int64_t T = a.T, S = a.S, E = a.E, Ev = a.Ev;
   const Geometry geo{G, T, S, E, Ev, a.heads, key_lengths.defined() ? key_lengths.data<int64_t>() : nullptr, &a};
   AttentionGrads out;
   // dq is written block by block; dk and dv accumulate over query blocks.

@@ -198,13 +198,8 @@ void CpuBackend::causal_mask_fill(Tensor& scores) {
 }
 
 void CpuBackend::key_padding_fill(Tensor& scores, const Tensor& key_lengths) {
-  PACKRAT_CHECK(scores.dtype() == DType::f32 && scores.layout() == Layout::Plain && scores.rank() >= 3,
-                "key_padding_fill: expects plain f32 scores (B, ..., T, S), got {}", scores.shape().str());
-  const int64_t B = scores.dim(0), S = scores.dim(-1);
-  PACKRAT_CHECK(key_lengths.dtype() == DType::i64 && key_lengths.numel() == B,
-                "key_padding_fill: expects {} key lengths (i64) for scores {}, got {}", B, scores.shape().str(),
-                key_lengths.describe());
-  const int64_t rows = S == 0 ? 0 : scores.numel() / S, rows_per_sample = B == 0 ? 0 : rows / B;
+  const int64_t rows_per_sample = check_key_padding(scores, key_lengths), S = scores.dim(-1);
+  const int64_t rows = S == 0 ? 0 : scores.numel() / S;
   const int64_t* len = key_lengths.data<int64_t>();
   float* p = scores.data<float>();
   constexpr float kNegInf = -std::numeric_limits<float>::infinity();

@@ -14,25 +14,14 @@ Tensor f32_on(Device device, const Shape& shape, MemTag tag) {
   return Tensor::empty(shape, DType::f32, Layout::Plain, tag, device);
 }
 
-float* f32_or_null(const Tensor& t) { return t.defined() ? t.device_data<float>() : nullptr; }
-
 // The kernels' view of the operands, after the checks every attention primitive shares.
 AttentionGeometry geometry_of(const char* what, const Tensor& q, const Tensor& k, const Tensor& v,
                               const Tensor& key_lengths, const Backend::AttentionArgs& a, int64_t& G) {
-  for (const Tensor* t : {&q, &k, &v})
-    PACKRAT_CHECK(t->dtype() == DType::f32 && t->layout() == Layout::Plain, "{}: expects plain f32 q, k, v, got {}",
-                  what, t->describe());
-  G = a.T > 0 && a.E > 0 ? q.numel() / (a.T * a.E) : 0;
-  PACKRAT_CHECK(q.numel() == G * a.T * a.E && k.numel() == G * a.S * a.E && v.numel() == G * a.S * a.Ev,
-                "{}: q {}, k {}, v {} are not (G, {}, {}), (G, {}, {}), (G, {}, {})", what, q.shape().str(),
-                k.shape().str(), v.shape().str(), a.T, a.E, a.S, a.E, a.S, a.Ev);
+  G = check_attention_operands(what, q, k, v, key_lengths, a);
   PACKRAT_CHECK(a.E <= kAttentionMaxHeadDim && a.Ev <= kAttentionMaxHeadDim,
                 "{}: heads of dimension {} (values {}): the CUDA memory-efficient attention holds at most {} per "
                 "head (use model.attention: standard)",
                 what, a.E, a.Ev, kAttentionMaxHeadDim);
-  if (key_lengths.defined())
-    PACKRAT_CHECK(key_lengths.dtype() == DType::i64 && a.heads > 0 && key_lengths.numel() * a.heads == G,
-                  "{}: key lengths {} do not give one length per sample of {} heads", what, key_lengths.describe(), G);
   AttentionGeometry g{};
   g.q = q.device_data<float>();
   g.k = k.device_data<float>();
@@ -70,9 +59,7 @@ Backend::AttentionGrads CudaBackend::attention_backward(const Tensor& q_any, con
   const Tensor y = y_any.to_plain(), lse = lse_any.to_plain(), dy = grad_any.to_plain();
   int64_t G = 0;
   const AttentionGeometry geo = geometry_of("attention_backward", q, k, v, key_lengths, a, G);
-  PACKRAT_CHECK(y.numel() == G * a.T * a.Ev && dy.numel() == G * a.T * a.Ev && lse.numel() == G * a.T,
-                "attention_backward: output {}, its gradient {} or lse {} do not match (G {}, T {}, Ev {})",
-                y.shape().str(), dy.shape().str(), lse.shape().str(), G, a.T, a.Ev);
+  check_attention_outputs(y, lse, dy, G, a);
   AttentionGrads out;
   if (want_dq) out.dq = f32_on(device(), Shape{G, a.T, a.E}, TagScope::current());   // (G, T, E)
   if (want_dk) out.dk = f32_on(device(), Shape{G, a.S, a.E}, TagScope::current());   // (G, S, E)
@@ -85,15 +72,10 @@ Backend::AttentionGrads CudaBackend::attention_backward(const Tensor& q_any, con
 }
 
 void CudaBackend::key_padding_fill(Tensor& scores, const Tensor& key_lengths) {
-  PACKRAT_CHECK(scores.dtype() == DType::f32 && scores.layout() == Layout::Plain && scores.rank() >= 3,
-                "key_padding_fill: expects plain f32 scores (B, ..., T, S), got {}", scores.shape().str());
-  const int64_t B = scores.dim(0), S = scores.dim(-1);
-  PACKRAT_CHECK(key_lengths.dtype() == DType::i64 && key_lengths.numel() == B,
-                "key_padding_fill: expects {} key lengths (i64) for scores {}, got {}", B, scores.shape().str(),
-                key_lengths.describe());
+  const int64_t rows_per_sample = check_key_padding(scores, key_lengths);
   if (scores.numel() == 0) return;
-  launch_key_padding_fill(scores.device_data<float>(), key_lengths.device_data<int64_t>(), B,
-                          scores.numel() / S / B, S);
+  launch_key_padding_fill(scores.device_data<float>(), key_lengths.device_data<int64_t>(), scores.dim(0),
+                          rows_per_sample, scores.dim(-1));
   PACKRAT_CHECK_LAUNCH("key_padding_fill");
 }
 

@@ -122,4 +122,7 @@ class CudaBackend final : public Backend {
   std::unique_ptr<Allocator> allocator_;
 };
 
+// An optional f32 operand or output of a primitive: its device buffer, or null when undefined.
+inline float* f32_or_null(const Tensor& t) { return t.defined() ? t.device_data<float>() : nullptr; }
+
 }  // namespace packrat::cuda

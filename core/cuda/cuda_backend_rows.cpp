@@ -23,9 +23,6 @@ Tensor scratch_on(Device device, int64_t numel, DType dtype) {
   return Tensor::empty(Shape{numel}, dtype, Layout::Plain, MemTag::Workspace, device);
 }
 
-// An optional f32 operand or output: its device buffer, or null when undefined.
-float* f32_or_null(const Tensor& t) { return t.defined() ? t.device_data<float>() : nullptr; }
-
 }  // namespace
 
 Tensor CudaBackend::softmax_forward(const Tensor& x_any) {

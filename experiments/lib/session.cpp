@@ -156,19 +156,26 @@ void apply_process_settings(const Config& c) {
   set_dropout_seed(c.seed);
 }
 
+namespace {
+
+// Whether the default scheme or a rule's is a preset for which `has` holds.
+bool some_preset(const Config& c, bool (*has)(const std::string& scheme)) {
+  if (has(c.saved_tensors.default_scheme.scheme)) return true;
+  for (const StoreRule& r : c.saved_tensors.rules)
+    if (has(r.spec.scheme)) return true;
+  return false;
+}
+
+}  // namespace
+
 std::vector<std::string> recompute_globs(const Config& c) {
   if (!c.memory.recompute.empty()) return c.memory.recompute;
-  bool blocks = preset_recomputes_blocks(c.saved_tensors.default_scheme.scheme);
-  for (const StoreRule& r : c.saved_tensors.rules) blocks = blocks || preset_recomputes_blocks(r.spec.scheme);
-  return blocks ? std::vector<std::string>{"blocks"} : std::vector<std::string>{};
+  return some_preset(c, preset_recomputes_blocks) ? std::vector<std::string>{"blocks"} : std::vector<std::string>{};
 }
 
 std::string attention_algorithm(const Config& c) {
   if (!c.model.attention.empty()) return c.model.attention;
-  bool efficient = preset_uses_memory_efficient_attention(c.saved_tensors.default_scheme.scheme);
-  for (const StoreRule& r : c.saved_tensors.rules)
-    efficient = efficient || preset_uses_memory_efficient_attention(r.spec.scheme);
-  return efficient ? "memory_efficient" : "";
+  return some_preset(c, preset_uses_memory_efficient_attention) ? "memory_efficient" : "";
 }
 
 Session make_session(const Config& c, const InputSpec& input) {
