@@ -8,6 +8,7 @@
 #include "autograd/saving_op_kinds.h"
 #include "autograd/tape.h"
 #include "core/allocator.h"
+#include "core/autocast.h"
 
 namespace packrat {
 
@@ -123,14 +124,18 @@ std::vector<Tensor> checkpoint(const Segment& segment, const std::vector<Tensor>
     Tensor& y = outputs[j];
     if (!y.defined()) continue;
     y = y.detached();
-    if (y.dtype() == DType::f32 || y.dtype() == DType::f64) {
+    if (is_floating(y.dtype())) {
       output_ptrs.push_back(&y);
       differentiable.push_back(j);
     }
   }
   const size_t n_inputs = inputs.size();
+  // The recompute runs under the forward's autocast (as PyTorch's checkpoint restores it), so it
+  // computes, and saves, what the forward did.
+  const DType autocast = autocast_dtype();
   Node& node = record("checkpoint", input_ptrs, output_ptrs, std::move(saved),
-                      [segment, n_inputs, differentiable](Node& self, const std::vector<Tensor>& grads) {
+                      [segment, n_inputs, differentiable, autocast](Node& self, const std::vector<Tensor>& grads) {
+                        const AutocastScope as_forward(autocast);
                         return recompute_backward(segment, self, grads, n_inputs, differentiable);
                       });
   node.inputs.insert(node.inputs.end(), leaves.begin(), leaves.end());

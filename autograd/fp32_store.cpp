@@ -1,15 +1,19 @@
 #include "autograd/fp32_store.h"
 
+#include "core/autocast.h"
 #include "core/backend.h"
 
 namespace packrat {
 
-Tensor pointwise_derivative(const Pointwise& fn, const Tensor& saved) {
+// A 16-bit saved tensor (autocast) is read converted; f' and the gradient are f32.
+Tensor pointwise_derivative(const Pointwise& fn, const Tensor& saved_any) {
+  const Tensor saved = as_f32(saved_any);
   saved.check_dtype(DType::f32, fn.name.data());
   return backend_of(saved).pointwise_derivative(fn.id, saved, fn.derivative_from_output != nullptr);
 }
 
-Tensor pointwise_backward(const Pointwise& fn, const Tensor& saved, const Tensor& grad_out) {
+Tensor pointwise_backward(const Pointwise& fn, const Tensor& saved_any, const Tensor& grad_out) {
+  const Tensor saved = as_f32(saved_any);
   saved.check_dtype(DType::f32, fn.name.data());
   const Tensor g = grad_out.to_layout(saved.layout());
   return backend_of(g).pointwise_backward(fn.id, saved, g, fn.derivative_from_output != nullptr);
@@ -44,7 +48,8 @@ Tensor Fp32Store::apply_derivative(const SavedHandle& handle, const Tensor& grad
   PACKRAT_CHECK(it != entries_.end(), "fp32 store: saved tensor {} was already released (a second backward?)",
                 handle.id);
   const Entry& e = it->second;
-  if (e.request.need != Need::Derivative || grad_out.dtype() != DType::f32 || e.dtype != DType::f32)
+  if (e.request.need != Need::Derivative || grad_out.dtype() != DType::f32 ||
+      (e.dtype != DType::f32 && !is_half(e.dtype)))
     return SavedTensorStore::apply_derivative(handle, grad_out);
   const Tensor& held = checked(e);
   PACKRAT_CHECK(grad_out.numel() == held.numel(), "{} {}: gradient {} does not match the saved tensor {}",
@@ -93,6 +98,7 @@ void Fp32Store::describe(std::vector<SavedRecord>& out) const {
     rec.shape = e.shape;
     rec.dtype = e.dtype;
     rec.fp32_bytes = e.shared ? 0 : rec.numel * static_cast<int64_t>(dtype_size(e.dtype));  // once, at its first save
+    rec.f32_bytes = is_half(e.dtype) ? 2 * rec.fp32_bytes : rec.fp32_bytes;
     rec.shared = e.shared;
     rec.statistics = e.request.exact;
     rec.bytes = e.shared ? 0 : static_cast<int64_t>(h.tensor.storage()->allocation->bytes());

@@ -3,6 +3,7 @@
 #include <unordered_set>
 
 #include "autograd/fp32_store.h"
+#include "core/autocast.h"
 #include "core/backend.h"
 
 namespace packrat {
@@ -30,8 +31,10 @@ Tensor multiply_elementwise(const Tensor& grad_out, const Tensor& d) {
 
 std::pair<Tensor, SavedHandle> SavedTensorStore::forward_and_save(const Tensor& x, const SaveRequest& r) {
   PACKRAT_CHECK(r.fn != nullptr, "{} {}: a pointwise save needs the function", r.op, r.name);
-  x.check_dtype(DType::f32, "pointwise forward");
-  Tensor y = backend_of(x).pointwise_forward(r.fn->id, x);
+  PACKRAT_CHECK(x.dtype() == DType::f32 || is_half(x.dtype()), "{} {}: pointwise forward expects f32, bf16 or f16, got {}",
+                r.op, r.name, x.describe());
+  // 16-bit x (autocast): f in f32, y in x's dtype; what is saved is in it too.
+  Tensor y = in_dtype(backend_of(x).pointwise_forward(r.fn->id, as_f32(x)), x.dtype());
   return {y, save(r.fn->derivative_from_output ? y : x, r)};
 }
 
@@ -51,7 +54,7 @@ std::vector<SavedRecord> StorePolicy::describe() {
   for (auto* s : stores()) s->describe(out);
   std::unordered_set<uint64_t> seen;
   for (auto& r : out)
-    if (r.fp32_key != 0 && !seen.insert(r.fp32_key).second) r.fp32_bytes = 0;
+    if (r.fp32_key != 0 && !seen.insert(r.fp32_key).second) r.fp32_bytes = r.f32_bytes = 0;
   return out;
 }
 

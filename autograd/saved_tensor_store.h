@@ -49,7 +49,8 @@ struct SavedRecord {
   Need need = Need::Value;
   double bits = 32;          // bits per element as held (realised average where mixed)
   int64_t bytes = 0;         // bytes really held, metadata and padding included
-  int64_t fp32_bytes = 0;    // what the FP32 store would hold for it
+  int64_t fp32_bytes = 0;    // what the FP32 store would hold for it (16-bit under autocast: the AMP baseline)
+  int64_t f32_bytes = 0;     // ... in a run without autocast (a 16-bit tensor at 4 bytes an element)
   int64_t numel = 0;
   Shape shape;               // of the tensor saved (x, or y where fn->derivative_from_output)
   DType dtype = DType::f32;  // ... and its element type

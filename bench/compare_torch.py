@@ -59,10 +59,16 @@ REFERENCES = {
                                                ["--batch", "512", "--steps", "40", "--warmup", "5", "--device", "cuda"],
                                                "img_per_s"),
 }
+# bf16 autocast: PyTorch's CPU autocast step.
+for fp32, bf16 in (("TrainStep/resnet18_cifar_gelu/64", "TrainStep/resnet18_cifar_gelu_bf16/64"),
+                   ("TrainStep/efficientnet_b0_cifar/32", "TrainStep/efficientnet_b0_cifar_bf16/32")):
+    script, args, metric = REFERENCES[fp32]
+    REFERENCES[bf16] = (script, args + ["--autocast", "bf16"], metric)
 # Compressed variants: the same PyTorch twin (FP32; PyTorch has no compressed storage).
 COMPRESSED = {"TrainStep/vit_tiny_cifar_actnn2/64": "TrainStep/vit_tiny_cifar/64",
               "TrainStep/efficientnet_b0_cifar_actnn2_fewbit2/32": "TrainStep/efficientnet_b0_cifar/32",
-              "TrainStep/gpt_small_fewbit3_actnn4/32": "TrainStep/gpt_small/32"}
+              "TrainStep/gpt_small_fewbit3_actnn4/32": "TrainStep/gpt_small/32",
+              "TrainStep/resnet18_cifar_gelu_bf16_actnn2/64": "TrainStep/resnet18_cifar_gelu_bf16/64"}
 REFERENCES.update({name: REFERENCES[fp32] for name, fp32 in COMPRESSED.items()})
 DEFAULT_NAME = {"cpu": "TrainStep/resnet18_cifar_gelu/64", "cuda": "TrainStep/resnet18_cifar_gelu_cuda/512"}
 

@@ -54,6 +54,8 @@ def main():
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    ap.add_argument("--autocast", default="", choices=["", "bf16"],
+                    help="bf16: the forward and loss under torch.autocast(dtype=torch.bfloat16)")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     torch.manual_seed(0)
@@ -74,7 +76,8 @@ def main():
 
     def step():
         opt.zero_grad(set_to_none=True)
-        loss = loss_fn(model(x), y)
+        with torch.autocast(device_type=a.device, dtype=torch.bfloat16, enabled=a.autocast == "bf16"):
+            loss = loss_fn(model(x), y)
         loss.backward()
         opt.step()
 

@@ -9,6 +9,7 @@
 
 #include "autograd/ops.h"
 #include "autograd/tape.h"
+#include "core/autocast.h"
 #include "core/backend.h"
 #include "core/device_runtime.h"
 #include "bench/step_clock.h"
@@ -36,8 +37,9 @@ StorePolicySpec scheme_spec(const std::string& name) {
 // Names stay exactly "TrainStep/<model>/<batch>": run with --benchmark_min_time=5 for steady figures.
 // `spec` is the model, on 3x32x32 inputs; on `device` (the batch waits there, as in PyTorch's
 // benchmark). A GPU is synchronised after every step, so the clock times finished steps.
+// autocast: bf16 runs the forward under AutocastScope(bf16) (`precision: bf16`).
 void TrainStepOf(benchmark::State& state, const ModelSpec& spec, const std::string& scheme,
-                 Device device = Device::cpu()) {
+                 Device device = Device::cpu(), DType autocast = DType::f32) {
   const int64_t batch = state.range(0);
   make_current(device);
   DeviceScope on(device);
@@ -62,7 +64,11 @@ void TrainStepOf(benchmark::State& state, const ModelSpec& spec, const std::stri
   for (auto _ : state) {
     policy.begin_step(step++);
     opt.zero_grad();
-    Tensor loss = ops::cross_entropy((*model)(x), y);
+    Tensor loss;
+    {
+      const AutocastScope precision(autocast);
+      loss = ops::cross_entropy((*model)(x), y);
+    }
     saved_bytes = saved_fp32_bytes = 0;
     for (const auto& r : policy.describe()) {
       saved_bytes += r.bytes;
@@ -86,11 +92,17 @@ void TrainStepOf(benchmark::State& state, const ModelSpec& spec, const std::stri
 void TrainStep(benchmark::State& state, const std::string& scheme) {
   TrainStepOf(state, {"resnet18", "cifar", "gelu", 3, 10, 0}, scheme);
 }
+void TrainStepBf16(benchmark::State& state, const std::string& scheme) {
+  TrainStepOf(state, {"resnet18", "cifar", "gelu", 3, 10, 0}, scheme, Device::cpu(), DType::bf16);
+}
 
 // torchvision's EfficientNet-B0 with the stride-1 cifar stem (bench/torch_train_step.py --model
 // efficientnet_b0_cifar is its PyTorch twin).
 void TrainStepEfficientNet(benchmark::State& state, const std::string& scheme) {
   TrainStepOf(state, {"efficientnet_b0", "cifar", "", 3, 10, 0}, scheme);
+}
+void TrainStepEfficientNetBf16(benchmark::State& state, const std::string& scheme) {
+  TrainStepOf(state, {"efficientnet_b0", "cifar", "", 3, 10, 0}, scheme, Device::cpu(), DType::bf16);
 }
 
 BENCHMARK_CAPTURE(TrainStep, resnet18_cifar_gelu, std::string("fp32"))
@@ -109,6 +121,13 @@ BENCHMARK_CAPTURE(TrainStepEfficientNet, efficientnet_b0_cifar, std::string("fp3
     ->Name("TrainStep/efficientnet_b0_cifar")->Arg(32)->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(TrainStepEfficientNet, efficientnet_b0_cifar_actnn2_fewbit2, std::string("actnn2_fewbit2"))
     ->Name("TrainStep/efficientnet_b0_cifar_actnn2_fewbit2")->Arg(32)->Unit(benchmark::kMillisecond);
+// precision: bf16 (autocast); PyTorch twins: bench/torch_train_step.py --autocast bf16.
+BENCHMARK_CAPTURE(TrainStepBf16, resnet18_cifar_gelu_bf16, std::string("fp32"))
+    ->Name("TrainStep/resnet18_cifar_gelu_bf16")->Arg(64)->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(TrainStepBf16, resnet18_cifar_gelu_bf16_actnn2, std::string("actnn2"))
+    ->Name("TrainStep/resnet18_cifar_gelu_bf16_actnn2")->Arg(64)->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(TrainStepEfficientNetBf16, efficientnet_b0_cifar_bf16, std::string("fp32"))
+    ->Name("TrainStep/efficientnet_b0_cifar_bf16")->Arg(32)->Unit(benchmark::kMillisecond);
 
 // Registered only when a GPU is visible (a benchmark that cannot run is not listed).
 [[maybe_unused]] const bool kCudaRegistered = [] {

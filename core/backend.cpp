@@ -5,6 +5,7 @@
 #include <atomic>
 #include <cstdlib>
 
+#include "core/autocast.h"
 #include "core/build_config.h"
 #include "core/cpu/cpu_backend.h"
 #include "core/error.h"
@@ -35,7 +36,8 @@ ConvAlgorithm conv_algorithm_setting() { return g_conv_algorithm.load(); }
 std::string ConvGeometry::key() const {
   return fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}", N, Cin, H, W, Cout, KH, KW, OH, OW, stride_h,
                      stride_w, pad_h, pad_w, dilation_h, dilation_w, groups) +
-         (has_bias ? ",b" : "") + conv_algorithm_suffix();
+         (has_bias ? ",b" : "") + conv_algorithm_suffix() + (dtype == DType::f32 ? "" : "," + std::string(dtype_name(dtype))) +
+         (tf32_use().convolutions ? ",tf32" : "");
 }
 
 void set_backend_override(Device device, Backend* b) {

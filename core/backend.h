@@ -36,6 +36,9 @@ struct ConvGeometry {
   int64_t N, Cin, H, W, Cout, KH, KW, OH, OW;
   int64_t stride_h, stride_w, pad_h, pad_w, dilation_h, dilation_w, groups;
   bool has_bias;
+  // The dtype of x, y and gy in the kernels: f32, or a 16-bit dtype the backend computes_in (the
+  // weight stays f32 and is read converted; the gradients dx, gw and gb are f32).
+  DType dtype = DType::f32;
   double flops() const { return 2.0 * N * Cout * OH * OW * (Cin / groups) * KH * KW; }  // per pass
   std::string key() const;
 };
@@ -66,6 +69,9 @@ class Backend {
   virtual Device device() const = 0;
   virtual std::string_view name() const = 0;  // "cpu (oneDNN + OpenMP)"
   virtual Allocator& allocator() = 0;
+  // Whether the convolution, matmul and attention kernels run natively in this 16-bit dtype
+  // (core/autocast.h); f32 always. Where not, autocast's ops convert at the kernels' edges.
+  virtual bool computes_in(DType dtype) const { return dtype == DType::f32; }
 
   // ---- memory: copy, fill, reorder, convert
   // dst = src, same shape, dtype and layout; one side may be on the CPU (host <-> device copy).
@@ -109,9 +115,11 @@ class Backend {
   // ---- matmul (ops/linear)
   // Batched c = op(a) @ op(b) (+ bias) on plain tensors, op() an optional transpose read in place:
   // a holds (batch, M, K) row-major, or (batch, K, M) when trans_a; b holds (batch, K, N), or
-  // (batch, N, K) when trans_b; bias (N) or undefined -> c (batch, M, N) plain, shaped `out`.
+  // (batch, N, K) when trans_b; bias (N) or undefined -> c (batch, M, N) plain, shaped `out`, of
+  // dtype c_dtype. a and b are f32, or 16-bit in a dtype the backend computes_in (one of them may
+  // then be f32, a weight: it is read converted); the bias is f32.
   virtual Tensor matmul(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, int64_t batch, int64_t M,
-                        int64_t K, int64_t N, const Tensor& bias, const Shape& out) = 0;
+                        int64_t K, int64_t N, const Tensor& bias, const Shape& out, DType c_dtype = DType::f32) = 0;
   // m (M, N) plain -> (N) column sums, accumulated in double.
   virtual Tensor column_sums(const Tensor& m, int64_t M, int64_t N) = 0;
 
@@ -342,6 +350,10 @@ class Backend {
 // machine does not have throws packrat::Error saying why ("packrat was built without CUDA").
 Backend& backend(Device device);
 inline Backend& backend_of(const Tensor& t) { return backend(t.device()); }
+
+// The dtype the kernels of `be` compute in for data of this dtype: itself where the backend
+// computes_in it, else f32 (autocast at the kernels' edges, core/autocast.h).
+inline DType kernel_dtype(const Backend& be, DType data) { return be.computes_in(data) ? data : DType::f32; }
 
 // Every backend available in this process (the CPU first), for tests that cover them all.
 std::vector<Backend*> available_backends();

@@ -3,9 +3,12 @@
 #include <cstdint>
 #include <string_view>
 
+#include "core/half.h"  // bf16_t, f16_t
+
 namespace packrat {
 
-enum class DType : uint8_t { f32, f64, u8, i32, i64 };
+// bf16 and f16: 16-bit floats (core/half.h), what autocast computes and saves in.
+enum class DType : uint8_t { f32, f64, u8, i32, i64, bf16, f16 };
 
 constexpr size_t dtype_size(DType t) {
   switch (t) {
@@ -14,6 +17,8 @@ constexpr size_t dtype_size(DType t) {
     case DType::u8: return 1;
     case DType::i32: return 4;
     case DType::i64: return 8;
+    case DType::bf16: return 2;
+    case DType::f16: return 2;
   }
   return 0;
 }
@@ -25,6 +30,8 @@ constexpr std::string_view dtype_name(DType t) {
     case DType::u8: return "u8";
     case DType::i32: return "i32";
     case DType::i64: return "i64";
+    case DType::bf16: return "bf16";
+    case DType::f16: return "f16";
   }
   return "?";
 }
@@ -35,6 +42,13 @@ template <> constexpr DType dtype_of<double>() { return DType::f64; }
 template <> constexpr DType dtype_of<uint8_t>() { return DType::u8; }
 template <> constexpr DType dtype_of<int32_t>() { return DType::i32; }
 template <> constexpr DType dtype_of<int64_t>() { return DType::i64; }
+template <> constexpr DType dtype_of<bf16_t>() { return DType::bf16; }
+template <> constexpr DType dtype_of<f16_t>() { return DType::f16; }
+
+// The 16-bit floating-point dtypes.
+constexpr bool is_half(DType t) { return t == DType::bf16 || t == DType::f16; }
+// Floating-point dtypes: what carries a gradient.
+constexpr bool is_floating(DType t) { return t == DType::f32 || t == DType::f64 || is_half(t); }
 
 // Memory layout of a 4-d (N, C, H, W) tensor. The logical shape is always NCHW. Plain is
 // row-major; any other layout is a backend's own (the CPU's nChw16c on AVX-512 and nChw8c without

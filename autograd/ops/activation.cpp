@@ -6,6 +6,7 @@
 #include "autograd/pointwise.h"
 #include "autograd/saved_tensor_store.h"
 #include "autograd/tape.h"
+#include "core/autocast.h"
 #include "core/backend.h"
 
 #include <tuple>
@@ -16,9 +17,10 @@ Tensor activation(const Tensor& x, std::string_view name) {
   const Pointwise& fn = pointwise_by_name(name);
   const std::string& layer = LayerScope::current();
   PACKRAT_CHECK(x.defined(), "{} {}: the input is undefined", fn.name, layer);
-  PACKRAT_CHECK(x.dtype() == DType::f32, "{} {}: expects an f32 input, got {} {}", fn.name, layer,
-                x.shape().str(), dtype_name(x.dtype()));
-  if (!needs_grad({&x})) return backend_of(x).pointwise_forward(fn.id, x);
+  PACKRAT_CHECK(x.dtype() == DType::f32 || is_half(x.dtype()), "{} {}: expects an f32, bf16 or f16 input, got {} {}",
+                fn.name, layer, x.shape().str(), dtype_name(x.dtype()));
+  // A 16-bit x (autocast): f in f32, y in x's dtype.
+  if (!needs_grad({&x})) return in_dtype(backend_of(x).pointwise_forward(fn.id, as_f32(x)), x.dtype());
 
   SaveRequest req;
   req.need = Need::Derivative;

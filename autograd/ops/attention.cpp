@@ -10,6 +10,8 @@
 //   attention_dropout: the keep mask (Need::Mask), only when dropout is active.
 // PyTorch (1.13, F.multi_head_attention_forward) saves the same four (q pre-scaled) plus
 // dropout's output and mask; here Pd is recomputed from P and the mask in backward.
+// Under autocast (core/autocast.h) q, k, v are cast to its dtype, and P, y and what is saved
+// are in it (as PyTorch's autocast saves them); the kernels compute in f32 on those values.
 // Backward: dPd = g v^T, dP = mask-scale(dPd), dS = softmax_backward(P, dP) * scale,
 //   dq = dS k, dk = dS^T q, dv = Pd^T g.
 #include <cmath>
@@ -20,6 +22,7 @@
 #include "autograd/saved_tensor_store.h"
 #include "autograd/saving_op_kinds.h"
 #include "autograd/tape.h"
+#include "core/autocast.h"
 #include "core/backend.h"
 
 namespace packrat::ops {
@@ -47,12 +50,13 @@ Shape with_last2(const Shape& batch_of, int64_t a, int64_t b) {
 
 // The memory-efficient path: one node saving q and k (exact), v, y and the per-row log-sum-exp
 // (exact); backward recomputes the probabilities from them (core/backend.h attention_backward).
-Tensor memory_efficient_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_lengths,
-                                  const Backend::AttentionArgs& a) {
+// q, k, v: the op's inputs (their gradients go there); data: the dtype they are computed with.
+Tensor memory_efficient_attention(const Tensor& q, const Tensor& k, const Tensor& v, DType data,
+                                  const Tensor& key_lengths, const Backend::AttentionArgs& a) {
   Backend& be = backend_of(q);
-  const Tensor qp = q.to_plain(), kp = k.to_plain(), vp = v.to_plain();
-  Backend::AttentionOut fwd = be.attention_forward(qp, kp, vp, key_lengths, a);
-  Tensor y = fwd.y.reshape(with_last2(q.shape(), a.T, a.Ev));  // (B..., T, Ev)
+  const Tensor qp = q.to_plain().to(data), kp = k.to_plain().to(data), vp = v.to_plain().to(data);  // as saved
+  Backend::AttentionOut fwd = be.attention_forward(as_f32(qp), as_f32(kp), as_f32(vp), key_lengths, a);
+  Tensor y = in_dtype(fwd.y.reshape(with_last2(q.shape(), a.T, a.Ev)), data);  // (B..., T, Ev)
   if (!needs_grad({&q, &k, &v})) return y;
   std::vector<SavedHandle> saved;
   // q and k exact: backward recomputes P = exp(scale q k^T - lse) with the forward's lse, so an
@@ -69,7 +73,8 @@ Tensor memory_efficient_attention(const Tensor& q, const Tensor& k, const Tensor
          [=](Node& n, const std::vector<Tensor>& grads) -> std::vector<Tensor> {
            Backend& b = backend_of(grads[0]);
            const Tensor g = grads[0].to_plain();  // (B..., T, Ev)
-           Backend::AttentionGrads d = b.attention_backward(n.load(0), n.load(1), n.load(2), n.load(3), n.load(4), g,
+           Backend::AttentionGrads d = b.attention_backward(as_f32(n.load(0)), as_f32(n.load(1)), as_f32(n.load(2)),
+                                                            as_f32(n.load(3)), n.load(4), g,
                                                             key_lengths, a, static_cast<bool>(n.inputs[0]),
                                                             static_cast<bool>(n.inputs[1]),
                                                             static_cast<bool>(n.inputs[2]));
@@ -84,12 +89,17 @@ Tensor memory_efficient_attention(const Tensor& q, const Tensor& k, const Tensor
 
 }  // namespace
 
-Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionOptions& o) {
+Tensor scaled_dot_product_attention(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in,
+                                    const AttentionOptions& o) {
   const std::string where = op_where("attention");
-  PACKRAT_CHECK(q.defined() && k.defined() && v.defined(), "{}: q, k and v must be defined", where);
-  check_same_device("attention", {&q, &k, &v});
-  for (const Tensor* t : {&q, &k, &v})
-    PACKRAT_CHECK(t->dtype() == DType::f32, "{}: expects f32 q, k, v, got {}", where, dtype_name(t->dtype()));
+  PACKRAT_CHECK(q_in.defined() && k_in.defined() && v_in.defined(), "{}: q, k and v must be defined", where);
+  check_same_device("attention", {&q_in, &k_in, &v_in});
+  for (const Tensor* t : {&q_in, &k_in, &v_in})
+    PACKRAT_CHECK(t->dtype() == DType::f32 || is_half(t->dtype()), "{}: expects f32, bf16 or f16 q, k, v, got {}",
+                  where, dtype_name(t->dtype()));
+  // The dtype of q, k, v as computed with and saved, and of y: autocast's, else their common one.
+  const DType data = autocast_dtype() != DType::f32 ? autocast_dtype() : result_dtype({&q_in, &k_in, &v_in});
+  const Tensor &q = q_in, &k = k_in, &v = v_in;  // the inputs, as recorded
   PACKRAT_CHECK(q.rank() >= 2 && k.rank() == q.rank() && v.rank() == q.rank(),
                 "{}: q, k, v must have one rank >= 2, got {}, {}, {}", where, q.shape().str(), k.shape().str(),
                 v.shape().str());
@@ -125,23 +135,25 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
     a.causal = o.causal;
     a.dropout_p = drop ? o.dropout_p : 0.0f;
     a.seed = o.seed, a.stream = o.stream;
-    return memory_efficient_attention(q, k, v, o.key_lengths, a);
+    return memory_efficient_attention(q, k, v, data, o.key_lengths, a);
   }
 
   Backend& be = backend_of(q);
-  const Tensor qp = q.to_plain(), kp = k.to_plain(), vp = v.to_plain();
+  const Tensor qp = q.to_plain().to(data), kp = k.to_plain().to(data), vp = v.to_plain().to(data);  // as saved
+  const Tensor qf = as_f32(qp), kf = as_f32(kp), vf = as_f32(vp);       // what the kernels read
   const Shape s_shape = with_last2(q.shape(), T, S), y_shape = with_last2(q.shape(), T, Ev);
   Tensor p;  // (B..., T, S), the softmax output
   {
-    Tensor s = be.scale(be.matmul(qp, false, kp, true, batch, T, E, S, Tensor(), s_shape), scale);  // (B..., T, S)
+    Tensor s = be.scale(be.matmul(qf, false, kf, true, batch, T, E, S, Tensor(), s_shape), scale);  // (B..., T, S)
     if (o.causal) be.causal_mask_fill(s);
     if (o.key_lengths.defined()) be.key_padding_fill(s, o.key_lengths);
-    p = be.softmax_forward(s);
+    p = in_dtype(be.softmax_forward(s), data);
   }
   const bool grad = needs_grad({&q, &k, &v});
   Tensor mask;  // (B..., T, S) u8, when dropout is active and backward needs it
-  const Tensor pd = drop ? be.dropout_forward(p, o.dropout_p, keep_scale, o.seed, o.stream, grad ? &mask : nullptr) : p;
-  Tensor y = be.matmul(pd, false, vp, false, batch, T, S, Ev, Tensor(), y_shape);  // (B..., T, Ev)
+  const Tensor pf = as_f32(p);
+  const Tensor pd = drop ? be.dropout_forward(pf, o.dropout_p, keep_scale, o.seed, o.stream, grad ? &mask : nullptr) : pf;
+  Tensor y = in_dtype(be.matmul(pd, false, vf, false, batch, T, S, Ev, Tensor(), y_shape), data);  // (B..., T, Ev)
   if (!grad) return y;
 
   // What each gradient needs: dq <- k, v, P; dk <- q, v, P; dv <- P only.
@@ -164,7 +176,7 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
          [=](Node& n, const std::vector<Tensor>& grads) -> std::vector<Tensor> {
            const Tensor g = grads[0].to_plain();  // (B..., T, Ev)
            Backend& b = backend_of(g);
-           const Tensor P = n.load(static_cast<size_t>(ip));
+           const Tensor P = as_f32(n.load(static_cast<size_t>(ip)));
            const Tensor m = drop ? n.load(static_cast<size_t>(im)) : Tensor();
            std::vector<Tensor> r(3);
            if (n.inputs[2]) {
@@ -172,16 +184,16 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
              r[2] = b.matmul(pdv, true, g, false, batch, S, T, Ev, Tensor(), v_shape).to_layout(lv);  // (S, Ev)
            }
            if (!n.inputs[0] && !n.inputs[1]) return r;
-           const Tensor vs = n.load(static_cast<size_t>(iv)).to_plain();
+           const Tensor vs = as_f32(n.load(static_cast<size_t>(iv)).to_plain());
            Tensor dp = b.matmul(g, false, vs, true, batch, T, Ev, S, Tensor(), s_shape);  // (B..., T, S)
            if (drop) dp = b.mask_scale(dp, m, keep_scale);
            const Tensor ds = b.scale(b.softmax_backward(P, dp), scale);  // (B..., T, S)
            if (n.inputs[0]) {
-             const Tensor ks = n.load(static_cast<size_t>(ik)).to_plain();
+             const Tensor ks = as_f32(n.load(static_cast<size_t>(ik)).to_plain());
              r[0] = b.matmul(ds, false, ks, false, batch, T, S, E, Tensor(), q_shape).to_layout(lq);  // (T, E)
            }
            if (n.inputs[1]) {
-             const Tensor qs = n.load(static_cast<size_t>(iq)).to_plain();
+             const Tensor qs = as_f32(n.load(static_cast<size_t>(iq)).to_plain());
              r[1] = b.matmul(ds, true, qs, false, batch, S, T, E, Tensor(), k_shape).to_layout(lk);  // (S, E)
            }
            return r;

@@ -6,6 +6,7 @@
 #include "autograd/ops.h"
 #include "autograd/saving_op_kinds.h"
 #include "autograd/tape.h"
+#include "core/autocast.h"
 #include "core/backend.h"
 
 namespace packrat::ops {
@@ -51,7 +52,11 @@ Tensor batchnorm2d(const Tensor& x, const Tensor& weight, const Tensor& bias, Te
   const std::string where = op_where("batchnorm2d");
   PACKRAT_CHECK(x.defined(), "{}: input must be defined", where);
   PACKRAT_CHECK(x.rank() == 4, "{}: input must be 4-d (N, C, H, W), got {}", where, x.shape().str());
-  PACKRAT_CHECK(x.dtype() == DType::f32, "{}: input has dtype {}, expected f32", where, dtype_name(x.dtype()));
+  PACKRAT_CHECK(x.dtype() == DType::f32 || is_half(x.dtype()), "{}: input has dtype {}, expected f32, bf16 or f16",
+                where, dtype_name(x.dtype()));
+  // A 16-bit x (autocast) is saved as it is; the statistics and y are computed in f32 and y
+  // comes back in x's dtype.
+  const Tensor xf = as_f32(x);
   const int64_t C = x.dim(1), n = x.dim(0) * x.dim(2) * x.dim(3);
   check_channel_tensor(where, "weight", weight, C);
   check_channel_tensor(where, "bias", bias, C);
@@ -62,23 +67,24 @@ Tensor batchnorm2d(const Tensor& x, const Tensor& weight, const Tensor& bias, Te
 
   if (training)  // data-parallel with distributed.sync_batchnorm: statistics of the global batch
     if (const auto sync = batchnorm_sync())
-      return sync_batchnorm2d(x, weight, bias, running_mean, running_var, momentum, eps, *sync, num_batches_tracked);
+      return sync_batchnorm2d(xf, weight, bias, running_mean, running_var, momentum, eps, *sync, num_batches_tracked);
 
   Tensor y, mean, var;  // (N, C, H, W) x's layout; (C); (C)
   const bool global_stats = !training;
   if (training) {
     PACKRAT_CHECK(n > 1, "{}: training needs more than one value per channel, input is {}", where, x.shape().str());
-    backend_of(x).batchnorm_forward_training(x, weight, bias, eps, y, mean, var);
+    backend_of(x).batchnorm_forward_training(xf, weight, bias, eps, y, mean, var);
     if (running_mean.defined())
       update_running(running_mean, running_var, num_batches_tracked, mean, var, momentum, static_cast<double>(n));
   } else {
     PACKRAT_CHECK(running_mean.defined(), "{}: eval mode needs running statistics", where);
-    y = backend_of(x).batchnorm_forward_inference(x, weight, bias, running_mean, running_var, eps);
+    y = backend_of(x).batchnorm_forward_inference(xf, weight, bias, running_mean, running_var, eps);
     if (needs_grad({&x, &weight, &bias})) {
       mean = running_mean.clone();  // constants of this forward: later updates must not reach backward
       var = running_var.clone();
     }
   }
+  y = in_dtype(y, x.dtype());
   if (!needs_grad({&x, &weight, &bias})) return y;
 
   std::vector<SavedHandle> saved = save_batchnorm_inputs(x, mean, var, weight);
@@ -86,7 +92,7 @@ Tensor batchnorm2d(const Tensor& x, const Tensor& weight, const Tensor& bias, Te
   const Layout x_layout = x.layout();
   record("batchnorm2d", {&x, &weight, &bias}, {&y}, std::move(saved),
          [=](Node& nd, const std::vector<Tensor>& grads) -> std::vector<Tensor> {
-           const Tensor xs = nd.load(0).to_layout(x_layout);
+           const Tensor xs = as_f32(nd.load(0)).to_layout(x_layout);
            const Tensor m = nd.load(1), v = nd.load(2);
            const Tensor w = has_weight ? nd.load(3) : Tensor();
            Tensor dx, dw, db;

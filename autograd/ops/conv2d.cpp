@@ -1,9 +1,11 @@
 // conv2d: forward and both backwards on the input's backend (Backend's convolution section).
 // Saves x (for the weight gradient) and the weight (for the input gradient), each only when
-// the gradient that needs it is wanted.
+// the gradient that needs it is wanted. Under autocast (core/autocast.h) x is cast to the
+// autocast dtype, saved so, and y comes out in it; the weight stays f32, read converted.
 #include "autograd/ops.h"
 #include "autograd/saving_op_kinds.h"
 #include "autograd/tape.h"
+#include "core/autocast.h"
 #include "core/backend.h"
 
 namespace packrat::ops {
@@ -17,7 +19,8 @@ ConvGeometry check_conv(const Tensor& x, const Tensor& w, const Tensor& b, const
   PACKRAT_CHECK(x.defined() && w.defined(), "{}: input and weight must be defined", where);
   PACKRAT_CHECK(x.rank() == 4, "{}: input must be 4-d (N, C, H, W), got {}", where, x.shape().str());
   PACKRAT_CHECK(w.rank() == 4, "{}: weight must be 4-d (Cout, Cin/groups, KH, KW), got {}", where, w.shape().str());
-  PACKRAT_CHECK(x.dtype() == DType::f32, "{}: input has dtype {}, expected f32", where, dtype_name(x.dtype()));
+  PACKRAT_CHECK(x.dtype() == DType::f32 || is_half(x.dtype()), "{}: input has dtype {}, expected f32, bf16 or f16",
+                where, dtype_name(x.dtype()));
   PACKRAT_CHECK(w.dtype() == DType::f32, "{}: weight has dtype {}, expected f32", where, dtype_name(w.dtype()));
   const Layout kept = backend_of(w).conv_weight_layout();
   PACKRAT_CHECK(w.layout() == Layout::Plain || w.layout() == kept,
@@ -60,13 +63,18 @@ ConvGeometry check_conv(const Tensor& x, const Tensor& w, const Tensor& b, const
 
 Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const Conv2dOptions& o) {
   check_same_device("conv2d", {&x, &weight, &bias});
-  const ConvGeometry g = check_conv(x, weight, bias, o);
+  ConvGeometry g = check_conv(x, weight, bias, o);
   Backend& be = backend_of(x);
+  // Autocast: x in its dtype (saved so); a backend without native kernels for it computes in
+  // f32 on the rounded values (kernel), and y comes back in it.
+  const Tensor xc = autocast_operand(x);
+  const DType data = xc.dtype();
+  g.dtype = kernel_dtype(be, data);
   // The kernel reads x in its own layout; keep that copy so that backward needs no reorder.
-  const Tensor src = be.conv_input(x, g);
+  const Tensor src = be.conv_input(xc, g);
   // A weight that cannot change before the next call (eval, or frozen) keeps its prepared copy.
   const bool keep_weights = !grad_enabled() || !weight.requires_grad();
-  Tensor y = be.conv_forward(src, weight, bias, g, keep_weights);  // (N, Cout, OH, OW)
+  Tensor y = in_dtype(be.conv_forward(src.to(g.dtype), weight, bias, g, keep_weights), data);  // (N, Cout, OH, OW)
   if (!needs_grad({&x, &weight, &bias})) return y;
 
   const bool want_dx = x.requires_grad();
@@ -84,7 +92,7 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const C
   const Layout x_layout = x.layout(), w_layout = weight.layout();
   record("conv2d", {&x, &weight, &bias}, {&y}, std::move(saved),
          [g, x_layout, w_layout, ix, iw](Node& n, const std::vector<Tensor>& grads) -> std::vector<Tensor> {
-           const Tensor& gy = grads[0];  // (N, Cout, OH, OW), y's layout
+           const Tensor gy = grads[0].to(g.dtype);  // (N, Cout, OH, OW), y's layout, the kernels' dtype
            std::vector<Tensor> out(3);
            if (n.inputs[0] && iw >= 0) {
              const Tensor w = n.load(static_cast<size_t>(iw));  // plain or the backend's weight layout
@@ -96,7 +104,7 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const C
                           : backend_of(gy).conv_backward_data(gy, w, g).to_layout(x_layout);  // (N, Cin, H, W)
            }
            if (ix >= 0 && (n.inputs[1] || n.inputs[2])) {
-             Tensor xs = n.load(static_cast<size_t>(ix));
+             Tensor xs = n.load(static_cast<size_t>(ix)).to(g.dtype);
              Tensor gw, gb;
              backend_of(gy).conv_backward_weights(xs, gy, g, gw, gb);
              // The gradient in its weight's layout (a no-op for a weight the backend's Conv2d made).

@@ -9,6 +9,7 @@
 #include "autograd/saved_tensor_store.h"
 #include "autograd/saving_op_kinds.h"
 #include "autograd/tape.h"
+#include "core/autocast.h"
 #include "core/backend.h"
 
 namespace packrat::ops {
@@ -39,7 +40,8 @@ Tensor drop_path(const Tensor& x, float p, bool training, uint64_t seed, uint64_
   PACKRAT_CHECK(x.defined(), "drop_path {}: the input is undefined", layer);
   PACKRAT_CHECK(p >= 0.0f && p <= 1.0f, "drop_path {}: probability must be in [0, 1], got {}", layer, p);
   if (!training || p == 0.0f) return x;
-  PACKRAT_CHECK(x.dtype() == DType::f32, "drop_path {}: expects an f32 input, got {}", layer, dtype_name(x.dtype()));
+  PACKRAT_CHECK(x.dtype() == DType::f32 || is_half(x.dtype()), "drop_path {}: expects an f32, bf16 or f16 input, got {}",
+                layer, dtype_name(x.dtype()));
   PACKRAT_CHECK(x.rank() >= 1 && x.numel() > 0, "drop_path {}: expects a non-empty (N, ...) input, got {}", layer,
                 x.shape().str());
   check_same_device("drop_path", {&x});
@@ -52,7 +54,7 @@ Tensor drop_path(const Tensor& x, float p, bool training, uint64_t seed, uint64_
   const bool grad = needs_grad({&x});
   Tensor mask;  // (N, 1, ...) u8 0/1, when saved for backward
   const Tensor noise = be.dropout_forward(ones, p, scale, seed, stream, grad ? &mask : nullptr);  // (N, 1, ...)
-  Tensor y = be.binary(BinaryOp::Mul, x, noise).to_layout(x.layout());
+  Tensor y = in_dtype(be.binary(BinaryOp::Mul, as_f32(x), noise).to_layout(x.layout()), x.dtype());
   if (grad) {
     SaveRequest req;
     req.need = Need::Mask;

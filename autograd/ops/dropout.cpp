@@ -10,6 +10,7 @@
 #include "autograd/saved_tensor_store.h"
 #include "autograd/saving_op_kinds.h"
 #include "autograd/tape.h"
+#include "core/autocast.h"
 #include "core/backend.h"
 
 namespace packrat::ops {
@@ -21,12 +22,14 @@ Tensor dropout(const Tensor& x, float p, bool training, uint64_t seed, uint64_t 
   PACKRAT_CHECK(x.defined(), "dropout {}: the input is undefined", layer);
   PACKRAT_CHECK(p >= 0.0f && p <= 1.0f, "dropout {}: probability must be in [0, 1], got {}", layer, p);
   if (!training || p == 0.0f) return x;
-  PACKRAT_CHECK(x.dtype() == DType::f32, "dropout {}: expects an f32 input, got {}", layer, dtype_name(x.dtype()));
+  PACKRAT_CHECK(x.dtype() == DType::f32 || is_half(x.dtype()), "dropout {}: expects an f32, bf16 or f16 input, got {}",
+                layer, dtype_name(x.dtype()));
 
   const float scale = p < 1.0f ? 1.0f / (1.0f - p) : 0.0f;  // p = 1 drops everything, as PyTorch
   const bool grad = needs_grad({&x});
   Tensor mask;  // like x, u8 0/1, when saved for backward
-  Tensor y = backend_of(x).dropout_forward(x, p, scale, seed, stream, grad ? &mask : nullptr);
+  Tensor y = in_dtype(backend_of(x).dropout_forward(as_f32(x), p, scale, seed, stream, grad ? &mask : nullptr),
+                      x.dtype());  // 16-bit x (autocast): y in its dtype
   if (grad) {
     SaveRequest req;
     req.need = Need::Mask;

@@ -10,6 +10,7 @@
 #include "autograd/saved_tensor_store.h"
 #include "autograd/saving_op_kinds.h"
 #include "autograd/tape.h"
+#include "core/autocast.h"
 #include "core/backend.h"
 
 namespace packrat::ops {
@@ -28,15 +29,19 @@ void check_pair(const char* op, const Tensor& a, const Tensor& b) {
     PACKRAT_CHECK(x == y || x == 1 || y == 1, "{} {}: operand shapes {} and {} do not broadcast", op, layer,
                   a.shape().str(), b.shape().str());
   }
-  PACKRAT_CHECK(a.dtype() == b.dtype(), "{} {}: operand dtypes {} and {} differ", op, layer, dtype_name(a.dtype()),
-                dtype_name(b.dtype()));
-  PACKRAT_CHECK(a.dtype() == DType::f32 || a.dtype() == DType::f64, "{} {}: expects f32 or f64 operands, got {}", op,
-                layer, dtype_name(a.dtype()));
+  // f32 and 16-bit operands mix (autocast: PyTorch's promotion); f64 pairs only with f64.
+  auto f32_or_half = [](DType t) { return t == DType::f32 || is_half(t); };
+  PACKRAT_CHECK((f32_or_half(a.dtype()) && f32_or_half(b.dtype())) || (a.dtype() == DType::f64 && b.dtype() == DType::f64),
+                "{} {}: operand dtypes {} and {}: expects f32, bf16, f16 or two f64 operands", op, layer,
+                dtype_name(a.dtype()), dtype_name(b.dtype()));
 }
 
-Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b) { return backend_of(a).binary(op, a, b); }
+// Computed in f32 where an operand is 16-bit; the result in result_dtype (16-bit when both are).
+Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b) {
+  return in_dtype(backend_of(a).binary(op, as_f32(a), as_f32(b)), result_dtype({&a, &b}));
+}
 
-Tensor scaled(const Tensor& a, double s) { return backend_of(a).scale(a, s); }
+Tensor scaled(const Tensor& a, double s) { return in_dtype(backend_of(a).scale(as_f32(a), s), a.dtype()); }
 
 // The gradient of an operand of `shape` in `layout` from g of the output's shape: g summed over
 // the dims the operand was stretched along, or g itself in the operand's layout.
@@ -91,7 +96,7 @@ Tensor mul(const Tensor& a, const Tensor& b) {
 Tensor scale(const Tensor& a, float s) {
   const std::string& layer = LayerScope::current();
   PACKRAT_CHECK(a.defined(), "scale {}: the operand is undefined", layer);
-  PACKRAT_CHECK(a.dtype() == DType::f32 || a.dtype() == DType::f64, "scale {}: expects f32 or f64, got {}", layer,
+  PACKRAT_CHECK(is_floating(a.dtype()), "scale {}: expects f32, f64, bf16 or f16, got {}", layer,
                 dtype_name(a.dtype()));
   check_same_device("scale", {&a});
   Tensor y = scaled(a, s);

@@ -9,6 +9,7 @@
 #include "autograd/saved_tensor_store.h"
 #include "autograd/saving_op_kinds.h"
 #include "autograd/tape.h"
+#include "core/autocast.h"
 #include "core/backend.h"
 
 namespace packrat::ops {
@@ -18,8 +19,8 @@ PACKRAT_SAVING_OP_KINDS("layernorm")
 Tensor layernorm(const Tensor& x_any, const Tensor& weight, const Tensor& bias, float eps) {
   const std::string& layer = LayerScope::current();
   PACKRAT_CHECK(x_any.defined(), "layernorm {}: the input is undefined", layer);
-  PACKRAT_CHECK(x_any.dtype() == DType::f32 && x_any.rank() >= 1 && x_any.numel() > 0,
-                "layernorm {}: expects a non-empty f32 input (..., D), got {} {}", layer, x_any.shape().str(),
+  PACKRAT_CHECK((x_any.dtype() == DType::f32 || is_half(x_any.dtype())) && x_any.rank() >= 1 && x_any.numel() > 0,
+                "layernorm {}: expects a non-empty f32, bf16 or f16 input (..., D), got {} {}", layer, x_any.shape().str(),
                 dtype_name(x_any.dtype()));
   const Tensor x = x_any.to_plain();
   const int64_t D = x.dim(-1);
@@ -31,7 +32,10 @@ Tensor layernorm(const Tensor& x_any, const Tensor& weight, const Tensor& bias, 
   PACKRAT_CHECK(eps >= 0.0f, "layernorm {}: eps must be >= 0, got {}", layer, eps);
 
   check_same_device("layernorm", {&x_any, &weight, &bias});
-  auto [y, mean, rstd] = backend_of(x).layernorm_forward(x, weight, bias, eps);  // (..., D), (R), (R)
+  // A 16-bit x (autocast) is saved as it is; statistics and y in f32, y back in x's dtype (as
+  // PyTorch 2's mixed-type layer_norm; 1.13's CPU layer_norm refuses bf16 with f32 weights).
+  auto [y32, mean, rstd] = backend_of(x).layernorm_forward(as_f32(x), weight, bias, eps);  // (..., D), (R), (R)
+  Tensor y = in_dtype(y32, x.dtype());
 
   if (needs_grad({&x_any, &weight, &bias})) {
     SaveRequest req;
@@ -47,7 +51,7 @@ Tensor layernorm(const Tensor& x_any, const Tensor& weight, const Tensor& bias, 
     const Layout x_layout = x_any.layout();
     record("layernorm", {&x_any, &weight, &bias}, {&y}, std::move(saved),
            [has_w, has_b, x_layout](Node& n, const std::vector<Tensor>& g) -> std::vector<Tensor> {
-             const Tensor xs = n.load(0), ms = n.load(1), rs = n.load(2);
+             const Tensor xs = as_f32(n.load(0)), ms = n.load(1), rs = n.load(2);
              const Tensor ws = has_w ? n.load(3) : Tensor();
              auto [gx, gw, gb] = backend_of(xs).layernorm_backward(xs, ms, rs, ws, g[0], has_w, has_b);
              return {gx.to_layout(x_layout), gw, gb};

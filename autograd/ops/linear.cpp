@@ -1,8 +1,11 @@
 // linear and matmul on the backend's matmul (Backend's matmul section). Both work on plain data:
 // blocked 4-d inputs are reordered first, and their input gradients go back to the input's layout.
+// Under autocast (core/autocast.h) the operands are cast to its dtype and saved so, the output
+// comes out in it, and a weight stays f32 (the kernel reads it converted); gradients are f32.
 #include "autograd/ops.h"
 #include "autograd/saving_op_kinds.h"
 #include "autograd/tape.h"
+#include "core/autocast.h"
 #include "core/backend.h"
 
 namespace packrat::ops {
@@ -23,7 +26,8 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   PACKRAT_CHECK(x.defined() && weight.defined(), "{}: input and weight must be defined", where);
   PACKRAT_CHECK(weight.rank() == 2, "{}: weight must be 2-d (out, in), got {}", where, weight.shape().str());
   PACKRAT_CHECK(x.rank() >= 1, "{}: input must have at least one dimension", where);
-  PACKRAT_CHECK(x.dtype() == DType::f32, "{}: input has dtype {}, expected f32", where, dtype_name(x.dtype()));
+  PACKRAT_CHECK(x.dtype() == DType::f32 || is_half(x.dtype()), "{}: input has dtype {}, expected f32, bf16 or f16",
+                where, dtype_name(x.dtype()));
   PACKRAT_CHECK(weight.dtype() == DType::f32, "{}: weight has dtype {}, expected f32", where,
                 dtype_name(weight.dtype()));
   const int64_t in = weight.dim(1), out = weight.dim(0);
@@ -34,11 +38,13 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
     PACKRAT_CHECK(bias.dtype() == DType::f32, "{}: bias has dtype {}, expected f32", where, dtype_name(bias.dtype()));
   }
   const int64_t M = x.numel() / std::max<int64_t>(in, 1);
-  const Tensor x2 = x.to_plain().reshape(Shape{M, in});  // (M, in) (a copy only when x is blocked)
+  const Tensor x2 = autocast_operand(x).to_plain().reshape(Shape{M, in});  // (M, in) (a copy only when x is blocked)
+  const DType data = x2.dtype(), kernel = kernel_dtype(backend_of(x), data);
   std::vector<int64_t> ydims = x.shape().dims();
   ydims.back() = out;
   // y = x2 @ weight^T + bias: weight (out, in) read transposed as (in, out).
-  Tensor y = backend_of(x).matmul(x2, false, weight, true, 1, M, in, out, bias, Shape(ydims));  // (..., out)
+  Tensor y = in_dtype(backend_of(x).matmul(x2.to(kernel), false, weight, true, 1, M, in, out, bias, Shape(ydims), kernel),
+                      data);  // (..., out)
   if (!needs_grad({&x, &weight, &bias})) return y;
 
   std::vector<SavedHandle> saved;
@@ -55,17 +61,18 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   const Layout x_layout = x.layout();
   record("linear", {&x, &weight, &bias}, {&y}, std::move(saved),
          [=](Node& n, const std::vector<Tensor>& grads) -> std::vector<Tensor> {
-           const Tensor g = grads[0].to_plain().reshape(Shape{M, out});  // (M, out)
+           const Tensor g = grads[0].to_plain().reshape(Shape{M, out});  // (M, out) f32
+           const Tensor gk = g.to(kernel);                                 // in the kernels' dtype
            Backend& be = backend_of(g);
            std::vector<Tensor> r(3);
            if (n.inputs[0]) {
              Tensor w = n.load(static_cast<size_t>(iw)).to_plain();
-             r[0] = back_to_layout(be.matmul(g, false, w, false, 1, M, out, in, Tensor(), Shape{M, in}), x_shape,
+             r[0] = back_to_layout(be.matmul(gk, false, w, false, 1, M, out, in, Tensor(), Shape{M, in}), x_shape,
                                    x_layout);  // (M, out) @ (out, in)
            }
            if (n.inputs[1]) {
-             Tensor xs = n.load(static_cast<size_t>(ix)).to_plain();
-             r[1] = be.matmul(g, true, xs, false, 1, out, M, in, Tensor(), Shape{out, in});  // (out, M) @ (M, in)
+             Tensor xs = n.load(static_cast<size_t>(ix)).to_plain().to(kernel);
+             r[1] = be.matmul(gk, true, xs, false, 1, out, M, in, Tensor(), Shape{out, in});  // (out, M) @ (M, in)
            }
            if (n.inputs[2]) r[2] = be.column_sums(g, M, out);  // (out)
            return r;
@@ -79,8 +86,10 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
   PACKRAT_CHECK(a.defined() && b.defined(), "{}: both operands must be defined", where);
   PACKRAT_CHECK(a.rank() >= 2 && b.rank() == a.rank(), "{}: operands must have the same rank >= 2, got {} and {}",
                 where, a.shape().str(), b.shape().str());
-  PACKRAT_CHECK(a.dtype() == DType::f32 && b.dtype() == DType::f32, "{}: operands have dtypes {} and {}, expected f32",
-                where, dtype_name(a.dtype()), dtype_name(b.dtype()));
+  auto floating = [](DType t) { return t == DType::f32 || is_half(t); };
+  PACKRAT_CHECK(floating(a.dtype()) && floating(b.dtype()),
+                "{}: operands have dtypes {} and {}, expected f32, bf16 or f16", where, dtype_name(a.dtype()),
+                dtype_name(b.dtype()));
   int64_t batch = 1;
   for (int64_t i = 0; i + 2 < a.rank(); ++i) {
     PACKRAT_CHECK(a.dim(i) == b.dim(i), "{}: batch dimensions differ: {} and {}", where, a.shape().str(),
@@ -92,8 +101,13 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
                 a.shape().str(), b.shape().str(), K, b.dim(-2));
   std::vector<int64_t> cdims = a.shape().dims();
   cdims.back() = N;
-  const Tensor ap = a.to_plain(), bp = b.to_plain();
-  Tensor c = backend_of(a).matmul(ap, false, bp, false, batch, M, K, N, Tensor(), Shape(cdims));  // (B..., M, N)
+  // Autocast casts both; outside it, mixed operands meet in f32 (PyTorch's promotion).
+  const DType data = autocast_dtype() != DType::f32 ? autocast_dtype() : result_dtype({&a, &b});
+  const Tensor ap = a.to_plain().to(data), bp = b.to_plain().to(data);
+  const DType kernel = kernel_dtype(backend_of(a), data);
+  Tensor c = in_dtype(backend_of(a).matmul(ap.to(kernel), false, bp.to(kernel), false, batch, M, K, N, Tensor(),
+                                           Shape(cdims), kernel),
+                      data);  // (B..., M, N)
   if (!needs_grad({&a, &b})) return c;
 
   std::vector<SavedHandle> saved;
@@ -110,16 +124,16 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
   const Layout a_layout = a.layout(), b_layout = b.layout();
   record("matmul", {&a, &b}, {&c}, std::move(saved),
          [=](Node& n, const std::vector<Tensor>& grads) -> std::vector<Tensor> {
-           const Tensor g = grads[0].to_plain();  // (B..., M, N)
+           const Tensor g = grads[0].to_plain().to(kernel);  // (B..., M, N) in the kernels' dtype
            Backend& be = backend_of(g);
            std::vector<Tensor> r(2);
            if (n.inputs[0]) {  // da = g @ b^T: (M, N) @ (N, K)
-             Tensor bs = n.load(static_cast<size_t>(ib)).to_plain();
+             Tensor bs = n.load(static_cast<size_t>(ib)).to_plain().to(kernel);
              r[0] = back_to_layout(be.matmul(g, false, bs, true, batch, M, N, K, Tensor(), a_shape), a_shape,
                                    a_layout);
            }
            if (n.inputs[1]) {  // db = a^T @ g: (K, M) @ (M, N)
-             Tensor as = n.load(static_cast<size_t>(ia)).to_plain();
+             Tensor as = n.load(static_cast<size_t>(ia)).to_plain().to(kernel);
              r[1] = back_to_layout(be.matmul(as, true, g, false, batch, K, M, N, Tensor(), b_shape), b_shape,
                                    b_layout);
            }

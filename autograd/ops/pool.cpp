@@ -6,6 +6,7 @@
 #include "autograd/ops.h"
 #include "autograd/saving_op_kinds.h"
 #include "autograd/tape.h"
+#include "core/autocast.h"
 #include "core/backend.h"
 
 namespace packrat::ops {
@@ -18,7 +19,8 @@ PoolGeometry check_pool(std::string_view op, const Tensor& x, const Pool2dOption
   const std::string where = op_where(op);
   PACKRAT_CHECK(x.defined(), "{}: input must be defined", where);
   PACKRAT_CHECK(x.rank() == 4, "{}: input must be 4-d (N, C, H, W), got {}", where, x.shape().str());
-  PACKRAT_CHECK(x.dtype() == DType::f32, "{}: input has dtype {}, expected f32", where, dtype_name(x.dtype()));
+  PACKRAT_CHECK(x.dtype() == DType::f32 || is_half(x.dtype()), "{}: input has dtype {}, expected f32, bf16 or f16",
+                where, dtype_name(x.dtype()));
   PACKRAT_CHECK(o.kernel_h >= 1 && o.kernel_w >= 1, "{}: kernel must be >= 1, got {}x{}", where, o.kernel_h,
                 o.kernel_w);
   PACKRAT_CHECK(o.stride_h >= 1 && o.stride_w >= 1, "{}: stride must be >= 1, got ({}, {})", where, o.stride_h,
@@ -46,9 +48,10 @@ int64_t index_bits(int64_t n) { return std::max<int64_t>(1, std::bit_width(stati
 Tensor maxpool2d(const Tensor& x, const Pool2dOptions& o) {
   const PoolGeometry g = check_pool("maxpool2d", x, o);
   Backend& be = backend_of(x);
-  if (!needs_grad({&x})) return be.pool_forward(x, g, PoolKind::Max, nullptr);
+  // A 16-bit x (autocast): pooled in f32, y in x's dtype (every pooling here: exact for the max).
+  if (!needs_grad({&x})) return in_dtype(be.pool_forward(as_f32(x), g, PoolKind::Max, nullptr), x.dtype());
   Tensor argmax;  // (N, C, OH, OW) pool_index_dtype(KH * KW), index within the window, y's layout
-  Tensor y = be.pool_forward(x, g, PoolKind::Max, &argmax);
+  Tensor y = in_dtype(be.pool_forward(as_f32(x), g, PoolKind::Max, &argmax), x.dtype());
   SaveRequest r{Need::Index, nullptr, "maxpool2d", LayerScope::current()};
   r.index_bits = index_bits(g.KH * g.KW);
   const Layout layout = x.layout();
@@ -63,7 +66,7 @@ Tensor maxpool2d(const Tensor& x, const Pool2dOptions& o) {
 
 namespace {
 Tensor average_pool(const Tensor& x, const PoolGeometry& g, PoolKind kind, std::string_view op) {
-  Tensor y = backend_of(x).pool_forward(x, g, kind, nullptr);
+  Tensor y = in_dtype(backend_of(x).pool_forward(as_f32(x), g, kind, nullptr), x.dtype());
   if (!needs_grad({&x})) return y;
   const Layout layout = x.layout();
   record(std::string(op), {&x}, {&y}, {},
@@ -82,7 +85,8 @@ Tensor adaptive_avgpool2d(const Tensor& x, int64_t out_h, int64_t out_w) {
   const std::string where = op_where("adaptive_avgpool2d");
   PACKRAT_CHECK(x.defined() && x.rank() == 4, "{}: input must be 4-d (N, C, H, W), got {}", where,
                 x.defined() ? x.shape().str() : std::string("an undefined tensor"));
-  PACKRAT_CHECK(x.dtype() == DType::f32, "{}: input has dtype {}, expected f32", where, dtype_name(x.dtype()));
+  PACKRAT_CHECK(x.dtype() == DType::f32 || is_half(x.dtype()), "{}: input has dtype {}, expected f32, bf16 or f16",
+                where, dtype_name(x.dtype()));
   PACKRAT_CHECK(out_h >= 1 && out_w >= 1, "{}: output size must be >= 1, got {}x{}", where, out_h, out_w);
   const int64_t H = x.dim(2), W = x.dim(3);
   if (H % out_h == 0 && W % out_w == 0) {  // even windows: a plain average pool
@@ -90,7 +94,7 @@ Tensor adaptive_avgpool2d(const Tensor& x, int64_t out_h, int64_t out_w) {
     return average_pool(x, check_pool("adaptive_avgpool2d", x, o), PoolKind::AvgExcludePadding,
                         "adaptive_avgpool2d");
   }
-  Tensor y = backend_of(x).adaptive_avgpool_forward(x, out_h, out_w);
+  Tensor y = in_dtype(backend_of(x).adaptive_avgpool_forward(as_f32(x), out_h, out_w), x.dtype());
   if (!needs_grad({&x})) return y;
   const Shape xs = x.shape();
   const Layout layout = x.layout();

@@ -6,6 +6,7 @@
 #include "autograd/saved_tensor_store.h"
 #include "autograd/saving_op_kinds.h"
 #include "autograd/tape.h"
+#include "core/autocast.h"
 #include "core/backend.h"
 
 namespace packrat::ops {
@@ -17,9 +18,10 @@ Tensor softmax(const Tensor& x_any) {
   PACKRAT_CHECK(x_any.defined(), "softmax {}: the input is undefined", layer);
   PACKRAT_CHECK(x_any.rank() >= 1 && x_any.numel() > 0, "softmax {}: needs a non-empty input, got {}", layer,
                 x_any.shape().str());
-  PACKRAT_CHECK(x_any.dtype() == DType::f32, "softmax {}: expects an f32 input, got {}", layer,
-                dtype_name(x_any.dtype()));
-  Tensor y = backend_of(x_any).softmax_forward(x_any);  // (..., D) plain
+  PACKRAT_CHECK(x_any.dtype() == DType::f32 || is_half(x_any.dtype()), "softmax {}: expects an f32, bf16 or f16 input, got {}",
+                layer, dtype_name(x_any.dtype()));
+  // 16-bit x (autocast): computed in f32, y (saved) in x's dtype.
+  Tensor y = in_dtype(backend_of(x_any).softmax_forward(as_f32(x_any)), x_any.dtype());  // (..., D) plain
   if (needs_grad({&x_any})) {
     SaveRequest req;
     req.need = Need::Value;
@@ -28,7 +30,7 @@ Tensor softmax(const Tensor& x_any) {
     SavedHandle h = save_for_backward(y, req);
     const Layout x_layout = x_any.layout();
     record("softmax", {&x_any}, {&y}, {h}, [x_layout](Node& n, const std::vector<Tensor>& g) -> std::vector<Tensor> {
-      const Tensor yv = n.load(0);
+      const Tensor yv = as_f32(n.load(0));
       const Tensor gx = backend_of(yv).softmax_backward(yv, g[0]);  // (..., D) plain
       return {gx.to_layout(x_layout)};
     });

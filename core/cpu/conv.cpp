@@ -30,7 +30,9 @@ struct ConvPlan {
   // each call reorders its operands into Workspace buffers of the jit kernel's format (nChw8c)
   // and its result back out of one.
   Layout src_layout, dst_layout;
-  memory::desc src, dst, wplain, wany, bias;
+  // src, dst and the kernels' weights (wany) are in g.dtype; wplain (the parameter), wgrad (the
+  // weight gradient) and bias are f32.
+  memory::desc src, dst, wplain, wany, wgrad, bias;
   bool kernel_formats = false;
   memory::dims strides, dilates, pad_l, pad_r;
   dnnl::convolution_forward::primitive_desc fwd_pd;
@@ -63,8 +65,8 @@ void make_forward(ConvPlan& p, const ConvGeometry& g, Layout src_layout, Layout 
   p.src_layout = src_layout;
   p.dst_layout = dst_layout;
   p.kernel_formats = kernel_formats;
-  p.src = desc_for(Shape{g.N, g.Cin, g.H, g.W}, DType::f32, src_layout);
-  p.dst = desc_for(Shape{g.N, g.Cout, g.OH, g.OW}, DType::f32, dst_layout);
+  p.src = desc_for(Shape{g.N, g.Cin, g.H, g.W}, g.dtype, src_layout);
+  p.dst = desc_for(Shape{g.N, g.Cout, g.OH, g.OW}, g.dtype, dst_layout);
   const memory::desc src = kernel_formats ? any_format(p.src) : p.src;
   const memory::desc dst = kernel_formats ? any_format(p.dst) : p.dst;
   dnnl::convolution_forward::desc d =
@@ -90,7 +92,8 @@ std::shared_ptr<ConvPlan> make_plan(const ConvGeometry& g) {
   auto p = std::make_shared<ConvPlan>();
   const memory::dims wd = weight_dims(g);
   p->wplain = memory::desc(wd, memory::data_type::f32, g.groups == 1 ? tag::oihw : tag::goihw);
-  p->wany = memory::desc(wd, memory::data_type::f32, tag::any);
+  p->wany = memory::desc(wd, dnnl_type(g.dtype), tag::any);
+  p->wgrad = memory::desc(wd, memory::data_type::f32, tag::any);
   p->bias = g.has_bias ? memory::desc({g.Cout}, memory::data_type::f32, tag::x) : memory::desc();
   p->strides = {g.stride_h, g.stride_w};
   p->dilates = {g.dilation_h - 1, g.dilation_w - 1};
@@ -132,10 +135,12 @@ std::shared_ptr<ConvPlan> plan_for(const ConvGeometry& g) {
 // have only gemm or the reference kernel, with the jit kernel's own formats (copies at the call's
 // edges, as kernel_formats); else with plain src and dst when the forward's layouts have only the
 // reference kernel and plain ones do not.
+// src_dtype: the src side's (the data gradient's f32, or x's g.dtype).
 template <typename PD, typename MakeDesc>
-PD backward_pd(const ConvGeometry& g, const ConvPlan& p, MakeDesc make_desc, Layout& src_layout, Layout& dst_layout,
-               memory::desc& src, memory::desc& dst) {
-  src_layout = p.src_layout, dst_layout = p.dst_layout, src = p.src, dst = p.dst;
+PD backward_pd(const ConvGeometry& g, const ConvPlan& p, MakeDesc make_desc, DType src_dtype, Layout& src_layout,
+               Layout& dst_layout, memory::desc& src, memory::desc& dst) {
+  src_layout = p.src_layout, dst_layout = p.dst_layout, dst = p.dst;
+  src = desc_for(Shape{g.N, g.Cin, g.H, g.W}, src_dtype, p.src_layout);
   if (p.kernel_formats) return PD(make_desc(any_format(src), any_format(dst)), dnnl_attr(), dnnl_engine(), p.fwd_pd);
   PD pd(make_desc(src, dst), dnnl_attr(), dnnl_engine(), p.fwd_pd);
   if (!avx512_kernels() && (is_gemm_impl(pd) || is_reference_impl(pd))) {
@@ -146,8 +151,8 @@ PD backward_pd(const ConvGeometry& g, const ConvPlan& p, MakeDesc make_desc, Lay
     if (!is_reference_impl(jit) && !is_gemm_impl(jit)) return jit;
   }
   if (!is_reference_impl(pd) || (src_layout == Layout::Plain && dst_layout == Layout::Plain)) return pd;
-  const memory::desc psrc = desc_for(Shape{g.N, g.Cin, g.H, g.W}, DType::f32, Layout::Plain);
-  const memory::desc pdst = desc_for(Shape{g.N, g.Cout, g.OH, g.OW}, DType::f32, Layout::Plain);
+  const memory::desc psrc = desc_for(Shape{g.N, g.Cin, g.H, g.W}, src_dtype, Layout::Plain);
+  const memory::desc pdst = desc_for(Shape{g.N, g.Cout, g.OH, g.OW}, g.dtype, Layout::Plain);
   PD plain(make_desc(psrc, pdst), dnnl_attr(), dnnl_engine(), p.fwd_pd);
   if (is_reference_impl(plain)) return pd;
   src_layout = dst_layout = Layout::Plain, src = psrc, dst = pdst;
@@ -160,8 +165,8 @@ ConvPlan& backward_data_plan(const ConvGeometry& g, const std::shared_ptr<ConvPl
       return dnnl::convolution_backward_data::desc(conv_algorithm(), src, p->wany, dst,
                                                    p->strides, p->dilates, p->pad_l, p->pad_r);
     };
-    p->bd_pd = backward_pd<dnnl::convolution_backward_data::primitive_desc>(g, *p, make, p->bd_src_layout,
-                                                                            p->bd_dst_layout, p->bd_src, p->bd_dst);
+    p->bd_pd = backward_pd<dnnl::convolution_backward_data::primitive_desc>(
+        g, *p, make, DType::f32, p->bd_src_layout, p->bd_dst_layout, p->bd_src, p->bd_dst);
     p->bd = dnnl::convolution_backward_data(p->bd_pd);
   });
   return *p;
@@ -170,14 +175,14 @@ ConvPlan& backward_data_plan(const ConvGeometry& g, const std::shared_ptr<ConvPl
 ConvPlan& backward_weights_plan(const ConvGeometry& g, const std::shared_ptr<ConvPlan>& p) {
   std::call_once(p->bw_once, [&] {
     auto make = [&](const memory::desc& src, const memory::desc& dst) {
-      return g.has_bias ? dnnl::convolution_backward_weights::desc(conv_algorithm(), src, p->wany,
+      return g.has_bias ? dnnl::convolution_backward_weights::desc(conv_algorithm(), src, p->wgrad,
                                                                    p->bias, dst, p->strides, p->dilates, p->pad_l,
                                                                    p->pad_r)
-                        : dnnl::convolution_backward_weights::desc(conv_algorithm(), src, p->wany,
+                        : dnnl::convolution_backward_weights::desc(conv_algorithm(), src, p->wgrad,
                                                                    dst, p->strides, p->dilates, p->pad_l, p->pad_r);
     };
     p->bw_pd = backward_pd<dnnl::convolution_backward_weights::primitive_desc>(
-        g, *p, make, p->bw_src_layout, p->bw_dst_layout, p->bw_src, p->bw_dst);
+        g, *p, make, g.dtype, p->bw_src_layout, p->bw_dst_layout, p->bw_src, p->bw_dst);
     p->own_depthwise_bw = depthwise_blocked(g) && std::string(p->bw_pd.impl_info_str()).rfind("jit", 0) != 0;
     if (!p->own_depthwise_bw) p->bw = dnnl::convolution_backward_weights(p->bw_pd);
   });
@@ -222,7 +227,7 @@ Tensor conv_forward(const Tensor& x, const Tensor& w, const Tensor& b, const Con
   auto plan = plan_for(g);
   const Tensor src = to_layout(x, plan->src_layout);
   const Tensor wbuf = weights_as(w, plan->wplain, plan->fwd_pd.weights_desc(), keep_weights);
-  Tensor y = empty_cpu(Shape{g.N, g.Cout, g.OH, g.OW}, DType::f32, plan->dst_layout);  // (N, Cout, OH, OW)
+  Tensor y = empty_cpu(Shape{g.N, g.Cout, g.OH, g.OW}, g.dtype, plan->dst_layout);  // (N, Cout, OH, OW)
   Tensor src_copy, dst_copy;
   std::unordered_map<int, memory> args{{DNNL_ARG_SRC, kernel_input(src, plan->src, plan->fwd_pd.src_desc(), src_copy)},
                                        {DNNL_ARG_WEIGHTS, memory_of(wbuf, plan->fwd_pd.weights_desc())},
@@ -257,7 +262,7 @@ void conv_backward_weights(const Tensor& x, const Tensor& gy, const ConvGeometry
     // nChw16c Workspace copies.
     auto blocked = [](const Tensor& t) {
       TagScope copies(MemTag::Workspace);
-      return to_layout(t, Layout::nChw16c);
+      return to_layout(t, Layout::nChw16c).to(DType::f32);  // 16-bit operands: its f32 loop reads them converted
     };
     depthwise_backward_weights(blocked(x), blocked(gy), g, gw, gb);
     return;

@@ -11,6 +11,8 @@ class CpuBackend final : public Backend {
   Device device() const override { return Device::cpu(); }
   std::string_view name() const override { return "cpu (oneDNN + OpenMP)"; }
   Allocator& allocator() override { return Allocator::cpu(); }
+  // bf16 where oneDNN has native bf16 kernels (AVX512_BF16 or AMX); f16 nowhere.
+  bool computes_in(DType dtype) const override;
 
   // ---- memory: copy, fill, reorder, convert (cpu_backend_memory.cpp)
   void copy(const Tensor& src, Tensor& dst) override;
@@ -29,7 +31,7 @@ class CpuBackend final : public Backend {
 
   // ---- matmul (cpu_backend_matmul.cpp)
   Tensor matmul(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, int64_t batch, int64_t M, int64_t K,
-                int64_t N, const Tensor& bias, const Shape& out) override;
+                int64_t N, const Tensor& bias, const Shape& out, DType c_dtype = DType::f32) override;
   Tensor column_sums(const Tensor& m, int64_t M, int64_t N) override;
 
   // ---- batchnorm (cpu_backend_batchnorm.cpp)

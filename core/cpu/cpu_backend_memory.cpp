@@ -7,6 +7,7 @@
 #include "core/cpu/layout.h"
 #include "core/cpu/loops.h"
 #include "core/parallel.h"
+#include "core/typed_dispatch.h"
 
 namespace packrat::cpu {
 
@@ -38,16 +39,10 @@ void CpuBackend::fill(Tensor& t, double value) {
   }
   auto go = [&](auto* p) {
     using T = std::remove_pointer_t<decltype(p)>;
-    const T v = static_cast<T>(value);
+    const T v = cast_element<T>(value);
     for (int64_t i = 0; i < n; ++i) p[i] = v;
   };
-  switch (t.dtype()) {
-    case DType::f32: go(t.data<float>()); break;
-    case DType::f64: go(t.data<double>()); break;
-    case DType::u8: go(t.data<uint8_t>()); break;
-    case DType::i32: go(t.data<int32_t>()); break;
-    case DType::i64: go(t.data<int64_t>()); break;
-  }
+  with_typed(t.raw(), t.dtype(), go);
 }
 
 Tensor CpuBackend::to_layout(const Tensor& t, Layout layout) {
@@ -59,26 +54,17 @@ void CpuBackend::convert(const Tensor& src, Tensor& dst) {
   PACKRAT_CHECK(src.numel() == dst.numel() && src.layout() == dst.layout(), "convert: {} into {}", src.describe(),
                 dst.describe());
   const int64_t n = src.numel();
-  auto from = [&](auto* s) {
+  auto from = [&](const auto* s) {
     auto go = [&](auto* d) {
       using D = std::remove_pointer_t<decltype(d)>;
-      for (int64_t i = 0; i < n; ++i) d[i] = static_cast<D>(s[i]);
+      // Contiguous chunks: the 16-bit conversions are integer arithmetic that vectorises.
+      parallel_chunks(n, kMinParallelWork, [&](int64_t b, int64_t e) {
+        for (int64_t i = b; i < e; ++i) d[i] = cast_element<D>(s[i]);
+      });
     };
-    switch (dst.dtype()) {
-      case DType::f32: go(dst.data<float>()); break;
-      case DType::f64: go(dst.data<double>()); break;
-      case DType::u8: go(dst.data<uint8_t>()); break;
-      case DType::i32: go(dst.data<int32_t>()); break;
-      case DType::i64: go(dst.data<int64_t>()); break;
-    }
+    with_typed(dst.raw(), dst.dtype(), go);
   };
-  switch (src.dtype()) {
-    case DType::f32: from(src.data<float>()); break;
-    case DType::f64: from(src.data<double>()); break;
-    case DType::u8: from(src.data<uint8_t>()); break;
-    case DType::i32: from(src.data<int32_t>()); break;
-    case DType::i64: from(src.data<int64_t>()); break;
-  }
+  with_typed(const_cast<void*>(src.raw()), src.dtype(), from);
 }
 
 // The reorder for dtypes oneDNN does not move (f64, i64): one (n, channel block) slab at a

@@ -72,6 +72,7 @@ Tensor CpuBackend::transpose_last2(const Tensor& x_any) {
   Tensor y = empty_cpu(Shape(dims), x.dtype());  // (..., N, M)
   switch (dtype_size(x.dtype())) {
     case 1: transpose_batched(static_cast<const uint8_t*>(x.raw()), static_cast<uint8_t*>(y.raw()), B, M, N); break;
+    case 2: transpose_batched(static_cast<const uint16_t*>(x.raw()), static_cast<uint16_t*>(y.raw()), B, M, N); break;
     case 4: transpose_batched(static_cast<const uint32_t*>(x.raw()), static_cast<uint32_t*>(y.raw()), B, M, N); break;
     case 8: transpose_batched(static_cast<const uint64_t*>(x.raw()), static_cast<uint64_t*>(y.raw()), B, M, N); break;
     default: fail("transpose_last2: unsupported dtype {}", dtype_name(x.dtype()));
@@ -141,6 +142,7 @@ Tensor CpuBackend::permute(const Tensor& x_any, std::span<const int64_t> perm) {
   }
   switch (dtype_size(x.dtype())) {
     case 1: permute_copy(static_cast<const uint8_t*>(x.raw()), static_cast<uint8_t*>(y.raw()), out_dims, src_stride); break;
+    case 2: permute_copy(static_cast<const uint16_t*>(x.raw()), static_cast<uint16_t*>(y.raw()), out_dims, src_stride); break;
     case 4: permute_copy(static_cast<const uint32_t*>(x.raw()), static_cast<uint32_t*>(y.raw()), out_dims, src_stride); break;
     case 8: permute_copy(static_cast<const uint64_t*>(x.raw()), static_cast<uint64_t*>(y.raw()), out_dims, src_stride); break;
     default: fail("permute: unsupported dtype {}", dtype_name(x.dtype()));

@@ -18,6 +18,11 @@ bool avx512_kernels() {
   return (isa & dnnl_cpu_isa_avx512_core) == dnnl_cpu_isa_avx512_core;
 }
 
+bool bf16_kernels() {
+  const auto isa = static_cast<unsigned>(dnnl::get_effective_cpu_isa());
+  return (isa & dnnl_cpu_isa_avx512_core_bf16) == dnnl_cpu_isa_avx512_core_bf16;
+}
+
 Layout native_blocked_layout() {
   static const Layout native = avx512_kernels() ? Layout::nChw16c : Layout::nChw8c;
   return native;
@@ -40,6 +45,8 @@ memory::data_type dnnl_type(DType t) {
     case DType::f32: return memory::data_type::f32;
     case DType::u8: return memory::data_type::u8;
     case DType::i32: return memory::data_type::s32;
+    case DType::bf16: return memory::data_type::bf16;
+    case DType::f16: return memory::data_type::f16;
     default: fail("oneDNN: dtype {} is not supported by the CPU kernels (use f32)", dtype_name(t));
   }
 }
@@ -64,9 +71,11 @@ memory memory_of(const Tensor& t, const memory::desc& d) { return memory(d, dnnl
 std::optional<Layout> layout_of(const memory::desc& d) {
   if (d.dims().size() != 4) return std::nullopt;
   const Shape s(std::vector<int64_t>(d.dims().begin(), d.dims().end()));
-  const DType dt = d.data_type() == memory::data_type::f32 ? DType::f32
-                   : d.data_type() == memory::data_type::u8 ? DType::u8
-                                                             : DType::i32;
+  const DType dt = d.data_type() == memory::data_type::f32    ? DType::f32
+                   : d.data_type() == memory::data_type::u8   ? DType::u8
+                   : d.data_type() == memory::data_type::bf16 ? DType::bf16
+                   : d.data_type() == memory::data_type::f16  ? DType::f16
+                                                              : DType::i32;
   if (d == desc_for(s, dt, Layout::Plain)) return Layout::Plain;
   for (Layout blocked : {Layout::nChw16c, Layout::nChw8c})
     if (s[1] % channel_block(blocked) == 0 && d == desc_for(s, dt, blocked)) return blocked;

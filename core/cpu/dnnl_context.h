@@ -19,6 +19,8 @@ dnnl::engine& dnnl_engine();
 // kernels and Winograd convolutions need them; on AVX2 its jit convolutions read and write
 // nChw8c (core/cpu/layout.h: native_blocked_layout).
 bool avx512_kernels();
+// Whether oneDNN runs native bf16 kernels here (AVX512_BF16, or AMX which implies it).
+bool bf16_kernels();
 dnnl::stream& dnnl_stream();  // one per thread
 
 // Attributes every packrat primitive uses: strict fp32 math (no bf16 down-conversion) and

@@ -12,22 +12,23 @@ using dnnl::memory;
 
 namespace {
 // (batch, rows, cols) over a row-major buffer holding (batch, rows, cols), or its transpose.
-memory::desc view(int64_t batch, int64_t rows, int64_t cols, bool transposed) {
+memory::desc view(int64_t batch, int64_t rows, int64_t cols, bool transposed, DType dtype) {
   const memory::dims dims{batch, rows, cols};
   const memory::dims strides = transposed ? memory::dims{rows * cols, 1, rows} : memory::dims{rows * cols, cols, 1};
-  return memory::desc(dims, memory::data_type::f32, strides);
+  return memory::desc(dims, dnnl_type(dtype), strides);
 }
 }  // namespace
 
-Tensor matmul(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, int64_t batch, int64_t M, int64_t K,
-              int64_t N, const Tensor& bias, const Shape& out) {
-  Tensor c = empty_cpu(out);  // (batch, M, N) as `out`
+Tensor matmul(const Tensor& a_in, bool trans_a, const Tensor& b_in, bool trans_b, int64_t batch, int64_t M, int64_t K,
+              int64_t N, const Tensor& bias, const Shape& out, DType c_dtype) {
+  // A 16-bit operand beside an f32 one (a weight): the f32 one is read converted.
+  const DType ab = is_half(a_in.dtype()) ? a_in.dtype() : b_in.dtype();
+  const Tensor a = a_in.to(ab), b = b_in.to(ab);
+  if (K == 0) return zeros_cpu(out, c_dtype);
+  Tensor c = empty_cpu(out, c_dtype);  // (batch, M, N) as `out`
   if (c.numel() == 0) return c;
-  if (K == 0) {
-    std::fill(c.data<float>(), c.data<float>() + c.numel(), 0.0f);
-    return c;
-  }
-  const memory::desc ad = view(batch, M, K, trans_a), bd = view(batch, K, N, trans_b), cd = view(batch, M, N, false);
+  const memory::desc ad = view(batch, M, K, trans_a, ab), bd = view(batch, K, N, trans_b, ab),
+                     cd = view(batch, M, N, false, c_dtype);
   const memory::desc biasd = bias.defined() ? memory::desc({1, 1, N}, memory::data_type::f32, memory::dims{N, N, 1})
                                             : memory::desc();
   const dnnl::matmul::desc d = bias.defined() ? dnnl::matmul::desc(ad, bd, biasd, cd) : dnnl::matmul::desc(ad, bd, cd);

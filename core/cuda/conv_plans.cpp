@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <unordered_map>
 
+#include "core/autocast.h"
 #include "core/cuda/dnn_check.h"
 #include "core/cuda/dnn_handles.h"
 
@@ -19,7 +20,7 @@ int as_int(int64_t v, const char* name, const std::string& what) {
 }
 
 // Results that need the descriptor's math type changed to run on tensor cores; never taken (with
-// PACKRAT_CUDA_TF32=1 the DEFAULT descriptor already permits TF32).
+// tf32_use().convolutions the DEFAULT descriptor already permits TF32).
 bool tensor_core_math(cudnnMathType_t m) {
   return m == CUDNN_TENSOR_OP_MATH || m == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION;
 }
@@ -76,8 +77,9 @@ ConvPlan::ConvPlan(int device, const ConvGeometry& g, Layout layout)
   PACKRAT_CUDNN_CHECK(cudnnSetConvolutionGroupCount(conv, as_int(g.groups, "groups", what_)), what_);
   // FMA, not DEFAULT: on Ampere and later CUDNN_DEFAULT_MATH lets f32 convolutions run on TF32
   // tensor cores (10-bit mantissa); the backend test compares with the CPU at f32 tolerance.
-  // PACKRAT_CUDA_TF32=1 (tf32_allowed) gives DEFAULT, PyTorch's default, for speed comparisons.
-  PACKRAT_CUDNN_CHECK(cudnnSetConvolutionMathType(conv, tf32_allowed() ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH), what_);
+  // tf32_use().convolutions (`precision`, or PACKRAT_CUDA_TF32=1) gives DEFAULT, PyTorch's default.
+  PACKRAT_CUDNN_CHECK(cudnnSetConvolutionMathType(conv, tf32_use().convolutions ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH),
+                      what_);
   int n = 0, c = 0, h = 0, wd = 0;
   PACKRAT_CUDNN_CHECK(cudnnGetConvolution2dForwardOutputDim(conv, x, w, &n, &c, &h, &wd), what_);
   PACKRAT_CHECK(n == N && c == Cout && h == OH && wd == OW, "{}: cuDNN computes an output of ({}, {}, {}, {})", what_,

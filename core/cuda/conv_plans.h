@@ -20,8 +20,9 @@ namespace packrat::cuda {
 // workspace, and the choice does not depend on timing noise. ConvAlgorithm::Auto takes the
 // first (expected fastest) algorithm the heuristics support; Direct the one with the smallest
 // workspace; Deterministic the first that cuDNN marks CUDNN_DETERMINISTIC (the same bits run
-// after run: no split reductions in a nondeterministic order). TF32 tensor cores are never used: math type CUDNN_FMA_MATH (CUDNN_DEFAULT_MATH
-// would permit TF32 on Ampere and later), unless PACKRAT_CUDA_TF32=1 (dnn_handles.h).
+// after run: no split reductions in a nondeterministic order). TF32 tensor cores are not used (math type
+// CUDNN_FMA_MATH; CUDNN_DEFAULT_MATH would permit TF32 on Ampere and later) unless
+// tf32_use().convolutions (core/autocast.h), which ConvGeometry::key() includes.
 struct ConvChoice {
   int algo = -1;           // a cudnnConvolution{Fwd,BwdData,BwdFilter}Algo_t
   size_t workspace = 0;    // bytes

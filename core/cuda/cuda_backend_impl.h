@@ -36,7 +36,7 @@ class CudaBackend final : public Backend {
 
   // ---- matmul on cuBLAS (cuda_backend_matmul.cpp)
   Tensor matmul(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, int64_t batch, int64_t M, int64_t K,
-                int64_t N, const Tensor& bias, const Shape& out) override;
+                int64_t N, const Tensor& bias, const Shape& out, DType c_dtype = DType::f32) override;
   Tensor column_sums(const Tensor& m, int64_t M, int64_t N) override;
 
   // ---- batchnorm (cuda_backend_batchnorm.cpp)

@@ -12,7 +12,7 @@
 namespace packrat::cuda {
 
 Tensor CudaBackend::matmul(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, int64_t batch, int64_t M,
-                           int64_t K, int64_t N, const Tensor& bias, const Shape& out) {
+                           int64_t K, int64_t N, const Tensor& bias, const Shape& out, DType c_dtype) {
   make_current(index_);
   // The context of every error below, formatted only on failure.
   const auto what = [&] {
@@ -22,6 +22,8 @@ Tensor CudaBackend::matmul(const Tensor& a, bool trans_a, const Tensor& b, bool 
   PACKRAT_CHECK(a.dtype() == DType::f32 && b.dtype() == DType::f32 && a.layout() == Layout::Plain &&
                     b.layout() == Layout::Plain && a.numel() == batch * M * K && b.numel() == batch * K * N,
                 "{}: operands {} and {} do not hold that (plain f32)", what(), a.describe(), b.describe());
+  PACKRAT_CHECK(c_dtype == DType::f32, "{}: this backend computes matmuls in f32 only, not {}", what(),
+                dtype_name(c_dtype));
   PACKRAT_CHECK(out.numel() == batch * M * N, "{}: output shape {} does not hold ({}, {}, {})", what(), out.str(), batch,
                 M, N);
   PACKRAT_CHECK(!bias.defined() || (bias.dtype() == DType::f32 && bias.numel() == N), "{}: bias {} is not ({}) f32",

@@ -8,6 +8,7 @@
 
 #include <cuda_runtime.h>
 
+#include "core/autocast.h"
 #include "core/cuda/cuda_backend.h"
 #include "core/cuda/cuda_check.h"
 #include "core/cuda/dnn_check.h"
@@ -41,14 +42,6 @@ Handles& slot(int index) {
 }
 
 }  // namespace
-
-bool tf32_allowed() {
-  static const bool allowed = [] {
-    const char* v = std::getenv("PACKRAT_CUDA_TF32");
-    return v && std::string(v) == "1";
-  }();
-  return allowed;
-}
 
 Layout activation_layout() {
   static const Layout layout = [] {
@@ -87,11 +80,11 @@ cublasHandle_t cublas_handle(int index) {
     h.cublas_workspace = Tensor::empty(Shape{kCublasWorkspaceBytes}, DType::u8, Layout::Plain, MemTag::Workspace,
                                        Device::cuda(index));
     PACKRAT_CUBLAS_CHECK(cublasSetWorkspace(h.cublas, h.cublas_workspace.raw(), kCublasWorkspaceBytes), where);
-    // No TF32 unless asked (CUBLAS_DEFAULT_MATH keeps f32 GEMMs on f32 FMA): the backend test
-    // compares with the CPU at f32 tolerance.
-    PACKRAT_CUBLAS_CHECK(cublasSetMathMode(h.cublas, tf32_allowed() ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH),
-                         where);
   }
+  // No TF32 unless asked (CUBLAS_DEFAULT_MATH keeps f32 GEMMs on f32 FMA): the backend test
+  // compares with the CPU at f32 tolerance. Set per call: `precision` may change it.
+  PACKRAT_CUBLAS_CHECK(cublasSetMathMode(h.cublas, tf32_use().matmuls ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH),
+                       fmt::format("the handle of cuda:{}", index));
   return h.cublas;
 }
 

@@ -16,13 +16,9 @@ void make_current(int index);
 
 // The handle of GPU `index`, with that GPU made the calling thread's current device.
 cudnnHandle_t cudnn_handle(int index);
-// cuBLAS with CUBLAS_DEFAULT_MATH: f32 GEMMs stay f32 (no TF32 tensor cores), unless tf32_allowed().
+// cuBLAS with CUBLAS_DEFAULT_MATH: f32 GEMMs stay f32 (no TF32 tensor cores), unless
+// tf32_use().matmuls (core/autocast.h: `precision`, or PACKRAT_CUDA_TF32=1).
 cublasHandle_t cublas_handle(int index);
-
-// PACKRAT_CUDA_TF32=1 in the environment (read once): let cuDNN and cuBLAS run f32 convolutions
-// and GEMMs on TF32 tensor cores (10-bit mantissa), as PyTorch does by default for convolutions.
-// Off by default: the backend tests compare with the CPU at f32 tolerance. For speed comparisons.
-bool tf32_allowed();
 
 // The layout of the activations this backend's convolutions read and write (read once):
 // NHWC, channels innermost, which cuDNN's fastest convolutions read without transposing, unless

@@ -5,7 +5,7 @@
 
 #include "core/cuda/kernels/shape.h"  // ThinTranspose
 #include "core/cuda/memory_kernels.h"
-#include "core/cuda/typed_dispatch.h"
+#include "core/typed_dispatch.h"
 
 namespace packrat::cuda {
 
@@ -23,7 +23,7 @@ __global__ void fill_kernel(T* p, int64_t n, T v) {
 template <typename S, typename D>
 __global__ void convert_kernel(const S* s, D* d, int64_t n) {
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-  if (i < n) d[i] = static_cast<D>(s[i]);
+  if (i < n) d[i] = cast_element<D>(s[i]);
 }
 
 // One thread per element: its plain and blocked (B channels a block) offsets, bytes copied one by one.
@@ -84,7 +84,7 @@ void launch_transpose(const void* src, void* dst, int64_t N, int64_t R, int64_t 
 void launch_fill(void* p, DType dtype, int64_t n, double value) {
   with_typed(p, dtype, [&](auto* t) {
     using T = std::remove_pointer_t<decltype(t)>;
-    fill_kernel<<<blocks_for(n), kThreads>>>(t, n, static_cast<T>(value));
+    fill_kernel<<<blocks_for(n), kThreads>>>(t, n, cast_element<T>(value));
   });
 }
 

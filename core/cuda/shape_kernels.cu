@@ -6,7 +6,7 @@
 #include "core/cuda/kernels/shape.h"
 #include "core/cuda/launch.cuh"
 #include "core/cuda/shape_kernels.h"
-#include "core/cuda/typed_dispatch.h"
+#include "core/typed_dispatch.h"
 
 namespace packrat::cuda {
 

@@ -114,7 +114,7 @@ std::string checkpoint_path(const std::string& run_dir, int64_t epoch) {
 }
 
 void save_checkpoint(const std::string& path, const Module& model, const Optimizer& opt, const TrainingPosition& pos,
-                     const std::string& arch, const std::vector<SavedTensorStore*>& stores) {
+                     const std::string& arch, const std::vector<SavedTensorStore*>& stores, const GradScaler* scaler) {
   NamedTensors all;
   for (auto& [n, t] : model.named_parameters()) all.emplace_back("model." + n, t);
   for (auto& [n, t] : model.named_buffers()) all.emplace_back("model." + n, t);
@@ -133,6 +133,15 @@ void save_checkpoint(const std::string& path, const Module& model, const Optimiz
     all.emplace_back(kMaskPrefix + n, t);
   }
   append_store_state(all, stores);
+  if (scaler) {
+    Tensor scale = Tensor::empty(Shape{1}, DType::f64, Layout::Plain, MemTag::Workspace, Device::cpu());  // (scale)
+    scale.data<double>()[0] = scaler->scale();
+    Tensor steps = Tensor::empty(Shape{2}, DType::i64, Layout::Plain, MemTag::Workspace, Device::cpu());  // (good, skipped)
+    steps.data<int64_t>()[0] = scaler->growth_tracker();
+    steps.data<int64_t>()[1] = scaler->skipped();
+    all.emplace_back("trainer.loss_scale", scale);
+    all.emplace_back("trainer.loss_scale_steps", steps);
+  }
   std::filesystem::create_directories(std::filesystem::path(path).parent_path());
   write_safetensors(path, all,
                     {{"format", "pt"},
@@ -143,7 +152,7 @@ void save_checkpoint(const std::string& path, const Module& model, const Optimiz
 }
 
 TrainingPosition load_checkpoint(const std::string& path, Module& model, Optimizer& opt,
-                                 const std::vector<SavedTensorStore*>& stores) {
+                                 const std::vector<SavedTensorStore*>& stores, GradScaler* scaler) {
   const SafetensorsFile f = read_safetensors(path);
   // The position and the values are checked before anything is restored.
   TrainingPosition pos;
@@ -154,6 +163,23 @@ TrainingPosition load_checkpoint(const std::string& path, Module& model, Optimiz
   pos.seed = static_cast<uint64_t>(rng->data<int64_t>()[0]);
   check_position(pos, rng->data<int64_t>(), path);
   check_finite(f, path);
+  const Tensor* scale = f.find("trainer.loss_scale");
+  const Tensor* scale_steps = f.find("trainer.loss_scale_steps");
+  PACKRAT_CHECK((scale != nullptr) == (scaler != nullptr),
+                "{}: {}", path,
+                scaler ? "the run scales its loss (precision: fp16) but the checkpoint has no trainer.loss_scale: it "
+                         "was written by a run of another precision"
+                       : "the checkpoint has a loss scale (trainer.loss_scale) of an fp16 run, this run is not fp16");
+  if (scaler) {
+    PACKRAT_CHECK(scale->dtype() == DType::f64 && scale->numel() == 1 && scale_steps &&
+                      scale_steps->dtype() == DType::i64 && scale_steps->numel() == 2,
+                  "{}: trainer.loss_scale must be (1) f64 and trainer.loss_scale_steps (2) i64", path);
+    try {
+      scaler->restore(scale->data<double>()[0], scale_steps->data<int64_t>()[0], scale_steps->data<int64_t>()[1]);
+    } catch (const Error& e) {
+      fail("{}: {}", path, e.what());
+    }
+  }
   const auto masks = checked_mask_streams(f, model, path);
   std::set<std::string> used;
   auto restore = [&](const std::vector<std::pair<std::string, Tensor>>& named) {

@@ -87,6 +87,8 @@ struct Config {
   // direct: direct convolutions only (less memory at the peak); deterministic: on a GPU, only
   // cuDNN algorithms that give the same bits run after run (on the CPU, auto). See core/backend.h.
   std::string conv_algorithm = "auto";
+  // fp32 | tf32 | bf16 | fp16, or "" for the device's default (core/autocast.h; run_precision).
+  std::string precision;
   DataConfig data;
   // The model as make_model takes it, but in_channels and num_classes (model.in_channels,
   // model.classes) 0 = the data's, and no seed: make_session fills them in.

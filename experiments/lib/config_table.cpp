@@ -113,6 +113,12 @@ std::vector<ConfigKey> make_table() {
            "`auto`: oneDNN may use Winograd (faster, more Workspace memory); `direct`: least memory; "
            "`deterministic`: on a GPU, only cuDNN algorithms that give the same bits run after run (on the CPU, `auto`)")
           .one_of({"auto", "direct", "deterministic"}),
+      text("", "precision", top(&C::precision), "",
+           "`fp32`, `tf32` (GPU: TF32 tensor cores for f32 convolutions and matmuls), `bf16` or `fp16` (autocast: "
+           "convolutions, linear layers, matmuls and attention compute in 16 bits, activations flow and are saved in "
+           "them, parameters, gradients, statistics, losses and the optimizer stay f32; `fp16` adds loss scaling). "
+           "\"\": `fp32` on the CPU; on a GPU PyTorch's default, TF32 convolutions and f32 matmuls. See \"Mixed precision\"")
+          .one_of({"", "fp32", "tf32", "bf16", "fp16"}),
 
       required(text("data", "dataset", in(&C::data, &D::dataset), "",
                     "`fashion_mnist`, `mnist`, `cifar10`, `cifar100`, `image_folder`, `text` (bytes of a file or "

@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <map>
 
+#include "core/autocast.h"
 #include "experiments/lib/safetensors.h"  // write_file_atomic
 
 namespace packrat {
@@ -25,7 +26,9 @@ MemoryReport make_memory_report(int64_t batch_size, std::vector<SavedRecord> rec
   for (const auto& t : r.tensors) {
     r.saved_bytes += t.bytes;
     r.saved_fp32_bytes += t.fp32_bytes;
+    r.saved_f32_bytes += t.f32_bytes;
   }
+  r.precision = autocast_dtype();
   r.allocator_saved_bytes = allocator_saved_bytes;
   r.step = step;
   return r;
@@ -84,6 +87,12 @@ Json memory_report_json(const MemoryReport& r) {
   totals["saved_bytes"] = Json(r.saved_bytes);
   totals["saved_fp32_bytes"] = Json(r.saved_fp32_bytes);
   totals["compression"] = Json(r.saved_bytes > 0 ? static_cast<double>(r.saved_fp32_bytes) / static_cast<double>(r.saved_bytes) : 0.0);
+  // Under autocast saved_fp32_bytes is the FP32 store's at that precision (the AMP baseline);
+  // saved_f32_bytes and compression_vs_f32 are against a run without autocast.
+  totals["precision"] = Json(std::string(dtype_name(r.precision)));
+  totals["saved_f32_bytes"] = Json(r.saved_f32_bytes);
+  totals["compression_vs_f32"] =
+      Json(r.saved_bytes > 0 ? static_cast<double>(r.saved_f32_bytes) / static_cast<double>(r.saved_bytes) : 0.0);
   totals["allocator_saved_bytes"] = Json(r.allocator_saved_bytes);
   totals["peak_bytes"] = Json(r.step.total_peak);
   Json peak = Json::object();
@@ -186,8 +195,10 @@ std::string memory_report_table(const MemoryReport& r) {
   std::string s = fmt::format("Saved tensors after the forward of one training step (batch {}, on {}{}):\n",
                               r.batch_size, r.step.device.str(),
                               r.synthetic ? ", synthetic inputs of the data's shape" : "");
+  // The baseline column: the FP32 store's bytes, at the run's precision under autocast.
   s += fmt::format("  {:<{}}  {:<14} {:<8} {:>5}  {:>12}  {:>12}  {:>7}\n", "layer", w, "op", "scheme", "bits", "bytes",
-                   "fp32 bytes", "ratio");
+                   r.precision == DType::f32 ? "fp32 bytes" : fmt::format("{} AMP bytes", dtype_name(r.precision)),
+                   "ratio");
   int64_t folded = 0, folded_bytes = 0;  // batchnorm statistics rows, left to their layer's totals
   for (const auto& t : r.tensors) {
     if (t.statistics && t.op == "batchnorm2d") {
@@ -217,8 +228,16 @@ std::string memory_report_table(const MemoryReport& r) {
   s += "Per scheme:";
   for (const auto& [scheme, b] : r.per_scheme()) s += fmt::format("  {} {}", scheme, format_bytes(b));
   s += "\n";
-  s += fmt::format("Total saved: {} ({} bytes) instead of {} in FP32: {} smaller\n", format_bytes(r.saved_bytes),
-                   r.saved_bytes, format_bytes(r.saved_fp32_bytes), ratio(r.saved_fp32_bytes, r.saved_bytes));
+  if (r.precision == DType::f32) {
+    s += fmt::format("Total saved: {} ({} bytes) instead of {} in FP32: {} smaller\n", format_bytes(r.saved_bytes),
+                     r.saved_bytes, format_bytes(r.saved_fp32_bytes), ratio(r.saved_fp32_bytes, r.saved_bytes));
+  } else {  // autocast: against its own baseline (the "fp32 bytes" column) and against f32 training
+    s += fmt::format("Total saved: {} ({} bytes) instead of {} with the FP32 store under {} autocast (the AMP "
+                     "baseline): {} smaller; instead of {} in f32 training: {} smaller\n",
+                     format_bytes(r.saved_bytes), r.saved_bytes, format_bytes(r.saved_fp32_bytes),
+                     dtype_name(r.precision), ratio(r.saved_fp32_bytes, r.saved_bytes), format_bytes(r.saved_f32_bytes),
+                     ratio(r.saved_f32_bytes, r.saved_bytes));
+  }
   if (!r.recomputed.empty()) {
     std::string names;
     for (size_t i = 0; i < r.recomputed.size(); ++i) {

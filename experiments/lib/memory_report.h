@@ -28,7 +28,9 @@ struct MemoryReport {
   bool synthetic = false;            // the step ran on synthetic inputs of the data's shape (--memory-report-only)
   std::vector<SavedRecord> tensors;  // live saved tensors after the forward, in order of saving
   int64_t saved_bytes = 0;           // sum of tensors[].bytes
-  int64_t saved_fp32_bytes = 0;      // sum of tensors[].fp32_bytes
+  int64_t saved_fp32_bytes = 0;      // sum of tensors[].fp32_bytes: the FP32 store at the run's precision
+  int64_t saved_f32_bytes = 0;       // sum of tensors[].f32_bytes: ... without autocast
+  DType precision = DType::f32;      // the autocast dtype the step ran under (f32: none)
   int64_t allocator_saved_bytes = 0; // the allocator's Saved tag at the same moment
   MemoryStats step;                  // peaks over the whole step (forward, backward, update), and its device
   // Recomputation (memory.recompute): the modules run as checkpoint segments, what their
@@ -48,7 +50,8 @@ struct MemoryReport {
   std::vector<std::pair<std::string, int64_t>> per_scheme(std::string_view op = {}) const;
 };
 
-// Builds the report from the policy's records (taken after the forward) and the step's stats.
+// Builds the report from the policy's records (taken after the forward) and the step's stats;
+// its precision is the thread's autocast dtype.
 MemoryReport make_memory_report(int64_t batch_size, std::vector<SavedRecord> records, int64_t allocator_saved_bytes,
                                 const MemoryStats& step);
 // The report of a train_step that captured its records (moved out of it), with the modules that

@@ -126,11 +126,15 @@ RunResult run_training(const Config& c, const RunOptions& o) {
   if (!c.train.init_from.empty() && !o.resume)
     init = init_from_checkpoint(c.train.init_from, *s.model, fmt::format("{}: train.init_from", c.source));
   TrainingPosition pos{0, 0, c.seed};
+  // fp16: dynamic loss scaling (optim/grad_scaler.h, PyTorch GradScaler's defaults).
+  std::optional<GradScaler> scaler;
+  if (run_precision(c).precision == Precision::fp16) scaler.emplace();
+  GradScaler* const scaling = scaler ? &*scaler : nullptr;
   std::string resumed_from;
   if (o.resume) {
     auto ckpt = latest_checkpoint(c.output.dir);
     PACKRAT_CHECK(ckpt.has_value(), "--resume {}: no checkpoint in {}/checkpoints", c.output.dir, c.output.dir);
-    pos = load_checkpoint(*ckpt, *s.model, *s.optimizer, stateful_stores(*s.policy));  // before the first step
+    pos = load_checkpoint(*ckpt, *s.model, *s.optimizer, stateful_stores(*s.policy), scaling);  // before the first step
     PACKRAT_CHECK(pos.seed == c.seed, "--resume {}: the checkpoint was written with seed {}, the config has seed {}",
                   c.output.dir, pos.seed, c.seed);
     if (root) {
@@ -183,6 +187,7 @@ RunResult run_training(const Config& c, const RunOptions& o) {
   step_options.label_smoothing = c.train.label_smoothing;
   step_options.clip_grad_norm = c.train.clip_grad_norm;
   step_options.sync = dp_session.step();
+  step_options.scaler = scaling;
   bool first_step = true;
   for (int64_t epoch = pos.epoch; epoch < c.train.epochs; ++epoch) {
     if (o.stop_after_epoch > 0 && epoch >= o.stop_after_epoch) break;
@@ -248,6 +253,9 @@ RunResult run_training(const Config& c, const RunOptions& o) {
     m.lr = s.optimizer->lr();
     m.seconds = progress.seconds();
     m.img_per_s = dp ? static_cast<double>(processed) / std::max(1e-9, m.seconds) : progress.img_per_s();  // all ranks'
+    if (scaler && root)
+      spdlog::info("epoch {}: loss scale {:g}, {} steps skipped so far (inf or NaN gradients)", epoch + 1,
+                   scaler->scale(), scaler->skipped());
     const bool last = epoch + 1 == c.train.epochs;
     if ((epoch + 1) % c.train.eval_interval == 0 || last) {
       EvalResult e = evaluate(*s.model, *test, epoch);
@@ -288,7 +296,7 @@ RunResult run_training(const Config& c, const RunOptions& o) {
     if (last || stopping || (c.output.checkpoint_interval > 0 && pos.epoch % c.output.checkpoint_interval == 0)) {
       const std::string path = checkpoint_path(c.output.dir, pos.epoch);
       if (root) {
-        save_checkpoint(path, *s.model, *s.optimizer, pos, c.model.arch, stateful_stores(*s.policy));
+        save_checkpoint(path, *s.model, *s.optimizer, pos, c.model.arch, stateful_stores(*s.policy), scaling);
         spdlog::info("checkpoint {}", path);
       }
     }

@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "core/autocast.h"
 #include "core/backend.h"
 #include "core/device_runtime.h"
 
@@ -113,7 +114,46 @@ void check_device_can_train(const Config& c) {
   }
 }
 
-RunDevice::RunDevice(const Config& c) : device_(Device::parse(c.device)), scope_(device_) { make_current(device_); }
+RunPrecision run_precision(const Config& c) {
+  const Device device = Device::parse(c.device);
+  RunPrecision r;
+  if (c.precision.empty()) {
+    r.precision = device.is_cpu() ? Precision::fp32 : Precision::tf32;
+    r.tf32 = Tf32Use{!device.is_cpu(), false};
+    r.describe = device.is_cpu() ? "precision fp32 (the CPU's default)"
+                                 : "precision: PyTorch's GPU default, TF32 convolutions and f32 matmuls (precision: fp32 "
+                                   "for exact f32, tf32 for TF32 matmuls too)";
+    return r;
+  }
+  const auto p = precision_from_name(c.precision);
+  PACKRAT_CHECK(p.has_value(), "{}: precision is '{}', must be fp32, tf32, bf16 or fp16", c.source, c.precision);
+  r.precision = *p;
+  r.tf32 = Tf32Use{*p == Precision::tf32, *p == Precision::tf32};
+  const DType d = precision_dtype(*p);
+  if (!is_half(d)) {
+    r.describe = fmt::format("precision {}{}", c.precision,
+                             device.is_cpu() && *p == Precision::tf32 ? " (on the CPU: exact f32, no TF32)" : "");
+  } else if (backend(device).computes_in(d)) {
+    r.describe = fmt::format("precision {}: autocast, convolutions, linear layers, matmuls in {} kernels", c.precision,
+                             dtype_name(d));
+  } else {
+    r.describe = fmt::format("precision {}: autocast; this {} has no {} kernels, so they compute in f32 on {}-rounded "
+                             "values (the same numbers and saved bytes, not the speed){}",
+                             c.precision, device.is_cpu() ? "CPU" : "device", dtype_name(d), dtype_name(d),
+                             *p == Precision::fp16 ? "; loss scaling from 65536" : "");
+  }
+  return r;
+}
+
+namespace {
+DType autocast_of(const Config& c) { return precision_dtype(run_precision(c).precision); }
+}  // namespace
+
+RunDevice::RunDevice(const Config& c)
+    : device_(Device::parse(c.device)), scope_(device_), autocast_(autocast_of(c)) {
+  make_current(device_);
+  set_tf32_use(run_precision(c).tf32);
+}
 
 namespace {
 // The OpenMP threads the process would start with threads: 0, from OMP_NUM_THREADS (its first
@@ -130,6 +170,7 @@ int64_t omp_num_threads_env() {
 
 void apply_process_settings(const Config& c) {
   check_device_can_train(c);
+  spdlog::info("{}", run_precision(c).describe);
   // More OpenMP threads than processors wait on each other at every barrier: a few too many (a
   // config from a bigger machine) cost some speed and get a warning; far too many (threads: 1024
   // on 2 cores ran 50x slower; OMP_NUM_THREADS=100000 crashed starting them) are refused.

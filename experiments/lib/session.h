@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <memory>
 
+#include "core/autocast.h"
 #include "data/dataset.h"
 #include "data/registry.h"
 #include "experiments/lib/config.h"
@@ -37,7 +38,7 @@ data::DatasetSpec dataset_spec(const Config& c, data::Split split);
 // not built, no GPU visible, no such GPU, or a backend without the kernels training needs.
 void check_device_can_train(const Config& c);
 
-// The device check above, OpenMP threads, the dropout seed. threads above the processors this
+// The device check above, the precision check (run_precision), OpenMP threads, the dropout seed. threads above the processors this
 // process may use get a warning, above kMaxThreadsPerProcessor times them an error.
 constexpr int kMaxThreadsPerProcessor = 4;
 void apply_process_settings(const Config& c);
@@ -45,6 +46,7 @@ void apply_process_settings(const Config& c);
 // The config's device for everything a mode builds while this lives (the model, the optimizer
 // state, every buffer, activation and saved tensor): the thread's DeviceScope, and the GPU made
 // the thread's current device (kernels launch there: cuda:1 runs on the second GPU).
+// Also the run's precision: its autocast scope on this thread, and the GPU's TF32 use.
 class RunDevice {
  public:
   explicit RunDevice(const Config& c);
@@ -53,7 +55,18 @@ class RunDevice {
  private:
   Device device_;
   DeviceScope scope_;
+  AutocastScope autocast_;
 };
+
+// The precision c runs in: c.precision, or the device's default ("" -> fp32 on the CPU, tf32
+// convolutions on a GPU). A 16-bit precision runs on every device: natively where the backend
+// computes_in it, else at the kernels' edges (core/autocast.h), which `describe` says.
+struct RunPrecision {
+  Precision precision = Precision::fp32;
+  Tf32Use tf32;          // what the GPU's f32 convolutions and matmuls may use
+  std::string describe;  // one line for the log: what computes in what, and why
+};
+RunPrecision run_precision(const Config& c);
 
 struct Session {
   std::shared_ptr<Module> model;

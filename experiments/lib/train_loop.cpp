@@ -22,7 +22,7 @@ Device model_device(const Module& model) {
 
 Hits count_correct(const Tensor& logits, const Tensor& labels) {
   // The argmax on the host: logits are a small result ((N, C); (N, T, V) of a token model).
-  const Tensor l = logits.to_plain().to(Device::cpu());
+  const Tensor l = logits.to_plain().to(Device::cpu()).to(DType::f32);  // bf16 logits under autocast
   const Tensor host_labels = labels.to(Device::cpu());
   const int64_t c = l.dim(l.rank() - 1), n = l.numel() / c;
   const float* x = l.data<float>();
@@ -120,7 +120,7 @@ StepResult train_step(Module& model, Optimizer& opt, StorePolicy& policy, const 
     for (const auto& rec : o.capture_saved ? r.saved : policy.describe()) r.saved_record_bytes += rec.bytes;
     if (o.sync) o.sync->before_backward(r.count, o.global_count > 0 ? o.global_count : r.count);
     const auto backward_start = Clock::now();
-    backward(loss);
+    backward(o.scaler ? o.scaler->scale_loss(loss) : loss);
     if (o.time_phases) synchronize(device);
     r.backward_s = std::chrono::duration<double>(Clock::now() - backward_start).count();
     r.recompute = recompute_stats();
@@ -128,9 +128,14 @@ StepResult train_step(Module& model, Optimizer& opt, StorePolicy& policy, const 
     // quantizes are those of the checkpoint; with recomputation some are saved in the backward).
     for (SavedTensorStore* s : stateful) s->check_restored_step();
     if (o.sync) o.sync->after_backward();
+    if (o.after_backward) o.after_backward(model);
+    if (o.scaler) {
+      r.skipped = !o.scaler->unscale(model.parameters());
+      o.scaler->update(r.skipped);
+    }
     // The adaptive stores see every step's gradient (GACT's warning compares its predicted
     // compression variance with the gradient's sampling variance, estimated from them).
-    if (!stateful.empty()) {
+    if (!stateful.empty() && !r.skipped) {
       std::vector<Tensor> grads;
       for (const Tensor& p : model.parameters()) grads.push_back(p.grad());
       for (SavedTensorStore* s : stateful) s->observe_gradients(grads);
@@ -140,6 +145,11 @@ StepResult train_step(Module& model, Optimizer& opt, StorePolicy& policy, const 
     clear_tape();  // releases whatever the stores still hold for this step
     opt.zero_grad();
     throw;
+  }
+  if (r.skipped) {  // fp16: an inf / NaN gradient; the scale has backed off, the parameters stay
+    opt.zero_grad();
+    r.memory = alloc.stats();
+    return r;
   }
   if (o.clip_grad_norm > 0) r.grad_norm = clip_grad_norm(model.parameters(), o.clip_grad_norm);
   opt.step();

@@ -2,6 +2,7 @@
 // One training step, shared by the trainer, --benchmark, --memory-report-only and
 // --find-max-batch; evaluation; synthetic batches of a dataset's shape.
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "autograd/checkpoint.h"
@@ -11,6 +12,7 @@
 #include "data/loader.h"
 #include "experiments/lib/step_sync.h"
 #include "layers/module.h"
+#include "optim/grad_scaler.h"
 #include "optim/optimizer.h"
 
 namespace packrat {
@@ -22,12 +24,19 @@ struct StepOptions {
   StepSync* sync = nullptr;    // data-parallel: gradient all-reduce, GACT broadcast (step_sync.h)
   int64_t global_count = 0;    // data-parallel: labels of the global batch (as StepResult::count; 0: this batch's)
   bool time_phases = false;    // wait for the device after the backward, so that backward_s is its time
+  // fp16: the loss scaled before backward, the gradients unscaled after; a step with an inf or
+  // NaN gradient skipped (optim/grad_scaler.h).
+  GradScaler* scaler = nullptr;
+  // Called with the model after the backward, before the gradients are checked and used (tests
+  // inject a non-finite gradient here).
+  std::function<void(Module&)> after_backward;
 };
 
 struct StepResult {
   double loss = 0;
   int64_t correct = 0, count = 0;       // count: the labels the loss averages (count_correct)
   double grad_norm = 0;                 // before clipping (0 when clipping is off)
+  bool skipped = false;                 // fp16: an inf / NaN gradient, no update (GradScaler)
   std::vector<SavedRecord> saved;       // live saved tensors after the forward (capture_saved)
   int64_t saved_allocator_bytes = 0;    // Allocator Saved bytes at that moment, minus those before the step
   int64_t saved_record_bytes = 0;       // sum of the records' bytes (always taken)

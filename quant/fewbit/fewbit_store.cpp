@@ -1,4 +1,5 @@
 #include "quant/fewbit/fewbit_store.h"
+#include "core/autocast.h"
 
 #include <cmath>
 #include <limits>
@@ -119,6 +120,10 @@ std::pair<Tensor, SavedHandle> FewbitStore::forward_and_save(const Tensor& x, co
                 r.op, r.name);
   PACKRAT_CHECK(!r.exact, "fewbit store {} {}: cannot keep an exact request", r.op, r.name);
   check_device(x, r);
+  if (is_half(x.dtype())) {  // autocast: indexed from the exact f32 values, y back in x's dtype
+    auto [y, h] = forward_and_save(x.to(DType::f32), r);
+    return {y.to(x.dtype()), h};
+  }
   x.check_dtype(DType::f32, "fewbit store: an activation");
   auto c = std::make_unique<Codes>();
   c->coder = coder_for(r, false);

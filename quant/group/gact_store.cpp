@@ -12,6 +12,7 @@
 #include <queue>
 #include <set>
 
+#include "core/autocast.h"
 #include "core/backend.h"
 #include "core/error.h"
 
@@ -120,7 +121,8 @@ int GactStore::bits_to_save(int64_t l) const {
 
 SavedHandle GactStore::save(const Tensor& x, const SaveRequest& r) {
   // The requests the per-group store quantizes (its save's rule); the others go to it unchanged.
-  const bool adaptive = (r.need == Need::Value || r.need == Need::Derivative) && x.dtype() == DType::f32 && !r.exact &&
+  const bool adaptive = (r.need == Need::Value || r.need == Need::Derivative) &&
+                        (x.dtype() == DType::f32 || is_half(x.dtype())) && !r.exact &&
                         !(r.need == Need::Derivative && r.fn && r.fn->derivative_is_step);
   if (!adaptive) return GroupStore::save(x, r);
   int64_t l = -1;
@@ -155,7 +157,7 @@ SavedHandle GactStore::save(const Tensor& x, const SaveRequest& r) {
         const Tensor codes = Tensor::empty({geo.code_bytes()}, DType::u8, Layout::Plain, MemTag::Workspace, x.device());
         const Tensor meta = Tensor::empty({geo.meta_bytes()}, DType::u8, Layout::Plain, MemTag::Workspace, x.device());
         const CodecOrder order = codec_order(x, geo);
-        quantize_groups(in_codec_order(x, order), geo, Rounding::Nearest, QuantNoise{0, 0}, codes, meta,
+        quantize_groups(in_codec_order(as_f32(x), order), geo, Rounding::Nearest, QuantNoise{0, 0}, codes, meta,
                         &group_range_sq, order.walk);
       }
       t.range_sq.assign(static_cast<size_t>(t.samples), 0.0);

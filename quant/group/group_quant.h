@@ -34,45 +34,11 @@
 #include <vector>
 
 #include "core/activation_id.h"
+#include "core/half.h"    // f32_to_bf16, bf16_to_f32, f32_bits
 #include "core/philox.h"  // PACKRAT_HD, Philox4x32
 #include "quant/bits/bitpack.h"
 
 namespace packrat {
-
-// ---- bf16 conversion (upper 16 bits of an f32) -------------------------------------------
-
-PACKRAT_HD inline uint32_t f32_bits(float x) {
-  uint32_t u;
-  std::memcpy(&u, &x, 4);
-  return u;
-}
-PACKRAT_HD inline float f32_from_bits(uint32_t u) {
-  float x;
-  std::memcpy(&x, &u, 4);
-  return x;
-}
-PACKRAT_HD inline float bf16_to_f32(uint16_t h) { return f32_from_bits(static_cast<uint32_t>(h) << 16); }
-// Round to nearest, ties to even (NaN stays NaN).
-PACKRAT_HD inline uint16_t f32_to_bf16(float x) {
-  const uint32_t u = f32_bits(x);
-  if ((u & 0x7F800000u) == 0x7F800000u && (u & 0x007FFFFFu)) return static_cast<uint16_t>((u >> 16) | 0x40u);
-  const uint32_t bias = 0x7FFFu + ((u >> 16) & 1u);
-  return static_cast<uint16_t>((u + bias) >> 16);
-}
-// Largest bf16 <= x (finite x).
-PACKRAT_HD inline uint16_t f32_to_bf16_down(float x) {
-  const uint32_t u = f32_bits(x);
-  const uint16_t t = static_cast<uint16_t>(u >> 16);  // truncation: toward zero
-  if ((u & 0xFFFFu) == 0 || !(u >> 31)) return t;     // exact, or positive: truncation is down
-  return static_cast<uint16_t>(t + 1);                // negative inexact: one ulp further from zero
-}
-// Smallest bf16 >= x (finite x).
-PACKRAT_HD inline uint16_t f32_to_bf16_up(float x) {
-  const uint32_t u = f32_bits(x);
-  const uint16_t t = static_cast<uint16_t>(u >> 16);
-  if ((u & 0xFFFFu) == 0 || (u >> 31)) return t;  // exact, or negative: truncation is up
-  return static_cast<uint16_t>(t + 1);
-}
 
 // ---- configuration -----------------------------------------------------------------------
 

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include "core/autocast.h"
 #include "core/backend.h"
 #include "core/error.h"
 #include "quant/bits/bitpack.h"
@@ -36,7 +37,9 @@ void copy_to(const C* codes, int64_t n, const Tensor& out) {
 // ---- routing --------------------------------------------------------------------------------
 
 CompressingStore::Form CompressingStore::form_for(const Tensor& x, const SaveRequest& r) const {
-  const bool encodable = (r.need == Need::Value || r.need == Need::Derivative) && x.dtype() == DType::f32;
+  // 16-bit values (autocast) are encoded from their exact f32 values: the same codes as f32 input.
+  const bool encodable =
+      (r.need == Need::Value || r.need == Need::Derivative) && (x.dtype() == DType::f32 || is_half(x.dtype()));
   const int bits = r.need == Need::Mask ? 1 : r.need == Need::Index ? static_cast<int>(r.index_bits) : 0;
   const bool packable =
       bits >= 1 && bits <= rules_.max_packed_bits && (!rules_.unfit_kept_exact || integer_dtype(x.dtype()));
@@ -142,8 +145,8 @@ SavedHandle CompressingStore::save(const Tensor& x, const SaveRequest& r) {
     Held h;
     h.key = key;
     switch (form) {
-      case Form::Codec: h.encoded = encode(x, r); break;
-      case Form::StepMask: pack_step_mask(h, x); break;
+      case Form::Codec: h.encoded = encode(as_f32(x), r); break;
+      case Form::StepMask: pack_step_mask(h, as_f32(x)); break;
       default:
         if (!pack_exact(h, x, r, bits)) return keep_exact(x, r);  // a mask or index its bits cannot hold
         break;
@@ -343,6 +346,7 @@ void CompressingStore::describe(std::vector<SavedRecord>& out) const {
     rec.fp32_key = e.fp32_key;
     rec.bytes = e.shared ? 0 : bytes;
     rec.fp32_bytes = e.shared ? 0 : rec.numel * static_cast<int64_t>(dtype_size(e.dtype));
+    rec.f32_bytes = is_half(e.dtype) ? 2 * rec.fp32_bytes : rec.fp32_bytes;
     out.push_back(std::move(rec));
   }
   exact_.describe(out);

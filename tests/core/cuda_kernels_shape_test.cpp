@@ -11,14 +11,13 @@
 
 #include "core/backend.h"
 #include "core/cuda/kernels/shape.h"
-#include "core/cuda/typed_dispatch.h"
+#include "core/typed_dispatch.h"
 #include "tests/core/backend_test_support.h"
 #include "tests/support/host_launch.h"
 
 namespace packrat {
 namespace {
 
-using cuda::with_typed;
 using testing::host_random;
 using testing::run_on_host;
 

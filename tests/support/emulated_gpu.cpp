@@ -126,11 +126,11 @@ class EmulatedBackend final : public Backend {
     adopt_into(gb);
   }
   Tensor matmul(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, int64_t batch, int64_t M, int64_t K,
-                int64_t N, const Tensor& bias, const Shape& out) override {
+                int64_t N, const Tensor& bias, const Shape& out, DType c_dtype = DType::f32) override {
     Tensor y;
     {
       OnHost h(a, b, bias);
-      y = cpu().matmul(a, trans_a, b, trans_b, batch, M, K, N, bias, out);
+      y = cpu().matmul(a, trans_a, b, trans_b, batch, M, K, N, bias, out, c_dtype);
     }
     return adopt(y);
   }

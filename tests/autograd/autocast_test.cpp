@@ -1,0 +1,162 @@
+// Autocast (core/autocast.h): under AutocastScope(bf16) the lower-precision ops compute in bf16, activations
+// flow and are saved in it, gradients and parameters stay f32; the other ops follow their input's dtype;
+// compressing stores encode 16-bit inputs as their f32 values; a checkpoint segment recomputes under the
+// forward's autocast.
+#include "core/autocast.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "autograd/checkpoint.h"
+#include "autograd/fp32_store.h"
+#include "autograd/ops.h"
+#include "autograd/tape.h"
+#include "quant/policy/rule_policy.h"
+#include "tests/support/gradcheck.h"
+
+using namespace packrat;
+using packrat::testing::random_tensor;
+
+namespace {
+
+Tensor parameter(const Shape& s, uint64_t seed, float scale) {
+  TagScope tag(MemTag::Parameter);
+  return random_tensor(s, seed, -scale, scale).set_requires_grad();
+}
+
+// x rounded to bf16 and back: the values a bf16 kernel reads.
+Tensor bf16_rounded(const Tensor& x) { return x.to(DType::bf16).to(DType::f32); }
+
+Tensor ones(const Shape& s) { return Tensor::full(s, 1.0f); }
+
+double relative_error(const std::vector<float>& got, const std::vector<float>& want) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    num += (got[i] - want[i]) * static_cast<double>(got[i] - want[i]);
+    den += want[i] * static_cast<double>(want[i]);
+  }
+  return std::sqrt(num / std::max(den, 1e-30));
+}
+
+struct Net {
+  Tensor w1 = parameter({16, 3, 3, 3}, 1, 0.3f), g1 = parameter({16}, 2, 1.0f), b1 = parameter({16}, 3, 0.1f);
+  Tensor w2 = parameter({10, 16}, 4, 0.3f), bias2 = parameter({10}, 5, 0.1f);
+  Tensor rm = Tensor::zeros({16}), rv = Tensor::zeros({16});
+  // conv -> batchnorm -> relu -> average pool -> linear -> cross entropy
+  Tensor loss(const Tensor& x, const Tensor& labels) {
+    Tensor h = ops::conv2d(x, w1, Tensor(), ops::Conv2dOptions{1, 1, 1, 1});
+    h = ops::relu(ops::batchnorm2d(h, g1, b1, rm, rv, true));
+    h = ops::flatten(ops::adaptive_avgpool2d(h, 1, 1));
+    return ops::cross_entropy(ops::linear(h, w2, bias2), labels);
+  }
+  std::vector<Tensor*> params() { return {&w1, &g1, &b1, &w2, &bias2}; }
+};
+
+}  // namespace
+
+TEST(Autocast, ConvAndLinearComputeInBf16AndSaveBf16WithF32Gradients) {
+  Fp32Policy policy;
+  PolicyScope scope(policy);
+  Tensor x = random_tensor({4, 8, 6, 6}, 11).set_requires_grad();
+  Tensor w = parameter({12, 8, 3, 3}, 12, 0.2f);
+  Tensor y;
+  {
+    AutocastScope bf16(DType::bf16);
+    y = ops::conv2d(x, w, Tensor(), ops::Conv2dOptions{1, 1, 1, 1});
+  }
+  EXPECT_EQ(y.dtype(), DType::bf16);
+  int64_t bf16_bytes = 0;
+  for (const SavedRecord& r : policy.describe())
+    if (r.op == "conv2d" && r.dtype == DType::bf16) bf16_bytes += r.bytes;
+  EXPECT_EQ(bf16_bytes, x.numel() * 2) << "the conv's input is saved as bf16, half its f32 bytes";
+  backward(y, ones(y.shape()));  // an f32 seed: gradients are f32 under autocast
+  ASSERT_EQ(x.grad().dtype(), DType::f32);
+  ASSERT_EQ(w.grad().dtype(), DType::f32);
+
+  // Against f32 on the bf16-rounded operands: bf16's 8-bit mantissa in the output gradient.
+  Tensor xr = bf16_rounded(x).set_requires_grad(), wr = bf16_rounded(w).set_requires_grad();
+  const Tensor yr = ops::conv2d(xr, wr, Tensor(), ops::Conv2dOptions{1, 1, 1, 1});
+  EXPECT_LT(relative_error(y.to_vector(), yr.to_vector()), 1e-2);
+  backward(yr, ones(yr.shape()));
+  EXPECT_LT(relative_error(x.grad().to_vector(), xr.grad().to_vector()), 1e-2);
+  EXPECT_LT(relative_error(w.grad().to_vector(), wr.grad().to_vector()), 1e-2);
+}
+
+TEST(Autocast, ActivationsFlowInBf16AndTheLossStaysF32) {
+  Net net;
+  const Tensor x = random_tensor({8, 3, 8, 8}, 21);
+  Tensor labels = Tensor::zeros({8}, DType::i64);
+  for (int64_t i = 0; i < 8; ++i) labels.data<int64_t>()[i] = i;
+  Fp32Policy policy;
+  PolicyScope scope(policy);
+  Tensor loss16;
+  {
+    AutocastScope bf16(DType::bf16);
+    loss16 = net.loss(x, labels);
+  }
+  EXPECT_EQ(loss16.dtype(), DType::f32);
+  // Every activation saved (conv input, batchnorm input, relu output, linear input) is bf16; only the
+  // batchnorm statistics, the loss's probabilities and the parameters are f32.
+  for (const SavedRecord& r : policy.describe())
+    if (!r.statistics && r.op != "cross_entropy" && r.need == Need::Value && r.numel > 16)
+      EXPECT_EQ(r.dtype, DType::bf16) << r.op << " " << r.layer;
+  backward(loss16);
+  std::vector<std::vector<float>> g16;
+  for (Tensor* p : net.params()) {
+    ASSERT_TRUE(p->grad().defined()) << "parameter " << g16.size() << " has no gradient";
+    ASSERT_EQ(p->grad().dtype(), DType::f32);
+    g16.push_back(p->grad().to_vector());
+    p->zero_grad();
+  }
+  const Tensor loss32 = net.loss(x, labels);
+  backward(loss32);
+  EXPECT_NEAR(loss16.item(), loss32.item(), 0.02 * loss32.item());
+  for (size_t i = 0; i < g16.size(); ++i)
+    EXPECT_LT(relative_error(g16[i], net.params()[i]->grad().to_vector()), 0.05) << "parameter " << i;
+}
+
+TEST(Autocast, CompressingStoresEncodeBf16InputsAsTheirF32Values) {
+  const Tensor x16 = random_tensor({4, 8, 16, 16}, 31).to(DType::bf16);
+  const Tensor x32 = x16.to(DType::f32);
+  for (const std::string scheme : {"actnn", "mixed", "gact"}) {
+    std::vector<std::vector<float>> loaded;
+    for (const Tensor& x : {x16, x32}) {
+      StorePolicySpec spec;
+      const std::map<std::string, std::map<std::string, std::string>> options{
+          {"actnn", {{"bits", "2"}}}, {"mixed", {{"preset", "2/4@0.5"}}}, {"gact", {{"initial_bits", "2"}}}};
+      spec.default_scheme = {scheme, options.at(scheme), "test"};
+      spec.seed = 7;
+      RulePolicy policy(spec);
+      PolicyScope scope(policy);
+      const SaveRequest r{Need::Value, nullptr, "conv2d", "layer"};
+      SavedTensorStore& store = policy.store_for(r);
+      const SavedHandle h = store.save(x, r);
+      loaded.push_back(store.load(h).to(DType::f32).to_vector());
+      store.release(h);
+    }
+    EXPECT_EQ(loaded[0], loaded[1]) << scheme;
+    EXPECT_NE(loaded[0], x32.to_vector()) << scheme << ": compressed, not kept exact";
+  }
+}
+
+TEST(Autocast, ACheckpointSegmentRecomputesUnderTheForwardsAutocast) {
+  Tensor w = parameter({6, 6}, 41, 0.5f);
+  auto run = [&](bool recompute) {
+    Tensor x = random_tensor({5, 6}, 42).set_requires_grad();
+    auto segment = [&](const Tensor& in) { return ops::gelu(ops::linear(in, w, Tensor())); };
+    Tensor y;
+    {
+      AutocastScope bf16(DType::bf16);
+      y = recompute ? checkpoint(segment, x) : segment(x);
+    }
+    EXPECT_EQ(y.dtype(), DType::bf16);
+    backward(y,
+             ones(y.shape()));  // an f32 seed: gradients are f32 under autocast
+                                // // outside the scope, as a trainer runs it
+    std::vector<float> g = w.grad().to_vector();
+    w.zero_grad();
+    return g;
+  };
+  EXPECT_EQ(run(true), run(false)) << "the recompute ran in another precision than the forward";
+}
