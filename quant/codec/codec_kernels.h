@@ -1,7 +1,7 @@
 #pragma once
 // One device's compression kernels, shaped like Backend (core/backend.h): a table of the codecs'
 // kernels per device. The codec entry points (quant/group/group_quant.h, quant/mixed/mixed_quant.h,
-// quant/fewbit/fewbit_codec.h, quant/bits/bitpack.h) check what every device shares, then call
+// quant/fewbit/fewbit_codec.h, quant/fp8/fp8_codec.h, quant/bits/bitpack.h) check what every device shares, then call
 // codecs(device).<kernel> for the device of their tensors; a kernel runs there and never copies a
 // tensor to the host behind the caller's back.
 //   the CPU:   quant/cpu/cpu_codecs.cpp, over the CPU kernels of quant/cpu/
@@ -23,6 +23,7 @@
 #include "core/device.h"
 #include "core/tensor.h"
 #include "quant/fewbit/fewbit_codec.h"
+#include "quant/fp8/fp8_math.h"
 #include "quant/group/group_quant.h"
 #include "quant/mixed/mixed_quant.h"
 
@@ -54,6 +55,12 @@ class CodecKernels {
   virtual void fewbit_encode(const FewbitCoder& c, const Pointwise* fn, const Tensor& src, const Tensor& y,
                              const Tensor& packed) = 0;
   virtual void fewbit_decode(const FewbitCoder& c, const Tensor& packed, const Tensor& grad, const Tensor& out) = 0;
+
+  // ---- 8-bit floating point (quant/fp8/fp8_codec.h; arguments checked by the entry points, n > 0)
+  virtual void fp8_encode(const Tensor& x, Fp8Format f, Fp8Scale s, const Fp8Geometry& g, const Tensor& codes,
+                          const Tensor& scales) = 0;
+  virtual void fp8_decode(const Tensor& codes, const Tensor& scales, Fp8Format f, const Fp8Geometry& g,
+                          const Tensor& out) = 0;
 
   // ---- exact packing of masks and indices (quant/bits/bitpack.h)
   virtual int64_t pack_codes(const Tensor& src, int bits, const Tensor& packed) = 0;

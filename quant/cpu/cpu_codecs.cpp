@@ -1,6 +1,6 @@
 // The CPU's codec kernels as a table (quant/codec/codec_kernels.h): the CPU-only checks, then the
 // host-pointer kernels of this folder (group_quant_cpu.cpp, mixed_quant_cpu.cpp,
-// fewbit_codec_cpu.cpp, bitpack_cpu.cpp); the fused backward runs the kernels' per-index bodies on
+// fewbit_codec_cpu.cpp, fp8_codec_cpu.cpp, bitpack_cpu.cpp); the fused backward runs the kernels' per-index bodies on
 // the host.
 #include "quant/cpu/cpu_codecs.h"
 
@@ -11,6 +11,7 @@
 #include "quant/bits/bitpack.h"
 #include "quant/bits/bitpack_device.h"
 #include "quant/codec/apply_derivative_sink.h"
+#include "quant/fp8/fp8_codec.h"
 #include "quant/group/group_quant_warp.h"
 #include "quant/mixed/mixed_kernel_bodies.h"
 #include "quant/store/with_integers.h"
@@ -138,6 +139,15 @@ class CpuCodecs final : public CodecKernels {
   void fewbit_decode(const FewbitCoder& c, const Tensor& packed, const Tensor& grad, const Tensor& out) override {
     packrat::fewbit_decode(c, packed.data<uint8_t>(), grad.defined() ? grad.data<float>() : nullptr,
                            out.data<float>(), out.numel());
+  }
+
+  void fp8_encode(const Tensor& x, Fp8Format f, Fp8Scale s, const Fp8Geometry& g, const Tensor& codes,
+                  const Tensor& scales) override {
+    fp8_encode_host(x.data<float>(), f, s, g, codes.data<uint8_t>(), scales.data<float>());
+  }
+  void fp8_decode(const Tensor& codes, const Tensor& scales, Fp8Format f, const Fp8Geometry& g,
+                  const Tensor& out) override {
+    fp8_decode_host(codes.data<uint8_t>(), scales.data<float>(), f, g, out.data<float>());
   }
 
   int64_t pack_codes(const Tensor& src, int bits, const Tensor& packed) override {

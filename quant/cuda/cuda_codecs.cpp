@@ -191,6 +191,22 @@ class CudaCodecs final : public CodecKernels {
     cuda::check_last_launch("fewbit decode");
   }
 
+  void fp8_encode(const Tensor& x, Fp8Format f, Fp8Scale s, const Fp8Geometry& g, const Tensor& codes,
+                  const Tensor& scales) override {
+    Tensor amax;  // (1,) f32 on the device: the tensor's amax (per_tensor)
+    if (s == Fp8Scale::PerTensor)
+      amax = Tensor::empty(Shape{1}, DType::f32, Layout::Plain, MemTag::Workspace, x.device());
+    cuda::launch_fp8_encode(x.device_data<float>(), f, s, g, codes.device_data<uint8_t>(),
+                            scales.device_data<float>(), s == Fp8Scale::PerTensor ? amax.device_data<float>() : nullptr);
+    cuda::check_last_launch("fp8_encode");
+  }
+  void fp8_decode(const Tensor& codes, const Tensor& scales, Fp8Format f, const Fp8Geometry& g,
+                  const Tensor& out) override {
+    cuda::launch_fp8_decode(codes.device_data<uint8_t>(), scales.device_data<float>(), f, g,
+                            out.device_data<float>());
+    cuda::check_last_launch("fp8_decode");
+  }
+
   int64_t pack_codes(const Tensor& src, int bits, const Tensor& packed) override {
     const Tensor flag = Tensor::empty({1}, DType::i64, Layout::Plain, MemTag::Workspace, src.device());  // (1,)
     cuda::launch_pack_codes(src.raw(), static_cast<int>(dtype_size(src.dtype())), src.numel(), bits,

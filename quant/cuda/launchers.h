@@ -10,6 +10,7 @@
 #include "core/activation_id.h"
 #include "quant/bits/bitpack_device.h"
 #include "quant/fewbit/fewbit_device.h"
+#include "quant/fp8/fp8_math.h"
 #include "quant/group/group_quant.h"
 #include "quant/group/nhwc_tile.h"
 #include "quant/mixed/mixed_kernel_bodies.h"
@@ -75,6 +76,16 @@ void launch_dequantize_mixed_apply(const uint8_t* codes, const uint8_t* meta, co
 void launch_fewbit_encode(const FewbitCoder& c, const ActivationId* fn, const void* src, float* y, int64_t n,
                           uint8_t* packed);
 void launch_fewbit_decode(const FewbitCoder& c, const uint8_t* packed, const float* grad, float* out, int64_t n);
+
+// ---- 8-bit floating point (fp8_codec_cuda.cu; n = g.numel > 0)
+// per_group: fp8_group_lanes(G) lanes a group (Fp8GroupEncodeBody): each lane's amax, their max by
+// shuffles, then each lane's codes and lane 0's scale. per_tensor: the amax by threads, warps'
+// shuffles and an atomicMax on its bits into amax (1,) f32 scratch, then Fp8TensorEncodeBody a quad
+// a thread. codes (n,), scales (groups,).
+void launch_fp8_encode(const float* x, Fp8Format f, Fp8Scale s, const Fp8Geometry& g, uint8_t* codes, float* scales,
+                       float* amax);
+// Fp8DecodeBody, a thread a quad.
+void launch_fp8_decode(const uint8_t* codes, const float* scales, Fp8Format f, const Fp8Geometry& g, float* out);
 
 // ---- exact packing (bitpack_cuda.cu)
 // One thread per block of 8 codes. `elem`: bytes per integer (1: u8,

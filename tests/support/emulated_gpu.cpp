@@ -513,6 +513,16 @@ class EmulatedCodecs final : public CodecKernels {
     OnHost h(packed, grad, out);
     cpu_codecs().fewbit_decode(c, packed, grad, out);
   }
+  void fp8_encode(const Tensor& x, Fp8Format f, Fp8Scale s, const Fp8Geometry& g, const Tensor& codes,
+                  const Tensor& scales) override {
+    OnHost h(x, codes, scales);
+    cpu_codecs().fp8_encode(x, f, s, g, codes, scales);
+  }
+  void fp8_decode(const Tensor& codes, const Tensor& scales, Fp8Format f, const Fp8Geometry& g,
+                  const Tensor& out) override {
+    OnHost h(codes, scales, out);
+    cpu_codecs().fp8_decode(codes, scales, f, g, out);
+  }
   int64_t pack_codes(const Tensor& src, int bits, const Tensor& packed) override {
     OnHost h(src, packed);
     return cpu_codecs().pack_codes(src, bits, packed);
