@@ -7,6 +7,7 @@
 #include "autograd/saving_op_kinds.h"
 #include "core/error.h"
 #include "quant/fewbit/fewbit_store.h"
+#include "quant/fp8/fp8_store.h"
 #include "quant/group/gact_store.h"
 #include "quant/group/group_store.h"
 #include "quant/mixed/mixed_store.h"
@@ -39,6 +40,7 @@ std::map<std::string, Scheme>& schemes() {  // callers hold g_schemes_mutex
     t["gact"] = {make_gact_store, true};
     t["mixed"] = {make_mixed_store, true};
     t["deterministic"] = {make_deterministic_store, false};
+    t["fp8"] = {make_fp8_store, false};
     // ActNN's and GACT's levels (quant/policy/presets.h); a preset kept in FP32 reads no seed.
     for (const StoragePreset& p : storage_presets())
       t[p.name] = {[name = p.name](SchemeOptions& o) { return make_preset_store(name, o); },
