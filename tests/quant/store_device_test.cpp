@@ -2,7 +2,7 @@
 // (tests/support/emulated_gpu.h), whose codec kernels are the CPU's (the seam of
 // quant/codec/codec_kernels.h), every request kind saved by the per-group store (actnn at 2, 4 and 8
 // bits, stochastic and nearest, bf16 and f32 metadata; gact's per-tensor bits), the mixed /
-// deterministic store and the few-bit store gives the CPU store's forward values, loads and gradients bit for bit, the same describe()
+// deterministic store, the fp8 store and the few-bit store gives the CPU store's forward values, loads and gradients bit for bit, the same describe()
 // bytes, codes allocated on the device under the Saved tag, and no host access to device data.
 // The statistical properties (unbiased stochastic rounding, exact masks, few-bit error bounds) are
 // checked on device tensors. With a GPU: the same on cuda:0 (the GPU-only twins).
@@ -285,6 +285,21 @@ void expect_mixed_stores_match_the_cpu(Device d, bool gpu) {
   }
 }
 
+// The fp8 store (quant/fp8/fp8_store.h): both formats, one scale per tensor and per group of 64
+// (with tails) or 1.
+void expect_fp8_stores_match_the_cpu(Device d, bool gpu) {
+  using Options = std::map<std::string, std::string>;
+  for (const char* format : {"e4m3", "e5m2"})
+    for (Options scale : {Options{{"scale", "per_tensor"}}, Options{{"group_size", "64"}}, Options{{"group_size", "1"}}}) {
+      scale["format"] = format;
+      const SchemeSpec spec{"fp8", scale, "store_device_test"};
+      std::string name = spec.scheme;
+      for (const auto& [k, v] : spec.options) name += " " + k + "=" + v;
+      const std::unique_ptr<SavedTensorStore> on_cpu = make_store(spec, 23), on_dev = make_store(spec, 23);
+      expect_same(run_scenario(*on_dev, d, true), run_scenario(*on_cpu, Device::cpu(), true), gpu, name);
+    }
+}
+
 void expect_fewbit_stores_match_the_cpu(Device d, bool gpu) {
   for (int bits : {1, 2, 3, 4}) {
     FewbitStore on_cpu({bits, {}}), on_dev({bits, {}});
@@ -499,6 +514,11 @@ TEST(StoreDevice, MixedAndDeterministicStoresOnTheDeviceGiveTheCpuStoresResultsA
   EXPECT_EQ(gpu.allocator().current(MemTag::Workspace), 0);
 }
 
+TEST(StoreDevice, Fp8StoresOnTheDeviceGiveTheCpuStoresResultsAndBytes) {
+  EmulatedGpu gpu;
+  expect_fp8_stores_match_the_cpu(EmulatedGpu::device(), false);
+}
+
 TEST(StoreDevice, CodesAreHeldOnTheDeviceUnderTheSavedTag) {
   EmulatedGpu gpu;
   const Device d = EmulatedGpu::device();
@@ -596,6 +616,11 @@ TEST(StoreCuda, PerGroupStoresOnTheGpuGiveTheCpuStoresResultsAndBytes) {
 TEST(StoreCuda, MixedAndDeterministicStoresOnTheGpuGiveTheCpuStoresResultsAndBytes) {
   PACKRAT_SKIP_WITHOUT_GPU();
   expect_mixed_stores_match_the_cpu(Device::cuda(0), true);
+}
+
+TEST(StoreCuda, Fp8StoresOnTheGpuGiveTheCpuStoresResultsAndBytes) {
+  PACKRAT_SKIP_WITHOUT_GPU();
+  expect_fp8_stores_match_the_cpu(Device::cuda(0), true);
 }
 
 TEST(StoreCuda, FewbitStoresOnTheGpuGiveTheCpuStoresResultsAndBytes) {
