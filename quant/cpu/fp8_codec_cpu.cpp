@@ -14,9 +14,9 @@ namespace {
 // Contiguous runs: the loops below are the bodies' strided loops at stride 1, written out so that
 // the compiler vectorises them (the conversion is integer selects, the amax a max reduction).
 float amax_of(const float* x, int64_t n) {
-  float m = 0.0f;
-  for (int64_t i = 0; i < n; ++i) m = std::max(m, fp8_amax_term(x[i]));
-  return m;
+  uint32_t m = 0;
+  for (int64_t i = 0; i < n; ++i) m = std::max(m, fp8_amax_term_bits(x[i]));
+  return std::bit_cast<float>(m);
 }
 
 template <Fp8Format F>

@@ -39,15 +39,20 @@ PACKRAT_HD constexpr float fp8_max(Fp8Format f) { return f == Fp8Format::E4M3 ? 
 
 namespace fp8_detail {
 
+// Bit casts (a memcpy through a local kept GCC from vectorising the CPU's loops).
 PACKRAT_HD inline uint32_t bits_of(float x) {
-  uint32_t u;
-  std::memcpy(&u, &x, 4);
-  return u;
+#if defined(__CUDA_ARCH__)
+  return __float_as_uint(x);
+#else
+  return __builtin_bit_cast(uint32_t, x);
+#endif
 }
 PACKRAT_HD inline float float_of(uint32_t u) {
-  float x;
-  std::memcpy(&x, &u, 4);
-  return x;
+#if defined(__CUDA_ARCH__)
+  return __uint_as_float(u);
+#else
+  return __builtin_bit_cast(float, u);
+#endif
 }
 
 // The magnitude code (7 bits) of a finite or infinite f32 magnitude `a` (its bits, sign cleared)
@@ -61,18 +66,19 @@ PACKRAT_HD inline uint32_t magnitude_code(uint32_t a, uint32_t max_code) {
   const uint32_t normal = (rounded >> kShift) - (static_cast<uint32_t>(127 - B) << M);
   // Subnormal: the significand (implicit bit included) shifted to units of 2^(1-B-M), rounded to
   // nearest even; a result of 2^M is the smallest normal code, as it should be. An f32 subnormal
-  // (exponent field 0) is far below the format's smallest subnormal: 0.
+  // (exponent field 0) shifts by 31, to 0: far below the format's smallest subnormal.
   const uint32_t e = a >> 23;                                  // f32 biased exponent
   const uint32_t sig = (a & 0x007FFFFFu) | 0x00800000u;        // 1.m as a 24-bit integer
   const uint32_t need = static_cast<uint32_t>(kShift + (127 - B + 1)) - e;  // shift to subnormal units (> kShift here)
   const uint32_t s = need < 31u ? need : 31u;
   const uint32_t q = sig >> s, rem = sig & ((1u << s) - 1u), half = 1u << (s - 1u);
-  const uint32_t sub = (e == 0u) ? 0u : q + ((rem > half) | ((rem == half) & (q & 1u)));
-  const bool is_normal = e >= static_cast<uint32_t>(127 - B + 1);
+  const uint32_t sub = q + (static_cast<uint32_t>(rem > half) | (static_cast<uint32_t>(rem == half) & q & 1u));
+  const uint32_t is_normal = static_cast<uint32_t>(e >= static_cast<uint32_t>(127 - B + 1));
   const uint32_t code = is_normal ? normal : sub;
   // Saturation: anything above max (a rounding up past it, a huge value, inf) is max. (In f32
-  // bits: a > 0x7F800000 is a NaN, handled by the caller.)
-  const bool over = is_normal && (a >= 0x7F800000u || code > max_code);
+  // bits: a > 0x7F800000 is a NaN, handled by the caller.) Bitwise, not && / ||: no branches, so
+  // the CPU's loops vectorise.
+  const uint32_t over = is_normal & (static_cast<uint32_t>(a >= 0x7F800000u) | static_cast<uint32_t>(code > max_code));
   return over ? max_code : code;
 }
 
@@ -134,6 +140,12 @@ PACKRAT_HD inline float fp8_to_f32(uint8_t c) {
 PACKRAT_HD inline float fp8_amax_term(float x) {
   const uint32_t a = fp8_detail::bits_of(x) & 0x7FFFFFFFu;
   return fp8_detail::float_of(a < 0x7F800000u ? a : 0u);
+}
+// The same as bits: non-negative floats order as their bits, so a max over these is the amax's
+// bits (an integer max reduction, which vectorises where a float one does not).
+PACKRAT_HD inline uint32_t fp8_amax_term_bits(float x) {
+  const uint32_t a = fp8_detail::bits_of(x) & 0x7FFFFFFFu;
+  return a < 0x7F800000u ? a : 0u;
 }
 
 // The scale of a set whose largest finite |x| is amax (>= 0): amax / fmax, or 1 where that is 0.
