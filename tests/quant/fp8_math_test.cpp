@@ -128,6 +128,7 @@ uint8_t reference_encode(float x, int m_bits, int bias, uint8_t max_code) {
   }();
   const std::vector<double>& values = m_bits == 3 ? e4m3 : e5m2;
   const double a = std::fabs(static_cast<double>(x));
+  if (a >= values[max_code]) return static_cast<uint8_t>(max_code | (std::signbit(x) ? 0x80 : 0));  // saturated
   int best = 0;
   double best_d = a;
   for (int c = 1; c <= max_code; ++c) {

@@ -204,7 +204,7 @@ void expect_close_to_fp32(Step (*step)(StorePolicy&), const char* model) {
     int compressed = 0;
     for (const SavedRecord& r : s.records) {
       if (r.scheme != "fp8" || r.exact || r.statistics) continue;
-      EXPECT_LT(r.bytes, r.fp32_bytes / 3) << r.op << " " << r.layer;
+      EXPECT_LT(r.bytes, r.numel * 4 / 3) << r.op << " " << r.layer;
       compressed += r.bits == 8;
     }
     EXPECT_GT(compressed, 5);
