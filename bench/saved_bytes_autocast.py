@@ -144,7 +144,7 @@ MODELS = {
                        "data: {dataset: cifar10, batch_size: %d}\nmodel: {arch: %s}\n"),
     "gpt_tiny": (lambda: mixed_layernorms(Gpt(vocab=256, block=128, layers=2, heads=2, embd=64, dropout=0.0)),
                  lambda n: torch.randint(0, 256, (n, 128)),
-                 "data: {dataset: text, root: /usr/share/games/fortunes, batch_size: %d}\nmodel: {arch: %s}\n"),
+                 "data: {dataset: text, root: /usr/share/games/fortunes, seq_len: 128, batch_size: %d}\nmodel: {arch: %s}\n"),
 }
 
 

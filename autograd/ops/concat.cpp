@@ -48,9 +48,14 @@ Tensor concat(const std::vector<Tensor>& xs, int64_t dim_in) {
   std::vector<int64_t> sizes;
   std::vector<Layout> layouts;
   std::vector<const Tensor*> inputs;
+  // f32 and 16-bit inputs (autocast: a ViT's f32 class token before its bf16 patches) meet in
+  // the promoted dtype, as PyTorch's cat promotes them; other dtypes must agree.
+  auto f32_or_half = [](DType d) { return d == DType::f32 || is_half(d); };
+  bool mixed = false;
+  for (const Tensor& t : xs) mixed = mixed || (t.dtype() != xs[0].dtype() && f32_or_half(t.dtype()) && f32_or_half(xs[0].dtype()));
   for (size_t i = 0; i < xs.size(); ++i) {
     const Tensor& t = xs[i];
-    PACKRAT_CHECK(t.rank() == xs[0].rank() && t.dtype() == xs[0].dtype() && t.device() == xs[0].device(),
+    PACKRAT_CHECK(t.rank() == xs[0].rank() && (t.dtype() == xs[0].dtype() || mixed) && t.device() == xs[0].device(),
                   "{}: input {} is {} {} on {}, input 0 is {} {} on {}", where, i, t.shape().str(), dtype_name(t.dtype()),
                   t.device().str(), xs[0].shape().str(), dtype_name(xs[0].dtype()), xs[0].device().str());
     for (int64_t d = 0; d < t.rank(); ++d)
@@ -60,7 +65,15 @@ Tensor concat(const std::vector<Tensor>& xs, int64_t dim_in) {
     layouts.push_back(t.layout());
     inputs.push_back(&t);
   }
-  Tensor y = backend_of(xs[0]).concat(xs, dim);
+  Tensor y;
+  if (mixed) {
+    const DType common = DType::f32;  // a mix of f32 and 16-bit, or of bf16 and f16: promoted to f32
+    std::vector<Tensor> same;
+    for (const Tensor& t : xs) same.push_back(t.to(common));
+    y = backend_of(xs[0]).concat(same, dim);
+  } else {
+    y = backend_of(xs[0]).concat(xs, dim);
+  }
   bool grad = false;
   for (const Tensor* t : inputs) grad = grad || needs_grad({t});
   if (grad) {

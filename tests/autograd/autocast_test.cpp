@@ -12,7 +12,9 @@
 #include "autograd/fp32_store.h"
 #include "autograd/ops.h"
 #include "autograd/tape.h"
+#include "experiments/lib/safetensors.h"
 #include "quant/policy/rule_policy.h"
+#include "tests/models/golden_file.h"
 #include "tests/support/gradcheck.h"
 
 using namespace packrat;
@@ -119,12 +121,12 @@ TEST(Autocast, ActivationsFlowInBf16AndTheLossStaysF32) {
 TEST(Autocast, CompressingStoresEncodeBf16InputsAsTheirF32Values) {
   const Tensor x16 = random_tensor({4, 8, 16, 16}, 31).to(DType::bf16);
   const Tensor x32 = x16.to(DType::f32);
-  for (const std::string scheme : {"actnn", "mixed", "gact"}) {
+  for (const std::string scheme : {"actnn", "mixed", "gact", "fp8"}) {
     std::vector<std::vector<float>> loaded;
     for (const Tensor& x : {x16, x32}) {
       StorePolicySpec spec;
       const std::map<std::string, std::map<std::string, std::string>> options{
-          {"actnn", {{"bits", "2"}}}, {"mixed", {{"preset", "2/4@0.5"}}}, {"gact", {{"initial_bits", "2"}}}};
+          {"actnn", {{"bits", "2"}}}, {"mixed", {{"preset", "2/4@0.5"}}}, {"gact", {{"initial_bits", "2"}}}, {"fp8", {}}};
       spec.default_scheme = {scheme, options.at(scheme), "test"};
       spec.seed = 7;
       RulePolicy policy(spec);
@@ -159,4 +161,57 @@ TEST(Autocast, ACheckpointSegmentRecomputesUnderTheForwardsAutocast) {
     return g;
   };
   EXPECT_EQ(run(true), run(false)) << "the recompute ran in another precision than the forward";
+}
+
+TEST(Autocast, FewbitTablesIndexBf16InputsAsTheirF32Values) {
+  const Tensor x16 = random_tensor({4, 64}, 51, -3.0f, 3.0f).to(DType::bf16);
+  std::vector<std::vector<float>> grads;
+  for (const Tensor& x0 : {x16, x16.to(DType::f32)}) {
+    StorePolicySpec spec;
+    spec.rules.push_back({{"gelu"}, {}, {"fewbit", {{"bits", "3"}}, "test"}});
+    RulePolicy policy(spec);
+    PolicyScope scope(policy);
+    Tensor x = x0.detached().set_requires_grad();
+    Tensor y = ops::gelu(x);
+    EXPECT_EQ(y.dtype(), x0.dtype());
+    for (const SavedRecord& r : policy.describe()) EXPECT_EQ(r.scheme, "fewbit");
+    backward(y, ones(y.shape()));
+    grads.push_back(x.grad().to_vector());
+  }
+  EXPECT_EQ(grads[0], grads[1]) << "the 3-bit table's derivative of the same values";
+}
+
+// tests/golden/make_autocast_golden.py: the same step under PyTorch 1.13's CPU bf16 autocast.
+TEST(Autocast, AStepMatchesPyTorchsBf16AutocastStep) {
+  const SafetensorsFile f = read_safetensors(packrat::testing::golden_path("autocast_bf16_golden.safetensors"));
+  auto golden = [&](const std::string& name) {
+    const Tensor* t = f.find(name);
+    if (!t) throw std::runtime_error("golden tensor missing: " + name);
+    return *t;
+  };
+  auto param = [&](const std::string& name) {
+    TagScope tag(MemTag::Parameter);
+    return golden("param." + name).clone().set_requires_grad();
+  };
+  Tensor w = param("conv.weight"), gamma = param("bn.weight"), beta = param("bn.bias"), fw = param("fc.weight"),
+         fb = param("fc.bias");
+  Tensor rm = Tensor::zeros({16}), rv = Tensor::zeros({16});
+  Fp32Policy policy;
+  PolicyScope scope(policy);
+  Tensor logits, loss;
+  {
+    AutocastScope bf16(DType::bf16);
+    Tensor h = ops::conv2d(golden("x"), w, Tensor(), ops::Conv2dOptions{1, 1, 1, 1});
+    h = ops::relu(ops::batchnorm2d(h, gamma, beta, rm, rv, true));
+    logits = ops::linear(ops::flatten(ops::adaptive_avgpool2d(h, 1, 1)), fw, fb);
+    loss = ops::cross_entropy(logits, golden("labels"));
+  }
+  EXPECT_EQ(logits.dtype(), DType::bf16);
+  EXPECT_LT(relative_error(logits.to_vector(), golden("logits").to_vector()), 2e-2);
+  EXPECT_NEAR(loss.item(), golden("loss").item(), 1e-2 * golden("loss").item());
+  backward(loss);
+  const std::vector<std::pair<std::string, Tensor*>> grads{
+      {"conv.weight", &w}, {"bn.weight", &gamma}, {"bn.bias", &beta}, {"fc.weight", &fw}, {"fc.bias", &fb}};
+  for (const auto& [name, p] : grads)
+    EXPECT_LT(relative_error(p->grad().to_vector(), golden("grad." + name).to_vector()), 3e-2) << name;
 }
