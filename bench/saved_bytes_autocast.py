@@ -32,8 +32,11 @@ import torch.nn.functional as F
 import torchvision
 from torchvision.models.efficientnet import EfficientNet, MBConvConfig
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "golden"))
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "tests", "golden"))
+sys.path.insert(0, HERE)
 from make_gpt_golden import Gpt  # noqa: E402  packrat's models/gpt.h in PyTorch
+from saved_bytes_torch import saved_bytes  # noqa: E402
 
 KiB = 1024.0
 
@@ -153,24 +156,15 @@ def torch_saved_bytes(name, batch, autocast):
     torch.manual_seed(0)
     model = make()
     model.train()
-    param_ptrs = {p.data_ptr() for p in model.parameters()}
-    seen = {}
-
-    def pack(t):
-        storage = t.storage()
-        ptr = storage.data_ptr()
-        if ptr not in param_ptrs and ptr not in seen:
-            seen[ptr] = storage.nbytes()
-        return t
-
     x = inputs(batch)
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), \
-            torch.autocast(device_type="cpu", dtype=torch.bfloat16, enabled=autocast):
-        logits = model(x)
-        target = torch.zeros(logits.shape[:-1], dtype=torch.long)
-        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), target.reshape(-1))
-    del loss, logits
-    return sum(seen.values())
+
+    def forward():
+        with torch.autocast(device_type="cpu", dtype=torch.bfloat16, enabled=autocast):
+            logits = model(x)
+            target = torch.zeros(logits.shape[:-1], dtype=torch.long)
+            return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), target.reshape(-1))
+
+    return saved_bytes(model, forward)
 
 
 def packrat_saved_bytes(name, batch, precision, trainer):

@@ -24,10 +24,9 @@ import torchvision
 MiB = 1024.0 * 1024.0
 
 
-def torch_saved_bytes(arch, batch, size, activation=None):
-    torch.manual_seed(0)
-    model = getattr(torchvision.models, arch)(num_classes=1000)
-    model.train()
+def saved_bytes(model, forward):
+    """Bytes of every tensor autograd packs while forward() runs, once per storage, the model's
+    parameters left out (shared with bench/saved_bytes_autocast.py)."""
     param_ptrs = {p.data_ptr() for p in model.parameters()}
     seen = {}
 
@@ -38,12 +37,17 @@ def torch_saved_bytes(arch, batch, size, activation=None):
             seen[ptr] = storage.nbytes()
         return t
 
-    x = torch.randn(batch, 3, size, size)
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        logits = model(x)
-        loss = torch.nn.functional.cross_entropy(logits, torch.zeros(batch, dtype=torch.long))
-    del loss, logits
+        forward()
     return sum(seen.values())
+
+
+def torch_saved_bytes(arch, batch, size, activation=None):
+    torch.manual_seed(0)
+    model = getattr(torchvision.models, arch)(num_classes=1000)
+    model.train()
+    x = torch.randn(batch, 3, size, size)
+    return saved_bytes(model, lambda: torch.nn.functional.cross_entropy(model(x), torch.zeros(batch, dtype=torch.long)))
 
 
 def packrat_saved_bytes(arch, batch, size, trainer):

@@ -47,6 +47,8 @@ template <> constexpr DType dtype_of<f16_t>() { return DType::f16; }
 
 // The 16-bit floating-point dtypes.
 constexpr bool is_half(DType t) { return t == DType::bf16 || t == DType::f16; }
+// f32 or a 16-bit float: what the ops take as activations (16-bit ones under autocast).
+constexpr bool is_f32_or_half(DType t) { return t == DType::f32 || is_half(t); }
 // Floating-point dtypes: what carries a gradient.
 constexpr bool is_floating(DType t) { return t == DType::f32 || t == DType::f64 || is_half(t); }
 

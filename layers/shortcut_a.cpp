@@ -7,13 +7,14 @@
 namespace packrat {
 
 Tensor pad_channels_subsample(const Tensor& x, int64_t out_channels, int64_t stride) {
-  PACKRAT_CHECK(x.defined() && x.rank() == 4 && (x.dtype() == DType::f32 || is_half(x.dtype())),
+  PACKRAT_CHECK(x.defined() && x.rank() == 4 && is_f32_or_half(x.dtype()),
                 "shortcut_a {}: expects a 4-d f32, bf16 or f16 input (N, C, H, W), got {}", LayerScope::current(),
                 x.defined() ? x.describe() : std::string("an undefined tensor"));
   PACKRAT_CHECK(stride > 0 && out_channels >= x.dim(1), "shortcut_a {}: cannot go from {} to {} channels with stride {}",
                 LayerScope::current(), x.dim(1), out_channels, stride);
   // A 16-bit x (autocast): moved in f32 (exact), y in x's dtype.
-  Tensor y = in_dtype(backend_of(x).pad_channels_subsample(as_f32(x), out_channels, stride), x.dtype());  // (N, Cout, ceil(H/s), ceil(W/s))
+  Tensor y = in_dtype(backend_of(x).pad_channels_subsample(as_f32(x), out_channels, stride),
+                      x.dtype());  // (N, Cout, ceil(H/s), ceil(W/s))
   if (needs_grad({&x})) {
     const Shape in_shape = x.shape();
     const Layout in_layout = x.layout();

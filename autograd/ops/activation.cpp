@@ -2,6 +2,8 @@
 // entry point (Need::Derivative), so a compressing store can keep only what f' needs (a few-bit
 // interval index, or an exact mask for the relu family); backward is grad_out * f'(x), fused by
 // the store where it can.
+#include <tuple>
+
 #include "autograd/ops.h"
 #include "autograd/pointwise.h"
 #include "autograd/saved_tensor_store.h"
@@ -9,16 +11,14 @@
 #include "core/autocast.h"
 #include "core/backend.h"
 
-#include <tuple>
-
 namespace packrat::ops {
 
 Tensor activation(const Tensor& x, std::string_view name) {
   const Pointwise& fn = pointwise_by_name(name);
   const std::string& layer = LayerScope::current();
   PACKRAT_CHECK(x.defined(), "{} {}: the input is undefined", fn.name, layer);
-  PACKRAT_CHECK(x.dtype() == DType::f32 || is_half(x.dtype()), "{} {}: expects an f32, bf16 or f16 input, got {} {}",
-                fn.name, layer, x.shape().str(), dtype_name(x.dtype()));
+  PACKRAT_CHECK(is_f32_or_half(x.dtype()), "{} {}: expects an f32, bf16 or f16 input, got {} {}", fn.name, layer,
+                x.shape().str(), dtype_name(x.dtype()));
   // A 16-bit x (autocast): f in f32, y in x's dtype.
   if (!needs_grad({&x})) return in_dtype(backend_of(x).pointwise_forward(fn.id, as_f32(x)), x.dtype());
 

@@ -73,11 +73,9 @@ Tensor memory_efficient_attention(const Tensor& q, const Tensor& k, const Tensor
          [=](Node& n, const std::vector<Tensor>& grads) -> std::vector<Tensor> {
            Backend& b = backend_of(grads[0]);
            const Tensor g = grads[0].to_plain();  // (B..., T, Ev)
-           Backend::AttentionGrads d = b.attention_backward(as_f32(n.load(0)), as_f32(n.load(1)), as_f32(n.load(2)),
-                                                            as_f32(n.load(3)), n.load(4), g,
-                                                            key_lengths, a, static_cast<bool>(n.inputs[0]),
-                                                            static_cast<bool>(n.inputs[1]),
-                                                            static_cast<bool>(n.inputs[2]));
+           Backend::AttentionGrads d = b.attention_backward(
+               as_f32(n.load(0)), as_f32(n.load(1)), as_f32(n.load(2)), as_f32(n.load(3)), n.load(4), g, key_lengths, a,
+               static_cast<bool>(n.inputs[0]), static_cast<bool>(n.inputs[1]), static_cast<bool>(n.inputs[2]));
            std::vector<Tensor> r(3);
            if (d.dq.defined()) r[0] = d.dq.reshape(q_shape).to_layout(lq);
            if (d.dk.defined()) r[1] = d.dk.reshape(k_shape).to_layout(lk);
@@ -95,8 +93,8 @@ Tensor scaled_dot_product_attention(const Tensor& q_in, const Tensor& k_in, cons
   PACKRAT_CHECK(q_in.defined() && k_in.defined() && v_in.defined(), "{}: q, k and v must be defined", where);
   check_same_device("attention", {&q_in, &k_in, &v_in});
   for (const Tensor* t : {&q_in, &k_in, &v_in})
-    PACKRAT_CHECK(t->dtype() == DType::f32 || is_half(t->dtype()), "{}: expects f32, bf16 or f16 q, k, v, got {}",
-                  where, dtype_name(t->dtype()));
+    PACKRAT_CHECK(is_f32_or_half(t->dtype()), "{}: expects f32, bf16 or f16 q, k, v, got {}", where,
+                  dtype_name(t->dtype()));
   // The dtype of q, k, v as computed with and saved, and of y: autocast's, else their common one.
   const DType data = autocast_dtype() != DType::f32 ? autocast_dtype() : result_dtype({&q_in, &k_in, &v_in});
   const Tensor &q = q_in, &k = k_in, &v = v_in;  // the inputs, as recorded
@@ -140,7 +138,7 @@ Tensor scaled_dot_product_attention(const Tensor& q_in, const Tensor& k_in, cons
 
   Backend& be = backend_of(q);
   const Tensor qp = q.to_plain().to(data), kp = k.to_plain().to(data), vp = v.to_plain().to(data);  // as saved
-  const Tensor qf = as_f32(qp), kf = as_f32(kp), vf = as_f32(vp);       // what the kernels read
+  const Tensor qf = as_f32(qp), kf = as_f32(kp), vf = as_f32(vp);  // what the kernels read
   const Shape s_shape = with_last2(q.shape(), T, S), y_shape = with_last2(q.shape(), T, Ev);
   Tensor p;  // (B..., T, S), the softmax output
   {
@@ -152,7 +150,8 @@ Tensor scaled_dot_product_attention(const Tensor& q_in, const Tensor& k_in, cons
   const bool grad = needs_grad({&q, &k, &v});
   Tensor mask;  // (B..., T, S) u8, when dropout is active and backward needs it
   const Tensor pf = as_f32(p);
-  const Tensor pd = drop ? be.dropout_forward(pf, o.dropout_p, keep_scale, o.seed, o.stream, grad ? &mask : nullptr) : pf;
+  const Tensor pd =
+      drop ? be.dropout_forward(pf, o.dropout_p, keep_scale, o.seed, o.stream, grad ? &mask : nullptr) : pf;
   Tensor y = in_dtype(be.matmul(pd, false, vf, false, batch, T, S, Ev, Tensor(), y_shape), data);  // (B..., T, Ev)
   if (!grad) return y;
 

@@ -52,8 +52,8 @@ Tensor batchnorm2d(const Tensor& x, const Tensor& weight, const Tensor& bias, Te
   const std::string where = op_where("batchnorm2d");
   PACKRAT_CHECK(x.defined(), "{}: input must be defined", where);
   PACKRAT_CHECK(x.rank() == 4, "{}: input must be 4-d (N, C, H, W), got {}", where, x.shape().str());
-  PACKRAT_CHECK(x.dtype() == DType::f32 || is_half(x.dtype()), "{}: input has dtype {}, expected f32, bf16 or f16",
-                where, dtype_name(x.dtype()));
+  PACKRAT_CHECK(is_f32_or_half(x.dtype()), "{}: input has dtype {}, expected f32, bf16 or f16", where,
+                dtype_name(x.dtype()));
   // A 16-bit x (autocast) is saved as it is; the statistics and y are computed in f32 and y
   // comes back in x's dtype.
   const Tensor xf = as_f32(x);

@@ -50,14 +50,15 @@ Tensor concat(const std::vector<Tensor>& xs, int64_t dim_in) {
   std::vector<const Tensor*> inputs;
   // f32 and 16-bit inputs (autocast: a ViT's f32 class token before its bf16 patches) meet in
   // the promoted dtype, as PyTorch's cat promotes them; other dtypes must agree.
-  auto f32_or_half = [](DType d) { return d == DType::f32 || is_half(d); };
   bool mixed = false;
-  for (const Tensor& t : xs) mixed = mixed || (t.dtype() != xs[0].dtype() && f32_or_half(t.dtype()) && f32_or_half(xs[0].dtype()));
+  for (const Tensor& t : xs)
+    mixed = mixed || (t.dtype() != xs[0].dtype() && is_f32_or_half(t.dtype()) && is_f32_or_half(xs[0].dtype()));
   for (size_t i = 0; i < xs.size(); ++i) {
     const Tensor& t = xs[i];
     PACKRAT_CHECK(t.rank() == xs[0].rank() && (t.dtype() == xs[0].dtype() || mixed) && t.device() == xs[0].device(),
-                  "{}: input {} is {} {} on {}, input 0 is {} {} on {}", where, i, t.shape().str(), dtype_name(t.dtype()),
-                  t.device().str(), xs[0].shape().str(), dtype_name(xs[0].dtype()), xs[0].device().str());
+                  "{}: input {} is {} {} on {}, input 0 is {} {} on {}", where, i, t.shape().str(),
+                  dtype_name(t.dtype()), t.device().str(), xs[0].shape().str(), dtype_name(xs[0].dtype()),
+                  xs[0].device().str());
     for (int64_t d = 0; d < t.rank(); ++d)
       PACKRAT_CHECK(d == dim || t.dim(d) == xs[0].dim(d), "{}: input {} has shape {}, input 0 {}: they differ in dim {}",
                     where, i, t.shape().str(), xs[0].shape().str(), d);

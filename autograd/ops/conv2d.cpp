@@ -19,8 +19,8 @@ ConvGeometry check_conv(const Tensor& x, const Tensor& w, const Tensor& b, const
   PACKRAT_CHECK(x.defined() && w.defined(), "{}: input and weight must be defined", where);
   PACKRAT_CHECK(x.rank() == 4, "{}: input must be 4-d (N, C, H, W), got {}", where, x.shape().str());
   PACKRAT_CHECK(w.rank() == 4, "{}: weight must be 4-d (Cout, Cin/groups, KH, KW), got {}", where, w.shape().str());
-  PACKRAT_CHECK(x.dtype() == DType::f32 || is_half(x.dtype()), "{}: input has dtype {}, expected f32, bf16 or f16",
-                where, dtype_name(x.dtype()));
+  PACKRAT_CHECK(is_f32_or_half(x.dtype()), "{}: input has dtype {}, expected f32, bf16 or f16", where,
+                dtype_name(x.dtype()));
   PACKRAT_CHECK(w.dtype() == DType::f32, "{}: weight has dtype {}, expected f32", where, dtype_name(w.dtype()));
   const Layout kept = backend_of(w).conv_weight_layout();
   PACKRAT_CHECK(w.layout() == Layout::Plain || w.layout() == kept,

@@ -23,9 +23,9 @@ Tensor cross_entropy(const Tensor& logits_any, const Tensor& targets, float labe
                      std::optional<int64_t> ignore_index) {
   const std::string& layer = LayerScope::current();
   PACKRAT_CHECK(logits_any.defined() && targets.defined(), "cross_entropy {}: logits or targets is undefined", layer);
-  PACKRAT_CHECK(logits_any.rank() == 2 && (logits_any.dtype() == DType::f32 || is_half(logits_any.dtype())),
-                "cross_entropy {}: logits must be 2-d f32, bf16 or f16 (N, C), got {} {}", layer, logits_any.shape().str(),
-                dtype_name(logits_any.dtype()));
+  PACKRAT_CHECK(logits_any.rank() == 2 && is_f32_or_half(logits_any.dtype()),
+                "cross_entropy {}: logits must be 2-d f32, bf16 or f16 (N, C), got {} {}", layer,
+                logits_any.shape().str(), dtype_name(logits_any.dtype()));
   PACKRAT_CHECK(targets.dtype() == DType::i64, "cross_entropy {}: targets must be i64 class indices, got {} {}", layer,
                 targets.shape().str(), dtype_name(targets.dtype()));
   const int64_t N = logits_any.dim(0), C = logits_any.dim(1);
@@ -41,8 +41,8 @@ Tensor cross_entropy(const Tensor& logits_any, const Tensor& targets, float labe
   const bool grad = needs_grad({&logits_any});
   const int64_t ignore = ignore_index.value_or(kNoIgnoreIndex);
   // A loss stays f32 under autocast: 16-bit logits are read converted.
-  auto [loss, probs, count] = backend_of(logits_any).cross_entropy_forward(as_f32(logits_any), targets, label_smoothing,
-                                                                           grad, ignore);
+  auto [loss, probs, count] =
+      backend_of(logits_any).cross_entropy_forward(as_f32(logits_any), targets, label_smoothing, grad, ignore);
 
   if (grad) {
     SaveRequest req;

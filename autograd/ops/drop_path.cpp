@@ -40,8 +40,8 @@ Tensor drop_path(const Tensor& x, float p, bool training, uint64_t seed, uint64_
   PACKRAT_CHECK(x.defined(), "drop_path {}: the input is undefined", layer);
   PACKRAT_CHECK(p >= 0.0f && p <= 1.0f, "drop_path {}: probability must be in [0, 1], got {}", layer, p);
   if (!training || p == 0.0f) return x;
-  PACKRAT_CHECK(x.dtype() == DType::f32 || is_half(x.dtype()), "drop_path {}: expects an f32, bf16 or f16 input, got {}",
-                layer, dtype_name(x.dtype()));
+  PACKRAT_CHECK(is_f32_or_half(x.dtype()), "drop_path {}: expects an f32, bf16 or f16 input, got {}", layer,
+                dtype_name(x.dtype()));
   PACKRAT_CHECK(x.rank() >= 1 && x.numel() > 0, "drop_path {}: expects a non-empty (N, ...) input, got {}", layer,
                 x.shape().str());
   check_same_device("drop_path", {&x});

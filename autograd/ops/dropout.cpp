@@ -22,8 +22,8 @@ Tensor dropout(const Tensor& x, float p, bool training, uint64_t seed, uint64_t 
   PACKRAT_CHECK(x.defined(), "dropout {}: the input is undefined", layer);
   PACKRAT_CHECK(p >= 0.0f && p <= 1.0f, "dropout {}: probability must be in [0, 1], got {}", layer, p);
   if (!training || p == 0.0f) return x;
-  PACKRAT_CHECK(x.dtype() == DType::f32 || is_half(x.dtype()), "dropout {}: expects an f32, bf16 or f16 input, got {}",
-                layer, dtype_name(x.dtype()));
+  PACKRAT_CHECK(is_f32_or_half(x.dtype()), "dropout {}: expects an f32, bf16 or f16 input, got {}", layer,
+                dtype_name(x.dtype()));
 
   const float scale = p < 1.0f ? 1.0f / (1.0f - p) : 0.0f;  // p = 1 drops everything, as PyTorch
   const bool grad = needs_grad({&x});

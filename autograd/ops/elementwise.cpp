@@ -30,10 +30,10 @@ void check_pair(const char* op, const Tensor& a, const Tensor& b) {
                   a.shape().str(), b.shape().str());
   }
   // f32 and 16-bit operands mix (autocast: PyTorch's promotion); f64 pairs only with f64.
-  auto f32_or_half = [](DType t) { return t == DType::f32 || is_half(t); };
-  PACKRAT_CHECK((f32_or_half(a.dtype()) && f32_or_half(b.dtype())) || (a.dtype() == DType::f64 && b.dtype() == DType::f64),
-                "{} {}: operand dtypes {} and {}: expects f32, bf16, f16 or two f64 operands", op, layer,
-                dtype_name(a.dtype()), dtype_name(b.dtype()));
+  PACKRAT_CHECK(
+      (is_f32_or_half(a.dtype()) && is_f32_or_half(b.dtype())) || (a.dtype() == DType::f64 && b.dtype() == DType::f64),
+      "{} {}: operand dtypes {} and {}: expects f32, bf16, f16 or two f64 operands", op, layer, dtype_name(a.dtype()),
+      dtype_name(b.dtype()));
 }
 
 // Computed in f32 where an operand is 16-bit; the result in result_dtype (16-bit when both are).

@@ -19,9 +19,9 @@ PACKRAT_SAVING_OP_KINDS("layernorm")
 Tensor layernorm(const Tensor& x_any, const Tensor& weight, const Tensor& bias, float eps) {
   const std::string& layer = LayerScope::current();
   PACKRAT_CHECK(x_any.defined(), "layernorm {}: the input is undefined", layer);
-  PACKRAT_CHECK((x_any.dtype() == DType::f32 || is_half(x_any.dtype())) && x_any.rank() >= 1 && x_any.numel() > 0,
-                "layernorm {}: expects a non-empty f32, bf16 or f16 input (..., D), got {} {}", layer, x_any.shape().str(),
-                dtype_name(x_any.dtype()));
+  PACKRAT_CHECK(is_f32_or_half(x_any.dtype()) && x_any.rank() >= 1 && x_any.numel() > 0,
+                "layernorm {}: expects a non-empty f32, bf16 or f16 input (..., D), got {} {}", layer,
+                x_any.shape().str(), dtype_name(x_any.dtype()));
   const Tensor x = x_any.to_plain();
   const int64_t D = x.dim(-1);
   for (const Tensor* p : {&weight, &bias})

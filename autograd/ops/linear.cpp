@@ -26,8 +26,8 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   PACKRAT_CHECK(x.defined() && weight.defined(), "{}: input and weight must be defined", where);
   PACKRAT_CHECK(weight.rank() == 2, "{}: weight must be 2-d (out, in), got {}", where, weight.shape().str());
   PACKRAT_CHECK(x.rank() >= 1, "{}: input must have at least one dimension", where);
-  PACKRAT_CHECK(x.dtype() == DType::f32 || is_half(x.dtype()), "{}: input has dtype {}, expected f32, bf16 or f16",
-                where, dtype_name(x.dtype()));
+  PACKRAT_CHECK(is_f32_or_half(x.dtype()), "{}: input has dtype {}, expected f32, bf16 or f16", where,
+                dtype_name(x.dtype()));
   PACKRAT_CHECK(weight.dtype() == DType::f32, "{}: weight has dtype {}, expected f32", where,
                 dtype_name(weight.dtype()));
   const int64_t in = weight.dim(1), out = weight.dim(0);
@@ -43,8 +43,9 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   std::vector<int64_t> ydims = x.shape().dims();
   ydims.back() = out;
   // y = x2 @ weight^T + bias: weight (out, in) read transposed as (in, out).
-  Tensor y = in_dtype(backend_of(x).matmul(x2.to(kernel), false, weight, true, 1, M, in, out, bias, Shape(ydims), kernel),
-                      data);  // (..., out)
+  Tensor y =
+      in_dtype(backend_of(x).matmul(x2.to(kernel), false, weight, true, 1, M, in, out, bias, Shape(ydims), kernel),
+               data);  // (..., out)
   if (!needs_grad({&x, &weight, &bias})) return y;
 
   std::vector<SavedHandle> saved;
@@ -62,7 +63,7 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   record("linear", {&x, &weight, &bias}, {&y}, std::move(saved),
          [=](Node& n, const std::vector<Tensor>& grads) -> std::vector<Tensor> {
            const Tensor g = grads[0].to_plain().reshape(Shape{M, out});  // (M, out) f32
-           const Tensor gk = g.to(kernel);                                 // in the kernels' dtype
+           const Tensor gk = g.to(kernel);                               // in the kernels' dtype
            Backend& be = backend_of(g);
            std::vector<Tensor> r(3);
            if (n.inputs[0]) {
@@ -86,8 +87,7 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
   PACKRAT_CHECK(a.defined() && b.defined(), "{}: both operands must be defined", where);
   PACKRAT_CHECK(a.rank() >= 2 && b.rank() == a.rank(), "{}: operands must have the same rank >= 2, got {} and {}",
                 where, a.shape().str(), b.shape().str());
-  auto floating = [](DType t) { return t == DType::f32 || is_half(t); };
-  PACKRAT_CHECK(floating(a.dtype()) && floating(b.dtype()),
+  PACKRAT_CHECK(is_f32_or_half(a.dtype()) && is_f32_or_half(b.dtype()),
                 "{}: operands have dtypes {} and {}, expected f32, bf16 or f16", where, dtype_name(a.dtype()),
                 dtype_name(b.dtype()));
   int64_t batch = 1;
@@ -105,9 +105,9 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
   const DType data = autocast_dtype() != DType::f32 ? autocast_dtype() : result_dtype({&a, &b});
   const Tensor ap = a.to_plain().to(data), bp = b.to_plain().to(data);
   const DType kernel = kernel_dtype(backend_of(a), data);
-  Tensor c = in_dtype(backend_of(a).matmul(ap.to(kernel), false, bp.to(kernel), false, batch, M, K, N, Tensor(),
-                                           Shape(cdims), kernel),
-                      data);  // (B..., M, N)
+  Tensor c = in_dtype(
+      backend_of(a).matmul(ap.to(kernel), false, bp.to(kernel), false, batch, M, K, N, Tensor(), Shape(cdims), kernel),
+      data);  // (B..., M, N)
   if (!needs_grad({&a, &b})) return c;
 
   std::vector<SavedHandle> saved;

@@ -19,8 +19,8 @@ PoolGeometry check_pool(std::string_view op, const Tensor& x, const Pool2dOption
   const std::string where = op_where(op);
   PACKRAT_CHECK(x.defined(), "{}: input must be defined", where);
   PACKRAT_CHECK(x.rank() == 4, "{}: input must be 4-d (N, C, H, W), got {}", where, x.shape().str());
-  PACKRAT_CHECK(x.dtype() == DType::f32 || is_half(x.dtype()), "{}: input has dtype {}, expected f32, bf16 or f16",
-                where, dtype_name(x.dtype()));
+  PACKRAT_CHECK(is_f32_or_half(x.dtype()), "{}: input has dtype {}, expected f32, bf16 or f16", where,
+                dtype_name(x.dtype()));
   PACKRAT_CHECK(o.kernel_h >= 1 && o.kernel_w >= 1, "{}: kernel must be >= 1, got {}x{}", where, o.kernel_h,
                 o.kernel_w);
   PACKRAT_CHECK(o.stride_h >= 1 && o.stride_w >= 1, "{}: stride must be >= 1, got ({}, {})", where, o.stride_h,
@@ -85,8 +85,8 @@ Tensor adaptive_avgpool2d(const Tensor& x, int64_t out_h, int64_t out_w) {
   const std::string where = op_where("adaptive_avgpool2d");
   PACKRAT_CHECK(x.defined() && x.rank() == 4, "{}: input must be 4-d (N, C, H, W), got {}", where,
                 x.defined() ? x.shape().str() : std::string("an undefined tensor"));
-  PACKRAT_CHECK(x.dtype() == DType::f32 || is_half(x.dtype()), "{}: input has dtype {}, expected f32, bf16 or f16",
-                where, dtype_name(x.dtype()));
+  PACKRAT_CHECK(is_f32_or_half(x.dtype()), "{}: input has dtype {}, expected f32, bf16 or f16", where,
+                dtype_name(x.dtype()));
   PACKRAT_CHECK(out_h >= 1 && out_w >= 1, "{}: output size must be >= 1, got {}x{}", where, out_h, out_w);
   const int64_t H = x.dim(2), W = x.dim(3);
   if (H % out_h == 0 && W % out_w == 0) {  // even windows: a plain average pool

@@ -18,8 +18,8 @@ Tensor softmax(const Tensor& x_any) {
   PACKRAT_CHECK(x_any.defined(), "softmax {}: the input is undefined", layer);
   PACKRAT_CHECK(x_any.rank() >= 1 && x_any.numel() > 0, "softmax {}: needs a non-empty input, got {}", layer,
                 x_any.shape().str());
-  PACKRAT_CHECK(x_any.dtype() == DType::f32 || is_half(x_any.dtype()), "softmax {}: expects an f32, bf16 or f16 input, got {}",
-                layer, dtype_name(x_any.dtype()));
+  PACKRAT_CHECK(is_f32_or_half(x_any.dtype()), "softmax {}: expects an f32, bf16 or f16 input, got {}", layer,
+                dtype_name(x_any.dtype()));
   // 16-bit x (autocast): computed in f32, y (saved) in x's dtype.
   Tensor y = in_dtype(backend_of(x_any).softmax_forward(as_f32(x_any)), x_any.dtype());  // (..., D) plain
   if (needs_grad({&x_any})) {

@@ -165,8 +165,8 @@ ConvPlan& backward_data_plan(const ConvGeometry& g, const std::shared_ptr<ConvPl
       return dnnl::convolution_backward_data::desc(conv_algorithm(), src, p->wany, dst,
                                                    p->strides, p->dilates, p->pad_l, p->pad_r);
     };
-    p->bd_pd = backward_pd<dnnl::convolution_backward_data::primitive_desc>(
-        g, *p, make, DType::f32, p->bd_src_layout, p->bd_dst_layout, p->bd_src, p->bd_dst);
+    p->bd_pd = backward_pd<dnnl::convolution_backward_data::primitive_desc>(g, *p, make, DType::f32, p->bd_src_layout,
+                                                                            p->bd_dst_layout, p->bd_src, p->bd_dst);
     p->bd = dnnl::convolution_backward_data(p->bd_pd);
   });
   return *p;
@@ -175,14 +175,13 @@ ConvPlan& backward_data_plan(const ConvGeometry& g, const std::shared_ptr<ConvPl
 ConvPlan& backward_weights_plan(const ConvGeometry& g, const std::shared_ptr<ConvPlan>& p) {
   std::call_once(p->bw_once, [&] {
     auto make = [&](const memory::desc& src, const memory::desc& dst) {
-      return g.has_bias ? dnnl::convolution_backward_weights::desc(conv_algorithm(), src, p->wgrad,
-                                                                   p->bias, dst, p->strides, p->dilates, p->pad_l,
-                                                                   p->pad_r)
-                        : dnnl::convolution_backward_weights::desc(conv_algorithm(), src, p->wgrad,
-                                                                   dst, p->strides, p->dilates, p->pad_l, p->pad_r);
+      return g.has_bias ? dnnl::convolution_backward_weights::desc(conv_algorithm(), src, p->wgrad, p->bias, dst,
+                                                                   p->strides, p->dilates, p->pad_l, p->pad_r)
+                        : dnnl::convolution_backward_weights::desc(conv_algorithm(), src, p->wgrad, dst, p->strides,
+                                                                   p->dilates, p->pad_l, p->pad_r);
     };
-    p->bw_pd = backward_pd<dnnl::convolution_backward_weights::primitive_desc>(
-        g, *p, make, g.dtype, p->bw_src_layout, p->bw_dst_layout, p->bw_src, p->bw_dst);
+    p->bw_pd = backward_pd<dnnl::convolution_backward_weights::primitive_desc>(g, *p, make, g.dtype, p->bw_src_layout,
+                                                                               p->bw_dst_layout, p->bw_src, p->bw_dst);
     p->own_depthwise_bw = depthwise_blocked(g) && std::string(p->bw_pd.impl_info_str()).rfind("jit", 0) != 0;
     if (!p->own_depthwise_bw) p->bw = dnnl::convolution_backward_weights(p->bw_pd);
   });
@@ -255,6 +254,22 @@ Tensor conv_backward_data(const Tensor& gy, const Tensor& w, const ConvGeometry&
 }
 
 void conv_backward_weights(const Tensor& x, const Tensor& gy, const ConvGeometry& g, Tensor& gw, Tensor& gb) {
+  if (g.dtype != DType::f32 && (g.stride_h > 1 || g.stride_w > 1)) {
+    // oneDNN 2.6's bf16 weight gradient of a strided convolution synchronises its threads so
+    // often that on a machine shared with other jobs it ran 20-1500x slower than f32's (ResNet-20's
+    // two stride-2 convolutions: 480-2190 ms a call against f32's 24 ms, the bf16 kernel's own
+    // 1.4 ms when it got both cores; docs/precision.md). f32 on the bf16 values instead.
+    ConvGeometry f32 = g;
+    f32.dtype = DType::f32;
+    Tensor xf, gyf;
+    {
+      TagScope copies(MemTag::Workspace);
+      xf = x.to(DType::f32);
+      gyf = gy.to(DType::f32);
+    }
+    conv_backward_weights(xf, gyf, f32, gw, gb);  // gw, gb under the caller's tag
+    return;
+  }
   auto plan = plan_for(g);
   ConvPlan& p = backward_weights_plan(g, plan);
   if (p.own_depthwise_bw) {

@@ -86,6 +86,12 @@ Json BenchmarkResult::json() const {
   j["forward_ms"] = Json(forward_ms);
   j["recompute_ms"] = Json(recompute_ms);
   j["backward_ms"] = Json(backward_ms);
+  j["precision"] = Json(precision);
+  auto ratio = [&](int64_t baseline) {
+    return baseline > 0 ? static_cast<double>(saved_bytes) / static_cast<double>(baseline) : 0.0;
+  };
+  j["saved_vs_fp32_store"] = Json(ratio(saved_fp32_bytes));
+  j["saved_vs_f32"] = Json(ratio(saved_f32_bytes));
   if (ranks > 1) {
     j["ranks"] = Json(ranks);
     j["threads"] = Json(static_cast<int64_t>(num_threads()));
@@ -125,6 +131,7 @@ BenchmarkResult benchmark(const Config& c, int64_t steps, DataParallel* dp) {
   r.batch_size = c.data.batch_size;
   r.ranks = ranks;
   r.device = on.device().str();
+  r.precision = std::string(precision_name(run_precision(c).precision));
   if (dp) dp->comm->barrier("benchmark start");
   synchronize(on.device());  // the clock starts on an idle GPU and stops once it has finished the steps
   profiled_range_begin(on.device());
@@ -134,6 +141,8 @@ BenchmarkResult benchmark(const Config& c, int64_t steps, DataParallel* dp) {
     StepResult sr = train_step(*s.model, *s.optimizer, *s.policy, b.images, b.labels, i, o);
     r.peak_bytes = std::max(r.peak_bytes, sr.memory.total_peak);
     r.saved_bytes = sr.saved_record_bytes;
+    r.saved_fp32_bytes = sr.saved_record_fp32_bytes;
+    r.saved_f32_bytes = sr.saved_record_f32_bytes;
     r.forward_ms += sr.forward_s * 1e3 / static_cast<double>(steps);
     r.recompute_ms += sr.recompute.recompute_s * 1e3 / static_cast<double>(steps);
     r.backward_ms += (sr.backward_s - sr.recompute.recompute_s) * 1e3 / static_cast<double>(steps);

@@ -22,6 +22,10 @@ struct BenchmarkResult {
   double img_per_s = 0;
   int64_t peak_bytes = 0;   // highest total over the timed steps
   int64_t saved_bytes = 0;  // held after the forward of the last step
+  // What the FP32 store would hold at the run's precision (its AMP baseline under bf16 / fp16),
+  // and without autocast; the precision's name ("fp32", "bf16", ...).
+  int64_t saved_fp32_bytes = 0, saved_f32_bytes = 0;
+  std::string precision = "fp32";
   int64_t steps = 0, batch_size = 0;
   std::string device;       // where the steps ran ("cpu", "cuda:0")
   double seconds = 0;
@@ -36,7 +40,8 @@ struct BenchmarkResult {
   double completed_in_backward = 0;  // ... and had completed when it ended (hidden whole), over the timed steps
   int64_t ranks = 1;
   // {"img_per_s": X, "peak_bytes": P, "saved_bytes": S, "device": D, "forward_ms": F,
-  // "recompute_ms": R, "backward_ms": B}, and when data-parallel also
+  // "recompute_ms": R, "backward_ms": B, "precision": "bf16", "saved_vs_fp32_store": S / the FP32
+  // store's bytes at that precision, "saved_vs_f32": S / f32 training's}, and when data-parallel also
   // "ranks", "threads", "exposed_reduce_s_per_step", "reduce_alone_s", "started_in_backward" and
   // "completed_in_backward"
   Json json() const;

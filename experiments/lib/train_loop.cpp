@@ -117,7 +117,11 @@ StepResult train_step(Module& model, Optimizer& opt, StorePolicy& policy, const 
     // After the forward, before the backward: what the stores hold for this step.
     r.saved_allocator_bytes = alloc.current(MemTag::Saved) - saved_before;
     if (o.capture_saved) r.saved = policy.describe();
-    for (const auto& rec : o.capture_saved ? r.saved : policy.describe()) r.saved_record_bytes += rec.bytes;
+    for (const auto& rec : o.capture_saved ? r.saved : policy.describe()) {
+      r.saved_record_bytes += rec.bytes;
+      r.saved_record_fp32_bytes += rec.fp32_bytes;
+      r.saved_record_f32_bytes += rec.f32_bytes;
+    }
     if (o.sync) o.sync->before_backward(r.count, o.global_count > 0 ? o.global_count : r.count);
     const auto backward_start = Clock::now();
     backward(o.scaler ? o.scaler->scale_loss(loss) : loss);

@@ -40,6 +40,8 @@ struct StepResult {
   std::vector<SavedRecord> saved;       // live saved tensors after the forward (capture_saved)
   int64_t saved_allocator_bytes = 0;    // Allocator Saved bytes at that moment, minus those before the step
   int64_t saved_record_bytes = 0;       // sum of the records' bytes (always taken)
+  int64_t saved_record_fp32_bytes = 0;  // ... of their fp32_bytes (the FP32 store at the run's precision)
+  int64_t saved_record_f32_bytes = 0;   // ... of their f32_bytes (without autocast)
   MemoryStats memory;                   // after the step; peaks cover the whole step
   // Wall time of the forward (up to the loss on the host) and of the backward, whose part spent
   // running checkpoint segments' forwards again is recompute.recompute_s (autograd/checkpoint.h;

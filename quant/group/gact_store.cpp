@@ -3,11 +3,11 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
-#include <filesystem>
 #include <cmath>
+#include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <limits>
-#include <cstring>
 #include <map>
 #include <queue>
 #include <set>
@@ -121,9 +121,8 @@ int GactStore::bits_to_save(int64_t l) const {
 
 SavedHandle GactStore::save(const Tensor& x, const SaveRequest& r) {
   // The requests the per-group store quantizes (its save's rule); the others go to it unchanged.
-  const bool adaptive = (r.need == Need::Value || r.need == Need::Derivative) &&
-                        (x.dtype() == DType::f32 || is_half(x.dtype())) && !r.exact &&
-                        !(r.need == Need::Derivative && r.fn && r.fn->derivative_is_step);
+  const bool adaptive = (r.need == Need::Value || r.need == Need::Derivative) && is_f32_or_half(x.dtype()) &&
+                        !r.exact && !(r.need == Need::Derivative && r.fn && r.fn->derivative_is_step);
   if (!adaptive) return GroupStore::save(x, r);
   int64_t l = -1;
   bool first = false;

@@ -6,9 +6,9 @@
 #include "core/backend.h"
 #include "core/error.h"
 #include "quant/bits/bitpack.h"
+#include "quant/bits/wide_codes.h"  // masks and indices above 8 bits
 #include "quant/codec/codec_kernels.h"
 #include "quant/fewbit/fewbit_codec.h"
-#include "quant/bits/wide_codes.h"  // masks and indices above 8 bits
 #include "quant/store/with_integers.h"
 
 namespace packrat {
@@ -38,8 +38,7 @@ void copy_to(const C* codes, int64_t n, const Tensor& out) {
 
 CompressingStore::Form CompressingStore::form_for(const Tensor& x, const SaveRequest& r) const {
   // 16-bit values (autocast) are encoded from their exact f32 values: the same codes as f32 input.
-  const bool encodable =
-      (r.need == Need::Value || r.need == Need::Derivative) && (x.dtype() == DType::f32 || is_half(x.dtype()));
+  const bool encodable = (r.need == Need::Value || r.need == Need::Derivative) && is_f32_or_half(x.dtype());
   const int bits = r.need == Need::Mask ? 1 : r.need == Need::Index ? static_cast<int>(r.index_bits) : 0;
   const bool packable =
       bits >= 1 && bits <= rules_.max_packed_bits && (!rules_.unfit_kept_exact || integer_dtype(x.dtype()));
@@ -145,8 +144,12 @@ SavedHandle CompressingStore::save(const Tensor& x, const SaveRequest& r) {
     Held h;
     h.key = key;
     switch (form) {
-      case Form::Codec: h.encoded = encode(as_f32(x), r); break;
-      case Form::StepMask: pack_step_mask(h, as_f32(x)); break;
+      case Form::Codec:
+        h.encoded = encode(as_f32(x), r);
+        break;
+      case Form::StepMask:
+        pack_step_mask(h, as_f32(x));
+        break;
       default:
         if (!pack_exact(h, x, r, bits)) return keep_exact(x, r);  // a mask or index its bits cannot hold
         break;

@@ -125,8 +125,10 @@ TEST(Autocast, CompressingStoresEncodeBf16InputsAsTheirF32Values) {
     std::vector<std::vector<float>> loaded;
     for (const Tensor& x : {x16, x32}) {
       StorePolicySpec spec;
-      const std::map<std::string, std::map<std::string, std::string>> options{
-          {"actnn", {{"bits", "2"}}}, {"mixed", {{"preset", "2/4@0.5"}}}, {"gact", {{"initial_bits", "2"}}}, {"fp8", {}}};
+      const std::map<std::string, std::map<std::string, std::string>> options{{"actnn", {{"bits", "2"}}},
+                                                                              {"mixed", {{"preset", "2/4@0.5"}}},
+                                                                              {"gact", {{"initial_bits", "2"}}},
+                                                                              {"fp8", {}}};
       spec.default_scheme = {scheme, options.at(scheme), "test"};
       spec.seed = 7;
       RulePolicy policy(spec);
@@ -214,4 +216,32 @@ TEST(Autocast, AStepMatchesPyTorchsBf16AutocastStep) {
       {"conv.weight", &w}, {"bn.weight", &gamma}, {"bn.bias", &beta}, {"fc.weight", &fw}, {"fc.bias", &fb}};
   for (const auto& [name, p] : grads)
     EXPECT_LT(relative_error(p->grad().to_vector(), golden("grad." + name).to_vector()), 3e-2) << name;
+}
+
+// Attention under bf16 autocast: q, k, v, the probabilities (standard) or the output
+// (memory-efficient) saved in bf16, the row log-sum-exp in f32; both algorithms agree.
+TEST(Autocast, AttentionSavesBf16AndBothAlgorithmsAgree) {
+  std::vector<std::vector<float>> dq;
+  for (const bool memory_efficient : {false, true}) {
+    Fp32Policy policy;
+    PolicyScope scope(policy);
+    Tensor q = random_tensor({2, 3, 16, 8}, 61).set_requires_grad(), k = random_tensor({2, 3, 16, 8}, 62),
+           v = random_tensor({2, 3, 16, 8}, 63);
+    ops::AttentionOptions o;
+    o.causal = true;
+    o.memory_efficient = memory_efficient;
+    Tensor y;
+    {
+      AutocastScope bf16(DType::bf16);
+      y = ops::scaled_dot_product_attention(q, k, v, o);
+    }
+    EXPECT_EQ(y.dtype(), DType::bf16);
+    for (const SavedRecord& r : policy.describe())
+      EXPECT_EQ(r.dtype, r.op == "attention_lse" ? DType::f32 : DType::bf16)
+          << r.op << " memory_efficient " << memory_efficient;
+    backward(y, ones(y.shape()));
+    EXPECT_EQ(q.grad().dtype(), DType::f32);
+    dq.push_back(q.grad().to_vector());
+  }
+  EXPECT_LT(relative_error(dq[1], dq[0]), 2e-2);
 }

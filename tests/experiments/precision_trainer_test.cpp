@@ -1,19 +1,18 @@
-// `precision` through the trainer's config: bf16 autocast halves what the FP32 store holds (the allocator's
-// Saved bytes), the memory report gives its ratios against both baselines, a bf16 run resumes
-// bit-identically, and a precision the device cannot run is refused naming the key.
+// `precision` through the trainer's config: bf16 autocast halves what the FP32 store holds (the
+// allocator's Saved bytes), the memory report and --benchmark give their ratios against both
+// baselines, bf16 and fp16 runs resume bit-identically, an unknown precision is refused naming
+// the key, and the log line says how each precision runs here.
 #include <gtest/gtest.h>
 
-#include <cstring>
 #include <string>
 #include <vector>
 
-#include "experiments/lib/checkpoint.h"
 #include "experiments/lib/memory_report.h"
 #include "experiments/lib/run.h"
-#include "experiments/lib/safetensors.h"
 #include "experiments/lib/session.h"
 #include "experiments/lib/tools.h"
 #include "tests/experiments/fixture.h"
+#include "tests/experiments/resume_check.h"
 #include "tests/experiments/tiny_config.h"
 #include "tests/support/errors.h"
 
@@ -52,40 +51,25 @@ TEST(PrecisionTrainer, Bf16HalvesWhatTheFp32StoreHoldsAndTheReportSaysAgainstWha
   EXPECT_EQ(q.saved_fp32_bytes, bf16.saved_bytes);
   EXPECT_EQ(q.saved_f32_bytes, f32.saved_bytes);
   EXPECT_LT(q.saved_bytes * 4, q.saved_fp32_bytes);
+
+  // --benchmark says the same, labelled.
+  const Json b = benchmark(tiny_config("/nonexistent", temp_dir("precision_bench"), actnn), 1).json();
+  EXPECT_EQ(b.at("precision").get<std::string>(), "bf16");
+  EXPECT_LT(b.at("saved_vs_fp32_store").get<double>(), 0.25);
+  EXPECT_NEAR(b.at("saved_vs_f32").get<double>() * 2, b.at("saved_vs_fp32_store").get<double>(), 0.02);
 }
 
 // fp16 too: on the CPU at the kernels' edges, with its loss scale in the checkpoint.
 TEST(PrecisionTrainer, Bf16AndFp16ResumeBitIdentically) {
   for (const std::string precision : {"bf16", "fp16"}) {
     const auto data = make_idx_dataset("precision_resume_" + precision, 48, 16);
-    RunOptions quiet;
-    quiet.tty = 0;
-    quiet.print_report = false;
-    const std::vector<std::string> sets = {"precision=" + precision, "train.steps_per_epoch=3",
-                                           "saved_tensors.default={scheme: actnn, bits: 2}"};
-    const auto straight = temp_dir(precision + "_straight"), resumed = temp_dir(precision + "_resumed");
-    const RunResult a = run_training(tiny_config(data, straight, sets), quiet);
-    RunOptions first = quiet;
-    first.stop_after_epoch = 1;
-    run_training(tiny_config(data, resumed, sets), first);
-    RunOptions again = quiet;
-    again.resume = true;
-    const RunResult b = run_training(tiny_config(data, resumed, sets), again);
-    ASSERT_EQ(b.epochs.size(), 1u);
-    EXPECT_EQ(a.epochs[1].train_loss, b.epochs[0].train_loss);
-    const SafetensorsFile fa = read_safetensors(checkpoint_path(straight.string(), 2));
-    const SafetensorsFile fb = read_safetensors(checkpoint_path(resumed.string(), 2));
-    ASSERT_EQ(fa.tensors.size(), fb.tensors.size());
-    EXPECT_EQ(fa.find("trainer.loss_scale") != nullptr, precision == "fp16") << precision;
-    for (const auto& [name, x] : fa.tensors) {
-      const Tensor* y = fb.find(name);
-      ASSERT_TRUE(y) << name;
-      EXPECT_EQ(x.dtype(), y->dtype()) << name;
+    const ResumedRuns r = expect_resume_bit_identical(
+        data, {"precision=" + precision, "train.steps_per_epoch=3", "saved_tensors.default={scheme: actnn, bits: 2}"},
+        precision);
+    EXPECT_EQ(r.straight.find("trainer.loss_scale") != nullptr, precision == "fp16") << precision;
+    for (const auto& [name, x] : r.straight.tensors)
       if (name.rfind("model.", 0) == 0 && is_floating(x.dtype()))
         EXPECT_EQ(x.dtype(), DType::f32) << name << ": parameters and buffers stay f32 (master weights)";
-      ASSERT_EQ(x.nbytes(), y->nbytes()) << name;
-      EXPECT_EQ(std::memcmp(x.raw(), y->raw(), x.nbytes()), 0) << name << " differs after resume";
-    }
   }
 }
 

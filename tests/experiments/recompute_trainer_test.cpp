@@ -3,17 +3,15 @@
 // falling as the lever promises on a ResNet-50.
 #include <gtest/gtest.h>
 
-#include <cstring>
 #include <string>
 #include <vector>
 
-#include "experiments/lib/checkpoint.h"
 #include "experiments/lib/gradient_fidelity.h"
 #include "experiments/lib/run.h"
-#include "experiments/lib/safetensors.h"
 #include "experiments/lib/session.h"
 #include "experiments/lib/tools.h"
 #include "tests/experiments/fixture.h"
+#include "tests/experiments/resume_check.h"
 #include "tests/experiments/tiny_config.h"
 #include "tests/support/errors.h"
 
@@ -133,30 +131,10 @@ TEST(RecomputeTrainer, GradientFidelityMeasuresTheRecomputedBackward) {
 // step quantized, forward and recompute (the recomputed tensors are quantized in the backward).
 TEST(RecomputeTrainer, GactCB1ResumesBitIdentically) {
   const auto data = make_idx_dataset("recompute_resume", 48, 16);
-  RunOptions quiet;
-  quiet.tty = 0;
-  quiet.print_report = false;
-  const std::vector<std::string> sets = {
-      "saved_tensors.rules=[]", "train.steps_per_epoch=3",
-      "saved_tensors.default={scheme: gact-CB1, adapt_interval: 2, tensors_per_refresh: 4}"};
-  const auto straight = temp_dir("cb1_straight"), resumed = temp_dir("cb1_resumed");
-  const RunResult a = run_training(tiny_config(data, straight, sets), quiet);
-  RunOptions first = quiet;
-  first.stop_after_epoch = 1;
-  run_training(tiny_config(data, resumed, sets), first);
-  RunOptions again = quiet;
-  again.resume = true;
-  const RunResult b = run_training(tiny_config(data, resumed, sets), again);
-  ASSERT_EQ(b.epochs.size(), 1u);
-  EXPECT_EQ(a.epochs[1].train_loss, b.epochs[0].train_loss);
-  const SafetensorsFile fa = read_safetensors(checkpoint_path(straight.string(), 2));
-  const SafetensorsFile fb = read_safetensors(checkpoint_path(resumed.string(), 2));
-  ASSERT_TRUE(fa.find("gact.0.bits"));
-  ASSERT_EQ(fa.tensors.size(), fb.tensors.size());
-  for (const auto& [name, x] : fa.tensors) {
-    const Tensor* y = fb.find(name);
-    ASSERT_TRUE(y) << name;
-    ASSERT_EQ(x.nbytes(), y->nbytes()) << name;
-    EXPECT_EQ(std::memcmp(x.raw(), y->raw(), x.nbytes()), 0) << name << " differs after resume";
-  }
+  const ResumedRuns r = expect_resume_bit_identical(
+      data,
+      {"saved_tensors.rules=[]", "train.steps_per_epoch=3",
+       "saved_tensors.default={scheme: gact-CB1, adapt_interval: 2, tensors_per_refresh: 4}"},
+      "cb1");
+  EXPECT_TRUE(r.straight.find("gact.0.bits"));
 }
