@@ -188,6 +188,34 @@ struct Floats16 {
 // changes is settled after: a NaN first value, which the scan keeps, and the sign of a zero
 // extreme, the scan's first zero.
 inline void group_range(const float* x, int64_t n, float& mn_out, float& mx_out) {
+#if defined(__AVX512F__)
+  // Every length in registers: the last partial register's missing lanes read as x[0] (a value the
+  // scan starts from), so no scalar tail (groups of 25 or 28 values spent their last 9 or 12 there)
+  // and no round trip of the lanes through the stack; the lanes' order is settled as below.
+  {
+    const __m512 first = _mm512_set1_ps(x[0]);
+    __m512 vmn = first, vmx = first;
+    for (int64_t i = 0; i < n; i += 16) {
+      const __mmask16 k = n - i < 16 ? static_cast<__mmask16>((1u << (n - i)) - 1u) : static_cast<__mmask16>(0xFFFF);
+      const __m512 v = _mm512_mask_loadu_ps(first, k, x + i);
+      vmn = _mm512_min_ps(v, vmn);
+      vmx = _mm512_max_ps(v, vmx);
+    }
+    // No lane holds a NaN unless x[0] is one (settled below): the tree gives the extremes.
+    float mn = _mm512_reduce_min_ps(vmn), mx = _mm512_reduce_max_ps(vmx);
+    if (x[0] != x[0]) {
+      mn = mx = x[0];
+    } else if (mn == 0.0f || mx == 0.0f) {
+      int64_t z = 0;
+      while (x[z] != 0.0f) ++z;  // a zero extreme is one of x's zeros: the scan keeps the first
+      if (mn == 0.0f) mn = x[z];
+      if (mx == 0.0f) mx = x[z];
+    }
+    mn_out = mn;
+    mx_out = mx;
+    return;
+  }
+#endif
   float mn = x[0], mx = x[0];
   int64_t i = 0;
 #if defined(__AVX512F__) || defined(__AVX2__)
@@ -355,6 +383,91 @@ inline void pack_chunk(const uint8_t* codes, int64_t n, uint8_t* dst) {
     pack_group_codes(codes, n, B, dst);
   }
 }
+
+#if defined(__AVX512BW__) && defined(__BMI2__)
+// Fused quantize_run + pack_chunk<B> (the same codes, the same bytes): 16 values a register, their
+// codes packed in registers (one byte each, then pext gathers their low B bits: 16 codes are 2B
+// bytes), the last partial register by masked loads and stores. Nothing goes through memory between
+// the two steps: quantize_run's byte stores read back by pack64's wider masked load failed store
+// forwarding on Zen 4 (a third of the 2-bit quantize in perf), and groups of 25 or 28 values (per-plane
+// groups of 7x7 and 14x14 planes) took their last 9 or 12 values one by one. Writes
+// packed_bytes(n, B) bytes at dst; reads x[0, n) and rnd[0, n) only.
+template <int B>
+inline void quantize_pack(const float* x, int64_t n, const GroupParams& p, const uint16_t* rnd, uint8_t* dst) {
+  constexpr uint32_t levels = (1u << B) - 1u;
+  constexpr uint64_t sel = 0x0101010101010101ull * levels;  // the low B bits of each byte
+  const __m512 vmin = _mm512_set1_ps(p.min), vinv = _mm512_set1_ps(p.inv_step), zero = _mm512_setzero_ps();
+  const __m512 half = _mm512_set1_ps(0.5f), scale = _mm512_set1_ps(1.0f / 65536.0f);
+  const __m512i one = _mm512_set1_epi32(1), vlev = _mm512_set1_epi32(static_cast<int>(levels));
+  for (int64_t i = 0; i < n; i += 16) {
+    const int64_t m = n - i < 16 ? n - i : 16;
+    const __mmask16 k = static_cast<__mmask16>((1u << m) - 1u);
+    // quantize_run's arithmetic lane by lane (quantize_value's); lanes past m are zeroed
+    const __m512 u = _mm512_max_ps(_mm512_mul_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, x + i), vmin), vinv), zero);
+    const __m512 fl = _mm512_roundscale_ps(u, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+    const __m512 frac = _mm512_sub_ps(u, fl);
+    __m512 r = half;
+    if (rnd) {
+      const __m512i h = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(k, rnd + i));
+      r = _mm512_mul_ps(_mm512_add_ps(_mm512_cvtepi32_ps(h), half), scale);
+    }
+    __m512i code = _mm512_cvttps_epi32(fl);
+    code = _mm512_mask_add_epi32(code, _mm512_cmp_ps_mask(r, frac, _CMP_LT_OQ), code, one);
+    code = _mm512_maskz_mov_epi32(k, _mm512_min_epi32(code, vlev));
+    const __m128i bytes = _mm512_cvtepi32_epi8(code);  // (16,) one code a byte
+    uint8_t* d = dst + i * B / 8;  // i is a multiple of 16: byte aligned
+    if constexpr (B == 8) {
+      _mm_mask_storeu_epi8(d, k, bytes);
+    } else {
+      const uint64_t w = _pext_u64(static_cast<uint64_t>(_mm_cvtsi128_si64(bytes)), sel) |
+                         _pext_u64(static_cast<uint64_t>(_mm_extract_epi64(bytes, 1)), sel) << (8 * B);
+      if (m == 16) {
+        std::memcpy(d, &w, 2 * B);
+      } else {
+        const int64_t nb = packed_bytes(m, B);
+        _mm_mask_storeu_epi8(d, static_cast<__mmask16>((1u << nb) - 1u), _mm_cvtsi64_si128(static_cast<int64_t>(w)));
+      }
+    }
+  }
+}
+
+// Fused unpack_chunk<B> + dequantize_run: out[i] = dequantize_value(code i, p) for the n codes
+// packed at src (byte aligned), 16 a register (pdep spreads 2B bytes into 16 code bytes), the last
+// partial register by masked loads and stores. Reads packed_bytes(n, B) bytes, writes out[0, n).
+template <int B>
+inline void unpack_dequantize(const uint8_t* src, int64_t n, const GroupParams& p, float* out) {
+  constexpr uint64_t sel = 0x0101010101010101ull * ((1u << B) - 1u);
+  const __m512 vmin = _mm512_set1_ps(p.min), vstep = _mm512_set1_ps(p.step);
+  for (int64_t i = 0; i < n; i += 16) {
+    const int64_t m = n - i < 16 ? n - i : 16;
+    const __mmask16 k = static_cast<__mmask16>((1u << m) - 1u);
+    const uint8_t* s = src + i * B / 8;
+    __m128i bytes;  // (16,) one code a byte
+    if constexpr (B == 8) {
+      bytes = _mm_maskz_loadu_epi8(k, s);
+    } else {
+      uint64_t w = 0;
+      if (m == 16) {
+        if constexpr (B == 3) {  // 4 + 2 bytes in registers (a 6-byte memcpy went through the stack)
+          uint32_t a;
+          uint16_t b;
+          std::memcpy(&a, s, 4);
+          std::memcpy(&b, s + 4, 2);
+          w = a | static_cast<uint64_t>(b) << 32;
+        } else {
+          std::memcpy(&w, s, 2 * B);
+        }
+      } else {
+        const int64_t nb = packed_bytes(m, B);
+        w = static_cast<uint64_t>(_mm_cvtsi128_si64(_mm_maskz_loadu_epi8(static_cast<__mmask16>((1u << nb) - 1u), s)));
+      }
+      bytes = _mm_set_epi64x(static_cast<int64_t>(_pdep_u64(w >> (8 * B), sel)), static_cast<int64_t>(_pdep_u64(w, sel)));
+    }
+    const __m512 c = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(bytes));
+    _mm512_mask_storeu_ps(out + i, k, _mm512_fmadd_ps(c, vstep, vmin));  // as dequantize_value
+  }
+}
+#endif
 
 // Calls fn(std::integral_constant<int, B>) for the per-group widths B in {1, 2, 3, 4, 8};
 // false (fn not called) for any other width, so that each caller names its own error.

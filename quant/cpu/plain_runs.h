@@ -46,6 +46,8 @@ class PlainRuns {
       : tile_(walk), run_(new float[static_cast<size_t>(max_run)]) {}
   // Whether the plain elements [e0, e0 + n) lie in one tile (any run of them may be written at once).
   bool in_one_tile(int64_t e0, int64_t n) const { return tile_.holds(e0, n); }
+  // The tile of plain element e: pointers read from one tile stay valid until another is read.
+  int64_t tile_of(int64_t e) const { return tile_.tile_of(e); }
   // The plain elements [e0, e0 + n) of x.
   const float* read(const float* x, int64_t e0, int64_t n);
   // Where to put the plain elements [e0, e0 + n) of out (n <= max_run, or in_one_tile): they reach

@@ -138,10 +138,27 @@ std::unique_ptr<CompressingStore::Encoded> GroupStore::encode(const Tensor& x, c
   info.bytes = q->geometry.total_bytes();
   if (provider_) {
     info.sample_range_sq.assign(static_cast<size_t>(samples), 0.0);
+    // Group g's sample, min(samples - 1, group_start(g) / per_sample), walked without a division a
+    // group (two 64-bit divisions for each of a step's million groups of 32 were 2% of its time).
     const int64_t per_sample = std::max<int64_t>(1, x.numel() / samples);
-    for (int64_t g = 0; g < q->geometry.groups(); ++g)
-      info.sample_range_sq[static_cast<size_t>(std::min(samples - 1, q->geometry.group_start(g) / per_sample))] +=
-          group_range_sq[static_cast<size_t>(g)];
+    const GroupGeometry& geo = q->geometry;
+    // Each sample's sum in a register, added in the groups' order as before (a sum kept in the
+    // vector made every addition wait for the previous one's store).
+    int64_t g = 0, sample = 0, next = per_sample;  // next: the first element of sample + 1
+    double sum = 0.0;
+    for (int64_t span = 0; span < geo.spans; ++span) {
+      int64_t start = span * geo.span_len;
+      for (int64_t i = 0; i < geo.groups_per_span; ++i, ++g, start += geo.group_size) {
+        while (start >= next && sample < samples - 1) {
+          info.sample_range_sq[static_cast<size_t>(sample)] += sum;
+          sum = 0.0;
+          ++sample;
+          next += per_sample;
+        }
+        sum += group_range_sq[static_cast<size_t>(g)];
+      }
+    }
+    info.sample_range_sq[static_cast<size_t>(sample)] += sum;
   }
   step_tensors_.push_back(std::move(info));
   q->index = index;
