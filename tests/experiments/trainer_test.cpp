@@ -259,7 +259,11 @@ TEST(Trainer, BenchmarkReportsThroughputAndBytes) {
   EXPECT_GT(j.at("forward_ms").get<double>(), 0.0);
   EXPECT_EQ(j.at("recompute_ms").get<double>(), 0.0);  // nothing recomputed
   EXPECT_GT(j.at("backward_ms").get<double>(), 0.0);
-  EXPECT_EQ(j.size(), 7u);
+  EXPECT_EQ(j.at("precision").get<std::string>(), "fp32");
+  EXPECT_DOUBLE_EQ(j.at("saved_vs_fp32_store").get<double>(),
+                   static_cast<double>(r.saved_bytes) / static_cast<double>(r.saved_fp32_bytes));
+  EXPECT_EQ(j.at("saved_vs_f32").get<double>(), j.at("saved_vs_fp32_store").get<double>());  // no autocast
+  EXPECT_EQ(j.size(), 10u);
 }
 
 TEST(Trainer, MaxBatchFitsInTheLimitAndGrowsWithIt) {
