@@ -5,16 +5,15 @@
 
 namespace packrat {
 
-// A 16-bit saved tensor (autocast) is read converted; f' and the gradient are f32.
+// A 16-bit saved tensor (autocast) is read as the backend's kernels read it (kernel_operand); f'
+// and the gradient are f32.
 Tensor pointwise_derivative(const Pointwise& fn, const Tensor& saved_any) {
-  const Tensor saved = as_f32(saved_any);
-  saved.check_dtype(DType::f32, fn.name.data());
+  const Tensor saved = kernel_operand(backend_of(saved_any), saved_any);
   return backend_of(saved).pointwise_derivative(fn.id, saved, fn.derivative_from_output != nullptr);
 }
 
 Tensor pointwise_backward(const Pointwise& fn, const Tensor& saved_any, const Tensor& grad_out) {
-  const Tensor saved = as_f32(saved_any);
-  saved.check_dtype(DType::f32, fn.name.data());
+  const Tensor saved = kernel_operand(backend_of(saved_any), saved_any);
   const Tensor g = grad_out.to_layout(saved.layout());
   return backend_of(g).pointwise_backward(fn.id, saved, g, fn.derivative_from_output != nullptr);
 }

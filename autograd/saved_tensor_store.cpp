@@ -34,7 +34,8 @@ std::pair<Tensor, SavedHandle> SavedTensorStore::forward_and_save(const Tensor& 
   PACKRAT_CHECK(is_f32_or_half(x.dtype()), "{} {}: pointwise forward expects f32, bf16 or f16, got {}", r.op, r.name,
                 x.describe());
   // 16-bit x (autocast): f in f32, y in x's dtype; what is saved is in it too.
-  Tensor y = in_dtype(backend_of(x).pointwise_forward(r.fn->id, as_f32(x)), x.dtype());
+  Backend& be = backend_of(x);
+  Tensor y = in_dtype(be.pointwise_forward(r.fn->id, kernel_operand(be, x)), x.dtype());
   return {y, save(r.fn->derivative_from_output ? y : x, r)};
 }
 

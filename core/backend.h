@@ -172,7 +172,9 @@ class Backend {
   }
 
   // ---- pointwise activations (ops/activation, stores)
-  // y = f(x): x f32 (any shape, any layout) -> y, same shape and layout.
+  // x and saved are f32, or 16-bit in a dtype the backend computes_in (y then in x's dtype; d and
+  // gx f32).
+  // y = f(x): x (any shape, any layout) -> y, same shape and layout.
   virtual Tensor pointwise_forward(ActivationId fn, const Tensor& x) = 0;
   // d = f'(x) from the saved x, or with from_output from the saved y = f(x) (relu, sigmoid and
   // tanh only: Pointwise::derivative_from_output): saved f32 any layout -> d, same shape and layout.
@@ -354,6 +356,11 @@ inline Backend& backend_of(const Tensor& t) { return backend(t.device()); }
 // The dtype the kernels of `be` compute in for data of this dtype: itself where the backend
 // computes_in it, else f32 (autocast at the kernels' edges, core/autocast.h).
 inline DType kernel_dtype(const Backend& be, DType data) { return be.computes_in(data) ? data : DType::f32; }
+// t as the kernels of `be` read it: t itself, or its f32 values where t is 16-bit in a dtype the
+// backend does not compute in (the CPU's pointwise kernels take bf16 where it computes in bf16).
+inline Tensor kernel_operand(const Backend& be, const Tensor& t) {
+  return t.defined() && is_half(t.dtype()) && !be.computes_in(t.dtype()) ? t.to(DType::f32) : t;
+}
 
 // Every backend available in this process (the CPU first), for tests that cover them all.
 std::vector<Backend*> available_backends();

@@ -20,7 +20,8 @@ Tensor activation(const Tensor& x, std::string_view name) {
   PACKRAT_CHECK(is_f32_or_half(x.dtype()), "{} {}: expects an f32, bf16 or f16 input, got {} {}", fn.name, layer,
                 x.shape().str(), dtype_name(x.dtype()));
   // A 16-bit x (autocast): f in f32, y in x's dtype.
-  if (!needs_grad({&x})) return in_dtype(backend_of(x).pointwise_forward(fn.id, as_f32(x)), x.dtype());
+  Backend& be = backend_of(x);
+  if (!needs_grad({&x})) return in_dtype(be.pointwise_forward(fn.id, kernel_operand(be, x)), x.dtype());
 
   SaveRequest req;
   req.need = Need::Derivative;

@@ -1,9 +1,8 @@
 // Autocast (core/autocast.h): under AutocastScope(bf16) the lower-precision ops compute in bf16, activations
 // flow and are saved in it, gradients and parameters stay f32; the other ops follow their input's dtype;
 // compressing stores encode 16-bit inputs as their f32 values; a checkpoint segment recomputes under the
-// forward's autocast.
-#include "core/autocast.h"
-
+// forward's autocast; a bf16 step matches PyTorch's autocast step; the CPU's pointwise kernels read
+// bf16 as its f32 values.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -12,6 +11,8 @@
 #include "autograd/fp32_store.h"
 #include "autograd/ops.h"
 #include "autograd/tape.h"
+#include "core/autocast.h"
+#include "core/backend.h"
 #include "experiments/lib/safetensors.h"
 #include "quant/policy/rule_policy.h"
 #include "tests/models/golden_file.h"
@@ -244,4 +245,23 @@ TEST(Autocast, AttentionSavesBf16AndBothAlgorithmsAgree) {
     dq.push_back(q.grad().to_vector());
   }
   EXPECT_LT(relative_error(dq[1], dq[0]), 2e-2);
+}
+
+// The CPU's pointwise kernels take bf16 where it computes in bf16: the same values as on the
+// tensor widened to f32, chunk boundaries included.
+TEST(Autocast, TheCpusPointwiseKernelsReadBf16AsItsF32Values) {
+  Backend& cpu = backend(Device::cpu());
+  if (!cpu.computes_in(DType::bf16)) GTEST_SKIP() << "this CPU has no bf16 kernels (its ops convert at the edges)";
+  const Tensor x16 = random_tensor({3, 1111}, 71, -4.0f, 4.0f).to(DType::bf16), x32 = x16.to(DType::f32);
+  const Tensor g = random_tensor({3, 1111}, 72);
+  for (const char* name : {"gelu", "silu", "relu", "sigmoid", "tanh"}) {
+    const ActivationId id = pointwise_by_name(name).id;
+    const Tensor y = cpu.pointwise_forward(id, x16);
+    EXPECT_EQ(y.dtype(), DType::bf16) << name;
+    EXPECT_EQ(y.to_vector(), cpu.pointwise_forward(id, x32).to(DType::bf16).to_vector()) << name;
+    EXPECT_EQ(cpu.pointwise_derivative(id, x16, false).to_vector(), cpu.pointwise_derivative(id, x32, false).to_vector())
+        << name;
+    EXPECT_EQ(cpu.pointwise_backward(id, x16, g, false).to_vector(), cpu.pointwise_backward(id, x32, g, false).to_vector())
+        << name;
+  }
 }
