@@ -150,10 +150,12 @@ DType autocast_of(const Config& c) { return precision_dtype(run_precision(c).pre
 }  // namespace
 
 RunDevice::RunDevice(const Config& c)
-    : device_(Device::parse(c.device)), scope_(device_), autocast_(autocast_of(c)) {
+    : device_(Device::parse(c.device)), scope_(device_), autocast_(autocast_of(c)), previous_tf32_(tf32_use()) {
   make_current(device_);
   set_tf32_use(run_precision(c).tf32);
 }
+
+RunDevice::~RunDevice() { set_tf32_use(previous_tf32_); }
 
 namespace {
 // The OpenMP threads the process would start with threads: 0, from OMP_NUM_THREADS (its first

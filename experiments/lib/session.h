@@ -46,16 +46,21 @@ void apply_process_settings(const Config& c);
 // The config's device for everything a mode builds while this lives (the model, the optimizer
 // state, every buffer, activation and saved tensor): the thread's DeviceScope, and the GPU made
 // the thread's current device (kernels launch there: cuda:1 runs on the second GPU).
-// Also the run's precision: its autocast scope on this thread, and the GPU's TF32 use.
+// Also the run's precision: its autocast scope on this thread, and the GPU's TF32 use (the
+// previous use restored when it ends).
 class RunDevice {
  public:
   explicit RunDevice(const Config& c);
+  ~RunDevice();
+  RunDevice(const RunDevice&) = delete;
+  RunDevice& operator=(const RunDevice&) = delete;
   Device device() const { return device_; }
 
  private:
   Device device_;
   DeviceScope scope_;
   AutocastScope autocast_;
+  Tf32Use previous_tf32_;
 };
 
 // The precision c runs in: c.precision, or the device's default ("" -> fp32 on the CPU, tf32

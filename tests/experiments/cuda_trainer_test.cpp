@@ -214,7 +214,8 @@ TEST(CudaTrainer, AShortRunTracksTheCpuRun) {
   RunOptions o;
   o.tty = 0;
   o.print_report = false;
-  const std::vector<std::string> sets{"saved_tensors.rules=[]", "train.epochs=2"};
+  // precision: fp32, so that the GPU's convolutions are exact f32 too (its default is TF32's).
+  const std::vector<std::string> sets{"saved_tensors.rules=[]", "train.epochs=2", "precision=fp32"};
   auto with = [&](const std::string& device) {
     std::vector<std::string> s = sets;
     s.push_back("device=" + device);

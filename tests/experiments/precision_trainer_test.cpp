@@ -87,4 +87,12 @@ TEST(PrecisionTrainer, AnUnknownPrecisionIsRefusedNamingTheKeyAndTheLogSaysHowEa
   const RunPrecision tf32 = run_precision(tiny_config("/nonexistent", temp_dir("precision_tf32"), {"precision=tf32"}));
   EXPECT_TRUE(tf32.tf32.convolutions && tf32.tf32.matmuls);
   EXPECT_NE(tf32.describe.find("on the CPU: exact f32"), std::string::npos) << tf32.describe;
+  // A run sets the GPU's TF32 use from its precision and gives the previous one back at its end.
+  const Tf32Use before = tf32_use();
+  {
+    const RunDevice on(tiny_config("/nonexistent", temp_dir("precision_tf32_run"), {"precision=tf32"}));
+    EXPECT_TRUE(tf32_use().convolutions && tf32_use().matmuls);
+  }
+  EXPECT_EQ(tf32_use().matmuls, before.matmuls);
+  EXPECT_EQ(tf32_use().convolutions, before.convolutions);
 }
