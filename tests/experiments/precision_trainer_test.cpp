@@ -52,6 +52,12 @@ TEST(PrecisionTrainer, Bf16HalvesWhatTheFp32StoreHoldsAndTheReportSaysAgainstWha
   EXPECT_EQ(q.saved_f32_bytes, f32.saved_bytes);
   EXPECT_LT(q.saved_bytes * 4, q.saved_fp32_bytes);
 
+  // Few-bit entries (the tiny config's 1-bit relu rule in layer2) count their 16-bit bytes too.
+  const MemoryReport fewbit =
+      memory_report_only(tiny_config("/nonexistent", temp_dir("precision_fewbit"), {"precision=bf16"}));
+  EXPECT_EQ(fewbit.saved_fp32_bytes, bf16.saved_bytes);
+  EXPECT_EQ(fewbit.saved_f32_bytes, f32.saved_bytes);
+
   // --benchmark says the same, labelled.
   const Json b = benchmark(tiny_config("/nonexistent", temp_dir("precision_bench"), actnn), 1).json();
   EXPECT_EQ(b.at("precision").get<std::string>(), "bf16");
