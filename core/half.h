@@ -10,7 +10,6 @@
 // f32 -> 16 bits rounds to nearest, ties to even, as PyTorch converts (c10::BFloat16, c10::Half); NaN stays a
 // quiet NaN, f16 overflow becomes infinity. 16 bits -> f32 is exact.
 #include <cstdint>
-#include <cstring>
 
 #include "core/hd.h"
 
@@ -25,15 +24,21 @@ struct f16_t {
   uint16_t bits;
 };
 
+// Bit casts: the device's intrinsics, and on the host a builtin (a memcpy through a local kept GCC
+// from vectorising the loops that use them: the fp8 codec's).
 PACKRAT_HD inline uint32_t f32_bits(float x) {
-  uint32_t u;
-  std::memcpy(&u, &x, 4);
-  return u;
+#if defined(__CUDA_ARCH__)
+  return __float_as_uint(x);
+#else
+  return __builtin_bit_cast(uint32_t, x);
+#endif
 }
 PACKRAT_HD inline float f32_from_bits(uint32_t u) {
-  float x;
-  std::memcpy(&x, &u, 4);
-  return x;
+#if defined(__CUDA_ARCH__)
+  return __uint_as_float(u);
+#else
+  return __builtin_bit_cast(float, u);
+#endif
 }
 
 // ---- bf16 ---------------------------------------------------------------------------------

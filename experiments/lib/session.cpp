@@ -145,14 +145,13 @@ RunPrecision run_precision(const Config& c) {
   return r;
 }
 
-namespace {
-DType autocast_of(const Config& c) { return precision_dtype(run_precision(c).precision); }
-}  // namespace
+RunDevice::RunDevice(const Config& c) : RunDevice(c, run_precision(c)) {}
 
-RunDevice::RunDevice(const Config& c)
-    : device_(Device::parse(c.device)), scope_(device_), autocast_(autocast_of(c)), previous_tf32_(tf32_use()) {
+RunDevice::RunDevice(const Config& c, const RunPrecision& p)
+    : device_(Device::parse(c.device)), scope_(device_), autocast_(precision_dtype(p.precision)),
+      previous_tf32_(tf32_use()) {
   make_current(device_);
-  set_tf32_use(run_precision(c).tf32);
+  set_tf32_use(p.tf32);
 }
 
 RunDevice::~RunDevice() { set_tf32_use(previous_tf32_); }

@@ -38,10 +38,21 @@ data::DatasetSpec dataset_spec(const Config& c, data::Split split);
 // not built, no GPU visible, no such GPU, or a backend without the kernels training needs.
 void check_device_can_train(const Config& c);
 
-// The device check above, the precision check (run_precision), OpenMP threads, the dropout seed. threads above the processors this
-// process may use get a warning, above kMaxThreadsPerProcessor times them an error.
+// The device check above, the precision's log line (run_precision), OpenMP threads, the dropout
+// seed. threads above the processors this process may use get a warning, above
+// kMaxThreadsPerProcessor times them an error.
 constexpr int kMaxThreadsPerProcessor = 4;
 void apply_process_settings(const Config& c);
+
+// The precision c runs in: c.precision, or the device's default ("" -> fp32 on the CPU, tf32
+// convolutions on a GPU). A 16-bit precision runs on every device: natively where the backend
+// computes_in it, else at the kernels' edges (core/autocast.h), which `describe` says.
+struct RunPrecision {
+  Precision precision = Precision::fp32;
+  Tf32Use tf32;          // what the GPU's f32 convolutions and matmuls may use
+  std::string describe;  // one line for the log: what computes in what, and why
+};
+RunPrecision run_precision(const Config& c);
 
 // The config's device for everything a mode builds while this lives (the model, the optimizer
 // state, every buffer, activation and saved tensor): the thread's DeviceScope, and the GPU made
@@ -57,21 +68,12 @@ class RunDevice {
   Device device() const { return device_; }
 
  private:
+  RunDevice(const Config& c, const RunPrecision& p);
   Device device_;
   DeviceScope scope_;
   AutocastScope autocast_;
   Tf32Use previous_tf32_;
 };
-
-// The precision c runs in: c.precision, or the device's default ("" -> fp32 on the CPU, tf32
-// convolutions on a GPU). A 16-bit precision runs on every device: natively where the backend
-// computes_in it, else at the kernels' edges (core/autocast.h), which `describe` says.
-struct RunPrecision {
-  Precision precision = Precision::fp32;
-  Tf32Use tf32;          // what the GPU's f32 convolutions and matmuls may use
-  std::string describe;  // one line for the log: what computes in what, and why
-};
-RunPrecision run_precision(const Config& c);
 
 struct Session {
   std::shared_ptr<Module> model;

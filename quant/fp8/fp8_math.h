@@ -24,9 +24,9 @@
 // FMA), and the max of a set does not depend on the order it is taken in, so the scales too are
 // identical on every device.
 #include <cstdint>
-#include <cstring>
 #include <type_traits>
 
+#include "core/half.h"  // f32_bits, f32_from_bits
 #include "core/hd.h"
 
 namespace packrat {
@@ -38,22 +38,6 @@ enum class Fp8Scale : uint8_t { PerTensor, PerGroup };
 PACKRAT_HD constexpr float fp8_max(Fp8Format f) { return f == Fp8Format::E4M3 ? 448.0f : 57344.0f; }
 
 namespace fp8_detail {
-
-// Bit casts (a memcpy through a local kept GCC from vectorising the CPU's loops).
-PACKRAT_HD inline uint32_t bits_of(float x) {
-#if defined(__CUDA_ARCH__)
-  return __float_as_uint(x);
-#else
-  return __builtin_bit_cast(uint32_t, x);
-#endif
-}
-PACKRAT_HD inline float float_of(uint32_t u) {
-#if defined(__CUDA_ARCH__)
-  return __uint_as_float(u);
-#else
-  return __builtin_bit_cast(float, u);
-#endif
-}
 
 // The magnitude code (7 bits) of a finite or infinite f32 magnitude `a` (its bits, sign cleared)
 // for a format of M mantissa bits and bias B, saturated at max_code.
@@ -86,7 +70,7 @@ PACKRAT_HD inline uint32_t magnitude_code(uint32_t a, uint32_t max_code) {
 
 // f32 -> E4M3FN: RNE, subnormals, saturating (inf -> +-448), NaN -> S.1111.111.
 PACKRAT_HD inline uint8_t f32_to_e4m3(float x) {
-  const uint32_t u = fp8_detail::bits_of(x);
+  const uint32_t u = f32_bits(x);
   const uint32_t sign = (u >> 24) & 0x80u, a = u & 0x7FFFFFFFu;
   const uint32_t mag = fp8_detail::magnitude_code<3, 7>(a, 0x7Eu);
   return static_cast<uint8_t>(sign | (a > 0x7F800000u ? 0x7Fu : mag));
@@ -95,7 +79,7 @@ PACKRAT_HD inline uint8_t f32_to_e4m3(float x) {
 // f32 -> E5M2: RNE, subnormals, finite values saturate at +-57344, +-inf stays +-inf (S.11111.00),
 // NaN -> S.11111.11.
 PACKRAT_HD inline uint8_t f32_to_e5m2(float x) {
-  const uint32_t u = fp8_detail::bits_of(x);
+  const uint32_t u = f32_bits(x);
   const uint32_t sign = (u >> 24) & 0x80u, a = u & 0x7FFFFFFFu;
   const uint32_t mag = fp8_detail::magnitude_code<2, 15>(a, 0x7Bu);
   const uint32_t special = a > 0x7F800000u ? 0x7Fu : 0x7Cu;
@@ -107,18 +91,18 @@ PACKRAT_HD inline float e4m3_to_f32(uint8_t c) {
   const uint32_t sign = static_cast<uint32_t>(c & 0x80u) << 24, e = (c >> 3) & 0xFu, m = c & 0x7u;
   const uint32_t normal = sign | ((e + (127 - 7)) << 23) | (m << 20);
   // Subnormal m * 2^-9: exact in f32 (m < 8).
-  const uint32_t sub = sign | fp8_detail::bits_of(static_cast<float>(m) * 0.001953125f);
+  const uint32_t sub = sign | f32_bits(static_cast<float>(m) * 0.001953125f);
   const uint32_t nan = sign | 0x7FC00000u;
-  return fp8_detail::float_of((c & 0x7Fu) == 0x7Fu ? nan : e == 0u ? sub : normal);
+  return f32_from_bits((c & 0x7Fu) == 0x7Fu ? nan : e == 0u ? sub : normal);
 }
 
 // E5M2 -> f32, exact (inf and NaN as such).
 PACKRAT_HD inline float e5m2_to_f32(uint8_t c) {
   const uint32_t sign = static_cast<uint32_t>(c & 0x80u) << 24, e = (c >> 2) & 0x1Fu, m = c & 0x3u;
   const uint32_t normal = sign | ((e + (127 - 15)) << 23) | (m << 21);
-  const uint32_t sub = sign | fp8_detail::bits_of(static_cast<float>(m) * 0.0000152587890625f);  // m * 2^-16
+  const uint32_t sub = sign | f32_bits(static_cast<float>(m) * 0.0000152587890625f);  // m * 2^-16
   const uint32_t special = sign | (m == 0u ? 0x7F800000u : 0x7FC00000u);
-  return fp8_detail::float_of(e == 0x1Fu ? special : e == 0u ? sub : normal);
+  return f32_from_bits(e == 0x1Fu ? special : e == 0u ? sub : normal);
 }
 
 template <Fp8Format F>
@@ -138,13 +122,13 @@ PACKRAT_HD inline float fp8_to_f32(uint8_t c) {
 
 // |x| of a finite x; 0 for NaN and +-inf (they do not set a scale). Branch-free.
 PACKRAT_HD inline float fp8_amax_term(float x) {
-  const uint32_t a = fp8_detail::bits_of(x) & 0x7FFFFFFFu;
-  return fp8_detail::float_of(a < 0x7F800000u ? a : 0u);
+  const uint32_t a = f32_bits(x) & 0x7FFFFFFFu;
+  return f32_from_bits(a < 0x7F800000u ? a : 0u);
 }
 // The same as bits: non-negative floats order as their bits, so a max over these is the amax's
 // bits (an integer max reduction, which vectorises where a float one does not).
 PACKRAT_HD inline uint32_t fp8_amax_term_bits(float x) {
-  const uint32_t a = fp8_detail::bits_of(x) & 0x7FFFFFFFu;
+  const uint32_t a = f32_bits(x) & 0x7FFFFFFFu;
   return a < 0x7F800000u ? a : 0u;
 }
 

@@ -101,9 +101,11 @@ TEST(Autocast, ActivationsFlowInBf16AndTheLossStaysF32) {
   EXPECT_EQ(loss16.dtype(), DType::f32);
   // Every activation saved (conv input, batchnorm input, relu output, linear input) is bf16; only the
   // batchnorm statistics, the loss's probabilities and the parameters are f32.
-  for (const SavedRecord& r : policy.describe())
-    if (!r.statistics && r.op != "cross_entropy" && r.need == Need::Value && r.numel > 16)
+  for (const SavedRecord& r : policy.describe()) {
+    if (!r.statistics && r.op != "cross_entropy" && r.need == Need::Value && r.numel > 16) {
       EXPECT_EQ(r.dtype, DType::bf16) << r.op << " " << r.layer;
+    }
+  }
   backward(loss16);
   std::vector<std::vector<float>> g16;
   for (Tensor* p : net.params()) {

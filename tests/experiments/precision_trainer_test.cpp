@@ -73,9 +73,11 @@ TEST(PrecisionTrainer, Bf16AndFp16ResumeBitIdentically) {
         data, {"precision=" + precision, "train.steps_per_epoch=3", "saved_tensors.default={scheme: actnn, bits: 2}"},
         precision);
     EXPECT_EQ(r.straight.find("trainer.loss_scale") != nullptr, precision == "fp16") << precision;
-    for (const auto& [name, x] : r.straight.tensors)
-      if (name.rfind("model.", 0) == 0 && is_floating(x.dtype()))
+    for (const auto& [name, x] : r.straight.tensors) {
+      if (name.rfind("model.", 0) == 0 && is_floating(x.dtype())) {
         EXPECT_EQ(x.dtype(), DType::f32) << name << ": parameters and buffers stay f32 (master weights)";
+      }
+    }
   }
 }
 

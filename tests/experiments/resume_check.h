@@ -36,7 +36,9 @@ inline ResumedRuns expect_resume_bit_identical(const std::filesystem::path& data
   ResumedRuns r{read_safetensors(checkpoint_path(straight.string(), 2)),
                 read_safetensors(checkpoint_path(resumed.string(), 2))};
   EXPECT_EQ(b.epochs.size(), 1u) << name;
-  if (b.epochs.size() == 1 && a.epochs.size() == 2) EXPECT_EQ(a.epochs[1].train_loss, b.epochs[0].train_loss) << name;
+  if (b.epochs.size() == 1 && a.epochs.size() == 2) {
+    EXPECT_EQ(a.epochs[1].train_loss, b.epochs[0].train_loss) << name;
+  }
   EXPECT_EQ(r.straight.tensors.size(), r.resumed.tensors.size()) << name;
   for (const auto& [tensor, x] : r.straight.tensors) {
     const Tensor* y = r.resumed.find(tensor);
