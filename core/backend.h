@@ -27,6 +27,7 @@
 #include "core/allocator.h"
 #include "core/device.h"
 #include "core/tensor.h"
+#include "core/copy_engine.h"
 
 namespace packrat {
 
@@ -72,6 +73,9 @@ class Backend {
   // Whether the convolution, matmul and attention kernels run natively in this 16-bit dtype
   // (core/autocast.h); f32 always. Where not, autocast's ops convert at the kernels' edges.
   virtual bool computes_in(DType dtype) const { return dtype == DType::f32; }
+  // Side streams for copies between this device and host memory (core/copy_engine.h); null where
+  // there is no second memory to move to (the CPU). Made on first use; lives as long as the backend.
+  virtual CopyEngine* copy_engine() { return nullptr; }
 
   // ---- memory: copy, fill, reorder, convert
   // dst = src, same shape, dtype and layout; one side may be on the CPU (host <-> device copy).

@@ -17,6 +17,11 @@ Tensor Tensor::empty(const Shape& shape, DType dtype, Layout layout, MemTag tag)
 }
 
 Tensor Tensor::empty(const Shape& shape, DType dtype, Layout layout, MemTag tag, Device device) {
+  return empty_in(Allocator::of(device), shape, dtype, layout, tag);
+}
+
+Tensor Tensor::empty_in(Allocator& allocator, const Shape& shape, DType dtype, Layout layout, MemTag tag) {
+  const Device device = allocator.device();
   for (int64_t d : shape.dims())
     PACKRAT_CHECK(d >= 0, "tensor: negative dimension in shape {}", shape.str());
   if (const int64_t block = channel_block(layout))
@@ -35,7 +40,7 @@ Tensor Tensor::empty(const Shape& shape, DType dtype, Layout layout, MemTag tag,
   t.impl_->storage->id = next_storage_id++;
   t.impl_->storage->device = device;
   t.impl_->storage->allocation =
-      Allocator::of(device).allocate(static_cast<size_t>(shape.numel()) * dtype_size(dtype), tag);
+      allocator.allocate(static_cast<size_t>(shape.numel()) * dtype_size(dtype), tag);
   t.impl_->shape = shape;
   t.impl_->dtype = dtype;
   t.impl_->layout = layout;

@@ -37,6 +37,8 @@ class Tensor {
   static Tensor empty(const Shape& shape, DType dtype = DType::f32, Layout layout = Layout::Plain);
   static Tensor empty(const Shape& shape, DType dtype, Layout layout, MemTag tag);
   static Tensor empty(const Shape& shape, DType dtype, Layout layout, MemTag tag, Device device);
+  // ... from a given allocator (a pool of page-locked host memory: core/copy_engine.h), on its device.
+  static Tensor empty_in(Allocator& allocator, const Shape& shape, DType dtype, Layout layout, MemTag tag);
   static Tensor zeros(const Shape& shape, DType dtype = DType::f32, Layout layout = Layout::Plain);
   static Tensor full(const Shape& shape, float value);
   // Values from the host, placed on the DeviceScope device.
