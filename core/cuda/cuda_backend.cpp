@@ -8,6 +8,7 @@
 #include <cuda_runtime.h>
 
 #include "core/cuda/cuda_backend_impl.h"
+#include "core/cuda/cuda_copy_engine.h"
 #include "core/cuda/cuda_memory.h"
 
 namespace packrat::cuda {
@@ -29,6 +30,12 @@ CudaBackend::CudaBackend(int index)
   cudaDeviceProp prop{};
   cudaGetDeviceProperties(&prop, index);
   name_ = fmt::format("cuda:{} ({})", index, prop.name);
+}
+
+CopyEngine* CudaBackend::copy_engine() {
+  // Only a run that offloads makes one: its streams and host pool cost nothing otherwise.
+  std::call_once(copy_engine_once_, [this] { copy_engine_ = std::make_unique<CudaCopyEngine>(index_); });
+  return copy_engine_.get();
 }
 
 Backend& cuda_backend(int index) {

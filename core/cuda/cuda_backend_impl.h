@@ -4,6 +4,7 @@
 // kernels in <section>_kernels.cu over the PACKRAT_HD per-index bodies of core/cuda/kernels/
 // (which the CPU tests run on the host), as the CPU backend splits core/cpu/.
 #include <memory>
+#include <mutex>
 
 #include "core/backend.h"
 
@@ -15,6 +16,8 @@ class CudaBackend final : public Backend {
   Device device() const override { return Device::cuda(index_); }
   std::string_view name() const override { return name_; }
   Allocator& allocator() override { return *allocator_; }
+  // Side streams for copies to and from the host (core/cuda/cuda_copy_engine.h), made on first use.
+  CopyEngine* copy_engine() override;
   // Every primitive has a kernel; the backend tests check each one against the CPU reference on a
   // machine with a GPU (they passed on an H100, scripts/device_check.sh).
 
@@ -120,6 +123,8 @@ class CudaBackend final : public Backend {
   int index_;
   std::string name_;
   std::unique_ptr<Allocator> allocator_;
+  std::once_flag copy_engine_once_;
+  std::unique_ptr<CopyEngine> copy_engine_;
 };
 
 // An optional f32 operand or output of a primitive: its device buffer, or null when undefined.
