@@ -19,7 +19,7 @@ Tensor pointwise_backward(const Pointwise& fn, const Tensor& saved_any, const Te
 }
 
 SavedHandle Fp32Store::save(const Tensor& x, const SaveRequest& r) {
-  const Storage* key = x.storage().get();
+  const uint64_t key = x.storage()->id;
   Held& h = held_[key];
   const bool shared = h.refs > 0;
   if (!shared) {
@@ -76,7 +76,9 @@ void Fp32Store::release(const SavedHandle& handle) {
   auto hit = held_.find(it->second.key);
   if (--hit->second.refs == 0) {
     // Still used elsewhere (e.g. the forward output the caller holds): back to its own account.
-    hit->second.tensor.storage()->allocation->retag(hit->second.original_tag);
+    // (Not an offloaded copy: the offload layer gave the buffer its tag back when it moved it.)
+    const Tensor& t = hit->second.tensor;
+    if (t.storage()->id == hit->first) t.storage()->allocation->retag(hit->second.original_tag);
     held_.erase(hit);
   }
   entries_.erase(it);
@@ -100,9 +102,17 @@ void Fp32Store::describe(std::vector<SavedRecord>& out) const {
     rec.shared = e.shared;
     rec.statistics = e.request.exact;
     rec.bytes = e.shared ? 0 : static_cast<int64_t>(h.tensor.storage()->allocation->bytes());
-    rec.fp32_key = h.tensor.storage()->id;
+    rec.fp32_key = e.key;
     out.push_back(std::move(rec));
   }
+}
+
+void Fp32Store::payload(const SavedHandle& handle, std::vector<PayloadSlot>& out) {
+  auto it = entries_.find(handle.id);
+  if (it == entries_.end()) return;
+  Held& h = held_.at(it->second.key);
+  if (h.original_tag == MemTag::Parameter) return;  // the model's own memory: never moved
+  out.push_back({&h.tensor, h.original_tag});
 }
 
 }  // namespace packrat

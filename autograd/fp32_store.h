@@ -19,15 +19,17 @@ class Fp32Store : public SavedTensorStore {
   Tensor apply_derivative(const SavedHandle& h, const Tensor& grad_out) override;
   void describe(std::vector<SavedRecord>& out) const override;
   size_t live_count() const override { return entries_.size(); }
+  // The tensor held, which goes back to its own tag when the offload layer moves a copy out.
+  void payload(const SavedHandle& h, std::vector<PayloadSlot>& out) override;
 
  private:
   struct Held {  // one buffer, however many handles refer to it
-    Tensor tensor;
+    Tensor tensor;  // the buffer saved, or the offload layer's copy of it (another storage)
     MemTag original_tag;
     int refs = 0;
   };
   struct Entry {
-    const Storage* key;
+    uint64_t key;  // the saved buffer's storage id (ids are never reused; addresses are)
     int64_t version;
     SaveRequest request;
     Shape shape;
@@ -36,7 +38,7 @@ class Fp32Store : public SavedTensorStore {
     bool shared;  // not the first handle to its buffer
   };
   const Tensor& checked(const Entry& e) const;  // the held tensor, after the in-place check
-  std::unordered_map<const Storage*, Held> held_;
+  std::unordered_map<uint64_t, Held> held_;  // by the saved buffer's storage id
   std::map<uint64_t, Entry> entries_;  // by id: the order of saving
   uint64_t next_id_ = 1;
 };

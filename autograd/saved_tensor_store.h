@@ -35,6 +35,19 @@ struct SaveRequest {
 };
 
 class SavedTensorStore;
+class Offloader;
+
+// One buffer a store keeps for a handle, for the offload layer (autograd/offload/): the Tensor the
+// store holds, which the layer replaces with a host copy after the save and with a device copy
+// before the store reads it again (load, apply_derivative). A store reads a payload only there;
+// describe() may read its allocation's bytes wherever it lies.
+struct PayloadSlot {
+  Tensor* tensor = nullptr;
+  // The tag its device buffer goes back to when the store lets go of it while something else still
+  // holds it: the forward's own tensor, which the FP32 store keeps by reference (its tag before the
+  // save: Activation, Data); Saved for a store's own codes, which nothing else holds.
+  MemTag tag_left = MemTag::Saved;
+};
 
 // What an op keeps in its Node; the store owns the data behind it.
 struct SavedHandle {
@@ -86,6 +99,20 @@ class SavedTensorStore {
   virtual std::pair<Tensor, SavedHandle> forward_and_save(const Tensor& x, const SaveRequest& r);
   // grad_in = grad_out * load(h) for Need::Derivative and Need::Mask; stores may fuse it.
   virtual Tensor apply_derivative(const SavedHandle& h, const Tensor& grad_out);
+
+  // The buffers kept for a live handle (codes, metadata, masks; the tensor itself where nothing
+  // compresses), for the offload layer; a buffer shared by two handles is listed for both. Default:
+  // none (what the store keeps stays on the device).
+  virtual void payload(const SavedHandle& h, std::vector<PayloadSlot>& out) {
+    (void)h;
+    (void)out;
+  }
+  // The backward is about to reach the node holding h, `distance` nodes before it runs (0: next):
+  // a store that keeps h elsewhere (the offload layer) starts bringing it back. Default: nothing.
+  virtual void prefetch(const SavedHandle& h, int distance) {
+    (void)h;
+    (void)distance;
+  }
 
   // Appends one record per live saved tensor.
   virtual void describe(std::vector<SavedRecord>& out) const = 0;
@@ -154,6 +181,8 @@ class StorePolicy {
   virtual void begin_step(int64_t step) {
     for (auto* s : stores()) s->begin_step(step);
   }
+  // The offload layer under its stores (autograd/offload/), or null when nothing is offloaded.
+  virtual Offloader* offloader() { return nullptr; }
   // Every live record of every store; fp32_bytes counted once per fp32_key across stores, so
   // that totals compare against what the FP32 store would really hold.
   std::vector<SavedRecord> describe();

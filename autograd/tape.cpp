@@ -105,6 +105,25 @@ void backward(const Tensor& loss) {
 
 namespace {
 
+thread_local int t_backward_depth = 0;  // run_nodes calls under way on this thread (nested: recompute)
+struct BackwardDepth {
+  BackwardDepth() { ++t_backward_depth; }
+  ~BackwardDepth() { --t_backward_depth; }
+};
+
+// Tells the stores of the node at `it` and of the next kMaxPrefetchDistance nodes to run how far
+// away each is, so that a store keeping them elsewhere (offload) brings them back in time.
+void prefetch_ahead(std::vector<std::shared_ptr<Node>>::reverse_iterator it,
+                    std::vector<std::shared_ptr<Node>>::reverse_iterator end) {
+  int distance = 0;
+  for (; it != end && distance <= kMaxPrefetchDistance; ++it) {
+    if ((*it)->done) continue;
+    for (const SavedHandle& h : (*it)->saved)
+      if (h.valid()) h.store->prefetch(h, distance);
+    ++distance;
+  }
+}
+
 // Runs the backward of every node of `tape` not yet done, newest first, from the gradients in
 // their outputs' slots. `leaf_uses` (null without a gradient-ready hook) counts, per leaf, the
 // nodes still to run that use it.
@@ -124,9 +143,11 @@ void run_nodes(std::vector<std::shared_ptr<Node>>& tape, std::unordered_map<Auto
       }
     }
   } release_guard{tape};
+  BackwardDepth depth;
   for (auto it = tape.rbegin(); it != tape.rend(); ++it) {
     Node& node = **it;
     if (node.done) continue;
+    prefetch_ahead(it, tape.rend());
     std::vector<Tensor> grad_outputs;
     bool any = false;
     for (auto& w : node.outputs) {
@@ -246,5 +267,7 @@ void clear_tape() {
 }
 
 size_t tape_size() { return t_tape.size(); }
+
+bool in_backward() { return t_backward_depth > 0; }
 
 }  // namespace packrat

@@ -107,6 +107,12 @@ void backward_nested(Node& owner, std::vector<std::shared_ptr<Node>> nodes);
 void clear_tape();
 size_t tape_size();
 
+// Whether a backward is running on this thread (a recomputed segment saves in it).
+bool in_backward();
+// How many nodes ahead of the running one the backward tells their stores of them
+// (SavedTensorStore::prefetch): the deepest prefetch a store can ask for.
+constexpr int kMaxPrefetchDistance = 16;  // = kMaxOffloadPrefetch
+
 // In-place accumulation dst += src (same shape; layouts reconciled).
 void accumulate_into(Tensor& dst, const Tensor& src);
 

@@ -174,7 +174,15 @@ LayerScope::LayerScope(std::string_view name) : previous_size_(t_layer.size()) {
     t_layer += name;
   }
 }
-LayerScope::~LayerScope() { t_layer.resize(previous_size_); }
+LayerScope::LayerScope(std::string_view name, Whole) : previous_size_(0), previous_(t_layer), whole_(true) {
+  t_layer = name;
+}
+LayerScope::~LayerScope() {
+  if (whole_)
+    t_layer = std::move(previous_);
+  else
+    t_layer.resize(previous_size_);
+}
 const std::string& LayerScope::current() { return t_layer; }
 
 std::string op_where(std::string_view op) {

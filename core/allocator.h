@@ -147,11 +147,16 @@ class TagScope {
 class LayerScope {
  public:
   explicit LayerScope(std::string_view name);  // nested names are joined with '.'
+  // The whole name, whatever scope is open (memory moved on behalf of another layer: offload).
+  struct Whole {};
+  LayerScope(std::string_view name, Whole);
   ~LayerScope();
   static const std::string& current();
 
  private:
   size_t previous_size_;
+  std::string previous_;  // Whole: the name it replaced
+  bool whole_ = false;
 };
 
 // "conv2d layer1.0.conv1" (or "conv2d" outside any layer): the prefix of every op's error message.

@@ -12,12 +12,18 @@
 //                   does not wait.
 //   host_wait()     the host waits for the copy.
 //   done()          whether it has finished, without waiting.
+// The caller keeps src and dst alive until it has seen the copy done (done() true, host_wait) or
+// made the compute stream wait for it (compute_wait): the allocators know nothing of streams, and
+// would hand a block a copy still reads or writes to the next request.
 // A failed copy (a CUDA error on a copy stream) throws from done / host_wait / compute_wait, naming
 // the `what` given to copy() (the tensor and its layer), not from some later kernel.
 //
 // The CPU has no second memory to move to: its backend has no copy engine (Backend::copy_engine()
 // is null), and a config that offloads on the CPU is an error naming the key.
 #include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
 #include <string>
 
 #include "core/allocator.h"

@@ -28,6 +28,8 @@
 #          EXPERIMENT (NAME=VALUE: a kernel an environment variable picks, while both are measured),
 #          the variant is this packrat_bench with EXPERIMENT set, and the tests phase runs the codec
 #          and store suites again with it;
+# offload: experiments/gact/offload.sh (GACT's L2): --find-max-batch and img/s for ResNet-50 and
+#          BERT-base at L0, gact-L1, gact-L2 and offloaded FP32, and the copy time hidden;
 # timeline: Nsight Systems' trace of 4 timed FP32 steps at batch 512 and of PyTorch's 4, at
 #          the GPU's own clocks: how much of the step the GPU is busy (kernels and copies, overlaps
 #          merged) and how long it waits between launches, i.e. whether the step is bound by its
@@ -90,6 +92,9 @@ wait
 
 step=TrainStep/resnet18_cifar_gelu_cuda
 export PACKRAT_CUDA_TF32=1  # TF32 convolutions, PyTorch's default
+if [[ $phases == *offload* ]]; then
+  TRAINER="$run trainer" timeout 400 experiments/gact/offload.sh "$out/offload" 40G >"$out/offload.log" 2>&1
+fi
 if [[ $phases == *codec* ]]; then
   timeout 80 $run packrat_bench --benchmark_filter=CodecCuda --benchmark_min_time=1 >"$out/bench_codec.log" 2>&1
 fi

@@ -48,7 +48,8 @@ class Bf16Store : public CompressingStore {
   // MemTag::Saved, so that the allocator, and so the memory report, counts them.
   struct Codes : Encoded {
     Tensor bf16;  // (2 * numel,) u8: one bf16 per element, in the saved buffer's order
-    int64_t bytes() const override { return static_cast<int64_t>(bf16.storage()->allocation->bytes()); }
+    // Every tensor it holds: the memory report counts their bytes, and memory.offload moves them.
+    void payload(std::vector<PayloadSlot>& out) override { out.push_back({&bf16}); }
   };
 
   // Called for an f32 Value (a conv, linear or batchnorm input) or Derivative (f'(x) of a

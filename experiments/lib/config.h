@@ -6,9 +6,11 @@
 // dotted key and its line ("configs/q.yaml: data.batch_size (line 7): must be an integer in
 // [1, 1048576], got 0"); a value given by --set is named as such ("--set data.batch_size=0").
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "autograd/offload/offload_rule.h"
 #include "models/registry.h"
 #include "optim/registry.h"
 #include "quant/policy/rule_policy.h"
@@ -77,6 +79,10 @@ struct MemoryConfig {
   // runs again in backward instead of keeping what it saves (layers/recompute.h). Empty: none,
   // unless the saved_tensors preset recomputes (gact-CB1: blocks).
   std::vector<std::string> recompute;
+  // Saved tensors moved to host memory after the forward saves them and prefetched back for the
+  // backward (autograd/offload/); unset: none, unless the saved_tensors preset offloads (gact-L2,
+  // actnn-L4: every saved tensor). Needs a GPU.
+  std::optional<OffloadRule> offload;
 };
 
 struct Config {

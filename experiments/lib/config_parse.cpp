@@ -11,6 +11,7 @@
 #include "core/error.h"
 #include "experiments/lib/config.h"
 #include "experiments/lib/config_key.h"
+#include "experiments/lib/config_offload.h"
 #include "experiments/lib/config_overrides.h"
 #include "experiments/lib/config_saved_tensors.h"
 #include "experiments/lib/config_section.h"
@@ -25,6 +26,7 @@ using config::Section;
 
 // Reads one key into its field: the value's type and range are checked by the Section getters.
 void read_key(const ConfigKey& k, Section& s, Config& c) {
+  if (k.type == KeyType::Custom) return;  // its section's own code reads it (memory.offload)
   const std::string def = default_for(k, c);
   const FieldRef f = k.field(c);
   const std::string& n = k.name;
@@ -213,7 +215,13 @@ Config parse_root(YAML::Node root, const Origin& origin) {
     check_text_task(t, c);
     t.finish(section_key_names("train"));
   }
-  for (const char* section : {"output", "distributed", "memory"}) read_plain_section(top, section, c);
+  for (const char* section : {"output", "distributed"}) read_plain_section(top, section, c);
+  {
+    Section m = top.child("memory");
+    read_keys(m, "memory", c);
+    c.memory.offload = config::parse_offload(m);
+    m.finish(section_key_names("memory"));
+  }
   std::vector<std::string> top_keys = section_key_names("");
   for (const std::string& s : config_sections()) top_keys.push_back(s);
   top.finish(top_keys);

@@ -226,6 +226,11 @@ std::vector<ConfigKey> make_table() {
           "ordered list; each has `ops: [..]` and/or `layers: [\"layer1.*\"]` (globs) and a scheme with its "
           "options; the first match wins"),
 
+      key("memory", "offload", KeyType::Custom, nullptr, "unset",
+          "saved tensors moved to host memory on a side stream after the forward saves them, and prefetched back "
+          "`prefetch` nodes ahead of the backward: `{}` every one; `{ops: [..], layers: [..], min_bytes: N, "
+          "prefetch: K}` (matched as saved_tensors rules are; defaults min_bytes 0, prefetch 2); unset: none unless "
+          "the preset offloads (`gact-L2`, `actnn-L4`). Needs a GPU; see \"Offload\""),
       key("memory", "recompute", KeyType::TextList, in(&C::memory, &Mem::recompute), "[]",
           "modules whose forward runs again in backward, keeping only their inputs (through the saved-tensor "
           "store): globs on dotted module names (`[\"layer*.*\"]`, `[\"transformer.h.*\"]`; the outermost match "

@@ -5,6 +5,7 @@
 
 #include "experiments/lib/config.h"
 #include "experiments/lib/config_key.h"
+#include "experiments/lib/config_offload.h"
 #include "experiments/lib/config_saved_tensors.h"
 
 namespace packrat {
@@ -46,8 +47,13 @@ std::string config_to_yaml(const Config& resolved) {
     }
     e << YAML::BeginMap;
     for (const ConfigKey* k : written_keys(section, c)) {
+      if (k->type == KeyType::Custom) continue;  // memory.offload: below
       e << YAML::Key << k->name << YAML::Value;
       emit_value(e, *k, c);
+    }
+    if (section == "memory" && c.memory.offload) {
+      e << YAML::Key << "offload" << YAML::Value;
+      config::emit_offload(e, *c.memory.offload);
     }
     e << YAML::EndMap;
   }

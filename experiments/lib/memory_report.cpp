@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <map>
+#include <tuple>
 
 #include "core/autocast.h"
 #include "experiments/lib/safetensors.h"  // write_file_atomic
@@ -40,10 +41,67 @@ MemoryReport make_memory_report(int64_t batch_size, StepResult& step, const std:
   r.recompute = step.recompute;
   r.forward_s = step.forward_s;
   r.backward_s = step.backward_s;
+  r.offload = step.offload;
   return r;
 }
 
 namespace {
+
+// The layers holding saved bytes on either side, in name order, with (device, host) bytes.
+std::vector<std::tuple<std::string, int64_t, int64_t>> offload_layers(const OffloadStep& o) {
+  std::map<std::string, std::pair<int64_t, int64_t>> by;
+  for (const auto& [l, b] : o.device_by_layer)
+    if (b > 0) by[l].first = b;
+  for (const auto& [l, b] : o.host_by_layer)
+    if (b > 0) by[l].second = b;
+  std::vector<std::tuple<std::string, int64_t, int64_t>> out;
+  for (const auto& [l, db] : by) out.emplace_back(l, db.first, db.second);
+  return out;
+}
+
+Json offload_json(const OffloadStep& o) {
+  Json j = Json::object();
+  j["device_saved_bytes"] = Json(o.device_saved);
+  j["host_saved_bytes"] = Json(o.host_saved);
+  j["host_peak_bytes"] = Json(o.host_peak);
+  j["host_pool_bytes"] = Json(o.host_pool_bytes);
+  j["pageable_bytes"] = Json(o.pageable_bytes);
+  j["bytes_to_host"] = Json(o.moved.bytes_to_host);
+  j["bytes_to_device"] = Json(o.moved.bytes_to_device);
+  j["buffers_out"] = Json(o.moved.buffers_out);
+  j["prefetched_loads"] = Json(o.moved.prefetched_loads);
+  j["synchronous_loads"] = Json(o.moved.synchronous_loads);
+  j["copy_busy_ms"] = Json(o.moved.copy_busy_s * 1e3);
+  Json layers = Json::array();
+  for (const auto& [l, d, h] : offload_layers(o)) {
+    Json e = Json::object();
+    e["layer"] = Json(l);
+    e["device_bytes"] = Json(d);
+    e["host_bytes"] = Json(h);
+    layers.push_back(e);
+  }
+  j["layers"] = layers;
+  return j;
+}
+
+std::string offload_table(const OffloadStep& o, const std::string& device) {
+  std::string s = fmt::format("\nOffload (memory.offload): saved bytes after the forward, its copies to the host done\n"
+                              "{:<40} {:>14} {:>14}\n", "layer", "on " + device, "on the host");
+  for (const auto& [l, d, h] : offload_layers(o))
+    s += fmt::format("{:<40} {:>14} {:>14}\n", l.empty() ? "(no layer)" : l, format_bytes(d), format_bytes(h));
+  s += fmt::format("{:<40} {:>14} {:>14}\n", "total", format_bytes(o.device_saved), format_bytes(o.host_saved));
+  s += fmt::format("Host: peak {} saved; page-locked pool {} ({} bytes){}\n", format_bytes(o.host_peak),
+                   format_bytes(o.host_pool_bytes), o.host_pool_bytes,
+                   o.pageable_bytes > 0 ? fmt::format(", of which {} from the ordinary heap (page-locked memory refused)",
+                                                      format_bytes(o.pageable_bytes))
+                                        : std::string());
+  s += fmt::format("Moved over the step: {} to the host in {} buffers, {} back; {} loads prefetched, {} synchronous{}\n",
+                   format_bytes(o.moved.bytes_to_host), o.moved.buffers_out, format_bytes(o.moved.bytes_to_device),
+                   o.moved.prefetched_loads, o.moved.synchronous_loads,
+                   o.moved.copy_busy_s > 0 ? fmt::format("; copy streams busy {:.1f} ms", o.moved.copy_busy_s * 1e3)
+                                           : std::string());
+  return s;
+}
 
 // Totals of r's tensors grouped by key(tensor), in order of first appearance.
 template <typename Key>
@@ -117,6 +175,7 @@ Json memory_report_json(const MemoryReport& r) {
     rc["peak_bytes"] = Json(r.recompute.peak_bytes);
     j["recompute"] = rc;
   }
+  if (r.offload.on) j["offload"] = offload_json(r.offload);
   Json layers = Json::array();
   for (const auto& l : r.per_layer()) {
     Json e = Json::object();
@@ -260,6 +319,7 @@ std::string memory_report_table(const MemoryReport& r) {
                      r.recompute.recomputes, r.recompute.recompute_s * 1e3, r.backward_s * 1e3,
                      format_bytes(r.recompute.peak_bytes), r.recompute.peak_bytes);
   }
+  if (r.offload.on) s += offload_table(r.offload, r.step.device.str());
   s += fmt::format("Peak over the step on {}: {} ({} bytes); by tag:", r.step.device.str(), format_bytes(r.step.total_peak),
                    r.step.total_peak);
   for (size_t i = 0; i < kNumTags; ++i)

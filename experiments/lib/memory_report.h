@@ -39,6 +39,9 @@ struct MemoryReport {
   std::vector<std::string> recomputed;
   RecomputeStats recompute;
   double forward_s = 0, backward_s = 0;
+  // memory.offload: the saved bytes on the device and in the host pool, per layer, after the
+  // forward; the host's peak and pool; what moved each way (offload.on false: no offload).
+  OffloadStep offload;
 
   std::vector<LayerTotals> per_layer() const;  // in order of first appearance
   // The same per op kind (conv2d, batchnorm2d, relu, ...; LayerTotals::layer holds the op), in

@@ -106,6 +106,10 @@ data::DatasetSpec dataset_spec(const Config& c, data::Split split) {
 
 void check_device_can_train(const Config& c) {
   const Device device = Device::parse(c.device);
+  if (const auto offload = offload_rule(c); offload && device.is_cpu())
+    fail("{}: {} moves saved tensors to host memory, but the device is the CPU, which has no second memory to move "
+         "them to: run on a GPU (device: cuda:0), or remove it{}",
+         c.source, offload->where, c.memory.offload ? "" : " (the same storage without offload: gact-L1, actnn-L3)");
   if (device.is_cpu()) return;
   try {
     backend(device);  // throws: CUDA not built, no GPU visible, no such GPU
@@ -200,11 +204,17 @@ void apply_process_settings(const Config& c) {
 
 namespace {
 
+// The default scheme, then each rule's.
+std::vector<const SchemeSpec*> scheme_specs(const Config& c) {
+  std::vector<const SchemeSpec*> out{&c.saved_tensors.default_scheme};
+  for (const StoreRule& r : c.saved_tensors.rules) out.push_back(&r.spec);
+  return out;
+}
+
 // Whether the default scheme or a rule's is a preset for which `has` holds.
 bool some_preset(const Config& c, bool (*has)(const std::string& scheme)) {
-  if (has(c.saved_tensors.default_scheme.scheme)) return true;
-  for (const StoreRule& r : c.saved_tensors.rules)
-    if (has(r.spec.scheme)) return true;
+  for (const SchemeSpec* s : scheme_specs(c))
+    if (has(s->scheme)) return true;
   return false;
 }
 
@@ -213,6 +223,17 @@ bool some_preset(const Config& c, bool (*has)(const std::string& scheme)) {
 std::vector<std::string> recompute_globs(const Config& c) {
   if (!c.memory.recompute.empty()) return c.memory.recompute;
   return some_preset(c, preset_recomputes_blocks) ? std::vector<std::string>{"blocks"} : std::vector<std::string>{};
+}
+
+std::optional<OffloadRule> offload_rule(const Config& c) {
+  if (c.memory.offload) return c.memory.offload;
+  for (const SchemeSpec* s : scheme_specs(c))
+    if (preset_offloads(s->scheme)) {
+      OffloadRule every;
+      every.where = fmt::format("{} (preset {})", s->where, s->scheme);
+      return every;
+    }
+  return std::nullopt;
 }
 
 std::string attention_algorithm(const Config& c) {
@@ -259,7 +280,7 @@ Session make_session(const Config& c, const InputSpec& input) {
     fail("{}: {}", c.source, e.what());
   }
   s.optimizer = make_optimizer(s.model->named_parameters(), c.optimizer);
-  s.policy = std::make_unique<RulePolicy>(c.saved_tensors);
+  s.policy = std::make_unique<RulePolicy>(c.saved_tensors, offload_rule(c));
   // What the stores need to know of the model (GACT's analytic estimator: the kernel sizes).
   const auto named = s.model->named_parameters();
   for (SavedTensorStore* st : s.policy->stores()) st->observe_model(named);

@@ -86,6 +86,9 @@ struct Session {
 std::string attention_algorithm(const Config& c);
 // memory.recompute as the config says, or [blocks] where a preset recomputes (gact-CB1).
 std::vector<std::string> recompute_globs(const Config& c);
+// memory.offload as the config says, or every saved tensor where a preset offloads (gact-L2,
+// actnn-L4); nullopt: nothing offloaded.
+std::optional<OffloadRule> offload_rule(const Config& c);
 Session make_session(const Config& c, const InputSpec& input);
 
 LrSchedule make_schedule(const Config& c, int64_t steps_per_epoch);

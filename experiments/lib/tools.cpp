@@ -100,6 +100,14 @@ Json BenchmarkResult::json() const {
     j["started_in_backward"] = Json(started_in_backward);
     j["completed_in_backward"] = Json(completed_in_backward);
   }
+  if (offload) {
+    Json o = Json::object();
+    o["bytes_to_host"] = Json(offload_to_host_bytes);
+    o["bytes_to_device"] = Json(offload_to_device_bytes);
+    o["copy_busy_ms"] = Json(copy_busy_ms);
+    o["synchronous_loads"] = Json(synchronous_loads);
+    j["offload"] = o;
+  }
   return j;
 }
 
@@ -146,6 +154,14 @@ BenchmarkResult benchmark(const Config& c, int64_t steps, DataParallel* dp) {
     r.forward_ms += sr.forward_s * 1e3 / static_cast<double>(steps);
     r.recompute_ms += sr.recompute.recompute_s * 1e3 / static_cast<double>(steps);
     r.backward_ms += (sr.backward_s - sr.recompute.recompute_s) * 1e3 / static_cast<double>(steps);
+    if (sr.offload.on) {
+      const double per = 1.0 / static_cast<double>(steps);
+      r.offload = true;
+      r.offload_to_host_bytes += static_cast<double>(sr.offload.moved.bytes_to_host) * per;
+      r.offload_to_device_bytes += static_cast<double>(sr.offload.moved.bytes_to_device) * per;
+      r.copy_busy_ms += sr.offload.moved.copy_busy_s * 1e3 * per;
+      r.synchronous_loads += static_cast<double>(sr.offload.moved.synchronous_loads) * per;
+    }
     if (dp_step) {
       r.exposed_reduce_s += dp_step->timing().exposed_s;
       r.started_in_backward = static_cast<double>(dp_step->timing().bytes_started_in_backward) /
@@ -224,7 +240,7 @@ MaxBatchResult find_max_batch(const Config& c, int64_t limit, int64_t upper) {
     {
       SafetensorsFile carried;
       append_store_state(carried.tensors, s.policy->stores());
-      auto fresh = std::make_unique<RulePolicy>(c.saved_tensors);
+      auto fresh = std::make_unique<RulePolicy>(c.saved_tensors, offload_rule(c));
       restore_store_state(carried, fresh->stores(), "--find-max-batch (the previous step's adaptive state)");
       s.policy = std::move(fresh);
     }

@@ -95,6 +95,9 @@ StepResult train_step(Module& model, Optimizer& opt, StorePolicy& policy, const 
   opt.zero_grad();
   const int64_t saved_before = alloc.current(MemTag::Saved);
   alloc.reset_peak();
+  Offloader* offloader = policy.offloader();
+  CopyEngine* engine = offloader ? backend(device).copy_engine() : nullptr;
+  if (engine) engine->host_pool().reset_peak();
   reset_recompute_stats();
   using Clock = std::chrono::steady_clock;
   const auto forward_start = Clock::now();
@@ -114,8 +117,16 @@ StepResult train_step(Module& model, Optimizer& opt, StorePolicy& policy, const 
       fail("step {}: the loss is {} (not finite); try a lower optimizer.lr (now {:g}), gradient clipping "
            "(train.clip_grad_norm: 1.0), or FP32 storage for the saved tensors (saved_tensors.default: fp32)",
            step, r.loss, opt.lr());
-    // After the forward, before the backward: what the stores hold for this step.
-    r.saved_allocator_bytes = alloc.current(MemTag::Saved) - saved_before;
+    // After the forward, before the backward: what the stores hold for this step (with offload,
+    // once the copies to the host are done: the host waits for them on this step only).
+    if (engine && o.capture_saved) {
+      offloader->finish_copies_out();
+      r.offload.device_by_layer = alloc.current_by_layer(MemTag::Saved);
+      r.offload.host_by_layer = engine->host_pool().current_by_layer(MemTag::Saved);
+      r.offload.device_saved = alloc.current(MemTag::Saved) - saved_before;
+      r.offload.host_saved = engine->host_pool().current(MemTag::Saved);
+    }
+    r.saved_allocator_bytes = alloc.current(MemTag::Saved) - saved_before + r.offload.host_saved;  // both sides
     if (o.capture_saved) r.saved = policy.describe();
     for (const auto& rec : o.capture_saved ? r.saved : policy.describe()) {
       r.saved_record_bytes += rec.bytes;
@@ -128,6 +139,13 @@ StepResult train_step(Module& model, Optimizer& opt, StorePolicy& policy, const 
     if (o.time_phases) synchronize(device);
     r.backward_s = std::chrono::duration<double>(Clock::now() - backward_start).count();
     r.recompute = recompute_stats();
+    if (engine) {
+      r.offload.on = true;
+      r.offload.moved = offloader->take_stats();
+      r.offload.host_peak = engine->host_pool().peak(MemTag::Saved);
+      r.offload.host_pool_bytes = engine->host_pool().total_current() + engine->host_pool().cached_bytes();
+      r.offload.pageable_bytes = engine->pageable_bytes();
+    }
     // After a resume: the restored state belongs to what this config saves (GACT: the tensors it
     // quantizes are those of the checkpoint; with recomputation some are saved in the backward).
     for (SavedTensorStore* s : stateful) s->check_restored_step();

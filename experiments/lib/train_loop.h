@@ -3,9 +3,12 @@
 // --find-max-batch; evaluation; synthetic batches of a dataset's shape.
 #include <cstdint>
 #include <functional>
+#include <map>
+#include <string>
 #include <vector>
 
 #include "autograd/checkpoint.h"
+#include "autograd/offload/offloader.h"
 #include "autograd/saved_tensor_store.h"
 #include "core/allocator.h"
 #include "core/tensor.h"
@@ -32,6 +35,18 @@ struct StepOptions {
   std::function<void(Module&)> after_backward;
 };
 
+// With memory.offload (autograd/offload/): where the step's saved bytes lay after the forward, once
+// its copies to the host were done (taken with capture_saved), and what moved over the step.
+struct OffloadStep {
+  bool on = false;
+  std::map<std::string, int64_t> device_by_layer, host_by_layer;  // Saved bytes per layer (capture_saved)
+  int64_t device_saved = 0, host_saved = 0;                       // ... their totals
+  int64_t host_peak = 0;        // the host pool's Saved peak over the step
+  int64_t host_pool_bytes = 0;  // the pool's blocks after the step, in use and cached: page-locked memory held
+  int64_t pageable_bytes = 0;   // ... of them from the ordinary heap (page-locked memory refused)
+  OffloadStats moved;           // bytes each way, loads prefetched or not, the copy streams' busy time
+};
+
 struct StepResult {
   double loss = 0;
   int64_t correct = 0, count = 0;       // count: the labels the loss averages (count_correct)
@@ -48,6 +63,7 @@ struct StepResult {
   // on a GPU the backward is timed to its end only with StepOptions::time_phases).
   double forward_s = 0, backward_s = 0;
   RecomputeStats recompute;
+  OffloadStep offload;
 };
 
 // The device the model's parameters live on (the DeviceScope's for a model without any).

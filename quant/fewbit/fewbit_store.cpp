@@ -78,7 +78,7 @@ FewbitStore::Coder FewbitStore::coder_for(const SaveRequest& r, bool from_output
 struct FewbitStore::Codes : Encoded {
   Coder coder;
   Tensor packed;  // (packed_bytes(numel, bits),) u8, tagged Saved
-  int64_t bytes() const override { return static_cast<int64_t>(packed.storage()->allocation->bytes()); }
+  void payload(std::vector<PayloadSlot>& out) override { out.push_back({&packed}); }
 };
 
 namespace {

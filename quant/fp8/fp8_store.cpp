@@ -7,9 +7,9 @@ namespace packrat {
 struct Fp8Store::Codes : Encoded {
   Tensor codes;   // (numel,) u8: one fp8 code an element, in the saved buffer's order
   Tensor scales;  // (groups,) f32
-  int64_t bytes() const override {
-    return static_cast<int64_t>(codes.storage()->allocation->bytes()) +
-           static_cast<int64_t>(scales.storage()->allocation->bytes());
+  void payload(std::vector<PayloadSlot>& out) override {
+    out.push_back({&codes});
+    out.push_back({&scales});
   }
 };
 

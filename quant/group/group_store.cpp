@@ -55,9 +55,9 @@ struct GroupStore::Quantized : Encoded {
   CodecOrder order;  // how the codes walk the saved buffer, or a plain copy of it
   int64_t index = -1;  // position in step_tensors_
   int64_t step = 0;
-  int64_t bytes() const override {
-    return static_cast<int64_t>(codes.storage()->allocation->bytes()) +
-           static_cast<int64_t>(meta.storage()->allocation->bytes());
+  void payload(std::vector<PayloadSlot>& out) override {
+    out.push_back({&codes});
+    out.push_back({&meta});
   }
 };
 

@@ -31,12 +31,17 @@ struct MixedStore::Quantized : Encoded {
   MixedQuantConfig quant;  // as drawn at save (mix_prob included)
   QuantNoise noise;
   Device device;           // the saved tensor's: where the codes are held and decoded
+  uint64_t reference_id = 0;  // the referenced tensor's storage (the offload layer may hold a copy instead)
   ~Quantized() override {
     // A referenced tensor still used elsewhere (the forward output the caller holds) goes back to its own account.
-    if (reference.defined() && original_tag != MemTag::Parameter) reference.storage()->allocation->retag(original_tag);
+    if (reference.defined() && reference.storage()->id == reference_id && original_tag != MemTag::Parameter)
+      reference.storage()->allocation->retag(original_tag);
   }
-  int64_t bytes() const override {
-    return packed.bytes() + (reference.defined() ? static_cast<int64_t>(reference.storage()->allocation->bytes()) : 0);
+  void payload(std::vector<PayloadSlot>& out) override {
+    out.push_back({&packed.codes});
+    out.push_back({&packed.meta_data});
+    out.push_back({&packed.flags});
+    if (original_tag != MemTag::Parameter) out.push_back({&reference, original_tag});  // never a parameter
   }
 };
 
@@ -81,6 +86,7 @@ std::unique_ptr<CompressingStore::Encoded> MixedStore::encode(const Tensor& x, c
   q->device = x.device();
   if (options_.mode == StorageMode::QuantizeOnBackward) {
     q->reference = x;
+    q->reference_id = x.storage()->id;
     q->original_tag = x.storage()->allocation->tag();
     if (q->original_tag != MemTag::Parameter) x.storage()->allocation->retag(MemTag::Saved);
     return q;

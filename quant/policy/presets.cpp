@@ -16,13 +16,19 @@ const std::vector<StoragePreset>& storage_presets() {
       {"actnn-L3", "gact", {{"avg_bits", "2"}, {"estimator", "analytic"}, {"adapt_interval", "1"}}, false,
        "adaptive bits per tensor, 2 per element on average, from the analytic sensitivity, re-allocated every step",
        "ActNN L3 (2-bit with adaptive precision; ActNN adapts per sample and layer, packrat per tensor)"},
-      {"actnn-L4", "", {}, false, "ActNN L3 plus swapping saved tensors to host memory", "ActNN L4"},
+      {"actnn-L4", "gact", {{"avg_bits", "2"}, {"estimator", "analytic"}, {"adapt_interval", "1"}}, false,
+       "actnn-L3's storage, and every saved tensor moved to host memory after the forward saves it and prefetched "
+       "back for the backward (memory.offload: {} unless the config gives one)",
+       "ActNN L4 (L3 + swapping; ActNN swaps without a side stream or prefetch)", false, false, true},
       {"actnn-L5", "", {}, false, "ActNN L4 plus defragmentation of the CUDA allocator", "ActNN L5"},
       {"gact-L0", "fp32", {}, false, "no compression: every saved tensor in FP32", "GACT L0"},
       {"gact-L1", "gact", {{"avg_bits", "4"}}, false,
        "adaptive bits per tensor, 4 per element on average, from the measured sensitivity",
        "GACT paper L1 (auto-precision 4; the released code's L2)"},
-      {"gact-L2", "", {}, false, "GACT L1 plus swapping and prefetching saved tensors to host memory", "GACT L2"},
+      {"gact-L2", "gact", {{"avg_bits", "4"}}, false,
+       "gact-L1's storage, and every saved tensor moved to host memory after the forward saves it and prefetched "
+       "back for the backward (memory.offload: {} unless the config gives one)",
+       "GACT paper L2 (L1 + swapping and prefetching)", false, false, true},
       {"gact-CB1", "gact", {{"avg_bits", "4"}, {"max_bits", "8"}}, false,
        "gact-L1's storage at most 8 bits a tensor, and every residual / transformer block recomputed in backward "
        "(memory.recompute: [blocks] unless the config names modules)",
@@ -50,6 +56,11 @@ const StoragePreset* find_storage_preset(const std::string& name) {
 bool preset_recomputes_blocks(const std::string& scheme) {
   const StoragePreset* p = find_storage_preset(scheme);
   return p && p->recompute_blocks;
+}
+
+bool preset_offloads(const std::string& scheme) {
+  const StoragePreset* p = find_storage_preset(scheme);
+  return p && p->offload;
 }
 
 bool preset_uses_memory_efficient_attention(const std::string& scheme) {

@@ -14,6 +14,10 @@
 //                 every step
 //   gact-L0       everything in FP32                               GACT paper Table 1 L0
 //   gact-L1       adaptive bits, 4 on average (measured, GACT)     GACT paper L1 (released code: L2)
+//   gact-L2       gact-L1's storage, every saved tensor offloaded  GACT paper L2 (L1 + swapping and
+//                 to host memory (memory.offload: {} unless the    prefetching)
+//                 config gives one)
+//   actnn-L4      actnn-L3's storage, offloaded the same way       ActNN L4 (L3 + swapping)
 //   gact-adapt3   adaptive bits, 3 on average                      GACT "Adapt 3bit" (code: L2.1)
 //   gact-adapt2   adaptive bits, 2 on average                      GACT "Adapt 2bit" (code: L2.2)
 //   gact-fix4     4-bit per-group everywhere                       GACT "Fix 4bit" (code: L1)
@@ -25,9 +29,10 @@
 //                 (model.attention: memory_efficient unless the    efficient self-attention)
 //                 config names an algorithm)
 //
-// Levels that add swapping to host memory or defragmentation (ActNN L4, L5; GACT L2) packrat does
-// not do yet: their names are known, and choosing one
-// is an error that says so and names the preset with the same storage.
+// The level that adds defragmentation of the CUDA allocator (ActNN L5) packrat does not do: its
+// name is known, and choosing it is an error that says so and names the preset with the same
+// storage. Offloading presets need a device with a second memory (a GPU): on the CPU they are an
+// error naming them (experiments/lib/session.cpp).
 #include <map>
 #include <memory>
 #include <string>
@@ -47,11 +52,14 @@ struct StoragePreset {
   std::string source;           // the level it reproduces
   bool recompute_blocks = false;  // the level recomputes every block (memory.recompute: [blocks])
   bool memory_efficient_attention = false;  // ... and uses memory-efficient attention (model.attention)
+  bool offload = false;  // the level moves saved tensors to host memory (memory.offload: {})
 };
 const std::vector<StoragePreset>& storage_presets();
 const StoragePreset* find_storage_preset(const std::string& name);  // null when not a preset
 // Whether a scheme name is a preset that recomputes every block (gact-CB1).
 bool preset_recomputes_blocks(const std::string& scheme);
+// Whether it is a preset that offloads saved tensors to host memory (gact-L2, actnn-L4).
+bool preset_offloads(const std::string& scheme);
 // Whether it is a preset with memory-efficient attention (gact-CB2).
 bool preset_uses_memory_efficient_attention(const std::string& scheme);
 

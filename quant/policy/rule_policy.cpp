@@ -100,11 +100,17 @@ void check_rule_layers(const StorePolicySpec& spec, const std::vector<std::strin
     }
 }
 
-RulePolicy::RulePolicy(const StorePolicySpec& spec) : spec_(spec) {
+RulePolicy::RulePolicy(const StorePolicySpec& spec, const std::optional<OffloadRule>& offload) : spec_(spec) {
   default_ = make_store(spec_.default_scheme, spec_.seed);
   for (const auto& rule : spec_.rules) rule_stores_.push_back(make_store(rule.spec, spec_.seed));
   last_resort_ = std::make_unique<Fp32Store>();
+  if (offload) {
+    offloader_ = std::make_unique<Offloader>(*offload);
+    for (SavedTensorStore* s : stores()) offloading_.emplace(s, std::make_unique<OffloadingStore>(*s, *offloader_));
+  }
 }
+
+RulePolicy::~RulePolicy() = default;
 
 int RulePolicy::match(const SaveRequest& r) const {
   for (size_t i = 0; i < spec_.rules.size(); ++i) {
@@ -122,6 +128,11 @@ int RulePolicy::match(const SaveRequest& r) const {
 }
 
 SavedTensorStore& RulePolicy::store_for(const SaveRequest& r) {
+  SavedTensorStore& s = chosen_store(r);
+  return offloader_ ? *offloading_.at(&s) : s;
+}
+
+SavedTensorStore& RulePolicy::chosen_store(const SaveRequest& r) {
   const int i = match(r);
   if (i >= 0 && rule_stores_[static_cast<size_t>(i)]->accepts(r)) return *rule_stores_[static_cast<size_t>(i)];
   if (default_->accepts(r)) return *default_;

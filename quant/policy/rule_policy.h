@@ -14,10 +14,12 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "autograd/offload/offloading_store.h"
 #include "autograd/saved_tensor_store.h"
 #include "core/glob.h"  // glob_match, which rules use
 #include "quant/policy/scheme_options.h"
@@ -70,19 +72,26 @@ void check_rule_layers(const StorePolicySpec& spec, const std::vector<std::strin
 
 class RulePolicy : public StorePolicy {
  public:
-  explicit RulePolicy(const StorePolicySpec& spec);
+  // With an offload rule, every store is handed out with the offload layer under it
+  // (OffloadingStore); stores() still lists the stores themselves.
+  explicit RulePolicy(const StorePolicySpec& spec, const std::optional<OffloadRule>& offload = std::nullopt);
   SavedTensorStore& store_for(const SaveRequest& r) override;
   std::vector<SavedTensorStore*> stores() override;
+  Offloader* offloader() override { return offloader_.get(); }
+  ~RulePolicy() override;
 
   // Index of the first rule matching the request (by op and layer only), or -1.
   int match(const SaveRequest& r) const;
   const StorePolicySpec& spec() const { return spec_; }
 
  private:
+  SavedTensorStore& chosen_store(const SaveRequest& r);  // by the rules, without the offload layer
   StorePolicySpec spec_;
   std::unique_ptr<SavedTensorStore> default_;
   std::vector<std::unique_ptr<SavedTensorStore>> rule_stores_;
   std::unique_ptr<SavedTensorStore> last_resort_;  // FP32, for requests the default refuses
+  std::unique_ptr<Offloader> offloader_;
+  std::map<const SavedTensorStore*, std::unique_ptr<OffloadingStore>> offloading_;  // by the store each wraps
 };
 
 }  // namespace packrat

@@ -355,6 +355,29 @@ void CompressingStore::describe(std::vector<SavedRecord>& out) const {
   exact_.describe(out);
 }
 
+int64_t CompressingStore::Encoded::bytes() const {
+  std::vector<PayloadSlot> slots;
+  const_cast<Encoded*>(this)->payload(slots);  // payload() only lists the tensors
+  int64_t n = 0;
+  for (const PayloadSlot& s : slots)
+    if (s.tensor->defined()) n += static_cast<int64_t>(s.tensor->storage()->allocation->bytes());
+  return n;
+}
+
+void CompressingStore::payload(const SavedHandle& h, std::vector<PayloadSlot>& out) {
+  std::lock_guard lock(mutex_);
+  auto it = entries_.find(h.id);
+  if (it == entries_.end()) return;
+  const Entry& e = it->second;
+  if (e.exact.valid()) return exact_.payload(e.exact, out);
+  Held& held = held_.at(e.held);
+  std::vector<PayloadSlot> slots;
+  if (held.encoded) held.encoded->payload(slots);
+  slots.push_back({&held.bits});
+  for (const PayloadSlot& s : slots)
+    if (s.tensor->defined()) out.push_back(s);
+}
+
 size_t CompressingStore::live_count() const {
   std::lock_guard lock(mutex_);
   return entries_.size();

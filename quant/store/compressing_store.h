@@ -68,6 +68,7 @@ class CompressingStore : public SavedTensorStore {
   std::pair<Tensor, SavedHandle> forward_and_save(const Tensor& x, const SaveRequest& r) override;
   void describe(std::vector<SavedRecord>& out) const override;
   size_t live_count() const override;
+  void payload(const SavedHandle& h, std::vector<PayloadSlot>& out) override;
 
  protected:
   // What a codec keeps of one buffer: a derived struct holding its Tensors, allocated under
@@ -75,8 +76,11 @@ class CompressingStore : public SavedTensorStore {
   // counts them); freed when its last entry is released.
   struct Encoded {
     virtual ~Encoded() = default;
-    virtual int64_t bytes() const = 0;  // as the allocator counts them (the allocations' bytes())
-    int bits = 0;                       // nominal bits per element, for describe()
+    // Every Tensor it holds (undefined ones are skipped): what describe() counts and what the
+    // offload layer moves to host memory and back between the save and the load. Required.
+    virtual void payload(std::vector<PayloadSlot>& out) = 0;
+    int64_t bytes() const;  // as the allocator counts them: the payload's allocations' bytes()
+    int bits = 0;           // nominal bits per element, for describe()
   };
   enum class Form : uint8_t { Exact, Codec, StepMask, Packed };
   struct Key {

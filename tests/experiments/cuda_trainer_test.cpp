@@ -231,3 +231,38 @@ TEST(CudaTrainer, AShortRunTracksTheCpuRun) {
   EXPECT_TRUE(std::isfinite(gpu.epochs[1].test_loss));
   EXPECT_NE(pinned_host_allocator(kGpu), nullptr);
 }
+
+// Offload on the GPU's copy streams: gact-L2 steps give gact-L1's losses bit for bit (the copies
+// move bytes, and each load waits for its own), the saved bytes sit in the host pool after the
+// forward, nothing is left on either side after a step, and neither side grows over 50 steps.
+TEST(CudaTrainer, GactL2StepsAreGactL1StepsWithTheSavedTensorsOnTheHost) {
+  PACKRAT_SKIP_WITHOUT_GPU();
+  auto run = [](const std::string& level, std::vector<StepResult>& out) {
+    const Config c = tiny_config("/nonexistent", "/tmp/unused",
+                                 {"saved_tensors.rules=[]", "device=cuda:0", "saved_tensors.default=" + level});
+    apply_process_settings(c);
+    const RunDevice on(c);
+    Session s = make_session(c, synthetic_input_spec(c));
+    const SyntheticBatch b = synthetic_inputs(c, s.input, 16);
+    StepOptions o;
+    for (int64_t step = 0; step < 50; ++step) {
+      o.capture_saved = step == 0;
+      out.push_back(train_step(*s.model, *s.optimizer, *s.policy, b.images, b.labels, step, o));
+      ASSERT_EQ(Allocator::of(kGpu).current(MemTag::Saved), 0) << level << " step " << step;
+      if (CopyEngine* e = backend(kGpu).copy_engine())
+        ASSERT_EQ(e->host_pool().current(MemTag::Saved), 0) << level << " step " << step;
+    }
+  };
+  std::vector<StepResult> l1, l2;
+  run("gact-L1", l1);
+  run("gact-L2", l2);
+  ASSERT_EQ(l2.size(), l1.size());
+  for (size_t i = 0; i < l1.size(); ++i) EXPECT_EQ(l2[i].loss, l1[i].loss) << "step " << i;
+  ASSERT_TRUE(l2[0].offload.on);
+  EXPECT_EQ(l2[0].offload.device_saved, 0);
+  EXPECT_EQ(l2[0].offload.host_saved, l1[0].saved_allocator_bytes);
+  EXPECT_EQ(l2[0].offload.pageable_bytes, 0) << "page-locked memory was refused";
+  EXPECT_EQ(l2.back().offload.moved.synchronous_loads, 0);
+  EXPECT_EQ(l2.back().offload.host_pool_bytes, l2[5].offload.host_pool_bytes) << "the host pool grew";
+  EXPECT_GT(l2.back().offload.moved.copy_busy_s, 0) << "the copy streams' events timed nothing";
+}

@@ -11,6 +11,8 @@
 
 #include "core/backend.h"
 #include "experiments/lib/checkpoint.h"
+#include "experiments/lib/config.h"
+#include "experiments/lib/memory_report.h"
 #include "experiments/lib/gradient_fidelity.h"
 #include "experiments/lib/run.h"
 #include "experiments/lib/safetensors.h"
@@ -203,4 +205,78 @@ TEST(EmulatedGpu, AGptTextRunMatchesTheCpuRun) {
   EXPECT_EQ(b.epochs[0].train_acc, a.epochs[0].train_acc);
   EXPECT_EQ(b.epochs[0].test_loss, a.epochs[0].test_loss);
   EXPECT_EQ(b.report.saved_bytes, a.report.saved_bytes);
+}
+
+// GACT's L2 (gact-L2: gact-L1's storage, every saved tensor offloaded) trains as gact-L1 does, bit
+// for bit, with the saved bytes in the host pool after the forward and back for the backward;
+// the resolved config keeps memory.offload; on the CPU the preset is refused naming it.
+TEST(EmulatedGpu, GactL2TrainsAsGactL1WithItsSavedTensorsOnTheHost) {
+  EmulatedGpu gpu;
+  const fs::path l1_dir = temp_dir("emulated_gact_l1"), l2_dir = temp_dir("emulated_gact_l2");
+  const RunResult a = run_training(tiny(l1_dir, kGpu, {"saved_tensors.default=gact-L1"}), quiet());
+  const RunResult b = run_training(tiny(l2_dir, kGpu, {"saved_tensors.default=gact-L2"}), quiet());
+  ASSERT_EQ(b.epochs.size(), 1u);
+  EXPECT_EQ(b.epochs[0].train_loss, a.epochs[0].train_loss);
+  EXPECT_EQ(b.epochs[0].test_acc, a.epochs[0].test_acc);
+  EXPECT_FALSE(a.report.offload.on);
+  ASSERT_TRUE(b.report.offload.on);
+  EXPECT_EQ(b.report.saved_bytes, a.report.saved_bytes);
+  EXPECT_EQ(b.report.offload.device_saved, 0);
+  EXPECT_EQ(b.report.offload.host_saved, a.report.allocator_saved_bytes);
+  EXPECT_EQ(b.report.allocator_saved_bytes, a.report.allocator_saved_bytes) << "device and host together";
+  // The step's own forward, and GACT's sensitivity passes before it (the first step adapts): all
+  // offloaded; back, what a backward read (a node no gradient reaches releases its tensors unread).
+  EXPECT_GT(b.report.offload.moved.bytes_to_host, b.report.offload.host_saved);
+  EXPECT_LE(b.report.offload.moved.bytes_to_device, b.report.offload.moved.bytes_to_host);
+  EXPECT_GT(b.report.offload.moved.bytes_to_device, b.report.offload.moved.bytes_to_host * 9 / 10);
+  EXPECT_EQ(b.report.offload.moved.synchronous_loads, 0);
+  EXPECT_GE(b.report.offload.host_pool_bytes, b.report.offload.host_peak);
+  EXPECT_LT(b.report.step.peak_at(MemTag::Saved), a.report.step.peak_at(MemTag::Saved));
+  const std::string table = memory_report_table(b.report);
+  EXPECT_NE(table.find("Offload (memory.offload)"), std::string::npos) << table;
+  const Json j = parse_json(read_text(fs::path(b.run_dir) / "memory_report.json"));
+  EXPECT_EQ(j.at("offload").at("host_saved_bytes").get<int64_t>(), b.report.offload.host_saved);
+  EXPECT_GT(j.at("offload").at("layers").size(), 5u);
+
+  // A rule of its own, written back in the resolved config, read again as it was.
+  const Config c = tiny(temp_dir("emulated_offload_rule"), kGpu,
+                        {"memory.offload={ops: [conv2d], layers: [\"layer3.*\"], min_bytes: 4096, prefetch: 3}"});
+  ASSERT_TRUE(c.memory.offload.has_value());
+  const Config again = parse_config(config_to_yaml(c), "resolved.yaml");
+  ASSERT_TRUE(again.memory.offload.has_value());
+  EXPECT_EQ(again.memory.offload->ops, std::vector<std::string>{"conv2d"});
+  EXPECT_EQ(again.memory.offload->layers, std::vector<std::string>{"layer3.*"});
+  EXPECT_EQ(again.memory.offload->min_bytes, 4096);
+  EXPECT_EQ(again.memory.offload->prefetch, 3);
+  const RunResult r = run_training(c, quiet());
+  int64_t host = 0;
+  for (const auto& [layer, bytes] : r.report.offload.host_by_layer) {
+    if (bytes > 0) EXPECT_EQ(layer.rfind("layer3.", 0), 0u) << layer;
+    host += bytes;
+  }
+  EXPECT_GT(host, 0);
+
+  EXPECT_NE(message_of([&] { run_training(tiny(temp_dir("cpu_gact_l2"), "cpu", {"saved_tensors.default=gact-L2"}), quiet()); })
+                .find("(preset gact-L2) moves saved tensors to host memory, but the device is the CPU"),
+            std::string::npos);
+}
+
+// The lever: in one budget of the device's memory, offload fits a larger batch than compression
+// alone, and offloading FP32 tensors (the plain swap) a larger one than keeping them.
+TEST(EmulatedGpu, OffloadFitsALargerBatchInTheSameDeviceBudget) {
+  EmulatedGpu gpu;
+  const int64_t held = gpu.allocator().total_current();
+  const int64_t budget = held + (int64_t{6} << 20);
+  auto max_batch = [&](const std::vector<std::string>& sets) {
+    return find_max_batch(tiny("/tmp/unused", kGpu, sets), budget, 512).batch_size;
+  };
+  const int64_t l0 = max_batch({"saved_tensors.default=gact-L0"});
+  const int64_t swap = max_batch({"saved_tensors.default=gact-L0", "memory.offload={}"});
+  const int64_t l1 = max_batch({"saved_tensors.default={scheme: gact-L1, tensors_per_refresh: 2}"});
+  const int64_t l2 = max_batch({"saved_tensors.default={scheme: gact-L2, tensors_per_refresh: 2}"});
+  EXPECT_GT(l0, 0);
+  EXPECT_GT(swap, l0);
+  EXPECT_GT(l1, l0);
+  EXPECT_GT(l2, l1);
+  EXPECT_EQ(gpu.allocator().limit(), 0);
 }

@@ -13,6 +13,7 @@
 #include "core/cpu/cpu_backend.h"
 #include "quant/codec/codec_kernels.h"
 #include "quant/cpu/cpu_codecs.h"
+#include "tests/support/emulated_copy_engine.h"
 
 namespace packrat::testing {
 
@@ -459,8 +460,12 @@ class EmulatedBackend final : public Backend {
     cpu().adamw_update(param, grad, m, v, s);
   }
 
+  CopyEngine* copy_engine() override { return &copies_; }
+  EmulatedCopyEngine& copies() { return copies_; }
+
  private:
   Allocator allocator_;
+  EmulatedCopyEngine copies_{kGpu};
 };
 
 // The compression codecs on the device: the CPU's kernels, on its (host) memory.
@@ -550,9 +555,11 @@ EmulatedGpu::EmulatedGpu() {
   set_codecs(kGpu, &codecs());
 }
 EmulatedGpu::~EmulatedGpu() {
+  instance().copies().reset();
   set_codecs(kGpu, nullptr);
   set_backend_override(kGpu, nullptr);
 }
 Allocator& EmulatedGpu::allocator() { return instance().allocator(); }
+EmulatedCopyEngine& EmulatedGpu::copy_engine() { return instance().copies(); }
 
 }  // namespace packrat::testing

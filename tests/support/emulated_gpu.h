@@ -9,7 +9,8 @@
 // nothing on the wrong device. The compression codecs run their CPU kernels on its memory (the
 // test seam of quant/codec/codec_kernels.h), so the compressing stores' device paths run here too.
 // What it cannot catch: memcpy on raw() pointers (its memory is host memory; grep for raw()
-// instead), and anything about CUDA itself (kernels, streams, cudaMalloc).
+// instead), and anything about CUDA itself (kernels, streams, cudaMalloc). Its copy engine (the
+// offload layer's side streams) runs each copy only when asked about it, so a missing wait shows.
 //
 //   EmulatedGpu gpu;                     // installed until it goes out of scope
 //   DeviceScope on(EmulatedGpu::device());
@@ -17,6 +18,8 @@
 #include "core/device.h"
 
 namespace packrat::testing {
+
+class EmulatedCopyEngine;
 
 class EmulatedGpu {
  public:
@@ -26,6 +29,8 @@ class EmulatedGpu {
   EmulatedGpu& operator=(const EmulatedGpu&) = delete;
   static constexpr Device device() { return Device::cuda(1000); }
   Allocator& allocator();
+  // Its copy engine (tests/support/emulated_copy_engine.h): copies run when asked about, in order.
+  EmulatedCopyEngine& copy_engine();
 };
 
 }  // namespace packrat::testing
