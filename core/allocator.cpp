@@ -6,6 +6,7 @@
 
 #include "core/backend.h"
 #include "core/error.h"
+#include "core/memory_timeline.h"
 
 namespace packrat {
 
@@ -133,6 +134,20 @@ void Allocator::account(MemTag tag, const std::string& layer, int64_t delta) {
   }
   std::lock_guard lock(layer_mutex_);
   by_layer_[layer][i] += delta;
+  if (MemoryTimeline* t = timeline_.load()) {
+    std::array<int64_t, kNumTags> now_by_tag;
+    for (size_t k = 0; k < kNumTags; ++k) now_by_tag[k] = current_[k].load();
+    t->record(tag, layer, delta, now_by_tag, total_.load());
+  }
+}
+
+void Allocator::set_timeline(MemoryTimeline* t) {
+  std::lock_guard lock(layer_mutex_);
+  timeline_.store(t);
+}
+
+void Allocator::mark(std::string_view name) {
+  if (MemoryTimeline* t = timeline_.load()) t->mark(name);
 }
 
 MemoryStats Allocator::stats() const {

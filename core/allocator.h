@@ -33,6 +33,7 @@ struct MemoryStats {
 };
 
 class Allocator;
+class MemoryTimeline;
 
 // Raw memory of one device: the CPU's aligned heap, cudaMalloc for a GPU.
 class MemorySource {
@@ -115,6 +116,11 @@ class Allocator {
   int64_t cached_bytes() const { return cached_.load(); }
   void empty_cache();
 
+  // Records every event into `t` from now on (core/memory_timeline.h); null stops. mark() names
+  // the point between events (a step's phase) when a timeline records, and costs nothing otherwise.
+  void set_timeline(MemoryTimeline* t);
+  void mark(std::string_view name);
+
  private:
   friend class Allocation;
   void account(MemTag tag, const std::string& layer, int64_t delta);
@@ -131,6 +137,7 @@ class Allocator {
   std::atomic<int64_t> limit_{0};
   mutable std::mutex layer_mutex_;
   std::map<std::string, std::array<int64_t, kNumTags>> by_layer_;
+  std::atomic<MemoryTimeline*> timeline_{nullptr};
 };
 
 // Thread-local context for new allocations: which tag and which layer.

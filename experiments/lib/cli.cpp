@@ -20,12 +20,14 @@ namespace packrat {
 std::string trainer_usage() {
   return "usage: trainer --config FILE [--set key=value ...] [--resume RUN_DIR] [--memory-report-only]\n"
          "               [--benchmark STEPS] [--find-max-batch BYTES] [--gradient-fidelity N] [--stop-after-epoch N]\n"
-         "               [--overwrite]\n"
+         "               [--overwrite] [--memory-timeline]\n"
          "  --config FILE          YAML experiment config (configs/quickstart.yaml)\n"
          "  --set key=value        override any config key, e.g. --set data.batch_size=256 (repeatable)\n"
          "  --resume RUN_DIR       continue the run in RUN_DIR from its latest checkpoint\n"
          "                         (its config.yaml unless --config is given)\n"
          "  --memory-report-only   one training step on synthetic inputs; write memory_report.json and exit\n"
+         "  --memory-timeline      --memory-report-only, recording the device allocator's every event over the\n"
+         "                         step: memory_timeline.csv and .png (bytes by tag, forward / backward / update)\n"
          "  --benchmark STEPS      time STEPS training steps on synthetic inputs; last line is JSON\n"
          "  --find-max-batch BYTES largest batch whose training step fits in BYTES (e.g. 2G, 512M)\n"
          "  --gradient-fidelity N  on the first training batch, N draws of the scheme's noise against the FP32\n"
@@ -86,6 +88,7 @@ TrainerArgs parse_trainer_args(const std::vector<std::string>& argv) {
       PACKRAT_CHECK(!a.resume.empty(), "--resume: needs a run directory, got an empty string");
     }
     else if (f == "--memory-report-only") a.memory_report_only = true;
+    else if (f == "--memory-timeline") a.memory_timeline = a.memory_report_only = true;
     else if (f == "--benchmark") a.benchmark_steps = parse_int(value(), f);
     else if (f == "--find-max-batch") a.max_batch_bytes = parse_byte_size(value(), f);
     else if (f == "--gradient-fidelity") a.gradient_fidelity = parse_int(value(), f);
@@ -155,9 +158,11 @@ namespace {
 int run_mode(const TrainerArgs& a, const Config& c, DataParallel* dp) {
   if (a.memory_report_only) {
     const DirectoryLock lock = lock_output_dir(c.output.dir);
-    const MemoryReport r = memory_report_only(c);
+    MemoryTimeline timeline;
+    const MemoryReport r = memory_report_only(c, a.memory_timeline ? &timeline : nullptr);
     std::fputs(memory_report_table(r).c_str(), stdout);
     spdlog::info("wrote {}/memory_report.json", c.output.dir);
+    if (a.memory_timeline) spdlog::info("wrote {}/memory_timeline.csv and memory_timeline.png", c.output.dir);
     return 0;
   }
   if (a.benchmark_steps > 0) {

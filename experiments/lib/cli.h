@@ -10,7 +10,8 @@ struct TrainerArgs {
   std::string config;                // --config FILE
   std::vector<std::string> sets;     // --set key=value (repeatable)
   std::string resume;                // --resume RUN_DIR
-  bool memory_report_only = false;   // --memory-report-only
+  bool memory_report_only = false;   // --memory-report-only (--memory-timeline sets it too)
+  bool memory_timeline = false;      // --memory-timeline: the report's step, its allocator events recorded
   int64_t benchmark_steps = 0;       // --benchmark STEPS
   int64_t max_batch_bytes = 0;       // --find-max-batch BYTES (suffixes K, M, G: powers of 1024)
   int64_t gradient_fidelity = 0;     // --gradient-fidelity N (draws)

@@ -1,5 +1,7 @@
 #include "experiments/lib/tools.h"
 
+#include "experiments/lib/memory_timeline_plot.h"
+
 #include <spdlog/spdlog.h>
 
 #include <sys/resource.h>
@@ -63,17 +65,27 @@ void check_host_can_hold(int64_t limit, int64_t held) {
 
 }  // namespace
 
-MemoryReport memory_report_only(const Config& c) {
+MemoryReport memory_report_only(const Config& c, MemoryTimeline* timeline) {
   make_writable_directory(c.output.dir, "output.dir");  // before the step, not after it
   apply_process_settings(c);
   const RunDevice on(c);
   const InputSpec in = synthetic_input_spec(c);
   Session s = make_session(c, in);
   SyntheticBatch b = synthetic_inputs(c, in, c.data.batch_size);
-  StepResult r = train_step(*s.model, *s.optimizer, *s.policy, b.images, b.labels, 0, step_options(c, true));
+  Allocator& alloc = Allocator::of(on.device());
+  if (timeline) alloc.set_timeline(timeline);
+  StepResult r;
+  try {
+    r = train_step(*s.model, *s.optimizer, *s.policy, b.images, b.labels, 0, step_options(c, true));
+  } catch (...) {
+    alloc.set_timeline(nullptr);
+    throw;
+  }
+  alloc.set_timeline(nullptr);
   MemoryReport report = make_memory_report(c.data.batch_size, r, s.recomputed);
   report.synthetic = true;
   write_memory_report(report, c.output.dir);
+  if (timeline) write_memory_timeline(*timeline, report, c.output.dir);
   return report;
 }
 

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "experiments/lib/config.h"
+#include "core/memory_timeline.h"
 #include "experiments/lib/memory_report.h"
 #include "experiments/lib/json.h"
 
@@ -16,7 +17,9 @@ namespace packrat {
 struct DataParallel;  // experiments/lib/distributed_run.h
 
 // Writes memory_report.json into config.output.dir and returns the report.
-MemoryReport memory_report_only(const Config& c);
+// With a timeline: the device allocator's events over the step are recorded into it, and written as
+// memory_timeline.csv and memory_timeline.png (gnuplot: bytes by tag over the events, the phases marked).
+MemoryReport memory_report_only(const Config& c, MemoryTimeline* timeline = nullptr);
 
 struct BenchmarkResult {
   double img_per_s = 0;

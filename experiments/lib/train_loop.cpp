@@ -98,6 +98,7 @@ StepResult train_step(Module& model, Optimizer& opt, StorePolicy& policy, const 
   Offloader* offloader = policy.offloader();
   CopyEngine* engine = offloader ? backend(device).copy_engine() : nullptr;
   if (engine) engine->host_pool().reset_peak();
+  alloc.mark("forward");  // the phases, for a memory timeline (--memory-timeline)
   reset_recompute_stats();
   using Clock = std::chrono::steady_clock;
   const auto forward_start = Clock::now();
@@ -134,6 +135,7 @@ StepResult train_step(Module& model, Optimizer& opt, StorePolicy& policy, const 
       r.saved_record_f32_bytes += rec.f32_bytes;
     }
     if (o.sync) o.sync->before_backward(r.count, o.global_count > 0 ? o.global_count : r.count);
+    alloc.mark("backward");
     const auto backward_start = Clock::now();
     backward(o.scaler ? o.scaler->scale_loss(loss) : loss);
     if (o.time_phases) synchronize(device);
@@ -173,6 +175,7 @@ StepResult train_step(Module& model, Optimizer& opt, StorePolicy& policy, const 
     r.memory = alloc.stats();
     return r;
   }
+  alloc.mark("update");
   if (o.clip_grad_norm > 0) r.grad_norm = clip_grad_norm(model.parameters(), o.clip_grad_norm);
   opt.step();
   opt.zero_grad();  // gradients do not outlive the step
