@@ -13,6 +13,7 @@
 #include "models/efficientnet.h"
 #include "models/gpt.h"
 #include "models/resnet.h"
+#include "models/sequential_model.h"
 #include "models/vit.h"
 
 namespace packrat {
@@ -133,6 +134,10 @@ const std::vector<std::string> kBertKeys = {"activation", "classes", "dropout", 
 const std::vector<std::string> kEfficientNetKeys = {"stem",       "activation", "classes", "in_channels",
                                                     "width_mult", "depth_mult", "dropout", "stochastic_depth"};
 
+// The model of model.layers: no stem, activation or multipliers of its own (the list says it all);
+// image_size makes make_session check the images are square (the shapes chain from one side).
+const std::vector<std::string> kSequentialKeys = {"classes", "in_channels", "image_size", "layers"};
+
 ModelKind resnet_kind(std::function<std::shared_ptr<Module>(const ModelSpec&)> make) {
   return {std::move(make), kResNetKeys, false, "relu"};
 }
@@ -176,6 +181,8 @@ NamedRegistry<ModelKind>& models() {
       {"efficientnet_v2_s", efficientnet_kind(efficientnet_v2_s_config, 1, 1, "imagenet")},
       {"efficientnet_b0_small", efficientnet_kind(efficientnet_b0_config, 0.5, 0.5, "cifar")},
       {"efficientnet_v2_small", efficientnet_kind(efficientnet_v2_s_config, 0.5, 0.25, "cifar")},
+      // The model the config describes layer by layer (model.layers): PyTorch's nn.Sequential.
+      {"sequential", ModelKind{make_sequential_model, kSequentialKeys, false, "relu"}},
   });
   return r;
 }
@@ -242,6 +249,7 @@ std::shared_ptr<Module> make_model(const ModelSpec& spec) {
   check_reads(spec, k, "dropout", spec.dropout >= 0, "dropout");
   check_reads(spec, k, "attention_dropout", spec.attention_dropout >= 0, "separate attention dropout");
   check_reads(spec, k, "stochastic_depth", spec.stochastic_depth >= 0, "stochastic depth");
+  check_reads(spec, k, "layers", !spec.layers.empty(), "list of layers");
   std::shared_ptr<Module> m = k.make(spec);
   PACKRAT_CHECK(m != nullptr, "model {}: its factory returned no model", spec.arch);
   return m;

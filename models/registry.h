@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "layers/module.h"
+#include "models/sequential_spec.h"
 
 namespace packrat {
 
@@ -17,7 +18,7 @@ struct ModelSpec {
   // resnet18 | resnet34 | resnet50 | resnet20 | resnet32 | resnet44 | resnet56 | resnet110 |
   // vit_b_16 | vit_tiny_cifar | vit_tiny_fmnist | gpt_tiny | gpt_small | gpt_medium (models/gpt.h;
   // num_classes = the vocabulary) | bert_tiny | bert_small | bert_base | bert_large (models/bert.h) | efficientnet_b0 | efficientnet_v2_s | efficientnet_b0_small |
-  // efficientnet_v2_small; see known_archs()
+  // efficientnet_v2_small | sequential (the model of `layers`, models/sequential_model.h); see known_archs()
   std::string arch;
   // imagenet | cifar; "" picks the architecture's own: imagenet for resnet18/34/50, cifar for the
   // CIFAR ResNets (which have only the cifar stem: asking them for imagenet is an error).
@@ -47,6 +48,9 @@ struct ModelSpec {
   std::string attention;
   // BERT only: pre-LN layers (and a final LayerNorm) instead of BERT's post-LN.
   bool norm_first = false;
+  // sequential only (model.layers): the layers, in order, built as an nn.Sequential
+  // (models/sequential_spec.h: "conv2d(32, 3, padding=1)", ..., residual: [...]).
+  std::vector<LayerSpec> layers;
 };
 
 // How a model is built from a spec, and what of the config it reads.
@@ -54,8 +58,9 @@ struct ModelKind {
   std::function<std::shared_ptr<Module>(const ModelSpec&)> make;
   // The config's model.* keys it reads besides `arch` ("stem", "activation", "classes",
   // "in_channels", "image_size", "patch_size", "width_mult", "depth_mult", "dropout",
-  // "attention_dropout", "stochastic_depth"): the config refuses any other key set for it, and
-  // make_model a spec that sets dropout, attention_dropout or stochastic_depth without reading it.
+  // "attention_dropout", "stochastic_depth", "layers"): the config refuses any other key set for it,
+  // and make_model a spec that sets dropout, attention_dropout, stochastic_depth or layers without
+  // reading it. A kind that reads "layers" requires them (the config reads them with line numbers).
   std::vector<std::string> keys = {"classes", "in_channels"};
   bool takes_text = false;                 // token sequences (data.dataset: text), not images
   std::string default_activation = "relu"; // what model.activation "" means for it

@@ -11,6 +11,7 @@
 #include "core/error.h"
 #include "experiments/lib/config.h"
 #include "experiments/lib/config_key.h"
+#include "experiments/lib/config_layers.h"
 #include "experiments/lib/config_offload.h"
 #include "experiments/lib/config_overrides.h"
 #include "experiments/lib/config_saved_tensors.h"
@@ -78,6 +79,18 @@ void refuse_keys_the_model_ignores(Section& m, const Config& c) {
     m.error_at(m.key_path(k->name), m.node()[k->name].Mark(),
                fmt::format("{} does not use this key (it reads model.arch, {}): remove it", c.model.arch, join(reads)));
   }
+}
+
+// model.layers, for an architecture that reads it (the others refuse it above): required there.
+void read_model_layers(Section& m, Config& c) {
+  const std::vector<std::string>& reads = model_keys(c.model.arch);
+  if (std::find(reads.begin(), reads.end(), "layers") == reads.end()) return;
+  c.model.layers = config::parse_layers(m);
+  if (c.model.layers.empty())
+    m.error_at(m.key_path("layers"), m.mark(),
+               fmt::format("is required for model.arch {}: the model's layers, e.g. [conv2d(32, 3, padding=1), "
+                           "batchnorm2d, relu, adaptive_avgpool2d(1), flatten, linear(10)]",
+                           c.model.arch));
 }
 
 // optimizer.* / schedule.* keys that only other optimizers / schedules read.
@@ -172,6 +185,7 @@ Config parse_root(YAML::Node root, const Origin& origin) {
       m.error_at(m.key_path("arch"), m.raw("arch").Mark(),
                  fmt::format("unknown architecture '{}' (known: {})", c.model.arch, fmt::join(known_archs(), ", ")));
     refuse_keys_the_model_ignores(m, c);
+    read_model_layers(m, c);
     m.finish(section_key_names("model"));
   }
   check_data_fits_model(top, root, c);
@@ -276,6 +290,7 @@ Config parse_text(const std::string& yaml_text, const std::string& source, const
   }
   config::check_duplicate_keys(root, "", source);
   if (earlier_run_config) drop_earlier_resolved_defaults(root);
+  config::join_split_layers(root);  // before --set: model.layers[i] is the i-th layer
   if (!overrides.empty()) {
     if (!root.IsDefined() || root.IsNull()) root = YAML::Node(YAML::NodeType::Map);
     PACKRAT_CHECK(root.IsMap(), "{}: the config must be a mapping of sections", source);

@@ -169,8 +169,9 @@ std::vector<ConfigKey> make_table() {
                     "224, patch 16, 12 x 768, 12 heads), `vit_tiny_cifar` (patch 4, 6 x 192, 3 heads, MLP 384), "
                     "`vit_tiny_fmnist` (patch 4, 4 x 64, 4 heads, MLP 128); for text `gpt_tiny`, `gpt_small`, "
                     "`gpt_medium` (see \"Text\") and the BERT encoders `bert_tiny` (2 x 128, 2 heads), `bert_small` "
-                    "(4 x 512, 8 heads), `bert_base` (12 x 768, 12 heads), `bert_large` (24 x 1024, 16 heads). Every other model.* key is refused for an architecture that does "
-                    "not read it")),
+                    "(4 x 512, 8 heads), `bert_base` (12 x 768, 12 heads), `bert_large` (24 x 1024, 16 heads); "
+                    "`sequential`: the layers of model.layers (see `docs/models.md`). Every other model.* "
+                    "key is refused for an architecture that does not read it")),
       text("model", "stem", in(&C::model, &M::stem), "",
            "`imagenet` (7x7/2 conv + max-pool) or `cifar` (3x3/1 conv); \"\": the architecture's own")
           .one_of({"", "cifar", "imagenet"})
@@ -193,7 +194,8 @@ std::vector<ConfigKey> make_table() {
               "0: the dataset's; fewer than the dataset's classes is an error"),
       integer("model", "in_channels", in(&C::model, &M::in_channels), "0", 0, 4096,
               "0: the dataset's; other channels than the data's is an error"),
-      integer("model", "image_size", in(&C::model, &M::image_size), "0", 0, 1 << 16, "ViTs: 0 = the input's side"),
+      integer("model", "image_size", in(&C::model, &M::image_size), "0", 0, 1 << 16,
+              "ViTs, `sequential`: 0 = the input's side (square images)"),
       integer("model", "patch_size", in(&C::model, &M::patch_size), "0", 0, 1 << 16,
               "ViTs: 0 = the preset's patch; one that does not divide the side is an error"),
       number("model", "width_mult", in(&C::model, &M::width_mult), "1", 1.0 / 64, 8.0,
@@ -219,6 +221,14 @@ std::vector<ConfigKey> make_table() {
       unset_by_default(number("model", "stochastic_depth", in(&C::model, &M::stochastic_depth), "-1", 0.0, 0.99,
                               "unset (-1): the preset's own (0.2). EfficientNet's drop-path probability of the last "
                               "block")),
+
+      key("model", "layers", KeyType::Custom, nullptr, "[]",
+          "`sequential` (required): the model as PyTorch's `nn.Sequential`, a list of layers with their arguments "
+          "(input channels and features inferred): `conv2d(out, kernel, stride=1, padding=0, dilation=1, groups=1, "
+          "bias=true)`, `batchnorm2d`, `linear(out, bias=true)`, `maxpool2d(kernel, stride=kernel, padding=0)`, "
+          "`avgpool2d(..)`, `adaptive_avgpool2d(size)`, `flatten`, `dropout(p=0.5)`, `layernorm` (after flatten), "
+          "any activation by name, and `residual: [..]` (x + body(x)); the last layer gives one logit per class. "
+          "Checkpoint names are nn.Sequential's (`0.weight`, `4.body.0.weight`); see `docs/models.md`"),
 
       key("saved_tensors", "default", KeyType::Custom, nullptr, "fp32",
           "the scheme for every saved tensor no rule matches: a scheme name or `{scheme: .., options..}`"),

@@ -5,6 +5,7 @@
 
 #include "experiments/lib/config.h"
 #include "experiments/lib/config_key.h"
+#include "experiments/lib/config_layers.h"
 #include "experiments/lib/config_offload.h"
 #include "experiments/lib/config_saved_tensors.h"
 
@@ -47,9 +48,13 @@ std::string config_to_yaml(const Config& resolved) {
     }
     e << YAML::BeginMap;
     for (const ConfigKey* k : written_keys(section, c)) {
-      if (k->type == KeyType::Custom) continue;  // memory.offload: below
+      if (k->type == KeyType::Custom) continue;  // model.layers, memory.offload: below
       e << YAML::Key << k->name << YAML::Value;
       emit_value(e, *k, c);
+    }
+    if (section == "model" && !c.model.layers.empty()) {
+      e << YAML::Key << "layers" << YAML::Value;
+      config::emit_layers(e, c.model.layers);
     }
     if (section == "memory" && c.memory.offload) {
       e << YAML::Key << "offload" << YAML::Value;
