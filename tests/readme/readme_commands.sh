@@ -36,7 +36,8 @@ program_of() {
 }
 # Quick commands run as written, and a sweep's runs are listed (--list) without training.
 quick() {
-  [[ $1 == *--memory-report-only* || $1 == build/bin/fewbit* || $1 == experiments/fewbit_backward/errors.sh* ]]
+  [[ $1 == *--memory-report-only* || $1 == *--memory-timeline* || $1 == build/bin/fewbit* ||
+     $1 == experiments/fewbit_backward/errors.sh* || $1 == scripts/walkthrough.sh* ]]
 }
 while IFS=$'\t' read -r file cmd; do
   [[ -z $cmd ]] && continue
