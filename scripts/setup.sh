@@ -7,7 +7,7 @@
 set -euo pipefail
 packages=(build-essential cmake pkg-config libdnnl-dev libyaml-cpp-dev libspdlog-dev libfmt-dev
           libgtest-dev libgmock-dev libbenchmark-dev zlib1g-dev libstb-dev libcurl4-openssl-dev
-          nlohmann-json3-dev libarchive-dev libjpeg-dev nettle-dev gnuplot-nox dataset-fashion-mnist fortunes
+          nlohmann-json3-dev libarchive-dev libjpeg-dev nettle-dev gnuplot-nox jq dataset-fashion-mnist fortunes
           libopenmpi-dev openmpi-bin)  # MPI: data-parallel training (PACKRAT_MPI=AUTO builds without it)
 for arg in "$@"; do
   case "$arg" in
