@@ -159,8 +159,11 @@ TEST(Offload, TheDeviceKeepsWhatTheRuleLeavesThere) {
   EXPECT_EQ(b.host_saved, out);
   EXPECT_EQ(b.device_saved, a.device_saved - out);
   // By layer: the host pool holds exactly the layers the rule names.
-  for (const auto& [layer, bytes] : host.current_by_layer(MemTag::Saved))
-    if (bytes > 0) EXPECT_TRUE(layer.rfind("layer2.", 0) == 0 || layer.rfind("layer3.", 0) == 0) << layer;
+  for (const auto& [layer, bytes] : host.current_by_layer(MemTag::Saved)) {
+    if (bytes > 0) {
+      EXPECT_TRUE(layer.rfind("layer2.", 0) == 0 || layer.rfind("layer3.", 0) == 0) << layer;
+    }
+  }
 
   // min_bytes keeps the small ones on the device.
   OffloadRule big = convs;

@@ -59,7 +59,9 @@ TEST(SavingOpKinds, EveryKindAnOpSavesUnderIsRegisteredAndAcceptedByRules) {
   for (const SaveRequest& r : policy.store.requests) {
     seen.emplace(r.op);
     EXPECT_TRUE(is_op_kind(r.op)) << r.op << " is saved but a rule cannot name it";
-    if (!is_pointwise_name(r.op)) EXPECT_TRUE(registered.count(std::string(r.op))) << r.op << " is not registered by its op";
+    if (!is_pointwise_name(r.op)) {
+      EXPECT_TRUE(registered.count(std::string(r.op))) << r.op << " is not registered by its op";
+    }
   }
   for (const char* k : {"conv2d", "batchnorm2d", "maxpool2d", "mul", "drop_path", "dropout", "layernorm", "linear",
                         "matmul", "softmax", "embedding", "attention_q", "attention_k", "attention_v",

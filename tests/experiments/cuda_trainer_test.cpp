@@ -249,8 +249,9 @@ TEST(CudaTrainer, GactL2StepsAreGactL1StepsWithTheSavedTensorsOnTheHost) {
       o.capture_saved = step == 0;
       out.push_back(train_step(*s.model, *s.optimizer, *s.policy, b.images, b.labels, step, o));
       ASSERT_EQ(Allocator::of(kGpu).current(MemTag::Saved), 0) << level << " step " << step;
-      if (CopyEngine* e = backend(kGpu).copy_engine())
+      if (CopyEngine* e = backend(kGpu).copy_engine()) {
         ASSERT_EQ(e->host_pool().current(MemTag::Saved), 0) << level << " step " << step;
+      }
     }
   };
   std::vector<StepResult> l1, l2;

@@ -251,7 +251,9 @@ TEST(EmulatedGpu, GactL2TrainsAsGactL1WithItsSavedTensorsOnTheHost) {
   const RunResult r = run_training(c, quiet());
   int64_t host = 0;
   for (const auto& [layer, bytes] : r.report.offload.host_by_layer) {
-    if (bytes > 0) EXPECT_EQ(layer.rfind("layer3.", 0), 0u) << layer;
+    if (bytes > 0) {
+      EXPECT_EQ(layer.rfind("layer3.", 0), 0u) << layer;
+    }
     host += bytes;
   }
   EXPECT_GT(host, 0);
