@@ -146,7 +146,9 @@ TEST(MemoryReport, RowsSayWhatIsExactAndWhereASharedBufferIsCounted) {
       EXPECT_TRUE(t.exact) << t.layer;
       relu_exact = relu_exact || t.exact;
     }
-    if (t.op == "conv2d") EXPECT_FALSE(t.exact) << t.layer;
+    if (t.op == "conv2d") {
+      EXPECT_FALSE(t.exact) << t.layer;
+    }
     conv_elsewhere = conv_elsewhere || (t.op == "conv2d" && t.fp32_bytes == 0);
   }
   EXPECT_TRUE(relu_exact);

@@ -68,6 +68,8 @@ TEST(MemoryTimeline, ItsEventsAreTheAllocatorsAndItsPeaksTheReports) {
     EXPECT_EQ(csv.rfind("event,t_ms,phase,tag,delta,layer,Parameter,Gradient,OptimizerState,Activation,Saved,"
                         "Workspace,Data,total\n", 0), 0u);
     EXPECT_NE(csv.find(",backward,"), std::string::npos);
-    if (gnuplot_available()) EXPECT_GT(fs::file_size(out / "memory_timeline.png"), 10000u);
+    if (gnuplot_available()) {
+      EXPECT_GT(fs::file_size(out / "memory_timeline.png"), 10000u);
+    }
   }
 }

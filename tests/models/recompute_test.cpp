@@ -113,7 +113,9 @@ void expect_recompute_changes_nothing(const std::string& arch, Device device) {
     EXPECT_EQ(recomputed.streams[k].calls, plain.streams[k].calls);
     drawn += plain.streams[k].calls != streams_before[k].calls;
   }
-  if (!plain.streams.empty()) EXPECT_GE(drawn, 2);  // (ResNets have none)
+  if (!plain.streams.empty()) {
+    EXPECT_GE(drawn, 2);  // (ResNets have none)
+  }
   // Kept: each segment's input once, as `checkpoint` under the block's name; nothing recorded
   // inside a block.
   int64_t checkpoints = 0;
