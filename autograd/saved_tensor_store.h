@@ -101,7 +101,8 @@ class SavedTensorStore {
   virtual Tensor apply_derivative(const SavedHandle& h, const Tensor& grad_out);
 
   // The buffers kept for a live handle (codes, metadata, masks; the tensor itself where nothing
-  // compresses), for the offload layer; a buffer shared by two handles is listed for both. Default:
+  // compresses), for the offload layer; a buffer shared by two handles is listed for both, and an
+  // undefined Tensor listed is skipped. Default:
   // none (what the store keeps stays on the device).
   virtual void payload(const SavedHandle& h, std::vector<PayloadSlot>& out) {
     (void)h;

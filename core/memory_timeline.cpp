@@ -6,6 +6,14 @@
 
 namespace packrat {
 
+TimelineScope::TimelineScope(Allocator& allocator, MemoryTimeline* t) : allocator_(allocator), recording_(t != nullptr) {
+  if (recording_) allocator_.set_timeline(t);
+}
+
+TimelineScope::~TimelineScope() {
+  if (recording_) allocator_.set_timeline(nullptr);
+}
+
 MemoryTimeline::MemoryTimeline() : start_(std::chrono::steady_clock::now()) {}
 
 namespace {

@@ -5,7 +5,7 @@
 // the highest bytes per tag over the events are the allocator's peaks over the same stretch.
 //
 //   MemoryTimeline t;
-//   allocator.set_timeline(&t);   // ... the step ...   allocator.set_timeline(nullptr);
+//   { TimelineScope record(allocator, &t);  ... the step ... }
 #include <array>
 #include <chrono>
 #include <cstdint>
@@ -17,6 +17,19 @@
 #include "core/allocator.h"
 
 namespace packrat {
+
+// Records `allocator`'s events into a timeline for a scope (none when `t` is null).
+class TimelineScope {
+ public:
+  TimelineScope(Allocator& allocator, MemoryTimeline* t);
+  ~TimelineScope();
+  TimelineScope(const TimelineScope&) = delete;
+  TimelineScope& operator=(const TimelineScope&) = delete;
+
+ private:
+  Allocator& allocator_;
+  bool recording_;
+};
 
 class MemoryTimeline {
  public:

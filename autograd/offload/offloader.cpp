@@ -10,16 +10,6 @@
 
 namespace packrat {
 
-OffloadStats& OffloadStats::operator+=(const OffloadStats& o) {
-  buffers_out += o.buffers_out;
-  bytes_to_host += o.bytes_to_host;
-  bytes_to_device += o.bytes_to_device;
-  prefetched_loads += o.prefetched_loads;
-  synchronous_loads += o.synchronous_loads;
-  copy_busy_s += o.copy_busy_s;
-  return *this;
-}
-
 Offloader::Offloader(OffloadRule rule) : rule_(std::move(rule)) {}
 
 Offloader::~Offloader() {
@@ -234,11 +224,6 @@ OffloadStats Offloader::take_stats() {
   OffloadStats s = stats_;
   stats_ = OffloadStats{};
   return s;
-}
-
-std::vector<CopyEngine*> Offloader::engines() const {
-  std::lock_guard lock(mutex_);
-  return engines_;
 }
 
 size_t Offloader::buffers_held() const {

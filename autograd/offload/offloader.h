@@ -37,7 +37,6 @@ struct OffloadStats {
   int64_t prefetched_loads = 0;     // loads whose copy back was started ahead (prefetch)
   int64_t synchronous_loads = 0;    // loads that had to start their copy back themselves
   double copy_busy_s = 0;           // the copy streams' busy time (GPU events; 0 where unmeasured)
-  OffloadStats& operator+=(const OffloadStats& o);
 };
 
 class Offloader {
@@ -63,9 +62,6 @@ class Offloader {
   // memory report reads after the forward: the device holds only what the rule leaves there).
   void finish_copies_out();
   OffloadStats take_stats();
-  // The host pools of the devices used so far (for the report: their Saved bytes per layer, peak,
-  // cache); empty before the first offloaded save.
-  std::vector<CopyEngine*> engines() const;
   size_t buffers_held() const;  // payload buffers the layer tracks now (0 after a step)
 
  private:

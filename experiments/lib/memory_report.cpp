@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <filesystem>
 #include <map>
-#include <tuple>
 
 #include "core/autocast.h"
 #include "experiments/lib/safetensors.h"  // write_file_atomic
@@ -47,16 +46,14 @@ MemoryReport make_memory_report(int64_t batch_size, StepResult& step, const std:
 
 namespace {
 
-// The layers holding saved bytes on either side, in name order, with (device, host) bytes.
-std::vector<std::tuple<std::string, int64_t, int64_t>> offload_layers(const OffloadStep& o) {
+// The layers holding saved bytes on either side, in name order: (device, host) bytes.
+std::map<std::string, std::pair<int64_t, int64_t>> offload_layers(const OffloadStep& o) {
   std::map<std::string, std::pair<int64_t, int64_t>> by;
   for (const auto& [l, b] : o.device_by_layer)
     if (b > 0) by[l].first = b;
   for (const auto& [l, b] : o.host_by_layer)
     if (b > 0) by[l].second = b;
-  std::vector<std::tuple<std::string, int64_t, int64_t>> out;
-  for (const auto& [l, db] : by) out.emplace_back(l, db.first, db.second);
-  return out;
+  return by;
 }
 
 Json offload_json(const OffloadStep& o) {
@@ -73,11 +70,11 @@ Json offload_json(const OffloadStep& o) {
   j["synchronous_loads"] = Json(o.moved.synchronous_loads);
   j["copy_busy_ms"] = Json(o.moved.copy_busy_s * 1e3);
   Json layers = Json::array();
-  for (const auto& [l, d, h] : offload_layers(o)) {
+  for (const auto& [l, bytes] : offload_layers(o)) {
     Json e = Json::object();
     e["layer"] = Json(l);
-    e["device_bytes"] = Json(d);
-    e["host_bytes"] = Json(h);
+    e["device_bytes"] = Json(bytes.first);
+    e["host_bytes"] = Json(bytes.second);
     layers.push_back(e);
   }
   j["layers"] = layers;
@@ -87,8 +84,9 @@ Json offload_json(const OffloadStep& o) {
 std::string offload_table(const OffloadStep& o, const std::string& device) {
   std::string s = fmt::format("\nOffload (memory.offload): saved bytes after the forward, its copies to the host done\n"
                               "{:<40} {:>14} {:>14}\n", "layer", "on " + device, "on the host");
-  for (const auto& [l, d, h] : offload_layers(o))
-    s += fmt::format("{:<40} {:>14} {:>14}\n", l.empty() ? "(no layer)" : l, format_bytes(d), format_bytes(h));
+  for (const auto& [l, bytes] : offload_layers(o))
+    s += fmt::format("{:<40} {:>14} {:>14}\n", l.empty() ? "(no layer)" : l, format_bytes(bytes.first),
+                     format_bytes(bytes.second));
   s += fmt::format("{:<40} {:>14} {:>14}\n", "total", format_bytes(o.device_saved), format_bytes(o.host_saved));
   s += fmt::format("Host: peak {} saved; page-locked pool {} ({} bytes){}\n", format_bytes(o.host_peak),
                    format_bytes(o.host_pool_bytes), o.host_pool_bytes,

@@ -1,7 +1,5 @@
 #include "experiments/lib/tools.h"
 
-#include "experiments/lib/memory_timeline_plot.h"
-
 #include <spdlog/spdlog.h>
 
 #include <sys/resource.h>
@@ -20,6 +18,7 @@
 #include "core/parallel.h"
 #include "experiments/lib/checkpoint_stores.h"
 #include "experiments/lib/distributed_run.h"
+#include "experiments/lib/memory_timeline_plot.h"
 #include "experiments/lib/output_dir.h"
 #include "experiments/lib/session.h"
 #include "experiments/lib/text_task.h"
@@ -72,16 +71,11 @@ MemoryReport memory_report_only(const Config& c, MemoryTimeline* timeline) {
   const InputSpec in = synthetic_input_spec(c);
   Session s = make_session(c, in);
   SyntheticBatch b = synthetic_inputs(c, in, c.data.batch_size);
-  Allocator& alloc = Allocator::of(on.device());
-  if (timeline) alloc.set_timeline(timeline);
   StepResult r;
-  try {
+  {
+    const TimelineScope record(Allocator::of(on.device()), timeline);
     r = train_step(*s.model, *s.optimizer, *s.policy, b.images, b.labels, 0, step_options(c, true));
-  } catch (...) {
-    alloc.set_timeline(nullptr);
-    throw;
   }
-  alloc.set_timeline(nullptr);
   MemoryReport report = make_memory_report(c.data.batch_size, r, s.recomputed);
   report.synthetic = true;
   write_memory_report(report, c.output.dir);

@@ -371,11 +371,8 @@ void CompressingStore::payload(const SavedHandle& h, std::vector<PayloadSlot>& o
   const Entry& e = it->second;
   if (e.exact.valid()) return exact_.payload(e.exact, out);
   Held& held = held_.at(e.held);
-  std::vector<PayloadSlot> slots;
-  if (held.encoded) held.encoded->payload(slots);
-  slots.push_back({&held.bits});
-  for (const PayloadSlot& s : slots)
-    if (s.tensor->defined()) out.push_back(s);
+  if (held.encoded) held.encoded->payload(out);  // undefined tensors included: the offload layer skips them
+  if (held.bits.defined()) out.push_back({&held.bits});
 }
 
 size_t CompressingStore::live_count() const {

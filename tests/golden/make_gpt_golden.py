@@ -87,6 +87,23 @@ def write_safetensors(path, tensors):
         f.write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
 
 
+def read_safetensors(path):
+    """The tensors of a safetensors file (F32, F64, I64, I32, U8), without the safetensors package."""
+    with open(path, "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        header = json.loads(f.read(n))
+        data = f.read()
+    dtypes = {"F32": torch.float32, "I64": torch.int64, "F64": torch.float64, "I32": torch.int32, "U8": torch.uint8}
+    out = {}
+    for name, e in header.items():
+        if name == "__metadata__":
+            continue
+        b, end = e["data_offsets"]
+        t = torch.frombuffer(bytearray(data[b:end]), dtype=dtypes[e["dtype"]]) if end > b else torch.zeros(0)
+        out[name] = t.reshape(e["shape"])
+    return out
+
+
 def main():
     torch.manual_seed(0)
     g = torch.Generator().manual_seed(12)

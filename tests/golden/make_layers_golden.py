@@ -35,7 +35,7 @@ import torch.nn.functional as F
 import yaml
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from make_gpt_golden import write_safetensors  # noqa: E402
+from make_gpt_golden import read_safetensors, write_safetensors  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 N, CHANNELS, SIDE, CLASSES = 4, 1, 28, 10
@@ -136,24 +136,6 @@ def torch_layers(items, x):
 def sequential(items):
     modules, _ = torch_layers(items, torch.zeros(2, CHANNELS, SIDE, SIDE))
     return nn.Sequential(*modules)
-
-
-def read_safetensors(path):
-    import json
-    import struct
-    import numpy as np
-    with open(path, "rb") as f:
-        n = struct.unpack("<Q", f.read(8))[0]
-        header = json.loads(f.read(n))
-        data = f.read()
-    types = {"F32": np.float32, "I64": np.int64, "F64": np.float64, "I32": np.int32, "U8": np.uint8}
-    out = {}
-    for name, h in header.items():
-        if name == "__metadata__":
-            continue
-        b, e = h["data_offsets"]
-        out[name] = torch.from_numpy(np.frombuffer(data[b:e], dtype=types[h["dtype"]]).copy().reshape(h["shape"]))
-    return out
 
 
 def check(config, checkpoint):

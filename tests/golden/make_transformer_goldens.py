@@ -18,15 +18,15 @@ Inputs and weights come from torch.Generator seeds, so the files are reproducibl
                            strict=True (its configuration read from the tensor shapes), and
                            run one forward pass.
 """
-import json
 import math
 import os
-import struct
 import sys
 
 import torch
 import torch.nn as nn
 import torchvision
+
+from make_gpt_golden import read_safetensors  # noqa: E402  (the script's own directory is on sys.path)
 
 OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "transformer")
 
@@ -101,23 +101,6 @@ def write_vit_b_16_keys():
         for name, t in m.state_dict().items():
             kind = "param" if name in params else "buffer"
             f.write("%s %s %s\n" % (kind, name, " ".join(str(d) for d in t.shape)))
-
-
-def read_safetensors(path):
-    """The tensors of a safetensors file (F32/I64 only), without the safetensors package."""
-    with open(path, "rb") as f:
-        n = struct.unpack("<Q", f.read(8))[0]
-        header = json.loads(f.read(n))
-        data = f.read()
-    dtypes = {"F32": torch.float32, "I64": torch.int64, "F64": torch.float64, "I32": torch.int32, "U8": torch.uint8}
-    out = {}
-    for name, e in header.items():
-        if name == "__metadata__":
-            continue
-        b, end = e["data_offsets"]
-        t = torch.frombuffer(bytearray(data[b:end]), dtype=dtypes[e["dtype"]]) if end > b else torch.zeros(0)
-        out[name] = t.reshape(e["shape"])
-    return out
 
 
 def check_checkpoint(path):
