@@ -51,16 +51,22 @@ PACKRAT_HD inline uint16_t f32_to_bf16(float x) {
   const uint32_t bias = 0x7FFFu + ((u >> 16) & 1u);
   return static_cast<uint16_t>((u + bias) >> 16);
 }
-// Largest bf16 <= x (finite x).
+// A NaN's bf16, the same on every device: the quiet NaN 0x7FC0, whatever the payload (a GPU's
+// arithmetic makes 0x7FFFFFFF, which rounded up by its bits would carry into the sign: -0.0).
+constexpr uint16_t kBf16QuietNan = 0x7FC0;
+PACKRAT_HD inline bool f32_bits_nan(uint32_t u) { return (u & 0x7FFFFFFFu) > 0x7F800000u; }
+// Largest bf16 <= x (finite x; a NaN gives kBf16QuietNan).
 PACKRAT_HD inline uint16_t f32_to_bf16_down(float x) {
   const uint32_t u = f32_bits(x);
+  if (f32_bits_nan(u)) return kBf16QuietNan;
   const uint16_t t = static_cast<uint16_t>(u >> 16);  // truncation: toward zero
   if ((u & 0xFFFFu) == 0 || !(u >> 31)) return t;     // exact, or positive: truncation is down
   return static_cast<uint16_t>(t + 1);                // negative inexact: one ulp further from zero
 }
-// Smallest bf16 >= x (finite x).
+// Smallest bf16 >= x (finite x; a NaN gives kBf16QuietNan).
 PACKRAT_HD inline uint16_t f32_to_bf16_up(float x) {
   const uint32_t u = f32_bits(x);
+  if (f32_bits_nan(u)) return kBf16QuietNan;
   const uint16_t t = static_cast<uint16_t>(u >> 16);
   if ((u & 0xFFFFu) == 0 || (u >> 31)) return t;  // exact, or negative: truncation is up
   return static_cast<uint16_t>(t + 1);

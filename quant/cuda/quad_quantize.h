@@ -1,8 +1,9 @@
 #pragma once
 // Per-group codes of a GPU tensor with each thread's values in registers from their loads to their
-// codes: the "quads" quantize, an experiment beside the staged NHWC kernel (quant/group/nhwc_tile.h) and
-// the warp-a-group plain one (group_quant_warp.h) until a GPU has timed it (group_quant_cuda.cu
-// picks it with PACKRAT_QUANTIZE=quads). Written for NHWC tensors in plain order; a plain tensor
+// codes: the "quads" quantize, the default wherever its plan takes the shape since an H200 timed it
+// faster than the staged NHWC kernel (quant/group/nhwc_tile.h) and the warp-a-group plain one
+// (group_quant_warp.h), which PACKRAT_QUANTIZE=staged still picks (group_quant_cuda.cu has the
+// figures). Written for NHWC tensors in plain order; a plain tensor
 // takes the same phases with a simpler box (plain_quad_plan).
 //
 // Why. The staged kernel reads a block's run into a plain-order tile (a transpose through shared

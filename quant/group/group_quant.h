@@ -209,6 +209,9 @@ PACKRAT_HD inline GroupParams group_params(float mn, float mx, int bits, MetaTyp
   GroupParams p;
   p.min = meta == MetaType::BF16 ? bf16_to_f32(f32_to_bf16_down(mn)) : mn;
   float step = (mx - p.min) / levels;
+  // A NaN group's step: one NaN on every device (a GPU's arithmetic makes 0x7FFFFFFF, the CPU's
+  // keeps the operand's payload), so that f32 metadata is the same bytes on both.
+  if (f32_bits_nan(f32_bits(step))) step = f32_from_bits(0x7FC00000u);
   if (meta == MetaType::BF16) {
     step = bf16_to_f32(f32_to_bf16_up(step));
   } else if (step > 0.0f && std::fma(levels, step, p.min) < mx) {

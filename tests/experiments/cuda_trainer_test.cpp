@@ -233,13 +233,16 @@ TEST(CudaTrainer, AShortRunTracksTheCpuRun) {
 }
 
 // Offload on the GPU's copy streams: gact-L2 steps give gact-L1's losses bit for bit (the copies
-// move bytes, and each load waits for its own), the saved bytes sit in the host pool after the
+// move bytes, and each load waits for its own; deterministic convolutions, since cuDNN's fastest
+// backward ones add in a varying order: without, the losses parted by 1e-5 from the second step
+// on an H200), the saved bytes sit in the host pool after the
 // forward, nothing is left on either side after a step, and neither side grows over 50 steps.
 TEST(CudaTrainer, GactL2StepsAreGactL1StepsWithTheSavedTensorsOnTheHost) {
   PACKRAT_SKIP_WITHOUT_GPU();
   auto run = [](const std::string& level, std::vector<StepResult>& out) {
     const Config c = tiny_config("/nonexistent", "/tmp/unused",
-                                 {"saved_tensors.rules=[]", "device=cuda:0", "saved_tensors.default=" + level});
+                                 {"saved_tensors.rules=[]", "device=cuda:0", "conv_algorithm=deterministic",
+                                  "saved_tensors.default=" + level});
     apply_process_settings(c);
     const RunDevice on(c);
     Session s = make_session(c, synthetic_input_spec(c));

@@ -60,10 +60,10 @@ TEST(GroupQuantDevice, CudaKernelsWriteTheCpuBytes) {
 }
 
 // An NHWC tensor (what the CUDA convolutions make) quantizes to the CPU's bytes of its plain copy,
-// ReLU-like zeros, zero extremes of either sign and NaN values included: through the staged
-// kernel (quant/group/nhwc_tile.h), or under PACKRAT_QUANTIZE=quads the tile-free one where it
-// takes the shape (quant/cuda/quad_quantize.h; scripts/device_check.sh runs this suite with it
-// as its EXPERIMENT).
+// ReLU-like zeros, zero extremes of either sign and NaN values included: through the tile-free
+// quads kernel where it takes the shape (quant/cuda/quad_quantize.h), the staged one
+// (quant/group/nhwc_tile.h) elsewhere and everywhere under PACKRAT_QUANTIZE=staged
+// (scripts/device_check.sh runs this suite with it as its EXPERIMENT).
 TEST(GroupQuantDevice, NhwcTensorsQuantizeToThePlainTensorsBytes) {
   PACKRAT_SKIP_WITHOUT_GPU();
   using namespace nhwc_cases;

@@ -57,6 +57,28 @@ TEST(GroupQuantBf16, ConversionsRoundAsDocumented) {
   EXPECT_TRUE(std::isnan(bf16_to_f32(f32_to_bf16(NAN))));
 }
 
+// A NaN group's metadata is the same bytes whatever NaN the device's arithmetic made: a GPU's
+// (mx - mn) of NaNs is 0x7FFFFFFF, whose bf16 rounded up by its bits was -0.0 (H200, session 45),
+// the CPU's keeps the operand's payload.
+TEST(GroupQuantBf16, EveryNanRoundsToOneQuietNanAndGivesOneMetadataRecord) {
+  for (uint32_t bits : {0x7FC00000u, 0x7FFFFFFFu, 0xFFFFFFFFu, 0x7F800001u, 0xFFC00000u}) {
+    const float nan = f32_from_bits(bits);
+    EXPECT_EQ(f32_to_bf16_up(nan), kBf16QuietNan) << std::hex << bits;
+    EXPECT_EQ(f32_to_bf16_down(nan), kBf16QuietNan) << std::hex << bits;
+    for (MetaType meta : {MetaType::BF16, MetaType::F32}) {
+      std::vector<uint8_t> cpu(meta_bytes_per_group(meta)), other(cpu.size());
+      store_group_meta(group_params(NAN, NAN, 2, meta), meta, cpu.data());
+      store_group_meta(group_params(nan, nan, 2, meta), meta, other.data());
+      if (meta == MetaType::BF16) {
+        EXPECT_EQ(other, cpu) << std::hex << bits;
+      } else {  // the min is the group's first value, kept as it is; the step is one NaN
+        EXPECT_TRUE(std::equal(cpu.begin() + 4, cpu.end(), other.begin() + 4)) << std::hex << bits;
+      }
+      EXPECT_TRUE(std::isnan(load_group_meta(other.data(), meta).step)) << std::hex << bits;
+    }
+  }
+}
+
 // Independent formula: per span, full groups of ceil(G*b/8) bytes and one tail group.
 int64_t expected_code_bytes(int64_t numel, int64_t spans, int64_t G, int bits) {
   const int64_t S = numel / spans, full = S / G, tail = S % G;

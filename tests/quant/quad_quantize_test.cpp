@@ -3,8 +3,8 @@
 // ones they cannot, and its three phases, run thread by thread and run by run as a CUDA block runs
 // them, write the CPU kernel's codes, metadata and range_sq for the plain tensor: per plane, per
 // sample and flat groups, every width, both roundings, with zero extremes of either sign and NaN
-// values. On a GPU, PACKRAT_QUANTIZE=quads runs the kernel under the codec suites
-// (scripts/device_check.sh, EXPERIMENT).
+// values. On a GPU the codec suites run the kernel (the default), and again the older ones with
+// PACKRAT_QUANTIZE=staged (scripts/device_check.sh, EXPERIMENT).
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
