@@ -66,6 +66,24 @@ void Offloader::saved(const SavedHandle& h, const SaveRequest& r) {
     }
     if (move && b.where == Where::Device && !b.moved) move_out(b);
   }
+  if (move) bound_going_out();
+}
+
+void Offloader::bound_going_out() {
+  for (;;) {
+    int64_t bytes = 0;  // device buffers held for a copy out under way
+    Buffer* oldest = nullptr;
+    for (Tensor* slot : going_out_) {
+      auto it = buffers_.find(slot);
+      if (it == buffers_.end() || it->second.where != Where::GoingOut) continue;
+      if (oldest == nullptr) oldest = &it->second;
+      bytes += held_bytes(it->second.device);
+    }
+    if (oldest == nullptr || bytes <= rule_.in_flight_bytes) return;
+    oldest->engine->host_wait(oldest->out);
+    stats_.forward_waits += 1;
+    poll();
+  }
 }
 
 void Offloader::move_out(Buffer& b) {

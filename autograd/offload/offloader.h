@@ -36,6 +36,7 @@ struct OffloadStats {
   int64_t bytes_to_device = 0;      // bytes copied back
   int64_t prefetched_loads = 0;     // loads whose copy back was started ahead (prefetch)
   int64_t synchronous_loads = 0;    // loads that had to start their copy back themselves
+  int64_t forward_waits = 0;        // saves that waited for an older copy out (rule's in_flight_bytes)
   double copy_busy_s = 0;           // the copy streams' busy time (GPU events; 0 where unmeasured)
 };
 
@@ -88,6 +89,7 @@ class Offloader {
   void move_out(Buffer& b);          // queues the copy to the host; the host copy takes the slot
   void poll();                       // drops device buffers whose copy out is done, and poll_retired()
   void poll_retired();               // drops retired buffers whose copy is done
+  void bound_going_out();            // waits for the oldest copies out while over rule_.in_flight_bytes
   void start_back(Buffer& b);        // queues the copy back
   void settle(Buffer& b);            // compute waits for the copy back; the device copy takes the slot
   void retire(Tensor a, Tensor b, CopyEngine* e, CopyEvent ev);  // keeps a and b alive until ev is done

@@ -58,8 +58,11 @@ std::optional<OffloadRule> parse_offload(Section& memory) {
       rule.min_bytes = whole_number(v, key, memory, 0, int64_t{1} << 50);
     } else if (k == "prefetch") {
       rule.prefetch = static_cast<int>(whole_number(v, key, memory, 0, kMaxOffloadPrefetch));
+    } else if (k == "in_flight_bytes") {
+      rule.in_flight_bytes = whole_number(v, key, memory, 0, int64_t{1} << 50);
     } else {
-      memory.error_at(key, it->first.Mark(), "unknown key; memory.offload takes ops, layers, min_bytes and prefetch");
+      memory.error_at(key, it->first.Mark(),
+                      "unknown key; memory.offload takes ops, layers, min_bytes, prefetch and in_flight_bytes");
     }
   }
   return rule;
@@ -77,6 +80,7 @@ void emit_offload(YAML::Emitter& e, const OffloadRule& rule) {
   }
   e << YAML::Key << "min_bytes" << YAML::Value << rule.min_bytes;
   e << YAML::Key << "prefetch" << YAML::Value << rule.prefetch;
+  e << YAML::Key << "in_flight_bytes" << YAML::Value << rule.in_flight_bytes;
   e << YAML::EndMap;
 }
 

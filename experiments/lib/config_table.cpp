@@ -239,7 +239,9 @@ std::vector<ConfigKey> make_table() {
       key("memory", "offload", KeyType::Custom, nullptr, "unset",
           "saved tensors moved to host memory on a side stream after the forward saves them, and prefetched back "
           "`prefetch` nodes ahead of the backward: `{}` every one; `{ops: [..], layers: [..], min_bytes: N, "
-          "prefetch: K}` (matched as saved_tensors rules are; defaults min_bytes 0, prefetch 2); unset: none unless "
+          "prefetch: K, in_flight_bytes: B}` (matched as saved_tensors rules are; defaults min_bytes 0, prefetch 2, "
+          "in_flight_bytes 268435456: past that many bytes of copies out under way the forward waits for the "
+          "oldest, which bounds the device memory they hold); unset: none unless "
           "the preset offloads (`gact-L2`, `actnn-L4`). Needs a GPU; see \"Offload\""),
       key("memory", "recompute", KeyType::TextList, in(&C::memory, &Mem::recompute), "[]",
           "modules whose forward runs again in backward, keeping only their inputs (through the saved-tensor "

@@ -68,6 +68,7 @@ Json offload_json(const OffloadStep& o) {
   j["buffers_out"] = Json(o.moved.buffers_out);
   j["prefetched_loads"] = Json(o.moved.prefetched_loads);
   j["synchronous_loads"] = Json(o.moved.synchronous_loads);
+  j["forward_waits"] = Json(o.moved.forward_waits);
   j["copy_busy_ms"] = Json(o.moved.copy_busy_s * 1e3);
   Json layers = Json::array();
   for (const auto& [l, bytes] : offload_layers(o)) {
@@ -93,9 +94,10 @@ std::string offload_table(const OffloadStep& o, const std::string& device) {
                    o.pageable_bytes > 0 ? fmt::format(", of which {} from the ordinary heap (page-locked memory refused)",
                                                       format_bytes(o.pageable_bytes))
                                         : std::string());
-  s += fmt::format("Moved over the step: {} to the host in {} buffers, {} back; {} loads prefetched, {} synchronous{}\n",
-                   format_bytes(o.moved.bytes_to_host), o.moved.buffers_out, format_bytes(o.moved.bytes_to_device),
-                   o.moved.prefetched_loads, o.moved.synchronous_loads,
+  s += fmt::format("Moved over the step: {} to the host in {} buffers ({} saves waited for an older copy), {} back; "
+                   "{} loads prefetched, {} synchronous{}\n",
+                   format_bytes(o.moved.bytes_to_host), o.moved.buffers_out, o.moved.forward_waits,
+                   format_bytes(o.moved.bytes_to_device), o.moved.prefetched_loads, o.moved.synchronous_loads,
                    o.moved.copy_busy_s > 0 ? fmt::format("; copy streams busy {:.1f} ms", o.moved.copy_busy_s * 1e3)
                                            : std::string());
   return s;

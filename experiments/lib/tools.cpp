@@ -112,6 +112,7 @@ Json BenchmarkResult::json() const {
     o["bytes_to_device"] = Json(offload_to_device_bytes);
     o["copy_busy_ms"] = Json(copy_busy_ms);
     o["synchronous_loads"] = Json(synchronous_loads);
+    o["forward_waits"] = Json(forward_waits);
     j["offload"] = o;
   }
   return j;
@@ -167,6 +168,7 @@ BenchmarkResult benchmark(const Config& c, int64_t steps, DataParallel* dp) {
       r.offload_to_device_bytes += static_cast<double>(sr.offload.moved.bytes_to_device) * per;
       r.copy_busy_ms += sr.offload.moved.copy_busy_s * 1e3 * per;
       r.synchronous_loads += static_cast<double>(sr.offload.moved.synchronous_loads) * per;
+      r.forward_waits += static_cast<double>(sr.offload.moved.forward_waits) * per;
     }
     if (dp_step) {
       r.exposed_reduce_s += dp_step->timing().exposed_s;

@@ -43,15 +43,16 @@ struct BenchmarkResult {
   double completed_in_backward = 0;  // ... and had completed when it ended (hidden whole), over the timed steps
   int64_t ranks = 1;
   // memory.offload: per timed step, averaged: bytes copied each way, the copy streams' busy time,
-  // and loads whose copy back no prefetch had started.
+  // loads whose copy back no prefetch had started, and saves that waited for an older copy out.
   bool offload = false;
-  double offload_to_host_bytes = 0, offload_to_device_bytes = 0, copy_busy_ms = 0, synchronous_loads = 0;
+  double offload_to_host_bytes = 0, offload_to_device_bytes = 0, copy_busy_ms = 0, synchronous_loads = 0,
+         forward_waits = 0;
   // {"img_per_s": X, "peak_bytes": P, "saved_bytes": S, "device": D, "forward_ms": F,
   // "recompute_ms": R, "backward_ms": B, "precision": "bf16", "saved_vs_fp32_store": S / the FP32
   // store's bytes at that precision, "saved_vs_f32": S / f32 training's}, and when data-parallel also
   // "ranks", "threads", "exposed_reduce_s_per_step", "reduce_alone_s", "started_in_backward" and
   // "completed_in_backward"; with offload "offload": {"bytes_to_host", "bytes_to_device",
-  // "copy_busy_ms", "synchronous_loads"} per step
+  // "copy_busy_ms", "synchronous_loads", "forward_waits"} per step
   Json json() const;
 };
 // One untimed warm-up step (oneDNN primitive creation, optimizer state), then `steps` timed steps.

@@ -34,6 +34,7 @@ struct Step {
   std::vector<SavedRecord> saved;         // after the forward
   int64_t device_saved = 0;               // the device allocator's Saved bytes after the forward (copies out done)
   int64_t device_saved_peak = 0;          // ... its peak over the forward
+  int64_t device_forward_peak = 0;        // the device's peak over the forward, every tag
   int64_t host_saved = 0;                 // the host pool's Saved bytes then
   OffloadStats stats;
 };
@@ -69,6 +70,7 @@ Step step(Module& model, RulePolicy& policy, Allocator& device, Allocator* host,
     r.saved = policy.describe();
     r.device_saved = device.current(MemTag::Saved);
     r.device_saved_peak = device.peak(MemTag::Saved);
+    r.device_forward_peak = device.total_peak();
     r.host_saved = host ? host->current(MemTag::Saved) : 0;
     r.loss = loss.to(Device::cpu()).item();
     backward(loss);
@@ -225,6 +227,45 @@ TEST(Offload, ALoadNobodyPrefetchedCopiesThenAndIsCounted) {
   EXPECT_EQ(s.prefetched_loads, 0);
   EXPECT_EQ(s.bytes_to_device, 24);
   EXPECT_EQ(gpu.copy_engine().host_pool().current(MemTag::Saved), 0);
+}
+
+// Copies that fall behind the forward (a GPU's, on a fast forward) hold their device buffers:
+// in_flight_bytes bounds them, the forward waiting for the oldest copy, at no change in the step.
+TEST(Offload, CopiesBehindTheForwardHoldAtMostInFlightBytesOfDeviceMemory) {
+  EmulatedGpu gpu;
+  DeviceScope on(EmulatedGpu::device());
+  Allocator& host = gpu.copy_engine().host_pool();
+  auto plain_model = make_model(spec_of("resnet20"));
+  RulePolicy plain(scheme("fp32"));
+  const Step a = step(*plain_model, plain, gpu.allocator(), nullptr);
+  int64_t largest = 0;  // one save's payload
+  for (const SavedRecord& r : a.saved) largest = std::max(largest, r.bytes);
+
+  gpu.copy_engine().lag_copies_to_host(true);
+  int64_t waited_each = 0;  // the forward's peak with in_flight_bytes 0
+  for (int64_t window : {int64_t{1} << 40, int64_t{0}, int64_t{1} << 20}) {
+    OffloadRule rule;
+    rule.in_flight_bytes = window;
+    auto model = make_model(spec_of("resnet20"));
+    RulePolicy offloading(scheme("fp32"), rule);
+    const Step b = step(*model, offloading, gpu.allocator(), &host);
+    const std::string what = "in_flight_bytes " + std::to_string(window);
+    EXPECT_EQ(b.loss, a.loss) << what;
+    EXPECT_EQ(b.grads, a.grads) << what;
+    EXPECT_EQ(b.host_saved, a.device_saved) << what;
+    if (window > a.device_saved_peak) {  // unbounded: the device held all it saved to the forward's end
+      EXPECT_EQ(b.stats.forward_waits, 0) << what;
+      EXPECT_GE(b.device_forward_peak, a.device_forward_peak) << what;
+    } else if (window == 0) {  // each copy waited for: under half of the plain forward's peak here
+      EXPECT_GT(b.stats.forward_waits, 0) << what;
+      EXPECT_LT(b.device_forward_peak, a.device_forward_peak / 2) << what;
+      waited_each = b.device_forward_peak;
+    } else {  // at most the window (and the save that crossed it) above that
+      EXPECT_GT(b.stats.forward_waits, 0) << what;
+      EXPECT_LE(b.device_forward_peak, waited_each + window + largest) << what;
+      EXPECT_GT(b.device_forward_peak, waited_each) << what;
+    }
+  }
 }
 
 TEST(Offload, PinnedMemoryThatRunsOutFallsBackToTheHeapWithAWarningNamingTheBytes) {

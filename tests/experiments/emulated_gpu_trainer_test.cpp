@@ -240,7 +240,8 @@ TEST(EmulatedGpu, GactL2TrainsAsGactL1WithItsSavedTensorsOnTheHost) {
 
   // A rule of its own, written back in the resolved config, read again as it was.
   const Config c = tiny(temp_dir("emulated_offload_rule"), kGpu,
-                        {"memory.offload={ops: [conv2d], layers: [\"layer3.*\"], min_bytes: 4096, prefetch: 3}"});
+                        {"memory.offload={ops: [conv2d], layers: [\"layer3.*\"], min_bytes: 4096, prefetch: 3, "
+                         "in_flight_bytes: 1048576}"});
   ASSERT_TRUE(c.memory.offload.has_value());
   const Config again = parse_config(config_to_yaml(c), "resolved.yaml");
   ASSERT_TRUE(again.memory.offload.has_value());
@@ -248,6 +249,8 @@ TEST(EmulatedGpu, GactL2TrainsAsGactL1WithItsSavedTensorsOnTheHost) {
   EXPECT_EQ(again.memory.offload->layers, std::vector<std::string>{"layer3.*"});
   EXPECT_EQ(again.memory.offload->min_bytes, 4096);
   EXPECT_EQ(again.memory.offload->prefetch, 3);
+  EXPECT_EQ(again.memory.offload->in_flight_bytes, 1048576);
+  EXPECT_EQ(OffloadRule{}.in_flight_bytes, int64_t{256} << 20) << "the default the README gives";
   const RunResult r = run_training(c, quiet());
   int64_t host = 0;
   for (const auto& [layer, bytes] : r.report.offload.host_by_layer) {

@@ -24,6 +24,7 @@ EmulatedCopyEngine::EmulatedCopyEngine(Device device) : device_(device) { reset(
 void EmulatedCopyEngine::reset() {
   for (auto& q : queue_) q.clear();
   fail_text_.clear();
+  lag_to_host_ = false;
   times_ = CopyTimes{};
   auto heap = std::make_unique<RefusingHeap>();
   heap_ = heap.get();
@@ -75,6 +76,9 @@ void EmulatedCopyEngine::run_through(CopyEvent e) {
 }
 
 bool EmulatedCopyEngine::done(CopyEvent e) {
+  if (lag_to_host_)
+    for (const Op& op : queue_[static_cast<int>(CopyDirection::ToHost)])
+      if (op.id == e) return false;
   run_through(e);
   return true;
 }

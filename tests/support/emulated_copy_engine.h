@@ -5,7 +5,8 @@
 // A destination is filled with 0xff bytes (NaN in f32) when the copy is queued, so a reader that
 // skipped its wait reads NaN, not the data: a missing wait fails a bit-for-bit test. Copies whose
 // `what` contains a chosen text fail (a copy error to report), and the page-locked pool can be
-// made to refuse (the fallback to pageable memory).
+// made to refuse (the fallback to pageable memory). Copies to the host can be made to lag: done()
+// then says no until a wait runs them, as a GPU's copies fall behind a fast forward.
 #include <deque>
 #include <memory>
 #include <string>
@@ -29,6 +30,7 @@ class EmulatedCopyEngine final : public CopyEngine {
   // ---- for tests
   void fail_copies_of(std::string text) { fail_text_ = std::move(text); }  // "": none
   void refuse_pinned_above(int64_t bytes);  // pinned blocks over this many bytes are refused (-1: none)
+  void lag_copies_to_host(bool lag) { lag_to_host_ = lag; }  // done() is false until a wait runs them
   int64_t queued() const { return static_cast<int64_t>(queue_[0].size() + queue_[1].size()); }
   void reset();  // the defaults, and an empty pool (between tests)
 
@@ -49,6 +51,7 @@ class EmulatedCopyEngine final : public CopyEngine {
   CopyEvent last_done_[2] = {0, 0};
   CopyTimes times_;
   std::string fail_text_;
+  bool lag_to_host_ = false;
   class RefusingHeap;
   RefusingHeap* heap_ = nullptr;       // owned by pinned_
   PinnedWithFallback* pinned_ = nullptr;  // owned by pool_
