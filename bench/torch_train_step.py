@@ -8,7 +8,7 @@ is read (the GPU machine's PyTorch 2.11; packrat_bench's TrainStep/resnet18_cifa
 Prints one JSON line {"img_per_s": X, "cpu_img_per_s": Y, "threads": T}: images per second of wall
 time, and per second of this process's CPU time (time.process_time(), every thread); on a GPU also
 "device" and "peak_bytes" (torch.cuda.max_memory_allocated). Run with Debian's /usr/bin/python3 for the CPU."""
-import argparse, json, sys, time
+import argparse, contextlib, json, sys, time
 
 try:
     import torch, torch.nn as nn, torchvision
@@ -42,6 +42,19 @@ def efficientnet_b0_cifar(num_classes=10):
     return m
 
 
+def checkpointed_blocks(m):
+    """A ResNet's forward with each residual block recomputed in backward (the stem and head kept)."""
+    from torch.utils.checkpoint import checkpoint
+
+    def forward(x):
+        x = m.maxpool(m.relu(m.bn1(m.conv1(x))))
+        for stage in (m.layer1, m.layer2, m.layer3, m.layer4):
+            for block in stage:
+                x = checkpoint(block, x, use_reentrant=False)
+        return m.fc(torch.flatten(m.avgpool(x), 1))
+    return forward
+
+
 MODELS = {"resnet18_cifar_gelu": resnet18_cifar_gelu, "vit_tiny_cifar": vit_tiny_cifar,
           "efficientnet_b0_cifar": efficientnet_b0_cifar}
 
@@ -56,6 +69,10 @@ def main():
     ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     ap.add_argument("--autocast", default="", choices=["", "bf16"],
                     help="bf16: the forward and loss under torch.autocast(dtype=torch.bfloat16)")
+    ap.add_argument("--lever", default="", choices=["", "checkpoint", "save_on_cpu"],
+                    help="checkpoint: every residual block recomputed in backward (torch.utils.checkpoint, "
+                         "non-reentrant), packrat's memory.recompute: [blocks]; save_on_cpu: every saved tensor "
+                         "in pinned host memory (torch.autograd.graph.save_on_cpu), packrat's memory.offload: {}")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     torch.manual_seed(0)
@@ -74,10 +91,16 @@ def main():
     loss_fn = nn.CrossEntropyLoss()
     sync = torch.cuda.synchronize if gpu else (lambda: None)
 
+    forward = model
+    if a.lever == "checkpoint":
+        forward = checkpointed_blocks(model)
+    offload = (lambda: torch.autograd.graph.save_on_cpu(pin_memory=True)) if a.lever == "save_on_cpu" else \
+        contextlib.nullcontext
+
     def step():
         opt.zero_grad(set_to_none=True)
-        with torch.autocast(device_type=a.device, dtype=torch.bfloat16, enabled=a.autocast == "bf16"):
-            loss = loss_fn(model(x), y)
+        with torch.autocast(device_type=a.device, dtype=torch.bfloat16, enabled=a.autocast == "bf16"), offload():
+            loss = loss_fn(forward(x), y)
         loss.backward()
         opt.step()
 
@@ -100,6 +123,8 @@ def main():
     out = {"img_per_s": a.batch * a.steps / dt, "cpu_img_per_s": a.batch * a.steps / dc, "threads": a.threads}
     if gpu:
         out.update(device=torch.cuda.get_device_name(), peak_bytes=torch.cuda.max_memory_allocated())
+    if a.autocast or a.lever:
+        out.update(autocast=a.autocast, lever=a.lever)
     print(json.dumps(out))
 
 

@@ -30,6 +30,15 @@
 #          and store suites again with it;
 # offload: experiments/gact/offload.sh (GACT's L2): --find-max-batch and img/s for ResNet-50 and
 #          BERT-base at L0, gact-L1, gact-L2 and offloaded FP32, and the copy time hidden;
+# levers:  the memory levers on the GPU beside PyTorch's, in one run (LEVERS: resnet offload bert):
+#          resnet, the ResNet-18 step at 512 (FP32 saves) plain, under bf16 autocast and with every
+#          block recomputed, against bench/torch_train_step.py plain, --autocast bf16 and --lever
+#          checkpoint; offload, every saved tensor offloaded (in_flight_bytes 256 MiB and 0) against
+#          --lever save_on_cpu, and gact-L1 / gact-L2; bert, the BERT-base step at sequence 512 with
+#          standard and memory-efficient attention (and bf16) against bench/torch_bert_step.py's
+#          scaled_dot_product_attention kernels, and the largest BERT-base batch in 16 GiB,
+#          standard, memory-efficient and gact-CB2 (the fortune files: the machine's, or a copy
+#          in .device/fortunes);
 # timeline: Nsight Systems' trace of 4 timed FP32 steps at batch 512 and of PyTorch's 4, at
 #          the GPU's own clocks: how much of the step the GPU is busy (kernels and copies, overlaps
 #          merged) and how long it waits between launches, i.e. whether the step is bound by its
@@ -132,6 +141,55 @@ if [[ " $phases " == *" ab "* ]]; then
     done
   else
     echo "packrat_bench.variant is not in the bundle (scripts/bench_variant.sh)" >"$out/bench_ab_missing.log"
+  fi
+fi
+if [[ $phases == *levers* ]]; then  # LEVERS: which of resnet, offload, bert (default: all three)
+  resnet=(--config configs/resnet18_gelu_3bit.yaml --set device=cuda --set saved_tensors.default=fp32
+          --set 'saved_tensors.rules=[]' --set data.batch_size=512 --set output.dir=/tmp/runs/levers --benchmark 10)
+  fortunes=/usr/share/games/fortunes; [[ -d $fortunes ]] || fortunes=.device/fortunes  # copied there with the bundle
+  bert=(--config configs/bert_fortunes.yaml --set model.arch=bert_base --set data.seq_len=512 --set device=cuda
+        --set data.root=$fortunes --set output.dir=/tmp/runs/levers)
+  torch_resnet=(python3 bench/torch_train_step.py --device cuda --batch 512 --steps 20 --warmup 5)
+  lever() {  # NAME TIMEOUT COMMAND...: the command's last line, as "NAME JSON"
+    local name=$1 limit=$2; shift 2
+    echo "$name $(timeout "$limit" "$@" 2>>"$out/levers.err" | tail -n 1)" | tee -a "$out/levers.txt"
+  }
+  levers=${LEVERS:-resnet offload bert}
+  if [[ $levers == *resnet* ]]; then
+    for r in 1 2; do  # two rounds, packrat and PyTorch alternating
+      lever "packrat_resnet18_fp32" 40 $run trainer "${resnet[@]}"
+      lever "torch_resnet18_fp32" 60 "${torch_resnet[@]}"
+      [[ $r == 2 ]] && break
+      lever "packrat_resnet18_bf16" 40 $run trainer "${resnet[@]}" --set precision=bf16
+      lever "torch_resnet18_bf16" 60 "${torch_resnet[@]}" --autocast bf16
+      lever "packrat_resnet18_recompute" 40 $run trainer "${resnet[@]}" --set 'memory.recompute=[blocks]'
+      lever "torch_resnet18_checkpoint" 60 "${torch_resnet[@]}" --lever checkpoint
+    done
+  fi
+  if [[ $levers == *offload* ]]; then
+    lever "packrat_resnet18_fp32" 40 $run trainer "${resnet[@]}"
+    lever "packrat_resnet18_offload" 40 $run trainer "${resnet[@]}" --set 'memory.offload={}'
+    lever "packrat_resnet18_offload_in_flight0" 40 $run trainer "${resnet[@]}" --set 'memory.offload={in_flight_bytes: 0}'
+    lever "torch_resnet18_save_on_cpu" 60 "${torch_resnet[@]}" --lever save_on_cpu
+    lever "packrat_resnet18_gact-L1" 40 $run trainer "${resnet[@]}" --set saved_tensors.default=gact-L1
+    lever "packrat_resnet18_gact-L2" 40 $run trainer "${resnet[@]}" --set saved_tensors.default=gact-L2
+  fi
+  if [[ $levers == *bert* ]]; then
+    for attention in standard memory_efficient; do
+      lever "packrat_bert_base_$attention" 60 $run trainer "${bert[@]}" --set data.batch_size=32 \
+        --set model.attention=$attention --benchmark 5
+    done
+    lever "packrat_bert_base_standard_bf16" 60 $run trainer "${bert[@]}" --set data.batch_size=32 --set precision=bf16 \
+      --benchmark 5
+    for attention in math efficient; do
+      lever "torch_bert_base_$attention" 60 python3 bench/torch_bert_step.py --batch 32 --seq-len 512 --attention $attention
+    done
+    lever "torch_bert_base_any_bf16" 60 python3 bench/torch_bert_step.py --batch 32 --seq-len 512 --autocast bf16
+    for level in "standard fp32" "memory_efficient fp32" "memory_efficient gact-CB2"; do
+      read -r attention storage <<<"$level"
+      lever "packrat_bert_base_maxbatch_${attention}_$storage" 60 $run trainer "${bert[@]}" \
+        --set model.attention=$attention --set saved_tensors.default=$storage --find-max-batch 16G
+    done
   fi
 fi
 # PyTorch's step (bench/torch_train_step.py): its 4 timed steps after 3 warm-up ones, which hold
@@ -263,6 +321,7 @@ for f in "$out"/kernels_*.txt; do  # each profiled kernel's duration, throughput
   grep -E '^  [a-zA-Z].*\(.*\)x\(|^    (Duration|DRAM Throughput|Memory Throughput|Compute \(SM\) Throughput|Achieved Occupancy|Registers Per Thread) ' \
     "$f" | sed -E 's/\(([^()]|\([^()]*\))*\) \(/ (/' | cut -c1-150 | head -150
 done
+[[ -f $out/levers.txt ]] && { echo "-- levers"; cut -c1-400 "$out/levers.txt"; tail -n 5 "$out/levers.err"; }
 for f in "$out"/bench_*.log "$out"/compare_torch.log; do
   [[ -f $f ]] && { echo "-- $(basename "$f")"; grep -E '^(Codec|Train|BM_|\{|ERROR)|round|error' "$f" | cut -c1-220; }
 done
