@@ -6,13 +6,16 @@
 #include <charconv>
 #include <cstdio>
 #include <filesystem>
+#include <optional>
 
 #include "core/error.h"
 #include "experiments/lib/config.h"
 #include "experiments/lib/distributed_run.h"
 #include "experiments/lib/gradient_fidelity.h"
+#include "experiments/lib/memory_plan.h"
 #include "experiments/lib/output_dir.h"
 #include "experiments/lib/run.h"
+#include "experiments/lib/safetensors.h"
 #include "experiments/lib/tools.h"
 
 namespace packrat {
@@ -141,6 +144,9 @@ int run_trainer(const TrainerArgs& a) {
     PACKRAT_CHECK(!a.memory_report_only && a.max_batch_bytes == 0 && a.gradient_fidelity == 0,
                   "--memory-report-only, --find-max-batch and --gradient-fidelity measure one process: run them "
                   "without mpirun (a data-parallel run writes every rank's memory in memory_report_ranks.json)");
+    PACKRAT_CHECK(c.memory.plan != "auto",
+                  "{}: memory.plan: auto profiles one process: plan without mpirun (trainer --memory-report-only "
+                  "prints the plan), then give the data-parallel run the chosen level", c.source);
     Config resolved;
     dp = start_data_parallel(c, resolved);
     c = resolved;
@@ -155,7 +161,25 @@ int run_trainer(const TrainerArgs& a) {
 
 namespace {
 // One mode of the trainer for a loaded config (on one data-parallel rank when dp is set).
-int run_mode(const TrainerArgs& a, const Config& c, DataParallel* dp) {
+int run_mode(const TrainerArgs& a, const Config& config, DataParallel* dp) {
+  if (config.memory.plan == "auto" && a.max_batch_bytes > 0) {  // batch and plan searched together
+    const PlannedMaxBatch r = plan_max_batch(config, a.max_batch_bytes);
+    PACKRAT_CHECK(r.batch_size > 0, "--find-max-batch: not even batch 1 fits in {} bytes under any option of memory.plan: auto",
+                  a.max_batch_bytes);
+    for (const auto& [option, batch] : r.per_option)
+      std::printf("%-10s %s\n", option.c_str(), batch < 0 ? "cannot run here" : std::to_string(batch).c_str());
+    std::printf("{\"max_batch_size\": %lld, \"peak_bytes\": %lld, \"limit\": %lld, \"plan\": \"%s\"}\n",
+                static_cast<long long>(r.batch_size), static_cast<long long>(r.peak_bytes),
+                static_cast<long long>(a.max_batch_bytes), r.chosen.c_str());
+    return 0;
+  }
+  // memory.plan: auto: the chosen option replaces the config's storage before anything runs.
+  std::optional<MemoryPlan> plan;
+  if (config.memory.plan == "auto") {
+    plan = plan_memory(config);
+    std::fputs(plan->table().c_str(), stdout);
+  }
+  const Config c = plan ? with_option(config, plan->overrides) : config;
   if (a.memory_report_only) {
     const DirectoryLock lock = lock_output_dir(c.output.dir);
     MemoryTimeline timeline;
@@ -195,6 +219,10 @@ int run_mode(const TrainerArgs& a, const Config& c, DataParallel* dp) {
   check_output_outside_data(c);  // before the lock makes the directory
   DirectoryLock lock;
   if (!dp || dp->root()) lock = lock_output_dir(c.output.dir);
+  if (plan) {
+    std::filesystem::create_directories(c.output.dir);
+    write_file_atomic((std::filesystem::path(c.output.dir) / "plan.json").string(), plan->json().dump(2) + "\n");
+  }
   run_training(c, o);
   return 0;
 }

@@ -83,6 +83,11 @@ struct MemoryConfig {
   // backward (autograd/offload/); unset: none, unless the saved_tensors preset offloads (gact-L2,
   // actnn-L4: every saved tensor). Needs a GPU.
   std::optional<OffloadRule> offload;
+  // "auto": before training, a short profile picks the storage level that fits data.batch_size in
+  // `budget` at the best measured speed (experiments/lib/memory_plan.h); "": the config's own.
+  std::string plan;
+  std::string budget;        // bytes with a unit ("384M", "16G"), as written; "" unset
+  int64_t budget_bytes = 0;  // ... parsed (0: unset)
 };
 
 struct Config {

@@ -235,6 +235,9 @@ Config parse_root(YAML::Node root, const Origin& origin) {
     read_keys(m, "memory", c);
     c.memory.offload = config::parse_offload(m);
     m.finish(section_key_names("memory"));
+    if (c.memory.plan == "auto" && c.memory.budget_bytes == 0)
+      fail("{}: memory.plan is auto, which needs memory.budget: the bytes a step may hold, with a unit (384M, 16G)",
+           origin.file);
   }
   std::vector<std::string> top_keys = section_key_names("");
   for (const std::string& s : config_sections()) top_keys.push_back(s);

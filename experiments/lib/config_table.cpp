@@ -6,6 +6,7 @@
 #include "autograd/pointwise.h"
 #include "core/device.h"
 #include "data/transforms.h"
+#include "experiments/lib/cli.h"
 #include "experiments/lib/config_key.h"
 #include "experiments/lib/config_section.h"
 #include "models/registry.h"
@@ -243,6 +244,33 @@ std::vector<ConfigKey> make_table() {
           "in_flight_bytes 268435456: past that many bytes of copies out under way the forward waits for the "
           "oldest, which bounds the device memory they hold); unset: none unless "
           "the preset offloads (`gact-L2`, `actnn-L4`). Needs a GPU; see \"Offload\""),
+      text("memory", "plan", in(&C::memory, &Mem::plan), "",
+           "`auto`: before training, a short profile measures the peak and speed of each storage level the device "
+           "has (FP32, actnn-L2/L3, gact-L1, recompute, gact-CB1/CB2, and offload on a GPU) and trains with the "
+           "fastest whose step at data.batch_size fits `memory.budget` (replacing saved_tensors, memory.recompute, "
+           "memory.offload and model.attention); the choice is printed and written to plan.json. See \"Planning "
+           "memory\"")
+          .one_of({"", "auto"})
+          .quoted(),
+      text("memory", "budget", in(&C::memory, &Mem::budget), "",
+           "bytes a training step may hold, as `--find-max-batch` counts them (parameters, optimizer state, the "
+           "batch, activations, saved tensors, gradients, workspace; not a dataset the loader keeps in memory, nor "
+           "evaluation), with a unit: `384M`, `16G`; required by `plan: auto`")
+          .quoted()
+          .then([](Config& c, config::Section& s) {
+            const std::string& b = c.memory.budget;
+            if (b.empty()) return;
+            const char unit = static_cast<char>(std::toupper(static_cast<unsigned char>(b.back())));
+            if (unit != 'K' && unit != 'M' && unit != 'G')
+              refuse(s, "budget", fmt::format("is '{}': give bytes with a unit, K, M or G (384M, 16G)", b));
+            if (b.front() == '-') refuse(s, "budget", fmt::format("is '{}': a budget cannot be negative", b));
+            try {
+              c.memory.budget_bytes = parse_byte_size(b, "memory.budget");
+            } catch (const Error& e) {
+              refuse(s, "budget", fmt::format("is '{}': {}", b, e.what()));
+            }
+            if (c.memory.budget_bytes <= 0) refuse(s, "budget", fmt::format("is '{}': must be more than 0", b));
+          }),
       key("memory", "recompute", KeyType::TextList, in(&C::memory, &Mem::recompute), "[]",
           "modules whose forward runs again in backward, keeping only their inputs (through the saved-tensor "
           "store): globs on dotted module names (`[\"layer*.*\"]`, `[\"transformer.h.*\"]`; the outermost match "

@@ -1,0 +1,77 @@
+#pragma once
+// memory.plan: auto — before training, pick the storage level that fits the batch in the budget
+// at the best measured speed.
+//
+// The options are packrat's levels that the device and model can run: FP32 (L0), actnn-L2
+// (4-bit), actnn-L3 (2-bit adaptive), gact-L1, every block recomputed, gact-CB1, gact-CB2 (a
+// Transformer: memory-efficient attention too) and, on a GPU, gact-L2 and offloaded FP32. Each
+// is profiled by two short benchmarks (trainer --benchmark's step: one warm-up, one timed) at a
+// small batch b and 2b; a step's peak grows linearly with the batch (activations, saved tensors
+// and gradients of activations per sample, over parameters, optimizer state and workspace), so
+// the two peaks predict the peak at data.batch_size. Among the options predicted to fit, the
+// fastest at 2b (img/s) is checked by a real step at data.batch_size: if its measured peak is
+// over the budget, or more than 5% from the prediction, that option's prediction becomes the
+// measurement and the choice is made again (a re-plan). The plan is the configuration's
+// saved_tensors, memory.recompute, memory.offload and model.attention replaced by the option's.
+//
+// This is a planner over whole levels, one option for every layer: the per-segment, per-tensor
+// choice (keep / b bits / recompute / offload) with GACT's variance bound is the next step.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "experiments/lib/config.h"
+#include "experiments/lib/json.h"
+
+namespace packrat {
+
+struct PlanOption {
+  std::string name;                    // "gact-L1"
+  std::vector<std::string> overrides;  // "saved_tensors={default: ...}", applied as --set
+};
+
+struct PlanMeasure {
+  std::string option;
+  std::string refused;           // why the device or model cannot run it ("" when it ran)
+  int64_t small_batch = 0;       // b
+  int64_t peak_small = 0, peak_double = 0;  // measured peaks at b and 2b
+  double img_per_s = 0;          // at 2b
+  int64_t predicted_peak = 0;    // at the target batch
+  int64_t measured_peak = 0;     // at the target batch, for the options checked by a real step (0: not)
+  bool fits = false;             // its peak (measured where it was, else predicted) within the budget
+};
+
+struct MemoryPlan {
+  int64_t budget = 0;
+  int64_t batch = 0;             // data.batch_size
+  std::string chosen;            // the option trained with
+  std::vector<std::string> overrides;
+  int64_t predicted_peak = 0;    // the chosen option's prediction before its check
+  int64_t measured_peak = 0;     // ... its step's peak at the batch
+  int replans = 0;               // checks whose peak was over the budget or off by more than 5%
+  std::vector<PlanMeasure> options;
+  // {"budget", "batch", "chosen", "overrides", "predicted_peak", "measured_peak", "replans",
+  //  "options": [{"option", "refused", "small_batch", "peak_small", "peak_double", "img_per_s",
+  //  "predicted_peak", "measured_peak", "fits"}]}
+  Json json() const;
+  std::string table() const;     // one line per option, for the console and the memory report
+};
+
+// The options for c's device and model, in the order above.
+std::vector<PlanOption> plan_options(const Config& c);
+// c with an option's overrides, memory.plan cleared (what trains, and the resolved config.yaml).
+Config with_option(const Config& c, const std::vector<std::string>& overrides);
+// Profiles the options and chooses (c.memory.plan == "auto"). Throws, naming the bytes, when no
+// option fits: the smallest predicted peak, and what parameters, gradients and optimizer state
+// alone take.
+MemoryPlan plan_memory(const Config& c);
+// --find-max-batch under plan: auto: every option's largest batch under `limit`; the plan is the
+// option with the largest, the fastest of those that tie (their img/s at 2b).
+struct PlannedMaxBatch {
+  std::string chosen;
+  int64_t batch_size = 0, peak_bytes = 0;
+  std::vector<std::pair<std::string, int64_t>> per_option;  // (option, its largest batch; -1 refused)
+};
+PlannedMaxBatch plan_max_batch(const Config& c, int64_t limit);
+
+}  // namespace packrat

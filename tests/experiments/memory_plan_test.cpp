@@ -1,0 +1,104 @@
+// memory.plan: auto (experiments/lib/memory_plan.h): in a budget that FP32 does not fit, the plan
+// picks an option that does, its predicted peak within 5% of the allocator's peak at the batch;
+// a budget that cannot hold the model names the bytes of each part; the budget key refuses a
+// number without a unit and a negative one; --find-max-batch searches plan and batch together;
+// offload is an option only where the device has a second memory, memory-efficient attention
+// only for a Transformer.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "experiments/lib/memory_plan.h"
+#include "experiments/lib/tools.h"
+#include "tests/experiments/tiny_config.h"
+#include "tests/support/errors.h"
+
+namespace packrat {
+namespace {
+
+using testing::message_of;
+using testing::temp_dir;
+using testing::tiny_config;
+
+Config planned(int64_t budget, const std::vector<std::string>& sets = {}) {
+  std::vector<std::string> all = {"data.batch_size=64", "memory.plan=auto", "memory.budget=1G"};
+  all.insert(all.end(), sets.begin(), sets.end());
+  Config c = tiny_config("/nonexistent", temp_dir("memory_plan"), all);
+  c.memory.budget_bytes = budget;
+  c.memory.budget = std::to_string(std::max<int64_t>(1, budget / 1024)) + "K";
+  return c;
+}
+
+std::vector<std::string> names(const std::vector<PlanOption>& options) {
+  std::vector<std::string> n;
+  for (const PlanOption& o : options) n.push_back(o.name);
+  return n;
+}
+
+TEST(MemoryPlan, InABudgetFp32DoesNotFitItPicksAnOptionThatDoesAsPredicted) {
+  const Config fp32 = with_option(planned(1), plan_options(planned(1)).front().overrides);
+  ASSERT_EQ(fp32.saved_tensors.default_scheme.scheme, "fp32");
+  const int64_t fp32_peak = benchmark(fp32, 1).peak_bytes;
+  const int64_t budget = fp32_peak / 2;
+  const MemoryPlan p = plan_memory(planned(budget));
+  EXPECT_NE(p.chosen, "L0");
+  EXPECT_FALSE(p.options.front().fits) << "FP32 predicted at " << p.options.front().predicted_peak;
+  EXPECT_LE(p.measured_peak, budget);
+  EXPECT_LE(std::abs(static_cast<double>(p.measured_peak - p.predicted_peak)), 0.05 * static_cast<double>(p.predicted_peak))
+      << p.table();
+  // What trains is the option: its storage, the plan cleared, the allocator agreeing with the check.
+  const Config chosen = with_option(planned(budget), p.overrides);
+  EXPECT_TRUE(chosen.memory.plan.empty());
+  EXPECT_NE(chosen.saved_tensors.default_scheme.scheme, "fp32");
+  EXPECT_EQ(benchmark(chosen, 1).peak_bytes, p.measured_peak);
+  EXPECT_NE(p.table().find("<- chosen"), std::string::npos);
+  EXPECT_EQ(p.json().at("chosen").get<std::string>(), p.chosen);
+}
+
+TEST(MemoryPlan, ABudgetThatCannotHoldTheModelNamesTheBytesOfEachPart) {
+  const std::string msg = message_of([] { plan_memory(planned(64 * 1024)); });
+  EXPECT_NE(msg.find("cannot hold a training step of this model"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("its parameters take"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("their gradients"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("the optimizer state"), std::string::npos) << msg;
+}
+
+TEST(MemoryPlan, TheBudgetKeyWantsAUnitAndAPositiveSizeAndPlanAutoWantsABudget) {
+  auto refused = [](const std::vector<std::string>& sets) {
+    return message_of([&] { tiny_config("/nonexistent", temp_dir("memory_plan_keys"), sets); });
+  };
+  EXPECT_NE(refused({"memory.budget=1000"}).find("memory.budget: is '1000': give bytes with a unit"), std::string::npos);
+  EXPECT_NE(refused({"memory.budget=-5M"}).find("memory.budget: is '-5M': a budget cannot be negative"), std::string::npos);
+  EXPECT_NE(refused({"memory.plan=auto"}).find("memory.plan is auto, which needs memory.budget"), std::string::npos);
+  EXPECT_NE(refused({"memory.plan=manual"}).find("memory.plan"), std::string::npos);
+  EXPECT_EQ(tiny_config("/nonexistent", temp_dir("memory_plan_keys"), {"memory.budget=384M"}).memory.budget_bytes,
+            int64_t{384} << 20);
+}
+
+TEST(MemoryPlan, FindMaxBatchSearchesTheOptionsAndTakesTheLargest) {
+  const Config fp32 = with_option(planned(1), plan_options(planned(1)).front().overrides);
+  const int64_t limit = benchmark(fp32, 1).peak_bytes;  // FP32 at batch 64: compression fits more
+  const PlannedMaxBatch r = plan_max_batch(planned(limit), limit);
+  ASSERT_EQ(r.per_option.size(), plan_options(planned(limit)).size());
+  int64_t best = 0;
+  for (const auto& [option, batch] : r.per_option) best = std::max(best, batch);
+  EXPECT_EQ(r.batch_size, best);
+  EXPECT_GT(r.batch_size, r.per_option.front().second) << "a compressed option fits more than FP32";
+  EXPECT_NE(r.chosen, "L0");
+}
+
+TEST(MemoryPlan, OffloadWhereTheDeviceHasASecondMemoryEfficientAttentionForATransformer) {
+  const auto cpu = names(plan_options(planned(1)));
+  EXPECT_EQ(std::count(cpu.begin(), cpu.end(), "offload"), 0);
+  EXPECT_EQ(std::count(cpu.begin(), cpu.end(), "gact-L2"), 0);
+  EXPECT_EQ(std::count(cpu.begin(), cpu.end(), "gact-CB2"), 0) << "ResNet-20 has no attention";
+  const auto gpu = names(plan_options(planned(1, {"device=cuda:0"})));
+  EXPECT_EQ(std::count(gpu.begin(), gpu.end(), "offload"), 1);
+  EXPECT_EQ(std::count(gpu.begin(), gpu.end(), "gact-L2"), 1);
+  const auto vit = names(plan_options(planned(1, {"model.arch=vit_tiny_cifar", "data.train_transforms=[]"})));
+  EXPECT_EQ(std::count(vit.begin(), vit.end(), "gact-CB2"), 1);
+}
+
+}  // namespace
+}  // namespace packrat
