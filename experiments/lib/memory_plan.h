@@ -5,11 +5,11 @@
 // The options are packrat's levels that the device and model can run: FP32 (L0), actnn-L2
 // (4-bit), actnn-L3 (2-bit adaptive), gact-L1, every block recomputed, gact-CB1, gact-CB2 (a
 // Transformer: memory-efficient attention too) and, on a GPU, gact-L2 and offloaded FP32. Each
-// is profiled by two short benchmarks (trainer --benchmark's step: one warm-up, one timed) at a
-// small batch b and 2b; a step's peak grows linearly with the batch (activations, saved tensors
+// is profiled by two short benchmarks (trainer --benchmark's step: one warm-up, then timed steps)
+// at b = batch / 4 and 2b; a step's peak grows linearly with the batch (activations, saved tensors
 // and gradients of activations per sample, over parameters, optimizer state and workspace), so
-// the two peaks predict the peak at data.batch_size. Among the options predicted to fit, the
-// fastest at 2b (img/s) is checked by a real step at data.batch_size: if its measured peak is
+// the two peaks predict the peak at data.batch_size. Among the options predicted to fit (within
+// the prediction's 5%), the fastest at 2b (img/s) is checked by a real step at data.batch_size: if its measured peak is
 // over the budget, or more than 5% from the prediction, that option's prediction becomes the
 // measurement and the choice is made again (a re-plan). The plan is the configuration's
 // saved_tensors, memory.recompute, memory.offload and model.attention replaced by the option's.

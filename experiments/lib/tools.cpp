@@ -217,9 +217,11 @@ MaxBatchResult find_max_batch(const Config& c, int64_t limit, int64_t upper) {
   const InputSpec in = synthetic_input_spec(c);
   Session s = make_session(c, in);
   Allocator& alloc = Allocator::of(on.device());  // the device's: its limit, its peaks
+  StepOptions trial = step_options(c, false);
+  trial.allow_non_finite_loss = true;  // the trials measure memory, not the loss
   {  // the optimizer state exists before the search, as it does in training
     SyntheticBatch b = synthetic_inputs(c, in, 1);
-    train_step(*s.model, *s.optimizer, *s.policy, b.images, b.labels, 0, step_options(c, false));
+    train_step(*s.model, *s.optimizer, *s.policy, b.images, b.labels, 0, trial);
   }
   // The trials measure memory: they run the update (its memory counts) at learning rate 0, so
   // that a model trained on a few tiny batches at the config's rate cannot diverge to a non-finite
@@ -257,7 +259,7 @@ MaxBatchResult find_max_batch(const Config& c, int64_t limit, int64_t upper) {
     try {
       alloc.set_limit(limit);
       SyntheticBatch b = synthetic_inputs(c, in, n);
-      StepResult r = train_step(*s.model, *s.optimizer, *s.policy, b.images, b.labels, result.trials, step_options(c, false));
+      StepResult r = train_step(*s.model, *s.optimizer, *s.policy, b.images, b.labels, result.trials, trial);
       peak = r.memory.total_peak;
     } catch (const LimitExceeded&) {
       peak = -1;  // only the allocator's limit says "does not fit"

@@ -114,7 +114,7 @@ StepResult train_step(Module& model, Optimizer& opt, StorePolicy& policy, const 
     }
     r.loss = loss.to(Device::cpu()).item();
     r.forward_s = std::chrono::duration<double>(Clock::now() - forward_start).count();
-    if (!std::isfinite(r.loss))
+    if (!std::isfinite(r.loss) && !o.allow_non_finite_loss)
       fail("step {}: the loss is {} (not finite); try a lower optimizer.lr (now {:g}), gradient clipping "
            "(train.clip_grad_norm: 1.0), or FP32 storage for the saved tensors (saved_tensors.default: fp32)",
            step, r.loss, opt.lr());

@@ -286,6 +286,20 @@ TEST(Trainer, MaxBatchFitsInTheLimitAndGrowsWithIt) {
   EXPECT_LE(r2.peak_bytes, limit + (int64_t{12} << 20));
 }
 
+// The trials measure memory: a model whose loss is no longer finite (here a warm-up step at a
+// learning rate that sends the weights to infinity; on ResNet-50 at batch 1, 2-bit storage did
+// it) still has its largest batch found, as a finite one's.
+TEST(Trainer, MaxBatchIsFoundWhereTheLossIsNotFinite) {
+  const std::vector<std::string> sets = {"saved_tensors.rules=[]", "train.clip_grad_norm=0"};
+  const int64_t limit = Allocator::cpu().stats().total_current + (int64_t{12} << 20);
+  const MaxBatchResult finite = find_max_batch(tiny_config("/nonexistent", "/tmp/unused", sets), limit, 128);
+  Config diverging = tiny_config("/nonexistent", "/tmp/unused", sets);
+  diverging.optimizer.lr = 1e30;  // past the key's range: only a test can ask for it
+  const MaxBatchResult r = find_max_batch(diverging, limit, 128);
+  EXPECT_EQ(r.batch_size, finite.batch_size);
+  EXPECT_GT(r.batch_size, 1);
+}
+
 // Under GACT's measured estimator a fresh store measures its sensitivities in its first step.
 // The search's trials start from the warm-up step's allocation instead, as a resumed run would:
 // none of them refreshes, and the search finds the same batch as one that pays the refresh in
