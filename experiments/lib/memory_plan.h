@@ -66,7 +66,7 @@ Config with_option(const Config& c, const std::vector<std::string>& overrides);
 // alone take.
 MemoryPlan plan_memory(const Config& c);
 // --find-max-batch under plan: auto: every option's largest batch under `limit`; the plan is the
-// option with the largest, the fastest of those that tie (their img/s at 2b).
+// option with the largest (the first in plan_options' order where several tie).
 struct PlannedMaxBatch {
   std::string chosen;
   int64_t batch_size = 0, peak_bytes = 0;
