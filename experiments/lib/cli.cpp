@@ -15,7 +15,6 @@
 #include "experiments/lib/memory_plan.h"
 #include "experiments/lib/output_dir.h"
 #include "experiments/lib/run.h"
-#include "experiments/lib/safetensors.h"
 #include "experiments/lib/tools.h"
 
 namespace packrat {
@@ -219,10 +218,8 @@ int run_mode(const TrainerArgs& a, const Config& config, DataParallel* dp) {
   check_output_outside_data(c);  // before the lock makes the directory
   DirectoryLock lock;
   if (!dp || dp->root()) lock = lock_output_dir(c.output.dir);
-  if (plan) {
-    std::filesystem::create_directories(c.output.dir);
-    write_file_atomic((std::filesystem::path(c.output.dir) / "plan.json").string(), plan->json().dump(2) + "\n");
-  }
+  // Written with config.yaml once the run's checks pass: a refused run leaves the directory as it was.
+  if (plan) o.extra_files.emplace_back("plan.json", plan->json().dump(2) + "\n");
   run_training(c, o);
   return 0;
 }

@@ -25,7 +25,7 @@ const std::vector<std::string>& run_files() {
   static const std::vector<std::string> files = {
       "metrics.csv",   "metrics.jsonl", "train.log",           "config.yaml",         "memory_report.json",
       "saved_by_scheme.tsv", "gact_bits.csv", "steps.csv", "gradient_fidelity.json", "gradient_fidelity.png",
-      "memory_report_ranks.json"};
+      "memory_report_ranks.json", "plan.json"};
   return files;
 }
 

@@ -150,6 +150,7 @@ RunResult run_training(const Config& c, const RunOptions& o) {
     prepare_output_dir(c.output.dir, o.resume, o.overwrite);
     if (o.log_file) log.emplace((fs::path(c.output.dir) / "train.log").string(), /*truncate=*/!o.resume);
     write_file_atomic((fs::path(c.output.dir) / "config.yaml").string(), config_to_yaml(c));
+    for (const auto& [name, text] : o.extra_files) write_file_atomic((fs::path(c.output.dir) / name).string(), text);
   }
   DataParallelSession dp_session(dp, *s.model, c.distributed);
   // What the adaptive stores log (GACT's bit allocations, one CSV block per refresh) goes to the

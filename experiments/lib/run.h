@@ -21,6 +21,8 @@ struct RunOptions {
   bool print_report = true;     // print the memory report table to stdout
   DataParallel* dp = nullptr;   // under mpirun: this rank's shard; rank 0 writes the run directory
   bool log_file = false;        // log to <dir>/train.log too (from the first write into the directory)
+  // Files written beside config.yaml once every check has passed (name, contents): plan.json.
+  std::vector<std::pair<std::string, std::string>> extra_files;
 };
 
 struct RunResult {

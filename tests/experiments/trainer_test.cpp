@@ -133,6 +133,7 @@ TEST(Trainer, RunWritesConfigMetricsReportAndCheckpoints) {
   o.tty = 0;
   o.print_report = false;
   const Config c = tiny_config(fixture_data(), out, {"train.epochs=1", "train.steps_per_epoch=2"});
+  o.extra_files = {{"plan.json", "{\"chosen\": \"first\"}\n"}};  // what memory.plan: auto writes
   const RunResult r = run_training(c, o);
   ASSERT_EQ(r.epochs.size(), 1u);
   EXPECT_EQ(r.epochs[0].step, 2);
@@ -149,8 +150,10 @@ TEST(Trainer, RunWritesConfigMetricsReportAndCheckpoints) {
     save_checkpoint(checkpoint_path(out.string(), 7), *stale.model, *stale.optimizer, {7, 0, c.seed}, "resnet20");
   }
   const std::string metrics_before = read_text(out / "metrics.csv");
+  RunOptions refused = o;
+  refused.extra_files = {{"plan.json", "{\"chosen\": \"second\"}\n"}};
   try {
-    run_training(c, o);
+    run_training(c, refused);
     FAIL() << "a fresh run overwrote an earlier run";
   } catch (const Error& e) {
     const std::string m = e.what();
@@ -159,6 +162,7 @@ TEST(Trainer, RunWritesConfigMetricsReportAndCheckpoints) {
     EXPECT_NE(m.find("--overwrite"), std::string::npos) << m;
   }
   EXPECT_EQ(read_text(out / "metrics.csv"), metrics_before);
+  EXPECT_EQ(read_text(out / "plan.json"), "{\"chosen\": \"first\"}\n") << "a refused run rewrote the plan";
   EXPECT_TRUE(fs::exists(checkpoint_path(out.string(), 1)));
   EXPECT_TRUE(fs::exists(checkpoint_path(out.string(), 7)));
   // With overwrite it starts over: one row, no stale checkpoint.
