@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 
 #include "autograd/tape.h"
 #include "core/allocator.h"
@@ -149,19 +150,21 @@ MemoryPlan plan_memory(const Config& c) {
     if (m.measured_peak > 0) return m.fits;
     return static_cast<double>(m.predicted_peak) <= static_cast<double>(p.budget) * (1 + kRecheckTolerance);
   };
+  // p.options[i] is the profile of options[i].
+  std::optional<size_t> chosen;
   for (;;) {
-    PlanMeasure* best = nullptr;
-    for (PlanMeasure& m : p.options)
-      if (m.refused.empty() && may_fit(m) && (best == nullptr || m.img_per_s > best->img_per_s)) best = &m;
-    if (best == nullptr) break;
+    std::optional<size_t> i;
+    for (size_t k = 0; k < p.options.size(); ++k) {
+      const PlanMeasure& m = p.options[k];
+      if (m.refused.empty() && may_fit(m) && (!i || m.img_per_s > p.options[*i].img_per_s)) i = k;
+    }
+    if (!i) break;
+    PlanMeasure* best = &p.options[*i];
     if (best->measured_peak > 0) {  // checked already, and within the budget
-      p.chosen = best->option;
+      chosen = i;
       break;
     }
-    Config b = with_option(c, std::find_if(options.begin(), options.end(), [&](const PlanOption& o) {
-                                return o.name == best->option;
-                              })->overrides);
-    best->measured_peak = benchmark(b, 1).peak_bytes;
+    best->measured_peak = benchmark(with_option(c, options[*i].overrides), 1).peak_bytes;
     const double off = std::abs(static_cast<double>(best->measured_peak - best->predicted_peak)) /
                        static_cast<double>(best->predicted_peak);
     spdlog::info("plan: {} at batch {}: measured peak {} against {} predicted ({:+.1f}%)", best->option, p.batch,
@@ -169,11 +172,11 @@ MemoryPlan plan_memory(const Config& c) {
     best->fits = best->measured_peak <= p.budget;
     if (off > kRecheckTolerance || !best->fits) ++p.replans;
     if (best->fits) {
-      p.chosen = best->option;
+      chosen = i;
       break;
     }
   }
-  if (p.chosen.empty()) {
+  if (!chosen) {
     int64_t least = 0;
     std::string which;
     for (const PlanMeasure& m : p.options) {
@@ -184,10 +187,10 @@ MemoryPlan plan_memory(const Config& c) {
          "(parameters, gradients and optimizer state {} bytes of it); give a larger budget or a smaller batch",
          c.source, c.memory.budget, p.budget, p.batch, which, least, resident);
   }
-  const auto& chosen = *std::find_if(p.options.begin(), p.options.end(), [&](const PlanMeasure& m) { return m.option == p.chosen; });
-  p.predicted_peak = chosen.predicted_peak;
-  p.measured_peak = chosen.measured_peak;
-  p.overrides = std::find_if(options.begin(), options.end(), [&](const PlanOption& o) { return o.name == p.chosen; })->overrides;
+  p.chosen = options[*chosen].name;
+  p.overrides = options[*chosen].overrides;
+  p.predicted_peak = p.options[*chosen].predicted_peak;
+  p.measured_peak = p.options[*chosen].measured_peak;
   return p;
 }
 
