@@ -44,7 +44,10 @@ namespace {
 // The adaptive stores' refresh (SavedTensorStore::refresh; GACT's sensitivities, when due:
 // gradient evaluations on this step's batch that differ only in one tensor's quantization noise).
 // They must not change the model: the batchnorm running statistics they update are restored
-// afterwards.
+// afterwards. Every evaluation draws the step's dropout and drop-path masks: the mask streams are
+// rewound before each, and after the last, so that the evaluations differ only in quantization
+// noise (fresh masks in each made every tensor's measured sensitivity the masks' variance) and
+// the step draws the masks it would have drawn without a refresh.
 void refresh_stores(Module& model, Optimizer& opt, const std::vector<SavedTensorStore*>& stores, const Tensor& images,
                     const Tensor& labels, int64_t step, const StepOptions& o) {
   if (stores.empty()) return;
@@ -53,7 +56,14 @@ void refresh_stores(Module& model, Optimizer& opt, const std::vector<SavedTensor
     TagScope tag(MemTag::Workspace);
     buffers.emplace_back(b, b.clone());
   }
+  const std::vector<std::pair<std::string, MaskStream*>> streams = model.named_mask_streams();
+  std::vector<MaskStream> at_step;  // (streams) the counters the step starts from
+  for (const auto& [name, s] : streams) at_step.push_back(*s);
+  const auto rewind_masks = [&] {
+    for (size_t i = 0; i < streams.size(); ++i) *streams[i].second = at_step[i];
+  };
   const SavedTensorStore::GradFn grads = [&]() {
+    rewind_masks();
     opt.zero_grad();
     {
       TagScope tag(MemTag::Activation);
@@ -72,6 +82,7 @@ void refresh_stores(Module& model, Optimizer& opt, const std::vector<SavedTensor
     backend_of(live).copy(copy, live);
     live.bump_version();
   }
+  rewind_masks();
 }
 
 }  // namespace

@@ -134,27 +134,34 @@ void GactStore::estimate_measured(const GradFn& fn) {
   const int64_t L = static_cast<int64_t>(step_.size());
   std::vector<int> pass_bits(static_cast<size_t>(L));
   std::vector<int64_t> group_index(static_cast<size_t>(L));
+  std::vector<bool> against_exact(static_cast<size_t>(L));  // a segment input's pass holds it exact (gact_store.h)
   for (int64_t l = 0; l < L; ++l) {
-    pass_bits[static_cast<size_t>(l)] = step_[static_cast<size_t>(l)].bits;
-    group_index[static_cast<size_t>(l)] = step_[static_cast<size_t>(l)].group_index;
+    const StepTensor& t = step_[static_cast<size_t>(l)];
+    pass_bits[static_cast<size_t>(l)] = t.bits;
+    group_index[static_cast<size_t>(l)] = t.group_index;
+    against_exact[static_cast<size_t>(l)] = t.op == "checkpoint";
   }
   const int64_t k = gopts_.tensors_per_refresh > 0 ? std::min(gopts_.tensors_per_refresh, L) : L;
   try {
     for (int64_t j = 0; j < k; ++j) {
       const int64_t l = (round_robin_ + j) % std::max<int64_t>(L, 1);
       const int64_t gi = group_index[static_cast<size_t>(l)];
-      set_noise_salt(gi, ++salt_counter_);  // only tensor l's noise changes
+      const bool exact = against_exact[static_cast<size_t>(l)];
+      if (exact) exact_tensor_ = l;
+      else set_noise_salt(gi, ++salt_counter_);  // only tensor l's noise changes
       restart();
       const std::vector<Tensor> gl = fn();
       ++passes;
+      exact_tensor_ = -1;
       set_noise_salt(gi, 0);
       const double d = squared_distance(g0, gl);
       TensorSensitivity& t = table_[static_cast<size_t>(l)];
-      t.sensitivity = d / (2.0 * quant_variance_factor(pass_bits[static_cast<size_t>(l)]));
+      t.sensitivity = d / ((exact ? 1.0 : 2.0) * quant_variance_factor(pass_bits[static_cast<size_t>(l)]));
       t.estimated = true;
     }
   } catch (...) {
     measuring_ = false;
+    exact_tensor_ = -1;
     throw;
   }
   measuring_ = false;

@@ -115,6 +115,7 @@ int GactStore::bits_for(int64_t, const SaveRequest&, const Tensor&) { return pen
 int GactStore::bits_to_save(int64_t l) const {
   int b = gopts_.initial_bits;
   if (l < static_cast<int64_t>(table_.size()) && table_[static_cast<size_t>(l)].bits > 0) b = table_[static_cast<size_t>(l)].bits;
+  if (measuring_ && l == exact_tensor_) return kPassThroughBits;  // its exact pass
   // A tensor kept in FP32 has no quantization noise to measure: quantized at 8 bits for the passes.
   return measuring_ && b == kPassThroughBits ? 8 : b;
 }
@@ -143,7 +144,17 @@ SavedHandle GactStore::save(const Tensor& x, const SaveRequest& r) {
   StepTensor& t = step_[static_cast<size_t>(l)];
   SavedHandle h;
   if (t.bits == kPassThroughBits) {
-    h = passthrough_.save(x, r);
+    if (first && l == exact_tensor_) {
+      // Its exact pass. The baseline quantized it: its index is skipped, so later tensors keep
+      // their noise. Held as a copy: the baseline's recompute decodes it into a new buffer, which
+      // the segment's first op saves as a tensor of its own; held as itself it would be loaded as
+      // this buffer and that save would be this tensor again (seen_), in FP32, renumbering the rest.
+      TagScope tag(MemTag::Saved);
+      h = passthrough_.save(x.clone(), r);
+      skip_index();
+    } else {
+      h = passthrough_.save(x, r);
+    }
     if (first && gopts_.estimator == GactEstimator::Analytic) {
       // The group ranges the quantizer would have seen, for the sensitivity: the per-group codec
       // on x's device into scratch buffers there; only the per-group range terms come to the host

@@ -14,6 +14,13 @@
 //    refreshes (k + 1 passes each).
 //    A tensor held at 32 bits is quantized at 8 bits during these passes, so that it has noise
 //    to measure.
+//    A segment's input (op "checkpoint", memory.recompute) is measured against its exact value
+//    instead: its pass holds it in FP32 and c_l = ||g0 - g_l||^2 / S(b_l). Recomputing a segment
+//    from a quantized input evaluates the segment's backward at a perturbed point, so its
+//    gradients are biased (layernorm, GELU, softmax are not linear in it); GACT's difference of
+//    two draws cancels that bias and measured such inputs as harmless (docs/attention.md), the
+//    distance to the exact input holds variance and bias both. Same passes; a plain tensor, which
+//    the gradient reads linearly, keeps GACT's estimate (both agree there in expectation).
 //  - analytic (ActNN): c_l = sum_n J_n * sum_{i in n} R_i, R_i = (range of i's group)^2 / 4,
 //    from the group ranges the quantizer computes, and J_n = ||dL/d(output of l's consumer)_n||^2
 //    times the squared norm of a weight-gradient Jacobian column per input element of sample n,
@@ -238,6 +245,7 @@ class GactStore : public GroupStore, private BitsProvider {
   std::string unknown_kernel_;                     // a conv2d layer whose kernel was not given
   int pending_bits_ = 0;                           // bits_for's answer for the save in progress
   bool measuring_ = false;                         // inside estimate_measured's passes
+  int64_t exact_tensor_ = -1;                      // the tensor a measurement pass holds exact, or -1
   std::vector<TensorSensitivity> table_;
   std::vector<double> pending_analytic_;  // harvested at begin_step from the finished step
   int64_t last_refresh_step_ = 0, refreshes_ = 0, round_robin_ = 0, last_passes_ = 0;

@@ -63,6 +63,9 @@ class GroupStore : public CompressingStore {
   // salt 0 restores the normal noise.
   void set_noise_salt(int64_t index, uint64_t salt);
   void clear_noise_salts() { salts_.clear(); }
+  // Takes the next tensor index without quantizing (a tensor GACT holds exact for one measurement
+  // pass), so that the tensors after it keep their noise. step_tensors() then skips that index.
+  void skip_index() { ++next_index_; }
   // Tensors quantized since begin_step, by index.
   const std::vector<QuantizedTensorInfo>& step_tensors() const { return step_tensors_; }
 

@@ -10,6 +10,7 @@
 #include <map>
 #include <numeric>
 
+#include "autograd/checkpoint.h"
 #include "autograd/ops.h"
 #include "autograd/tape.h"
 #include "core/error.h"
@@ -129,6 +130,103 @@ TEST(GactMeasured, RoundRobinSubsetIsCheaper) {
   ASSERT_TRUE(policy.gact().refresh(1, fn));
   EXPECT_TRUE(policy.gact().tensors()[1].estimated);
   EXPECT_GT(policy.gact().tensors()[1].bits, policy.gact().tensors()[0].bits);
+}
+
+// A recomputed segment's input: linear -> [checkpoint: gelu -> linear]. Only the segment's input
+// goes to gact (every other save is FP32), so "the input exact" is the FP32 run.
+TEST(GactMeasured, ASegmentInputIsMeasuredAgainstItsExactValue) {
+  const Tensor x = random_tensor({16, 32}, 11);      // (N, 32)
+  const Tensor w0 = ToyNet::param({64, 32}, 12);     // (64, 32)
+  const Tensor w1 = ToyNet::param({8, 64}, 13);      // (8, 64)
+  const Tensor seed = random_tensor({16, 8}, 14);    // (N, 8)
+  auto grads = [&](StorePolicy& policy) {
+    PolicyScope scope(policy);
+    Tensor p0 = w0, p1 = w1;
+    p0.zero_grad();
+    p1.zero_grad();
+    const Tensor a = ops::linear(x, w0, Tensor());  // (N, 64), the segment's input
+    const Tensor y = checkpoint([&](const Tensor& in) { return ops::linear(ops::gelu(in), w1, Tensor()); }, a);
+    backward(y, seed);
+    return std::vector<Tensor>{w0.grad().clone(), w1.grad().clone()};
+  };
+  StorePolicySpec spec;
+  StoreRule rule;
+  rule.ops = {"checkpoint"};
+  rule.spec.scheme = "gact";
+  rule.spec.options = {{"avg_bits", "2"}, {"max_bits", "8"}, {"group_size", "64"}, {"adapt_interval", "10"}};
+  spec.rules.push_back(rule);
+  RulePolicy policy(spec);
+  ASSERT_EQ(find_gact_stores(policy).size(), 1u);
+  GactStore& g = *find_gact_stores(policy)[0];
+  policy.begin_step(0);
+  ASSERT_TRUE(g.refresh(0, [&] { return grads(policy); }));
+  ASSERT_EQ(g.tensors().size(), 1u);
+  EXPECT_EQ(g.tensors()[0].op, "checkpoint");
+  EXPECT_EQ(g.last_refresh_passes(), 2);  // the baseline, then the input exact
+  EXPECT_EQ(g.tensors()[0].bits, 2);      // one tensor: the whole budget
+  // The baseline again (same step, same noise), and the exact input's gradients.
+  policy.begin_step(0);
+  const std::vector<Tensor> g0 = grads(policy);
+  Fp32Policy fp32;
+  const std::vector<Tensor> exact = grads(fp32);
+  double d = 0;
+  for (size_t k = 0; k < g0.size(); ++k) {
+    const auto u = g0[k].to_vector(), v = exact[k].to_vector();
+    for (size_t i = 0; i < u.size(); ++i) d += (double(u[i]) - v[i]) * (double(u[i]) - v[i]);
+  }
+  ASSERT_GT(d, 0.0);
+  EXPECT_NEAR(g.tensors()[0].sensitivity * quant_variance_factor(2), d, 1e-4 * d);
+}
+
+// The same with every tensor under gact and the segment's first op saving the input it is given
+// (linear): in the baseline pass the recompute decodes the input into a buffer of its own, which
+// the linear saves as one more 2-bit tensor; the exact pass must do the same from the exact input.
+// Nearest rounding, so that "the rest as in the baseline" is a run of another policy: ActNN at 2
+// bits everywhere but the segment's input in FP32.
+TEST(GactMeasured, ASegmentInputsExactPassRequantizesWhatTheRecomputeSaves) {
+  const Tensor x = random_tensor({16, 32}, 21);      // (N, 32)
+  const Tensor w0 = ToyNet::param({64, 32}, 22);     // (64, 32)
+  const Tensor w1 = ToyNet::param({8, 64}, 23);      // (8, 64)
+  const Tensor seed = random_tensor({16, 8}, 24);    // (N, 8)
+  auto grads = [&](StorePolicy& policy) {
+    PolicyScope scope(policy);
+    Tensor p0 = w0, p1 = w1;
+    p0.zero_grad();
+    p1.zero_grad();
+    const Tensor a = ops::linear(x, w0, Tensor());  // (N, 64)
+    const Tensor y = checkpoint([&](const Tensor& in) { return ops::gelu(ops::linear(in, w1, Tensor())); }, a);
+    backward(y, seed);
+    return std::vector<Tensor>{w0.grad().clone(), w1.grad().clone()};
+  };
+  GactOptions o = toy_options(GactEstimator::Measured);
+  o.avg_bits = 2;
+  o.store.quant.rounding = Rounding::Nearest;
+  GactPolicy policy(o);
+  GactStore& g = policy.gact();
+  policy.begin_step(0);
+  ASSERT_TRUE(g.refresh(0, [&] { return grads(policy); }));
+  // x, the segment's input, then in backward the recompute's linear input and gelu's.
+  ASSERT_EQ(g.tensors().size(), 4u);
+  ASSERT_EQ(g.tensors()[1].op, "checkpoint");
+  policy.begin_step(1);
+  StorePolicySpec spec;
+  spec.default_scheme.scheme = "actnn";
+  spec.default_scheme.options = {{"bits", "2"}, {"group_size", "64"}, {"rounding", "nearest"}};
+  StoreRule exact_input;
+  exact_input.ops = {"checkpoint"};
+  exact_input.spec.scheme = "fp32";
+  spec.rules.push_back(exact_input);
+  RulePolicy reference(spec);
+  spec.rules.clear();
+  RulePolicy baseline(spec);
+  const std::vector<Tensor> g0 = grads(baseline), rest_as_baseline = grads(reference);
+  double d = 0;
+  for (size_t k = 0; k < g0.size(); ++k) {
+    const auto u = g0[k].to_vector(), v = rest_as_baseline[k].to_vector();
+    for (size_t i = 0; i < u.size(); ++i) d += (double(u[i]) - v[i]) * (double(u[i]) - v[i]);
+  }
+  ASSERT_GT(d, 0.0);
+  EXPECT_NEAR(g.tensors()[1].sensitivity * quant_variance_factor(2), d, 1e-4 * d);
 }
 
 TEST(GactAnalytic, SensitiveTensorGetsMoreBitsWithoutExtraPasses) {
