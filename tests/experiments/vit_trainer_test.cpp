@@ -8,6 +8,9 @@
 #include <string>
 
 #include "experiments/lib/run.h"
+#include "experiments/lib/session.h"
+#include "experiments/lib/train_loop.h"
+#include "quant/group/gact_store.h"
 #include "tests/experiments/fixture.h"
 #include "tests/experiments/tiny_config.h"
 #include "tests/experiments/run_files.h"
@@ -74,4 +77,44 @@ TEST(VitTrainer, AttentionAlgorithmFromTheConfigAndTheGactCB2Preset) {
   sets.push_back("model.attention=standard");
   EXPECT_TRUE(attention_ops(run_training(tiny_config(vit_fixture_data(), temp_dir("vit_cb2_std"), sets), quiet()))
                   .count("attention_softmax"));
+}
+
+// GACT's measured refresh on a model with dropout: its gradient evaluations draw the step's masks,
+// so with nearest rounding (no quantization noise to re-draw) every pass gives the baseline's
+// gradient and every tensor's sensitivity is 0. Fresh masks in each pass made it the masks' variance.
+TEST(VitTrainer, GactRefreshPassesDrawTheStepsDropoutMasks) {
+  std::vector<std::string> sets = kVitShortRun;
+  sets.push_back("model.dropout=0.3");
+  sets.push_back("saved_tensors.default={scheme: gact, avg_bits: 4, rounding: nearest, tensors_per_refresh: 6}");
+  const Config c = tiny_config(vit_fixture_data(), temp_dir("vit_gact_masks"), sets);
+  Session s = make_session(c, synthetic_input_spec(c));
+  const SyntheticBatch b = synthetic_batch(4, s.input.channels, s.input.height, s.input.width, s.input.classes, 7);
+  train_step(*s.model, *s.optimizer, *s.policy, b.images, b.labels, 0, {});
+  const std::vector<GactStore*> gact = find_gact_stores(*s.policy);
+  ASSERT_EQ(gact.size(), 1u);
+  ASSERT_EQ(gact[0]->refreshes(), 1);
+  ASSERT_GT(gact[0]->tensors().size(), 10u);
+  int estimated = 0;  // the first 6 (tensors_per_refresh)
+  for (const TensorSensitivity& t : gact[0]->tensors())
+    if (t.estimated) {
+      ++estimated;
+      EXPECT_EQ(t.sensitivity, 0.0) << t.layer << " " << t.op;
+    }
+  EXPECT_EQ(estimated, 6);
+  // And the step itself drew the masks a step without a refresh draws: its mask streams stand where
+  // the FP32 session's stand after its step (one forward's draws each).
+  sets.back() = "saved_tensors.default=fp32";
+  const Config c32 = tiny_config(vit_fixture_data(), temp_dir("vit_gact_masks32"), sets);
+  Session s32 = make_session(c32, synthetic_input_spec(c32));
+  train_step(*s32.model, *s32.optimizer, *s32.policy, b.images, b.labels, 0, {});
+  const auto streams = static_cast<const Module&>(*s.model).named_mask_streams();
+  const auto streams32 = static_cast<const Module&>(*s32.model).named_mask_streams();
+  ASSERT_EQ(streams.size(), streams32.size());
+  ASSERT_FALSE(streams.empty());
+  uint64_t draws = 0;  // attention dropout is 0: those streams never draw
+  for (size_t i = 0; i < streams.size(); ++i) {
+    EXPECT_EQ(streams[i].second.calls, streams32[i].second.calls) << streams[i].first;
+    draws += streams[i].second.calls;
+  }
+  EXPECT_GT(draws, 0u);
 }
