@@ -19,6 +19,7 @@
 #include "layers/recompute.h"
 #include "models/registry.h"
 #include "optim/registry.h"
+#include "quant/group/gact_store.h"
 #include "quant/policy/presets.h"
 
 namespace packrat {
@@ -284,6 +285,9 @@ Session make_session(const Config& c, const InputSpec& input) {
   // What the stores need to know of the model (GACT's analytic estimator: the kernel sizes).
   const auto named = s.model->named_parameters();
   for (SavedTensorStore* st : s.policy->stores()) st->observe_model(named);
+  // GACT's `variance: auto`: relative units under an optimizer that normalises each parameter's
+  // update (every one but SGD).
+  for (GactStore* g : find_gact_stores(*s.policy)) g->set_update_normalised(c.optimizer.name != "sgd");
   return s;
 }
 

@@ -93,9 +93,25 @@ std::map<std::string, int64_t> conv_kernel_elements(const std::vector<std::pair<
 
 namespace {
 
-// ||a - b||^2 over every gradient, on the gradients' device (one double per gradient comes to
-// the host): the difference in f32, its squares summed in double.
-double squared_distance(const std::vector<Tensor>& a, const std::vector<Tensor>& b) {
+// A gradient as rows (GactVariance): (first dimension, the rest), a vector one row; plain.
+Tensor as_rows(const Tensor& g) {
+  const int64_t rows = g.rank() >= 2 ? g.dim(0) : 1;
+  return g.to_plain().reshape({rows, g.numel() / rows});
+}
+
+// Per row: sum of a * b, on the tensors' device; the (rows,) sums to the host.
+std::vector<double> row_dots(Backend& be, const Tensor& a, const Tensor& b) {
+  const int64_t rows = a.dim(0);
+  const Tensor sums = be.reduce_sum_to(be.binary(BinaryOp::Mul, a, b), Shape{rows, 1}).to(Device::cpu());  // (rows, 1)
+  std::vector<double> out(static_cast<size_t>(rows));
+  for (int64_t r = 0; r < rows; ++r) out[static_cast<size_t>(r)] = static_cast<double>(sums.data<float>()[r]);
+  return out;
+}
+
+// ||a - b||^2 over every gradient (absolute), or the sum over rows of ||a_row - b_row||^2 /
+// ||a_row||^2, rows with a zero gradient left out (relative), on the gradients' device: the
+// difference in f32, its squares summed in double (per row: in f32, then double).
+double squared_distance(const std::vector<Tensor>& a, const std::vector<Tensor>& b, bool relative) {
   PACKRAT_CHECK(a.size() == b.size(), "gact: the gradient function returned {} then {} gradients", a.size(), b.size());
   TagScope tag(MemTag::Workspace);
   double d = 0;
@@ -105,7 +121,15 @@ double squared_distance(const std::vector<Tensor>& a, const std::vector<Tensor>&
                   a[k].shape().str(), b[k].shape().str());
     check_same_device("gact (measured estimator): gradients of two evaluations", {&a[k], &b[k]});
     Backend& be = backend(a[k].device());
-    d += be.reduce_sum_squares(be.binary(BinaryOp::Sub, a[k], b[k]));
+    if (!relative) {
+      d += be.reduce_sum_squares(be.binary(BinaryOp::Sub, a[k], b[k]));
+      continue;
+    }
+    const Tensor x = as_rows(a[k]);  // (rows, rest)
+    const Tensor diff = be.binary(BinaryOp::Sub, x, as_rows(b[k]));
+    const std::vector<double> dd = row_dots(be, diff, diff), norm = row_dots(be, x, x);
+    for (size_t r = 0; r < dd.size(); ++r)
+      if (norm[r] > 0) d += dd[r] / norm[r];
   }
   return d;
 }
@@ -154,7 +178,7 @@ void GactStore::estimate_measured(const GradFn& fn) {
       ++passes;
       exact_tensor_ = -1;
       set_noise_salt(gi, 0);
-      const double d = squared_distance(g0, gl);
+      const double d = squared_distance(g0, gl, relative_variance());
       TensorSensitivity& t = table_[static_cast<size_t>(l)];
       t.sensitivity = d / ((exact ? 1.0 : 2.0) * quant_variance_factor(pass_bits[static_cast<size_t>(l)]));
       t.estimated = true;
@@ -243,7 +267,19 @@ void GactStore::observe_gradients(const std::vector<Tensor>& grads) {
     be.copy_range(grad_mean_, off, mean, 0, n);
     const Tensor delta = be.binary(BinaryOp::Sub, v, mean);
     const Tensor next = be.binary(BinaryOp::Add, mean, be.scale(delta, inv_count));
-    grad_m2_ += be.reduce_sum(be.binary(BinaryOp::Mul, delta, be.binary(BinaryOp::Sub, v, next)));
+    const Tensor spread = be.binary(BinaryOp::Mul, delta, be.binary(BinaryOp::Sub, v, next));  // (n,)
+    if (relative_variance()) {
+      // Each row's spread over its running mean's squared norm now: the relative estimate's units.
+      const int64_t R = g.rank() >= 2 ? g.dim(0) : 1;
+      const Shape rows{R, n / R};
+      const Tensor m2 = be.reduce_sum_to(spread.reshape(rows), Shape{R, 1}).to(Device::cpu());  // (R, 1)
+      const Tensor next_rows = next.reshape(rows);
+      const std::vector<double> norm = row_dots(be, next_rows, next_rows);
+      for (int64_t r = 0; r < R; ++r)
+        if (norm[static_cast<size_t>(r)] > 0) grad_m2_ += static_cast<double>(m2.data<float>()[r]) / norm[static_cast<size_t>(r)];
+    } else {
+      grad_m2_ += be.reduce_sum(spread);
+    }
     be.copy_range(next, 0, grad_mean_, off, n);
     off += n;
   }

@@ -60,9 +60,14 @@ GactOptions GactStore::parse_options(SchemeOptions& o, const GactOptions& base) 
   PACKRAT_CHECK(g.avg_bits >= 1.0, "{}: 'avg_bits' is {}; the budget must be at least 1 bit per element", o.where(),
                 g.avg_bits);
   g.adapt_interval = o.get_int("adapt_interval", base.adapt_interval, 1, INT64_MAX);
+  g.adapt_warmup = o.get_bool("adapt_warmup", base.adapt_warmup);
   const std::string est = o.get_string("estimator", base.estimator == GactEstimator::Measured ? "measured" : "analytic",
                                        {"measured", "analytic"});
   g.estimator = est == "measured" ? GactEstimator::Measured : GactEstimator::Analytic;
+  static constexpr const char* kVariances[] = {"auto", "absolute", "relative"};
+  const std::string var = o.get_string("variance", kVariances[static_cast<int>(base.variance)],
+                                       {"auto", "absolute", "relative"});
+  g.variance = var == "relative" ? GactVariance::Relative : var == "absolute" ? GactVariance::Absolute : GactVariance::Auto;
   g.tensors_per_refresh = o.get_int("tensors_per_refresh", base.tensors_per_refresh, 0, INT64_MAX);
   g.initial_bits = static_cast<int>(o.get_int("initial_bits", base.initial_bits, 0, kPassThroughBits));
   g.warn_ratio = o.get_double("warn_ratio", base.warn_ratio, 0.0, 1e9);
@@ -99,6 +104,12 @@ void GactStore::observe_model(const std::vector<std::pair<std::string, Tensor>>&
   set_conv_kernels(conv_kernel_elements(named_parameters));
   parameters_ = 0;
   for (const auto& [name, p] : named_parameters) parameters_ += p.numel();
+}
+
+void GactStore::set_update_normalised(bool normalised) { update_normalised_ = normalised; }
+
+bool GactStore::relative_variance() const {
+  return gopts_.variance == GactVariance::Relative || (gopts_.variance == GactVariance::Auto && update_normalised_);
 }
 
 void GactStore::log_to(const std::string& run_dir, int index) {
@@ -297,7 +308,10 @@ std::vector<double> GactStore::analytic_from_step() const {
 }
 
 bool GactStore::refresh(int64_t step, const GradFn& compute_param_grads) {
-  const bool due = refreshes_ == 0 || step - last_refresh_step_ >= gopts_.adapt_interval;
+  int64_t interval = gopts_.adapt_interval;
+  if (gopts_.adapt_warmup && refreshes_ > 0 && refreshes_ <= 62)
+    interval = std::min(interval, int64_t{1} << (refreshes_ - 1));  // 1, 2, 4, ... after the first
+  const bool due = refreshes_ == 0 || step - last_refresh_step_ >= interval;
   if (!due) return false;
   if (gopts_.estimator == GactEstimator::Measured) {
     PACKRAT_CHECK(static_cast<bool>(compute_param_grads),

@@ -64,11 +64,29 @@ namespace packrat {
 
 enum class GactEstimator : uint8_t { Measured, Analytic };
 
+// The units the measured estimator weighs a gradient's noise in.
+//  absolute (GACT): ||g0 - g_l||^2 over every parameter, the variance of an SGD update.
+//  relative: per row of every parameter (its first dimension; a vector is one row),
+//    ||g0_row - g_l_row||^2 / ||g0_row||^2, summed: the noise as an update that normalises each
+//    parameter by its own gradient's scale (Adam, AdamW) sees it. In the absolute units a row with
+//    small gradients weighs nothing, whatever its noise does to its update: bert_tiny's attention
+//    v and output, whose noise reaches only the q and k rows of in_proj (small beside v's rows at
+//    initialisation), were measured harmless, given 1 bit, and the encoder stopped learning.
+//  auto: relative under an optimizer other than SGD, absolute under SGD (the trainer resolves it,
+//    set_update_normalised; absolute until then).
+enum class GactVariance : uint8_t { Auto, Absolute, Relative };
+
 struct GactOptions {
   GroupStoreOptions store;          // group size, grouping, metadata, rounding, seed (bits: unused)
   double avg_bits = 4;              // budget, bits per element averaged over quantized elements (>= 1)
   int64_t adapt_interval = 1000;    // steps between refreshes of the sensitivities
+  // Refreshes 1, 2, 4, ... steps apart after the first until the interval reaches adapt_interval.
+  // GACT assumes the sensitivities stable along training (its paper fine-tunes pretrained
+  // models); from a random initialisation they are not: bert_tiny's attention tensors grew a
+  // million-fold in its first 200 steps, and their first-step 1-bit allocation stopped it learning.
+  bool adapt_warmup = false;
   GactEstimator estimator = GactEstimator::Measured;
+  GactVariance variance = GactVariance::Auto;
   int64_t tensors_per_refresh = 0;  // measured: tensors re-estimated per refresh, round-robin (0: all)
   std::vector<int> candidate_bits = {1, 2, 3, 4, 8, 32};  // 32: kept in FP32 (kPassThroughBits)
   int initial_bits = 0;             // bits before the first estimate (0: largest candidate <= avg_bits; 32: FP32)
@@ -126,7 +144,8 @@ using GradFn = std::function<std::vector<Tensor>()>;
 class GactStore : public GroupStore, private BitsProvider {
  public:
   explicit GactStore(GactOptions o);
-  // Options: avg_bits, adapt_interval, estimator measured|analytic, tensors_per_refresh,
+  // Options: avg_bits, adapt_interval, adapt_warmup, estimator measured|analytic,
+  // variance auto|absolute|relative, tensors_per_refresh,
   // initial_bits, max_bits (the widest candidate: 32 keeps a tensor in FP32, 8 never), warn_ratio,
   // log_path, plus the per-group store's group_size, grouping,
   // meta, rounding, seed. `base` supplies the defaults (a preset).
@@ -146,8 +165,12 @@ class GactStore : public GroupStore, private BitsProvider {
   // The store contract's: the kernels of the model's convolutions (conv_kernel_elements), and
   // its parameter count, which an imported gradient mean must have.
   void observe_model(const std::vector<std::pair<std::string, Tensor>>& named_parameters) override;
+  // The optimizer normalises each parameter's update (Adam, AdamW): `variance: auto` is relative.
+  void set_update_normalised(bool normalised);
+  bool relative_variance() const;  // the units in effect (GactVariance)
 
-  // Refreshes sensitivities and bits when due (first call, then every adapt_interval steps).
+  // Refreshes sensitivities and bits when due (first call, then every adapt_interval steps, or
+  // 1, 2, 4, ... steps apart up to that with adapt_warmup).
   // Returns true when it did. The measured estimator calls compute_param_grads; the analytic
   // one uses what the last training step left (compute_param_grads may be empty).
   bool refresh(int64_t step, const GradFn& compute_param_grads) override;
@@ -245,6 +268,7 @@ class GactStore : public GroupStore, private BitsProvider {
   std::string unknown_kernel_;                     // a conv2d layer whose kernel was not given
   int pending_bits_ = 0;                           // bits_for's answer for the save in progress
   bool measuring_ = false;                         // inside estimate_measured's passes
+  bool update_normalised_ = false;                 // set_update_normalised: auto means relative
   int64_t exact_tensor_ = -1;                      // the tensor a measurement pass holds exact, or -1
   std::vector<TensorSensitivity> table_;
   std::vector<double> pending_analytic_;  // harvested at begin_step from the finished step

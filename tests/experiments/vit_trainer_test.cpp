@@ -93,6 +93,7 @@ TEST(VitTrainer, GactRefreshPassesDrawTheStepsDropoutMasks) {
   const std::vector<GactStore*> gact = find_gact_stores(*s.policy);
   ASSERT_EQ(gact.size(), 1u);
   ASSERT_EQ(gact[0]->refreshes(), 1);
+  EXPECT_FALSE(gact[0]->relative_variance());  // variance: auto under SGD
   ASSERT_GT(gact[0]->tensors().size(), 10u);
   int estimated = 0;  // the first 6 (tensors_per_refresh)
   for (const TensorSensitivity& t : gact[0]->tensors())
@@ -117,4 +118,19 @@ TEST(VitTrainer, GactRefreshPassesDrawTheStepsDropoutMasks) {
     draws += streams[i].second.calls;
   }
   EXPECT_GT(draws, 0u);
+}
+
+// `variance: auto` follows the optimizer: relative under AdamW, which normalises each parameter's
+// update; what the config writes wins.
+TEST(VitTrainer, GactVarianceAutoIsRelativeUnderAdamW) {
+  auto relative = [](const std::vector<std::string>& extra) {
+    std::vector<std::string> sets = kVitShortRun;
+    sets.insert(sets.end(), extra.begin(), extra.end());
+    const Config c = tiny_config(vit_fixture_data(), temp_dir("vit_gact_variance"), sets);
+    Session s = make_session(c, synthetic_input_spec(c));
+    return find_gact_stores(*s.policy).at(0)->relative_variance();
+  };
+  EXPECT_TRUE(relative({"saved_tensors.default=gact-L1", "optimizer={name: adamw, lr: 0.001}"}));
+  EXPECT_FALSE(relative({"saved_tensors.default=gact-L1"}));  // SGD
+  EXPECT_FALSE(relative({"saved_tensors.default={scheme: gact-L1, variance: absolute}", "optimizer={name: adamw, lr: 0.001}"}));
 }

@@ -114,6 +114,47 @@ TEST(GactMeasured, SensitiveTensorGetsMoreBits) {
   EXPECT_EQ(g.refreshes(), 2);
 }
 
+// Relative units weigh each row's noise against its own gradient: the toy's 30x amplification of
+// xb's branch scales Wb's gradient and its noise alike, so the two inputs weigh about the same
+// (absolute: ~900x apart, above).
+TEST(GactMeasured, RelativeVarianceWeighsNoiseAgainstEachRowsGradient) {
+  ToyNet net;
+  GactOptions o = toy_options(GactEstimator::Measured);
+  o.variance = GactVariance::Relative;
+  GactPolicy policy(o);
+  GactStore& g = policy.gact();
+  EXPECT_TRUE(g.relative_variance());
+  policy.begin_step(0);
+  ASSERT_TRUE(g.refresh(0, [&] { return net.grads(policy); }));
+  ASSERT_EQ(g.tensors().size(), 2u);
+  const double ratio = g.tensors()[1].sensitivity / g.tensors()[0].sensitivity;
+  EXPECT_GT(ratio, 0.2);
+  EXPECT_LT(ratio, 5.0);
+  // auto: absolute until the trainer says the optimizer normalises its updates.
+  GactPolicy automatic(toy_options(GactEstimator::Measured));
+  EXPECT_FALSE(automatic.gact().relative_variance());
+  automatic.gact().set_update_normalised(true);
+  EXPECT_TRUE(automatic.gact().relative_variance());
+  GactOptions absolute = toy_options(GactEstimator::Measured);
+  absolute.variance = GactVariance::Absolute;
+  GactPolicy fixed(absolute);
+  fixed.gact().set_update_normalised(true);
+  EXPECT_FALSE(fixed.gact().relative_variance());
+}
+
+TEST(GactMeasured, AdaptWarmupDoublesTheIntervalUpToAdaptInterval) {
+  ToyNet net;
+  GactOptions o = toy_options(GactEstimator::Measured);  // adapt_interval 10
+  o.adapt_warmup = true;
+  GactPolicy policy(o);
+  std::vector<int64_t> refreshed;
+  for (int64_t step = 0; step <= 40; ++step) {
+    policy.begin_step(step);
+    if (policy.gact().refresh(step, [&] { return net.grads(policy); })) refreshed.push_back(step);
+  }
+  EXPECT_EQ(refreshed, (std::vector<int64_t>{0, 1, 3, 7, 15, 25, 35}));
+}
+
 TEST(GactMeasured, RoundRobinSubsetIsCheaper) {
   ToyNet net;
   GactOptions o = toy_options(GactEstimator::Measured);
@@ -607,10 +648,13 @@ TEST(GactState, ImportErrorsNameWhatDiffers) {
 TEST(GactConfig, OptionsPresetsAndErrors) {
   auto opts = [](std::map<std::string, std::string> kv) { return SchemeOptions(std::move(kv), "saved_tensors (line 7)"); };
   {
-    auto o = opts({{"avg_bits", "3"}, {"adapt_interval", "500"}, {"estimator", "analytic"}, {"group_size", "128"}});
+    auto o = opts({{"avg_bits", "3"}, {"adapt_interval", "500"}, {"estimator", "analytic"}, {"group_size", "128"},
+                   {"variance", "relative"}, {"adapt_warmup", "true"}});
     auto s = make_gact_store(o);
     auto& g = dynamic_cast<GactStore&>(*s);
     EXPECT_EQ(g.scheme(), "gact");
+    EXPECT_EQ(g.gact_options().variance, GactVariance::Relative);
+    EXPECT_TRUE(g.gact_options().adapt_warmup);
     EXPECT_EQ(g.gact_options().avg_bits, 3.0);
     EXPECT_EQ(g.gact_options().adapt_interval, 500);
     EXPECT_EQ(g.gact_options().estimator, GactEstimator::Analytic);
@@ -619,7 +663,7 @@ TEST(GactConfig, OptionsPresetsAndErrors) {
   }
   for (auto bad : std::vector<std::map<std::string, std::string>>{
            {{"avg_bits", "0.5"}}, {{"adapt_interval", "0"}}, {{"estimator", "guess"}}, {{"group_size", "0"}},
-           {{"bits", "3"}}, {{"avgbits", "3"}}}) {
+           {{"bits", "3"}}, {{"avgbits", "3"}}, {{"variance", "squared"}}, {{"adapt_warmup", "often"}}}) {
     auto o = opts(bad);
     try {
       make_gact_store(o);
