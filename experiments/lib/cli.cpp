@@ -175,6 +175,11 @@ int run_mode(const TrainerArgs& a, const Config& config, DataParallel* dp) {
   // memory.plan: auto: the chosen option replaces the config's storage before anything runs.
   std::optional<MemoryPlan> plan;
   if (config.memory.plan == "auto") {
+    const bool trains = !a.memory_report_only && a.benchmark_steps == 0 && a.max_batch_bytes == 0 && a.gradient_fidelity == 0;
+    if (trains) {  // a run the directory refuses is refused before the profile's steps, not after
+      check_output_outside_data(config);
+      check_output_dir(config.output.dir, !a.resume.empty(), a.overwrite);
+    }
     plan = plan_memory(config);
     std::fputs(plan->table().c_str(), stdout);
   }

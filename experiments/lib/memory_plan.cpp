@@ -106,6 +106,20 @@ std::vector<PlanOption> plan_options(const Config& c) {
     o.push_back({"gact-L2", {gact("gact-L2"), "memory.recompute=[]"}});
     o.push_back({"offload", {"saved_tensors={default: fp32, rules: []}", "memory.recompute=[]", "memory.offload={}"}});
   }
+  // The convolution kernels are a lever too: under conv_algorithm auto oneDNN may pick Winograd,
+  // whose Workspace depends on the CPU (the quickstart's 2-bit step at batch 128: 69.4 MiB on an
+  // Intel Xeon with AMX, 33.6 MiB of it Workspace; 43.7 MiB with direct kernels, as on an AMD EPYC
+  // Zen 4). Each level again with direct convolutions, for an image model on the CPU.
+  const bool images = c.data.dataset != "text" && c.data.dataset != "text_classes";
+  if (Device::parse(c.device).is_cpu() && c.conv_algorithm == "auto" && images) {
+    const size_t levels = o.size();
+    for (size_t i = 0; i < levels; ++i) {
+      PlanOption direct = o[i];
+      direct.name += "+direct";
+      direct.overrides.push_back("conv_algorithm=direct");
+      o.push_back(std::move(direct));
+    }
+  }
   return o;
 }
 

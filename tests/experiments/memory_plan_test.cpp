@@ -39,10 +39,16 @@ std::vector<std::string> names(const std::vector<PlanOption>& options) {
 TEST(MemoryPlan, InABudgetFp32DoesNotFitItPicksAnOptionThatDoesAsPredicted) {
   const Config fp32 = with_option(planned(1), plan_options(planned(1)).front().overrides);
   ASSERT_EQ(fp32.saved_tensors.default_scheme.scheme, "fp32");
-  const int64_t fp32_peak = benchmark(fp32, 1).peak_bytes;
-  const int64_t budget = fp32_peak / 2;
+  // FP32's peak with either kind of convolution kernel (oneDNN's Winograd Workspace varies by CPU).
+  const int64_t fp32_peak = std::min(benchmark(fp32, 1).peak_bytes,
+                                     benchmark(with_option(fp32, {"conv_algorithm=direct"}), 1).peak_bytes);
+  // Half of that, or more where the leanest level needs it.
+  const Config lean = with_option(planned(1), {"saved_tensors={default: actnn-L2, rules: []}", "conv_algorithm=direct"});
+  const int64_t budget = std::max(fp32_peak / 2, benchmark(lean, 1).peak_bytes * 6 / 5);
+  ASSERT_LT(budget, fp32_peak);
   const MemoryPlan p = plan_memory(planned(budget));
   EXPECT_NE(p.chosen, "L0");
+  EXPECT_NE(p.chosen, "L0+direct");
   EXPECT_FALSE(p.options.front().fits) << "FP32 predicted at " << p.options.front().predicted_peak;
   EXPECT_LE(p.measured_peak, budget);
   EXPECT_LE(std::abs(static_cast<double>(p.measured_peak - p.predicted_peak)), 0.05 * static_cast<double>(p.predicted_peak))
@@ -98,6 +104,12 @@ TEST(MemoryPlan, OffloadWhereTheDeviceHasASecondMemoryEfficientAttentionForATran
   EXPECT_EQ(std::count(gpu.begin(), gpu.end(), "gact-L2"), 1);
   const auto vit = names(plan_options(planned(1, {"model.arch=vit_tiny_cifar", "data.train_transforms=[]"})));
   EXPECT_EQ(std::count(vit.begin(), vit.end(), "gact-CB2"), 1);
+  // On the CPU under conv_algorithm auto, every level again with direct convolutions (less Workspace).
+  EXPECT_EQ(std::count(cpu.begin(), cpu.end(), "actnn-L2+direct"), 1);
+  EXPECT_EQ(std::count(cpu.begin(), cpu.end(), "L0+direct"), 1);
+  EXPECT_EQ(std::count(gpu.begin(), gpu.end(), "L0+direct"), 0);
+  const auto direct = names(plan_options(planned(1, {"conv_algorithm=direct"})));
+  EXPECT_EQ(std::count(direct.begin(), direct.end(), "L0+direct"), 0) << "already direct";
 }
 
 }  // namespace

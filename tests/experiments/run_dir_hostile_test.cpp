@@ -367,3 +367,17 @@ TEST(RunDirHostile, HugeInputsUnderAnAddressSpaceLimitExitTwo) {
   EXPECT_EQ(rc, 2) << output;
   EXPECT_TRUE(contains(output, "ulimit -v") || contains(output, "memory")) << output;
 }
+
+// memory.plan: auto profiles several steps before training: a fresh run the directory refuses is
+// refused before them (with a budget too small for the model, the profile would have failed
+// first, naming the budget), and the earlier run is left as it was.
+TEST(RunDirHostile, APlannedRunIntoAnEarlierRunIsRefusedBeforeItsProfile) {
+  const fs::path out = finished_run("plan_refused");
+  const auto before = snapshot(out);
+  const fs::path yaml = write_config(out.parent_path() / "again.yaml", out);
+  const std::string m = trainer_error(args({"--config", yaml.string(), "--set", "memory.plan=auto", "--set",
+                                            "memory.budget=64K"}));
+  EXPECT_NE(m.find("holds an earlier run"), std::string::npos) << m;
+  EXPECT_EQ(m.find("cannot hold"), std::string::npos) << m;
+  EXPECT_EQ(snapshot(out), before);
+}
