@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <numeric>
 
@@ -173,23 +174,39 @@ TEST(GactMeasured, RoundRobinSubsetIsCheaper) {
   EXPECT_GT(policy.gact().tensors()[1].bits, policy.gact().tensors()[0].bits);
 }
 
-// A recomputed segment's input: linear -> [checkpoint: gelu -> linear]. Only the segment's input
-// goes to gact (every other save is FP32), so "the input exact" is the FP32 run.
-TEST(GactMeasured, ASegmentInputIsMeasuredAgainstItsExactValue) {
-  const Tensor x = random_tensor({16, 32}, 11);      // (N, 32)
-  const Tensor w0 = ToyNet::param({64, 32}, 12);     // (64, 32)
-  const Tensor w1 = ToyNet::param({8, 64}, 13);      // (8, 64)
-  const Tensor seed = random_tensor({16, 8}, 14);    // (N, 8)
-  auto grads = [&](StorePolicy& policy) {
+// linear(x, W0) -> [checkpoint: segment(., W1)]: a recomputed segment's input.
+struct SegmentNet {
+  using Body = std::function<Tensor(const Tensor& in, const Tensor& w1)>;
+  Tensor x = random_tensor({16, 32}, 11);       // (N, 32)
+  Tensor w0 = ToyNet::param({64, 32}, 12);      // (64, 32)
+  Tensor w1 = ToyNet::param({8, 64}, 13);       // (8, 64)
+  Tensor seed = random_tensor({16, 8}, 14);     // (N, 8)
+  Body body;
+  std::vector<Tensor> grads(StorePolicy& policy) {
     PolicyScope scope(policy);
-    Tensor p0 = w0, p1 = w1;
-    p0.zero_grad();
-    p1.zero_grad();
+    w0.zero_grad();
+    w1.zero_grad();
     const Tensor a = ops::linear(x, w0, Tensor());  // (N, 64), the segment's input
-    const Tensor y = checkpoint([&](const Tensor& in) { return ops::linear(ops::gelu(in), w1, Tensor()); }, a);
+    const Tensor y = checkpoint([&](const Tensor& in) { return body(in, w1); }, a);
     backward(y, seed);
-    return std::vector<Tensor>{w0.grad().clone(), w1.grad().clone()};
-  };
+    return {w0.grad().clone(), w1.grad().clone()};
+  }
+};
+
+double squared_distance(const std::vector<Tensor>& a, const std::vector<Tensor>& b) {
+  double d = 0;
+  for (size_t k = 0; k < a.size(); ++k) {
+    const auto u = a[k].to_vector(), v = b[k].to_vector();
+    for (size_t i = 0; i < u.size(); ++i) d += (double(u[i]) - v[i]) * (double(u[i]) - v[i]);
+  }
+  return d;
+}
+
+// Only the segment's input goes to gact (every other save is FP32), so "the input exact" is the
+// FP32 run: its sensitivity times S(b) is the squared distance of the baseline's gradient to it.
+TEST(GactMeasured, ASegmentInputIsMeasuredAgainstItsExactValue) {
+  SegmentNet net;
+  net.body = [](const Tensor& in, const Tensor& w1) { return ops::linear(ops::gelu(in), w1, Tensor()); };
   StorePolicySpec spec;
   StoreRule rule;
   rule.ops = {"checkpoint"};
@@ -200,52 +217,35 @@ TEST(GactMeasured, ASegmentInputIsMeasuredAgainstItsExactValue) {
   ASSERT_EQ(find_gact_stores(policy).size(), 1u);
   GactStore& g = *find_gact_stores(policy)[0];
   policy.begin_step(0);
-  ASSERT_TRUE(g.refresh(0, [&] { return grads(policy); }));
+  ASSERT_TRUE(g.refresh(0, [&] { return net.grads(policy); }));
   ASSERT_EQ(g.tensors().size(), 1u);
   EXPECT_EQ(g.tensors()[0].op, "checkpoint");
   EXPECT_EQ(g.last_refresh_passes(), 2);  // the baseline, then the input exact
   EXPECT_EQ(g.tensors()[0].bits, 2);      // one tensor: the whole budget
   // The baseline again (same step, same noise), and the exact input's gradients.
   policy.begin_step(0);
-  const std::vector<Tensor> g0 = grads(policy);
+  const std::vector<Tensor> g0 = net.grads(policy);
   Fp32Policy fp32;
-  const std::vector<Tensor> exact = grads(fp32);
-  double d = 0;
-  for (size_t k = 0; k < g0.size(); ++k) {
-    const auto u = g0[k].to_vector(), v = exact[k].to_vector();
-    for (size_t i = 0; i < u.size(); ++i) d += (double(u[i]) - v[i]) * (double(u[i]) - v[i]);
-  }
+  const double d = squared_distance(g0, net.grads(fp32));
   ASSERT_GT(d, 0.0);
   EXPECT_NEAR(g.tensors()[0].sensitivity * quant_variance_factor(2), d, 1e-4 * d);
 }
 
-// The same with every tensor under gact and the segment's first op saving the input it is given
-// (linear): in the baseline pass the recompute decodes the input into a buffer of its own, which
-// the linear saves as one more 2-bit tensor; the exact pass must do the same from the exact input.
-// Nearest rounding, so that "the rest as in the baseline" is a run of another policy: ActNN at 2
-// bits everywhere but the segment's input in FP32.
+// Every tensor under gact, and the segment's first op saving the input it is given (linear): in
+// the baseline pass the recompute decodes the input into a buffer of its own, which the linear
+// saves as one more 2-bit tensor; the exact pass must do the same from the exact input. Nearest
+// rounding, so that "the rest as in the baseline" is a run of another policy: ActNN at 2 bits
+// everywhere but the segment's input in FP32.
 TEST(GactMeasured, ASegmentInputsExactPassRequantizesWhatTheRecomputeSaves) {
-  const Tensor x = random_tensor({16, 32}, 21);      // (N, 32)
-  const Tensor w0 = ToyNet::param({64, 32}, 22);     // (64, 32)
-  const Tensor w1 = ToyNet::param({8, 64}, 23);      // (8, 64)
-  const Tensor seed = random_tensor({16, 8}, 24);    // (N, 8)
-  auto grads = [&](StorePolicy& policy) {
-    PolicyScope scope(policy);
-    Tensor p0 = w0, p1 = w1;
-    p0.zero_grad();
-    p1.zero_grad();
-    const Tensor a = ops::linear(x, w0, Tensor());  // (N, 64)
-    const Tensor y = checkpoint([&](const Tensor& in) { return ops::gelu(ops::linear(in, w1, Tensor())); }, a);
-    backward(y, seed);
-    return std::vector<Tensor>{w0.grad().clone(), w1.grad().clone()};
-  };
+  SegmentNet net;
+  net.body = [](const Tensor& in, const Tensor& w1) { return ops::gelu(ops::linear(in, w1, Tensor())); };
   GactOptions o = toy_options(GactEstimator::Measured);
   o.avg_bits = 2;
   o.store.quant.rounding = Rounding::Nearest;
   GactPolicy policy(o);
   GactStore& g = policy.gact();
   policy.begin_step(0);
-  ASSERT_TRUE(g.refresh(0, [&] { return grads(policy); }));
+  ASSERT_TRUE(g.refresh(0, [&] { return net.grads(policy); }));
   // x, the segment's input, then in backward the recompute's linear input and gelu's.
   ASSERT_EQ(g.tensors().size(), 4u);
   ASSERT_EQ(g.tensors()[1].op, "checkpoint");
@@ -253,19 +253,13 @@ TEST(GactMeasured, ASegmentInputsExactPassRequantizesWhatTheRecomputeSaves) {
   StorePolicySpec spec;
   spec.default_scheme.scheme = "actnn";
   spec.default_scheme.options = {{"bits", "2"}, {"group_size", "64"}, {"rounding", "nearest"}};
+  RulePolicy baseline(spec);
   StoreRule exact_input;
   exact_input.ops = {"checkpoint"};
   exact_input.spec.scheme = "fp32";
   spec.rules.push_back(exact_input);
   RulePolicy reference(spec);
-  spec.rules.clear();
-  RulePolicy baseline(spec);
-  const std::vector<Tensor> g0 = grads(baseline), rest_as_baseline = grads(reference);
-  double d = 0;
-  for (size_t k = 0; k < g0.size(); ++k) {
-    const auto u = g0[k].to_vector(), v = rest_as_baseline[k].to_vector();
-    for (size_t i = 0; i < u.size(); ++i) d += (double(u[i]) - v[i]) * (double(u[i]) - v[i]);
-  }
+  const double d = squared_distance(net.grads(baseline), net.grads(reference));
   ASSERT_GT(d, 0.0);
   EXPECT_NEAR(g.tensors()[1].sensitivity * quant_variance_factor(2), d, 1e-4 * d);
 }
