@@ -281,14 +281,19 @@ Session make_session(const Config& c, const InputSpec& input) {
     fail("{}: {}", c.source, e.what());
   }
   s.optimizer = make_optimizer(s.model->named_parameters(), c.optimizer);
-  s.policy = std::make_unique<RulePolicy>(c.saved_tensors, offload_rule(c));
+  s.policy = make_policy(c, *s.model);
+  return s;
+}
+
+std::unique_ptr<RulePolicy> make_policy(const Config& c, const Module& model) {
+  auto policy = std::make_unique<RulePolicy>(c.saved_tensors, offload_rule(c));
   // What the stores need to know of the model (GACT's analytic estimator: the kernel sizes).
-  const auto named = s.model->named_parameters();
-  for (SavedTensorStore* st : s.policy->stores()) st->observe_model(named);
+  const auto named = model.named_parameters();
+  for (SavedTensorStore* st : policy->stores()) st->observe_model(named);
   // GACT's `variance: auto`: relative units under an optimizer that normalises each parameter's
   // update (every one but SGD).
-  for (GactStore* g : find_gact_stores(*s.policy)) g->set_update_normalised(c.optimizer.name != "sgd");
-  return s;
+  for (GactStore* g : find_gact_stores(*policy)) g->set_update_normalised(c.optimizer.name != "sgd");
+  return policy;
 }
 
 LrSchedule make_schedule(const Config& c, int64_t steps_per_epoch) {

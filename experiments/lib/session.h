@@ -90,6 +90,9 @@ std::vector<std::string> recompute_globs(const Config& c);
 // actnn-L4); nullopt: nothing offloaded.
 std::optional<OffloadRule> offload_rule(const Config& c);
 Session make_session(const Config& c, const InputSpec& input);
+// The config's saved-tensor policy for `model` (make_session's; a fresh one per --find-max-batch
+// trial): the rules and offload, the stores told of the model and of the optimizer.
+std::unique_ptr<RulePolicy> make_policy(const Config& c, const Module& model);
 
 LrSchedule make_schedule(const Config& c, int64_t steps_per_epoch);
 

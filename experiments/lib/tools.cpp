@@ -250,7 +250,7 @@ MaxBatchResult find_max_batch(const Config& c, int64_t limit, int64_t upper) {
     {
       SafetensorsFile carried;
       append_store_state(carried.tensors, s.policy->stores());
-      auto fresh = std::make_unique<RulePolicy>(c.saved_tensors, offload_rule(c));
+      auto fresh = make_policy(c, *s.model);
       restore_store_state(carried, fresh->stores(), "--find-max-batch (the previous step's adaptive state)");
       s.policy = std::move(fresh);
     }
