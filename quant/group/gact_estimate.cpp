@@ -93,19 +93,25 @@ std::map<std::string, int64_t> conv_kernel_elements(const std::vector<std::pair<
 
 namespace {
 
-// A gradient as rows (GactVariance): (first dimension, the rest), a vector one row; plain.
-Tensor as_rows(const Tensor& g) {
+// A gradient's rows (GactVariance): (first dimension, the rest), a vector one row.
+Shape row_shape(const Tensor& g) {
   const int64_t rows = g.rank() >= 2 ? g.dim(0) : 1;
-  return g.to_plain().reshape({rows, g.numel() / rows});
+  return Shape{rows, g.numel() / rows};
 }
+Tensor as_rows(const Tensor& g) { return g.to_plain().reshape(row_shape(g)); }  // plain
 
-// Per row: sum of a * b, on the tensors' device; the (rows,) sums to the host.
-std::vector<double> row_dots(Backend& be, const Tensor& a, const Tensor& b) {
-  const int64_t rows = a.dim(0);
-  const Tensor sums = be.reduce_sum_to(be.binary(BinaryOp::Mul, a, b), Shape{rows, 1}).to(Device::cpu());  // (rows, 1)
+// Per row of a (rows, rest) tensor: the sum of its elements, on its device; the sums to the host.
+std::vector<double> row_sums(Backend& be, const Tensor& t) {
+  const int64_t rows = t.dim(0);
+  const Tensor sums = be.reduce_sum_to(t, Shape{rows, 1}).to(Device::cpu());  // (rows, 1)
   std::vector<double> out(static_cast<size_t>(rows));
   for (int64_t r = 0; r < rows; ++r) out[static_cast<size_t>(r)] = static_cast<double>(sums.data<float>()[r]);
   return out;
+}
+
+// Per row: sum of a * b.
+std::vector<double> row_dots(Backend& be, const Tensor& a, const Tensor& b) {
+  return row_sums(be, be.binary(BinaryOp::Mul, a, b));
 }
 
 // ||a - b||^2 over every gradient (absolute), or the sum over rows of ||a_row - b_row||^2 /
@@ -270,13 +276,11 @@ void GactStore::observe_gradients(const std::vector<Tensor>& grads) {
     const Tensor spread = be.binary(BinaryOp::Mul, delta, be.binary(BinaryOp::Sub, v, next));  // (n,)
     if (relative_variance()) {
       // Each row's spread over its running mean's squared norm now: the relative estimate's units.
-      const int64_t R = g.rank() >= 2 ? g.dim(0) : 1;
-      const Shape rows{R, n / R};
-      const Tensor m2 = be.reduce_sum_to(spread.reshape(rows), Shape{R, 1}).to(Device::cpu());  // (R, 1)
+      const Shape rows = row_shape(g);
       const Tensor next_rows = next.reshape(rows);
-      const std::vector<double> norm = row_dots(be, next_rows, next_rows);
-      for (int64_t r = 0; r < R; ++r)
-        if (norm[static_cast<size_t>(r)] > 0) grad_m2_ += static_cast<double>(m2.data<float>()[r]) / norm[static_cast<size_t>(r)];
+      const std::vector<double> m2 = row_sums(be, spread.reshape(rows)), norm = row_dots(be, next_rows, next_rows);
+      for (size_t r = 0; r < m2.size(); ++r)
+        if (norm[r] > 0) grad_m2_ += m2[r] / norm[r];
     } else {
       grad_m2_ += be.reduce_sum(spread);
     }
