@@ -128,6 +128,9 @@ class Backend {
   virtual Tensor column_sums(const Tensor& m, int64_t M, int64_t N) = 0;
 
   // ---- batchnorm (ops/batchnorm)
+  // Whether the batchnorm kernels read x in this 16-bit dtype (y then in it too; gradients f32),
+  // instead of an f32 copy of it (autocast at the kernels' edges).
+  virtual bool batchnorm_reads(DType dtype) const { return dtype == DType::f32; }
   // x (N, C, H, W) any layout; weight (scale) and bias (shift) (C) each, or undefined; outputs
   // keep x's layout. Variances are biased (divided by N*H*W).
   // Training: y, and the batch statistics mean (C) and var (C).

@@ -55,8 +55,10 @@ Tensor batchnorm2d(const Tensor& x, const Tensor& weight, const Tensor& bias, Te
   PACKRAT_CHECK(is_f32_or_half(x.dtype()), "{}: input has dtype {}, expected f32, bf16 or f16", where,
                 dtype_name(x.dtype()));
   // A 16-bit x (autocast) is saved as it is; the statistics and y are computed in f32 and y
-  // comes back in x's dtype.
-  const Tensor xf = as_f32(x);
+  // comes back in x's dtype. The backend reads it as it is where it can (the CPU's), else an f32
+  // copy of it.
+  const bool reads_x = backend_of(x).batchnorm_reads(x.dtype());
+  const Tensor xf = reads_x ? x : as_f32(x);
   const int64_t C = x.dim(1), n = x.dim(0) * x.dim(2) * x.dim(3);
   check_channel_tensor(where, "weight", weight, C);
   check_channel_tensor(where, "bias", bias, C);
@@ -67,7 +69,7 @@ Tensor batchnorm2d(const Tensor& x, const Tensor& weight, const Tensor& bias, Te
 
   if (training)  // data-parallel with distributed.sync_batchnorm: statistics of the global batch
     if (const auto sync = batchnorm_sync())
-      return sync_batchnorm2d(xf, weight, bias, running_mean, running_var, momentum, eps, *sync, num_batches_tracked);
+      return sync_batchnorm2d(as_f32(x), weight, bias, running_mean, running_var, momentum, eps, *sync, num_batches_tracked);
 
   Tensor y, mean, var;  // (N, C, H, W) x's layout; (C); (C)
   const bool global_stats = !training;
@@ -92,7 +94,8 @@ Tensor batchnorm2d(const Tensor& x, const Tensor& weight, const Tensor& bias, Te
   const Layout x_layout = x.layout();
   record("batchnorm2d", {&x, &weight, &bias}, {&y}, std::move(saved),
          [=](Node& nd, const std::vector<Tensor>& grads) -> std::vector<Tensor> {
-           const Tensor xs = as_f32(nd.load(0)).to_layout(x_layout);
+           const Tensor saved_x = nd.load(0).to_layout(x_layout);
+           const Tensor xs = backend_of(saved_x).batchnorm_reads(saved_x.dtype()) ? saved_x : as_f32(saved_x);
            const Tensor m = nd.load(1), v = nd.load(2);
            const Tensor w = has_weight ? nd.load(3) : Tensor();
            Tensor dx, dw, db;

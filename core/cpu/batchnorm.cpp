@@ -42,6 +42,12 @@ BatchNormKernel batchnorm_kernel() { return g_kernel.load(); }
 void batchnorm_forward_training(const Tensor& x, const Tensor& weight, const Tensor& bias, float eps, Tensor& y,
                                 Tensor& mean, Tensor& var) {
   if (use_loops()) return batchnorm_forward_training_loops(x, weight, bias, eps, y, mean, var);
+  if (x.dtype() != DType::f32) {  // oneDNN's kernel here is f32 only: through an f32 copy
+    Tensor yf;
+    batchnorm_forward_training(x.to(DType::f32), weight, bias, eps, yf, mean, var);
+    y = yf.to(x.dtype());
+    return;
+  }
   const int64_t C = x.dim(1);
   const memory::desc data = desc_of(x);
   auto pd = forward_pd(data, eps, flags_for(weight.defined(), bias.defined(), false), dnnl::prop_kind::forward_training);
@@ -59,6 +65,8 @@ void batchnorm_forward_training(const Tensor& x, const Tensor& weight, const Ten
 Tensor batchnorm_forward_inference(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& mean,
                                    const Tensor& var, float eps) {
   if (use_loops()) return batchnorm_forward_inference_loops(x, weight, bias, mean, var, eps);
+  if (x.dtype() != DType::f32)
+    return batchnorm_forward_inference(x.to(DType::f32), weight, bias, mean, var, eps).to(x.dtype());
   const int64_t C = x.dim(1);
   const memory::desc data = desc_of(x);
   auto pd = forward_pd(data, eps, flags_for(weight.defined(), bias.defined(), true), dnnl::prop_kind::forward_inference);
@@ -76,6 +84,8 @@ void batchnorm_backward(const Tensor& x, const Tensor& gy, const Tensor& weight,
                         const Tensor& var, float eps, bool global_stats, Tensor& dx, Tensor& dweight, Tensor& dbias) {
   if (use_loops())
     return batchnorm_backward_loops(x, gy, weight, has_bias, mean, var, eps, global_stats, dx, dweight, dbias);
+  if (x.dtype() != DType::f32)
+    return batchnorm_backward(x.to(DType::f32), gy, weight, has_bias, mean, var, eps, global_stats, dx, dweight, dbias);
   const int64_t C = x.dim(1);
   const memory::desc data = desc_of(x);
   const Tensor diff_dst = to_layout(gy, x.layout());

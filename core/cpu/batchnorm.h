@@ -1,6 +1,7 @@
 #pragma once
 // Batch normalization over a 4-d tensor as it lies (plain or blocked; the output keeps the
-// input's layout). Scale (weight) and shift (bias) are optional, each (C).
+// input's layout and dtype). x is f32, bf16 or f16 (autocast's input, read as it is saved);
+// gradients are f32. Scale (weight) and shift (bias) are optional, each (C).
 //
 // Two kernels: OpenMP loops (batchnorm_loops.cpp, the default) and oneDNN's. oneDNN's jit
 // batchnorm synchronises its threads with spin barriers inside each call, which stalls when

@@ -9,11 +9,15 @@
 #include "core/cpu/batchnorm.h"
 #include "core/cpu/dnnl_context.h"
 #include "core/cpu/loops.h"
+#include "core/half.h"
 #include "core/parallel.h"
 
 namespace packrat::cpu {
 
 namespace {
+
+// x (and the forward's y) are f32, bf16 or f16 (autocast: the 16-bit input is read as it is saved,
+// each value widened exactly, so the sums and outputs are those of its f32 copy); gradients are f32.
 
 // A 4-d buffer seen as N x U slabs of HW x L floats, where slab (n, u) holds channels
 // [u * L, (u + 1) * L): L = 16 for nChw16c, 8 for nChw8c (lanes interleaved), 1 for plain.
@@ -24,8 +28,8 @@ struct Slabs {
 
 // Per-channel sums over the slabs: Grad ? (sum g, sum g * (x - center)) : (sum (x - center),
 // sum (x - center)^2). Lanes accumulate in float over chunks of 256 values, then in double.
-template <int L, bool Grad>
-void channel_sums(const float* x, const float* g, const Slabs& s, const float* center, double* sum_out,
+template <int L, bool Grad, typename T>
+void channel_sums(const T* x, const float* g, const Slabs& s, const float* center, double* sum_out,
                   double* sum2_out) {
   constexpr int64_t kChunk = 256;
   rows_for(s.U, s.N * s.HW * L, [&](int64_t u) {
@@ -34,7 +38,7 @@ void channel_sums(const float* x, const float* g, const Slabs& s, const float* c
     for (int l = 0; l < L; ++l) m[l] = center[u * L + l];
     for (int64_t n = 0; n < s.N; ++n) {
       const int64_t base = (n * s.U + u) * s.HW * L;
-      const float* px = x + base;
+      const T* px = x + base;
       const float* pg = Grad ? g + base : nullptr;
       for (int64_t i0 = 0; i0 < s.HW; i0 += kChunk) {
         const int64_t i1 = std::min(s.HW, i0 + kChunk);
@@ -45,7 +49,7 @@ void channel_sums(const float* x, const float* g, const Slabs& s, const float* c
           float sa = 0.0f, sb = 0.0f;
 #pragma omp simd reduction(+ : sa, sb)
           for (int64_t i = i0; i < i1; ++i) {
-            const float v = px[i] - m[0];
+            const float v = to_f32(px[i]) - m[0];
             sa += Grad ? pg[i] : v;
             sb += (Grad ? pg[i] : v) * v;
           }
@@ -57,7 +61,7 @@ void channel_sums(const float* x, const float* g, const Slabs& s, const float* c
           float pa[U][L] = {}, pb[U][L] = {};  // (U, L)
           auto add = [&](float* qa, float* qb, int64_t i) {
             for (int l = 0; l < L; ++l) {
-              const float v = px[i * L + l] - m[l];
+              const float v = to_f32(px[i * L + l]) - m[l];
               const float gv = Grad ? pg[i * L + l] : v;
               qa[l] += gv;
               qb[l] += gv * v;
@@ -87,8 +91,8 @@ void channel_sums(const float* x, const float* g, const Slabs& s, const float* c
 }
 
 // The elementwise pass, per channel c: Grad ? out = k (g - a - (x - m) b) : out = x k + a.
-template <int L, bool Grad>
-void affine_pass(const Slabs& s, const float* x, const float* g, float* out, const float* k, const float* a,
+template <int L, bool Grad, typename T, typename O>
+void affine_pass(const Slabs& s, const T* x, const float* g, O* out, const float* k, const float* a,
                  const float* b, const float* m) {
   rows_for(s.N * s.U, s.HW * L, [&](int64_t nu) {
     const int64_t u = nu % s.U, base = nu * s.HW * L;
@@ -99,16 +103,16 @@ void affine_pass(const Slabs& s, const float* x, const float* g, float* out, con
       bb[l] = Grad ? b[u * L + l] : 0.0f;
       mm[l] = Grad ? m[u * L + l] : 0.0f;
     }
-    const float* px = x + base;
-    float* po = out + base;
+    const T* px = x + base;
+    O* po = out + base;
     if constexpr (Grad) {
       const float* pg = g + base;
       for (int64_t i = 0; i < s.HW; ++i)
         for (int l = 0; l < L; ++l)
-          po[i * L + l] = kk[l] * (pg[i * L + l] - aa[l] - (px[i * L + l] - mm[l]) * bb[l]);
+          po[i * L + l] = from_f32<O>(kk[l] * (pg[i * L + l] - aa[l] - (to_f32(px[i * L + l]) - mm[l]) * bb[l]));
     } else {
       for (int64_t i = 0; i < s.HW; ++i)
-        for (int l = 0; l < L; ++l) po[i * L + l] = px[i * L + l] * kk[l] + aa[l];
+        for (int l = 0; l < L; ++l) po[i * L + l] = from_f32<O>(to_f32(px[i * L + l]) * kk[l] + aa[l]);
     }
   });
 }
@@ -118,14 +122,33 @@ Slabs slabs_of(const Tensor& x) {
   return Slabs{x.dim(0), block ? x.dim(1) / block : x.dim(1), x.dim(2) * x.dim(3)};
 }
 
-// Calls fn(std::integral_constant<int, L>{}) with x's lanes L (see Slabs).
+// Calls fn(std::integral_constant<int, L>{}, px) with x's lanes L (see Slabs) and its data as
+// const float*, const bf16_t* or const f16_t*.
 template <typename Fn>
 void with_lanes(const Tensor& x, Fn&& fn) {
+  auto typed = [&](auto lanes) {
+    switch (x.dtype()) {
+      case DType::bf16: return fn(lanes, x.data<bf16_t>());
+      case DType::f16: return fn(lanes, x.data<f16_t>());
+      default: return fn(lanes, x.data<float>());
+    }
+  };
   switch (channel_block(x.layout())) {
-    case 16: return fn(std::integral_constant<int, 16>{});
-    case 8: return fn(std::integral_constant<int, 8>{});
-    default: return fn(std::integral_constant<int, 1>{});
+    case 16: return typed(std::integral_constant<int, 16>{});
+    case 8: return typed(std::integral_constant<int, 8>{});
+    default: return typed(std::integral_constant<int, 1>{});
   }
+}
+
+// The first value of each channel, widened: the shift of the training sums.
+std::vector<float> first_values(const Tensor& x) {
+  const int64_t C = x.dim(1);
+  std::vector<float> first(static_cast<size_t>(C));  // (C)
+  with_lanes(x, [&](auto, const auto* px) {
+    for (int64_t c = 0; c < C; ++c)
+      first[static_cast<size_t>(c)] = to_f32(px[nchw_offset(x.layout(), C, x.dim(2), x.dim(3), 0, c, 0, 0)]);
+  });
+  return first;
 }
 
 void normalize_any(const Tensor& x, Tensor& y, const Tensor& weight, const Tensor& bias, const float* mean,
@@ -139,9 +162,9 @@ void normalize_any(const Tensor& x, Tensor& y, const Tensor& weight, const Tenso
     shift[static_cast<size_t>(c)] = static_cast<float>((bias.defined() ? bias.data<float>()[c] : 0.0) - mean[c] * k);
   }
   const Slabs s = slabs_of(x);
-  with_lanes(x, [&](auto lanes) {
-    affine_pass<lanes.value, false>(s, x.data<float>(), nullptr, y.data<float>(), scale.data(), shift.data(), nullptr,
-                                    nullptr);
+  with_lanes(x, [&](auto lanes, const auto* px) {
+    using T = std::remove_cv_t<std::remove_pointer_t<decltype(px)>>;
+    affine_pass<lanes.value, false>(s, px, nullptr, y.data<T>(), scale.data(), shift.data(), nullptr, nullptr);
   });
 }
 
@@ -152,11 +175,10 @@ void batchnorm_forward_training_loops(const Tensor& x, const Tensor& weight, con
   const int64_t C = x.dim(1);
   const Slabs s = slabs_of(x);
   // Sums of x - K with K the channel's first value: no cancellation when |mean| >> std.
-  std::vector<float> shift(static_cast<size_t>(C));  // (C)
-  for (int64_t c = 0; c < C; ++c) shift[static_cast<size_t>(c)] = x.data<float>()[nchw_offset(x.layout(), C, x.dim(2), x.dim(3), 0, c, 0, 0)];
+  const std::vector<float> shift = first_values(x);  // (C)
   std::vector<double> sum(static_cast<size_t>(C)), sum2(static_cast<size_t>(C));
-  with_lanes(x, [&](auto lanes) {
-    channel_sums<lanes.value, false>(x.data<float>(), nullptr, s, shift.data(), sum.data(), sum2.data());
+  with_lanes(x, [&](auto lanes, const auto* px) {
+    channel_sums<lanes.value, false>(px, nullptr, s, shift.data(), sum.data(), sum2.data());
   });
   mean = empty_cpu(Shape{C});  // (C)
   var = empty_cpu(Shape{C});   // (C), biased
@@ -166,13 +188,13 @@ void batchnorm_forward_training_loops(const Tensor& x, const Tensor& weight, con
     mean.data<float>()[c] = static_cast<float>(shift[static_cast<size_t>(c)] + d);
     var.data<float>()[c] = static_cast<float>(std::max(0.0, sum2[static_cast<size_t>(c)] / n - d * d));
   }
-  y = Tensor::empty_like(x);  // (N, C, H, W), x's layout
+  y = Tensor::empty_like(x);  // (N, C, H, W), x's layout and dtype
   normalize_any(x, y, weight, bias, mean.data<float>(), var.data<float>(), eps);
 }
 
 Tensor batchnorm_forward_inference_loops(const Tensor& x, const Tensor& weight, const Tensor& bias,
                                          const Tensor& mean, const Tensor& var, float eps) {
-  Tensor y = Tensor::empty_like(x);  // (N, C, H, W), x's layout
+  Tensor y = Tensor::empty_like(x);  // (N, C, H, W), x's layout and dtype
   normalize_any(x, y, weight, bias, mean.data<float>(), var.data<float>(), eps);
   return y;
 }
@@ -185,8 +207,8 @@ void batchnorm_backward_loops(const Tensor& x, const Tensor& gy_any, const Tenso
   const Tensor gy = to_layout(gy_any, x.layout());
   const float* m = mean.data<float>();
   std::vector<double> sdy(static_cast<size_t>(C)), sdyx(static_cast<size_t>(C));  // sum dy, sum dy * (x - mean)
-  with_lanes(x, [&](auto lanes) {
-    channel_sums<lanes.value, true>(x.data<float>(), gy.data<float>(), s, m, sdy.data(), sdyx.data());
+  with_lanes(x, [&](auto lanes, const auto* px) {
+    channel_sums<lanes.value, true>(px, gy.data<float>(), s, m, sdy.data(), sdyx.data());
   });
   const double n = static_cast<double>(s.count());
   // dx = k (dy - a - (x - mean) b): k = w invstd; training: a = sum dy / n, b = sum(dy (x - mean)) invstd^2 / n.
@@ -202,10 +224,9 @@ void batchnorm_backward_loops(const Tensor& x, const Tensor& gy_any, const Tenso
     if (weight.defined()) dweight.data<float>()[c] = static_cast<float>(sdyx[i] * invstd);
     if (has_bias) dbias.data<float>()[c] = static_cast<float>(sdy[i]);
   }
-  dx = Tensor::empty_like(x);  // (N, C, H, W), x's layout
-  with_lanes(x, [&](auto lanes) {
-    affine_pass<lanes.value, true>(s, x.data<float>(), gy.data<float>(), dx.data<float>(), k.data(), a.data(), b.data(),
-                                   m);
+  dx = empty_cpu(x.shape(), DType::f32, x.layout());  // (N, C, H, W), x's layout, f32
+  with_lanes(x, [&](auto lanes, const auto* px) {
+    affine_pass<lanes.value, true>(s, px, gy.data<float>(), dx.data<float>(), k.data(), a.data(), b.data(), m);
   });
 }
 

@@ -114,6 +114,17 @@ std::shared_ptr<ConvPlan> make_plan(const ConvGeometry& g) {
     make_forward(*p, g, p->src_layout, p->dst_layout, true);
     if (is_reference(*p) || is_gemm(*p)) make_forward(*p, g, p->src_layout, p->dst_layout);
   }
+  if (g.dtype == DType::bf16 && amx_kernels()) {
+    // AMX: oneDNN's AMX convolutions read and write channels-last, which no packrat tensor on
+    // the CPU is. They run on channels-last copies at the call's edges (kernel_formats), and are
+    // still 5-15x faster than the avx512_core_bf16 kernels on the blocked tensors, and 3-5x faster
+    // than f32's Winograd (ResNet-18's 3x3 convolutions at batch 64, 2 cores; docs/precision.md).
+    const Layout src = p->src_layout, dst = p->dst_layout;
+    const bool kernel_formats = p->kernel_formats;
+    make_forward(*p, g, src, dst, true);
+    if (std::string(p->fwd_pd.impl_info_str()).find("amx") == std::string::npos)
+      make_forward(*p, g, src, dst, kernel_formats);
+  }
   p->fwd = dnnl::convolution_forward(p->fwd_pd);
   return p;
 }
@@ -254,11 +265,16 @@ Tensor conv_backward_data(const Tensor& gy, const Tensor& w, const ConvGeometry&
 }
 
 void conv_backward_weights(const Tensor& x, const Tensor& gy, const ConvGeometry& g, Tensor& gw, Tensor& gb) {
-  if (g.dtype != DType::f32 && (g.stride_h > 1 || g.stride_w > 1)) {
-    // oneDNN 2.6's bf16 weight gradient of a strided convolution synchronises its threads so
-    // often that on a machine shared with other jobs it ran 20-1500x slower than f32's (ResNet-20's
-    // two stride-2 convolutions: 480-2190 ms a call against f32's 24 ms, the bf16 kernel's own
-    // 1.4 ms when it got both cores; docs/precision.md). f32 on the bf16 values instead.
+  const bool strided = g.stride_h > 1 || g.stride_w > 1;
+  const bool amx_pointwise = amx_kernels() && g.KH * g.KW == 1 && g.groups == 1;
+  if (g.dtype != DType::f32 && (strided || amx_pointwise)) {
+    // f32 on the bf16 values instead of oneDNN 2.6's bf16 weight gradient:
+    // - of a strided convolution, which synchronises its threads so often that on a machine
+    //   shared with other jobs it ran 20-1500x slower than f32's (ResNet-20's two stride-2
+    //   convolutions: 480-2190 ms a call against f32's 24 ms, the bf16 kernel's own 1.4 ms when it
+    //   got both cores; docs/precision.md);
+    // - of a 1x1 convolution on AMX, where f32's jit_1x1 kernel is about twice as fast as the AMX
+    //   one (EfficientNet-B0's bf16 step 1.12x faster; docs/precision.md).
     ConvGeometry f32 = g;
     f32.dtype = DType::f32;
     Tensor xf, gyf;

@@ -13,6 +13,7 @@ class CpuBackend final : public Backend {
   Allocator& allocator() override { return Allocator::cpu(); }
   // bf16 where oneDNN has native bf16 kernels (AVX512_BF16 or AMX); f16 nowhere.
   bool computes_in(DType dtype) const override;
+  bool batchnorm_reads(DType dtype) const override { return dtype == DType::f32 || is_half(dtype); }
 
   // ---- memory: copy, fill, reorder, convert (cpu_backend_memory.cpp)
   void copy(const Tensor& src, Tensor& dst) override;

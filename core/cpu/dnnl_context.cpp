@@ -23,6 +23,11 @@ bool bf16_kernels() {
   return (isa & dnnl_cpu_isa_avx512_core_bf16) == dnnl_cpu_isa_avx512_core_bf16;
 }
 
+bool amx_kernels() {
+  const auto isa = static_cast<unsigned>(dnnl::get_effective_cpu_isa());
+  return (isa & dnnl_cpu_isa_avx512_core_amx) == dnnl_cpu_isa_avx512_core_amx;
+}
+
 Layout native_blocked_layout() {
   static const Layout native = avx512_kernels() ? Layout::nChw16c : Layout::nChw8c;
   return native;

@@ -21,6 +21,9 @@ dnnl::engine& dnnl_engine();
 bool avx512_kernels();
 // Whether oneDNN runs native bf16 kernels here (AVX512_BF16, or AMX which implies it).
 bool bf16_kernels();
+// Whether oneDNN runs AMX bf16 kernels here (Sapphire Rapids and later). Its AMX convolutions
+// read and write channels-last tensors (core/cpu/conv.cpp).
+bool amx_kernels();
 dnnl::stream& dnnl_stream();  // one per thread
 
 // Attributes every packrat primitive uses: strict fp32 math (no bf16 down-conversion) and

@@ -121,6 +121,49 @@ TEST(BackendBatchnorm, ForwardAndBackwardMatchTwoPassDoublesOnEveryBackend) {
   }
 }
 
+// A backend that reads a 16-bit x as it is (autocast's batchnorm input, batchnorm_reads) computes
+// what it computes from that x's f32 copy: each value widens exactly, so the statistics and
+// gradients agree to the float sums' order (the same bits in the blocked layouts) and y is the f32
+// y rounded once to the 16-bit dtype.
+TEST(BackendBatchnorm, A16BitInputGivesItsF32CopysResults) {
+  const float eps = 1e-5f;
+  PACKRAT_FOR_EACH_BACKEND(b) {
+    DeviceScope on(b->device());
+    for (DType half : {DType::bf16, DType::f16}) {
+      if (b->device().is_cpu()) EXPECT_TRUE(b->batchnorm_reads(half));  // the CPU's loops read both
+      if (!b->batchnorm_reads(half)) continue;
+      const int64_t N = 4, C = 32, H = 6, W = 5;
+      const Tensor hx = host_random({N, C, H, W}, 11, -1.0f, 3.0f), hgy = host_random({N, C, H, W}, 12);
+      const Tensor w = host_random({C}, 13, 0.5f, 1.5f).to(b->device()), bias = host_random({C}, 14).to(b->device());
+      for (Layout l : {Layout::Plain, Layout::nChw16c, Layout::nChw8c}) {
+        SCOPED_TRACE(fmt::format("{} {}", dtype_name(half), layout_name(l)));
+        const Tensor x16 = b->to_layout(hx.to(b->device()), l).to(half);  // (N, C, H, W) 16-bit
+        const Tensor x32 = x16.to(DType::f32), gy = b->to_layout(hgy.to(b->device()), l);
+        Tensor y16, m16, v16, y32, m32, v32;
+        b->batchnorm_forward_training(x16, w, bias, eps, y16, m16, v16);
+        b->batchnorm_forward_training(x32, w, bias, eps, y32, m32, v32);
+        EXPECT_EQ(y16.dtype(), half);
+        EXPECT_EQ(y16.layout(), l);
+        const float ulp = half == DType::bf16 ? 1.0f / 128 : 1.0f / 1024;  // the 16-bit dtype's, relative
+        expect_close(host_values(y16.to(DType::f32)), host_values(y32.to(half).to(DType::f32)), ulp, 1e-6f, "y");
+        expect_close(host_values(m16), host_values(m32), 1e-6f, 1e-6f, "mean");
+        expect_close(host_values(v16), host_values(v32), 1e-6f, 1e-6f, "var");
+        const Tensor ye16 = b->batchnorm_forward_inference(x16, w, bias, m32, v32, eps);
+        EXPECT_EQ(ye16.dtype(), half);
+        EXPECT_EQ(host_values(ye16.to(DType::f32)),  // one elementwise pass: the same bits
+                  host_values(b->batchnorm_forward_inference(x32, w, bias, m32, v32, eps).to(half).to(DType::f32)));
+        Tensor dx16, dw16, db16, dx32, dw32, db32;
+        b->batchnorm_backward(x16, gy, w, true, m32, v32, eps, false, dx16, dw16, db16);
+        b->batchnorm_backward(x32, gy, w, true, m32, v32, eps, false, dx32, dw32, db32);
+        EXPECT_EQ(dx16.dtype(), DType::f32);
+        expect_close(host_values(dx16), host_values(dx32), 1e-5f, 1e-5f, "dx");
+        expect_close(host_values(dw16), host_values(dw32), 1e-5f, 1e-5f, "dweight");
+        expect_close(host_values(db16), host_values(db32), 1e-5f, 1e-5f, "dbias");
+      }
+    }
+  }
+}
+
 TEST(BackendBatchnorm, RunningStatisticsAndTheBatchCounterUpdateInPlaceOnEveryBackend) {
   PACKRAT_FOR_EACH_BACKEND(b) {
     DeviceScope on(b->device());
