@@ -90,7 +90,68 @@ PlanMeasure profile(const Config& c, const PlanOption& o, int64_t batch) {
   return m;
 }
 
+bool recomputes(const PlanOption& o) {
+  return std::none_of(o.overrides.begin(), o.overrides.end(),
+                      [](const std::string& s) { return s == "memory.recompute=[]"; });
+}
+
+// The fastest option that may fit so far (img/s; 0 when none does).
+double fastest_fitting(const std::vector<PlanMeasure>& measured, int64_t budget) {
+  double best = 0;
+  for (const PlanMeasure& m : measured)
+    if (m.refused.empty() && static_cast<double>(m.predicted_peak) <= static_cast<double>(budget) * (1 + kRecheckTolerance))
+      best = std::max(best, m.img_per_s);
+  return best;
+}
+
 }  // namespace
+
+std::vector<std::string> model_blocks(const Config& c) {
+  apply_process_settings(c);
+  const RunDevice on(c);
+  const Config b = with_option(c, {"memory.recompute=[blocks]"});
+  return make_session(b, synthetic_input_spec(b)).recomputed;
+}
+
+PlanOption with_recomputed_blocks(const PlanOption& level, const std::vector<std::string>& blocks, size_t k) {
+  PACKRAT_CHECK(k >= 1 && k <= blocks.size(), "with_recomputed_blocks: {} of {} blocks", k, blocks.size());
+  PlanOption o;
+  o.name = fmt::format("{}+recompute {}/{}", level.name, k, blocks.size());
+  for (const std::string& s : level.overrides)
+    if (s.rfind("memory.recompute=", 0) != 0) o.overrides.push_back(s);
+  std::string list;
+  for (size_t i = 0; i < k; ++i) list += fmt::format("{}\"{}\"", i ? ", " : "", blocks[i]);
+  o.overrides.push_back("memory.recompute=[" + list + "]");
+  return o;
+}
+
+RecomputeSearch fewest_recomputed_blocks(const Config& c, const PlanOption& level, const std::vector<std::string>& blocks) {
+  RecomputeSearch r;
+  auto fits = [&](const PlanMeasure& m) {
+    return m.refused.empty() &&
+           static_cast<double>(m.predicted_peak) <= static_cast<double>(c.memory.budget_bytes) * (1 + kRecheckTolerance);
+  };
+  // Every block first: when even that does not fit, no fewer will.
+  size_t lo = 1, hi = blocks.size();
+  while (lo <= hi) {
+    const size_t k = r.fewest ? lo + (hi - lo) / 2 : hi;
+    PlanOption o = with_recomputed_blocks(level, blocks, k);
+    PlanMeasure m = profile(c, o, c.data.batch_size);
+    spdlog::info("plan: {} predicts a peak of {} at batch {}, {:.1f} img/s", o.name, format_bytes(m.predicted_peak),
+                 c.data.batch_size, m.img_per_s);
+    const bool fit = fits(m);
+    r.probes.emplace_back(std::move(o), std::move(m));
+    if (fit) {
+      r.fewest = r.probes.size() - 1;
+      if (k == lo) break;
+      hi = k - 1;
+    } else {
+      if (!r.fewest) break;  // every block did not fit
+      lo = k + 1;
+    }
+  }
+  return r;
+}
 
 std::vector<PlanOption> plan_options(const Config& c) {
   std::vector<PlanOption> o = {
@@ -139,7 +200,7 @@ MemoryPlan plan_memory(const Config& c) {
   MemoryPlan p;
   p.budget = c.memory.budget_bytes;
   p.batch = c.data.batch_size;
-  const std::vector<PlanOption> options = plan_options(c);
+  std::vector<PlanOption> options = plan_options(c);
   // What no option changes, first: a budget below it cannot hold any.
   const Resident r = resident_bytes(with_option(c, options.front().overrides));
   const int64_t resident = r.parameters + r.gradients + r.optimizer_state;
@@ -155,6 +216,21 @@ MemoryPlan plan_memory(const Config& c) {
                  m.refused.empty() ? fmt::format("predicts a peak of {} at batch {}, {:.1f} img/s at batch {}",
                                                  format_bytes(m.predicted_peak), p.batch, m.img_per_s, 2 * m.small_batch)
                                    : "cannot run here: " + m.refused);
+  }
+  // Per segment: a level faster than every option that may fit, but over the budget itself, keeps
+  // its storage and recomputes the fewest of the model's blocks that bring it within it.
+  const std::vector<std::string> blocks = model_blocks(c);
+  const size_t levels = options.size();
+  for (size_t i = 0; i < levels && !blocks.empty(); ++i) {
+    const PlanMeasure& m = p.options[i];
+    if (!m.refused.empty() || recomputes(options[i]) || m.img_per_s <= fastest_fitting(p.options, p.budget) ||
+        static_cast<double>(m.predicted_peak) <= static_cast<double>(p.budget) * (1 + kRecheckTolerance))
+      continue;
+    // Every probe joins the choice (the fastest that may fit wins, as among the levels).
+    for (auto& [option, measure] : fewest_recomputed_blocks(c, options[i], blocks).probes) {
+      options.push_back(std::move(option));
+      p.options.push_back(std::move(measure));
+    }
   }
   // The fastest option that may fit, checked by a real step at the batch; re-planned while a
   // check finds a peak over the budget or more than 5% off. "May fit": checked and within the
@@ -254,15 +330,15 @@ Json MemoryPlan::json() const {
 }
 
 std::string MemoryPlan::table() const {
-  std::string s = fmt::format("Memory plan (memory.plan: auto): budget {} at batch {}; chosen: {}\n{:<10} {:>16} {:>16} {:>12} {}\n",
+  std::string s = fmt::format("Memory plan (memory.plan: auto): budget {} at batch {}; chosen: {}\n{:<32} {:>16} {:>16} {:>12} {}\n",
                               format_bytes(budget), batch, chosen, "option", "predicted peak", "measured peak",
                               "img/s", "");
   for (const PlanMeasure& m : options) {
     if (!m.refused.empty()) {
-      s += fmt::format("{:<10} cannot run here: {}\n", m.option, m.refused.substr(0, 100));
+      s += fmt::format("{:<32} cannot run here: {}\n", m.option, m.refused.substr(0, 100));
       continue;
     }
-    s += fmt::format("{:<10} {:>16} {:>16} {:>12.1f} {}\n", m.option, format_bytes(m.predicted_peak),
+    s += fmt::format("{:<32} {:>16} {:>16} {:>12.1f} {}\n", m.option, format_bytes(m.predicted_peak),
                      m.measured_peak > 0 ? format_bytes(m.measured_peak) : std::string("-"), m.img_per_s,
                      m.option == chosen ? "<- chosen" : m.fits ? "fits" : "over the budget");
   }

@@ -14,10 +14,16 @@
 // measurement and the choice is made again (a re-plan). The plan is the configuration's
 // saved_tensors, memory.recompute, memory.offload and model.attention replaced by the option's.
 //
-// This is a planner over whole levels, one option for every layer: the per-segment, per-tensor
-// choice (keep / b bits / recompute / offload) with GACT's variance bound is the next step.
+// Per segment: a level that is faster than every option that may fit but is over the budget
+// itself is profiled again with the first k of the model's blocks recomputed (its residual or
+// transformer blocks in forward order: a CNN's early blocks hold the most bytes for the same
+// work), for the fewest k that fit (a binary search on k, every block tried first), and that
+// option ("gact-L1+recompute 3/9") joins the choice. Bits per tensor are GACT's own choice
+// within a level; per-tensor keep / recompute / offload choices are not made yet.
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "experiments/lib/config.h"
@@ -65,6 +71,18 @@ Config with_option(const Config& c, const std::vector<std::string>& overrides);
 // option fits: the smallest predicted peak, and what parameters, gradients and optimizer state
 // alone take.
 MemoryPlan plan_memory(const Config& c);
+// The modules `memory.recompute: [blocks]` marks in c's model, in forward order.
+std::vector<std::string> model_blocks(const Config& c);
+// `level` with the first k of `blocks` recomputed instead of its own memory.recompute.
+PlanOption with_recomputed_blocks(const PlanOption& level, const std::vector<std::string>& blocks, size_t k);
+// The search for `level` with the fewest of `blocks` recomputed (the first k) whose predicted
+// peak at c.data.batch_size may fit c.memory.budget_bytes: every probe's option and profile, in
+// the order profiled, and which probe that is (none when even every block does not fit).
+struct RecomputeSearch {
+  std::vector<std::pair<PlanOption, PlanMeasure>> probes;
+  std::optional<size_t> fewest;
+};
+RecomputeSearch fewest_recomputed_blocks(const Config& c, const PlanOption& level, const std::vector<std::string>& blocks);
 // --find-max-batch under plan: auto: every option's largest batch under `limit`; the plan is the
 // option with the largest (the first in plan_options' order where several tie).
 struct PlannedMaxBatch {

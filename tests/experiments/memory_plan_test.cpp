@@ -62,6 +62,40 @@ TEST(MemoryPlan, InABudgetFp32DoesNotFitItPicksAnOptionThatDoesAsPredicted) {
   EXPECT_EQ(p.json().at("chosen").get<std::string>(), p.chosen);
 }
 
+// Per segment: FP32 in a budget between its peak and its peak with every block recomputed
+// recomputes the fewest blocks (the first k, in forward order) that fit, and no fewer would.
+TEST(MemoryPlan, ALevelOverTheBudgetRecomputesTheFewestBlocksThatBringItWithin) {
+  const Config c = planned(1, {"conv_algorithm=direct"});
+  const PlanOption fp32 = plan_options(c).front();
+  ASSERT_EQ(fp32.name, "L0");
+  const std::vector<std::string> blocks = model_blocks(c);
+  ASSERT_EQ(blocks.size(), 9u);  // ResNet-20: three stages of three residual blocks
+  EXPECT_EQ(blocks.front(), "layer1.0");
+  auto peak = [&](size_t k) {
+    const PlanOption o = k == 0 ? fp32 : with_recomputed_blocks(fp32, blocks, k);
+    return benchmark(with_option(c, o.overrides), 1).peak_bytes;
+  };
+  const int64_t none = peak(0), all = peak(blocks.size());
+  ASSERT_LT(all, none);
+  const int64_t budget = (none + all) / 2;
+  const RecomputeSearch search = fewest_recomputed_blocks(planned(budget, {"conv_algorithm=direct"}), fp32, blocks);
+  ASSERT_TRUE(search.fewest.has_value());
+  const auto* partial = &search.probes[*search.fewest];
+  const std::string& name = partial->first.name;
+  ASSERT_EQ(name.rfind("L0+recompute ", 0), 0u) << name;
+  const size_t k = std::stoul(name.substr(std::string("L0+recompute ").size()));
+  ASSERT_GE(k, 1u);
+  ASSERT_LT(k, blocks.size()) << "half way between none and all, some blocks must be left kept";
+  EXPECT_NE(name.find("/9"), std::string::npos) << name;
+  // What it recomputes: the first k blocks, its storage FP32's.
+  const Config chosen = with_option(c, partial->first.overrides);
+  EXPECT_EQ(chosen.memory.recompute, std::vector<std::string>(blocks.begin(), blocks.begin() + static_cast<long>(k)));
+  EXPECT_EQ(chosen.saved_tensors.default_scheme.scheme, "fp32");
+  // The allocator agrees: k blocks fit (within the prediction's 5%), k - 1 do not.
+  EXPECT_LE(static_cast<double>(peak(k)), 1.05 * static_cast<double>(budget)) << partial->second.predicted_peak;
+  EXPECT_GT(static_cast<double>(peak(k - 1)), 0.95 * static_cast<double>(budget));
+}
+
 TEST(MemoryPlan, ABudgetThatCannotHoldTheModelNamesTheBytesOfEachPart) {
   const std::string msg = message_of([] { plan_memory(planned(64 * 1024)); });
   EXPECT_NE(msg.find("cannot hold a training step of this model"), std::string::npos) << msg;
