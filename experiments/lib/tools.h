@@ -69,6 +69,9 @@ struct MaxBatchResult {
   // starts from the warm-up step's adaptive state (as a resumed run does), so that a trial
   // measures a training step and not GACT's first-step measurement.
   int64_t refreshes = 0;
+  // Steady-state checks of the largest batch: a store that re-allocates its bits every step
+  // (actnn-L3) runs a second step there on the same policy; 0 for every other store.
+  int64_t confirmations = 0;
 };
 // Doubles the batch from 1 until a step runs out of memory under the allocator limit `limit`
 // (which counts every tagged byte: parameters, optimizer state, data, activations, saved,

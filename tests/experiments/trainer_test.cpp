@@ -319,6 +319,23 @@ TEST(Trainer, MaxBatchTrialsUnderGactStartFromTheWarmUpAllocation) {
   EXPECT_LE(r.peak_bytes, limit);
 }
 
+// actnn-L3 re-allocates its bits from every step's statistics, so a trial's step (allocated
+// from the step before, at another batch) is not training's: the largest batch is confirmed by a
+// second step at it on the same policy, and it trains there in the limit in steady state.
+TEST(Trainer, MaxBatchUnderAStoreThatReallocatesEveryStepIsConfirmedByASteadyStep) {
+  const int64_t limit = Allocator::cpu().stats().total_current + (int64_t{12} << 20);
+  const Config fp32 = tiny_config("/nonexistent", "/tmp/unused", {"saved_tensors.rules=[]"});
+  EXPECT_EQ(find_max_batch(fp32, limit, 128).confirmations, 0);
+  Config l3 = tiny_config("/nonexistent", "/tmp/unused",
+                          {"saved_tensors.rules=[]", "saved_tensors.default={scheme: actnn-L3}"});
+  const MaxBatchResult r = find_max_batch(l3, limit, 128);
+  EXPECT_GE(r.confirmations, 1);
+  ASSERT_GT(r.batch_size, 1);
+  EXPECT_LE(r.peak_bytes, limit);
+  l3.data.batch_size = r.batch_size;
+  EXPECT_LE(benchmark(l3, 2).peak_bytes, limit) << "two steps after a warm-up at batch " << r.batch_size;
+}
+
 TEST(Trainer, GactRefreshDoesNotTouchTheBatchnormStatistics) {
   // The forward is the same under every storage scheme, so after one step the running
   // statistics match FP32 storage exactly, although GACT ran extra gradient passes to measure
