@@ -104,6 +104,10 @@ class Backend {
   // keep_weights: w will be used again unchanged (eval, or frozen), so a prepared copy may be kept.
   virtual Tensor conv_forward(const Tensor& x, const Tensor& w, const Tensor& b, const ConvGeometry& g,
                               bool keep_weights) = 0;
+  // gy (N, Cout, OH, OW) f32, any layout -> the output gradient as this backend's backward kernels
+  // for g read it, in g.dtype; the op hands it to both. Default: gy in g.dtype. The CPU's AMX
+  // kernels read a channels-last copy (Layout::NHWC, which lives only here), made in one pass.
+  virtual Tensor conv_grad_output(const Tensor& gy, const ConvGeometry& g) { return gy.to(g.dtype); }
   // gy (N, Cout, OH, OW) any layout -> dx (N, Cin, H, W) in a layout of the backend's choice.
   virtual Tensor conv_backward_data(const Tensor& gy, const Tensor& w, const ConvGeometry& g) = 0;
   // into += conv_backward_data(gy, w, g), in place, and returns into (N, Cin, H, W): the gradient

@@ -92,7 +92,8 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const C
   const Layout x_layout = x.layout(), w_layout = weight.layout();
   record("conv2d", {&x, &weight, &bias}, {&y}, std::move(saved),
          [g, x_layout, w_layout, ix, iw](Node& n, const std::vector<Tensor>& grads) -> std::vector<Tensor> {
-           const Tensor gy = grads[0].to(g.dtype);  // (N, Cout, OH, OW), y's layout, the kernels' dtype
+           // (N, Cout, OH, OW) in the kernels' dtype, as both backward kernels read it
+           const Tensor gy = backend_of(grads[0]).conv_grad_output(grads[0], g);
            std::vector<Tensor> out(3);
            if (n.inputs[0] && iw >= 0) {
              const Tensor w = n.load(static_cast<size_t>(iw));  // plain or the backend's weight layout

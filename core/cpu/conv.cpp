@@ -248,15 +248,43 @@ Tensor conv_forward(const Tensor& x, const Tensor& w, const Tensor& b, const Con
   return y;
 }
 
+namespace {
+// Whether the weight gradient for g runs oneDNN's f32 kernel on the 16-bit values (see
+// conv_backward_weights).
+bool f32_weight_gradient(const ConvGeometry& g) {
+  const bool strided = g.stride_h > 1 || g.stride_w > 1;
+  const bool amx_pointwise = amx_kernels() && g.KH * g.KW == 1 && g.groups == 1;
+  return g.dtype != DType::f32 && (strided || amx_pointwise);
+}
+
+// The output gradient as the kernel reads it: gy itself when it is the channels-last copy of
+// conv_grad_output, else gy in `layout`.
+Tensor diff_dst_as(const Tensor& gy, Layout layout) { return gy.layout() == Layout::NHWC ? gy : to_layout(gy, layout); }
+}  // namespace
+
+Tensor conv_grad_output(const Tensor& gy, const ConvGeometry& g) {
+  auto plan = plan_for(g);
+  if (gy.dtype() != DType::f32 || !plan->kernel_formats || g.dtype == DType::f32 || f32_weight_gradient(g) ||
+      backward_weights_plan(g, plan).own_depthwise_bw)
+    return gy.to(g.dtype);
+  const memory::desc nhwc = desc_for(Shape{g.N, g.Cout, g.OH, g.OW}, g.dtype, Layout::NHWC);
+  if (backward_data_plan(g, plan).bd_pd.diff_dst_desc() != nhwc || plan->bw_pd.diff_dst_desc() != nhwc)
+    return gy.to(g.dtype);
+  Tensor out = Tensor::empty(gy.shape(), g.dtype, Layout::NHWC, MemTag::Workspace,
+                             Device::cpu());  // (N, Cout, OH, OW) channels-last
+  reorder(memory_of(gy), memory_of(out));
+  return out;
+}
+
 Tensor conv_backward_data(const Tensor& gy, const Tensor& w, const ConvGeometry& g) {
   auto plan = plan_for(g);
   ConvPlan& p = backward_data_plan(g, plan);
-  const Tensor diff_dst = to_layout(gy, p.bd_dst_layout);
+  const Tensor diff_dst = diff_dst_as(gy, p.bd_dst_layout);
   const Tensor wbuf = weights_as(w, p.wplain, p.bd_pd.weights_desc(), false);
   Tensor dx = empty_cpu(Shape{g.N, g.Cin, g.H, g.W}, DType::f32, p.bd_src_layout);  // (N, Cin, H, W)
   Tensor dst_copy, src_copy;
   execute(p.bd, p.bd_pd,
-          {{DNNL_ARG_DIFF_DST, kernel_input(diff_dst, p.bd_dst, p.bd_pd.diff_dst_desc(), dst_copy)},
+          {{DNNL_ARG_DIFF_DST, kernel_input(diff_dst, desc_of(diff_dst), p.bd_pd.diff_dst_desc(), dst_copy)},
            {DNNL_ARG_WEIGHTS, memory_of(wbuf, p.bd_pd.weights_desc())},
            {DNNL_ARG_DIFF_SRC, kernel_output(dx, p.bd_src, p.bd_pd.diff_src_desc(), src_copy)}});
   dst_copy = Tensor();  // the gradient's copy goes before dx's is reordered out
@@ -265,9 +293,7 @@ Tensor conv_backward_data(const Tensor& gy, const Tensor& w, const ConvGeometry&
 }
 
 void conv_backward_weights(const Tensor& x, const Tensor& gy, const ConvGeometry& g, Tensor& gw, Tensor& gb) {
-  const bool strided = g.stride_h > 1 || g.stride_w > 1;
-  const bool amx_pointwise = amx_kernels() && g.KH * g.KW == 1 && g.groups == 1;
-  if (g.dtype != DType::f32 && (strided || amx_pointwise)) {
+  if (f32_weight_gradient(g)) {
     // f32 on the bf16 values instead of oneDNN 2.6's bf16 weight gradient:
     // - of a strided convolution, which synchronises its threads so often that on a machine
     //   shared with other jobs it ran 20-1500x slower than f32's (ResNet-20's two stride-2
@@ -299,7 +325,7 @@ void conv_backward_weights(const Tensor& x, const Tensor& gy, const ConvGeometry
     return;
   }
   const Tensor src = to_layout(x, p.bw_src_layout);
-  const Tensor diff_dst = to_layout(gy, p.bw_dst_layout);
+  const Tensor diff_dst = diff_dst_as(gy, p.bw_dst_layout);
   gw = empty_cpu(Shape{g.Cout, g.Cin / g.groups, g.KH, g.KW});  // (Cout, Cin/groups, KH, KW) plain OIHW
   const memory::desc dw_desc = p.bw_pd.diff_weights_desc();
   const bool direct = dw_desc == p.wplain;
@@ -308,7 +334,7 @@ void conv_backward_weights(const Tensor& x, const Tensor& gy, const ConvGeometry
                                          Layout::Plain, MemTag::Workspace, Device::cpu());  // blocked diff weights
   Tensor src_copy, dst_copy;
   std::unordered_map<int, memory> args{{DNNL_ARG_SRC, kernel_input(src, p.bw_src, p.bw_pd.src_desc(), src_copy)},
-                                       {DNNL_ARG_DIFF_DST, kernel_input(diff_dst, p.bw_dst, p.bw_pd.diff_dst_desc(), dst_copy)},
+                                       {DNNL_ARG_DIFF_DST, kernel_input(diff_dst, desc_of(diff_dst), p.bw_pd.diff_dst_desc(), dst_copy)},
                                        {DNNL_ARG_DIFF_WEIGHTS, memory_of(dw_buf, dw_desc)}};
   if (g.has_bias) {
     gb = empty_cpu(Shape{g.Cout});  // (Cout)

@@ -43,6 +43,11 @@ std::pair<std::string, std::string> conv_backward_implementations(const ConvGeom
 // y (N, Cout, OH, OW) in conv_layouts(g).dst. x in any layout; bias (Cout) or undefined.
 // keep_weights: the weight will be used again unchanged (eval, frozen): keep its reordered copy.
 Tensor conv_forward(const Tensor& x, const Tensor& w, const Tensor& b, const ConvGeometry& g, bool keep_weights);
+// gy (N, Cout, OH, OW) f32 any layout -> what conv_backward_data and conv_backward_weights read
+// for g, in g.dtype: where both kernels read one channels-last format (AMX), a copy in it
+// (Layout::NHWC, never seen outside the convolution's backward), converted and reordered in one
+// oneDNN reorder and read by both without another; else gy in g.dtype.
+Tensor conv_grad_output(const Tensor& gy, const ConvGeometry& g);
 // dx (N, Cin, H, W) in the backward kernel's layout (conv_layouts(g).src unless that mix had
 // only the reference kernel: plain), from gy (any layout) and the plain weight.
 Tensor conv_backward_data(const Tensor& gy, const Tensor& w, const ConvGeometry& g);

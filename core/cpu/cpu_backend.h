@@ -24,6 +24,7 @@ class CpuBackend final : public Backend {
 
   // ---- convolution (cpu_backend_conv.cpp)
   Tensor conv_input(const Tensor& x, const ConvGeometry& g) override;
+  Tensor conv_grad_output(const Tensor& gy, const ConvGeometry& g) override;
   Tensor conv_forward(const Tensor& x, const Tensor& w, const Tensor& b, const ConvGeometry& g,
                       bool keep_weights) override;
   Tensor conv_backward_data(const Tensor& gy, const Tensor& w, const ConvGeometry& g) override;

@@ -7,6 +7,8 @@ namespace packrat::cpu {
 
 Tensor CpuBackend::conv_input(const Tensor& x, const ConvGeometry& g) { return cpu::to_layout(x, conv_layouts(g).src); }
 
+Tensor CpuBackend::conv_grad_output(const Tensor& gy, const ConvGeometry& g) { return cpu::conv_grad_output(gy, g); }
+
 Tensor CpuBackend::conv_forward(const Tensor& x, const Tensor& w, const Tensor& b, const ConvGeometry& g,
                                 bool keep_weights) {
   return cpu::conv_forward(x, w, b, g, keep_weights);

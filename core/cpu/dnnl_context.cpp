@@ -60,6 +60,7 @@ memory::desc desc_for(const Shape& shape, DType dtype, Layout layout) {
   const memory::dims dims = dims_of(shape);
   if (layout == Layout::nChw16c) return memory::desc(dims, dnnl_type(dtype), memory::format_tag::nChw16c);
   if (layout == Layout::nChw8c) return memory::desc(dims, dnnl_type(dtype), memory::format_tag::nChw8c);
+  if (layout == Layout::NHWC) return memory::desc(dims, dnnl_type(dtype), memory::format_tag::nhwc);
   memory::dims strides(dims.size());
   memory::dim s = 1;
   for (size_t i = dims.size(); i-- > 0;) {

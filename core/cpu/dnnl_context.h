@@ -32,7 +32,8 @@ dnnl::primitive_attr dnnl_attr();
 
 dnnl::memory::data_type dnnl_type(DType t);
 // The memory descriptor of a buffer of this shape/dtype/layout: plain row-major for any rank,
-// nChw16c / nChw8c for 4-d blocked tensors.
+// nChw16c / nChw8c for 4-d blocked tensors, nhwc for a convolution's channels-last gradient copy
+// (conv_grad_output).
 dnnl::memory::desc desc_for(const Shape& shape, DType dtype, Layout layout);
 inline dnnl::memory::desc desc_of(const Tensor& t) { return desc_for(t.shape(), t.dtype(), t.layout()); }
 // Wraps a tensor's buffer (no copy) with the given descriptor (default: as it lies).

@@ -134,5 +134,40 @@ TEST(BackendConv, ForwardAndBothBackwardsMatchDirectLoopsOnEveryBackend) {
   }
 }
 
+// conv_grad_output hands both backward kernels the output gradient as they read it (on a CPU
+// with AMX, one channels-last bf16 copy): the gradients are those of the f32 gradient rounded to
+// the kernels' dtype and passed as it is, bit for bit.
+TEST(BackendConv, TheGradOutputFormGivesTheRoundedGradientsGradients) {
+  const std::vector<ConvCase> cases = {
+      {4, 32, 8, 8, 32, 3, 3, 1, 1, 1, 1, 1, 1, 1, false},  // ResNet's 3x3
+      {4, 16, 8, 8, 48, 3, 3, 1, 1, 1, 1, 1, 1, 1, true},   // 16 -> 48, bias
+      {4, 32, 8, 8, 64, 3, 3, 2, 2, 1, 1, 1, 1, 1, false},  // strided: an f32 weight gradient on a bf16 CPU
+      {4, 32, 8, 8, 64, 1, 1, 1, 1, 0, 0, 1, 1, 1, false},  // pointwise
+  };
+  PACKRAT_FOR_EACH_BACKEND(b) {
+    if (!b->computes_in(DType::bf16)) continue;
+    DeviceScope on(b->device());
+    for (size_t k = 0; k < cases.size(); ++k) {
+      ConvGeometry g = geometry(cases[k]);
+      g.dtype = DType::bf16;
+      SCOPED_TRACE("case " + std::to_string(k) + ": " + g.key());
+      const Tensor x = b->conv_input(host_random({g.N, g.Cin, g.H, g.W}, 600 + k).to(b->device()).to(DType::bf16), g);
+      const Tensor w = host_random({g.Cout, g.Cin, g.KH, g.KW}, 700 + k, -0.5f, 0.5f).to(b->device());
+      const Tensor bias = g.has_bias ? host_random({g.Cout}, 750 + k).to(b->device()) : Tensor();
+      const Tensor y = b->conv_forward(x, w, bias, g, false);
+      const Tensor gy = b->to_layout(host_random({g.N, g.Cout, g.OH, g.OW}, 800 + k).to(b->device()), y.layout());
+      const Tensor form = b->conv_grad_output(gy, g), rounded = gy.to(DType::bf16);
+      EXPECT_EQ(form.dtype(), DType::bf16);
+      EXPECT_EQ(form.shape(), gy.shape());
+      EXPECT_EQ(host_values(b->conv_backward_data(form, w, g)), host_values(b->conv_backward_data(rounded, w, g)));
+      Tensor gw, gb, gw0, gb0;
+      b->conv_backward_weights(x, form, g, gw, gb);
+      b->conv_backward_weights(x, rounded, g, gw0, gb0);
+      EXPECT_EQ(host_values(gw), host_values(gw0));
+      if (g.has_bias) EXPECT_EQ(host_values(gb), host_values(gb0));
+    }
+  }
+}
+
 }  // namespace
 }  // namespace packrat
