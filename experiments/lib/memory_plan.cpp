@@ -121,11 +121,22 @@ PlanOption with_recomputed_blocks(const PlanOption& level, const std::vector<std
     if (s.rfind("memory.recompute=", 0) != 0) o.overrides.push_back(s);
   std::string list;
   for (size_t i = 0; i < k; ++i) list += fmt::format("{}\"{}\"", i ? ", " : "", blocks[i]);
-  o.overrides.push_back("memory.recompute=[" + list + "]");
+  // Every block as the levels say it, so that the option is recognised as one (L0's is `recompute`).
+  o.overrides.push_back(k == blocks.size() ? "memory.recompute=[blocks]" : "memory.recompute=[" + list + "]");
   return o;
 }
 
-RecomputeSearch fewest_recomputed_blocks(const Config& c, const PlanOption& level, const std::vector<std::string>& blocks) {
+bool same_option(const PlanOption& a, const PlanOption& b) {
+  std::vector<std::string> x = a.overrides, y = b.overrides;
+  std::sort(x.begin(), x.end());
+  std::sort(y.begin(), y.end());
+  return x == y;
+}
+
+RecomputeSearch fewest_recomputed_blocks(const Config& c, const PlanOption& level, const std::vector<std::string>& blocks,
+                                         const std::vector<PlanOption>& known, const std::vector<PlanMeasure>& measured) {
+  PACKRAT_CHECK(known.size() == measured.size(), "fewest_recomputed_blocks: {} options, {} profiles", known.size(),
+                measured.size());
   RecomputeSearch r;
   auto fits = [&](const PlanMeasure& m) {
     return m.refused.empty() &&
@@ -136,13 +147,20 @@ RecomputeSearch fewest_recomputed_blocks(const Config& c, const PlanOption& leve
   while (lo <= hi) {
     const size_t k = r.fewest ? lo + (hi - lo) / 2 : hi;
     PlanOption o = with_recomputed_blocks(level, blocks, k);
-    PlanMeasure m = profile(c, o, c.data.batch_size);
-    spdlog::info("plan: {} predicts a peak of {} at batch {}, {:.1f} img/s", o.name, format_bytes(m.predicted_peak),
-                 c.data.batch_size, m.img_per_s);
-    const bool fit = fits(m);
-    r.probes.emplace_back(std::move(o), std::move(m));
-    if (fit) {
-      r.fewest = r.probes.size() - 1;
+    // An option profiled already (L0 with every block recomputed is `recompute`) is not run again.
+    const auto same = std::find_if(known.begin(), known.end(), [&](const PlanOption& p) { return same_option(p, o); });
+    PlanMeasure m;
+    if (same != known.end()) {
+      o = *same;
+      m = measured[static_cast<size_t>(same - known.begin())];
+    } else {
+      m = profile(c, o, c.data.batch_size);
+      spdlog::info("plan: {} predicts a peak of {} at batch {}, {:.1f} img/s", o.name, format_bytes(m.predicted_peak),
+                   c.data.batch_size, m.img_per_s);
+      r.probes.emplace_back(o, m);
+    }
+    if (fits(m)) {
+      r.fewest.emplace(std::move(o), std::move(m));
       if (k == lo) break;
       hi = k - 1;
     } else {
@@ -227,7 +245,7 @@ MemoryPlan plan_memory(const Config& c) {
         static_cast<double>(m.predicted_peak) <= static_cast<double>(p.budget) * (1 + kRecheckTolerance))
       continue;
     // Every probe joins the choice (the fastest that may fit wins, as among the levels).
-    for (auto& [option, measure] : fewest_recomputed_blocks(c, options[i], blocks).probes) {
+    for (auto& [option, measure] : fewest_recomputed_blocks(c, options[i], blocks, options, p.options).probes) {
       options.push_back(std::move(option));
       p.options.push_back(std::move(measure));
     }

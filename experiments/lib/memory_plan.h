@@ -76,13 +76,16 @@ std::vector<std::string> model_blocks(const Config& c);
 // `level` with the first k of `blocks` recomputed instead of its own memory.recompute.
 PlanOption with_recomputed_blocks(const PlanOption& level, const std::vector<std::string>& blocks, size_t k);
 // The search for `level` with the fewest of `blocks` recomputed (the first k) whose predicted
-// peak at c.data.batch_size may fit c.memory.budget_bytes: every probe's option and profile, in
-// the order profiled, and which probe that is (none when even every block does not fit).
+// peak at c.data.batch_size may fit c.memory.budget_bytes: the profiles it ran, in order (an
+// option among `known`, whose profiles are `measured`, is taken from there instead), and the
+// option it found with its profile (none when even every block does not fit).
 struct RecomputeSearch {
   std::vector<std::pair<PlanOption, PlanMeasure>> probes;
-  std::optional<size_t> fewest;
+  std::optional<std::pair<PlanOption, PlanMeasure>> fewest;
 };
-RecomputeSearch fewest_recomputed_blocks(const Config& c, const PlanOption& level, const std::vector<std::string>& blocks);
+RecomputeSearch fewest_recomputed_blocks(const Config& c, const PlanOption& level, const std::vector<std::string>& blocks,
+                                         const std::vector<PlanOption>& known = {},
+                                         const std::vector<PlanMeasure>& measured = {});
 // --find-max-batch under plan: auto: every option's largest batch under `limit`; the plan is the
 // option with the largest (the first in plan_options' order where several tie).
 struct PlannedMaxBatch {

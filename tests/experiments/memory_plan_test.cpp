@@ -80,7 +80,7 @@ TEST(MemoryPlan, ALevelOverTheBudgetRecomputesTheFewestBlocksThatBringItWithin) 
   const int64_t budget = (none + all) / 2;
   const RecomputeSearch search = fewest_recomputed_blocks(planned(budget, {"conv_algorithm=direct"}), fp32, blocks);
   ASSERT_TRUE(search.fewest.has_value());
-  const auto* partial = &search.probes[*search.fewest];
+  const auto* partial = &*search.fewest;
   const std::string& name = partial->first.name;
   ASSERT_EQ(name.rfind("L0+recompute ", 0), 0u) << name;
   const size_t k = std::stoul(name.substr(std::string("L0+recompute ").size()));
