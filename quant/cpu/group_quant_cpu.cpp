@@ -197,14 +197,15 @@ void quantize_impl(const float* x, const GroupGeometry& g, Rounding rounding, co
     // of the 2-bit quantize at the division's result, per-plane groups of 32). A batch's groups lie
     // in one tile of a blocked buffer, so that the pointers read stay valid (PlainRuns).
     constexpr int kBatch = 16;
+    GroupGeometry::Cursor next = g.cursor(g0);  // group gi's place
     for (int64_t gi = g0; gi < g1;) {
       GroupGeometry::Place at[kBatch];
       const float* xs[kBatch];
       GroupParams ps[kBatch];
       int count = 0;
       int64_t tile = -1;
-      for (; gi < g1 && count < kBatch; ++gi, ++count) {
-        const GroupGeometry::Place q = g.place(gi);
+      for (; gi < g1 && count < kBatch; ++gi, ++count, next.next()) {
+        const GroupGeometry::Place q = *next;
         if (plain) {
           const int64_t t = plain->in_one_tile(q.start, q.len) ? plain->tile_of(q.start) : -1;
           if (count > 0 && (t < 0 || t != tile)) break;  // a group across tiles is a batch alone
@@ -248,10 +249,12 @@ void dequantize_impl(const uint8_t* codes, const uint8_t* meta, const GroupGeome
     [[maybe_unused]] alignas(64) uint8_t code_buf[kChunk];  // (kChunk,)
     std::optional<PlainRuns> plain;  // a blocked buffer's groups in plain order
     if (walk.channels) plain.emplace(walk, g.group_size);
-    for (int64_t gi = g0; gi < g1; ++gi) {
-      const int64_t start = g.group_start(gi), len = g.group_len(gi);
+    GroupGeometry::Cursor at = g.cursor(g0);  // group gi's place
+    for (int64_t gi = g0; gi < g1; ++gi, at.next()) {
+      const GroupGeometry::Place q = *at;
+      const int64_t start = q.start, len = q.len;
       const GroupParams p = load_group_meta(meta + gi * meta_size, g.meta);
-      const uint8_t* src = codes + g.group_code_offset(gi);
+      const uint8_t* src = codes + q.code_offset;
       float* og = plain ? plain->write(out, start, len) : out + start;
       for (int64_t c = 0; c < len; c += kChunk) {
         const int64_t n = std::min(kChunk, len - c);

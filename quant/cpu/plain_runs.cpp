@@ -148,7 +148,7 @@ const float* PlainTile::read(const float* x, int64_t e0) {
   const int64_t t = tile_of(e0);
   if (t != tile_) {
     transpose_tile(x + t * len_, buf_.get(), b_.plane, b_.block, true);
-    tile_ = t;
+    hold(t);
   }
   return buf_.get() + (e0 - t * len_);
 }
@@ -157,7 +157,7 @@ float* PlainTile::write(float* out, int64_t e0, int64_t n) {
   const int64_t t = tile_of(e0);
   if (t != tile_) {
     flush(out);
-    tile_ = t;
+    hold(t);
     lo_ = hi_ = e0;
   }
   hi_ = e0 + n;

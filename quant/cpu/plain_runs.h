@@ -22,7 +22,8 @@ class PlainTile {
   explicit PlainTile(const CodecWalk& b)
       : b_(b), len_(b.block * b.plane), buf_(new float[static_cast<size_t>(len_)]) {}
   int64_t len() const { return len_; }  // plain elements a tile
-  int64_t tile_of(int64_t e) const { return e / len_; }
+  // The held tile's elements without a division (the codecs ask for every group's, a few times).
+  int64_t tile_of(int64_t e) const { return tile_ >= 0 && e >= held_ && e - held_ < len_ ? tile_ : e / len_; }
   // Whether the plain elements [e0, e0 + n) lie in one tile.
   bool holds(int64_t e0, int64_t n) const { return tile_of(e0) == tile_of(e0 + n - 1); }
   // The plain elements [e0, e0 + n) of x (holds(e0, n)), from the tile's copy.
@@ -35,6 +36,8 @@ class PlainTile {
  private:
   CodecWalk b_;
   int64_t len_, tile_ = -1, lo_ = 0, hi_ = 0;  // the tile held; its plain range written [lo_, hi_)
+  int64_t held_ = 0;                           // tile_'s first plain element (when tile_ >= 0)
+  void hold(int64_t t) { tile_ = t, held_ = t * len_; }
   std::unique_ptr<float[]> buf_;               // (B, plane), uninitialised: a tile is written before it is read
 };
 
