@@ -109,8 +109,15 @@ double fastest_fitting(const std::vector<PlanMeasure>& measured, int64_t budget)
 std::vector<std::string> model_blocks(const Config& c) {
   apply_process_settings(c);
   const RunDevice on(c);
-  const Config b = with_option(c, {"memory.recompute=[blocks]"});
-  return make_session(b, synthetic_input_spec(b)).recomputed;
+  const Config b = with_option(c, {"memory.recompute=[]"});
+  Session s = make_session(b, synthetic_input_spec(b));
+  std::vector<std::string> blocks;  // outermost: what `memory.recompute: [blocks]` marks
+  for (const auto& [name, m] : s.model->named_modules()) {
+    const bool inside = std::any_of(blocks.begin(), blocks.end(),
+                                    [&](const std::string& outer) { return name.starts_with(outer + "."); });
+    if (m->is_block() && !inside) blocks.push_back(name);
+  }
+  return blocks;
 }
 
 PlanOption with_recomputed_blocks(const PlanOption& level, const std::vector<std::string>& blocks, size_t k) {

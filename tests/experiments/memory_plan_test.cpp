@@ -96,6 +96,18 @@ TEST(MemoryPlan, ALevelOverTheBudgetRecomputesTheFewestBlocksThatBringItWithin) 
   EXPECT_GT(static_cast<double>(peak(k - 1)), 0.95 * static_cast<double>(budget));
 }
 
+// A model without residual or transformer blocks has none to recompute: the plan chooses among
+// the levels that run on it (session 47's first block search refused such a model).
+TEST(MemoryPlan, AModelWithoutBlocksIsPlannedWithoutThem) {
+  const Config c = planned(64 << 20, {"model.arch=sequential", "model.layers=[conv2d(8, 3, padding=1), relu, flatten, linear(10)]",
+                                      "saved_tensors.rules=[]"});
+  EXPECT_TRUE(model_blocks(c).empty());
+  const MemoryPlan p = plan_memory(c);
+  EXPECT_FALSE(p.chosen.empty());
+  EXPECT_LE(p.measured_peak, 64 << 20);
+  EXPECT_EQ(p.table().find("+recompute "), std::string::npos) << p.table();
+}
+
 TEST(MemoryPlan, ABudgetThatCannotHoldTheModelNamesTheBytesOfEachPart) {
   const std::string msg = message_of([] { plan_memory(planned(64 * 1024)); });
   EXPECT_NE(msg.find("cannot hold a training step of this model"), std::string::npos) << msg;
