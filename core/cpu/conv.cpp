@@ -41,7 +41,7 @@ struct ConvPlan {
   // The backward kernels' own src/dst layouts: the forward's, or plain where only the
   // reference kernel serves the forward's mix.
   Layout bd_src_layout, bd_dst_layout, bw_src_layout, bw_dst_layout;
-  memory::desc bd_src, bd_dst, bw_src, bw_dst;
+  memory::desc bd_src, bw_src;  // (the output gradient's descriptor is the tensor's own: desc_of)
   dnnl::convolution_backward_data::primitive_desc bd_pd;
   dnnl::convolution_backward_data bd;
   dnnl::convolution_backward_weights::primitive_desc bw_pd;
@@ -149,8 +149,9 @@ std::shared_ptr<ConvPlan> plan_for(const ConvGeometry& g) {
 // src_dtype: the src side's (the data gradient's f32, or x's g.dtype).
 template <typename PD, typename MakeDesc>
 PD backward_pd(const ConvGeometry& g, const ConvPlan& p, MakeDesc make_desc, DType src_dtype, Layout& src_layout,
-               Layout& dst_layout, memory::desc& src, memory::desc& dst) {
-  src_layout = p.src_layout, dst_layout = p.dst_layout, dst = p.dst;
+               Layout& dst_layout, memory::desc& src) {
+  src_layout = p.src_layout, dst_layout = p.dst_layout;
+  memory::desc dst = p.dst;
   src = desc_for(Shape{g.N, g.Cin, g.H, g.W}, src_dtype, p.src_layout);
   if (p.kernel_formats) return PD(make_desc(any_format(src), any_format(dst)), dnnl_attr(), dnnl_engine(), p.fwd_pd);
   PD pd(make_desc(src, dst), dnnl_attr(), dnnl_engine(), p.fwd_pd);
@@ -166,7 +167,7 @@ PD backward_pd(const ConvGeometry& g, const ConvPlan& p, MakeDesc make_desc, DTy
   const memory::desc pdst = desc_for(Shape{g.N, g.Cout, g.OH, g.OW}, g.dtype, Layout::Plain);
   PD plain(make_desc(psrc, pdst), dnnl_attr(), dnnl_engine(), p.fwd_pd);
   if (is_reference_impl(plain)) return pd;
-  src_layout = dst_layout = Layout::Plain, src = psrc, dst = pdst;
+  src_layout = dst_layout = Layout::Plain, src = psrc;
   return plain;
 }
 
@@ -177,7 +178,7 @@ ConvPlan& backward_data_plan(const ConvGeometry& g, const std::shared_ptr<ConvPl
                                                    p->strides, p->dilates, p->pad_l, p->pad_r);
     };
     p->bd_pd = backward_pd<dnnl::convolution_backward_data::primitive_desc>(g, *p, make, DType::f32, p->bd_src_layout,
-                                                                            p->bd_dst_layout, p->bd_src, p->bd_dst);
+                                                                            p->bd_dst_layout, p->bd_src);
     p->bd = dnnl::convolution_backward_data(p->bd_pd);
   });
   return *p;
@@ -192,7 +193,7 @@ ConvPlan& backward_weights_plan(const ConvGeometry& g, const std::shared_ptr<Con
                                                                    p->dilates, p->pad_l, p->pad_r);
     };
     p->bw_pd = backward_pd<dnnl::convolution_backward_weights::primitive_desc>(g, *p, make, g.dtype, p->bw_src_layout,
-                                                                               p->bw_dst_layout, p->bw_src, p->bw_dst);
+                                                                               p->bw_dst_layout, p->bw_src);
     p->own_depthwise_bw = depthwise_blocked(g) && std::string(p->bw_pd.impl_info_str()).rfind("jit", 0) != 0;
     if (!p->own_depthwise_bw) p->bw = dnnl::convolution_backward_weights(p->bw_pd);
   });

@@ -9,7 +9,9 @@
 // channels on AVX-512, plain src and blocked dst: ref:any, ~100x slower), src and dst are both
 // plain instead. Where plain operands would run on im2col + gemm without AVX-512, the jit kernels
 // run on nChw8c copies instead (Workspace buffers reordered at the call's edges, as PyTorch runs
-// its NCHW tensors). No Winograd without AVX-512. Where even that has no jit kernel, the plain
+// its NCHW tensors). Likewise bf16 convolutions on a CPU with AMX run on channels-last copies,
+// the only format oneDNN's AMX kernels read, the output gradient's made once for both backward
+// kernels (conv_grad_output). No Winograd without AVX-512. Where even that has no jit kernel, the plain
 // gemm kernels read the plain OIHW weights in place. conv_layouts() says what was chosen; x is
 // reordered only when it is not already in the src layout. Weights are plain OIHW tensors,
 // reordered to the primitive's format through the weight cache. Primitive descriptors and
