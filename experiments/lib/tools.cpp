@@ -200,7 +200,6 @@ BenchmarkResult benchmark(const Config& c, int64_t steps, DataParallel* dp) {
 
 namespace {
 
-// The sensitivity refreshes GACT's stores in `policy` have run.
 // Whether a GACT store of the policy re-allocates its bits from every step's statistics
 // (actnn-L3: the analytic estimator at adapt_interval 1).
 bool allocates_every_step(StorePolicy& policy) {
@@ -209,6 +208,7 @@ bool allocates_every_step(StorePolicy& policy) {
   return false;
 }
 
+// The sensitivity refreshes GACT's stores in `policy` have run.
 int64_t gact_refreshes(StorePolicy& policy) {
   int64_t n = 0;
   for (SavedTensorStore* st : policy.stores())
