@@ -34,6 +34,12 @@ std::string gact(const std::string& preset) {
 
 constexpr double kRecheckTolerance = 0.05;  // a prediction further off than this is re-planned
 
+// Whether an option's prediction is within its 5% of the budget (at a largest batch the peak lies
+// just under the budget, where a prediction 1% high would otherwise rule the option out).
+bool predicted_within(int64_t predicted_peak, int64_t budget) {
+  return static_cast<double>(predicted_peak) <= static_cast<double>(budget) * (1 + kRecheckTolerance);
+}
+
 // Parameters, their gradients and the optimizer's state after one step at batch 1: what every
 // option holds whatever the batch.
 struct Resident {
@@ -99,8 +105,7 @@ bool recomputes(const PlanOption& o) {
 double fastest_fitting(const std::vector<PlanMeasure>& measured, int64_t budget) {
   double best = 0;
   for (const PlanMeasure& m : measured)
-    if (m.refused.empty() && static_cast<double>(m.predicted_peak) <= static_cast<double>(budget) * (1 + kRecheckTolerance))
-      best = std::max(best, m.img_per_s);
+    if (m.refused.empty() && predicted_within(m.predicted_peak, budget)) best = std::max(best, m.img_per_s);
   return best;
 }
 
@@ -145,10 +150,7 @@ RecomputeSearch fewest_recomputed_blocks(const Config& c, const PlanOption& leve
   PACKRAT_CHECK(known.size() == measured.size(), "fewest_recomputed_blocks: {} options, {} profiles", known.size(),
                 measured.size());
   RecomputeSearch r;
-  auto fits = [&](const PlanMeasure& m) {
-    return m.refused.empty() &&
-           static_cast<double>(m.predicted_peak) <= static_cast<double>(c.memory.budget_bytes) * (1 + kRecheckTolerance);
-  };
+  auto fits = [&](const PlanMeasure& m) { return m.refused.empty() && predicted_within(m.predicted_peak, c.memory.budget_bytes); };
   // Every block first: when even that does not fit, no fewer will.
   size_t lo = 1, hi = blocks.size();
   while (lo <= hi) {
@@ -249,7 +251,7 @@ MemoryPlan plan_memory(const Config& c) {
   for (size_t i = 0; i < levels && !blocks.empty(); ++i) {
     const PlanMeasure& m = p.options[i];
     if (!m.refused.empty() || recomputes(options[i]) || m.img_per_s <= fastest_fitting(p.options, p.budget) ||
-        static_cast<double>(m.predicted_peak) <= static_cast<double>(p.budget) * (1 + kRecheckTolerance))
+        predicted_within(m.predicted_peak, p.budget))
       continue;
     // Every probe joins the choice (the fastest that may fit wins, as among the levels).
     for (auto& [option, measure] : fewest_recomputed_blocks(c, options[i], blocks, options, p.options).probes) {
@@ -259,11 +261,9 @@ MemoryPlan plan_memory(const Config& c) {
   }
   // The fastest option that may fit, checked by a real step at the batch; re-planned while a
   // check finds a peak over the budget or more than 5% off. "May fit": checked and within the
-  // budget, or predicted within the prediction's 5% of it (at a largest batch the peak lies just
-  // under the budget, where a prediction 1% high would otherwise rule the option out).
+  // budget, or predicted within the prediction's 5% of it.
   auto may_fit = [&](const PlanMeasure& m) {
-    if (m.measured_peak > 0) return m.fits;
-    return static_cast<double>(m.predicted_peak) <= static_cast<double>(p.budget) * (1 + kRecheckTolerance);
+    return m.measured_peak > 0 ? m.fits : predicted_within(m.predicted_peak, p.budget);
   };
   // p.options[i] is the profile of options[i].
   std::optional<size_t> chosen;

@@ -101,10 +101,7 @@ struct GroupGeometry {
   struct Place {
     int64_t start, len, code_offset;
   };
-  PACKRAT_HD Place place(int64_t g) const {
-    const int64_t span = div_nonneg(g, groups_per_span);
-    return place_in(span, g - span * groups_per_span);
-  }
+  PACKRAT_HD Place place(int64_t g) const { return *cursor(g); }
   // Group i of span `span`.
   PACKRAT_HD Place place_in(int64_t span, int64_t i) const {
     return {span * span_len + i * group_size, i == groups_per_span - 1 ? tail_len : group_size,
