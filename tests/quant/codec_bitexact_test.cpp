@@ -91,7 +91,9 @@ TEST(CodecBitExact, PerGroupKernelWritesTheReferenceBytesForEveryConfig) {
                                    bits, meta, rounding, noise, ref_meta.data() + gi * mb,
                                    ref_codes.data() + g.group_code_offset(gi));
                 const double got = range_sq[static_cast<size_t>(gi)];
-                if (!(std::isnan(rs) && std::isnan(got))) ASSERT_EQ(rs, got) << what << " group " << gi;
+                if (!(std::isnan(rs) && std::isnan(got))) {
+                  ASSERT_EQ(rs, got) << what << " group " << gi;
+                }
               }
               ASSERT_EQ(first_difference(codes.data(), ref_codes.data(), g.code_bytes()), -1) << what << ": codes";
               ASSERT_EQ(first_difference(meta_b.data(), ref_meta.data(), g.meta_bytes()), -1) << what << ": metadata";
