@@ -248,7 +248,8 @@ std::vector<ConfigKey> make_table() {
            "`auto`: before training, a short profile measures the peak and speed of each storage level the device "
            "has (FP32, actnn-L2/L3, gact-L1, recompute, gact-CB1/CB2, and offload on a GPU) and trains with the "
            "fastest whose step at data.batch_size fits `memory.budget`, a faster level over the budget also tried with "
-           "the fewest of the model's blocks recomputed that fit (replacing saved_tensors, memory.recompute, "
+           "the fewest of the model's blocks recomputed that fit, and with the stem and the fewest blocks stored as "
+           "the fastest level that fits, the rest kept (replacing saved_tensors, memory.recompute, "
            "memory.offload and model.attention); the choice is printed and written to plan.json. See \"Planning "
            "memory\"")
           .one_of({"", "auto"})

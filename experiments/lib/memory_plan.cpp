@@ -26,11 +26,18 @@ bool has_attention(const Config& c) {
   return std::find(keys.begin(), keys.end(), "attention") != keys.end();
 }
 
+// A level: every saved tensor stored as `storage` (the body of a scheme map), every block
+// recomputed or none, and the level's other settings.
+PlanOption level(std::string name, std::string storage, bool recompute, std::vector<std::string> more = {}) {
+  PlanOption o{std::move(name), {"saved_tensors={default: {" + storage + "}, rules: []}",
+                                 recompute ? "memory.recompute=[blocks]" : "memory.recompute=[]"}, storage};
+  o.overrides.insert(o.overrides.end(), more.begin(), more.end());
+  return o;
+}
+
 // GACT's measured estimator refreshes a few tensors a step, so that the profile's short
 // benchmarks time its steady state (as bench/recompute_levels.sh does).
-std::string gact(const std::string& preset) {
-  return "saved_tensors={default: {scheme: " + preset + ", tensors_per_refresh: 4}, rules: []}";
-}
+std::string gact(const std::string& preset) { return "scheme: " + preset + ", tensors_per_refresh: 4"; }
 
 constexpr double kRecheckTolerance = 0.05;  // a prediction further off than this is re-planned
 
@@ -101,6 +108,16 @@ bool recomputes(const PlanOption& o) {
                       [](const std::string& s) { return s == "memory.recompute=[]"; });
 }
 
+
+bool has_override(const PlanOption& o, std::string_view prefix) {
+  return std::any_of(o.overrides.begin(), o.overrides.end(), [&](const std::string& s) { return s.starts_with(prefix); });
+}
+
+// An option that stores every saved tensor as one level does, recomputing and offloading nothing.
+bool stores_only(const PlanOption& o) {
+  return !o.storage.empty() && !recomputes(o) && !has_override(o, "memory.offload=");
+}
+
 // The fastest option that may fit so far (img/s; 0 when none does).
 double fastest_fitting(const std::vector<PlanMeasure>& measured, int64_t budget) {
   double best = 0;
@@ -111,18 +128,25 @@ double fastest_fitting(const std::vector<PlanMeasure>& measured, int64_t budget)
 
 }  // namespace
 
-std::vector<std::string> model_blocks(const Config& c) {
+ModelBlocks model_blocks(const Config& c) {
   apply_process_settings(c);
   const RunDevice on(c);
   const Config b = with_option(c, {"memory.recompute=[]"});
   Session s = make_session(b, synthetic_input_spec(b));
-  std::vector<std::string> blocks;  // outermost: what `memory.recompute: [blocks]` marks
-  for (const auto& [name, m] : s.model->named_modules()) {
-    const bool inside = std::any_of(blocks.begin(), blocks.end(),
+  ModelBlocks m;  // blocks: the outermost, what `memory.recompute: [blocks]` marks
+  for (const auto& [name, module] : s.model->named_modules()) {
+    const bool inside = std::any_of(m.blocks.begin(), m.blocks.end(),
                                     [&](const std::string& outer) { return name.starts_with(outer + "."); });
-    if (m->is_block() && !inside) blocks.push_back(name);
+    if (module->is_block() && !inside)
+      m.blocks.push_back(name);
+    else if (m.blocks.empty() && !name.empty())
+      m.stem.push_back(name);
   }
-  return blocks;
+  // A container of the blocks ("layer1") comes before its first block, and is not the stem.
+  std::erase_if(m.stem, [&](const std::string& s) {
+    return std::any_of(m.blocks.begin(), m.blocks.end(), [&](const std::string& b) { return b.starts_with(s + "."); });
+  });
+  return m;
 }
 
 PlanOption with_recomputed_blocks(const PlanOption& level, const std::vector<std::string>& blocks, size_t k) {
@@ -138,6 +162,23 @@ PlanOption with_recomputed_blocks(const PlanOption& level, const std::vector<std
   return o;
 }
 
+PlanOption with_stored_blocks(const PlanOption& level, const PlanOption& storage, const ModelBlocks& m, size_t k) {
+  PACKRAT_CHECK(k >= 1 && k <= m.blocks.size() && stores_only(level) && stores_only(storage),
+                "with_stored_blocks: {} of {} blocks of {} stored as {}", k, m.blocks.size(), level.name, storage.name);
+  PlanOption o;
+  // "L0+direct" with actnn-L2+direct's storage: "L0+direct+actnn-L2 on 3/9".
+  const std::string base = storage.name.substr(0, storage.name.find('+'));
+  o.name = fmt::format("{}+{} on {}/{}", level.name, base, k, m.blocks.size());
+  std::string layers;  // the stem's modules by name, each block's by its prefix
+  for (const std::string& s : m.stem) layers += fmt::format("{}\"{}\"", layers.empty() ? "" : ", ", s);
+  for (size_t i = 0; i < k; ++i) layers += fmt::format("{}\"{}.*\"", layers.empty() ? "" : ", ", m.blocks[i]);
+  for (const std::string& s : level.overrides)
+    if (s.rfind("saved_tensors=", 0) != 0) o.overrides.push_back(s);
+  o.overrides.push_back(fmt::format("saved_tensors={{default: {{{}}}, rules: [{{layers: [{}], {}}}]}}", level.storage,
+                                    layers, storage.storage));
+  return o;
+}
+
 bool same_option(const PlanOption& a, const PlanOption& b) {
   std::vector<std::string> x = a.overrides, y = b.overrides;
   std::sort(x.begin(), x.end());
@@ -145,17 +186,16 @@ bool same_option(const PlanOption& a, const PlanOption& b) {
   return x == y;
 }
 
-RecomputeSearch fewest_recomputed_blocks(const Config& c, const PlanOption& level, const std::vector<std::string>& blocks,
-                                         const std::vector<PlanOption>& known, const std::vector<PlanMeasure>& measured) {
-  PACKRAT_CHECK(known.size() == measured.size(), "fewest_recomputed_blocks: {} options, {} profiles", known.size(),
-                measured.size());
-  RecomputeSearch r;
+BlockSearch fewest_blocks(const Config& c, size_t n, const std::function<PlanOption(size_t)>& option,
+                          const std::vector<PlanOption>& known, const std::vector<PlanMeasure>& measured) {
+  PACKRAT_CHECK(known.size() == measured.size(), "fewest_blocks: {} options, {} profiles", known.size(), measured.size());
+  BlockSearch r;
   auto fits = [&](const PlanMeasure& m) { return m.refused.empty() && predicted_within(m.predicted_peak, c.memory.budget_bytes); };
-  // Every block first: when even that does not fit, no fewer will.
-  size_t lo = 1, hi = blocks.size();
+  // All n first: when even that does not fit, no fewer will.
+  size_t lo = 1, hi = n;
   while (lo <= hi) {
     const size_t k = r.fewest ? lo + (hi - lo) / 2 : hi;
-    PlanOption o = with_recomputed_blocks(level, blocks, k);
+    PlanOption o = option(k);
     // An option profiled already (L0 with every block recomputed is `recompute`) is not run again.
     const auto same = std::find_if(known.begin(), known.end(), [&](const PlanOption& p) { return same_option(p, o); });
     PlanMeasure m;
@@ -173,7 +213,7 @@ RecomputeSearch fewest_recomputed_blocks(const Config& c, const PlanOption& leve
       if (k == lo) break;
       hi = k - 1;
     } else {
-      if (!r.fewest) break;  // every block did not fit
+      if (!r.fewest) break;  // all n did not fit
       lo = k + 1;
     }
   }
@@ -182,17 +222,17 @@ RecomputeSearch fewest_recomputed_blocks(const Config& c, const PlanOption& leve
 
 std::vector<PlanOption> plan_options(const Config& c) {
   std::vector<PlanOption> o = {
-      {"L0", {"saved_tensors={default: fp32, rules: []}", "memory.recompute=[]"}},
-      {"actnn-L2", {"saved_tensors={default: actnn-L2, rules: []}", "memory.recompute=[]"}},
-      {"actnn-L3", {"saved_tensors={default: actnn-L3, rules: []}", "memory.recompute=[]"}},
-      {"gact-L1", {gact("gact-L1"), "memory.recompute=[]"}},
-      {"recompute", {"saved_tensors={default: fp32, rules: []}", "memory.recompute=[blocks]"}},
-      {"gact-CB1", {gact("gact-CB1"), "memory.recompute=[blocks]"}},
+      level("L0", "scheme: fp32", false),
+      level("actnn-L2", "scheme: actnn-L2", false),
+      level("actnn-L3", "scheme: actnn-L3", false),
+      level("gact-L1", gact("gact-L1"), false),
+      level("recompute", "scheme: fp32", true),
+      level("gact-CB1", gact("gact-CB1"), true),
   };
-  if (has_attention(c)) o.push_back({"gact-CB2", {gact("gact-CB2"), "memory.recompute=[blocks]", "model.attention=memory_efficient"}});
+  if (has_attention(c)) o.push_back(level("gact-CB2", gact("gact-CB2"), true, {"model.attention=memory_efficient"}));
   if (!Device::parse(c.device).is_cpu()) {  // a second memory to offload to
-    o.push_back({"gact-L2", {gact("gact-L2"), "memory.recompute=[]"}});
-    o.push_back({"offload", {"saved_tensors={default: fp32, rules: []}", "memory.recompute=[]", "memory.offload={}"}});
+    o.push_back(level("gact-L2", gact("gact-L2"), false));
+    o.push_back(level("offload", "scheme: fp32", false, {"memory.offload={}"}));
   }
   // The convolution kernels are a lever too: under conv_algorithm auto oneDNN may pick Winograd,
   // whose Workspace depends on the CPU (the quickstart's 2-bit step at batch 128: 69.4 MiB on an
@@ -245,20 +285,37 @@ MemoryPlan plan_memory(const Config& c) {
                                    : "cannot run here: " + m.refused);
   }
   // Per segment: a level faster than every option that may fit, but over the budget itself, keeps
-  // its storage and recomputes the fewest of the model's blocks that bring it within it.
-  const std::vector<std::string> blocks = model_blocks(c);
+  // its storage and recomputes the fewest of the model's blocks that bring it within it; one that
+  // stores without recomputing also stores the fewest blocks (with the stem) as the fastest
+  // storage level that fits, on the same kernels.
+  const ModelBlocks model = model_blocks(c);
   const size_t levels = options.size();
-  for (size_t i = 0; i < levels && !blocks.empty(); ++i) {
+  auto fits = [&](size_t i) { return p.options[i].refused.empty() && predicted_within(p.options[i].predicted_peak, p.budget); };
+  std::vector<BlockSearch> searches;
+  for (size_t i = 0; i < levels && !model.blocks.empty(); ++i) {
     const PlanMeasure& m = p.options[i];
-    if (!m.refused.empty() || recomputes(options[i]) || m.img_per_s <= fastest_fitting(p.options, p.budget) ||
-        predicted_within(m.predicted_peak, p.budget))
+    if (!m.refused.empty() || recomputes(options[i]) || m.img_per_s <= fastest_fitting(p.options, p.budget) || fits(i))
       continue;
-    // Every probe joins the choice (the fastest that may fit wins, as among the levels).
-    for (auto& [option, measure] : fewest_recomputed_blocks(c, options[i], blocks, options, p.options).probes) {
+    const size_t n = model.blocks.size();
+    searches.push_back(fewest_blocks(c, n, [&](size_t k) { return with_recomputed_blocks(options[i], model.blocks, k); },
+                                           options, p.options));
+    if (!stores_only(options[i])) continue;
+    std::optional<size_t> storage;  // the fastest storage level that fits, on level i's kernels
+    for (size_t j = 0; j < levels; ++j)
+      if (j != i && stores_only(options[j]) && options[j].storage != options[i].storage && fits(j) &&
+          has_override(options[j], "conv_algorithm=direct") == has_override(options[i], "conv_algorithm=direct") &&
+          (!storage || p.options[j].img_per_s > p.options[*storage].img_per_s))
+        storage = j;
+    if (storage)
+      searches.push_back(fewest_blocks(c, n, [&](size_t k) { return with_stored_blocks(options[i], options[*storage], model, k); },
+                                             options, p.options));
+  }
+  // Every probe joins the choice (the fastest that may fit wins, as among the levels).
+  for (BlockSearch& search : searches)
+    for (auto& [option, measure] : search.probes) {
       options.push_back(std::move(option));
       p.options.push_back(std::move(measure));
     }
-  }
   // The fastest option that may fit, checked by a real step at the batch; re-planned while a
   // check finds a peak over the budget or more than 5% off. "May fit": checked and within the
   // budget, or predicted within the prediction's 5% of it.

@@ -18,9 +18,13 @@
 // itself is profiled again with the first k of the model's blocks recomputed (its residual or
 // transformer blocks in forward order: a CNN's early blocks hold the most bytes for the same
 // work), for the fewest k that fit (a binary search on k, every block tried first), and that
-// option ("gact-L1+recompute 3/9") joins the choice. Bits per tensor are GACT's own choice
-// within a level; per-tensor keep / recompute / offload choices are not made yet.
+// option ("gact-L1+recompute 3/9") joins the choice. A level that stores without recomputing is
+// also searched the other way: the stem and the first k blocks stored as the fastest storage
+// level that fits, the rest kept as the level keeps them ("L0+actnn-L2 on 3/9"). So each segment
+// (stem and block) is kept, compressed or recomputed, the choice measured, not modelled. Bits per
+// tensor are GACT's own choice within a level; offload per tensor is not chosen yet.
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <utility>
@@ -34,6 +38,9 @@ namespace packrat {
 struct PlanOption {
   std::string name;                    // "gact-L1"
   std::vector<std::string> overrides;  // "saved_tensors={default: ...}", applied as --set
+  // A level's saved_tensors.default as the body of a scheme map ("scheme: actnn-L2"), so that a
+  // rule can store part of the model as the level does; "" for an option made from others.
+  std::string storage;
 };
 
 struct PlanMeasure {
@@ -71,21 +78,29 @@ Config with_option(const Config& c, const std::vector<std::string>& overrides);
 // option fits: the smallest predicted peak, and what parameters, gradients and optimizer state
 // alone take.
 MemoryPlan plan_memory(const Config& c);
-// The modules `memory.recompute: [blocks]` marks in c's model, in forward order.
-std::vector<std::string> model_blocks(const Config& c);
+// The segments of c's model: the modules `memory.recompute: [blocks]` marks, in forward order,
+// and the modules before the first of them (a CNN's stem: conv1, bn1, act).
+struct ModelBlocks {
+  std::vector<std::string> stem;
+  std::vector<std::string> blocks;
+};
+ModelBlocks model_blocks(const Config& c);
 // `level` with the first k of `blocks` recomputed instead of its own memory.recompute.
 PlanOption with_recomputed_blocks(const PlanOption& level, const std::vector<std::string>& blocks, size_t k);
-// The search for `level` with the fewest of `blocks` recomputed (the first k) whose predicted
-// peak at c.data.batch_size may fit c.memory.budget_bytes: the profiles it ran, in order (an
-// option among `known`, whose profiles are `measured`, is taken from there instead), and the
-// option it found with its profile (none when even every block does not fit).
-struct RecomputeSearch {
+// `level` (an option that stores, recomputing nothing) with the stem and the first k blocks
+// stored as `storage` (a level, PlanOption::storage set): a saved_tensors rule on their layers.
+PlanOption with_stored_blocks(const PlanOption& level, const PlanOption& storage, const ModelBlocks& m, size_t k);
+// The search for the fewest k in [1, n] whose option(k) has a predicted peak at
+// c.data.batch_size that may fit c.memory.budget_bytes (option(k) holding fewer bytes as k
+// grows): the profiles it ran, in order (an option among `known`, whose profiles are `measured`,
+// is taken from there instead), and the option it found with its profile (none when even
+// option(n) does not fit).
+struct BlockSearch {
   std::vector<std::pair<PlanOption, PlanMeasure>> probes;
   std::optional<std::pair<PlanOption, PlanMeasure>> fewest;
 };
-RecomputeSearch fewest_recomputed_blocks(const Config& c, const PlanOption& level, const std::vector<std::string>& blocks,
-                                         const std::vector<PlanOption>& known = {},
-                                         const std::vector<PlanMeasure>& measured = {});
+BlockSearch fewest_blocks(const Config& c, size_t n, const std::function<PlanOption(size_t)>& option,
+                          const std::vector<PlanOption>& known = {}, const std::vector<PlanMeasure>& measured = {});
 // --find-max-batch under plan: auto: every option's largest batch under `limit`; the plan is the
 // option with the largest (the first in plan_options' order where several tie).
 struct PlannedMaxBatch {

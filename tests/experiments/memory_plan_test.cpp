@@ -68,7 +68,7 @@ TEST(MemoryPlan, ALevelOverTheBudgetRecomputesTheFewestBlocksThatBringItWithin) 
   const Config c = planned(1, {"conv_algorithm=direct"});
   const PlanOption fp32 = plan_options(c).front();
   ASSERT_EQ(fp32.name, "L0");
-  const std::vector<std::string> blocks = model_blocks(c);
+  const std::vector<std::string> blocks = model_blocks(c).blocks;
   ASSERT_EQ(blocks.size(), 9u);  // ResNet-20: three stages of three residual blocks
   EXPECT_EQ(blocks.front(), "layer1.0");
   auto peak = [&](size_t k) {
@@ -78,7 +78,8 @@ TEST(MemoryPlan, ALevelOverTheBudgetRecomputesTheFewestBlocksThatBringItWithin) 
   const int64_t none = peak(0), all = peak(blocks.size());
   ASSERT_LT(all, none);
   const int64_t budget = (none + all) / 2;
-  const RecomputeSearch search = fewest_recomputed_blocks(planned(budget, {"conv_algorithm=direct"}), fp32, blocks);
+  const BlockSearch search = fewest_blocks(planned(budget, {"conv_algorithm=direct"}), blocks.size(),
+                                          [&](size_t k) { return with_recomputed_blocks(fp32, blocks, k); });
   ASSERT_TRUE(search.fewest.has_value());
   const auto* partial = &*search.fewest;
   const std::string& name = partial->first.name;
@@ -96,12 +97,56 @@ TEST(MemoryPlan, ALevelOverTheBudgetRecomputesTheFewestBlocksThatBringItWithin) 
   EXPECT_GT(static_cast<double>(peak(k - 1)), 0.95 * static_cast<double>(budget));
 }
 
+// Per segment, the other way: FP32 in a budget between its peak and its peak with every block
+// stored as actnn-L2 stores the stem and the fewest blocks (the first k) that fit as actnn-L2,
+// keeping the rest FP32, and no fewer would.
+TEST(MemoryPlan, AStorageLevelOverTheBudgetCompressesTheFewestBlocksThatBringItWithin) {
+  const Config c = planned(1, {"conv_algorithm=direct"});
+  const std::vector<PlanOption> levels = plan_options(c);
+  const PlanOption& fp32 = levels.front();
+  const auto actnn = std::find_if(levels.begin(), levels.end(), [](const PlanOption& o) { return o.name == "actnn-L2"; });
+  ASSERT_NE(actnn, levels.end());
+  const ModelBlocks m = model_blocks(c);
+  EXPECT_EQ(m.stem, (std::vector<std::string>{"conv1", "bn1", "act"}));
+  ASSERT_EQ(m.blocks.size(), 9u);
+  auto option = [&](size_t k) { return with_stored_blocks(fp32, *actnn, m, k); };
+  auto peak = [&](size_t k) { return benchmark(with_option(c, (k == 0 ? fp32 : option(k)).overrides), 1).peak_bytes; };
+  const int64_t none = peak(0), all = peak(m.blocks.size());
+  ASSERT_LT(all, none);
+  const int64_t budget = (none + all) / 2;
+  const BlockSearch search = fewest_blocks(planned(budget, {"conv_algorithm=direct"}), m.blocks.size(), option);
+  ASSERT_TRUE(search.fewest.has_value());
+  const std::string& name = search.fewest->first.name;
+  ASSERT_EQ(name.rfind("L0+actnn-L2 on ", 0), 0u) << name;
+  const size_t k = std::stoul(name.substr(std::string("L0+actnn-L2 on ").size()));
+  ASSERT_GE(k, 1u);
+  ASSERT_LT(k, m.blocks.size()) << "half way between none and all, some blocks must be left FP32";
+  // What it stores: the stem's and the first k blocks' tensors as actnn, every other one FP32.
+  const MemoryReport r = memory_report_only(with_option(c, search.fewest->first.overrides));
+  auto compressed = [&](const std::string& layer) {
+    if (std::find(m.stem.begin(), m.stem.end(), layer) != m.stem.end()) return true;
+    for (size_t i = 0; i < k; ++i)
+      if (layer.starts_with(m.blocks[i] + ".")) return true;
+    return false;
+  };
+  int64_t as_actnn = 0;
+  for (const SavedRecord& t : r.tensors) {
+    if (t.statistics) continue;  // batchnorm's mean and variance: FP32 in every store
+    EXPECT_EQ(t.scheme, compressed(t.layer) ? "actnn" : "fp32") << t.layer << " " << t.op;
+    as_actnn += t.scheme == "actnn";
+  }
+  EXPECT_GE(as_actnn, 3 + 6 * static_cast<int64_t>(k));  // the stem's three, each block's six
+  // The allocator agrees: k blocks fit (within the prediction's 5%), k - 1 do not.
+  EXPECT_LE(static_cast<double>(peak(k)), 1.05 * static_cast<double>(budget)) << search.fewest->second.predicted_peak;
+  EXPECT_GT(static_cast<double>(peak(k - 1)), 0.95 * static_cast<double>(budget));
+}
+
 // A model without residual or transformer blocks has none to recompute: the plan chooses among
 // the levels that run on it (session 47's first block search refused such a model).
 TEST(MemoryPlan, AModelWithoutBlocksIsPlannedWithoutThem) {
   const Config c = planned(64 << 20, {"model.arch=sequential", "model.layers=[conv2d(8, 3, padding=1), relu, flatten, linear(10)]",
                                       "saved_tensors.rules=[]"});
-  EXPECT_TRUE(model_blocks(c).empty());
+  EXPECT_TRUE(model_blocks(c).blocks.empty());
   const MemoryPlan p = plan_memory(c);
   EXPECT_FALSE(p.chosen.empty());
   EXPECT_LE(p.measured_peak, 64 << 20);
