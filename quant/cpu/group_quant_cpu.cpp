@@ -12,6 +12,7 @@
 #include "quant/group/group_quant.h"
 #include "quant/cpu/group_quant_simd.h"
 #include "quant/cpu/plain_runs.h"
+#include "quant/cpu/plane_tiles.h"
 
 #if defined(__AVX512F__) || defined(__AVX2__)
 #include <immintrin.h>
@@ -31,24 +32,6 @@ using namespace group_simd;
 
 constexpr int64_t kChunk = 256;  // elements quantized per inner pass (a multiple of 128)
 
-
-// out[i] = rounding_noise16 of element 128 * b0 + i, for the blocks [b0, b1].
-void fill_noise_blocks(const QuantNoise& noise, int64_t b0, int64_t b1, uint16_t* out) {
-  for (int64_t b = b0; b <= b1; ++b) {
-    uint16_t* o = out + (b - b0) * 128;
-#if defined(__AVX512F__)
-    __m512i w[4];
-    philox16(noise.seed, noise.stream, static_cast<uint64_t>(b) << 4, w);
-    const __m512i lo16 = _mm512_set1_epi32(0xFFFF);
-    for (int j = 0; j < 4; ++j) {
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(o + 32 * j), _mm512_cvtepi32_epi16(_mm512_and_si512(w[j], lo16)));
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(o + 32 * j + 16), _mm512_cvtepi32_epi16(_mm512_srli_epi32(w[j], 16)));
-    }
-#else
-    noise_block(noise.seed, noise.stream, b, o);
-#endif
-  }
-}
 
 // The rounding noise of one thread's walk through its groups, which ask for rising, often
 // overlapping element ranges: a group shorter than the noise's 128-element blocks (per-plane
@@ -181,6 +164,9 @@ void for_group_ranges(int64_t groups, int64_t grain, Cut&& cut, Fn&& fn) {
 template <int B>
 void quantize_impl(const float* x, const GroupGeometry& g, Rounding rounding, const QuantNoise& noise, uint8_t* codes,
                    uint8_t* meta, double* group_range_sq, const CodecWalk& walk) {
+#if defined(PACKRAT_PLANE_TILES)
+  if (plane_tiles::applies(g, walk)) return plane_tiles::quantize<B>(x, g, walk, rounding, noise, codes, meta, group_range_sq);
+#endif
   [[maybe_unused]] constexpr uint32_t levels = (1u << B) - 1u;
   const bool stochastic = rounding == Rounding::Stochastic;
   const int meta_size = meta_bytes_per_group(g.meta);
@@ -242,6 +228,9 @@ void quantize_impl(const float* x, const GroupGeometry& g, Rounding rounding, co
 template <int B>
 void dequantize_impl(const uint8_t* codes, const uint8_t* meta, const GroupGeometry& g, float* out,
                      const CodecWalk& walk) {
+#if defined(PACKRAT_PLANE_TILES)
+  if (plane_tiles::applies(g, walk)) return plane_tiles::dequantize<B>(codes, meta, g, walk, out);
+#endif
   const int meta_size = meta_bytes_per_group(g.meta);
   const int64_t grain = std::max<int64_t>(1, kMinParallelWork / g.group_size);
   const auto cut = [&](int64_t gi) { return group_at_tile_edge(g, walk, gi, grain); };

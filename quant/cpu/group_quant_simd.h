@@ -155,6 +155,24 @@ inline void noise_block(uint64_t seed, uint64_t stream, int64_t block, uint16_t*
 #endif
 }
 
+// out[i] = rounding_noise16 of element 128 * b0 + i, for the blocks [b0, b1].
+inline void fill_noise_blocks(const QuantNoise& noise, int64_t b0, int64_t b1, uint16_t* out) {
+  for (int64_t b = b0; b <= b1; ++b) {
+    uint16_t* o = out + (b - b0) * 128;
+#if defined(__AVX512F__)
+    __m512i w[4];
+    philox16(noise.seed, noise.stream, static_cast<uint64_t>(b) << 4, w);
+    const __m512i lo16 = _mm512_set1_epi32(0xFFFF);
+    for (int j = 0; j < 4; ++j) {
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(o + 32 * j), _mm512_cvtepi32_epi16(_mm512_and_si512(w[j], lo16)));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(o + 32 * j + 16), _mm512_cvtepi32_epi16(_mm512_srli_epi32(w[j], 16)));
+    }
+#else
+    noise_block(noise.seed, noise.stream, b, o);
+#endif
+  }
+}
+
 #if defined(__AVX512F__)
 // 16 floats: one register.
 struct Floats16 {
