@@ -88,6 +88,9 @@ struct MemoryConfig {
   std::string plan;
   std::string budget;        // bytes with a unit ("384M", "16G"), as written; "" unset
   int64_t budget_bytes = 0;  // ... parsed (0: unset)
+  // plan: auto refuses an option whose compression adds more gradient variance than this
+  // fraction of the gradient's sampling variance between batches (GACT's criterion); 0: no bound.
+  double max_variance_ratio = 0.1;
 };
 
 struct Config {

@@ -273,6 +273,11 @@ std::vector<ConfigKey> make_table() {
             }
             if (c.memory.budget_bytes <= 0) refuse(s, "budget", fmt::format("is '{}': must be more than 0", b));
           }),
+      number("memory", "max_variance_ratio", in(&C::memory, &Mem::max_variance_ratio), "0.1", 0, 1e6,
+             "`plan: auto` refuses an option whose compression adds more gradient variance than this fraction of "
+             "the gradient's sampling variance between batches (GACT's criterion, measured on the first training "
+             "batches before the plan's check; 0: no bound); see \"Planning memory\"")
+          .shortest(),
       key("memory", "recompute", KeyType::TextList, in(&C::memory, &Mem::recompute), "[]",
           "modules whose forward runs again in backward, keeping only their inputs (through the saved-tensor "
           "store): globs on dotted module names (`[\"layer*.*\"]`, `[\"transformer.h.*\"]`; the outermost match "

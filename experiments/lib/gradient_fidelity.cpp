@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <optional>
 
 #include "autograd/ops.h"
 #include "autograd/tape.h"
@@ -61,6 +62,38 @@ Grads gradients(Module& model, StorePolicy& policy, const Tensor& images, const 
 struct Accumulator {
   std::vector<double> mean, m2;
   double cos_sum = 0, cos_min = 1;
+  // Adds draw d (0, 1, ...) of the gradient x (numel values).
+  void add(const float* x, int64_t numel, int64_t d) {
+    if (mean.empty()) mean.assign(static_cast<size_t>(numel), 0.0), m2.assign(static_cast<size_t>(numel), 0.0);
+    for (size_t i = 0; i < mean.size(); ++i) {
+      const double delta = x[i] - mean[i];
+      mean[i] += delta / static_cast<double>(d + 1);
+      m2[i] += delta * (x[i] - mean[i]);
+    }
+  }
+};
+
+// The model's buffers (batchnorm running statistics) as they were when it was made, put back when
+// it goes: a measurement trains on no batch.
+class KeptBuffers {
+ public:
+  explicit KeptBuffers(Module& model) {
+    for (auto& [name, b] : model.named_buffers()) {
+      TagScope tag(MemTag::Workspace);
+      kept_.emplace_back(b, b.clone());
+    }
+  }
+  ~KeptBuffers() {
+    for (auto& [live, copy] : kept_) {
+      backend_of(live).copy(copy, live);
+      live.bump_version();
+    }
+  }
+  KeptBuffers(const KeptBuffers&) = delete;
+  KeptBuffers& operator=(const KeptBuffers&) = delete;
+
+ private:
+  std::vector<std::pair<Tensor, Tensor>> kept_;  // (live buffer, copy)
 };
 
 double dot(const float* a, const float* b, int64_t n) {
@@ -133,11 +166,7 @@ FidelityReport measure_gradient_fidelity(Module& model, StorePolicy& reference, 
                                          const Tensor& images, const Tensor& labels, int64_t draws,
                                          int64_t first_step, double label_smoothing) {
   PACKRAT_CHECK(draws >= 2, "--gradient-fidelity: needs at least 2 draws to estimate a variance, got {}", draws);
-  std::vector<std::pair<Tensor, Tensor>> buffers;  // (live buffer, copy): batchnorm running statistics
-  for (auto& [name, b] : model.named_buffers()) {
-    TagScope tag(MemTag::Workspace);
-    buffers.emplace_back(b, b.clone());
-  }
+  std::optional<KeptBuffers> buffers(std::in_place, model);  // put back before the report
   model.train();
   const auto names = model.named_parameters();
   const Grads ref = gradients(model, reference, images, labels, first_step, label_smoothing);
@@ -146,11 +175,6 @@ FidelityReport measure_gradient_fidelity(Module& model, StorePolicy& reference, 
     s->refresh(first_step, [&] { return gradients(model, scheme, images, labels, first_step, label_smoothing); });
 
   std::vector<Accumulator> acc(ref.size());
-  for (size_t t = 0; t < ref.size(); ++t)
-    if (ref[t].defined()) {
-      acc[t].mean.assign(static_cast<size_t>(ref[t].numel()), 0.0);
-      acc[t].m2.assign(static_cast<size_t>(ref[t].numel()), 0.0);
-    }
   double total_cos_sum = 0, total_cos_min = 1;
   for (int64_t d = 0; d < draws; ++d) {
     const Grads g = gradients(model, scheme, images, labels, first_step + 1 + d, label_smoothing);
@@ -163,11 +187,7 @@ FidelityReport measure_gradient_fidelity(Module& model, StorePolicy& reference, 
       const float* r = ref[t].data<float>();
       const int64_t n = ref[t].numel();
       Accumulator& a = acc[t];
-      for (int64_t i = 0; i < n; ++i) {  // Welford
-        const double delta = x[i] - a.mean[static_cast<size_t>(i)];
-        a.mean[static_cast<size_t>(i)] += delta / static_cast<double>(d + 1);
-        a.m2[static_cast<size_t>(i)] += delta * (x[i] - a.mean[static_cast<size_t>(i)]);
-      }
+      a.add(x, n, d);
       const double xr = dot(x, r, n), xx = dot(x, x, n), rr = dot(r, r, n);
       const double cos = xx > 0 && rr > 0 ? xr / std::sqrt(xx * rr) : (xx == rr ? 1.0 : 0.0);
       a.cos_sum += cos;
@@ -178,10 +198,7 @@ FidelityReport measure_gradient_fidelity(Module& model, StorePolicy& reference, 
     total_cos_sum += cos;
     total_cos_min = std::min(total_cos_min, cos);
   }
-  for (auto& [live, copy] : buffers) {
-    backend_of(live).copy(copy, live);
-    live.bump_version();
-  }
+  buffers.reset();
 
   FidelityReport report;
   report.draws = draws;
@@ -269,14 +286,28 @@ void check_fidelity_compares_a_scheme(const Config& c) {
                 c.source, scheme_words(c.saved_tensors));
 }
 
-FidelityReport gradient_fidelity_mode(const Config& c, int64_t draws) {
-  namespace fs = std::filesystem;
-  make_writable_directory(c.output.dir, "output.dir");
-  apply_process_settings(c);
-  const RunDevice on(c);
+double gradient_sampling_variance(Module& model, StorePolicy& reference, const std::vector<LabelledBatch>& batches,
+                                  double label_smoothing) {
+  PACKRAT_CHECK(batches.size() >= 2, "gradient_sampling_variance: needs at least 2 batches, got {}", batches.size());
+  KeptBuffers buffers(model);
+  model.train();
+  std::vector<Accumulator> acc;
+  for (size_t b = 0; b < batches.size(); ++b) {
+    const Grads g = gradients(model, reference, batches[b].images, batches[b].labels, 0, label_smoothing);
+    acc.resize(g.size());
+    for (size_t t = 0; t < g.size(); ++t)
+      if (g[t].defined()) acc[t].add(g[t].data<float>(), g[t].numel(), static_cast<int64_t>(b));
+  }
+  double variance = 0;
+  for (const Accumulator& a : acc)
+    for (const double m2 : a.m2) variance += m2 / static_cast<double>(batches.size() - 1);
+  return variance;
+}
+
+TrainingBatches training_batches(const Config& c, int64_t batch, int64_t count, std::string_view who) {
   auto train_ds = data::open_dataset(dataset_spec(c, data::Split::Train));
   data::LoaderOptions lo;
-  lo.batch_size = c.data.batch_size;
+  lo.batch_size = batch;
   lo.shuffle = true;
   lo.seed = c.seed;
   lo.limit = c.data.limit_train;
@@ -284,13 +315,28 @@ FidelityReport gradient_fidelity_mode(const Config& c, int64_t draws) {
   lo.masked_lm = is_masked_lm(c);
   data::Loader loader(train_ds, data::parse_pipeline(c.data.train_transforms), lo);
   loader.start_epoch(0);
-  data::Batch b;
-  PACKRAT_CHECK(loader.next(b), "--gradient-fidelity: the training set of {} is empty", c.data.dataset);
+  TrainingBatches r;
+  for (int64_t i = 0; i < count; ++i) {
+    data::Batch b;
+    PACKRAT_CHECK(loader.next(b), "{}: the training set of {} holds fewer than {} batches of {}", who, c.data.dataset,
+                  count, batch);
+    r.batches.push_back({b.images, b.labels});
+  }
   const data::ImageShape shape = loader.image_shape();
   check_in_channels(c, shape.c);
   check_classes(c, train_ds->num_classes());
-  InputSpec input{shape.c, shape.h, shape.w, c.model.num_classes > 0 ? c.model.num_classes : train_ds->num_classes()};
-  Session s = make_session(c, input);
+  r.input = InputSpec{shape.c, shape.h, shape.w, c.model.num_classes > 0 ? c.model.num_classes : train_ds->num_classes()};
+  return r;
+}
+
+FidelityReport gradient_fidelity_mode(const Config& c, int64_t draws) {
+  namespace fs = std::filesystem;
+  make_writable_directory(c.output.dir, "output.dir");
+  apply_process_settings(c);
+  const RunDevice on(c);
+  const TrainingBatches data = training_batches(c, c.data.batch_size, 1, "--gradient-fidelity");
+  const LabelledBatch& b = data.batches.front();
+  Session s = make_session(c, data.input);
   StorePolicySpec fp32;
   fp32.seed = c.seed;
   RulePolicy reference(fp32);

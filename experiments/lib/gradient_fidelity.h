@@ -18,11 +18,13 @@
 #include <cstdint>
 #include <limits>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "autograd/saved_tensor_store.h"
 #include "core/tensor.h"
 #include "experiments/lib/config.h"
+#include "experiments/lib/session.h"  // InputSpec
 #include "experiments/lib/json.h"
 #include "layers/module.h"
 
@@ -53,6 +55,25 @@ struct FidelityReport {
 FidelityReport measure_gradient_fidelity(Module& model, StorePolicy& reference, StorePolicy& scheme,
                                          const Tensor& images, const Tensor& labels, int64_t draws,
                                          int64_t first_step = 0, double label_smoothing = 0);
+
+// The gradient's sampling variance between batches (GACT's yardstick for the variance a
+// compression may add): the sum over parameter elements of the sample variance (N - 1
+// denominator) of the FP32 gradients of `batches` (at least 2), the model as it is, in train mode;
+// its buffers are restored afterwards.
+struct LabelledBatch {
+  Tensor images, labels;
+};
+double gradient_sampling_variance(Module& model, StorePolicy& reference, const std::vector<LabelledBatch>& batches,
+                                  double label_smoothing = 0);
+
+// The first `count` batches of `batch` samples of c's training set, in the trainer's first-epoch
+// order (shuffled under the run seed, the train transforms applied), and the input they make.
+// Throws naming `who` when the set holds fewer.
+struct TrainingBatches {
+  std::vector<LabelledBatch> batches;
+  InputSpec input;
+};
+TrainingBatches training_batches(const Config& c, int64_t batch, int64_t count, std::string_view who);
 
 // The trainer's --gradient-fidelity N: the config's model at initialisation, its first training
 // batch (the loader's order under the run seed), N draws; writes <output.dir>/gradient_fidelity.json

@@ -15,6 +15,7 @@
 #include "experiments/lib/text_task.h"
 #include "experiments/lib/tools.h"
 #include "models/registry.h"
+#include "quant/policy/rule_policy.h"
 
 namespace packrat {
 
@@ -35,9 +36,24 @@ PlanOption level(std::string name, std::string storage, bool recompute, std::vec
   return o;
 }
 
-// GACT's measured estimator refreshes a few tensors a step, so that the profile's short
-// benchmarks time its steady state (as bench/recompute_levels.sh does).
-std::string gact(const std::string& preset) { return "scheme: " + preset + ", tensors_per_refresh: 4"; }
+std::string gact(const std::string& preset) { return "scheme: " + preset; }
+
+// What the profile runs of an option: its GACT storage estimates 4 tensors' sensitivities a
+// refresh (as bench/recompute_levels.sh does), so that the short benchmarks time its steady state
+// rather than the first step's estimate of every tensor (one pass each). What trains, and what
+// the check and the variance measure, estimates every tensor at the first step, as GACT does: with
+// 4 estimated, the others' sensitivities read 0 and they get 1 bit (on the quickstart gact-L1 then
+// added 0.90 of the gradient's sampling variance).
+std::vector<std::string> profiled(std::vector<std::string> overrides) {
+  for (std::string& s : overrides) {
+    if (!s.starts_with("saved_tensors=")) continue;
+    for (size_t at = s.find("scheme: gact-"); at != std::string::npos; at = s.find("scheme: gact-", at + 1)) {
+      const size_t end = s.find_first_of(",}", at);
+      s.insert(end, ", tensors_per_refresh: 4");
+    }
+  }
+  return overrides;
+}
 
 constexpr double kRecheckTolerance = 0.05;  // a prediction further off than this is re-planned
 
@@ -74,7 +90,7 @@ PlanMeasure profile(const Config& c, const PlanOption& o, int64_t batch) {
   m.option = o.name;
   Config oc;
   try {
-    oc = with_option(c, o.overrides);
+    oc = with_option(c, profiled(o.overrides));
   } catch (const Error& e) {
     m.refused = e.what();
     return m;
@@ -262,6 +278,52 @@ Config with_option(const Config& c, const std::vector<std::string>& overrides) {
   return out;
 }
 
+VarianceCheck::VarianceCheck(const Config& c, int64_t batch) : config_(c), batch_(batch) {
+  apply_process_settings(c);
+  const RunDevice on(c);
+  try {
+    (void)training_batches(c, batch, kBatches, "memory.plan");
+    inputs_ = "training data";
+  } catch (const Error& e) {  // no data here (a dataset not installed): the profile's synthetic inputs
+    synthetic_ = true;
+    inputs_ = fmt::format("synthetic ({})", e.what());
+  }
+  const TrainingBatches data = batches(kBatches);
+  const Config fp32 = with_option(c, plan_options(c).front().overrides);
+  Session s = make_session(fp32, data.input);
+  sampling_ = gradient_sampling_variance(*s.model, *s.policy, data.batches, c.train.label_smoothing);
+  clear_tape();
+}
+
+TrainingBatches VarianceCheck::batches(int64_t count) const {
+  if (!synthetic_) return training_batches(config_, batch_, count, "memory.plan");
+  TrainingBatches data;
+  data.input = synthetic_input_spec(config_);
+  for (int64_t i = 0; i < count; ++i) {
+    SyntheticBatch b = synthetic_inputs(config_, data.input, batch_, static_cast<uint64_t>(i));
+    data.batches.push_back({b.images, b.labels});
+  }
+  return data;
+}
+
+double VarianceCheck::ratio(const PlanOption& o) const {
+  const Config oc = with_option(config_, o.overrides);
+  if (oc.saved_tensors.default_scheme.scheme == "fp32" && oc.saved_tensors.rules.empty())
+    return std::numeric_limits<double>::quiet_NaN();
+  apply_process_settings(oc);
+  const RunDevice on(oc);
+  const TrainingBatches data = batches(1);
+  Session s = make_session(oc, data.input);
+  StorePolicySpec fp32;
+  fp32.seed = oc.seed;
+  RulePolicy reference(fp32);
+  const LabelledBatch& b = data.batches.front();
+  const FidelityReport r =
+      measure_gradient_fidelity(*s.model, reference, *s.policy, b.images, b.labels, kDraws, 0, oc.train.label_smoothing);
+  clear_tape();
+  return r.total.rel_variance * r.total.grad_norm * r.total.grad_norm / sampling_;
+}
+
 MemoryPlan plan_memory(const Config& c) {
   PACKRAT_CHECK(c.memory.plan == "auto" && c.memory.budget_bytes > 0, "plan_memory: memory.plan auto and a budget");
   MemoryPlan p;
@@ -320,8 +382,11 @@ MemoryPlan plan_memory(const Config& c) {
   // check finds a peak over the budget or more than 5% off. "May fit": checked and within the
   // budget, or predicted within the prediction's 5% of it.
   auto may_fit = [&](const PlanMeasure& m) {
-    return m.measured_peak > 0 ? m.fits : predicted_within(m.predicted_peak, p.budget);
+    return !m.too_noisy && (m.measured_peak > 0 ? m.fits : predicted_within(m.predicted_peak, p.budget));
   };
+  // GACT's criterion, measured for an option when the choice reaches it (the sampling variance once).
+  p.max_variance_ratio = c.memory.max_variance_ratio;
+  std::optional<VarianceCheck> variance;
   // p.options[i] is the profile of options[i].
   std::optional<size_t> chosen;
   for (;;) {
@@ -332,6 +397,19 @@ MemoryPlan plan_memory(const Config& c) {
     }
     if (!i) break;
     PlanMeasure* best = &p.options[*i];
+    if (p.max_variance_ratio > 0 && std::isnan(best->variance_ratio)) {
+      if (!variance) {
+        variance.emplace(c, std::max<int64_t>(2, p.batch / 4));
+        p.sampling_variance = variance->sampling_variance();
+        p.variance_inputs = variance->inputs();
+      }
+      best->variance_ratio = variance->ratio(options[*i]);
+      best->too_noisy = best->variance_ratio > p.max_variance_ratio;  // NaN (exact): false
+      if (!std::isnan(best->variance_ratio))
+        spdlog::info("plan: {} adds {:.3g} of the gradient's sampling variance (bound {:g})", best->option,
+                     best->variance_ratio, p.max_variance_ratio);
+      if (best->too_noisy) continue;
+    }
     if (best->measured_peak > 0) {  // checked already, and within the budget
       chosen = i;
       break;
@@ -355,9 +433,14 @@ MemoryPlan plan_memory(const Config& c) {
       const int64_t peak = m.measured_peak > 0 ? m.measured_peak : m.predicted_peak;
       if (m.refused.empty() && (which.empty() || peak < least)) least = peak, which = m.option;
     }
+    const auto noisy = std::count_if(p.options.begin(), p.options.end(), [](const PlanMeasure& m) { return m.too_noisy; });
     fail("{}: memory.budget {} ({} bytes) holds no option at data.batch_size {}: the smallest peak is {}'s, {} bytes "
-         "(parameters, gradients and optimizer state {} bytes of it); give a larger budget or a smaller batch",
-         c.source, c.memory.budget, p.budget, p.batch, which, least, resident);
+         "(parameters, gradients and optimizer state {} bytes of it){}; give a larger budget or a smaller batch",
+         c.source, c.memory.budget, p.budget, p.batch, which, least, resident,
+         noisy == 0 ? std::string()
+                    : fmt::format(", and {} option{} within it add{} more gradient variance than memory.max_variance_ratio "
+                                  "{:g} allows",
+                                  noisy, noisy == 1 ? "" : "s", noisy == 1 ? "s" : "", p.max_variance_ratio));
   }
   p.chosen = options[*chosen].name;
   p.overrides = options[*chosen].overrides;
@@ -368,10 +451,19 @@ MemoryPlan plan_memory(const Config& c) {
 
 PlannedMaxBatch plan_max_batch(const Config& c, int64_t limit) {
   PlannedMaxBatch r;
+  std::optional<VarianceCheck> variance;  // GACT's criterion, as plan_memory applies it
+  if (c.memory.max_variance_ratio > 0) variance.emplace(c, std::max<int64_t>(2, c.data.batch_size / 4));
   for (const PlanOption& o : plan_options(c)) {
+    const double ratio = variance ? variance->ratio(o) : std::numeric_limits<double>::quiet_NaN();
+    if (ratio > c.memory.max_variance_ratio) {
+      spdlog::info("plan: {} adds {:.3g} of the gradient's sampling variance, over memory.max_variance_ratio {:g}",
+                   o.name, ratio, c.memory.max_variance_ratio);
+      r.per_option.emplace_back(o.name, -1);
+      continue;
+    }
     int64_t batch = -1, peak = 0;
     try {
-      const MaxBatchResult m = find_max_batch(with_option(c, o.overrides), limit);
+      const MaxBatchResult m = find_max_batch(with_option(c, profiled(o.overrides)), limit);
       batch = m.batch_size;
       peak = m.peak_bytes;
     } catch (const Error& e) {
@@ -393,6 +485,9 @@ Json MemoryPlan::json() const {
   j["predicted_peak"] = Json(predicted_peak);
   j["measured_peak"] = Json(measured_peak);
   j["replans"] = Json(replans);
+  j["max_variance_ratio"] = Json(max_variance_ratio);
+  j["sampling_variance"] = std::isnan(sampling_variance) ? Json() : Json(sampling_variance);
+  j["variance_inputs"] = Json(variance_inputs);
   Json list = Json::array();
   for (const PlanMeasure& m : options) {
     Json o = Json::object();
@@ -405,6 +500,8 @@ Json MemoryPlan::json() const {
     o["predicted_peak"] = Json(m.predicted_peak);
     o["measured_peak"] = Json(m.measured_peak);
     o["fits"] = Json(m.fits);
+    o["variance_ratio"] = std::isnan(m.variance_ratio) ? Json() : Json(m.variance_ratio);
+    o["too_noisy"] = Json(m.too_noisy);
     list.push_back(o);
   }
   j["options"] = list;
@@ -412,18 +509,26 @@ Json MemoryPlan::json() const {
 }
 
 std::string MemoryPlan::table() const {
-  std::string s = fmt::format("Memory plan (memory.plan: auto): budget {} at batch {}; chosen: {}\n{:<32} {:>16} {:>16} {:>12} {}\n",
+  std::string s = fmt::format("Memory plan (memory.plan: auto): budget {} at batch {}; chosen: {}\n{:<32} {:>16} {:>16} {:>12} {:>9} {}\n",
                               format_bytes(budget), batch, chosen, "option", "predicted peak", "measured peak",
-                              "img/s", "");
+                              "img/s", "variance", "");
   for (const PlanMeasure& m : options) {
     if (!m.refused.empty()) {
       s += fmt::format("{:<32} cannot run here: {}\n", m.option, m.refused.substr(0, 100));
       continue;
     }
-    s += fmt::format("{:<32} {:>16} {:>16} {:>12.1f} {}\n", m.option, format_bytes(m.predicted_peak),
+    s += fmt::format("{:<32} {:>16} {:>16} {:>12.1f} {:>9} {}\n", m.option, format_bytes(m.predicted_peak),
                      m.measured_peak > 0 ? format_bytes(m.measured_peak) : std::string("-"), m.img_per_s,
-                     m.option == chosen ? "<- chosen" : m.fits ? "fits" : "over the budget");
+                     std::isnan(m.variance_ratio) ? std::string("-") : fmt::format("{:.3g}", m.variance_ratio),
+                     m.option == chosen ? "<- chosen"
+                     : m.too_noisy      ? "over the variance bound"
+                     : m.fits           ? "fits"
+                                        : "over the budget");
   }
+  if (!std::isnan(sampling_variance))
+    s += fmt::format("variance: the gradient variance an option's compression adds, over its sampling variance between "
+                     "batches ({:.4g}, {}); bound {:g}\n",
+                     sampling_variance, variance_inputs, max_variance_ratio);
   return s;
 }
 

@@ -23,14 +23,22 @@
 // level that fits, the rest kept as the level keeps them ("L0+actnn-L2 on 3/9"). So each segment
 // (stem and block) is kept, compressed or recomputed, the choice measured, not modelled. Bits per
 // tensor are GACT's own choice within a level; offload per tensor is not chosen yet.
+//
+// GACT's criterion bounds what compression may cost: before an option that compresses is
+// checked, the gradient variance its storage adds (draws of its rounding noise on the first
+// training batch, at a quarter of the batch) is measured against the gradient's sampling variance
+// between the first training batches; over memory.max_variance_ratio (0.1, GACT's warning
+// threshold) the option is not chosen (VarianceCheck).
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "experiments/lib/config.h"
+#include "experiments/lib/gradient_fidelity.h"  // TrainingBatches
 #include "experiments/lib/json.h"
 
 namespace packrat {
@@ -52,6 +60,10 @@ struct PlanMeasure {
   int64_t predicted_peak = 0;    // at the target batch
   int64_t measured_peak = 0;     // at the target batch, for the options checked by a real step (0: not)
   bool fits = false;             // its peak (measured where it was, else predicted) within the budget
+  // The gradient variance its compression adds over the gradient's sampling variance (GACT's
+  // criterion; measured for the compressing options the choice reached; NaN: not measured).
+  double variance_ratio = std::numeric_limits<double>::quiet_NaN();
+  bool too_noisy = false;        // variance_ratio over memory.max_variance_ratio: not chosen
 };
 
 struct MemoryPlan {
@@ -62,10 +74,16 @@ struct MemoryPlan {
   int64_t predicted_peak = 0;    // the chosen option's prediction before its check
   int64_t measured_peak = 0;     // ... its step's peak at the batch
   int replans = 0;               // checks whose peak was over the budget or off by more than 5%
+  // The variance bound (memory.max_variance_ratio; 0: none), the gradient's sampling variance it
+  // was measured against (NaN: never needed) and on what inputs ("training data", or "synthetic"
+  // and why).
+  double max_variance_ratio = 0, sampling_variance = std::numeric_limits<double>::quiet_NaN();
+  std::string variance_inputs;
   std::vector<PlanMeasure> options;
   // {"budget", "batch", "chosen", "overrides", "predicted_peak", "measured_peak", "replans",
+  //  "max_variance_ratio", "sampling_variance", "variance_inputs",
   //  "options": [{"option", "refused", "small_batch", "peak_small", "peak_double", "img_per_s",
-  //  "predicted_peak", "measured_peak", "fits"}]}
+  //  "predicted_peak", "measured_peak", "fits", "variance_ratio", "too_noisy"}]}
   Json json() const;
   std::string table() const;     // one line per option, for the console and the memory report
 };
@@ -101,8 +119,32 @@ struct BlockSearch {
 };
 BlockSearch fewest_blocks(const Config& c, size_t n, const std::function<PlanOption(size_t)>& option,
                           const std::vector<PlanOption>& known = {}, const std::vector<PlanMeasure>& measured = {});
+// GACT's criterion for an option: the gradient variance its storage adds (kDraws draws of its
+// rounding noise on the first training batch of `batch` samples) over the gradient's sampling
+// variance between the first kBatches such batches, both in FP32 at initialisation. Built once
+// per plan (the sampling variance), then asked per option.
+// It holds no tensor between calls: the plan's peak checks run beside it.
+class VarianceCheck {
+ public:
+  static constexpr int64_t kBatches = 8, kDraws = 4;
+  VarianceCheck(const Config& c, int64_t batch);
+  // NaN for an option that keeps every saved tensor exact (FP32, recomputation alone).
+  double ratio(const PlanOption& o) const;
+  double sampling_variance() const { return sampling_; }
+  const std::string& inputs() const { return inputs_; }  // "training data", or "synthetic (why)"
+
+ private:
+  TrainingBatches batches(int64_t count) const;  // the first `count`, from the data or synthetic
+  Config config_;
+  int64_t batch_ = 0;
+  bool synthetic_ = false;
+  double sampling_ = 0;
+  std::string inputs_;
+};
+
 // --find-max-batch under plan: auto: every option's largest batch under `limit`; the plan is the
-// option with the largest (the first in plan_options' order where several tie).
+// option with the largest (the first in plan_options' order where several tie). An option over
+// memory.max_variance_ratio (measured at a quarter of data.batch_size) is left out (batch -1).
 struct PlannedMaxBatch {
   std::string chosen;
   int64_t batch_size = 0, peak_bytes = 0;

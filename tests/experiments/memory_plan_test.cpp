@@ -56,7 +56,8 @@ TEST(MemoryPlan, InABudgetFp32DoesNotFitItPicksAnOptionThatDoesAsPredicted) {
   // What trains is the option: its storage, the plan cleared, the allocator agreeing with the check.
   const Config chosen = with_option(planned(budget), p.overrides);
   EXPECT_TRUE(chosen.memory.plan.empty());
-  EXPECT_NE(chosen.saved_tensors.default_scheme.scheme, "fp32");
+  EXPECT_TRUE(chosen.saved_tensors.default_scheme.scheme != "fp32" || !chosen.saved_tensors.rules.empty())
+      << "stores some tensors compressed";
   EXPECT_EQ(benchmark(chosen, 1).peak_bytes, p.measured_peak);
   EXPECT_NE(p.table().find("<- chosen"), std::string::npos);
   EXPECT_EQ(p.json().at("chosen").get<std::string>(), p.chosen);
@@ -139,6 +140,40 @@ TEST(MemoryPlan, AStorageLevelOverTheBudgetCompressesTheFewestBlocksThatBringItW
   // The allocator agrees: k blocks fit (within the prediction's 5%), k - 1 do not.
   EXPECT_LE(static_cast<double>(peak(k)), 1.05 * static_cast<double>(budget)) << search.fewest->second.predicted_peak;
   EXPECT_GT(static_cast<double>(peak(k - 1)), 0.95 * static_cast<double>(budget));
+}
+
+// GACT's criterion: the variance an option's compression adds, over the gradient's sampling
+// variance, grows as its bits fall (2-bit actnn-L3 above 4-bit actnn-L2); an exact option has
+// none to measure; and in a budget that only compressing options hold, a bound they all exceed
+// leaves no option, which the error says.
+TEST(MemoryPlan, OptionsOverTheVarianceBoundAreNotChosen) {
+  const Config c = planned(1, {"conv_algorithm=direct"});
+  const std::vector<PlanOption> levels = plan_options(c);
+  auto level = [&](const std::string& name) {
+    return *std::find_if(levels.begin(), levels.end(), [&](const PlanOption& o) { return o.name == name; });
+  };
+  const VarianceCheck check(c, 16);
+  EXPECT_GT(check.sampling_variance(), 0);
+  EXPECT_NE(check.inputs().find("synthetic"), std::string::npos) << check.inputs();  // no dataset in the test
+  EXPECT_TRUE(std::isnan(check.ratio(level("L0"))));
+  EXPECT_TRUE(std::isnan(check.ratio(level("recompute"))));
+  const double four = check.ratio(level("actnn-L2")), two = check.ratio(level("actnn-L3"));
+  EXPECT_GT(four, 0);
+  EXPECT_GT(two, 2 * four) << "2 bits against 4";
+
+  // Between the leanest compressing level's peak and every exact option's, with a bound below
+  // every compressing option's variance: nothing may be chosen, and the error says why.
+  const Config fp32 = with_option(c, level("L0").overrides);
+  const int64_t exact = std::min(benchmark(fp32, 1).peak_bytes, benchmark(with_option(c, level("recompute").overrides), 1).peak_bytes);
+  const int64_t lean = benchmark(with_option(c, level("actnn-L2").overrides), 1).peak_bytes;
+  ASSERT_LT(lean * 11 / 10, exact * 9 / 10);
+  Config bounded = planned((lean * 11 / 10 + exact * 9 / 10) / 2, {"conv_algorithm=direct"});
+  bounded.memory.max_variance_ratio = four / 100;
+  const std::string refused = message_of([&] { plan_memory(bounded); });
+  EXPECT_NE(refused.find("add more gradient variance than memory.max_variance_ratio"), std::string::npos) << refused;
+  // Without the bound the same budget is planned.
+  bounded.memory.max_variance_ratio = 0;
+  EXPECT_FALSE(plan_memory(bounded).chosen.empty());
 }
 
 // A model without residual or transformer blocks has none to recompute: the plan chooses among
