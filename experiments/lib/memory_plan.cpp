@@ -281,14 +281,15 @@ Config with_option(const Config& c, const std::vector<std::string>& overrides) {
 VarianceCheck::VarianceCheck(const Config& c, int64_t batch) : config_(c), batch_(batch) {
   apply_process_settings(c);
   const RunDevice on(c);
+  TrainingBatches data;
   try {
-    (void)training_batches(c, batch, kBatches, "memory.plan");
+    data = training_batches(c, batch, kBatches, "memory.plan");
     inputs_ = "training data";
   } catch (const Error& e) {  // no data here (a dataset not installed): the profile's synthetic inputs
     synthetic_ = true;
     inputs_ = fmt::format("synthetic ({})", e.what());
+    data = batches(kBatches);
   }
-  const TrainingBatches data = batches(kBatches);
   const Config fp32 = with_option(c, plan_options(c).front().overrides);
   Session s = make_session(fp32, data.input);
   sampling_ = gradient_sampling_variance(*s.model, *s.policy, data.batches, c.train.label_smoothing);
