@@ -219,14 +219,32 @@ void GactStore::estimate_analytic() {
 }
 
 void GactStore::reallocate() {
+  // A tensor not estimated yet (tensors_per_refresh spreads the estimates over refreshes) keeps its
+  // bits, and they come out of the budget: its sensitivity reads 0 until it is measured, which
+  // would give it the fewest bits (every tensor but the first refresh's k at 1 bit, for
+  // adapt_interval steps: 0.90 of the gradient's sampling variance on the quickstart's gact-L1).
   std::vector<double> c;
   std::vector<int64_t> numel;
-  for (const auto& t : table_) {
+  std::vector<size_t> estimated;  // table_ indices of c and numel
+  double total = 0, kept_bits = 0, estimated_numel = 0;
+  for (size_t l = 0; l < table_.size(); ++l) {
+    const TensorSensitivity& t = table_[l];
+    total += static_cast<double>(t.numel);
+    if (!t.estimated) {
+      kept_bits += static_cast<double>(t.bits) * static_cast<double>(t.numel);
+      continue;
+    }
     c.push_back(t.sensitivity);
     numel.push_back(t.numel);
+    estimated.push_back(l);
+    estimated_numel += static_cast<double>(t.numel);
   }
-  const std::vector<int> bits = allocate_bits(c, numel, gopts_.avg_bits, gopts_.candidate_bits);
-  for (size_t l = 0; l < table_.size(); ++l) table_[l].bits = bits[l];
+  if (estimated_numel > 0) {
+    const int fewest = *std::min_element(gopts_.candidate_bits.begin(), gopts_.candidate_bits.end());
+    const double avg = std::max<double>(fewest, (gopts_.avg_bits * total - kept_bits) / estimated_numel);
+    const std::vector<int> bits = allocate_bits(c, numel, avg, gopts_.candidate_bits);
+    for (size_t k = 0; k < estimated.size(); ++k) table_[estimated[k]].bits = bits[k];
+  }
   const double predicted = predicted_variance(), sampling = sampling_variance();
   const bool was_warned = warned_;
   warned_ = std::isfinite(sampling) && predicted > gopts_.warn_ratio * sampling;
