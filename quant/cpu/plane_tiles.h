@@ -1,8 +1,9 @@
 #pragma once
-// Per-plane groups of a nChw16c buffer, 16 groups a register (AVX-512). A tile of the buffer, one
-// sample's 16 channels, lies (plane, 16): the 16 channel planes side by side, each cut into the
-// same groups (group_geometry's per-plane cut). So the groups at one place of the 16 planes are
-// the 16 lanes of the tile's rows, and a row-by-row walk takes them together:
+// Per-plane groups of a channel-blocked buffer, a group a lane: nChw16c with AVX-512 (16 lanes),
+// nChw8c with AVX2 (8). A tile of the buffer, one sample's B channels, lies (plane, B): the B
+// channel planes side by side, each cut into the same groups (group_geometry's per-plane cut). So
+// the groups at one place of the B planes are the B lanes of the tile's rows, and a row-by-row
+// walk takes them together:
 //   - their ranges: lane by lane, the plain scan's order, so group_range's result exactly;
 //   - their codes: quantize_value's arithmetic lane by lane, packed into 32-bit words per lane
 //     (code i of a group at bits [B i, B i + B) of its stream, bitpack.h's layout);
@@ -20,7 +21,7 @@
 #include "quant/cpu/group_quant_simd.h"
 #include "quant/group/group_quant.h"
 
-#if defined(__AVX512F__) && defined(__AVX512BW__)
+#if (defined(__AVX512F__) && defined(__AVX512BW__)) || defined(__AVX2__)
 #include <immintrin.h>
 #define PACKRAT_PLANE_TILES 1
 #endif
@@ -33,11 +34,92 @@
 
 namespace packrat::plane_tiles {
 
-constexpr int64_t kLanes = 16;
-constexpr int64_t kMaxGroup = 1024;  // longer groups take the plain walk (a lane's words on the stack)
+#if defined(__AVX512F__) && defined(__AVX512BW__)
+// A tile row of a nChw16c buffer: 16 floats, or 16 32-bit integers, a register.
+struct Lanes {
+  static constexpr int64_t kCount = 16;
+  using F = __m512;
+  using I = __m512i;
+  static F load(const float* p) { return _mm512_loadu_ps(p); }
+  static void store(float* p, F v) { _mm512_storeu_ps(p, v); }
+  static I load(const uint32_t* p) { return _mm512_load_si512(p); }
+  static void store(uint32_t* p, I v) { _mm512_store_si512(p, v); }
+  static F set(float x) { return _mm512_set1_ps(x); }
+  static I set(int x) { return _mm512_set1_epi32(x); }
+  static I index() { return _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15); }
+  // min / max: the second operand where either is NaN (MINPS's rule, the plain scan's).
+  static F min(F a, F b) { return _mm512_min_ps(a, b); }
+  static F max(F a, F b) { return _mm512_max_ps(a, b); }
+  static F sub(F a, F b) { return _mm512_sub_ps(a, b); }
+  static F add(F a, F b) { return _mm512_add_ps(a, b); }
+  static F mul(F a, F b) { return _mm512_mul_ps(a, b); }
+  static F fmadd(F a, F b, F c) { return _mm512_fmadd_ps(a, b, c); }
+  static F trunc(F a) { return _mm512_roundscale_ps(a, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC); }
+  static F to_float(I a) { return _mm512_cvtepi32_ps(a); }
+  static I to_int(F a) { return _mm512_cvttps_epi32(a); }
+  // code + 1 where r < frac
+  static I round_up(I code, F r, F frac) {
+    return _mm512_mask_add_epi32(code, _mm512_cmp_ps_mask(r, frac, _CMP_LT_OQ), code, _mm512_set1_epi32(1));
+  }
+  static I mul(I a, I b) { return _mm512_mullo_epi32(a, b); }
+  static I add(I a, I b) { return _mm512_add_epi32(a, b); }
+  static I min(I a, I b) { return _mm512_min_epi32(a, b); }
+  static I bit_and(I a, I b) { return _mm512_and_si512(a, b); }
+  static I bit_or(I a, I b) { return _mm512_or_si512(a, b); }
+  static I zero() { return _mm512_setzero_si512(); }
+  static I shl(I a, int64_t n) { return _mm512_sll_epi32(a, _mm_cvtsi64_si128(n)); }
+  static I shr(I a, int64_t n) { return _mm512_srl_epi32(a, _mm_cvtsi64_si128(n)); }
+  // The 32 bits at base + 2 at[i] bytes, lane by lane (a 16-bit value in the low half).
+  static I gather16(const uint16_t* base, I at) { return _mm512_i32gather_epi32(at, base, 2); }
+};
+#elif defined(__AVX2__)
+// A tile row of a nChw8c buffer: 8 floats, or 8 32-bit integers, a register.
+struct Lanes {
+  static constexpr int64_t kCount = 8;
+  using F = __m256;
+  using I = __m256i;
+  static F load(const float* p) { return _mm256_loadu_ps(p); }
+  static void store(float* p, F v) { _mm256_storeu_ps(p, v); }
+  static I load(const uint32_t* p) { return _mm256_load_si256(reinterpret_cast<const __m256i*>(p)); }
+  static void store(uint32_t* p, I v) { _mm256_store_si256(reinterpret_cast<__m256i*>(p), v); }
+  static F set(float x) { return _mm256_set1_ps(x); }
+  static I set(int x) { return _mm256_set1_epi32(x); }
+  static I index() { return _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7); }
+  static F min(F a, F b) { return _mm256_min_ps(a, b); }
+  static F max(F a, F b) { return _mm256_max_ps(a, b); }
+  static F sub(F a, F b) { return _mm256_sub_ps(a, b); }
+  static F add(F a, F b) { return _mm256_add_ps(a, b); }
+  static F mul(F a, F b) { return _mm256_mul_ps(a, b); }
+  static F fmadd(F a, F b, F c) { return _mm256_fmadd_ps(a, b, c); }
+  static F trunc(F a) { return _mm256_round_ps(a, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC); }
+  static F to_float(I a) { return _mm256_cvtepi32_ps(a); }
+  static I to_int(F a) { return _mm256_cvttps_epi32(a); }
+  static I round_up(I code, F r, F frac) {  // the compare's all-ones lanes are -1
+    return _mm256_sub_epi32(code, _mm256_castps_si256(_mm256_cmp_ps(r, frac, _CMP_LT_OQ)));
+  }
+  static I mul(I a, I b) { return _mm256_mullo_epi32(a, b); }
+  static I add(I a, I b) { return _mm256_add_epi32(a, b); }
+  static I min(I a, I b) { return _mm256_min_epi32(a, b); }
+  static I bit_and(I a, I b) { return _mm256_and_si256(a, b); }
+  static I bit_or(I a, I b) { return _mm256_or_si256(a, b); }
+  static I zero() { return _mm256_setzero_si256(); }
+  static I shl(I a, int64_t n) { return _mm256_sll_epi32(a, _mm_cvtsi64_si128(n)); }
+  static I shr(I a, int64_t n) { return _mm256_srl_epi32(a, _mm_cvtsi64_si128(n)); }
+  static I gather16(const uint16_t* base, I at) {
+    return _mm256_i32gather_epi32(reinterpret_cast<const int*>(base), at, 2);
+  }
+};
+#endif
 
-// Whether g's groups (of a buffer walked as `walk`) are per-plane groups of a nChw16c buffer
-// that this CPU can take 16 at a time.
+#if defined(PACKRAT_PLANE_TILES)
+constexpr int64_t kLanes = Lanes::kCount;
+#else
+constexpr int64_t kLanes = 16;
+#endif
+constexpr int64_t kMaxGroup = 1024;  // longer groups take the plain walk (LaneWords holds a row's words)
+
+// Whether g's groups (of a buffer walked as `walk`) are per-plane groups of a blocked buffer whose
+// tiles are this CPU's rows (nChw16c with AVX-512, nChw8c with AVX2).
 inline bool applies(const GroupGeometry& g, const CodecWalk& walk) {
 #if defined(PACKRAT_PLANE_TILES)
   return walk.channels > 0 && !walk.nhwc && walk.block == kLanes && walk.channels % kLanes == 0 &&
@@ -64,9 +146,9 @@ void for_tile_ranges(int64_t tiles, int64_t tile_elements, Fn&& fn) {
   for (int64_t r = 0; r < ranges; ++r) fn(r * grain, std::min(tiles, (r + 1) * grain));
 }
 
-// The words of one row of groups: word w of lane c's code stream at words[w * 16 + c].
+// The words of one row of groups: word w of lane c's code stream at words[w * lanes + c].
 struct LaneWords {
-  alignas(64) uint32_t words[kLanes * (kMaxGroup * 8 / 32)];  // (words of the longest group at 8 bits, 16)
+  alignas(64) uint32_t words[kLanes * (kMaxGroup * 8 / 32)];  // (words of the longest group at 8 bits, lanes)
   // Lane c's first `bytes` bytes, in stream order, to dst.
   void copy_out(int64_t c, int64_t bytes, uint8_t* dst) const {
     int64_t w = 0;
@@ -85,7 +167,7 @@ struct LaneWords {
   }
 };
 
-// One thread's rounding noise of a tile: the tile's plain elements [e0, e0 + 16 plane) (its 16
+// One thread's rounding noise of a tile: the tile's plain elements [e0, e0 + lanes plane) (its
 // planes one after the other, the plain order) from the Philox blocks that cover them.
 class TileNoise {
  public:
@@ -104,11 +186,13 @@ class TileNoise {
   std::unique_ptr<uint16_t[]> buf_;  // (blocks covering a tile + 1 spare element,)
 };
 
-// Quantizes the per-plane groups of a nChw16c buffer x (applies(g, walk)): the codes, metadata
+// Quantizes the per-plane groups of a blocked buffer x (applies(g, walk)): the codes, metadata
 // and group_range_sq of quantize_groups.
 template <int B>
 void quantize(const float* x, const GroupGeometry& g, const CodecWalk& walk, Rounding rounding, const QuantNoise& noise,
               uint8_t* codes, uint8_t* meta, double* range_sq) {
+  using F = Lanes::F;
+  using I = Lanes::I;
   constexpr uint32_t levels = (1u << B) - 1u;
   const int64_t plane = walk.plane, tile_elements = kLanes * plane, gps = g.groups_per_span;
   const int meta_size = meta_bytes_per_group(g.meta);
@@ -116,26 +200,25 @@ void quantize(const float* x, const GroupGeometry& g, const CodecWalk& walk, Rou
   for_tile_ranges(g.spans / kLanes, tile_elements, [&](int64_t t0, int64_t t1) {
     TileNoise tile_noise(noise, tile_elements);
     auto words = std::make_unique<LaneWords>();
-    const __m512i lane_plane = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-                                                  _mm512_set1_epi32(static_cast<int>(plane)));
-    const __m512 zero = _mm512_setzero_ps(), half = _mm512_set1_ps(0.5f), scale = _mm512_set1_ps(1.0f / 65536.0f);
-    const __m512i one = _mm512_set1_epi32(1), vlev = _mm512_set1_epi32(static_cast<int>(levels));
+    const I lane_plane = Lanes::mul(Lanes::index(), Lanes::set(static_cast<int>(plane)));  // lane c's plane's first
+    const F zero = Lanes::set(0.0f), half = Lanes::set(0.5f), scale = Lanes::set(1.0f / 65536.0f);
+    const I vlev = Lanes::set(static_cast<int>(levels)), low16 = Lanes::set(0xFFFF);
     for (int64_t t = t0; t < t1; ++t) {
-      const float* tile = x + t * tile_elements;  // (plane, 16)
-      const uint16_t* rnd = stochastic ? tile_noise.fill(t * tile_elements, tile_elements) : nullptr;  // (16, plane)
+      const float* tile = x + t * tile_elements;  // (plane, lanes)
+      const uint16_t* rnd = stochastic ? tile_noise.fill(t * tile_elements, tile_elements) : nullptr;  // (lanes, plane)
       for (int64_t j = 0; j < gps; ++j) {
-        const GroupGeometry::Place at = g.place_in(t * kLanes, j);  // lane 0's group; lane c's is span 16 t + c
+        const GroupGeometry::Place at = g.place_in(t * kLanes, j);  // lane 0's group; lane c's is span lanes t + c
         const int64_t s0 = at.start - t * kLanes * plane, len = at.len;
-        const float* rows = tile + s0 * kLanes;  // (len, 16)
-        __m512 vmn = _mm512_loadu_ps(rows), vmx = vmn;
+        const float* rows = tile + s0 * kLanes;  // (len, lanes)
+        F vmn = Lanes::load(rows), vmx = vmn;
         for (int64_t i = 1; i < len; ++i) {
-          const __m512 v = _mm512_loadu_ps(rows + i * kLanes);
-          vmn = _mm512_min_ps(v, vmn);  // the second operand where either is NaN: the scan's rule
-          vmx = _mm512_max_ps(v, vmx);
+          const F v = Lanes::load(rows + i * kLanes);
+          vmn = Lanes::min(v, vmn);  // the second operand where either is NaN: the scan's rule
+          vmx = Lanes::max(v, vmx);
         }
         alignas(64) float mn[kLanes], mx[kLanes], pmin[kLanes], pinv[kLanes];
-        _mm512_store_ps(mn, vmn);
-        _mm512_store_ps(mx, vmx);
+        Lanes::store(mn, vmn);
+        Lanes::store(mx, vmx);
         for (int64_t c = 0; c < kLanes; ++c) {
           const GroupParams p = group_params(mn[c], mx[c], B, g.meta);
           const int64_t gi = (t * kLanes + c) * gps + j;
@@ -144,30 +227,27 @@ void quantize(const float* x, const GroupGeometry& g, const CodecWalk& walk, Rou
           pmin[c] = p.min;
           pinv[c] = p.inv_step;
         }
-        const __m512 vmin = _mm512_load_ps(pmin), vinv = _mm512_load_ps(pinv);
+        const F vmin = Lanes::load(pmin), vinv = Lanes::load(pinv);
         // Row i's codes into the lanes' current 32-bit words; a word full goes to `words`.
-        __m512i word = _mm512_setzero_si512();
-        for (int64_t i = 0; i < len; ++i) {
-          const __m512 u = _mm512_max_ps(_mm512_mul_ps(_mm512_sub_ps(_mm512_loadu_ps(rows + i * kLanes), vmin), vinv), zero);
-          const __m512 fl = _mm512_roundscale_ps(u, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
-          const __m512 frac = _mm512_sub_ps(u, fl);
-          __m512 r = half;
+        I word = Lanes::zero();
+        for (int64_t i = 0; i < len; ++i) {  // quantize_value's arithmetic, lane by lane
+          const F u = Lanes::max(Lanes::mul(Lanes::sub(Lanes::load(rows + i * kLanes), vmin), vinv), zero);
+          const F fl = Lanes::trunc(u);
+          const F frac = Lanes::sub(u, fl);
+          F r = half;
           if (rnd) {  // lane c's noise: element s0 + i of its plane
-            const __m512i at_i = _mm512_add_epi32(lane_plane, _mm512_set1_epi32(static_cast<int>(s0 + i)));
-            const __m512i h = _mm512_and_si512(_mm512_i32gather_epi32(at_i, rnd, 2), _mm512_set1_epi32(0xFFFF));
-            r = _mm512_mul_ps(_mm512_add_ps(_mm512_cvtepi32_ps(h), half), scale);
+            const I h = Lanes::bit_and(Lanes::gather16(rnd, Lanes::add(lane_plane, Lanes::set(static_cast<int>(s0 + i)))), low16);
+            r = Lanes::mul(Lanes::add(Lanes::to_float(h), half), scale);
           }
-          __m512i code = _mm512_cvttps_epi32(fl);
-          code = _mm512_mask_add_epi32(code, _mm512_cmp_ps_mask(r, frac, _CMP_LT_OQ), code, one);
-          code = _mm512_min_epi32(code, vlev);
+          const I code = Lanes::min(Lanes::round_up(Lanes::to_int(fl), r, frac), vlev);
           const int64_t bit = B * i, off = bit & 31;
-          word = _mm512_or_si512(word, _mm512_sll_epi32(code, _mm_cvtsi64_si128(off)));
+          word = Lanes::bit_or(word, Lanes::shl(code, off));
           if (off + B >= 32) {  // the word is full: the code's bits past it start the next
-            _mm512_store_si512(words->words + (bit >> 5) * kLanes, word);
-            word = off + B > 32 ? _mm512_srl_epi32(code, _mm_cvtsi64_si128(32 - off)) : _mm512_setzero_si512();
+            Lanes::store(words->words + (bit >> 5) * kLanes, word);
+            word = off + B > 32 ? Lanes::shr(code, 32 - off) : Lanes::zero();
           }
         }
-        if ((B * len) & 31) _mm512_store_si512(words->words + ((B * len) >> 5) * kLanes, word);
+        if ((B * len) & 31) Lanes::store(words->words + ((B * len) >> 5) * kLanes, word);
         const int64_t bytes = packed_bytes(len, B);
         for (int64_t c = 0; c < kLanes; ++c)
           words->copy_out(c, bytes, codes + g.place_in(t * kLanes + c, j).code_offset);
@@ -176,16 +256,18 @@ void quantize(const float* x, const GroupGeometry& g, const CodecWalk& walk, Rou
   });
 }
 
-// Dequantizes them back into a nChw16c buffer out: dequantize_groups' values.
+// Dequantizes them back into a blocked buffer out: dequantize_groups' values.
 template <int B>
 void dequantize(const uint8_t* codes, const uint8_t* meta, const GroupGeometry& g, const CodecWalk& walk, float* out) {
+  using F = Lanes::F;
+  using I = Lanes::I;
   const int64_t plane = walk.plane, tile_elements = kLanes * plane, gps = g.groups_per_span;
   const int meta_size = meta_bytes_per_group(g.meta);
   for_tile_ranges(g.spans / kLanes, tile_elements, [&](int64_t t0, int64_t t1) {
     auto words = std::make_unique<LaneWords>();
-    const __m512i mask = _mm512_set1_epi32((1 << B) - 1);
+    const I mask = Lanes::set((1 << B) - 1);
     for (int64_t t = t0; t < t1; ++t) {
-      float* tile = out + t * tile_elements;  // (plane, 16)
+      float* tile = out + t * tile_elements;  // (plane, lanes)
       for (int64_t j = 0; j < gps; ++j) {
         const GroupGeometry::Place at = g.place_in(t * kLanes, j);
         const int64_t s0 = at.start - t * kLanes * plane, len = at.len, bytes = packed_bytes(len, B);
@@ -196,16 +278,16 @@ void dequantize(const uint8_t* codes, const uint8_t* meta, const GroupGeometry& 
           pstep[c] = p.step;
           words->copy_in(c, bytes, codes + g.place_in(t * kLanes + c, j).code_offset);
         }
-        const __m512 vmin = _mm512_load_ps(pmin), vstep = _mm512_load_ps(pstep);
-        float* rows = tile + s0 * kLanes;  // (len, 16)
+        const F vmin = Lanes::load(pmin), vstep = Lanes::load(pstep);
+        float* rows = tile + s0 * kLanes;  // (len, lanes)
         for (int64_t i = 0; i < len; ++i) {
           const int64_t bit = B * i, off = bit & 31;
           const uint32_t* w = words->words + (bit >> 5) * kLanes;
-          __m512i code = _mm512_srl_epi32(_mm512_load_si512(w), _mm_cvtsi64_si128(off));
+          I code = Lanes::shr(Lanes::load(w), off);
           if (off + B > 32)  // the code's high bits start the next word
-            code = _mm512_or_si512(code, _mm512_sll_epi32(_mm512_load_si512(w + kLanes), _mm_cvtsi64_si128(32 - off)));
-          code = _mm512_and_si512(code, mask);
-          _mm512_storeu_ps(rows + i * kLanes, _mm512_fmadd_ps(_mm512_cvtepi32_ps(code), vstep, vmin));  // as dequantize_value
+            code = Lanes::bit_or(code, Lanes::shl(Lanes::load(w + kLanes), 32 - off));
+          code = Lanes::bit_and(code, mask);
+          Lanes::store(rows + i * kLanes, Lanes::fmadd(Lanes::to_float(code), vstep, vmin));  // as dequantize_value
         }
       }
     }

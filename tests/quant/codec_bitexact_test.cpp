@@ -14,6 +14,7 @@
 
 #include "core/backend.h"
 #include "core/build_config.h"
+#include "core/cpu/layout.h"  // native_blocked_layout
 #include "core/philox.h"
 #include "core/tensor.h"
 #include "quant/bits/bitpack.h"
@@ -108,9 +109,10 @@ TEST(CodecBitExact, PerGroupKernelWritesTheReferenceBytesForEveryConfig) {
             }
 }
 
-// Per-plane groups of a nChw16c buffer (the CPU's convolution outputs) are the plain tensor's:
-// the same codes, metadata and range sums as the reference writes for the plain tensor, and the
-// same values back in the blocked layout; on AVX-512 the groups of 16 planes are taken together
+// Per-plane groups of a blocked buffer (the CPU's convolution outputs: nChw16c with AVX-512,
+// nChw8c without) are the plain tensor's: the same codes, metadata and range sums as the
+// reference writes for the plain tensor, and the same values back in the blocked layout; with
+// AVX-512 or AVX2 the groups of a tile's 16 or 8 planes are taken together
 // (quant/cpu/plane_tiles.h), for planes whose groups are full and cut short, planes shorter than a
 // group (several to a group: the plain walk), a NaN first value in some lanes and not in others.
 TEST(CodecBitExact, PerPlaneGroupsOfABlockedBufferAreThePlainTensorsBytes) {
@@ -136,9 +138,10 @@ TEST(CodecBitExact, PerPlaneGroupsOfABlockedBufferAreThePlainTensorsBytes) {
             for (const auto& [i, x] : {std::pair<int64_t, float>{3 * plane, NAN}, {5 * plane + 2, NAN}, {7 * plane + 1, INFINITY},
                                        {9 * plane + 3, -INFINITY}})
               if (i < n) plain.data<float>()[i] = x;
-            const Tensor blocked = plain.to_layout(Layout::nChw16c);
+            const Layout layout = cpu::native_blocked_layout();
+            const Tensor blocked = plain.to_layout(layout);
             const GroupGeometry g = group_geometry(n, shape[0], c, plane);
-            const CodecWalk walk{shape[1], plane, false, 16};
+            const CodecWalk walk{shape[1], plane, false, layout == Layout::nChw16c ? 16 : 8};
 #if defined(PACKRAT_PLANE_TILES)
             vertical += plane_tiles::applies(g, walk) ? 1 : 0;
 #endif
@@ -161,7 +164,7 @@ TEST(CodecBitExact, PerPlaneGroupsOfABlockedBufferAreThePlainTensorsBytes) {
             ASSERT_EQ(first_difference(codes.data(), ref_codes.data(), g.code_bytes()), -1) << what << ": codes";
             ASSERT_EQ(first_difference(meta_b.data(), ref_meta.data(), g.meta_bytes()), -1) << what << ": metadata";
 
-            Tensor out = Tensor::empty(shape, DType::f32, Layout::nChw16c);
+            Tensor out = Tensor::empty(shape, DType::f32, layout);
             dequantize_groups(codes.data(), meta_b.data(), g, out.data<float>(), walk);
             std::vector<float> ref_out(static_cast<size_t>(n));
             for (int64_t gi = 0; gi < g.groups(); ++gi)
