@@ -109,77 +109,86 @@ TEST(CodecBitExact, PerGroupKernelWritesTheReferenceBytesForEveryConfig) {
             }
 }
 
-// Per-plane groups of a blocked buffer (the CPU's convolution outputs: nChw16c with AVX-512,
-// nChw8c without) are the plain tensor's: the same codes, metadata and range sums as the
-// reference writes for the plain tensor, and the same values back in the blocked layout; with
-// AVX-512 or AVX2 the groups of a tile's 16 or 8 planes are taken together
-// (quant/cpu/plane_tiles.h), for planes whose groups are full and cut short, planes shorter than a
-// group (several to a group: the plain walk), a NaN first value in some lanes and not in others.
-TEST(CodecBitExact, PerPlaneGroupsOfABlockedBufferAreThePlainTensorsBytes) {
-  const std::vector<Shape> shapes = {{2, 32, 7, 7}, {3, 16, 14, 14}, {4, 32, 28, 28}, {1, 48, 5, 5}, {2, 16, 9, 11}};
-  int vertical = 0;
+// Per-plane and per-sample groups of a blocked buffer (the CPU's convolution outputs: nChw16c
+// with AVX-512, nChw8c without) are the plain tensor's: the same codes, metadata and range sums as
+// the reference writes for the plain tensor, and the same values back in the blocked layout. With
+// AVX-512 or AVX2 the per-plane groups of a tile's 16 or 8 planes are taken together
+// (quant/cpu/plane_tiles.h), for planes whose groups are full and cut short, a NaN first value in
+// some lanes and not in others; groups of several small planes (4 x 4, 2 x 2, 1 x 1) and
+// per-sample groups take the plain walk, zeros of both signs at a group's extreme among them.
+
+TEST(CodecBitExact, PlaneGroupsOfABlockedBufferAreThePlainTensorsBytes) {
+  const std::vector<Shape> shapes = {{2, 32, 7, 7}, {3, 16, 14, 14}, {4, 32, 28, 28}, {1, 48, 5, 5},
+                                     {2, 16, 9, 11}, {3, 32, 4, 4},   {2, 48, 2, 2},   {2, 64, 1, 1},
+                                     {2, 32, 8, 8}};
+  int vertical = 0;  // cases whose groups the tiles take a lane each
   for (int bits : {1, 2, 3, 4, 8})
     for (Rounding rounding : {Rounding::Stochastic, Rounding::Nearest})
       for (MetaType meta : {MetaType::BF16, MetaType::F32})
-        for (int64_t G : {int64_t{7}, int64_t{32}, int64_t{300}})
-          for (const Shape& shape : shapes) {
-            const std::string what = "bits " + std::to_string(bits) + " " + std::string(rounding_name(rounding)) + " " +
-                                     std::string(meta_name(meta)) + " G " + std::to_string(G) + " " + shape.str();
-            GroupQuantConfig c;
-            c.bits = bits;
-            c.group_size = G;
-            c.grouping = Grouping::PerPlane;
-            c.meta = meta;
-            c.rounding = rounding;
-            const int64_t n = shape.numel(), plane = shape[2] * shape[3];
-            Tensor plain = Tensor::empty(shape);  // (N, C, H, W)
-            const std::vector<float> v = values(n, static_cast<uint64_t>(bits * 7 + G));
-            std::memcpy(plain.data<float>(), v.data(), static_cast<size_t>(n) * sizeof(float));
-            for (const auto& [i, x] : {std::pair<int64_t, float>{3 * plane, NAN}, {5 * plane + 2, NAN}, {7 * plane + 1, INFINITY},
-                                       {9 * plane + 3, -INFINITY}})
-              if (i < n) plain.data<float>()[i] = x;
-            const Layout layout = cpu::native_blocked_layout();
-            const Tensor blocked = plain.to_layout(layout);
-            const GroupGeometry g = group_geometry(n, shape[0], c, plane);
-            const CodecWalk walk{shape[1], plane, false, layout == Layout::nChw16c ? 16 : 8};
-#if defined(PACKRAT_PLANE_TILES)
-            vertical += plane_tiles::applies(g, walk) ? 1 : 0;
-#endif
-            const QuantNoise noise{0x5EEDull, quant_stream(2, 9)};
-            std::vector<uint8_t> codes(static_cast<size_t>(g.code_bytes()), 0xEE), meta_b(static_cast<size_t>(g.meta_bytes()), 0xEE);
-            std::vector<double> range_sq;
-            quantize_groups(blocked.data<float>(), g, rounding, noise, codes.data(), meta_b.data(), &range_sq, walk);
+        for (Grouping grouping : {Grouping::PerPlane, Grouping::PerSample})
+          for (int64_t G : {int64_t{7}, int64_t{32}, int64_t{64}, int64_t{300}})
+            for (const Shape& shape : shapes) {
+              const std::string what = "bits " + std::to_string(bits) + " " + std::string(rounding_name(rounding)) + " " +
+                                       std::string(meta_name(meta)) + " " + std::string(grouping_name(grouping)) + " G " +
+                                       std::to_string(G) + " " + shape.str();
+              GroupQuantConfig c;
+              c.bits = bits;
+              c.group_size = G;
+              c.grouping = grouping;
+              c.meta = meta;
+              c.rounding = rounding;
+              const int64_t n = shape.numel(), plane = shape[2] * shape[3];
+              Tensor plain = Tensor::empty(shape);  // (N, C, H, W)
+              const std::vector<float> v = values(n, static_cast<uint64_t>(bits * 7 + G));
+              std::memcpy(plain.data<float>(), v.data(), static_cast<size_t>(n) * sizeof(float));
+              // Zeros of both signs among the first 300 values (all 0.75): which one is a group's
+              // minimum is the plain scan's first (a -0 early in a later plane, a +0 late in an
+              // earlier one).
+              for (const auto& [i, x] : {std::pair<int64_t, float>{plane - 1, 0.0f}, {plane + 1, -0.0f},
+                                         {3 * plane, NAN}, {5 * plane + 2, NAN},
+                                         {7 * plane + 1, INFINITY}, {9 * plane + 3, -INFINITY}})
+                if (i < n) plain.data<float>()[i] = x;
+              const Layout layout = cpu::native_blocked_layout();
+              const Tensor blocked = plain.to_layout(layout);
+              const GroupGeometry g = group_geometry(n, shape[0], c, plane);
+              const CodecWalk walk{shape[1], plane, false, layout == Layout::nChw16c ? 16 : 8};
+  #if defined(PACKRAT_PLANE_TILES)
+              vertical += plane_tiles::applies(g, walk) ? 1 : 0;
+  #endif
+              const QuantNoise noise{0x5EEDull, quant_stream(2, 9)};
+              std::vector<uint8_t> codes(static_cast<size_t>(g.code_bytes()), 0xEE), meta_b(static_cast<size_t>(g.meta_bytes()), 0xEE);
+              std::vector<double> range_sq;
+              quantize_groups(blocked.data<float>(), g, rounding, noise, codes.data(), meta_b.data(), &range_sq, walk);
 
-            std::vector<uint8_t> ref_codes(codes.size(), 0xEE), ref_meta(meta_b.size(), 0xEE);
-            const int mb = meta_bytes_per_group(meta);
-            for (int64_t gi = 0; gi < g.groups(); ++gi) {
-              const double rs = quantize_group(plain.data<float>() + g.group_start(gi), g.group_len(gi),
-                                               static_cast<uint64_t>(g.group_start(gi)), bits, meta, rounding, noise,
-                                               ref_meta.data() + gi * mb, ref_codes.data() + g.group_code_offset(gi));
-              const double got = range_sq[static_cast<size_t>(gi)];
-              if (!(std::isnan(rs) && std::isnan(got))) {
-                ASSERT_EQ(rs, got) << what << " group " << gi;
+              std::vector<uint8_t> ref_codes(codes.size(), 0xEE), ref_meta(meta_b.size(), 0xEE);
+              const int mb = meta_bytes_per_group(meta);
+              for (int64_t gi = 0; gi < g.groups(); ++gi) {
+                const double rs = quantize_group(plain.data<float>() + g.group_start(gi), g.group_len(gi),
+                                                 static_cast<uint64_t>(g.group_start(gi)), bits, meta, rounding, noise,
+                                                 ref_meta.data() + gi * mb, ref_codes.data() + g.group_code_offset(gi));
+                const double got = range_sq[static_cast<size_t>(gi)];
+                if (!(std::isnan(rs) && std::isnan(got))) {
+                  ASSERT_EQ(rs, got) << what << " group " << gi;
+                }
               }
-            }
-            ASSERT_EQ(first_difference(codes.data(), ref_codes.data(), g.code_bytes()), -1) << what << ": codes";
-            ASSERT_EQ(first_difference(meta_b.data(), ref_meta.data(), g.meta_bytes()), -1) << what << ": metadata";
+              ASSERT_EQ(first_difference(codes.data(), ref_codes.data(), g.code_bytes()), -1) << what << ": codes";
+              ASSERT_EQ(first_difference(meta_b.data(), ref_meta.data(), g.meta_bytes()), -1) << what << ": metadata";
 
-            Tensor out = Tensor::empty(shape, DType::f32, layout);
-            dequantize_groups(codes.data(), meta_b.data(), g, out.data<float>(), walk);
-            std::vector<float> ref_out(static_cast<size_t>(n));
-            for (int64_t gi = 0; gi < g.groups(); ++gi)
-              dequantize_group(codes.data() + g.group_code_offset(gi), meta_b.data() + gi * mb, g.group_len(gi), bits, meta,
-                               ref_out.data() + g.group_start(gi));
-            const Tensor back = out.to_plain();
-            ASSERT_EQ(std::memcmp(back.data<float>(), ref_out.data(), static_cast<size_t>(n) * sizeof(float)), 0)
-                << what << ": dequantized values";
-          }
+              Tensor out = Tensor::empty(shape, DType::f32, layout);
+              dequantize_groups(codes.data(), meta_b.data(), g, out.data<float>(), walk);
+              std::vector<float> ref_out(static_cast<size_t>(n));
+              for (int64_t gi = 0; gi < g.groups(); ++gi)
+                dequantize_group(codes.data() + g.group_code_offset(gi), meta_b.data() + gi * mb, g.group_len(gi), bits, meta,
+                                 ref_out.data() + g.group_start(gi));
+              const Tensor back = out.to_plain();
+              ASSERT_EQ(std::memcmp(back.data<float>(), ref_out.data(), static_cast<size_t>(n) * sizeof(float)), 0)
+                  << what << ": dequantized values";
+            }
 #if defined(PACKRAT_PLANE_TILES)
-  // The case this test is for, where the layout's tiles are this build's rows (an AVX2 build on a
-  // CPU whose oneDNN runs AVX-512 gets nChw16c buffers, which take the plain walk): every shape
-  // of full planes but one.
+  // The cases this test is for, where the layout's tiles are this build's rows (an AVX2 build on a
+  // CPU whose oneDNN runs AVX-512 gets nChw16c buffers, which take the plain walk).
   if (channel_block(cpu::native_blocked_layout()) == plane_tiles::kLanes) {
-    EXPECT_GE(vertical, 5 * 2 * 2 * 3 * 3);
+    EXPECT_GE(vertical, 5 * 2 * 2 * 3 * 3);  // per plane: every width, rounding, metadata, G and plane of 49 to 784
   }
 #endif
 }
