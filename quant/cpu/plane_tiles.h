@@ -12,7 +12,8 @@
 // reference's). No transpose into plain order (PlainTile) and no chain of scalar steps a group:
 // per-plane groups of 32 spent most of the 2-bit quantize there. The bytes are the plain
 // tensor's, as the reference writes them (tests/quant/codec_bitexact_test.cpp).
-// Internal: included by group_quant_cpu.cpp only.
+// Internal: included by group_quant_cpu.cpp and its bit-exact test (it includes immintrin.h).
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <memory>
