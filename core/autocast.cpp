@@ -60,6 +60,8 @@ Tensor as_f32(const Tensor& t) { return t.defined() && is_half(t.dtype()) ? t.to
 
 Tensor in_dtype(const Tensor& y, DType dtype) { return is_half(dtype) && y.dtype() != dtype ? y.to(dtype) : y; }
 
+Tensor at_kernel_edge(const Tensor& t, DType data, DType kernel) { return t.to(data).to(kernel); }
+
 DType result_dtype(std::initializer_list<const Tensor*> inputs) {
   DType half = DType::f32;
   for (const Tensor* t : inputs) {

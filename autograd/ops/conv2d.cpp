@@ -72,9 +72,13 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const C
   g.dtype = kernel_dtype(be, data);
   // The kernel reads x in its own layout; keep that copy so that backward needs no reorder.
   const Tensor src = be.conv_input(xc, g);
+  // At the kernels' edges (no kernels for the 16-bit dtype) the weight's values are rounded to it
+  // here; the 16-bit kernels round it themselves.
+  const bool at_edges = g.dtype != data;
+  const Tensor wk = at_edges ? at_kernel_edge(weight, data, g.dtype) : weight;
   // A weight that cannot change before the next call (eval, or frozen) keeps its prepared copy.
-  const bool keep_weights = !grad_enabled() || !weight.requires_grad();
-  Tensor y = in_dtype(be.conv_forward(src.to(g.dtype), weight, bias, g, keep_weights), data);  // (N, Cout, OH, OW)
+  const bool keep_weights = (!grad_enabled() || !weight.requires_grad()) && !at_edges;
+  Tensor y = in_dtype(be.conv_forward(src.to(g.dtype), wk, bias, g, keep_weights), data);  // (N, Cout, OH, OW)
   if (!needs_grad({&x, &weight, &bias})) return y;
 
   const bool want_dx = x.requires_grad();
@@ -91,12 +95,14 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const C
   }
   const Layout x_layout = x.layout(), w_layout = weight.layout();
   record("conv2d", {&x, &weight, &bias}, {&y}, std::move(saved),
-         [g, x_layout, w_layout, ix, iw](Node& n, const std::vector<Tensor>& grads) -> std::vector<Tensor> {
+         [g, data, at_edges, x_layout, w_layout, ix, iw](Node& n, const std::vector<Tensor>& grads) -> std::vector<Tensor> {
            // (N, Cout, OH, OW) in the kernels' dtype, as both backward kernels read it
-           const Tensor gy = backend_of(grads[0]).conv_grad_output(grads[0], g);
+           const Tensor gy = backend_of(grads[0]).conv_grad_output(
+               at_edges ? at_kernel_edge(grads[0], data, g.dtype) : grads[0], g);
            std::vector<Tensor> out(3);
            if (n.inputs[0] && iw >= 0) {
-             const Tensor w = n.load(static_cast<size_t>(iw));  // plain or the backend's weight layout
+             Tensor w = n.load(static_cast<size_t>(iw));  // plain or the backend's weight layout
+             if (at_edges) w = at_kernel_edge(w, data, g.dtype);
              // x's gradient so far (a residual block's input: from the shortcut) takes this one
              // in place; the tape then adds nothing.
              Tensor so_far = n.grad_so_far(0);

@@ -42,10 +42,12 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   const DType data = x2.dtype(), kernel = kernel_dtype(backend_of(x), data);
   std::vector<int64_t> ydims = x.shape().dims();
   ydims.back() = out;
-  // y = x2 @ weight^T + bias: weight (out, in) read transposed as (in, out).
-  Tensor y =
-      in_dtype(backend_of(x).matmul(x2.to(kernel), false, weight, true, 1, M, in, out, bias, Shape(ydims), kernel),
-               data);  // (..., out)
+  // y = x2 @ weight^T + bias: weight (out, in) read transposed as (in, out); at the kernels' edges
+  // (no kernels for the 16-bit dtype) its values rounded to it here, as those kernels round it.
+  const bool at_edges = kernel != data;
+  Tensor y = in_dtype(backend_of(x).matmul(x2.to(kernel), false, at_edges ? at_kernel_edge(weight, data, kernel) : weight,
+                                           true, 1, M, in, out, bias, Shape(ydims), kernel),
+                      data);  // (..., out)
   if (!needs_grad({&x, &weight, &bias})) return y;
 
   std::vector<SavedHandle> saved;
@@ -63,11 +65,12 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   record("linear", {&x, &weight, &bias}, {&y}, std::move(saved),
          [=](Node& n, const std::vector<Tensor>& grads) -> std::vector<Tensor> {
            const Tensor g = grads[0].to_plain().reshape(Shape{M, out});  // (M, out) f32
-           const Tensor gk = g.to(kernel);                               // in the kernels' dtype
+           const Tensor gk = at_kernel_edge(g, data, kernel);            // in the kernels' dtype
            Backend& be = backend_of(g);
            std::vector<Tensor> r(3);
            if (n.inputs[0]) {
              Tensor w = n.load(static_cast<size_t>(iw)).to_plain();
+             if (at_edges) w = at_kernel_edge(w, data, kernel);
              r[0] = back_to_layout(be.matmul(gk, false, w, false, 1, M, out, in, Tensor(), Shape{M, in}), x_shape,
                                    x_layout);  // (M, out) @ (out, in)
            }
@@ -124,7 +127,7 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
   const Layout a_layout = a.layout(), b_layout = b.layout();
   record("matmul", {&a, &b}, {&c}, std::move(saved),
          [=](Node& n, const std::vector<Tensor>& grads) -> std::vector<Tensor> {
-           const Tensor g = grads[0].to_plain().to(kernel);  // (B..., M, N) in the kernels' dtype
+           const Tensor g = at_kernel_edge(grads[0].to_plain(), data, kernel);  // (B..., M, N) in the kernels' dtype
            Backend& be = backend_of(g);
            std::vector<Tensor> r(2);
            if (n.inputs[0]) {  // da = g @ b^T: (M, N) @ (N, K)
