@@ -54,6 +54,22 @@ int64_t first_difference(const uint8_t* a, const uint8_t* b, int64_t n) {
   return -1;
 }
 
+// A per-group configuration, and its words for a failure's message.
+GroupQuantConfig group_config(int bits, int64_t G, Grouping grouping, MetaType meta, Rounding rounding) {
+  GroupQuantConfig c;
+  c.bits = bits;
+  c.group_size = G;
+  c.grouping = grouping;
+  c.meta = meta;
+  c.rounding = rounding;
+  return c;
+}
+std::string config_words(const GroupQuantConfig& c) {
+  return "bits " + std::to_string(c.bits) + " " + std::string(rounding_name(c.rounding)) + " " +
+         std::string(meta_name(c.meta)) + " " + std::string(grouping_name(c.grouping)) + " G " +
+         std::to_string(c.group_size);
+}
+
 TEST(CodecBitExact, PerGroupKernelWritesTheReferenceBytesForEveryConfig) {
   // (samples, span, channel plane): spans that are not multiples of 8, 128 or the 256-element
   // chunk; planes above, below and across the group sizes (per-plane grouping).
@@ -64,15 +80,8 @@ TEST(CodecBitExact, PerGroupKernelWritesTheReferenceBytesForEveryConfig) {
         for (Grouping grouping : {Grouping::PerSample, Grouping::Flat, Grouping::PerPlane})
           for (int64_t G : {int64_t{7}, int64_t{256}, int64_t{300}, int64_t{1000}})
             for (const auto& [samples, span, plane] : shapes) {
-              const std::string what = "bits " + std::to_string(bits) + " " + std::string(rounding_name(rounding)) +
-                                       " " + std::string(meta_name(meta)) + " " + std::string(grouping_name(grouping)) +
-                                       " G " + std::to_string(G) + " numel " + std::to_string(samples * span);
-              GroupQuantConfig c;
-              c.bits = bits;
-              c.group_size = G;
-              c.grouping = grouping;
-              c.meta = meta;
-              c.rounding = rounding;
+              const GroupQuantConfig c = group_config(bits, G, grouping, meta, rounding);
+              const std::string what = config_words(c) + " numel " + std::to_string(samples * span);
               const int64_t n = samples * span;
               std::vector<float> x = values(n, static_cast<uint64_t>(bits * 131 + G));
               // Non-finite values: a NaN group's metadata (a NaN first value, a NaN later), infinities.
@@ -128,15 +137,8 @@ TEST(CodecBitExact, PlaneGroupsOfABlockedBufferAreThePlainTensorsBytes) {
         for (Grouping grouping : {Grouping::PerPlane, Grouping::PerSample})
           for (int64_t G : {int64_t{7}, int64_t{32}, int64_t{64}, int64_t{300}})
             for (const Shape& shape : shapes) {
-              const std::string what = "bits " + std::to_string(bits) + " " + std::string(rounding_name(rounding)) + " " +
-                                       std::string(meta_name(meta)) + " " + std::string(grouping_name(grouping)) + " G " +
-                                       std::to_string(G) + " " + shape.str();
-              GroupQuantConfig c;
-              c.bits = bits;
-              c.group_size = G;
-              c.grouping = grouping;
-              c.meta = meta;
-              c.rounding = rounding;
+              const GroupQuantConfig c = group_config(bits, G, grouping, meta, rounding);
+              const std::string what = config_words(c) + " " + shape.str();
               const int64_t n = shape.numel(), plane = shape[2] * shape[3];
               Tensor plain = Tensor::empty(shape);  // (N, C, H, W)
               const std::vector<float> v = values(n, static_cast<uint64_t>(bits * 7 + G));
