@@ -2,6 +2,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -272,14 +273,17 @@ void plot_gradient_fidelity(const FidelityReport& r, const std::string& png) {
   run_gnuplot(gp, "gradient fidelity plot " + png);
 }
 
-void check_fidelity_compares_a_scheme(const Config& c) {
-  auto exact = [](const SchemeSpec& s) {
-    const StoragePreset* p = find_storage_preset(s.scheme);
-    return s.scheme == "fp32" || (p && p->scheme == "fp32");
+bool keeps_every_tensor_exact(const StorePolicySpec& s) {
+  auto exact = [](const SchemeSpec& spec) {
+    const StoragePreset* p = find_storage_preset(spec.scheme);
+    return spec.scheme == "fp32" || (p && p->scheme == "fp32");
   };
-  bool all_exact = exact(c.saved_tensors.default_scheme);
-  for (const StoreRule& r : c.saved_tensors.rules) all_exact = all_exact && exact(r.spec);
-  PACKRAT_CHECK(!all_exact,
+  return exact(s.default_scheme) &&
+         std::all_of(s.rules.begin(), s.rules.end(), [&](const StoreRule& r) { return exact(r.spec); });
+}
+
+void check_fidelity_compares_a_scheme(const Config& c) {
+  PACKRAT_CHECK(!keeps_every_tensor_exact(c.saved_tensors),
                 "{}: --gradient-fidelity compares a compressing scheme's gradient with the FP32 gradient, but "
                 "saved_tensors keeps every saved tensor in FP32 ('{}'): there is nothing to compare. Give a scheme, e.g. "
                 "--set 'saved_tensors.default={{scheme: actnn, bits: 2}}'",

@@ -83,6 +83,9 @@ FidelityReport gradient_fidelity_mode(const Config& c, int64_t draws);
 // backward pass, so 10^9 of them would run for days.
 constexpr int64_t kMaxFidelityDraws = 10000;
 
+// Whether saved_tensors keeps every saved tensor in FP32 (fp32, or a preset that is, by default
+// and in every rule): a run with it has no compression noise to measure.
+bool keeps_every_tensor_exact(const StorePolicySpec& s);
 // Throws naming the config when its saved_tensors keep every saved tensor in FP32 (fp32, or a
 // preset that is): the measurement would compare FP32 with FP32.
 void check_fidelity_compares_a_scheme(const Config& c);

@@ -27,6 +27,11 @@ bool has_attention(const Config& c) {
   return std::find(keys.begin(), keys.end(), "attention") != keys.end();
 }
 
+// Whether one of the overrides sets the key `prefix` begins ("memory.offload=").
+bool has_override(const std::vector<std::string>& overrides, std::string_view prefix) {
+  return std::any_of(overrides.begin(), overrides.end(), [&](const std::string& s) { return s.starts_with(prefix); });
+}
+
 // A level: every saved tensor stored as `storage` (the body of a scheme map), every block
 // recomputed or none, and the level's other settings.
 PlanOption level(std::string name, std::string storage, bool recompute, std::vector<std::string> more = {}) {
@@ -35,8 +40,6 @@ PlanOption level(std::string name, std::string storage, bool recompute, std::vec
   o.overrides.insert(o.overrides.end(), more.begin(), more.end());
   return o;
 }
-
-std::string gact(const std::string& preset) { return "scheme: " + preset; }
 
 // What the profile runs of an option: its GACT storage estimates 4 tensors' sensitivities a
 // refresh (as bench/recompute_levels.sh does), so that the short benchmarks time its steady state
@@ -125,13 +128,10 @@ bool recomputes(const PlanOption& o) {
 }
 
 
-bool has_override(const PlanOption& o, std::string_view prefix) {
-  return std::any_of(o.overrides.begin(), o.overrides.end(), [&](const std::string& s) { return s.starts_with(prefix); });
-}
 
 // An option that stores every saved tensor as one level does, recomputing and offloading nothing.
 bool stores_only(const PlanOption& o) {
-  return !o.storage.empty() && !recomputes(o) && !has_override(o, "memory.offload=");
+  return !o.storage.empty() && !recomputes(o) && !has_override(o.overrides, "memory.offload=");
 }
 
 // The fastest option that may fit so far (img/s; 0 when none does).
@@ -241,13 +241,13 @@ std::vector<PlanOption> plan_options(const Config& c) {
       level("L0", "scheme: fp32", false),
       level("actnn-L2", "scheme: actnn-L2", false),
       level("actnn-L3", "scheme: actnn-L3", false),
-      level("gact-L1", gact("gact-L1"), false),
+      level("gact-L1", "scheme: gact-L1", false),
       level("recompute", "scheme: fp32", true),
-      level("gact-CB1", gact("gact-CB1"), true),
+      level("gact-CB1", "scheme: gact-CB1", true),
   };
-  if (has_attention(c)) o.push_back(level("gact-CB2", gact("gact-CB2"), true, {"model.attention=memory_efficient"}));
+  if (has_attention(c)) o.push_back(level("gact-CB2", "scheme: gact-CB2", true, {"model.attention=memory_efficient"}));
   if (!Device::parse(c.device).is_cpu()) {  // a second memory to offload to
-    o.push_back(level("gact-L2", gact("gact-L2"), false));
+    o.push_back(level("gact-L2", "scheme: gact-L2", false));
     o.push_back(level("offload", "scheme: fp32", false, {"memory.offload={}"}));
   }
   // The convolution kernels are a lever too: under conv_algorithm auto oneDNN may pick Winograd,
@@ -271,9 +271,7 @@ Config with_option(const Config& c, const std::vector<std::string>& overrides) {
   Config out = parse_config(config_to_yaml(c), c.source, overrides);
   out.memory.plan.clear();
   // An offload rule of the user's would ride along with every option: only the option's stays.
-  const bool offloads = std::any_of(overrides.begin(), overrides.end(),
-                                    [](const std::string& s) { return s.rfind("memory.offload=", 0) == 0; });
-  if (!offloads) out.memory.offload.reset();
+  if (!has_override(overrides, "memory.offload=")) out.memory.offload.reset();
   out.source = c.source;
   return out;
 }
@@ -309,8 +307,7 @@ TrainingBatches VarianceCheck::batches(int64_t count) const {
 
 double VarianceCheck::ratio(const PlanOption& o) const {
   const Config oc = with_option(config_, o.overrides);
-  if (oc.saved_tensors.default_scheme.scheme == "fp32" && oc.saved_tensors.rules.empty())
-    return std::numeric_limits<double>::quiet_NaN();
+  if (keeps_every_tensor_exact(oc.saved_tensors)) return std::numeric_limits<double>::quiet_NaN();
   apply_process_settings(oc);
   const RunDevice on(oc);
   const TrainingBatches data = batches(1);
@@ -366,7 +363,7 @@ MemoryPlan plan_memory(const Config& c) {
     std::optional<size_t> storage;  // the fastest storage level that fits, on level i's kernels
     for (size_t j = 0; j < levels; ++j)
       if (j != i && stores_only(options[j]) && options[j].storage != options[i].storage && fits(j) &&
-          has_override(options[j], "conv_algorithm=direct") == has_override(options[i], "conv_algorithm=direct") &&
+          has_override(options[j].overrides, "conv_algorithm=direct") == has_override(options[i].overrides, "conv_algorithm=direct") &&
           (!storage || p.options[j].img_per_s > p.options[*storage].img_per_s))
         storage = j;
     if (storage)
