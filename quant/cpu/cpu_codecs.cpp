@@ -4,6 +4,8 @@
 // the host.
 #include "quant/cpu/cpu_codecs.h"
 
+#include <atomic>
+#include <limits>
 #include <type_traits>
 
 #include "core/error.h"
@@ -22,14 +24,35 @@ namespace {
 
 constexpr int64_t kGrainBlocks = kMinParallelWork / 8;  // blocks of 8 codes per thread chunk, at least
 
-// Index of the first of n values outside [0, limit), or -1.
+// Index of the first of n values outside [0, limit), or -1. Blocks are checked in parallel with no
+// branch per value, so the loop vectorises (a dropout mask is checked at memory speed: one scalar
+// loop with an early exit was 7% of a BERT GACT step's extra time, perf); a block holding an unfit
+// value is scanned again for its first, and the earliest block's index wins.
 template <typename T>
 int64_t first_unfit(const T* x, int64_t n, int64_t limit) {
-  for (int64_t i = 0; i < n; ++i) {
-    const int64_t v = static_cast<int64_t>(x[i]);
-    if (v < 0 || v >= limit) return i;
-  }
-  return -1;
+  using Limits = std::numeric_limits<T>;
+  if (!Limits::is_signed && limit > static_cast<int64_t>(Limits::max())) return -1;  // every value fits
+  const T top = limit > static_cast<int64_t>(Limits::max()) ? Limits::max() : static_cast<T>(limit - 1);
+  const auto unfit = [top](T v) -> bool {
+    if constexpr (Limits::is_signed) return (v < T{0}) | (v > top);
+    return v > top;
+  };
+  constexpr int64_t kBlock = 4096;  // values per check
+  std::atomic<int64_t> first{n};
+  parallel_chunks((n + kBlock - 1) / kBlock, kMinParallelWork / kBlock, [&](int64_t b, int64_t e) {
+    for (int64_t blk = b; blk < e; ++blk) {
+      const int64_t lo = blk * kBlock, hi = std::min(n, lo + kBlock);
+      bool any = false;
+      for (int64_t i = lo; i < hi; ++i) any |= unfit(x[i]);
+      if (!any) continue;
+      int64_t i = lo;
+      while (!unfit(x[i])) ++i;
+      for (int64_t seen = first.load(); i < seen && !first.compare_exchange_weak(seen, i);) {
+      }
+      return;  // later blocks of this chunk can only be later
+    }
+  });
+  return first.load() < n ? first.load() : -1;
 }
 
 int64_t pack_codes_cpu(const Tensor& src, int bits, uint8_t* dst) {

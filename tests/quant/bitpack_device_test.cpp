@@ -95,6 +95,25 @@ TEST(BitpackDevice, TheKernelBodiesWriteTheCpuKernelsBytesAndFindTheFirstUnfitVa
   check_type<int64_t>(DType::i64);
 }
 
+// A mask large enough to be checked in parallel blocks: the unfit value reported is the first of
+// the tensor, whichever thread's block holds it, and a later one in the same block does not hide it.
+TEST(BitpackDevice, TheFirstUnfitValueOfALargeTensorIsTheFirstAcrossBlocksAndThreads) {
+  const int64_t n = 300001;
+  const Tensor packed = Tensor::empty(Shape{packed_bytes(n, 1)}, DType::u8);
+  for (const std::vector<int64_t>& unfit : std::vector<std::vector<int64_t>>{
+           {299999}, {4095, 4096}, {4097, 8190}, {150001, 290000}, {17, 150001}, {n - 1}}) {
+    std::vector<uint8_t> mask(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) mask[static_cast<size_t>(i)] = static_cast<uint8_t>(i % 3 == 0);
+    for (const int64_t at : unfit) mask[static_cast<size_t>(at)] = 2;
+    EXPECT_EQ(pack_codes(tensor_of(mask, DType::u8), 1, packed), unfit.front()) << unfit.front();
+    std::vector<int32_t> wide(mask.begin(), mask.end());
+    wide[static_cast<size_t>(unfit.front())] = -1;
+    EXPECT_EQ(pack_codes(tensor_of(wide, DType::i32), 1, packed), unfit.front()) << unfit.front() << " negative";
+  }
+  std::vector<uint8_t> fits(static_cast<size_t>(n), 1);
+  EXPECT_EQ(pack_codes(tensor_of(fits, DType::u8), 1, packed), -1);
+}
+
 TEST(BitpackDevice, EntryPointsCheckTheirOperands) {
   const Tensor f = Tensor::empty(Shape{9});
   const Tensor packed = Tensor::empty(Shape{2}, DType::u8);
