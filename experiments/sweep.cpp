@@ -89,7 +89,7 @@ int run(const std::vector<std::string>& args) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  packrat::prefer_passive_openmp_waiting(argv);
+  packrat::prefer_short_openmp_spinning(argv);
   try {
     return run(std::vector<std::string>(argv + 1, argv + argc));
   } catch (const packrat::Error& e) {

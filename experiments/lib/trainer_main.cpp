@@ -10,25 +10,28 @@
 #include <exception>
 #include <filesystem>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "core/error.h"
 #include "experiments/lib/cli.h"
 
 namespace packrat {
 
-// On a machine shared with other jobs, OpenMP threads that spin at barriers while a sibling
-// thread is descheduled slow every step several times over (quickstart --benchmark 20 on the
-// shared 2-core machine: 634-1208 img/s passive against 109-387 img/s with libgomp's default
-// spinning). libgomp reads OMP_WAIT_POLICY only when it is loaded, so the trainer re-executes
-// itself once with OMP_WAIT_POLICY=passive unless the caller chose a policy.
-void prefer_passive_openmp_waiting(char** argv) {
-  if (std::getenv("OMP_WAIT_POLICY") != nullptr) return;
-  ::setenv("OMP_WAIT_POLICY", "passive", 1);
+std::vector<std::pair<std::string, std::string>> openmp_waiting_defaults(const char* wait_policy, const char* spin_count) {
+  if (wait_policy != nullptr || spin_count != nullptr) return {};  // the caller chose
+  return {{"OMP_WAIT_POLICY", "passive"}, {"GOMP_SPINCOUNT", std::to_string(kOpenmpSpinCount)}};
+}
+
+void prefer_short_openmp_spinning(char** argv) {
+  const auto set = openmp_waiting_defaults(std::getenv("OMP_WAIT_POLICY"), std::getenv("GOMP_SPINCOUNT"));
+  if (set.empty()) return;
+  for (const auto& [name, value] : set) ::setenv(name.c_str(), value.c_str(), 1);
   ::execv("/proc/self/exe", argv);  // returns only on failure: carry on with the default policy
 }
 
 int run_trainer(int argc, char** argv) {
-  prefer_passive_openmp_waiting(argv);
+  prefer_short_openmp_spinning(argv);
   const std::string program = argc > 0 ? std::filesystem::path(argv[0]).filename().string() : "trainer";
   if (!spdlog::get(program)) spdlog::set_default_logger(spdlog::stderr_color_mt(program));
   spdlog::set_pattern("[%H:%M:%S] %v");

@@ -9,18 +9,36 @@
 //
 // (examples/my_scheme/ is such a program.) build/bin/trainer is exactly this with no scheme of
 // its own.
+#include <string>
+#include <utility>
+#include <vector>
+
 namespace packrat {
 
 // Parses the trainer's arguments (argv[0] is the program) and runs what they ask for. Returns
 // the exit code: 0 done, 2 bad input (config, data, arguments, out of memory, non-finite loss),
 // 1 other failures; errors are printed as "<program>: error: ..." on stderr. On its first call
-// in a process without OMP_WAIT_POLICY set, it re-executes the program with
-// OMP_WAIT_POLICY=passive (so the program's main runs twice: register schemes before calling).
+// in a process with neither OMP_WAIT_POLICY nor GOMP_SPINCOUNT set, it re-executes the program
+// with openmp_waiting_defaults (so the program's main runs twice: register schemes before calling).
 int run_trainer(int argc, char** argv);
 
-// Re-executes the program once with OMP_WAIT_POLICY=passive unless the caller chose a policy
-// (spinning OpenMP threads slow every step several times over on a shared machine). Other
-// programs that train (build/bin/sweep) call it first thing in main.
-void prefer_passive_openmp_waiting(char** argv);
+// How long an idle OpenMP thread spins before it sleeps (libgomp's GOMP_SPINCOUNT: about 100 000
+// rounds a millisecond, so some 30 us). A step opens hundreds of parallel regions, many of them
+// short (the codecs' and pointwise loops'): sleeping at once (OMP_WAIT_POLICY=passive) pays a
+// wake-up at each, 7-25% of the step on an Intel Xeon VM (EfficientNet-small 735 -> 922 img/s,
+// BERT-tiny 385 -> 420, ResNet-18 +2%, alternated runs); libgomp's default (300 000 rounds, some 3
+// ms) is 2-4% faster still on a quiet machine, but beside one busy process it spins while the
+// sibling thread waits for a core (EfficientNet-small 365 img/s passive, 253 at 10 000 rounds, 328
+// at 3000; a default-spinning step was several times slower on a shared machine).
+// docs/measurements-cpu.md, "OpenMP threads spin briefly before they sleep".
+inline constexpr int kOpenmpSpinCount = 3000;
+
+// The variables to set when the caller chose neither (the arguments are their values, or null):
+// OMP_WAIT_POLICY=passive and GOMP_SPINCOUNT=kOpenmpSpinCount; nothing when either is set.
+std::vector<std::pair<std::string, std::string>> openmp_waiting_defaults(const char* wait_policy, const char* spin_count);
+
+// Re-executes the program once with openmp_waiting_defaults (libgomp reads them only when it is
+// loaded, before main). Other programs that train (build/bin/sweep) call it first thing in main.
+void prefer_short_openmp_spinning(char** argv);
 
 }  // namespace packrat

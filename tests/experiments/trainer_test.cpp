@@ -13,6 +13,7 @@
 #include "experiments/lib/session.h"
 #include "experiments/lib/tools.h"
 #include "experiments/lib/train_loop.h"
+#include "experiments/lib/trainer_main.h"
 #include "tests/experiments/fixture.h"
 #include "tests/experiments/run_files.h"
 #include "tests/experiments/tiny_config.h"
@@ -232,6 +233,17 @@ TEST(Trainer, NonFiniteLossNamesTheStepAndReleasesTheStep) {
   EXPECT_EQ(Allocator::cpu().current(MemTag::Saved), 0);
   EXPECT_EQ(Allocator::cpu().current(MemTag::Activation), 0);
   for (auto* st : s.policy->stores()) EXPECT_EQ(st->live_count(), 0u);
+}
+
+// The trainer's OpenMP threads spin briefly before they sleep, unless the caller chose how they wait.
+TEST(Trainer, OpenmpThreadsSpinBrieflyUnlessTheCallerChoseHowTheyWait) {
+  using Settings = std::vector<std::pair<std::string, std::string>>;
+  EXPECT_EQ(openmp_waiting_defaults(nullptr, nullptr),
+            (Settings{{"OMP_WAIT_POLICY", "passive"}, {"GOMP_SPINCOUNT", std::to_string(kOpenmpSpinCount)}}));
+  EXPECT_EQ(kOpenmpSpinCount, 3000);
+  EXPECT_TRUE(openmp_waiting_defaults("passive", nullptr).empty());
+  EXPECT_TRUE(openmp_waiting_defaults("active", nullptr).empty());
+  EXPECT_TRUE(openmp_waiting_defaults(nullptr, "0").empty());
 }
 
 TEST(Trainer, CommandLineErrors) {
