@@ -1,0 +1,132 @@
+#pragma once
+// Philox-4x32-10 on SIMD lanes, bit-identical to Philox4x32::generate (core/philox.h): 16 counters
+// at once in AVX-512 registers (philox16), or 16 through two AVX2 registers or plain C++
+// (philox_lanes16). Used by the per-group quantizers' rounding noise (quant/cpu/group_quant_simd.h)
+// and by dropout's masks (core/cpu/cpu_backend_random.cpp). Internal to the CPU kernels: it
+// includes immintrin.h.
+#include <cstdint>
+
+#if defined(__AVX512F__) || defined(__AVX2__)
+#include <immintrin.h>
+#endif
+
+#include "core/philox.h"
+
+// GCC 12 warns about the undefined pass-through operand inside the AVX-512 intrinsics (a false
+// positive of its headers) wherever they are inlined.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+
+namespace packrat::simd {
+
+// Lanes of 32-bit words for Philox: U32x16 (AVX-512) or U32x8 (AVX2), each with broadcast, xor,
+// and the hi and lo 32 bits of the 32x32-bit products a * m lane by lane (even lanes' products
+// and odd lanes', blended).
+#if defined(__AVX512F__)
+struct U32x16 {
+  __m512i v;
+  static U32x16 set1(uint32_t x) { return {_mm512_set1_epi32(static_cast<int>(x))}; }
+  friend U32x16 operator^(U32x16 a, U32x16 b) { return {_mm512_xor_si512(a.v, b.v)}; }
+  static void mulhilo(U32x16 a, U32x16 m, U32x16& hi, U32x16& lo) {
+    const __m512i even = _mm512_mul_epu32(a.v, m.v);
+    const __m512i odd = _mm512_mul_epu32(_mm512_srli_epi64(a.v, 32), m.v);
+    hi = {_mm512_mask_blend_epi32(0xAAAA, _mm512_srli_epi64(even, 32), odd)};
+    lo = {_mm512_mask_blend_epi32(0xAAAA, even, _mm512_slli_epi64(odd, 32))};
+  }
+};
+#elif defined(__AVX2__)
+struct U32x8 {
+  __m256i v;
+  static U32x8 set1(uint32_t x) { return {_mm256_set1_epi32(static_cast<int>(x))}; }
+  friend U32x8 operator^(U32x8 a, U32x8 b) { return {_mm256_xor_si256(a.v, b.v)}; }
+  static void mulhilo(U32x8 a, U32x8 m, U32x8& hi, U32x8& lo) {
+    const __m256i even = _mm256_mul_epu32(a.v, m.v);
+    const __m256i odd = _mm256_mul_epu32(_mm256_srli_epi64(a.v, 32), m.v);
+    hi = {_mm256_blend_epi32(_mm256_srli_epi64(even, 32), odd, 0xAA)};
+    lo = {_mm256_blend_epi32(even, _mm256_slli_epi64(odd, 32), 0xAA)};
+  }
+};
+#endif
+
+// Philox-4x32-10's ten rounds on the state words c[0..3] of V's lanes (Philox4x32::generate's).
+template <class V>
+inline void philox_rounds(uint64_t seed, V c[4]) {
+  const V m0 = V::set1(Philox4x32::kMul0), m1 = V::set1(Philox4x32::kMul1);
+  uint32_t k0 = static_cast<uint32_t>(seed), k1 = static_cast<uint32_t>(seed >> 32);
+  for (int round = 0; round < 10; ++round) {
+    V hi0, lo0, hi1, lo1;
+    V::mulhilo(c[0], m0, hi0, lo0);
+    V::mulhilo(c[2], m1, hi1, lo1);
+    c[0] = hi1 ^ c[1] ^ V::set1(k0);
+    c[1] = lo1;
+    c[2] = hi0 ^ c[3] ^ V::set1(k1);
+    c[3] = lo0;
+    k0 += Philox4x32::kWeyl0;
+    k1 += Philox4x32::kWeyl1;
+  }
+}
+
+#if defined(__AVX512F__)
+// 16 Philox-4x32-10 evaluations at once (lanes = counters c_lo + lane, high word c_hi),
+// bit-identical to Philox4x32::generate.
+inline void philox16(uint64_t seed, uint64_t stream, uint64_t counter0, __m512i out[4]) {
+  const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+  U32x16 c[4] = {{_mm512_add_epi32(U32x16::set1(static_cast<uint32_t>(counter0)).v, lane)},
+                 U32x16::set1(static_cast<uint32_t>(counter0 >> 32)), U32x16::set1(static_cast<uint32_t>(stream)),
+                 U32x16::set1(static_cast<uint32_t>(stream >> 32))};
+  philox_rounds(seed, c);
+  for (int w = 0; w < 4; ++w) out[w] = c[w].v;
+}
+#endif
+
+// Philox-4x32-10 at counters (counter0 + lane) for 16 lanes, bit-identical to
+// Philox4x32::generate; out[w * 16 + lane] = word w of lane's output. With AVX2, 8 lanes a
+// register as philox16 (twice as fast as GCC's vectorisation of the loop below, which holds a
+// word in a 64-bit lane); otherwise written lane-wise so the compiler vectorises it.
+inline void philox_lanes16(uint64_t seed, uint64_t stream, uint64_t counter0, uint32_t* out) {
+#if defined(__AVX2__) && !defined(__AVX512F__)
+  for (int half = 0; half < 2; ++half) {  // lanes 8 half .. 8 half + 7
+    const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    U32x8 c[4] = {{_mm256_add_epi32(U32x8::set1(static_cast<uint32_t>(counter0) + 8u * half).v, lane)},
+                  U32x8::set1(static_cast<uint32_t>(counter0 >> 32)), U32x8::set1(static_cast<uint32_t>(stream)),
+                  U32x8::set1(static_cast<uint32_t>(stream >> 32))};
+    philox_rounds(seed, c);
+    for (int w = 0; w < 4; ++w) _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + 16 * w + 8 * half), c[w].v);
+  }
+#else
+  // The state words held in 64-bit lanes (values below 2^32), so that each 32x32 -> 64-bit
+  // product is one vpmuludq lane.
+  alignas(64) uint64_t c0[16], c1[16], c2[16], c3[16];  // (16,) each: the state, lane by lane
+  for (int l = 0; l < 16; ++l) {
+    c0[l] = static_cast<uint32_t>(static_cast<uint32_t>(counter0) + static_cast<uint32_t>(l));  // counter0 % 16 == 0: no carry
+    c1[l] = static_cast<uint32_t>(counter0 >> 32);
+    c2[l] = static_cast<uint32_t>(stream);
+    c3[l] = static_cast<uint32_t>(stream >> 32);
+  }
+  uint64_t k0 = static_cast<uint32_t>(seed), k1 = static_cast<uint32_t>(seed >> 32);
+  constexpr uint64_t m0 = Philox4x32::kMul0, m1 = Philox4x32::kMul1, lo32 = 0xFFFFFFFFull;
+  for (int round = 0; round < 10; ++round) {
+    for (int l = 0; l < 16; ++l) {
+      const uint64_t p0 = m0 * (c0[l] & lo32);
+      const uint64_t p1 = m1 * (c2[l] & lo32);
+      c0[l] = (p1 >> 32) ^ c1[l] ^ k0;
+      c1[l] = p1 & lo32;
+      c2[l] = (p0 >> 32) ^ c3[l] ^ k1;
+      c3[l] = p0 & lo32;
+    }
+    k0 = (k0 + Philox4x32::kWeyl0) & lo32;
+    k1 = (k1 + Philox4x32::kWeyl1) & lo32;
+  }
+  for (int l = 0; l < 16; ++l) {
+    out[l] = static_cast<uint32_t>(c0[l]);
+    out[16 + l] = static_cast<uint32_t>(c1[l]);
+    out[32 + l] = static_cast<uint32_t>(c2[l]);
+    out[48 + l] = static_cast<uint32_t>(c3[l]);
+  }
+#endif
+}
+
+}  // namespace packrat::simd
+
+#pragma GCC diagnostic pop
