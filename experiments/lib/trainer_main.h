@@ -25,12 +25,12 @@ int run_trainer(int argc, char** argv);
 // How long an idle OpenMP thread spins before it sleeps (libgomp's GOMP_SPINCOUNT: about 100 000
 // rounds a millisecond, so some 30 us). A step opens hundreds of parallel regions, many of them
 // short (the codecs' and pointwise loops'): sleeping at once (OMP_WAIT_POLICY=passive) pays a
-// wake-up at each, 7-25% of the step on an Intel Xeon VM (EfficientNet-small 735 -> 922 img/s,
-// BERT-tiny 385 -> 420, ResNet-18 +2%, alternated runs); libgomp's default (300 000 rounds, some 3
-// ms) is 2-4% faster still on a quiet machine, but beside one busy process it spins while the
-// sibling thread waits for a core (EfficientNet-small 365 img/s passive, 253 at 10 000 rounds, 328
-// at 3000; a default-spinning step was several times slower on a shared machine).
-// docs/measurements-cpu.md, "OpenMP threads spin briefly before they sleep".
+// wake-up at each. On an Intel Xeon VM the short spin made six shipped configs' steps 7-48%
+// faster (EfficientNet-small 740 -> 926 img/s, the GPT 283 -> 419) and came within 7% of
+// libgomp's default (300 000 rounds, some 3 ms); beside one busy process it is 1-27% slower than
+// sleeping at once, where the default spin was up to 7.6x slower (a thread spins while its sibling
+// waits for the core), and 10 000 rounds 20-30% slower. docs/measurements-cpu.md, "OpenMP threads
+// spin briefly before they sleep".
 inline constexpr int kOpenmpSpinCount = 3000;
 
 // The variables to set when the caller chose neither (the arguments are their values, or null):
