@@ -29,7 +29,7 @@ int run_trainer(int argc, char** argv);
 // faster (EfficientNet-small 740 -> 926 img/s, the GPT 283 -> 419) and came within 7% of
 // libgomp's default (300 000 rounds, some 3 ms); beside one busy process it is 1-27% slower than
 // sleeping at once, where the default spin was up to 7.6x slower (a thread spins while its sibling
-// waits for the core), and 10 000 rounds 20-30% slower. docs/measurements-cpu.md, "OpenMP threads
+// waits for the core), and 10 000 rounds 13-23% slower. docs/measurements-cpu.md, "OpenMP threads
 // spin briefly before they sleep".
 inline constexpr int kOpenmpSpinCount = 3000;
 
