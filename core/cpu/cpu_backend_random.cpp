@@ -51,16 +51,6 @@ void dropout_loop(const float* x, float* y, uint8_t* mask, int64_t n, float p, f
       philox_block(seed, stream, static_cast<uint64_t>(b * kLanes), w);
       const int64_t base = b * kBlock;
       const int64_t count = std::min<int64_t>(kBlock, n - base);
-      if (count == kBlock) {  // a whole block: loops of a constant length, which vectorise whole
-        for (int64_t k = 0; k < 4; ++k) {
-          const int64_t off = base + k * kLanes;
-          const uint32_t* wk = w[k];
-          for (int64_t j = 0; j < kLanes; ++j) ys[off + j] = DropoutPhilox::keep(wk[j], pl) ? xs[off + j] * sl : 0.0f;
-          if (ms)
-            for (int64_t j = 0; j < kLanes; ++j) ms[off + j] = DropoutPhilox::keep(wk[j], pl) ? 1 : 0;
-        }
-        continue;
-      }
       for (int64_t k = 0; k < 4; ++k) {
         const int64_t off = base + k * kLanes;
         const int64_t len = std::min<int64_t>(kLanes, count - k * kLanes);
