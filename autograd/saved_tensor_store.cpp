@@ -8,6 +8,11 @@
 
 namespace packrat {
 
+Tensor SavedTensorStore::load_in(const SavedHandle& h, DType dtype) {
+  Tensor t = load(h);
+  return t.dtype() == dtype ? t : t.to(dtype);
+}
+
 std::string_view need_name(Need n) {
   switch (n) {
     case Need::Value: return "value";

@@ -91,6 +91,10 @@ class SavedTensorStore {
 
   virtual SavedHandle save(const Tensor& x, const SaveRequest& r) = 0;
   virtual Tensor load(const SavedHandle& h) = 0;  // what r.need asked for
+  // load(h) in the dtype a kernel computes in (a 16-bit convolution's or matmul's input under
+  // autocast): a store that decodes may write that dtype directly, with the values load(h).to(dtype)
+  // gives. Default: exactly that.
+  virtual Tensor load_in(const SavedHandle& h, DType dtype);
   virtual void release(const SavedHandle& h) = 0;
 
   // Pointwise forward + save in one call, so a store can compute f(x) and its compressed form

@@ -28,6 +28,11 @@ Tensor Node::load(size_t i) const {
   return saved[i].store->load(saved[i]);
 }
 
+Tensor Node::load(size_t i, DType dtype) const {
+  PACKRAT_CHECK(i < saved.size() && saved[i].valid(), "{}: saved tensor {} was already released", where(), i);
+  return saved[i].store->load_in(saved[i], dtype);
+}
+
 void set_gradient_ready_hook(GradientReadyHook hook) { t_gradient_ready = std::move(hook); }
 
 bool grad_enabled() { return t_grad_enabled; }

@@ -30,6 +30,7 @@ struct Node {
   std::vector<Tensor> grads_so_far;
 
   Tensor load(size_t i) const;  // saved[i] through its store
+  Tensor load(size_t i, DType dtype) const;  // the same in a kernel's dtype (SavedTensorStore::load_in)
   Tensor grad_so_far(size_t i) const { return i < grads_so_far.size() ? grads_so_far[i] : Tensor(); }
   std::string where() const { return layer.empty() ? op : op + " " + layer; }
 };

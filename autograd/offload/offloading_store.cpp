@@ -31,6 +31,12 @@ Tensor OffloadingStore::load(const SavedHandle& h) {
   return in.store->load(in);
 }
 
+Tensor OffloadingStore::load_in(const SavedHandle& h, DType dtype) {
+  const SavedHandle& in = unwrap(h);
+  offloader_.ready(in);
+  return in.store->load_in(in, dtype);
+}
+
 Tensor OffloadingStore::apply_derivative(const SavedHandle& h, const Tensor& grad_out) {
   const SavedHandle& in = unwrap(h);
   offloader_.ready(in);

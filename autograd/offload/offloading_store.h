@@ -22,6 +22,7 @@ class OffloadingStore final : public SavedTensorStore {
   SavedHandle save(const Tensor& x, const SaveRequest& r) override;
   std::pair<Tensor, SavedHandle> forward_and_save(const Tensor& x, const SaveRequest& r) override;
   Tensor load(const SavedHandle& h) override;
+  Tensor load_in(const SavedHandle& h, DType dtype) override;
   Tensor apply_derivative(const SavedHandle& h, const Tensor& grad_out) override;
   void release(const SavedHandle& h) override;
   void payload(const SavedHandle& h, std::vector<PayloadSlot>& out) override;

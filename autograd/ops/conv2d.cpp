@@ -111,7 +111,7 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const C
                           : backend_of(gy).conv_backward_data(gy, w, g).to_layout(x_layout);  // (N, Cin, H, W)
            }
            if (ix >= 0 && (n.inputs[1] || n.inputs[2])) {
-             Tensor xs = n.load(static_cast<size_t>(ix)).to(g.dtype);
+             Tensor xs = n.load(static_cast<size_t>(ix), g.dtype);
              Tensor gw, gb;
              backend_of(gy).conv_backward_weights(xs, gy, g, gw, gb);
              // The gradient in its weight's layout (a no-op for a weight the backend's Conv2d made).

@@ -75,7 +75,7 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
                                    x_layout);  // (M, out) @ (out, in)
            }
            if (n.inputs[1]) {
-             Tensor xs = n.load(static_cast<size_t>(ix)).to_plain().to(kernel);
+             Tensor xs = n.load(static_cast<size_t>(ix), kernel).to_plain();
              r[1] = be.matmul(gk, true, xs, false, 1, out, M, in, Tensor(), Shape{out, in});  // (out, M) @ (M, in)
            }
            if (n.inputs[2]) r[2] = be.column_sums(g, M, out);  // (out)
@@ -131,12 +131,12 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
            Backend& be = backend_of(g);
            std::vector<Tensor> r(2);
            if (n.inputs[0]) {  // da = g @ b^T: (M, N) @ (N, K)
-             Tensor bs = n.load(static_cast<size_t>(ib)).to_plain().to(kernel);
+             Tensor bs = n.load(static_cast<size_t>(ib), kernel).to_plain();
              r[0] = back_to_layout(be.matmul(g, false, bs, true, batch, M, N, K, Tensor(), a_shape), a_shape,
                                    a_layout);
            }
            if (n.inputs[1]) {  // db = a^T @ g: (K, M) @ (M, N)
-             Tensor as = n.load(static_cast<size_t>(ia)).to_plain().to(kernel);
+             Tensor as = n.load(static_cast<size_t>(ia), kernel).to_plain();
              r[1] = back_to_layout(be.matmul(as, true, g, false, batch, K, M, N, Tensor(), b_shape), b_shape,
                                    b_layout);
            }

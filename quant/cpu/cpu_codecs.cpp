@@ -128,13 +128,20 @@ class CpuCodecs final : public CodecKernels {
                        const Tensor& codes, const Tensor& meta, std::vector<double>* group_range_sq,
                        const CodecWalk& walk) override {
     PACKRAT_CHECK(!walk.nhwc, "quantize_groups: an NHWC walk on the CPU (a GPU layout)");
-    packrat::quantize_groups(x.data<float>(), g, rounding, noise, codes.data<uint8_t>(), meta.data<uint8_t>(),
-                             group_range_sq, walk);
+    if (x.dtype() == DType::bf16)
+      packrat::quantize_groups(x.data<bf16_t>(), g, rounding, noise, codes.data<uint8_t>(), meta.data<uint8_t>(),
+                               group_range_sq, walk);
+    else
+      packrat::quantize_groups(x.data<float>(), g, rounding, noise, codes.data<uint8_t>(), meta.data<uint8_t>(),
+                               group_range_sq, walk);
   }
   void dequantize_groups(const Tensor& codes, const Tensor& meta, const GroupGeometry& g, const Tensor& out,
                          const CodecWalk& walk) override {
     PACKRAT_CHECK(!walk.nhwc, "dequantize_groups: an NHWC walk on the CPU (a GPU layout)");
-    packrat::dequantize_groups(codes.data<uint8_t>(), meta.data<uint8_t>(), g, out.data<float>(), walk);
+    if (out.dtype() == DType::bf16)
+      packrat::dequantize_groups(codes.data<uint8_t>(), meta.data<uint8_t>(), g, out.data<bf16_t>(), walk);
+    else
+      packrat::dequantize_groups(codes.data<uint8_t>(), meta.data<uint8_t>(), g, out.data<float>(), walk);
   }
   void dequantize_groups_apply(const Tensor& codes, const Tensor& meta, const GroupGeometry& g, ActivationId fn,
                                bool from_output, const Tensor& grad, const Tensor& gx,
@@ -162,8 +169,12 @@ class CpuCodecs final : public CodecKernels {
 
   void fewbit_encode(const FewbitCoder& c, const Pointwise* fn, const Tensor& src, const Tensor& y,
                      const Tensor& packed) override {
-    packrat::fewbit_encode(c, fn, src.raw(), dtype_size(src.dtype()), y.defined() ? y.data<float>() : nullptr,
-                           src.numel(), packed.data<uint8_t>());
+    if (src.dtype() == DType::bf16)
+      packrat::fewbit_encode(c, fn, src.data<bf16_t>(), y.defined() ? y.data<bf16_t>() : nullptr, src.numel(),
+                             packed.data<uint8_t>());
+    else
+      packrat::fewbit_encode(c, fn, src.raw(), dtype_size(src.dtype()), y.defined() ? y.data<float>() : nullptr,
+                             src.numel(), packed.data<uint8_t>());
   }
   void fewbit_decode(const FewbitCoder& c, const Tensor& packed, const Tensor& grad, const Tensor& out) override {
     packrat::fewbit_decode(c, packed.data<uint8_t>(), grad.defined() ? grad.data<float>() : nullptr,

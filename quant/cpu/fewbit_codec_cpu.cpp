@@ -9,6 +9,7 @@
 #endif
 
 #include "autograd/pointwise.h"
+#include "core/cpu/bf16_simd.h"
 #include "core/error.h"
 #include "core/parallel.h"
 #include "quant/cpu/code_bits.h"
@@ -84,19 +85,30 @@ inline void make_codes(const FewbitCoder& c, const Pointwise* fn, const void* sr
   }
 }
 
-// One pass over src: y = f(src) when y is given, and the packed codes of src.
+// One pass over src: y = f(src) when y is given, and the packed codes of src. src and y: f32
+// (elem 4; a Mask's src u8, elem 1), or bf16 (`bf16`: each tile read as its f32 values, f(x) written
+// back rounded as Tensor::to rounds).
 template <int B>
-void encode_impl(const FewbitCoder& c, const Pointwise* fn, const void* src, size_t elem, float* y, int64_t n,
-            uint8_t* packed) {
+void encode_impl(const FewbitCoder& c, const Pointwise* fn, const void* src, size_t elem, bool bf16, void* y,
+                 int64_t n, uint8_t* packed) {
   const int64_t blocks = (n + 7) / 8;
   parallel_chunks(blocks, kGrainBlocks, [&](int64_t b0, int64_t b1) {
     alignas(64) uint8_t codes[kTile];   // (kTile,)
     alignas(64) float scratch[kTile];   // (kTile,) f'(x) of a Step tile
+    alignas(64) float x32[kTile];       // (kTile,) a bf16 tile's values
+    alignas(64) float y32[kTile];       // (kTile,) their f(x)
     const int64_t end = std::min(n, b1 * 8);
     for (int64_t s = b0 * 8; s < end; s += kTile) {
       const int64_t len = std::min(kTile, end - s);
       const void* v = static_cast<const char*>(src) + s * static_cast<int64_t>(elem);
-      if (y) fn->forward(static_cast<const float*>(v), y + s, len);
+      if (bf16) {
+        simd::bf16_to_f32_run(static_cast<const bf16_t*>(v), len, x32);
+        v = x32;
+      }
+      if (y) {
+        fn->forward(static_cast<const float*>(v), bf16 ? y32 : static_cast<float*>(y) + s, len);
+        if (bf16) simd::f32_to_bf16_run(y32, len, static_cast<bf16_t*>(y) + s);
+      }
       make_codes<B>(c, fn, v, len, codes, scratch);
       pack_tile<B>(codes, len, packed + s / 8 * B);
     }
@@ -187,7 +199,13 @@ void decode_impl(const FewbitCoder& c, const uint8_t* packed, const float* g, fl
 
 void fewbit_encode(const FewbitCoder& c, const Pointwise* fn, const void* src, size_t elem, float* y, int64_t n,
                    uint8_t* packed) {
-  dispatch_bits(c.bits, [&](auto B) { encode_impl<B()>(c, fn, src, elem, y, n, packed); });
+  dispatch_bits(c.bits, [&](auto B) { encode_impl<B()>(c, fn, src, elem, false, y, n, packed); });
+}
+
+void fewbit_encode(const FewbitCoder& c, const Pointwise* fn, const bf16_t* src, bf16_t* y, int64_t n,
+                   uint8_t* packed) {
+  PACKRAT_CHECK(c.kind != FewbitKind::Mask, "fewbit encode: a mask's source is u8, not bf16");
+  dispatch_bits(c.bits, [&](auto B) { encode_impl<B()>(c, fn, src, sizeof(bf16_t), true, y, n, packed); });
 }
 
 void fewbit_decode(const FewbitCoder& c, const uint8_t* packed, const float* g, float* out, int64_t n) {

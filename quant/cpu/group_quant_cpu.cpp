@@ -4,9 +4,12 @@
 // width, rounding mode and metadata type.
 #include <algorithm>
 #include <cstring>
+#include <memory>
 #include <optional>
+#include <type_traits>
 #include <vector>
 
+#include "core/cpu/bf16_simd.h"
 #include "core/error.h"
 #include "core/parallel.h"
 #include "quant/group/group_quant.h"
@@ -161,8 +164,40 @@ void for_group_ranges(int64_t groups, int64_t grain, Cut&& cut, Fn&& fn) {
   }
 }
 
-template <int B>
-void quantize_impl(const float* x, const GroupGeometry& g, Rounding rounding, const QuantNoise& noise, uint8_t* codes,
+// A plain bf16 buffer's elements as f32, converted a window of kMaxStagedGroup at a time (it stays
+// in L2), so that the range and the codes of each group read f32 values: the buffer itself where
+// it is f32 (T = float, no copy). Converted group by group, the conversions of a few dozen values
+// each cost more than converting the whole tensor (BM_GroupQuant_Bf16).
+template <typename T>
+class StagedGroups {
+ public:
+  explicit StagedGroups(int64_t) {}
+  bool holds(int64_t, int64_t) const { return true; }
+  const float* read(const T* x, int64_t e0, int64_t) { return x + e0; }
+};
+template <>
+class StagedGroups<bf16_t> {
+ public:
+  explicit StagedGroups(int64_t end) : end_(end) {}  // end: the last element a thread reads, + 1
+  // Whether [e0, e0 + n) is in the window (pointers read from it stay valid until a read misses).
+  bool holds(int64_t e0, int64_t n) const { return e0 >= w0_ && e0 + n <= w1_; }
+  const float* read(const bf16_t* x, int64_t e0, int64_t n) {
+    if (!holds(e0, n)) {
+      if (!buf_) buf_.reset(new float[kMaxStagedGroup]);  // (kMaxStagedGroup,) only where a plain buffer is read
+      w0_ = e0;
+      w1_ = std::min(end_, e0 + kMaxStagedGroup);
+      simd::bf16_to_f32_run(x + w0_, w1_ - w0_, buf_.get());
+    }
+    return buf_.get() + (e0 - w0_);
+  }
+
+ private:
+  int64_t end_, w0_ = 0, w1_ = 0;  // the window: elements [w0_, w1_)
+  std::unique_ptr<float[]> buf_;  // the window's values
+};
+
+template <int B, typename T>
+void quantize_impl(const T* x, const GroupGeometry& g, Rounding rounding, const QuantNoise& noise, uint8_t* codes,
                    uint8_t* meta, double* group_range_sq, const CodecWalk& walk) {
 #if defined(PACKRAT_PLANE_TILES)
   if (plane_tiles::applies(g, walk)) return plane_tiles::quantize<B>(x, g, walk, rounding, noise, codes, meta, group_range_sq);
@@ -177,6 +212,7 @@ void quantize_impl(const float* x, const GroupGeometry& g, Rounding rounding, co
     NoiseWindow window(noise);
     std::optional<PlainRuns> plain;  // a blocked buffer's groups in plain order
     if (walk.channels) plain.emplace(walk, g.group_size);
+    StagedGroups<T> staged(g1 < g.groups() ? g.group_start(g1) : g.numel);  // a plain bf16 buffer's groups as f32
     // Groups in batches of up to kBatch: first the range and metadata of each (a chain of
     // dependent steps, two divisions among them, that the next group's does not wait for), then
     // their codes. One group after another, each group's codes waited for its chain (perf: a third
@@ -196,9 +232,11 @@ void quantize_impl(const float* x, const GroupGeometry& g, Rounding rounding, co
           const int64_t t = plain->in_one_tile(q.start, q.len) ? plain->tile_of(q.start) : -1;
           if (count > 0 && (t < 0 || t != tile)) break;  // a group across tiles is a batch alone
           tile = t;
+        } else if (count > 0 && !staged.holds(q.start, q.len)) {
+          break;  // the batch's groups are read from one window
         }
         at[count] = q;
-        xs[count] = plain ? plain->read(x, q.start, q.len) : x + q.start;
+        xs[count] = plain ? plain->read(x, q.start, q.len) : staged.read(x, q.start, q.len);
         float mn, mx;
         group_range(xs[count], q.len, mn, mx);
         ps[count] = group_params(mn, mx, B, g.meta);
@@ -225,8 +263,8 @@ void quantize_impl(const float* x, const GroupGeometry& g, Rounding rounding, co
   });
 }
 
-template <int B>
-void dequantize_impl(const uint8_t* codes, const uint8_t* meta, const GroupGeometry& g, float* out,
+template <int B, typename T>
+void dequantize_impl(const uint8_t* codes, const uint8_t* meta, const GroupGeometry& g, T* out,
                      const CodecWalk& walk) {
 #if defined(PACKRAT_PLANE_TILES)
   if (plane_tiles::applies(g, walk)) return plane_tiles::dequantize<B>(codes, meta, g, walk, out);
@@ -236,6 +274,7 @@ void dequantize_impl(const uint8_t* codes, const uint8_t* meta, const GroupGeome
   const auto cut = [&](int64_t gi) { return group_at_tile_edge(g, walk, gi, grain); };
   for_group_ranges(g.groups(), grain, cut, [&](int64_t g0, int64_t g1) {
     [[maybe_unused]] alignas(64) uint8_t code_buf[kChunk];  // (kChunk,)
+    [[maybe_unused]] alignas(64) float value_buf[kChunk];   // (kChunk,) a chunk's values on their way to bf16
     std::optional<PlainRuns> plain;  // a blocked buffer's groups in plain order
     if (walk.channels) plain.emplace(walk, g.group_size);
     GroupGeometry::Cursor at = g.cursor(g0);  // group gi's place
@@ -244,15 +283,23 @@ void dequantize_impl(const uint8_t* codes, const uint8_t* meta, const GroupGeome
       const int64_t start = q.start, len = q.len;
       const GroupParams p = load_group_meta(meta + gi * meta_size, g.meta);
       const uint8_t* src = codes + q.code_offset;
-      float* og = plain ? plain->write(out, start, len) : out + start;
+      // f32 values: straight into out, or the tile's copy; a plain bf16 out: a chunk at a time
+      // through value_buf.
+      constexpr bool direct = std::is_same_v<T, float>;
+      float* og = plain ? plain->write(out, start, len) : nullptr;
+      if constexpr (direct)
+        if (!plain) og = out + start;
       for (int64_t c = 0; c < len; c += kChunk) {
         const int64_t n = std::min(kChunk, len - c);
+        float* oc = og ? og + c : value_buf;
 #if defined(__AVX512BW__) && defined(__BMI2__)
-        unpack_dequantize<B>(src + c * B / 8, n, p, og + c);
+        unpack_dequantize<B>(src + c * B / 8, n, p, oc);
 #else
         unpack_chunk<B>(src + c * B / 8, n, code_buf);
-        dequantize_run(code_buf, n, p, og + c);
+        dequantize_run(code_buf, n, p, oc);
 #endif
+        if constexpr (!direct)
+          if (!og) simd::f32_to_bf16_run(value_buf, n, out + start + c);
       }
     }
     if (plain) plain->finish(out);
@@ -265,10 +312,9 @@ void dispatch_bits(int bits, Fn&& fn) {
     fail("per-group quantization: {} bits is not supported (1, 2, 3, 4 or 8)", bits);
 }
 
-}  // namespace
-
-void quantize_groups(const float* x, const GroupGeometry& g, Rounding rounding, const QuantNoise& noise,
-                     uint8_t* codes, uint8_t* meta, std::vector<double>* group_range_sq, CodecWalk walk) {
+template <typename T>
+void quantize_groups_of(const T* x, const GroupGeometry& g, Rounding rounding, const QuantNoise& noise,
+                        uint8_t* codes, uint8_t* meta, std::vector<double>* group_range_sq, CodecWalk walk) {
   if (group_range_sq) group_range_sq->assign(static_cast<size_t>(g.groups()), 0.0);
   if (g.groups() == 0) return;
   dispatch_bits(g.bits, [&](auto b) {
@@ -277,10 +323,36 @@ void quantize_groups(const float* x, const GroupGeometry& g, Rounding rounding, 
   });
 }
 
-void dequantize_groups(const uint8_t* codes, const uint8_t* meta, const GroupGeometry& g, float* out,
-                       CodecWalk walk) {
+template <typename T>
+void dequantize_groups_to(const uint8_t* codes, const uint8_t* meta, const GroupGeometry& g, T* out,
+                          CodecWalk walk) {
   if (g.groups() == 0) return;
   dispatch_bits(g.bits, [&](auto b) { dequantize_impl<decltype(b)::value>(codes, meta, g, out, walk); });
+}
+
+}  // namespace
+
+void quantize_groups(const float* x, const GroupGeometry& g, Rounding rounding, const QuantNoise& noise,
+                     uint8_t* codes, uint8_t* meta, std::vector<double>* group_range_sq, CodecWalk walk) {
+  quantize_groups_of(x, g, rounding, noise, codes, meta, group_range_sq, walk);
+}
+
+void quantize_groups(const bf16_t* x, const GroupGeometry& g, Rounding rounding, const QuantNoise& noise,
+                     uint8_t* codes, uint8_t* meta, std::vector<double>* group_range_sq, CodecWalk walk) {
+  PACKRAT_CHECK(g.group_size <= kMaxStagedGroup,
+                "quantize_groups: groups of {} bf16 values (the CPU kernels read bf16 in groups of up to {})",
+                g.group_size, kMaxStagedGroup);
+  quantize_groups_of(x, g, rounding, noise, codes, meta, group_range_sq, walk);
+}
+
+void dequantize_groups(const uint8_t* codes, const uint8_t* meta, const GroupGeometry& g, float* out,
+                       CodecWalk walk) {
+  dequantize_groups_to(codes, meta, g, out, walk);
+}
+
+void dequantize_groups(const uint8_t* codes, const uint8_t* meta, const GroupGeometry& g, bf16_t* out,
+                       CodecWalk walk) {
+  dequantize_groups_to(codes, meta, g, out, walk);
 }
 
 }  // namespace packrat

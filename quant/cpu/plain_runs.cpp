@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <cstring>
+#include <type_traits>
+
+#include "core/cpu/bf16_simd.h"
 
 #if defined(__AVX2__)
 #include <immintrin.h>
@@ -34,6 +37,25 @@ void for_plane_runs(const CodecWalk& b, int64_t e0, int64_t len, Fn&& fn) {
   }
 }
 
+// The buffer's elements, f32 or bf16, as f32 and back (rounded as Tensor::to rounds): one at a
+// time, and a row of 16 (AVX-512) or 8 (AVX2) at a time.
+inline float widen(float x) { return x; }
+inline float widen(bf16_t x) { return to_f32(x); }
+inline void narrow(float x, float& out) { out = x; }
+inline void narrow(float x, bf16_t& out) { out = from_f32<bf16_t>(x); }
+#if defined(__AVX512F__)
+inline __m512 load16(const float* p) { return _mm512_loadu_ps(p); }
+inline __m512 load16(const bf16_t* p) { return simd::load_bf16x16(p); }
+inline void store16(float* p, __m512 v) { _mm512_storeu_ps(p, v); }
+inline void store16(bf16_t* p, __m512 v) { simd::store_bf16x16(p, v); }
+#endif
+#if defined(__AVX2__)
+inline __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
+inline __m256 load8(const bf16_t* p) { return simd::load_bf16x8(p); }
+inline void store8(float* p, __m256 v) { _mm256_storeu_ps(p, v); }
+inline void store8(bf16_t* p, __m256 v) { simd::store_bf16x8(p, v); }
+#endif
+
 #if defined(__AVX512F__)
 // The float offsets of one channel's 16 consecutive positions in a plane of 16-channel blocks:
 // 0, 16, .., 240.
@@ -44,28 +66,31 @@ inline __m512i every16th() {
 
 // out's plain element e0 + i = src[i], i < len: a tile written in part (the rest is another
 // thread's), element by element.
-void scatter_plain(const float* src, const CodecWalk& b, int64_t e0, int64_t len, float* out) {
+template <typename T>
+void scatter_plain(const float* src, const CodecWalk& b, int64_t e0, int64_t len, T* out) {
   const int64_t B = b.block;
   for_plane_runs(b, e0, len, [&](int64_t i0, int64_t run, int64_t offset) {
-    float* dst = out + offset;
+    T* dst = out + offset;
     int64_t i = 0;
 #if defined(__AVX512F__)
-    if (B == 16)
-      for (; i + 16 <= run; i += 16) _mm512_i32scatter_ps(dst + 16 * i, every16th(), _mm512_loadu_ps(src + i0 + i), 4);
+    if constexpr (std::is_same_v<T, float>)
+      if (B == 16)
+        for (; i + 16 <= run; i += 16) _mm512_i32scatter_ps(dst + 16 * i, every16th(), _mm512_loadu_ps(src + i0 + i), 4);
 #endif
-    for (; i < run; ++i) dst[B * i] = src[i0 + i];
+    for (; i < run; ++i) narrow(src[i0 + i], dst[B * i]);
   });
 }
 
-// dst[c * dst_stride + i] = src[i * src_stride + c] for i, c < 16 (a 16 x 16 transpose), or
-// false without AVX-512.
-inline bool transpose16(const float* src, int64_t src_stride, float* dst, int64_t dst_stride) {
+// dst[c * dst_stride + i] = src[i * src_stride + c] for i, c < 16 (a 16 x 16 transpose, f32 or
+// bf16 on either side), or false without AVX-512.
+template <typename S, typename D>
+inline bool transpose16(const S* src, int64_t src_stride, D* dst, int64_t dst_stride) {
 #if defined(__AVX512F__)
   __m512 r[16], t[16];
   // Rows i, i + 1 loaded and interleaved at once: a loop of the 16 loads alone into r, GCC made a
   // memcpy to the stack (a call and a round trip through memory, 15% of the blocked quantize).
   for (int i = 0; i < 16; i += 2) {  // per 128-bit lane: (row i, row i+1) interleaved by pairs
-    const __m512 a = _mm512_loadu_ps(src + i * src_stride), b = _mm512_loadu_ps(src + (i + 1) * src_stride);
+    const __m512 a = load16(src + i * src_stride), b = load16(src + (i + 1) * src_stride);
     t[i] = _mm512_unpacklo_ps(a, b);
     t[i + 1] = _mm512_unpackhi_ps(a, b);
   }
@@ -80,10 +105,10 @@ inline bool transpose16(const float* src, int64_t src_stride, float* dst, int64_
   for (int j = 0; j < 4; ++j) {  // column 4L + j: lane L of r[j], r[4 + j], r[8 + j], r[12 + j]
     const __m512 u0 = _mm512_shuffle_f32x4(r[j], r[4 + j], 0x44), u1 = _mm512_shuffle_f32x4(r[j], r[4 + j], 0xEE);
     const __m512 v0 = _mm512_shuffle_f32x4(r[8 + j], r[12 + j], 0x44), v1 = _mm512_shuffle_f32x4(r[8 + j], r[12 + j], 0xEE);
-    _mm512_storeu_ps(dst + (0 + j) * dst_stride, _mm512_shuffle_f32x4(u0, v0, 0x88));
-    _mm512_storeu_ps(dst + (4 + j) * dst_stride, _mm512_shuffle_f32x4(u0, v0, 0xDD));
-    _mm512_storeu_ps(dst + (8 + j) * dst_stride, _mm512_shuffle_f32x4(u1, v1, 0x88));
-    _mm512_storeu_ps(dst + (12 + j) * dst_stride, _mm512_shuffle_f32x4(u1, v1, 0xDD));
+    store16(dst + (0 + j) * dst_stride, _mm512_shuffle_f32x4(u0, v0, 0x88));
+    store16(dst + (4 + j) * dst_stride, _mm512_shuffle_f32x4(u0, v0, 0xDD));
+    store16(dst + (8 + j) * dst_stride, _mm512_shuffle_f32x4(u1, v1, 0x88));
+    store16(dst + (12 + j) * dst_stride, _mm512_shuffle_f32x4(u1, v1, 0xDD));
   }
   return true;
 #else
@@ -92,12 +117,13 @@ inline bool transpose16(const float* src, int64_t src_stride, float* dst, int64_
 #endif
 }
 
-// dst[c * dst_stride + i] = src[i * src_stride + c] for i, c < 8 (an 8 x 8 transpose), or false
-// without AVX2.
-inline bool transpose8(const float* src, int64_t src_stride, float* dst, int64_t dst_stride) {
+// dst[c * dst_stride + i] = src[i * src_stride + c] for i, c < 8 (an 8 x 8 transpose, f32 or bf16
+// on either side), or false without AVX2.
+template <typename S, typename D>
+inline bool transpose8(const S* src, int64_t src_stride, D* dst, int64_t dst_stride) {
 #if defined(__AVX2__)
   __m256 r[8], t[8], u[8];
-  for (int i = 0; i < 8; ++i) r[i] = _mm256_loadu_ps(src + i * src_stride);
+  for (int i = 0; i < 8; ++i) r[i] = load8(src + i * src_stride);
   for (int i = 0; i < 8; i += 2) {  // per 128-bit lane: (row i, row i+1) interleaved
     t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
     t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
@@ -109,8 +135,8 @@ inline bool transpose8(const float* src, int64_t src_stride, float* dst, int64_t
     u[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(3, 2, 3, 2));
   }
   for (int j = 0; j < 4; ++j) {  // column j from the low lanes, column 4 + j from the high ones
-    _mm256_storeu_ps(dst + j * dst_stride, _mm256_permute2f128_ps(u[j], u[4 + j], 0x20));
-    _mm256_storeu_ps(dst + (4 + j) * dst_stride, _mm256_permute2f128_ps(u[j], u[4 + j], 0x31));
+    store8(dst + j * dst_stride, _mm256_permute2f128_ps(u[j], u[4 + j], 0x20));
+    store8(dst + (4 + j) * dst_stride, _mm256_permute2f128_ps(u[j], u[4 + j], 0x31));
   }
   return true;
 #else
@@ -120,40 +146,45 @@ inline bool transpose8(const float* src, int64_t src_stride, float* dst, int64_t
 }
 
 // A B x B transpose (transpose16 / transpose8), or false where this CPU has no vector one.
-inline bool transpose_block(int64_t B, const float* src, int64_t src_stride, float* dst, int64_t dst_stride) {
+template <typename S, typename D>
+inline bool transpose_block(int64_t B, const S* src, int64_t src_stride, D* dst, int64_t dst_stride) {
   return B == 16 ? transpose16(src, src_stride, dst, dst_stride) : transpose8(src, src_stride, dst, dst_stride);
 }
 
-// (plane, B) at src <-> (B, plane) at dst: src[s * B + k] -> dst[k * plane + s] (to_planes), or
-// back.
-void transpose_tile(const float* src, float* dst, int64_t plane, int64_t B, bool to_planes) {
+// (plane, B) at src -> (B, plane) at dst: src[s * B + k] -> dst[k * plane + s], from f32 or bf16.
+template <typename T>
+void transpose_to_planes(const T* src, float* dst, int64_t plane, int64_t B) {
   int64_t s = 0;
-  for (; s + B <= plane; s += B) {
-    const bool done = to_planes ? transpose_block(B, src + s * B, B, dst + s, plane)
-                                : transpose_block(B, src + s, plane, dst + s * B, B);
-    if (!done) break;
+  for (; s + B <= plane && transpose_block(B, src + s * B, B, dst + s, plane); s += B) {
   }
   for (; s < plane; ++s)
-    for (int64_t k = 0; k < B; ++k) {
-      if (to_planes)
-        dst[k * plane + s] = src[s * B + k];
-      else
-        dst[s * B + k] = src[k * plane + s];
-    }
+    for (int64_t k = 0; k < B; ++k) dst[k * plane + s] = widen(src[s * B + k]);
+}
+
+// And back, into f32 or bf16.
+template <typename T>
+void transpose_from_planes(const float* src, T* dst, int64_t plane, int64_t B) {
+  int64_t s = 0;
+  for (; s + B <= plane && transpose_block(B, src + s, plane, dst + s * B, B); s += B) {
+  }
+  for (; s < plane; ++s)
+    for (int64_t k = 0; k < B; ++k) narrow(src[k * plane + s], dst[s * B + k]);
 }
 
 }  // namespace
 
-const float* PlainTile::read(const float* x, int64_t e0) {
+template <typename T>
+const float* PlainTile::read(const T* x, int64_t e0) {
   const int64_t t = tile_of(e0);
   if (t != tile_) {
-    transpose_tile(x + t * len_, buf_.get(), b_.plane, b_.block, true);
+    transpose_to_planes(x + t * len_, buf_.get(), b_.plane, b_.block);
     hold(t);
   }
   return buf_.get() + (e0 - t * len_);
 }
 
-float* PlainTile::write(float* out, int64_t e0, int64_t n) {
+template <typename T>
+float* PlainTile::write(T* out, int64_t e0, int64_t n) {
   const int64_t t = tile_of(e0);
   if (t != tile_) {
     flush(out);
@@ -164,10 +195,11 @@ float* PlainTile::write(float* out, int64_t e0, int64_t n) {
   return buf_.get() + (e0 - t * len_);
 }
 
-void PlainTile::flush(float* out) {
+template <typename T>
+void PlainTile::flush(T* out) {
   if (tile_ < 0 || hi_ == lo_) return;
   if (hi_ - lo_ == len_) {  // the whole tile
-    transpose_tile(buf_.get(), out + tile_ * len_, b_.plane, b_.block, false);
+    transpose_from_planes(buf_.get(), out + tile_ * len_, b_.plane, b_.block);
   } else {  // part of it (the rest is another thread's)
     scatter_plain(buf_.get() + (lo_ - tile_ * len_), b_, lo_, hi_ - lo_, out);
   }
@@ -177,7 +209,8 @@ void PlainTile::flush(float* out) {
 // A run across tiles (a group or bucket of several planes: small planes, e.g. 4 x 4) piece by
 // piece from the tiles' copies: the runs rise, so each tile is transposed once, as for the runs
 // within one (element by element, each element's place took six integer divisions).
-const float* PlainRuns::read(const float* x, int64_t e0, int64_t n) {
+template <typename T>
+const float* PlainRuns::read(const T* x, int64_t e0, int64_t n) {
   if (tile_.holds(e0, n)) return tile_.read(x, e0);
   for_tile_pieces(e0, n, [&](int64_t e, int64_t len) {
     std::memcpy(run_.get() + (e - e0), tile_.read(x, e), static_cast<size_t>(len) * sizeof(float));
@@ -185,7 +218,8 @@ const float* PlainRuns::read(const float* x, int64_t e0, int64_t n) {
   return run_.get();
 }
 
-float* PlainRuns::write(float* out, int64_t e0, int64_t n) {
+template <typename T>
+float* PlainRuns::write(T* out, int64_t e0, int64_t n) {
   finish_run(out);
   if (tile_.holds(e0, n)) return tile_.write(out, e0, n);
   pending_e0_ = e0;
@@ -193,18 +227,28 @@ float* PlainRuns::write(float* out, int64_t e0, int64_t n) {
   return run_.get();
 }
 
-void PlainRuns::finish(float* out) {
+template <typename T>
+void PlainRuns::finish(T* out) {
   finish_run(out);
   tile_.flush(out);
 }
 
-void PlainRuns::finish_run(float* out) {
+template <typename T>
+void PlainRuns::finish_run(T* out) {
   const int64_t e0 = pending_e0_;
   for_tile_pieces(e0, pending_n_, [&](int64_t e, int64_t len) {
     std::memcpy(tile_.write(out, e, len), run_.get() + (e - e0), static_cast<size_t>(len) * sizeof(float));
   });
   pending_n_ = 0;
 }
+
+// The element types the codecs walk: f32, and bf16 (autocast's saved tensors).
+template const float* PlainRuns::read(const float*, int64_t, int64_t);
+template const float* PlainRuns::read(const bf16_t*, int64_t, int64_t);
+template float* PlainRuns::write(float*, int64_t, int64_t);
+template float* PlainRuns::write(bf16_t*, int64_t, int64_t);
+template void PlainRuns::finish(float*);
+template void PlainRuns::finish(bf16_t*);
 
 int64_t group_at_tile_edge(const GroupGeometry& g, const CodecWalk& walk, int64_t gi, int64_t limit) {
   if (!walk.channels || walk.nhwc) return gi;

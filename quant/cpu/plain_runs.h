@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <memory>
 
+#include "core/half.h"
 #include "quant/group/group_quant.h"  // CodecWalk
 
 namespace packrat {
@@ -26,12 +27,16 @@ class PlainTile {
   int64_t tile_of(int64_t e) const { return tile_ >= 0 && e >= held_ && e - held_ < len_ ? tile_ : e / len_; }
   // Whether the plain elements [e0, e0 + n) lie in one tile.
   bool holds(int64_t e0, int64_t n) const { return tile_of(e0) == tile_of(e0 + n - 1); }
-  // The plain elements [e0, e0 + n) of x (holds(e0, n)), from the tile's copy.
-  const float* read(const float* x, int64_t e0);
+  // The plain elements [e0, e0 + n) of x (holds(e0, n)), from the tile's copy (f32 whether x
+  // is f32 or bf16: T).
+  template <typename T>
+  const float* read(const T* x, int64_t e0);
   // Where to write the plain elements [e0, e0 + n) of out (holds(e0, n)); written back to out
-  // when another tile is asked for, or by flush.
-  float* write(float* out, int64_t e0, int64_t n);
-  void flush(float* out);
+  // when another tile is asked for, or by flush (rounded as Tensor::to rounds where out is bf16).
+  template <typename T>
+  float* write(T* out, int64_t e0, int64_t n);
+  template <typename T>
+  void flush(T* out);
 
  private:
   CodecWalk b_;
@@ -53,16 +58,20 @@ class PlainRuns {
   bool in_one_tile(int64_t e0, int64_t n) const { return tile_.holds(e0, n); }
   // The tile of plain element e: pointers read from one tile stay valid until another is read.
   int64_t tile_of(int64_t e) const { return tile_.tile_of(e); }
-  // The plain elements [e0, e0 + n) of x.
-  const float* read(const float* x, int64_t e0, int64_t n);
+  // The plain elements [e0, e0 + n) of x, as f32 (x: f32 or bf16, T).
+  template <typename T>
+  const float* read(const T* x, int64_t e0, int64_t n);
   // Where to put the plain elements [e0, e0 + n) of out (n <= max_run, or in_one_tile): they reach
-  // out by a later write or finish.
-  float* write(float* out, int64_t e0, int64_t n);
+  // out (f32 or bf16) by a later write or finish. One element type per PlainRuns.
+  template <typename T>
+  float* write(T* out, int64_t e0, int64_t n);
   // Every write's elements in out.
-  void finish(float* out);
+  template <typename T>
+  void finish(T* out);
 
  private:
-  void finish_run(float* out);  // the run in run_, if one is pending, into its tiles
+  template <typename T>
+  void finish_run(T* out);  // the run in run_, if one is pending, into its tiles
   // fn(e, len) for the pieces [e, e + len) of [e0, e0 + n) that lie in one tile each, in order.
   template <typename Fn>
   void for_tile_pieces(int64_t e0, int64_t n, Fn&& fn) const {

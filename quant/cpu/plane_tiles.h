@@ -18,6 +18,7 @@
 #include <cstring>
 #include <memory>
 
+#include "core/cpu/bf16_simd.h"
 #include "core/parallel.h"
 #include "quant/cpu/group_quant_simd.h"
 #include "quant/group/group_quant.h"
@@ -43,6 +44,8 @@ struct Lanes {
   using I = __m512i;
   static F load(const float* p) { return _mm512_loadu_ps(p); }
   static void store(float* p, F v) { _mm512_storeu_ps(p, v); }
+  static F load(const bf16_t* p) { return simd::load_bf16x16(p); }
+  static void store(bf16_t* p, F v) { simd::store_bf16x16(p, v); }
   static I load(const uint32_t* p) { return _mm512_load_si512(p); }
   static void store(uint32_t* p, I v) { _mm512_store_si512(p, v); }
   static F set(float x) { return _mm512_set1_ps(x); }
@@ -81,6 +84,8 @@ struct Lanes {
   using I = __m256i;
   static F load(const float* p) { return _mm256_loadu_ps(p); }
   static void store(float* p, F v) { _mm256_storeu_ps(p, v); }
+  static F load(const bf16_t* p) { return simd::load_bf16x8(p); }
+  static void store(bf16_t* p, F v) { simd::store_bf16x8(p, v); }
   static I load(const uint32_t* p) { return _mm256_load_si256(reinterpret_cast<const __m256i*>(p)); }
   static void store(uint32_t* p, I v) { _mm256_store_si256(reinterpret_cast<__m256i*>(p), v); }
   static F set(float x) { return _mm256_set1_ps(x); }
@@ -187,10 +192,10 @@ class TileNoise {
   std::unique_ptr<uint16_t[]> buf_;  // (blocks covering a tile + 1 spare element,)
 };
 
-// Quantizes the per-plane groups of a blocked buffer x (applies(g, walk)): the codes, metadata
-// and group_range_sq of quantize_groups.
-template <int B>
-void quantize(const float* x, const GroupGeometry& g, const CodecWalk& walk, Rounding rounding, const QuantNoise& noise,
+// Quantizes the per-plane groups of a blocked buffer x (applies(g, walk)), f32 or bf16 (T): the
+// codes, metadata and group_range_sq of quantize_groups.
+template <int B, typename T>
+void quantize(const T* x, const GroupGeometry& g, const CodecWalk& walk, Rounding rounding, const QuantNoise& noise,
               uint8_t* codes, uint8_t* meta, double* range_sq) {
   using F = Lanes::F;
   using I = Lanes::I;
@@ -205,12 +210,12 @@ void quantize(const float* x, const GroupGeometry& g, const CodecWalk& walk, Rou
     const F zero = Lanes::set(0.0f), half = Lanes::set(0.5f), scale = Lanes::set(1.0f / 65536.0f);
     const I vlev = Lanes::set(static_cast<int>(levels)), low16 = Lanes::set(0xFFFF);
     for (int64_t t = t0; t < t1; ++t) {
-      const float* tile = x + t * tile_elements;  // (plane, lanes)
+      const T* tile = x + t * tile_elements;  // (plane, lanes)
       const uint16_t* rnd = stochastic ? tile_noise.fill(t * tile_elements, tile_elements) : nullptr;  // (lanes, plane)
       for (int64_t j = 0; j < gps; ++j) {
         const GroupGeometry::Place at = g.place_in(t * kLanes, j);  // lane 0's group; lane c's is span lanes t + c
         const int64_t s0 = at.start - t * kLanes * plane, len = at.len;
-        const float* rows = tile + s0 * kLanes;  // (len, lanes)
+        const T* rows = tile + s0 * kLanes;  // (len, lanes)
         F vmn = Lanes::load(rows), vmx = vmn;
         for (int64_t i = 1; i < len; ++i) {
           const F v = Lanes::load(rows + i * kLanes);
@@ -257,9 +262,10 @@ void quantize(const float* x, const GroupGeometry& g, const CodecWalk& walk, Rou
   });
 }
 
-// Dequantizes them back into a blocked buffer out: dequantize_groups' values.
-template <int B>
-void dequantize(const uint8_t* codes, const uint8_t* meta, const GroupGeometry& g, const CodecWalk& walk, float* out) {
+// Dequantizes them back into a blocked buffer out, f32 or bf16 (T, rounded as Tensor::to rounds):
+// dequantize_groups' values.
+template <int B, typename T>
+void dequantize(const uint8_t* codes, const uint8_t* meta, const GroupGeometry& g, const CodecWalk& walk, T* out) {
   using F = Lanes::F;
   using I = Lanes::I;
   const int64_t plane = walk.plane, tile_elements = kLanes * plane, gps = g.groups_per_span;
@@ -268,7 +274,7 @@ void dequantize(const uint8_t* codes, const uint8_t* meta, const GroupGeometry& 
     auto words = std::make_unique<LaneWords>();
     const I mask = Lanes::set((1 << B) - 1);
     for (int64_t t = t0; t < t1; ++t) {
-      float* tile = out + t * tile_elements;  // (plane, lanes)
+      T* tile = out + t * tile_elements;  // (plane, lanes)
       for (int64_t j = 0; j < gps; ++j) {
         const GroupGeometry::Place at = g.place_in(t * kLanes, j);
         const int64_t s0 = at.start - t * kLanes * plane, len = at.len, bytes = packed_bytes(len, B);
@@ -280,7 +286,7 @@ void dequantize(const uint8_t* codes, const uint8_t* meta, const GroupGeometry& 
           words->copy_in(c, bytes, codes + g.place_in(t * kLanes + c, j).code_offset);
         }
         const F vmin = Lanes::load(pmin), vstep = Lanes::load(pstep);
-        float* rows = tile + s0 * kLanes;  // (len, lanes)
+        T* rows = tile + s0 * kLanes;  // (len, lanes)
         for (int64_t i = 0; i < len; ++i) {
           const int64_t bit = B * i, off = bit & 31;
           const uint32_t* w = words->words + (bit >> 5) * kLanes;

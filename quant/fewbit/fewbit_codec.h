@@ -9,6 +9,7 @@
 // quant/cpu/fewbit_codec_cpu.cpp. The entry points dispatch by device.
 #include <cstdint>
 
+#include "core/half.h"  // bf16_t
 #include "core/hd.h"
 #include "quant/fewbit/fewbit_table.h"
 
@@ -38,7 +39,8 @@ PACKRAT_HD inline float fewbit_apply(FewbitKind kind, const float* levels, uint3
 
 // One pass over src (f32 for Table and Step, u8 for Mask; any shape): its packed codes into
 // packed ((packed_bytes(numel, c.bits),) u8), and y = fn->forward(src) into y when y is defined
-// (same numel, f32). fn: the activation (Step needs its f'; forward needs f). CPU: the kernel in
+// (same numel, f32). A 16-bit src (autocast) gives the codes of its f32 values and y in its dtype:
+// the CPU reads and writes bf16 in the pass; elsewhere through f32 copies. fn: the activation (Step needs its f'; forward needs f). CPU: the kernel in
 // quant/cpu/fewbit_codec_cpu.cpp; a GPU: quant/cuda/fewbit_codec_cuda.cu (quant/codec/codec_kernels.h).
 void fewbit_encode(const FewbitCoder& c, const Pointwise* fn, const Tensor& src, const Tensor& y, const Tensor& packed);
 // One pass: out = fewbit_apply(code, grad) elementwise, or with grad undefined out = level[code]
@@ -49,6 +51,10 @@ void fewbit_decode(const FewbitCoder& c, const Tensor& packed, const Tensor& gra
 
 // src: n elements of elem bytes; y: n floats or null.
 void fewbit_encode(const FewbitCoder& c, const Pointwise* fn, const void* src, size_t elem, float* y, int64_t n,
+                   uint8_t* packed);
+// The same from n bf16 values (Table, Step): the codes of their f32 values, y (null, or n bf16) f(x)
+// rounded as Tensor::to rounds it; no f32 copy of src or y.
+void fewbit_encode(const FewbitCoder& c, const Pointwise* fn, const bf16_t* src, bf16_t* y, int64_t n,
                    uint8_t* packed);
 // g: n floats, or null for the load form.
 void fewbit_decode(const FewbitCoder& c, const uint8_t* packed, const float* g, float* out, int64_t n);

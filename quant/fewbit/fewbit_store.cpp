@@ -1,5 +1,4 @@
 #include "quant/fewbit/fewbit_store.h"
-#include "core/autocast.h"
 
 #include <cmath>
 #include <limits>
@@ -120,17 +119,16 @@ std::pair<Tensor, SavedHandle> FewbitStore::forward_and_save(const Tensor& x, co
                 r.op, r.name);
   PACKRAT_CHECK(!r.exact, "fewbit store {} {}: cannot keep an exact request", r.op, r.name);
   check_device(x, r);
-  // Autocast: a 16-bit x is indexed from its exact f32 values and y comes back in x's dtype; the
-  // entry is x's, so the FP32 store's bytes it reports are the 16-bit ones (the AMP baseline).
-  const Tensor xf = as_f32(x);
-  xf.check_dtype(DType::f32, "fewbit store: an activation");
+  // Autocast: a 16-bit x is indexed from its exact f32 values and y comes back in x's dtype
+  // (fewbit_encode); the entry is x's, so the FP32 store's bytes it reports are the 16-bit ones
+  // (the AMP baseline).
+  if (!is_half(x.dtype())) x.check_dtype(DType::f32, "fewbit store: an activation");
   auto c = std::make_unique<Codes>();
   c->coder = coder_for(r, false);
   c->bits = c->coder.bits;
   c->packed = packed_buffer(x.numel(), c->coder.bits, x.device());
-  Tensor yf = Tensor::empty_like(xf);  // same shape and layout as x
-  fewbit_encode(c->coder, r.fn, xf, yf, c->packed);
-  const Tensor y = in_dtype(yf, x.dtype());
+  const Tensor y = Tensor::empty_like(x);  // f(x): x's shape, layout and dtype
+  fewbit_encode(c->coder, r.fn, x, y, c->packed);
   const Tensor& fp32_of = r.fn->derivative_from_output ? y : x;  // what the FP32 store would hold
   return {y, keep_encoded(x, fp32_of, r, std::move(c), 1)};
 }

@@ -12,7 +12,6 @@
 #include <queue>
 #include <set>
 
-#include "core/autocast.h"
 #include "core/backend.h"
 #include "core/error.h"
 
@@ -178,7 +177,7 @@ SavedHandle GactStore::save(const Tensor& x, const SaveRequest& r) {
         const Tensor codes = Tensor::empty({geo.code_bytes()}, DType::u8, Layout::Plain, MemTag::Workspace, x.device());
         const Tensor meta = Tensor::empty({geo.meta_bytes()}, DType::u8, Layout::Plain, MemTag::Workspace, x.device());
         const CodecOrder order = codec_order(x, geo);
-        quantize_groups(in_codec_order(as_f32(x), order), geo, Rounding::Nearest, QuantNoise{0, 0}, codes, meta,
+        quantize_groups(in_codec_order(x, order), geo, Rounding::Nearest, QuantNoise{0, 0}, codes, meta,
                         &group_range_sq, order.walk);
       }
       t.range_sq.assign(static_cast<size_t>(t.samples), 0.0);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "core/backend.h"
 #include "core/error.h"
 #include "core/parallel.h"
 #include "core/tensor.h"
@@ -107,8 +108,13 @@ void quantize_groups(const Tensor& x, const GroupGeometry& g, Rounding rounding,
   PACKRAT_CHECK(codes.device() == x.device() && meta.device() == x.device(),
                 "quantize_groups: input on {}, codes on {}, metadata on {}", x.device().str(), codes.device().str(),
                 meta.device().str());
+  // The CPU's kernels read bf16 as it lies (the codes of its f32 values); any other input, and bf16
+  // on another device or in longer groups, is converted to an f32 copy first.
+  const bool read_as_is =
+      x.dtype() == DType::f32 || (x.dtype() == DType::bf16 && x.is_cpu() && g.group_size <= kMaxStagedGroup);
+  const Tensor xs = read_as_is ? x : x.to(DType::f32);
   codecs(x.device(), "quantize_groups: the input")
-      .quantize_groups(x, g, rounding, noise, codes, meta, group_range_sq, walk);
+      .quantize_groups(xs, g, rounding, noise, codes, meta, group_range_sq, walk);
 }
 
 void dequantize_groups(const Tensor& codes, const Tensor& meta, const GroupGeometry& g, const Tensor& out,
@@ -117,7 +123,15 @@ void dequantize_groups(const Tensor& codes, const Tensor& meta, const GroupGeome
   PACKRAT_CHECK(codes.device() == out.device() && meta.device() == out.device(),
                 "dequantize_groups: codes on {}, metadata on {}, output on {}", codes.device().str(),
                 meta.device().str(), out.device().str());
-  codecs(out.device(), "dequantize_groups: the codes").dequantize_groups(codes, meta, g, out, walk);
+  // The CPU's kernels write bf16 themselves; elsewhere a 16-bit out is converted from f32 values.
+  if (out.dtype() == DType::f32 || (out.dtype() == DType::bf16 && out.is_cpu())) {
+    codecs(out.device(), "dequantize_groups: the codes").dequantize_groups(codes, meta, g, out, walk);
+    return;
+  }
+  Tensor values = Tensor::empty(out.shape(), DType::f32, out.layout(), MemTag::Workspace, out.device());
+  codecs(out.device(), "dequantize_groups: the codes").dequantize_groups(codes, meta, g, values, walk);
+  Tensor dst = out;  // a handle to out's buffer
+  backend(out.device()).convert(values, dst);
 }
 
 void dequantize_groups_apply(const Tensor& codes, const Tensor& meta, const GroupGeometry& g, ActivationId fn,

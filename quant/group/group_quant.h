@@ -423,9 +423,19 @@ void dequantize_groups_apply(const Tensor& codes, const Tensor& meta, const Grou
 void quantize_groups(const float* x, const GroupGeometry& g, Rounding rounding, const QuantNoise& noise,
                      uint8_t* codes, uint8_t* meta, std::vector<double>* group_range_sq = nullptr,
                      CodecWalk walk = {});
+// The same from bf16 values (autocast's saved tensors), read as they are: the codes and metadata of
+// their f32 values, with no f32 copy of x. Groups of up to kMaxStagedGroup values (a plain
+// buffer's are converted a window of that many at a time into a thread's buffer).
+constexpr int64_t kMaxStagedGroup = 16 * 1024;
+void quantize_groups(const bf16_t* x, const GroupGeometry& g, Rounding rounding, const QuantNoise& noise,
+                     uint8_t* codes, uint8_t* meta, std::vector<double>* group_range_sq = nullptr,
+                     CodecWalk walk = {});
 // One pass: unpack and dequantize every group into out (g.numel floats; with a walk,
 // transposed back to the blocked layout tile by tile).
 void dequantize_groups(const uint8_t* codes, const uint8_t* meta, const GroupGeometry& g, float* out,
+                       CodecWalk walk = {});
+// The same into bf16, each value rounded as Tensor::to(bf16) rounds the f32 one.
+void dequantize_groups(const uint8_t* codes, const uint8_t* meta, const GroupGeometry& g, bf16_t* out,
                        CodecWalk walk = {});
 
 }  // namespace packrat

@@ -166,11 +166,13 @@ std::unique_ptr<CompressingStore::Encoded> GroupStore::encode(const Tensor& x, c
   return q;
 }
 
-Tensor GroupStore::values(const Encoded& enc, const Entry& e) {
+Tensor GroupStore::values(const Encoded& enc, const Entry& e) { return values_in(enc, e, DType::f32); }
+
+Tensor GroupStore::values_in(const Encoded& enc, const Entry& e, DType dtype) {
   const auto& q = static_cast<const Quantized&>(enc);
   TagScope tag(MemTag::Workspace);  // a transient copy for the backward of one op, freed after it
   // Same shape and device as saved; the layout too, after a plain detour for via_plain codes.
-  Tensor out = Tensor::empty(e.shape, DType::f32, q.order.via_plain ? Layout::Plain : e.layout, MemTag::Workspace,
+  Tensor out = Tensor::empty(e.shape, dtype, q.order.via_plain ? Layout::Plain : e.layout, MemTag::Workspace,
                              q.codes.device());
   dequantize_groups(q.codes, q.meta, q.geometry, out, q.order.walk);
   return out.to_layout(e.layout);

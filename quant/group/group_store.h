@@ -77,6 +77,10 @@ class GroupStore : public CompressingStore {
   std::unique_ptr<Encoded> encode(const Tensor& x, const SaveRequest& r) override;
   // x dequantized (a Workspace tensor); the base's decode and apply_encoded take f' of it.
   Tensor values(const Encoded& enc, const Entry& e) override;
+  // Dequantized straight into bf16 on the CPU (no f32 copy of x), as f32 then converted elsewhere.
+  Tensor values_in(const Encoded& enc, const Entry& e, DType dtype) override;
+  // bf16 is quantized as it lies on the CPU; other 16-bit inputs through an f32 copy (quantize_groups).
+  bool encodes_16bit() const override { return true; }
   // On a GPU, grad * f'(x) straight from the codes in one pass (dequantize_groups_apply), no
   // Workspace tensor of x; on the CPU, and for codes of a plain copy, the base's two passes.
   Tensor apply_encoded(const Encoded& enc, const Entry& e, const Tensor& grad_out) override;

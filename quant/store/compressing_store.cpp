@@ -53,6 +53,11 @@ Tensor CompressingStore::values(const Encoded&, const Entry& e) {
   fail("{} {}: the {} codec implements neither decode nor values", e.request.op, e.request.name, scheme());
 }
 
+Tensor CompressingStore::values_in(const Encoded& enc, const Entry& e, DType dtype) {
+  const Tensor x = values(enc, e);
+  return x.dtype() == dtype ? x : x.to(dtype);
+}
+
 Tensor CompressingStore::decode(const Encoded& enc, const Entry& e) {
   TagScope tag(MemTag::Workspace);  // a transient copy for the backward of one op, freed after it
   const Tensor x = values(enc, e);
@@ -145,10 +150,10 @@ SavedHandle CompressingStore::save(const Tensor& x, const SaveRequest& r) {
     h.key = key;
     switch (form) {
       case Form::Codec:
-        h.encoded = encode(as_f32(x), r);
+        h.encoded = encode(encodes_16bit() ? x : as_f32(x), r);
         break;
       case Form::StepMask:
-        pack_step_mask(h, as_f32(x));
+        pack_step_mask(h, x);  // a 16-bit x's mask from its f32 values (fewbit_encode)
         break;
       default:
         if (!pack_exact(h, x, r, bits)) return keep_exact(x, r);  // a mask or index its bits cannot hold
@@ -280,6 +285,18 @@ Tensor CompressingStore::load(const SavedHandle& handle) {
   if (h.encoded) return decode(*h.encoded, e);
   TagScope tag(MemTag::Workspace);  // a transient copy for the backward of one op
   return h.key.form == Form::StepMask ? load_step_mask(h, e) : load_packed(h, e);
+}
+
+Tensor CompressingStore::load_in(const SavedHandle& handle, DType dtype) {
+  {
+    std::lock_guard lock(mutex_);
+    const Entry& e = entry(handle);
+    if (!e.exact.valid() && e.request.need == Need::Value) {
+      const Held& h = checked(e);
+      if (h.encoded) return values_in(*h.encoded, e, dtype);
+    }
+  }
+  return SavedTensorStore::load_in(handle, dtype);
 }
 
 Tensor CompressingStore::apply_derivative(const SavedHandle& handle, const Tensor& grad_out) {

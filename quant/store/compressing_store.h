@@ -61,6 +61,8 @@ class CompressingStore : public SavedTensorStore {
 
   SavedHandle save(const Tensor& x, const SaveRequest& r) override;
   Tensor load(const SavedHandle& h) override;
+  // A Value held by the codec: values_in(dtype); otherwise load(h).to(dtype).
+  Tensor load_in(const SavedHandle& h, DType dtype) override;
   void release(const SavedHandle& h) override;
   Tensor apply_derivative(const SavedHandle& h, const Tensor& grad_out) override;
   // The default y = f(x) then save, after the device check (nothing is made on a device
@@ -116,8 +118,12 @@ class CompressingStore : public SavedTensorStore {
   // ---- the codec ----
   // Encodes an f32 Value or Derivative request that form_for sends to Form::Codec: the tensor
   // as handed to save() (any layout; y = f(x) where r.fn->derivative_from_output), once per
-  // buffer however many ops save it, after check_device. Required.
+  // buffer however many ops save it, after check_device. Required. A 16-bit tensor (autocast)
+  // arrives converted to f32 unless encodes_16bit().
   virtual std::unique_ptr<Encoded> encode(const Tensor& x, const SaveRequest& r) = 0;
+  // Whether encode() takes bf16 and f16 tensors as they are (its codec reads them, with the codes
+  // of their f32 values). Default false.
+  virtual bool encodes_16bit() const { return false; }
   // What e.request.need asks for, from what encode kept (sets its own TagScope). Default: from
   // values(), x itself, or f'(x) for a Derivative.
   virtual Tensor decode(const Encoded& enc, const Entry& e);
@@ -125,6 +131,9 @@ class CompressingStore : public SavedTensorStore {
   // that keeps x itself for Value and Derivative requests alike. Default: an error (a codec that
   // overrides decode and apply_encoded needs none).
   virtual Tensor values(const Encoded& enc, const Entry& e);
+  // The same in `dtype` (load_in: a 16-bit kernel's input), the values values(enc, e).to(dtype)
+  // gives. Default: exactly that; a codec may write the dtype directly.
+  virtual Tensor values_in(const Encoded& enc, const Entry& e, DType dtype);
   // grad_out * f'(x) fused from the codes; an undefined Tensor: grad_out * load(h). Default: for
   // a Derivative, one pointwise_backward pass over values(), with no f'(x) tensor.
   virtual Tensor apply_encoded(const Encoded& enc, const Entry& e, const Tensor& grad_out);

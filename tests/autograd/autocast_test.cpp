@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 
 #include "autograd/checkpoint.h"
 #include "autograd/fp32_store.h"
@@ -13,6 +14,7 @@
 #include "autograd/tape.h"
 #include "core/autocast.h"
 #include "core/backend.h"
+#include "core/cpu/layout.h"  // native_blocked_layout
 #include "experiments/lib/safetensors.h"
 #include "quant/policy/rule_policy.h"
 #include "tests/models/golden_file.h"
@@ -147,6 +149,43 @@ TEST(Autocast, CompressingStoresEncodeBf16InputsAsTheirF32Values) {
   }
 }
 
+// A Value loaded in a 16-bit kernel's dtype (a convolution's input for its weight gradient under
+// autocast: Node::load(i, dtype)) holds load(h)'s values rounded to that dtype, in the saved
+// layout, for every store; the per-group store dequantizes straight into bf16 on the CPU, groups
+// longer than its kernels read as bf16 included (those are quantized from an f32 copy).
+TEST(Autocast, AValueLoadedInBf16IsTheLoadedValuesRounded) {
+  const std::vector<std::pair<std::string, std::map<std::string, std::string>>> schemes{
+      {"fp32", {}},
+      {"actnn", {{"bits", "2"}}},
+      {"actnn", {{"bits", "4"}, {"grouping", "per_plane"}, {"group_size", "32"}}},
+      {"actnn", {{"bits", "2"}, {"grouping", "flat"}, {"group_size", "40000"}}},
+      {"gact", {{"initial_bits", "2"}}},
+      {"mixed", {{"preset", "2/4@0.5"}}},
+      {"fp8", {}}};
+  for (const Layout layout : {Layout::Plain, cpu::native_blocked_layout()})
+    for (const auto& [scheme, options] : schemes) {
+      const Tensor x16 = random_tensor({4, 32, 14, 14}, 41).to_layout(layout).to(DType::bf16);
+      StorePolicySpec spec;
+      spec.default_scheme = {scheme, options, "test"};
+      spec.seed = 7;
+      RulePolicy policy(spec);
+      PolicyScope scope(policy);
+      const SaveRequest r{Need::Value, nullptr, "conv2d", "layer"};
+      SavedTensorStore& store = policy.store_for(r);
+      const SavedHandle h = store.save(x16, r);
+      const Tensor want = store.load(h).to(DType::bf16), got = store.load_in(h, DType::bf16);
+      const std::string what = scheme + " " + std::to_string(options.size()) + " options, " + x16.describe();
+      ASSERT_EQ(got.dtype(), DType::bf16) << what;
+      ASSERT_EQ(got.layout(), layout) << what;
+      ASSERT_EQ(got.shape(), x16.shape()) << what;
+      EXPECT_EQ(std::memcmp(got.raw(), want.raw(), want.nbytes()), 0) << what;
+      if (scheme != "fp32") {
+        EXPECT_NE(std::memcmp(got.raw(), x16.raw(), x16.nbytes()), 0) << what << ": compressed";
+      }
+      store.release(h);
+    }
+}
+
 TEST(Autocast, ACheckpointSegmentRecomputesUnderTheForwardsAutocast) {
   Tensor w = parameter({6, 6}, 41, 0.5f);
   auto run = [&](bool recompute) {
@@ -168,22 +207,29 @@ TEST(Autocast, ACheckpointSegmentRecomputesUnderTheForwardsAutocast) {
   EXPECT_EQ(run(true), run(false)) << "the recompute ran in another precision than the forward";
 }
 
+// ... and f(x) comes back in bf16, the f32 f(x) rounded (the CPU computes it from the bf16 tile in
+// the pass that indexes it); a relu's 1-bit step mask under a compressing store likewise.
 TEST(Autocast, FewbitTablesIndexBf16InputsAsTheirF32Values) {
-  const Tensor x16 = random_tensor({4, 64}, 51, -3.0f, 3.0f).to(DType::bf16);
-  std::vector<std::vector<float>> grads;
-  for (const Tensor& x0 : {x16, x16.to(DType::f32)}) {
-    StorePolicySpec spec;
-    spec.rules.push_back({{"gelu"}, {}, {"fewbit", {{"bits", "3"}}, "test"}});
-    RulePolicy policy(spec);
-    PolicyScope scope(policy);
-    Tensor x = x0.detached().set_requires_grad();
-    Tensor y = ops::gelu(x);
-    EXPECT_EQ(y.dtype(), x0.dtype());
-    for (const SavedRecord& r : policy.describe()) EXPECT_EQ(r.scheme, "fewbit");
-    backward(y, ones(y.shape()));
-    grads.push_back(x.grad().to_vector());
-  }
-  EXPECT_EQ(grads[0], grads[1]) << "the 3-bit table's derivative of the same values";
+  for (const Tensor& x16 : {random_tensor({4, 64}, 51, -3.0f, 3.0f).to(DType::bf16),
+                            random_tensor({4, 32, 14, 14}, 52, -3.0f, 3.0f).to_layout(cpu::native_blocked_layout()).to(DType::bf16)})
+    for (const auto& [fn, scheme] : {std::pair<std::string, std::string>{"gelu", "fewbit"}, {"relu", "actnn"}}) {
+      std::vector<std::vector<float>> grads, ys;
+      for (const Tensor& x0 : {x16, x16.to(DType::f32)}) {
+        StorePolicySpec spec;
+        spec.rules.push_back({{fn}, {}, {scheme, {{"bits", "3"}}, "test"}});
+        RulePolicy policy(spec);
+        PolicyScope scope(policy);
+        Tensor x = x0.detached().set_requires_grad();
+        Tensor y = fn == "gelu" ? ops::gelu(x) : ops::relu(x);
+        EXPECT_EQ(y.dtype(), x0.dtype());
+        for (const SavedRecord& r : policy.describe()) EXPECT_EQ(r.scheme, scheme);
+        ys.push_back(y.to(DType::bf16).to(DType::f32).to_vector());  // the f32 run's rounded as Tensor::to rounds
+        backward(y, ones(y.shape()));
+        grads.push_back(x.grad().to_vector());
+      }
+      EXPECT_EQ(grads[0], grads[1]) << fn << " " << x16.describe() << ": the derivative codes of the same values";
+      EXPECT_EQ(ys[0], ys[1]) << fn << " " << x16.describe() << ": f(x) in bf16";
+    }
 }
 
 // tests/golden/make_autocast_golden.py: the same step under PyTorch 1.13's CPU bf16 autocast.

@@ -4,6 +4,8 @@
 // floats: for every per-group width, rounding mode, metadata type and grouping, for the mixed and
 // deterministic bucket quantizers of both scale rules, and for the few-bit index of every
 // shipped table, on sizes with tails. That is what makes the CUDA kernels (issue 11) bit-identical.
+// The per-group kernels read bf16 and write it too: the codes of its f32 values, values rounded as
+// Tensor::to rounds them.
 // Also: a codec handed a tensor on another device is a clear error, never a copy to the host.
 #include <gtest/gtest.h>
 
@@ -70,6 +72,40 @@ std::string config_words(const GroupQuantConfig& c) {
          std::to_string(c.group_size);
 }
 
+// The bf16 twin of a per-group quantize of x (n values, laid out as `walk` says): x rounded to bf16
+// and read as bf16 (autocast's saved tensors, read as they lie) gives the codes, metadata and range
+// sums of its f32 values; dequantized into bf16, the f32 values rounded as Tensor::to(bf16) rounds
+// them. "" when it holds, else what differs.
+std::string bf16_twin_difference(const float* x, const GroupGeometry& g, Rounding rounding, const QuantNoise& noise,
+                                 const CodecWalk& walk) {
+  const size_t n = static_cast<size_t>(g.numel);
+  std::vector<bf16_t> x16(n);  // (n,) x rounded to bf16
+  std::vector<float> xr(n);    // (n,) its f32 values
+  for (size_t i = 0; i < n; ++i) {
+    x16[i] = from_f32<bf16_t>(x[i]);
+    xr[i] = to_f32(x16[i]);
+  }
+  std::vector<uint8_t> codes(static_cast<size_t>(g.code_bytes()), 0xEE), meta(static_cast<size_t>(g.meta_bytes()), 0xEE);
+  std::vector<uint8_t> codes16(codes), meta16(meta);
+  std::vector<double> range_sq, range_sq16;
+  quantize_groups(xr.data(), g, rounding, noise, codes.data(), meta.data(), &range_sq, walk);
+  quantize_groups(x16.data(), g, rounding, noise, codes16.data(), meta16.data(), &range_sq16, walk);
+  if (codes != codes16) return "codes from bf16, byte " + std::to_string(first_difference(codes.data(), codes16.data(), g.code_bytes()));
+  if (meta != meta16) return "metadata from bf16";
+  for (size_t i = 0; i < range_sq.size(); ++i)
+    if (range_sq[i] != range_sq16[i] && !(std::isnan(range_sq[i]) && std::isnan(range_sq16[i])))
+      return "range sum of group " + std::to_string(i) + " from bf16";
+  std::vector<float> out(n);
+  std::vector<bf16_t> out16(n);
+  dequantize_groups(codes.data(), meta.data(), g, out.data(), walk);
+  dequantize_groups(codes.data(), meta.data(), g, out16.data(), walk);
+  for (size_t i = 0; i < n; ++i)
+    if (out16[i].bits != from_f32<bf16_t>(out[i]).bits)
+      return "value " + std::to_string(i) + " dequantized into bf16: " + std::to_string(to_f32(out16[i])) + ", not " +
+             std::to_string(out[i]) + " rounded";
+  return "";
+}
+
 TEST(CodecBitExact, PerGroupKernelWritesTheReferenceBytesForEveryConfig) {
   // (samples, span, channel plane): spans that are not multiples of 8, 128 or the 256-element
   // chunk; planes above, below and across the group sizes (per-plane grouping).
@@ -115,6 +151,7 @@ TEST(CodecBitExact, PerGroupKernelWritesTheReferenceBytesForEveryConfig) {
                 dequantize_group(codes.data() + g.group_code_offset(gi), meta_b.data() + gi * mb, g.group_len(gi), bits,
                                  meta, ref_out.data() + g.group_start(gi));
               ASSERT_TRUE(same_floats(out, ref_out)) << what << ": dequantized values";
+              ASSERT_EQ(bf16_twin_difference(x.data(), g, rounding, noise, CodecWalk{}), "") << what;
             }
 }
 
@@ -185,6 +222,7 @@ TEST(CodecBitExact, PlaneGroupsOfABlockedBufferAreThePlainTensorsBytes) {
               const Tensor back = out.to_plain();
               ASSERT_EQ(std::memcmp(back.data<float>(), ref_out.data(), static_cast<size_t>(n) * sizeof(float)), 0)
                   << what << ": dequantized values";
+              ASSERT_EQ(bf16_twin_difference(blocked.data<float>(), g, rounding, noise, walk), "") << what;
             }
 #if defined(PACKRAT_PLANE_TILES)
   // The cases this test is for, where the layout's tiles are this build's rows (an AVX2 build on a
