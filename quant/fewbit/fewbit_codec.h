@@ -40,8 +40,9 @@ PACKRAT_HD inline float fewbit_apply(FewbitKind kind, const float* levels, uint3
 // One pass over src (f32 for Table and Step, u8 for Mask; any shape): its packed codes into
 // packed ((packed_bytes(numel, c.bits),) u8), and y = fn->forward(src) into y when y is defined
 // (same numel, f32). A 16-bit src (autocast) gives the codes of its f32 values and y in its dtype:
-// the CPU reads and writes bf16 in the pass; elsewhere through f32 copies. fn: the activation (Step needs its f'; forward needs f). CPU: the kernel in
-// quant/cpu/fewbit_codec_cpu.cpp; a GPU: quant/cuda/fewbit_codec_cuda.cu (quant/codec/codec_kernels.h).
+// the CPU reads and writes bf16 in the pass; elsewhere through f32 copies. fn: the activation
+// (Step needs its f'; forward needs f). CPU: the kernel in quant/cpu/fewbit_codec_cpu.cpp; a GPU:
+// quant/cuda/fewbit_codec_cuda.cu (quant/codec/codec_kernels.h).
 void fewbit_encode(const FewbitCoder& c, const Pointwise* fn, const Tensor& src, const Tensor& y, const Tensor& packed);
 // One pass: out = fewbit_apply(code, grad) elementwise, or with grad undefined out = level[code]
 // (the load of a Table or Step code). out and grad: n f32 each, in the order of the saved buffer.

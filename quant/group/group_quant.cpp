@@ -108,11 +108,11 @@ void quantize_groups(const Tensor& x, const GroupGeometry& g, Rounding rounding,
   PACKRAT_CHECK(codes.device() == x.device() && meta.device() == x.device(),
                 "quantize_groups: input on {}, codes on {}, metadata on {}", x.device().str(), codes.device().str(),
                 meta.device().str());
-  // The CPU's kernels read bf16 as it lies (the codes of its f32 values); any other input, and bf16
-  // on another device or in longer groups, is converted to an f32 copy first.
-  const bool read_as_is =
-      x.dtype() == DType::f32 || (x.dtype() == DType::bf16 && x.is_cpu() && g.group_size <= kMaxStagedGroup);
-  const Tensor xs = read_as_is ? x : x.to(DType::f32);
+  // The CPU's kernels read bf16 as it lies (the codes of its f32 values); f16, and bf16 on another
+  // device or in longer groups, is converted to an f32 copy first (any other dtype: the kernels' error).
+  const bool widen =
+      is_half(x.dtype()) && !(x.dtype() == DType::bf16 && x.is_cpu() && g.group_size <= kMaxStagedGroup);
+  const Tensor xs = widen ? x.to(DType::f32) : x;
   codecs(x.device(), "quantize_groups: the input")
       .quantize_groups(xs, g, rounding, noise, codes, meta, group_range_sq, walk);
 }
@@ -124,7 +124,7 @@ void dequantize_groups(const Tensor& codes, const Tensor& meta, const GroupGeome
                 "dequantize_groups: codes on {}, metadata on {}, output on {}", codes.device().str(),
                 meta.device().str(), out.device().str());
   // The CPU's kernels write bf16 themselves; elsewhere a 16-bit out is converted from f32 values.
-  if (out.dtype() == DType::f32 || (out.dtype() == DType::bf16 && out.is_cpu())) {
+  if (!is_half(out.dtype()) || (out.dtype() == DType::bf16 && out.is_cpu())) {
     codecs(out.device(), "dequantize_groups: the codes").dequantize_groups(codes, meta, g, out, walk);
     return;
   }
