@@ -4,6 +4,7 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <cmath>
 #include <functional>
 
 #include "core/named_registry.h"
@@ -23,7 +24,7 @@ namespace {
 // The multipliers scale EfficientNets only: anything else must leave them at 1.
 void check_no_multipliers(const ModelSpec& s) {
   PACKRAT_CHECK(s.width_mult == 1.0 && s.depth_mult == 1.0,
-                "model {}: width_mult ({}) and depth_mult ({}) apply to the EfficientNets only", s.arch, s.width_mult,
+                "model {}: width_mult ({}) and depth_mult ({}) apply to the EfficientNets and BERTs only", s.arch, s.width_mult,
                 s.depth_mult);
 }
 
@@ -87,12 +88,29 @@ std::shared_ptr<Module> gpt(const ModelSpec& s) {
   return std::make_shared<Gpt>(c);
 }
 
+// A BERT preset at the spec's width and depth multipliers: the heads scale (each keeps the preset's
+// width per head, 64), so width_mult 0.125 on bert_large is 2 heads of 64 (hidden 128), and the
+// layers `ceil(n * depth_mult)`. BERT-large's 24 layers at an eighth of its width is what makes the
+// activations, not the parameters, the memory of a step on a 2-core CPU (experiments/frontier).
+BertConfig scaled(BertConfig c, const ModelSpec& s) {
+  const double heads = static_cast<double>(c.heads) * s.width_mult;
+  PACKRAT_CHECK(heads >= 1 && heads == std::floor(heads),
+                "model {}: model.width_mult {} gives {} attention heads; it must give a whole number of at least 1 (the "
+                "preset has {})",
+                s.arch, s.width_mult, heads, c.heads);
+  const int64_t per_head = c.hidden / c.heads;
+  c.heads = static_cast<int64_t>(heads);
+  c.hidden = c.heads * per_head;
+  c.intermediate = 4 * c.hidden;
+  c.layers = static_cast<int64_t>(std::ceil(static_cast<double>(c.layers) * s.depth_mult - 1e-9));
+  return c;
+}
+
 // A BERT preset over bytes (vocabulary 256), with the classes head (num_classes) or the
 // masked-language-model head (num_classes = the vocabulary), as spec.text_head says.
 std::shared_ptr<Module> bert(const ModelSpec& s) {
   PACKRAT_CHECK(s.stem.empty(), "model {}: a BERT has no stem option, got stem '{}'", s.arch, s.stem);
-  check_no_multipliers(s);
-  BertConfig c = bert_preset(s.arch);
+  BertConfig c = scaled(bert_preset(s.arch), s);
   if (!s.activation.empty()) c.activation = s.activation;
   if (s.dropout >= 0) c.dropout = static_cast<float>(s.dropout);
   if (s.attention_dropout >= 0) c.attention_dropout = static_cast<float>(s.attention_dropout);
@@ -129,8 +147,8 @@ const std::vector<std::string> kVitKeys = {"activation", "classes",           "i
 // classes is the vocabulary; the tokens need no channels, image size or stem.
 const std::vector<std::string> kGptKeys = {"activation", "classes", "dropout", "attention"};
 // classes: the data's classes (text_classes) or the vocabulary (masked-language-model pretraining).
-const std::vector<std::string> kBertKeys = {"activation", "classes", "dropout", "attention_dropout", "attention",
-                                            "norm_first"};
+const std::vector<std::string> kBertKeys = {"activation", "classes",    "dropout",   "attention_dropout",
+                                            "attention",  "norm_first", "width_mult", "depth_mult"};
 const std::vector<std::string> kEfficientNetKeys = {"stem",       "activation", "classes", "in_channels",
                                                     "width_mult", "depth_mult", "dropout", "stochastic_depth"};
 

@@ -200,9 +200,10 @@ std::vector<ConfigKey> make_table() {
       integer("model", "patch_size", in(&C::model, &M::patch_size), "0", 0, 1 << 16,
               "ViTs: 0 = the preset's patch; one that does not divide the side is an error"),
       number("model", "width_mult", in(&C::model, &M::width_mult), "1", 1.0 / 64, 8.0,
-             "EfficientNet: channels `_make_divisible(c * w, 8)` per stage, on top of the preset's own"),
+             "EfficientNet: channels `_make_divisible(c * w, 8)` per stage, on top of the preset's own; "
+             "BERT: attention heads `h * w` (a whole number; 64 wide each)"),
       number("model", "depth_mult", in(&C::model, &M::depth_mult), "1", 1.0 / 64, 8.0,
-             "EfficientNet: blocks `ceil(n * d)` per stage, on top of the preset's own"),
+             "EfficientNet: blocks `ceil(n * d)` per stage, on top of the preset's own; BERT: layers `ceil(n * d)`"),
       unset_by_default(number("model", "dropout", in(&C::model, &M::dropout), "-1", 0.0, 0.99,
                               "unset (-1): the preset's own (ViT and GPT 0, BERT 0.1, EfficientNet 0.2). ViT: after "
                               "the embeddings and in the MLPs; GPT: embeddings, attention probabilities, residual "

@@ -118,11 +118,18 @@ TEST(Bert, TokensAfterThePadChangeNothing) {
 TEST(Bert, PresetsHaveBertsSizes) {
   // Encoder layer: 4 D^2 + 4 D (attention) + 2 D I + I + D (feed-forward) + 4 D (norms).
   auto layer = [](int64_t d) { return 4 * d * d + 4 * d + 2 * d * 4 * d + 4 * d + d + 4 * d; };
-  for (const auto& [arch, layers, d] : std::vector<std::tuple<std::string, int64_t, int64_t>>{
-           {"bert_tiny", 2, 128}, {"bert_small", 4, 512}, {"bert_base", 12, 768}}) {
+  // The last two: model.width_mult scales the heads (64 wide each), depth_mult the layers.
+  for (const auto& [arch, layers, d, width, depth] : std::vector<std::tuple<std::string, int64_t, int64_t, double, double>>{
+           {"bert_tiny", 2, 128, 1, 1},
+           {"bert_small", 4, 512, 1, 1},
+           {"bert_base", 12, 768, 1, 1},
+           {"bert_large", 24, 128, 0.125, 1},
+           {"bert_small", 3, 256, 0.5, 0.6}}) {
     ModelSpec s;
     s.arch = arch;
     s.num_classes = 2;
+    s.width_mult = width;
+    s.depth_mult = depth;
     auto m = make_model(s);
     const int64_t embeddings = (256 + 512 + 2) * d + 2 * d, head = d * d + d + 2 * d + 2;
     EXPECT_EQ(m->num_parameters(), embeddings + layers * layer(d) + head) << arch;
@@ -144,6 +151,10 @@ TEST(Bert, ErrorsNameTheKey) {
   s.arch = "bert_tiny";
   s.attention = "flash";
   EXPECT_NE(message_of([&] { make_model(s); }).find("model.attention: unknown algorithm 'flash'"), std::string::npos);
+  s.attention = "";
+  s.width_mult = 0.25;  // half a head
+  const std::string heads = message_of([&] { make_model(s); });
+  EXPECT_NE(heads.find("model.width_mult 0.25 gives 0.5 attention heads"), std::string::npos) << heads;
 }
 
 }  // namespace
