@@ -138,7 +138,8 @@ void BM_GroupQuant_Grouping(benchmark::State& state) {
 // the same through f32 copies (convert, quantize, dequantize, convert: the path before), the two
 // timed back to back in every iteration. speedup: the f32 copies' time over the direct one's.
 // side 14: the per-plane tiles (plane_tiles.h); 4: groups of whole small planes through the tiles'
-// transposes (PlainRuns); blocked 0: a plain buffer's groups staged in f32 a batch at a time.
+// transposes (PlainRuns); blocked 0: a plain buffer's groups widened through a window of 16384 f32
+// values (kMaxStagedGroup), which stays in L2.
 void BM_GroupQuant_Bf16(benchmark::State& state) {
   const int64_t side = state.range(0);
   const bool blocked = state.range(1) != 0;

@@ -23,9 +23,10 @@
 namespace packrat::simd {
 
 #if defined(__AVX512F__)
+// 16 bf16 bit patterns to their f32 values (the bits in the upper half of each lane).
+inline __m512 widen_bf16x16(__m256i h) { return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16)); }
 inline __m512 load_bf16x16(const bf16_t* p) {
-  const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
-  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+  return widen_bf16x16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
 }
 // f32_to_bf16 lane by lane, as 32-bit lanes holding the 16 bits.
 inline __m512i bf16_bits16(__m512 v) {
@@ -66,8 +67,7 @@ inline void bf16_to_f32_run(const bf16_t* x, int64_t n, float* out) {
   for (; i + 16 <= n; i += 16) _mm512_storeu_ps(out + i, load_bf16x16(x + i));
   if (i < n) {
     const __mmask16 k = static_cast<__mmask16>((1u << (n - i)) - 1u);
-    const __m256i h = _mm256_maskz_loadu_epi16(k, x + i);
-    _mm512_mask_storeu_ps(out + i, k, _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16)));
+    _mm512_mask_storeu_ps(out + i, k, widen_bf16x16(_mm256_maskz_loadu_epi16(k, x + i)));
   }
   return;
 #elif defined(__AVX512F__)
