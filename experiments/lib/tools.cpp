@@ -71,6 +71,11 @@ MemoryReport memory_report_only(const Config& c, MemoryTimeline* timeline) {
   const InputSpec in = synthetic_input_spec(c);
   Session s = make_session(c, in);
   SyntheticBatch b = synthetic_inputs(c, in, c.data.batch_size);
+  // The report is of the second step: the first allocates the optimizer's state at its update, after
+  // the backward's peak, but every later step's backward holds it (AdamW: twice the parameters' bytes),
+  // as it holds what else a first step leaves allocated (GACT's running mean of the gradient). Both
+  // are step 0: the reported step draws the rounding noise and masks the first step of a run draws.
+  train_step(*s.model, *s.optimizer, *s.policy, b.images, b.labels, 0, step_options(c, false));
   StepResult r;
   {
     const TimelineScope record(Allocator::of(on.device()), timeline);

@@ -6,6 +6,7 @@
 
 #include "experiments/lib/memory_report.h"
 #include "experiments/lib/session.h"
+#include "experiments/lib/text_task.h"
 #include "experiments/lib/tools.h"
 #include "experiments/lib/train_loop.h"
 #include "tests/experiments/tiny_config.h"
@@ -181,4 +182,23 @@ TEST(MemoryReport, RowsSayWhatIsExactAndWhereASharedBufferIsCounted) {
   EXPECT_EQ(first["op"], "conv2d");
   EXPECT_EQ(first["shape"], Json::parse("[16, 1, 12, 12]")) << first.dump();
   EXPECT_EQ(first["dtype"], "f32");
+}
+
+// The report's peak is a training step's as every step after the first has it: with AdamW's two
+// buffers the size of the parameters, which the first step allocates at its update, after its
+// backward's peak. So it is the peak --benchmark's steps (after their warm-up step) reach.
+TEST(MemoryReport, PeakHoldsTheOptimizerStateAsEveryLaterStepDoes) {
+  const Config c = tiny_config("/nonexistent", temp_dir("report_steady_peak"),
+                               {"optimizer={name: adamw, lr: 0.001}", "data.batch_size=8"});
+  const MemoryReport r = memory_report_only(c);
+  const BenchmarkResult later = benchmark(c, 1);
+  EXPECT_EQ(r.step.total_peak, later.peak_bytes);
+  // And the state is in it: the first step of a session alone peaks lower by at least its bytes less
+  // what the update's peak shares with the backward's.
+  Session s = make_session(c, synthetic_input_spec(c));
+  const SyntheticBatch b = synthetic_inputs(c, s.input, c.data.batch_size);
+  StepOptions o;
+  const StepResult first = train_step(*s.model, *s.optimizer, *s.policy, b.images, b.labels, 0, o);
+  EXPECT_LT(first.memory.total_peak, r.step.total_peak);
+  EXPECT_EQ(r.step.peak[static_cast<size_t>(MemTag::OptimizerState)], 2 * s.model->num_parameters() * 4);
 }
