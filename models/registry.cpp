@@ -21,7 +21,7 @@ namespace packrat {
 
 namespace {
 
-// The multipliers scale EfficientNets only: anything else must leave them at 1.
+// The multipliers scale EfficientNets and BERTs only: anything else must leave them at 1.
 void check_no_multipliers(const ModelSpec& s) {
   PACKRAT_CHECK(s.width_mult == 1.0 && s.depth_mult == 1.0,
                 "model {}: width_mult ({}) and depth_mult ({}) apply to the EfficientNets and BERTs only", s.arch, s.width_mult,
