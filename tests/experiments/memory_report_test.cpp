@@ -193,8 +193,8 @@ TEST(MemoryReport, PeakHoldsTheOptimizerStateAsEveryLaterStepDoes) {
   const MemoryReport r = memory_report_only(c);
   const BenchmarkResult later = benchmark(c, 1);
   EXPECT_EQ(r.step.total_peak, later.peak_bytes);
-  // And the state is in it: the first step of a session alone peaks lower by at least its bytes less
-  // what the update's peak shares with the backward's.
+  // And the state is in it: the first step of a fresh session, which allocates the state only at
+  // its update, peaks lower; the reported step holds AdamW's two f32 buffers a parameter.
   Session s = make_session(c, synthetic_input_spec(c));
   const SyntheticBatch b = synthetic_inputs(c, s.input, c.data.batch_size);
   StepOptions o;
