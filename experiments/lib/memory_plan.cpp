@@ -44,9 +44,10 @@ PlanOption level(std::string name, std::string storage, bool recompute, std::vec
 // What the profile runs of an option: its GACT storage estimates 4 tensors' sensitivities a
 // refresh (as bench/recompute_levels.sh does), so that the short benchmarks time its steady state
 // rather than the first step's estimate of every tensor (one pass each). What trains, and what
-// the check and the variance measure, estimates every tensor at the first step, as GACT does: with
-// 4 estimated, the others' sensitivities read 0 and they get 1 bit (on the quickstart gact-L1 then
-// added 0.90 of the gradient's sampling variance).
+// the check and the variance measure, estimates every tensor at the first step, as GACT does (the
+// check and the variance on one sample: tools.h, VarianceCheck): with 4 estimated, the others'
+// sensitivities once read 0 and they got 1 bit (on the quickstart gact-L1 then added 0.90 of the
+// gradient's sampling variance).
 std::vector<std::string> profiled(std::vector<std::string> overrides) {
   for (std::string& s : overrides) {
     if (!s.starts_with("saved_tensors=")) continue;
@@ -317,7 +318,8 @@ double VarianceCheck::ratio(const PlanOption& o) const {
   RulePolicy reference(fp32);
   const LabelledBatch& b = data.batches.front();
   const FidelityReport r =
-      measure_gradient_fidelity(*s.model, reference, *s.policy, b.images, b.labels, kDraws, 0, oc.train.label_smoothing);
+      measure_gradient_fidelity(*s.model, reference, *s.policy, b.images, b.labels, kDraws, 0, oc.train.label_smoothing,
+                                kEstimateSamples);
   clear_tape();
   return r.total.rel_variance * r.total.grad_norm * r.total.grad_norm / sampling_;
 }

@@ -122,11 +122,13 @@ BlockSearch fewest_blocks(const Config& c, size_t n, const std::function<PlanOpt
 // GACT's criterion for an option: the gradient variance its storage adds (kDraws draws of its
 // rounding noise on the first training batch of `batch` samples) over the gradient's sampling
 // variance between the first kBatches such batches, both in FP32 at initialisation. Built once
-// per plan (the sampling variance), then asked per option.
+// per plan (the sampling variance), then asked per option. GACT's bits are allocated from the
+// batch's first sample (kEstimateSamples), as the plan's check step and a benchmark allocate them
+// (tools.h): its measured estimator runs one backward per saved tensor, at the batch's size.
 // It holds no tensor between calls: the plan's peak checks run beside it.
 class VarianceCheck {
  public:
-  static constexpr int64_t kBatches = 8, kDraws = 4;
+  static constexpr int64_t kBatches = 8, kDraws = 4, kEstimateSamples = 1;
   VarianceCheck(const Config& c, int64_t batch);
   // NaN for an option that keeps every saved tensor exact (FP32, recomputation alone).
   double ratio(const PlanOption& o) const;

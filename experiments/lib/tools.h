@@ -56,6 +56,8 @@ struct BenchmarkResult {
   Json json() const;
 };
 // One untimed warm-up step (oneDNN primitive creation, optimizer state), then `steps` timed steps.
+// Under GACT's measured estimator a step at batch 1 comes first and runs its first refresh, as
+// --find-max-batch's warm-up does (tools.cpp, estimate_at_batch_one); --memory-report-only too.
 // With dp: every rank trains on its part (data.batch_size / ranks) of a global synthetic batch,
 // gradients all-reduced; img/s counts the global batch.
 BenchmarkResult benchmark(const Config& c, int64_t steps, DataParallel* dp = nullptr);

@@ -14,6 +14,7 @@
 #include "layers/flatten.h"
 #include "layers/linear.h"
 #include "layers/sequential.h"
+#include "quant/group/gact_store.h"
 #include "quant/policy/rule_policy.h"
 
 using namespace packrat;
@@ -110,4 +111,25 @@ TEST(GradientFidelity, DropoutMasksAreTheSameInEveryDraw) {
 TEST(GradientFidelity, NeedsTwoDraws) {
   Fixture f;
   EXPECT_THROW(f.run(actnn(2, "stochastic"), 1), Error);
+}
+
+// GACT allocates its bits before the draws: from the whole batch, or from its first samples when
+// asked (the memory plan's variance check: the measured estimator's backward per saved tensor at
+// one sample). Its table holds the sizes of the tensors it estimated.
+TEST(GradientFidelity, GactEstimatesOnTheFirstSamplesWhenAsked) {
+  Fixture f;
+  StorePolicySpec gact;
+  gact.default_scheme.scheme = "gact-L1";
+  gact.seed = 5;
+  auto first_tensor_numel = [&](int64_t estimate_samples) {
+    RulePolicy p(gact);
+    measure_gradient_fidelity(*f.model, f.fp32, p, f.batch.images, f.batch.labels, 2, 0, 0, estimate_samples);
+    const std::vector<GactStore*> stores = find_gact_stores(p);
+    EXPECT_EQ(stores.size(), 1u);
+    EXPECT_EQ(stores.front()->refreshes(), 1);
+    return stores.front()->tensors().front().numel;
+  };
+  EXPECT_EQ(first_tensor_numel(0), 32 * 48) << "the first Linear's input, all 32 samples";
+  EXPECT_EQ(first_tensor_numel(1), 48);
+  EXPECT_EQ(first_tensor_numel(4), 4 * 48);
 }
