@@ -13,7 +13,7 @@ dataset's shape. Writes, under OUT (default experiments/frontier/results/MODEL_S
   frontier.png  throughput against batch, one line per level (gnuplot, when installed)
 
 A rerun with the same OUT skips every measurement results.csv holds (resumable, as the sweeps);
---redo measures again. Levels a device refuses (offload on the CPU) are recorded as refused.
+--redo measures again what the run's levels and precisions hold (the other rows stay). Levels a device refuses (offload on the CPU) are recorded as refused.
 
   experiments/frontier/frontier.py vit                      # --scale small: a budget and inputs for a 2-core CPU
   experiments/frontier/frontier.py resnet50 --levels L0,gact-L1,gact-CB1 --precisions f32
@@ -107,10 +107,18 @@ class Frontier:
         os.makedirs(self.out, exist_ok=True)
         self.csv = os.path.join(self.out, "results.csv")
         self.rows = []
-        if os.path.exists(self.csv) and not a.redo:
+        if os.path.exists(self.csv):
             with open(self.csv, newline="") as f:
                 self.rows = list(csv.DictReader(f))
+        if a.redo:  # only what this run measures: the other levels' rows stay
+            self.rows = [r for r in self.rows if not self.measures(r)]
         self.scratch = tempfile.mkdtemp(prefix="packrat_frontier_")
+
+    def measures(self, row):
+        """Whether this run's model, scale, device, budget, levels and precisions take in `row`."""
+        return ((row["model"], row["scale"], row["device"], row["budget"]) ==
+                (self.a.model, self.a.scale, self.a.device, self.budget) and
+                row["level"] in self.a.levels and row["precision"] in self.a.precisions)
 
     def key(self, level, precision, kind, batch=""):
         """A measurement's identity: a level's largest batch, or its throughput at one batch."""
@@ -270,7 +278,7 @@ def main():
     ap.add_argument("--steps", type=int, default=2, help="timed steps a point")
     ap.add_argument("--out")
     ap.add_argument("--trainer", default=os.path.join(ROOT, "build", "bin", "trainer"))
-    ap.add_argument("--redo", action="store_true", help="measure again what results.csv holds")
+    ap.add_argument("--redo", action="store_true", help="measure again what results.csv holds of --levels and --precisions")
     a = ap.parse_args()
     a.levels = [l for l in a.levels.split(",") if l]
     unknown = [l for l in a.levels if l not in LEVELS]
