@@ -53,7 +53,7 @@ struct FidelityReport {
 // are restored afterwards and its parameters are untouched. Parameters without a gradient are
 // left out. An adaptive store (GACT) first allocates its bits from the batch, or from its first
 // `estimate_samples` samples when that is positive (the measured estimator runs one backward per
-// saved tensor: the memory plan estimates on one sample).
+// saved tensor: the memory plan estimates on kFirstEstimateBatch samples, tools.h).
 FidelityReport measure_gradient_fidelity(Module& model, StorePolicy& reference, StorePolicy& scheme,
                                          const Tensor& images, const Tensor& labels, int64_t draws,
                                          int64_t first_step = 0, double label_smoothing = 0,

@@ -45,7 +45,7 @@ PlanOption level(std::string name, std::string storage, bool recompute, std::vec
 // refresh (as bench/recompute_levels.sh does), so that the short benchmarks time its steady state
 // rather than the first step's estimate of every tensor (one pass each). What trains, and what
 // the check and the variance measure, estimates every tensor at the first step, as GACT does (the
-// check and the variance on one sample: tools.h, VarianceCheck): with 4 estimated, the others'
+// check and the variance on kFirstEstimateBatch samples: tools.h): with 4 estimated, the others'
 // sensitivities once read 0 and they got 1 bit (on the quickstart gact-L1 then added 0.90 of the
 // gradient's sampling variance).
 std::vector<std::string> profiled(std::vector<std::string> overrides) {
@@ -128,6 +128,10 @@ bool recomputes(const PlanOption& o) {
                       [](const std::string& s) { return s == "memory.recompute=[]"; });
 }
 
+bool recomputes_every_block(const PlanOption& o) {
+  return std::any_of(o.overrides.begin(), o.overrides.end(),
+                     [](const std::string& s) { return s == "memory.recompute=[blocks]"; });
+}
 
 
 // An option that stores every saved tensor as one level does, recomputing and offloading nothing.
@@ -180,19 +184,33 @@ PlanOption with_recomputed_blocks(const PlanOption& level, const std::vector<std
 }
 
 PlanOption with_stored_blocks(const PlanOption& level, const PlanOption& storage, const ModelBlocks& m, size_t k) {
-  PACKRAT_CHECK(k >= 1 && k <= m.blocks.size() && stores_only(level) && stores_only(storage),
+  const bool recomputed =
+      recomputes_every_block(level) && !level.storage.empty() && !has_override(level.overrides, "memory.offload=");
+  PACKRAT_CHECK(k >= 1 && k <= m.blocks.size() && (stores_only(level) || recomputed) && stores_only(storage),
                 "with_stored_blocks: {} of {} blocks of {} stored as {}", k, m.blocks.size(), level.name, storage.name);
   PlanOption o;
   // "L0+direct" with actnn-L2+direct's storage: "L0+direct+actnn-L2 on 3/9".
   const std::string base = storage.name.substr(0, storage.name.find('+'));
   o.name = fmt::format("{}+{} on {}/{}", level.name, base, k, m.blocks.size());
-  std::string layers;  // the stem's modules by name, each block's by its prefix
-  for (const std::string& s : m.stem) layers += fmt::format("{}\"{}\"", layers.empty() ? "" : ", ", s);
-  for (size_t i = 0; i < k; ++i) layers += fmt::format("{}\"{}.*\"", layers.empty() ? "" : ", ", m.blocks[i]);
+  auto quoted = [](const std::vector<std::string>& names, const char* suffix) {
+    std::string list;
+    for (const std::string& s : names) list += fmt::format("{}\"{}{}\"", list.empty() ? "" : ", ", s, suffix);
+    return list;
+  };
+  const std::vector<std::string> first(m.blocks.begin(), m.blocks.begin() + static_cast<std::ptrdiff_t>(k));
+  std::vector<std::string> rules;
+  if (!recomputed) {  // the stem's modules by name, each block's by its prefix
+    rules.push_back(fmt::format("{{layers: [{}{}{}], {}}}", quoted(m.stem, ""), m.stem.empty() ? "" : ", ",
+                                quoted(first, ".*"), storage.storage));
+  } else {  // the stem's tensors, which the backward holds throughout, and the blocks' inputs
+    if (!m.stem.empty()) rules.push_back(fmt::format("{{layers: [{}], {}}}", quoted(m.stem, ""), storage.storage));
+    rules.push_back(fmt::format("{{layers: [{}], ops: [checkpoint], {}}}", quoted(first, ""), storage.storage));
+  }
   for (const std::string& s : level.overrides)
     if (s.rfind("saved_tensors=", 0) != 0) o.overrides.push_back(s);
-  o.overrides.push_back(fmt::format("saved_tensors={{default: {{{}}}, rules: [{{layers: [{}], {}}}]}}", level.storage,
-                                    layers, storage.storage));
+  std::string list;
+  for (const std::string& r : rules) list += (list.empty() ? "" : ", ") + r;
+  o.overrides.push_back(fmt::format("saved_tensors={{default: {{{}}}, rules: [{}]}}", level.storage, list));
   return o;
 }
 
@@ -319,7 +337,7 @@ double VarianceCheck::ratio(const PlanOption& o) const {
   const LabelledBatch& b = data.batches.front();
   const FidelityReport r =
       measure_gradient_fidelity(*s.model, reference, *s.policy, b.images, b.labels, kDraws, 0, oc.train.label_smoothing,
-                                kEstimateSamples);
+                                kFirstEstimateBatch);
   clear_tape();
   return r.total.rel_variance * r.total.grad_norm * r.total.grad_norm / sampling_;
 }
@@ -349,28 +367,44 @@ MemoryPlan plan_memory(const Config& c) {
   // Per segment: a level faster than every option that may fit, but over the budget itself, keeps
   // its storage and recomputes the fewest of the model's blocks that bring it within it; one that
   // stores without recomputing also stores the fewest blocks (with the stem) as the fastest
-  // storage level that fits, on the same kernels.
+  // storage level that fits, on the same kernels. One that recomputes every block and keeps its
+  // tensors exact (`recompute`) stores the stem and the inputs of the fewest blocks as the fastest
+  // compressing storage level instead: each segment kept, compressed or recomputed, and the
+  // recomputed ones' inputs kept or compressed.
   const ModelBlocks model = model_blocks(c);
   const size_t levels = options.size();
   auto fits = [&](size_t i) { return p.options[i].refused.empty() && predicted_within(p.options[i].predicted_peak, p.budget); };
+  auto same_kernels = [&](size_t i, size_t j) {
+    return has_override(options[i].overrides, "conv_algorithm=direct") == has_override(options[j].overrides, "conv_algorithm=direct");
+  };
   std::vector<BlockSearch> searches;
   for (size_t i = 0; i < levels && !model.blocks.empty(); ++i) {
     const PlanMeasure& m = p.options[i];
-    if (!m.refused.empty() || recomputes(options[i]) || m.img_per_s <= fastest_fitting(p.options, p.budget) || fits(i))
-      continue;
+    if (!m.refused.empty() || m.img_per_s <= fastest_fitting(p.options, p.budget) || fits(i)) continue;
     const size_t n = model.blocks.size();
+    auto stored_as = [&](size_t j) {
+      return fewest_blocks(c, n, [&](size_t k) { return with_stored_blocks(options[i], options[j], model, k); }, options,
+                           p.options);
+    };
+    if (recomputes(options[i])) {
+      if (!recomputes_every_block(options[i]) || options[i].storage != "scheme: fp32") continue;
+      std::optional<size_t> storage;  // the fastest compressing storage level, on level i's kernels
+      for (size_t j = 0; j < levels; ++j)
+        if (stores_only(options[j]) && options[j].storage != options[i].storage && p.options[j].refused.empty() &&
+            same_kernels(i, j) && (!storage || p.options[j].img_per_s > p.options[*storage].img_per_s))
+          storage = j;
+      if (storage) searches.push_back(stored_as(*storage));
+      continue;
+    }
     searches.push_back(fewest_blocks(c, n, [&](size_t k) { return with_recomputed_blocks(options[i], model.blocks, k); },
                                            options, p.options));
     if (!stores_only(options[i])) continue;
     std::optional<size_t> storage;  // the fastest storage level that fits, on level i's kernels
     for (size_t j = 0; j < levels; ++j)
-      if (j != i && stores_only(options[j]) && options[j].storage != options[i].storage && fits(j) &&
-          has_override(options[j].overrides, "conv_algorithm=direct") == has_override(options[i].overrides, "conv_algorithm=direct") &&
+      if (j != i && stores_only(options[j]) && options[j].storage != options[i].storage && fits(j) && same_kernels(i, j) &&
           (!storage || p.options[j].img_per_s > p.options[*storage].img_per_s))
         storage = j;
-    if (storage)
-      searches.push_back(fewest_blocks(c, n, [&](size_t k) { return with_stored_blocks(options[i], options[*storage], model, k); },
-                                             options, p.options));
+    if (storage) searches.push_back(stored_as(*storage));
   }
   // Every probe joins the choice (the fastest that may fit wins, as among the levels).
   for (BlockSearch& search : searches)

@@ -20,8 +20,11 @@
 // work), for the fewest k that fit (a binary search on k, every block tried first), and that
 // option ("gact-L1+recompute 3/9") joins the choice. A level that stores without recomputing is
 // also searched the other way: the stem and the first k blocks stored as the fastest storage
-// level that fits, the rest kept as the level keeps them ("L0+actnn-L2 on 3/9"). So each segment
-// (stem and block) is kept, compressed or recomputed, the choice measured, not modelled. Bits per
+// level that fits, the rest kept as the level keeps them ("L0+actnn-L2 on 3/9"). And `recompute`
+// (every block recomputed from its exact input), when it is the one over the budget, stores the
+// stem and the inputs of its first k blocks as the fastest compressing storage level
+// ("recompute+actnn-L2 on 3/24"). So each segment (stem and block) is kept, compressed or
+// recomputed (from a kept or a compressed input), the choice measured, not modelled. Bits per
 // tensor are GACT's own choice within a level; offload per tensor is not chosen yet.
 //
 // GACT's criterion bounds what compression may cost: before an option that compresses is
@@ -107,6 +110,8 @@ ModelBlocks model_blocks(const Config& c);
 PlanOption with_recomputed_blocks(const PlanOption& level, const std::vector<std::string>& blocks, size_t k);
 // `level` (an option that stores, recomputing nothing) with the stem and the first k blocks
 // stored as `storage` (a level, PlanOption::storage set): a saved_tensors rule on their layers.
+// A `level` that recomputes every block instead stores the stem and the first k blocks' inputs
+// (op checkpoint) as `storage`; what the blocks save while recomputed stays as the level keeps it.
 PlanOption with_stored_blocks(const PlanOption& level, const PlanOption& storage, const ModelBlocks& m, size_t k);
 // The search for the fewest k in [1, n] whose option(k) has a predicted peak at
 // c.data.batch_size that may fit c.memory.budget_bytes (option(k) holding fewer bytes as k
@@ -123,12 +128,12 @@ BlockSearch fewest_blocks(const Config& c, size_t n, const std::function<PlanOpt
 // rounding noise on the first training batch of `batch` samples) over the gradient's sampling
 // variance between the first kBatches such batches, both in FP32 at initialisation. Built once
 // per plan (the sampling variance), then asked per option. GACT's bits are allocated from the
-// batch's first sample (kEstimateSamples), as the plan's check step and a benchmark allocate them
-// (tools.h): its measured estimator runs one backward per saved tensor, at the batch's size.
+// batch's first kFirstEstimateBatch samples, as the plan's check step and a benchmark allocate
+// them (tools.h): its measured estimator runs one backward per saved tensor, at the batch's size.
 // It holds no tensor between calls: the plan's peak checks run beside it.
 class VarianceCheck {
  public:
-  static constexpr int64_t kBatches = 8, kDraws = 4, kEstimateSamples = 1;
+  static constexpr int64_t kBatches = 8, kDraws = 4;
   VarianceCheck(const Config& c, int64_t batch);
   // NaN for an option that keeps every saved tensor exact (FP32, recomputation alone).
   double ratio(const PlanOption& o) const;

@@ -72,14 +72,14 @@ bool estimates_by_extra_passes(StorePolicy& policy) {
 
 // GACT's measured estimator makes a run's first step cost one step more per saved tensor: on the
 // 24-layer encoder at batch 100 about 480 steps, over an hour on 2 cores. A measurement of the
-// steady step (the memory report, a benchmark) runs that first refresh in a step at batch 1 on the
-// same session, as --find-max-batch does: its stores keep the bits it allocated, and the step at
-// the batch that follows (step 0 again) does not refresh. The bits are GACT's own allocation,
-// from one sample's gradients instead of the batch's (the budget of bits is the same).
-void estimate_at_batch_one(Session& s, const Config& c, const InputSpec& in) {
-  if (!estimates_by_extra_passes(*s.policy)) return;
-  SyntheticBatch one = synthetic_inputs(c, in, 1);
-  train_step(*s.model, *s.optimizer, *s.policy, one.images, one.labels, 0, step_options(c, false));
+// steady step (the memory report, a benchmark) runs that first refresh in a step at
+// kFirstEstimateBatch on the same session when the batch is larger: its stores keep the bits it
+// allocated, and the step at the batch that follows (step 0 again) does not refresh. The bits are
+// GACT's own allocation from fewer samples; the budget of bits is the same.
+void estimate_on_a_small_batch(Session& s, const Config& c, const InputSpec& in) {
+  if (c.data.batch_size <= kFirstEstimateBatch || !estimates_by_extra_passes(*s.policy)) return;
+  SyntheticBatch few = synthetic_inputs(c, in, kFirstEstimateBatch);
+  train_step(*s.model, *s.optimizer, *s.policy, few.images, few.labels, 0, step_options(c, false));
   clear_tape();
 }
 
@@ -91,7 +91,7 @@ MemoryReport memory_report_only(const Config& c, MemoryTimeline* timeline) {
   const RunDevice on(c);
   const InputSpec in = synthetic_input_spec(c);
   Session s = make_session(c, in);
-  estimate_at_batch_one(s, c, in);
+  estimate_on_a_small_batch(s, c, in);
   SyntheticBatch b = synthetic_inputs(c, in, c.data.batch_size);
   // The report is of the second step: the first allocates the optimizer's state at its update, after
   // the backward's peak, but every later step's backward holds it (AdamW: twice the parameters' bytes),
@@ -151,7 +151,7 @@ BenchmarkResult benchmark(const Config& c, int64_t steps, DataParallel* dp) {
   const RunDevice on(c);
   const InputSpec in = synthetic_input_spec(c);
   Session s = make_session(c, in);
-  estimate_at_batch_one(s, c, in);  // on each rank alone, before the data-parallel session
+  estimate_on_a_small_batch(s, c, in);  // on each rank alone, before the data-parallel session
   const int64_t ranks = dp ? dp->size() : 1;
   // Each rank its own part of the global batch (a different synthetic batch per rank).
   SyntheticBatch b = synthetic_inputs(c, in, c.data.batch_size / ranks, static_cast<uint64_t>(dp ? dp->rank() : 0));

@@ -114,8 +114,8 @@ TEST(GradientFidelity, NeedsTwoDraws) {
 }
 
 // GACT allocates its bits before the draws: from the whole batch, or from its first samples when
-// asked (the memory plan's variance check: the measured estimator's backward per saved tensor at
-// one sample). Its table holds the sizes of the tensors it estimated.
+// asked (the memory plan's variance check: the measured estimator's backward per saved tensor on
+// kFirstEstimateBatch samples). Its table holds the sizes of the tensors it estimated.
 TEST(GradientFidelity, GactEstimatesOnTheFirstSamplesWhenAsked) {
   Fixture f;
   StorePolicySpec gact;

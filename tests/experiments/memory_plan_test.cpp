@@ -146,6 +146,60 @@ TEST(MemoryPlan, AStorageLevelOverTheBudgetCompressesTheFewestBlocksThatBringItW
   EXPECT_GT(static_cast<double>(peak(k - 1)), 0.95 * static_cast<double>(budget));
 }
 
+// The third way: `recompute` (every block recomputed from its exact input) over the budget
+// stores the stem and the inputs of its fewest first blocks compressed; the blocks' own tensors,
+// saved again while each is recomputed, stay exact.
+TEST(MemoryPlan, RecomputeOverTheBudgetCompressesTheInputsOfTheFewestBlocks) {
+  const Config c = planned(1, {"conv_algorithm=direct"});
+  const std::vector<PlanOption> levels = plan_options(c);
+  auto level = [&](const std::string& name) {
+    const auto it = std::find_if(levels.begin(), levels.end(), [&](const PlanOption& o) { return o.name == name; });
+    EXPECT_NE(it, levels.end()) << name;
+    return *it;
+  };
+  const PlanOption recompute = level("recompute"), actnn = level("actnn-L2");
+  const ModelBlocks m = model_blocks(c);
+  ASSERT_EQ(m.blocks.size(), 9u);
+  auto option = [&](size_t k) { return with_stored_blocks(recompute, actnn, m, k); };
+  EXPECT_EQ(option(3).name, "recompute+actnn-L2 on 3/9");
+  auto peak = [&](size_t k) { return benchmark(with_option(c, (k == 0 ? recompute : option(k)).overrides), 1).peak_bytes; };
+  const int64_t none = peak(0), all = peak(m.blocks.size());
+  ASSERT_LT(all, none);
+  const int64_t budget = (none + all) / 2;
+  const BlockSearch search = fewest_blocks(planned(budget, {"conv_algorithm=direct"}), m.blocks.size(), option);
+  ASSERT_TRUE(search.fewest.has_value());
+  const std::string& name = search.fewest->first.name;
+  ASSERT_EQ(name.rfind("recompute+actnn-L2 on ", 0), 0u) << name;
+  const size_t k = std::stoul(name.substr(std::string("recompute+actnn-L2 on ").size()));
+  ASSERT_GE(k, 1u);
+  ASSERT_LT(k, m.blocks.size()) << "half way between none and all, some inputs must be left FP32";
+  // What the forward keeps: the stem's tensors and the first k blocks' inputs as actnn, the other
+  // blocks' inputs and the head FP32, nothing else of the blocks (they are recomputed).
+  const MemoryReport r = memory_report_only(with_option(c, search.fewest->first.overrides));
+  int64_t inputs = 0, stem = 0;
+  for (const SavedRecord& t : r.tensors) {
+    if (t.statistics) continue;  // batchnorm's mean and variance: FP32 in every store
+    const auto block = std::find(m.blocks.begin(), m.blocks.end(), t.layer);
+    if (block != m.blocks.end()) {
+      ASSERT_EQ(t.op, "checkpoint") << t.layer;
+      EXPECT_EQ(t.scheme, static_cast<size_t>(block - m.blocks.begin()) < k ? "actnn" : "fp32") << t.layer;
+      ++inputs;
+    } else if (std::find(m.stem.begin(), m.stem.end(), t.layer) != m.stem.end()) {
+      EXPECT_EQ(t.scheme, "actnn") << t.layer << " " << t.op;
+      ++stem;
+    } else {  // the head after the blocks (pool, fc): kept as the level keeps it
+      EXPECT_TRUE(std::none_of(m.blocks.begin(), m.blocks.end(), [&](const std::string& b) { return t.layer.starts_with(b + "."); }))
+          << "the forward kept " << t.layer << " " << t.op << ", which is recomputed";
+      EXPECT_EQ(t.scheme, "fp32") << t.layer << " " << t.op;
+    }
+  }
+  EXPECT_EQ(inputs, 9);
+  EXPECT_GE(stem, 2);
+  // The allocator agrees: k inputs fit (within the prediction's 5%), k - 1 do not.
+  EXPECT_LE(static_cast<double>(peak(k)), 1.05 * static_cast<double>(budget)) << search.fewest->second.predicted_peak;
+  EXPECT_GT(static_cast<double>(peak(k - 1)), 0.95 * static_cast<double>(budget));
+}
+
 // GACT's criterion: the variance an option's compression adds, over the gradient's sampling
 // variance, grows as its bits fall (2-bit actnn-L3 above 4-bit actnn-L2); an exact option has
 // none to measure; and in a budget that only compressing options hold, a bound they all exceed

@@ -333,40 +333,37 @@ TEST(Trainer, MaxBatchTrialsUnderGactStartFromTheWarmUpAllocation) {
 }
 
 // GACT's measured estimator runs one backward per saved tensor at its first refresh. A benchmark
-// and the memory report measure the steady step, so that refresh runs at batch 1 before them (as
-// --find-max-batch's warm-up does), not at the batch: its log (one row per tensor) shows the
-// tensors' sizes at batch 1 whatever the batch, and no refresh after it.
-TEST(Trainer, BenchmarkAndMemoryReportRunGactsFirstEstimateAtBatchOne) {
+// and the memory report measure the steady step, so at a batch over kFirstEstimateBatch that
+// refresh runs in a step at kFirstEstimateBatch before them, not at the batch: its log (one row per
+// tensor) shows the tensors' sizes at 8 whatever the batch, and no refresh after it.
+TEST(Trainer, BenchmarkAndMemoryReportRunGactsFirstEstimateOnASmallBatch) {
+  ASSERT_EQ(kFirstEstimateBatch, 8);
   const std::string log = ::testing::TempDir() + "gact_first_estimate.csv";
-  auto refreshes = [&](const std::function<void(const Config&)>& measure, int64_t batch) {
+  auto refreshes = [&](const std::function<void(const Config&)>& measure, int64_t batch,
+                       const std::string& estimator = "measured") {
     std::remove(log.c_str());
     measure(tiny_config("/nonexistent", ::testing::TempDir() + "gact_first_estimate_run",
-                        {"saved_tensors.rules=[]", "saved_tensors.default={scheme: gact-L1, log_path: " + log + "}",
+                        {"saved_tensors.rules=[]",
+                         "saved_tensors.default={scheme: gact-L1, estimator: " + estimator + ", log_path: " + log + "}",
                          "data.batch_size=" + std::to_string(batch)}));
     std::ifstream in(log);
-    std::vector<std::string> rows;  // "step,index,...,numel,..." after the header
+    std::vector<std::string> rows;  // "step,index,layer,op,numel,..." after the header
     for (std::string line; std::getline(in, line);)
       if (!line.starts_with("step")) rows.push_back(line);
     return rows;
   };
   const auto bench = [](const Config& c) { benchmark(c, 2); };
   const auto report = [](const Config& c) { memory_report_only(c); };
-  const std::vector<std::string> at_one = refreshes(bench, 1);
-  ASSERT_FALSE(at_one.empty());
-  EXPECT_TRUE(at_one.front().starts_with("0,")) << "the one refresh is step 0's";
-  EXPECT_EQ(refreshes(bench, 8), at_one) << "sizes at batch 1, and no refresh in the timed steps";
-  EXPECT_EQ(refreshes(report, 8), at_one);
-  // Estimators without extra passes refresh within the step at the batch, as training does.
-  std::remove(log.c_str());
-  benchmark(tiny_config("/nonexistent", "/tmp/unused",
-                        {"saved_tensors.rules=[]", "data.batch_size=8",
-                         "saved_tensors.default={scheme: gact-L1, estimator: analytic, log_path: " + log + "}"}),
-            1);
-  std::ifstream in(log);
-  std::string header, first;
-  std::getline(in, header);
-  std::getline(in, first);
-  EXPECT_NE(first, at_one.front()) << "the analytic estimate is of the batch of 8";
+  const std::vector<std::string> at_8 = refreshes(bench, 8);
+  ASSERT_FALSE(at_8.empty());
+  EXPECT_TRUE(at_8.front().starts_with("0,")) << "the one refresh is step 0's";
+  EXPECT_EQ(refreshes(bench, 32), at_8) << "sizes at batch 8, and no refresh in the timed steps";
+  EXPECT_EQ(refreshes(report, 32), at_8);
+  EXPECT_NE(refreshes(bench, 4), at_8) << "a smaller batch estimates on itself";
+  // An estimator without extra passes refreshes within the step at the batch, as training does.
+  const std::vector<std::string> analytic = refreshes(bench, 32, "analytic");
+  ASSERT_FALSE(analytic.empty());
+  EXPECT_NE(analytic.front(), refreshes(bench, 8, "analytic").front()) << "the analytic estimate is of the batch";
 }
 
 // actnn-L3 re-allocates its bits from every step's statistics, so a trial's step (allocated
