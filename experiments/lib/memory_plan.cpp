@@ -133,7 +133,6 @@ bool recomputes_every_block(const PlanOption& o) {
                      [](const std::string& s) { return s == "memory.recompute=[blocks]"; });
 }
 
-
 // An option that stores every saved tensor as one level does, recomputing and offloading nothing.
 bool stores_only(const PlanOption& o) {
   return !o.storage.empty() && !recomputes(o) && !has_override(o.overrides, "memory.offload=");
