@@ -165,18 +165,17 @@ std::string scheme_words(const StorePolicySpec& s) {
 
 FidelityReport measure_gradient_fidelity(Module& model, StorePolicy& reference, StorePolicy& scheme,
                                          const Tensor& images, const Tensor& labels, int64_t draws,
-                                         int64_t first_step, double label_smoothing, int64_t estimate_samples) {
+                                         int64_t first_step, double label_smoothing,
+                                         const LabelledBatch* estimate_on) {
   PACKRAT_CHECK(draws >= 2, "--gradient-fidelity: needs at least 2 draws to estimate a variance, got {}", draws);
   std::optional<KeptBuffers> buffers(std::in_place, model);  // put back before the report
   model.train();
   const auto names = model.named_parameters();
   const Grads ref = gradients(model, reference, images, labels, first_step, label_smoothing);
-  // GACT allocates its bits from measured sensitivities: let it do so on this batch (or its first
-  // samples) first.
-  const int64_t n = images.shape()[0];
-  const bool part = estimate_samples > 0 && estimate_samples < n;
-  const Tensor est_images = part ? ops::narrow(images, 0, 0, estimate_samples) : images;
-  const Tensor est_labels = part ? ops::narrow(labels, 0, 0, estimate_samples) : labels;
+  // GACT allocates its bits from measured sensitivities: let it do so on this batch (or the one
+  // given) first.
+  const Tensor& est_images = estimate_on ? estimate_on->images : images;
+  const Tensor& est_labels = estimate_on ? estimate_on->labels : labels;
   for (SavedTensorStore* s : stateful_stores(scheme))
     s->refresh(first_step,
                [&] { return gradients(model, scheme, est_images, est_labels, first_step, label_smoothing); });

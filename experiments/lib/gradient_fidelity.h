@@ -51,21 +51,22 @@ struct FidelityReport {
 // N >= 2 draws of `scheme`'s noise against `reference` (FP32) on (images, labels). The model is
 // in train mode (batch statistics, as in training); its buffers (batchnorm running statistics)
 // are restored afterwards and its parameters are untouched. Parameters without a gradient are
-// left out. An adaptive store (GACT) first allocates its bits from the batch, or from its first
-// `estimate_samples` samples when that is positive (the measured estimator runs one backward per
-// saved tensor: the memory plan estimates on kFirstEstimateBatch samples, tools.h).
+// left out. An adaptive store (GACT) first allocates its bits from the batch, or from
+// `estimate_on` when given: in training its bits, allocated at a refresh, serve the later batches
+// (the memory plan estimates on kFirstEstimateBatch samples of another batch, tools.h; the
+// measured estimator runs one backward per saved tensor).
+struct LabelledBatch {
+  Tensor images, labels;
+};
 FidelityReport measure_gradient_fidelity(Module& model, StorePolicy& reference, StorePolicy& scheme,
                                          const Tensor& images, const Tensor& labels, int64_t draws,
                                          int64_t first_step = 0, double label_smoothing = 0,
-                                         int64_t estimate_samples = 0);
+                                         const LabelledBatch* estimate_on = nullptr);
 
 // The gradient's sampling variance between batches (GACT's yardstick for the variance a
 // compression may add): the sum over parameter elements of the sample variance (N - 1
 // denominator) of the FP32 gradients of `batches` (at least 2), the model as it is, in train mode;
 // its buffers are restored afterwards.
-struct LabelledBatch {
-  Tensor images, labels;
-};
 double gradient_sampling_variance(Module& model, StorePolicy& reference, const std::vector<LabelledBatch>& batches,
                                   double label_smoothing = 0);
 

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <optional>
 
+#include "autograd/ops.h"
 #include "autograd/tape.h"
 #include "core/allocator.h"
 #include "core/error.h"
@@ -328,15 +329,19 @@ double VarianceCheck::ratio(const PlanOption& o) const {
   if (keeps_every_tensor_exact(oc.saved_tensors)) return std::numeric_limits<double>::quiet_NaN();
   apply_process_settings(oc);
   const RunDevice on(oc);
-  const TrainingBatches data = batches(1);
+  const TrainingBatches data = batches(2);
   Session s = make_session(oc, data.input);
   StorePolicySpec fp32;
   fp32.seed = oc.seed;
   RulePolicy reference(fp32);
-  const LabelledBatch& b = data.batches.front();
-  const FidelityReport r =
-      measure_gradient_fidelity(*s.model, reference, *s.policy, b.images, b.labels, kDraws, 0, oc.train.label_smoothing,
-                                kFirstEstimateBatch);
+  // GACT's bits from the second batch's first samples, the noise drawn on the first: in training
+  // the bits a refresh allocates serve the batches after it.
+  const LabelledBatch& b = data.batches[0];
+  const LabelledBatch& other = data.batches[1];
+  const int64_t few = std::min<int64_t>(kFirstEstimateBatch, other.images.shape()[0]);
+  const LabelledBatch estimate{ops::narrow(other.images, 0, 0, few), ops::narrow(other.labels, 0, 0, few)};
+  const FidelityReport r = measure_gradient_fidelity(*s.model, reference, *s.policy, b.images, b.labels, kDraws, 0,
+                                                     oc.train.label_smoothing, &estimate);
   clear_tape();
   return r.total.rel_variance * r.total.grad_norm * r.total.grad_norm / sampling_;
 }

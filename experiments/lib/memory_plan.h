@@ -128,8 +128,9 @@ BlockSearch fewest_blocks(const Config& c, size_t n, const std::function<PlanOpt
 // rounding noise on the first training batch of `batch` samples) over the gradient's sampling
 // variance between the first kBatches such batches, both in FP32 at initialisation. Built once
 // per plan (the sampling variance), then asked per option. GACT's bits are allocated from the
-// batch's first kFirstEstimateBatch samples, as the plan's check step and a benchmark allocate
-// them (tools.h): its measured estimator runs one backward per saved tensor, at the batch's size.
+// first kFirstEstimateBatch samples of the second batch, as the plan's check step and a benchmark
+// allocate them (tools.h; its measured estimator runs one backward per saved tensor, at the
+// batch's size), and serve the first, as a refresh's bits serve the batches after it.
 // It holds no tensor between calls: the plan's peak checks run beside it.
 class VarianceCheck {
  public:

@@ -4,10 +4,12 @@
 // number without a unit and a negative one; --find-max-batch searches plan and batch together;
 // offload is an option only where the device has a second memory, memory-efficient attention
 // only for a Transformer.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 
 #include "experiments/lib/memory_plan.h"
 #include "experiments/lib/tools.h"
@@ -34,6 +36,39 @@ std::vector<std::string> names(const std::vector<PlanOption>& options) {
   std::vector<std::string> n;
   for (const PlanOption& o : options) n.push_back(o.name);
   return n;
+}
+
+// A per-segment search half way: the budget between `base`'s peak (k = 0) and option(n)'s (every
+// block), and the fewest k that fewest_blocks finds within it, named `prefix` k/n, some blocks
+// left as `base` keeps them. The tests then check what it stores, and that the allocator agrees.
+struct HalfWaySearch {
+  std::function<int64_t(size_t)> peak;  // the allocator's, with k blocks
+  int64_t budget = 0;
+  size_t k = 0;
+  std::pair<PlanOption, PlanMeasure> fewest;
+};
+void search_half_way(const PlanOption& base, const std::function<PlanOption(size_t)>& option, size_t n,
+                     const std::string& prefix, HalfWaySearch& s) {
+  const std::vector<std::string> direct = {"conv_algorithm=direct"};
+  const Config c = planned(1, direct);
+  s.peak = [=](size_t k) { return benchmark(with_option(c, (k == 0 ? base : option(k)).overrides), 1).peak_bytes; };
+  const int64_t none = s.peak(0), all = s.peak(n);
+  ASSERT_LT(all, none);
+  s.budget = (none + all) / 2;
+  const BlockSearch search = fewest_blocks(planned(s.budget, direct), n, option);
+  ASSERT_TRUE(search.fewest.has_value());
+  s.fewest = *search.fewest;
+  const std::string& name = s.fewest.first.name;
+  ASSERT_EQ(name.rfind(prefix, 0), 0u) << name;
+  s.k = std::stoul(name.substr(prefix.size()));
+  ASSERT_GE(s.k, 1u);
+  ASSERT_LT(s.k, n) << "half way between none and all, some blocks must be left as the level keeps them";
+  EXPECT_EQ(name, fmt::format("{}{}/{}", prefix, s.k, n));
+}
+// k blocks fit (within the prediction's 5%), k - 1 do not.
+void expect_the_allocator_agrees(const HalfWaySearch& s) {
+  EXPECT_LE(static_cast<double>(s.peak(s.k)), 1.05 * static_cast<double>(s.budget)) << s.fewest.second.predicted_peak;
+  EXPECT_GT(static_cast<double>(s.peak(s.k - 1)), 0.95 * static_cast<double>(s.budget));
 }
 
 TEST(MemoryPlan, InABudgetFp32DoesNotFitItPicksAnOptionThatDoesAsPredicted) {
@@ -76,30 +111,14 @@ TEST(MemoryPlan, ALevelOverTheBudgetRecomputesTheFewestBlocksThatBringItWithin) 
   const std::vector<std::string> blocks = model_blocks(c).blocks;
   ASSERT_EQ(blocks.size(), 9u);  // ResNet-20: three stages of three residual blocks
   EXPECT_EQ(blocks.front(), "layer1.0");
-  auto peak = [&](size_t k) {
-    const PlanOption o = k == 0 ? fp32 : with_recomputed_blocks(fp32, blocks, k);
-    return benchmark(with_option(c, o.overrides), 1).peak_bytes;
-  };
-  const int64_t none = peak(0), all = peak(blocks.size());
-  ASSERT_LT(all, none);
-  const int64_t budget = (none + all) / 2;
-  const BlockSearch search = fewest_blocks(planned(budget, {"conv_algorithm=direct"}), blocks.size(),
-                                          [&](size_t k) { return with_recomputed_blocks(fp32, blocks, k); });
-  ASSERT_TRUE(search.fewest.has_value());
-  const auto* partial = &*search.fewest;
-  const std::string& name = partial->first.name;
-  ASSERT_EQ(name.rfind("L0+recompute ", 0), 0u) << name;
-  const size_t k = std::stoul(name.substr(std::string("L0+recompute ").size()));
-  ASSERT_GE(k, 1u);
-  ASSERT_LT(k, blocks.size()) << "half way between none and all, some blocks must be left kept";
-  EXPECT_NE(name.find("/9"), std::string::npos) << name;
+  HalfWaySearch s;
+  ASSERT_NO_FATAL_FAILURE(search_half_way(
+      fp32, [&](size_t k) { return with_recomputed_blocks(fp32, blocks, k); }, blocks.size(), "L0+recompute ", s));
   // What it recomputes: the first k blocks, its storage FP32's.
-  const Config chosen = with_option(c, partial->first.overrides);
-  EXPECT_EQ(chosen.memory.recompute, std::vector<std::string>(blocks.begin(), blocks.begin() + static_cast<long>(k)));
+  const Config chosen = with_option(c, s.fewest.first.overrides);
+  EXPECT_EQ(chosen.memory.recompute, std::vector<std::string>(blocks.begin(), blocks.begin() + static_cast<long>(s.k)));
   EXPECT_EQ(chosen.saved_tensors.default_scheme.scheme, "fp32");
-  // The allocator agrees: k blocks fit (within the prediction's 5%), k - 1 do not.
-  EXPECT_LE(static_cast<double>(peak(k)), 1.05 * static_cast<double>(budget)) << partial->second.predicted_peak;
-  EXPECT_GT(static_cast<double>(peak(k - 1)), 0.95 * static_cast<double>(budget));
+  expect_the_allocator_agrees(s);
 }
 
 // Per segment, the other way: FP32 in a budget between its peak and its peak with every block
@@ -114,23 +133,14 @@ TEST(MemoryPlan, AStorageLevelOverTheBudgetCompressesTheFewestBlocksThatBringItW
   const ModelBlocks m = model_blocks(c);
   EXPECT_EQ(m.stem, (std::vector<std::string>{"conv1", "bn1", "act"}));
   ASSERT_EQ(m.blocks.size(), 9u);
-  auto option = [&](size_t k) { return with_stored_blocks(fp32, *actnn, m, k); };
-  auto peak = [&](size_t k) { return benchmark(with_option(c, (k == 0 ? fp32 : option(k)).overrides), 1).peak_bytes; };
-  const int64_t none = peak(0), all = peak(m.blocks.size());
-  ASSERT_LT(all, none);
-  const int64_t budget = (none + all) / 2;
-  const BlockSearch search = fewest_blocks(planned(budget, {"conv_algorithm=direct"}), m.blocks.size(), option);
-  ASSERT_TRUE(search.fewest.has_value());
-  const std::string& name = search.fewest->first.name;
-  ASSERT_EQ(name.rfind("L0+actnn-L2 on ", 0), 0u) << name;
-  const size_t k = std::stoul(name.substr(std::string("L0+actnn-L2 on ").size()));
-  ASSERT_GE(k, 1u);
-  ASSERT_LT(k, m.blocks.size()) << "half way between none and all, some blocks must be left FP32";
+  HalfWaySearch s;
+  ASSERT_NO_FATAL_FAILURE(search_half_way(
+      fp32, [&](size_t k) { return with_stored_blocks(fp32, *actnn, m, k); }, m.blocks.size(), "L0+actnn-L2 on ", s));
   // What it stores: the stem's and the first k blocks' tensors as actnn, every other one FP32.
-  const MemoryReport r = memory_report_only(with_option(c, search.fewest->first.overrides));
+  const MemoryReport r = memory_report_only(with_option(c, s.fewest.first.overrides));
   auto compressed = [&](const std::string& layer) {
     if (std::find(m.stem.begin(), m.stem.end(), layer) != m.stem.end()) return true;
-    for (size_t i = 0; i < k; ++i)
+    for (size_t i = 0; i < s.k; ++i)
       if (layer.starts_with(m.blocks[i] + ".")) return true;
     return false;
   };
@@ -140,10 +150,8 @@ TEST(MemoryPlan, AStorageLevelOverTheBudgetCompressesTheFewestBlocksThatBringItW
     EXPECT_EQ(t.scheme, compressed(t.layer) ? "actnn" : "fp32") << t.layer << " " << t.op;
     as_actnn += t.scheme == "actnn";
   }
-  EXPECT_GE(as_actnn, 3 + 6 * static_cast<int64_t>(k));  // the stem's three, each block's six
-  // The allocator agrees: k blocks fit (within the prediction's 5%), k - 1 do not.
-  EXPECT_LE(static_cast<double>(peak(k)), 1.05 * static_cast<double>(budget)) << search.fewest->second.predicted_peak;
-  EXPECT_GT(static_cast<double>(peak(k - 1)), 0.95 * static_cast<double>(budget));
+  EXPECT_GE(as_actnn, 3 + 6 * static_cast<int64_t>(s.k));  // the stem's three, each block's six
+  expect_the_allocator_agrees(s);
 }
 
 // The third way: `recompute` (every block recomputed from its exact input) over the budget
@@ -162,27 +170,18 @@ TEST(MemoryPlan, RecomputeOverTheBudgetCompressesTheInputsOfTheFewestBlocks) {
   ASSERT_EQ(m.blocks.size(), 9u);
   auto option = [&](size_t k) { return with_stored_blocks(recompute, actnn, m, k); };
   EXPECT_EQ(option(3).name, "recompute+actnn-L2 on 3/9");
-  auto peak = [&](size_t k) { return benchmark(with_option(c, (k == 0 ? recompute : option(k)).overrides), 1).peak_bytes; };
-  const int64_t none = peak(0), all = peak(m.blocks.size());
-  ASSERT_LT(all, none);
-  const int64_t budget = (none + all) / 2;
-  const BlockSearch search = fewest_blocks(planned(budget, {"conv_algorithm=direct"}), m.blocks.size(), option);
-  ASSERT_TRUE(search.fewest.has_value());
-  const std::string& name = search.fewest->first.name;
-  ASSERT_EQ(name.rfind("recompute+actnn-L2 on ", 0), 0u) << name;
-  const size_t k = std::stoul(name.substr(std::string("recompute+actnn-L2 on ").size()));
-  ASSERT_GE(k, 1u);
-  ASSERT_LT(k, m.blocks.size()) << "half way between none and all, some inputs must be left FP32";
+  HalfWaySearch s;
+  ASSERT_NO_FATAL_FAILURE(search_half_way(recompute, option, m.blocks.size(), "recompute+actnn-L2 on ", s));
   // What the forward keeps: the stem's tensors and the first k blocks' inputs as actnn, the other
   // blocks' inputs and the head FP32, nothing else of the blocks (they are recomputed).
-  const MemoryReport r = memory_report_only(with_option(c, search.fewest->first.overrides));
+  const MemoryReport r = memory_report_only(with_option(c, s.fewest.first.overrides));
   int64_t inputs = 0, stem = 0;
   for (const SavedRecord& t : r.tensors) {
     if (t.statistics) continue;  // batchnorm's mean and variance: FP32 in every store
     const auto block = std::find(m.blocks.begin(), m.blocks.end(), t.layer);
     if (block != m.blocks.end()) {
       ASSERT_EQ(t.op, "checkpoint") << t.layer;
-      EXPECT_EQ(t.scheme, static_cast<size_t>(block - m.blocks.begin()) < k ? "actnn" : "fp32") << t.layer;
+      EXPECT_EQ(t.scheme, static_cast<size_t>(block - m.blocks.begin()) < s.k ? "actnn" : "fp32") << t.layer;
       ++inputs;
     } else if (std::find(m.stem.begin(), m.stem.end(), t.layer) != m.stem.end()) {
       EXPECT_EQ(t.scheme, "actnn") << t.layer << " " << t.op;
@@ -195,9 +194,7 @@ TEST(MemoryPlan, RecomputeOverTheBudgetCompressesTheInputsOfTheFewestBlocks) {
   }
   EXPECT_EQ(inputs, 9);
   EXPECT_GE(stem, 2);
-  // The allocator agrees: k inputs fit (within the prediction's 5%), k - 1 do not.
-  EXPECT_LE(static_cast<double>(peak(k)), 1.05 * static_cast<double>(budget)) << search.fewest->second.predicted_peak;
-  EXPECT_GT(static_cast<double>(peak(k - 1)), 0.95 * static_cast<double>(budget));
+  expect_the_allocator_agrees(s);
 }
 
 // GACT's criterion: the variance an option's compression adds, over the gradient's sampling
