@@ -31,6 +31,10 @@ Tensor checkpoint(const std::function<Tensor(const Tensor&)>& segment, const Ten
 
 // True while a segment runs its forward a second time, in backward.
 bool recomputing();
+// While recomputing(): a number for the segment being run again (the innermost), unique on this
+// thread, so that a store can tell the tensors each recompute saves; 0 otherwise. The tensors a
+// recompute saves are held only for its segment's backward (GACT budgets their bits apart).
+uint64_t recompute_serial();
 
 // What recomputation cost on this thread since reset_recompute_stats(), for reports.
 struct RecomputeStats {

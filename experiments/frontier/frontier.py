@@ -13,7 +13,9 @@ dataset's shape. Writes, under OUT (default experiments/frontier/results/MODEL_S
   frontier.png  throughput against batch, one line per level (gnuplot, when installed)
 
 A rerun with the same OUT skips every measurement results.csv holds (resumable, as the sweeps);
---redo measures again what the run's levels and precisions hold (the other rows stay). Levels a device refuses (offload on the CPU) are recorded as refused.
+--redo measures again what the run's levels and precisions hold (the other rows stay);
+--retry-failed only their rows whose status is failed. Levels a device refuses (offload on the
+CPU) are recorded as refused.
 
   experiments/frontier/frontier.py vit                      # --scale small: a budget and inputs for a 2-core CPU
   experiments/frontier/frontier.py resnet50 --levels L0,gact-L1,gact-CB1 --precisions f32
@@ -112,6 +114,8 @@ class Frontier:
                 self.rows = list(csv.DictReader(f))
         if a.redo:  # only what this run measures: the other levels' rows stay
             self.rows = [r for r in self.rows if not self.measures(r)]
+        elif a.retry_failed:  # a failed measurement is no result: measure it again, keep the others
+            self.rows = [r for r in self.rows if not (self.measures(r) and r["status"] == "failed")]
         self.scratch = tempfile.mkdtemp(prefix="packrat_frontier_")
 
     def measures(self, row):
@@ -279,6 +283,7 @@ def main():
     ap.add_argument("--out")
     ap.add_argument("--trainer", default=os.path.join(ROOT, "build", "bin", "trainer"))
     ap.add_argument("--redo", action="store_true", help="measure again what results.csv holds of --levels and --precisions")
+    ap.add_argument("--retry-failed", action="store_true", help="measure again only those of their rows that failed")
     a = ap.parse_args()
     a.levels = [l for l in a.levels.split(",") if l]
     unknown = [l for l in a.levels if l not in LEVELS]

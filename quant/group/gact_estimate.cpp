@@ -8,6 +8,7 @@
 #include <cmath>
 #include <fstream>
 #include <limits>
+#include <map>
 #include <queue>
 
 #include "core/backend.h"
@@ -218,7 +219,7 @@ void GactStore::estimate_analytic() {
   last_passes_ = 0;
 }
 
-void GactStore::reallocate() {
+void GactStore::allocate_pool(const std::vector<size_t>& members) {
   // A tensor not estimated yet (tensors_per_refresh spreads the estimates over refreshes) keeps its
   // bits, and they come out of the budget: its sensitivity reads 0 until it is measured, which
   // would give it the fewest bits (every tensor but the first refresh's k at 1 bit, for
@@ -227,7 +228,7 @@ void GactStore::reallocate() {
   std::vector<int64_t> numel;
   std::vector<size_t> estimated;  // table_ indices of c and numel
   double total = 0, kept_bits = 0, estimated_numel = 0;
-  for (size_t l = 0; l < table_.size(); ++l) {
+  for (size_t l : members) {
     const TensorSensitivity& t = table_[l];
     total += static_cast<double>(t.numel);
     if (!t.estimated) {
@@ -239,12 +240,18 @@ void GactStore::reallocate() {
     estimated.push_back(l);
     estimated_numel += static_cast<double>(t.numel);
   }
-  if (estimated_numel > 0) {
-    const int fewest = *std::min_element(gopts_.candidate_bits.begin(), gopts_.candidate_bits.end());
-    const double avg = std::max<double>(fewest, (gopts_.avg_bits * total - kept_bits) / estimated_numel);
-    const std::vector<int> bits = allocate_bits(c, numel, avg, gopts_.candidate_bits);
-    for (size_t k = 0; k < estimated.size(); ++k) table_[estimated[k]].bits = bits[k];
-  }
+  if (estimated_numel <= 0) return;
+  const int fewest = *std::min_element(gopts_.candidate_bits.begin(), gopts_.candidate_bits.end());
+  const double avg = std::max<double>(fewest, (gopts_.avg_bits * total - kept_bits) / estimated_numel);
+  const std::vector<int> bits = allocate_bits(c, numel, avg, gopts_.candidate_bits);
+  for (size_t k = 0; k < estimated.size(); ++k) table_[estimated[k]].bits = bits[k];
+}
+
+void GactStore::reallocate() {
+  // One budget per pool of tensors held alike (gact_store.h): the forward's, and each recompute's.
+  std::map<int64_t, std::vector<size_t>> pools;  // recomputed_in -> table_ indices
+  for (size_t l = 0; l < table_.size(); ++l) pools[table_[l].recomputed_in].push_back(l);
+  for (const auto& [recomputed_in, members] : pools) allocate_pool(members);
   const double predicted = predicted_variance(), sampling = sampling_variance();
   const bool was_warned = warned_;
   warned_ = std::isfinite(sampling) && predicted > gopts_.warn_ratio * sampling;
@@ -330,10 +337,10 @@ double GactStore::average_bits() const {
 void GactStore::write_csv(const std::string& path, bool append) const {
   std::ofstream out(path, append ? std::ios::app : std::ios::trunc);
   PACKRAT_CHECK(out.good(), "gact: cannot write the sensitivity log '{}'", path);
-  if (!append) out << "step,index,layer,op,numel,sensitivity,bits\n";
+  if (!append) out << "step,index,layer,op,numel,sensitivity,bits,recomputed_in\n";
   for (const auto& t : table_)
     out << last_refresh_step_ << ',' << t.index << ',' << t.layer << ',' << t.op << ',' << t.numel << ','
-        << fmt::format("{:.6g}", t.sensitivity) << ',' << t.bits << '\n';
+        << fmt::format("{:.6g}", t.sensitivity) << ',' << t.bits << ',' << t.recomputed_in << '\n';
 }
 
 }  // namespace packrat

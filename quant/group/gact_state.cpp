@@ -30,7 +30,7 @@ std::vector<std::pair<std::string, Tensor>> GactStore::export_state() const {
   out.emplace_back("tensors", i64_scalar(L));
   if (L > 0) {
     Tensor c = state_tensor(L, DType::f64), bits = state_tensor(L, DType::i32), numel = state_tensor(L, DType::i64),
-           est = state_tensor(L, DType::u8);
+           est = state_tensor(L, DType::u8), recomputed_in = state_tensor(L, DType::i64);
     std::string names;
     for (int64_t l = 0; l < L; ++l) {
       const TensorSensitivity& t = table_[static_cast<size_t>(l)];
@@ -38,6 +38,7 @@ std::vector<std::pair<std::string, Tensor>> GactStore::export_state() const {
       bits.data<int32_t>()[l] = t.bits;
       numel.data<int64_t>()[l] = t.numel;
       est.data<uint8_t>()[l] = t.estimated ? 1 : 0;
+      recomputed_in.data<int64_t>()[l] = t.recomputed_in;
       names += t.layer + '\t' + t.op + '\n';
     }
     Tensor n = state_tensor(static_cast<int64_t>(names.size()), DType::u8);
@@ -47,6 +48,7 @@ std::vector<std::pair<std::string, Tensor>> GactStore::export_state() const {
     out.emplace_back("numel", numel);
     out.emplace_back("estimated", est);
     out.emplace_back("names", n);
+    out.emplace_back("recomputed_in", recomputed_in);
   }
   out.emplace_back("last_refresh_step", i64_scalar(last_refresh_step_));
   out.emplace_back("refreshes", i64_scalar(refreshes_));
@@ -114,7 +116,7 @@ void GactStore::import_state(const std::vector<std::pair<std::string, Tensor>>& 
   static const std::set<std::string> known = {
       "tensors",     "sensitivity",  "bits",        "numel",      "estimated", "names",   "last_refresh_step",
       "refreshes",   "round_robin",  "salt_counter", "last_passes", "warned",   "grad_count", "grad_m2",
-      "grad_mean",   "pending_analytic"};
+      "grad_mean",   "pending_analytic", "recomputed_in"};
   for (const auto& [n, t] : by_name)
     PACKRAT_CHECK(known.count(n), "{}: unknown GACT state entry '{}'", where, n);
   // An entry of this dtype with n elements (n < 0: any); null when absent and optional.
@@ -141,6 +143,9 @@ void GactStore::import_state(const std::vector<std::pair<std::string, Tensor>>& 
     const Tensor numel = get("numel", DType::i64, L, true)->to_plain();
     const Tensor est = get("estimated", DType::u8, L, true)->to_plain();
     const Tensor names = get("names", DType::u8, -1, true)->to_plain();
+    // Absent in checkpoints from before the per-pool budgets: one budget until the next step's.
+    const Tensor* recomputed_in = get("recomputed_in", DType::i64, L, false);
+    const Tensor pools = recomputed_in ? recomputed_in->to_plain() : Tensor();
     const std::string text(reinterpret_cast<const char*>(names.raw()), static_cast<size_t>(names.nbytes()));
     size_t pos = 0;
     for (int64_t l = 0; l < L; ++l) {
@@ -150,6 +155,9 @@ void GactStore::import_state(const std::vector<std::pair<std::string, Tensor>>& 
       t.bits = bits.data<int32_t>()[l];
       t.numel = numel.data<int64_t>()[l];
       t.estimated = est.data<uint8_t>()[l] != 0;
+      t.recomputed_in = pools.defined() ? pools.data<int64_t>()[l] : 0;
+      PACKRAT_CHECK(t.recomputed_in >= 0 && t.recomputed_in <= L, "{}: GACT tensor {} has recomputed_in {}, not 0 to {}",
+                    where, l, t.recomputed_in, L);
       PACKRAT_CHECK(t.bits == 0 || std::find(gopts_.candidate_bits.begin(), gopts_.candidate_bits.end(), t.bits) !=
                                        gopts_.candidate_bits.end(),
                     "{}: GACT tensor {} has {} bits in the checkpoint, not a candidate of this store", where, l, t.bits);
@@ -162,7 +170,7 @@ void GactStore::import_state(const std::vector<std::pair<std::string, Tensor>>& 
     }
     PACKRAT_CHECK(pos == text.size(), "{}: GACT state 'names' names more than {} tensors", where, L);
   } else {
-    for (const char* n : {"sensitivity", "bits", "numel", "estimated", "names"})
+    for (const char* n : {"sensitivity", "bits", "numel", "estimated", "names", "recomputed_in"})
       PACKRAT_CHECK(!by_name.count(n), "{}: GACT state has '{}' but no tensors", where, n);
   }
   const int64_t last_refresh = i64("last_refresh_step"), refreshes = i64("refreshes"), rr = i64("round_robin"),

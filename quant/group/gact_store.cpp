@@ -12,6 +12,7 @@
 #include <queue>
 #include <set>
 
+#include "autograd/checkpoint.h"
 #include "core/backend.h"
 #include "core/error.h"
 
@@ -148,6 +149,7 @@ SavedHandle GactStore::save(const Tensor& x, const SaveRequest& r) {
     t.numel = x.numel();
     t.samples = leading_samples(x);
     t.bits = bits_to_save(l);
+    t.recompute = recompute_serial();
     step_.push_back(std::move(t));
     seen_[x.storage()->id] = {l, x.version()};
   }
@@ -273,6 +275,7 @@ void GactStore::note_consumer(const HandleKey& k, const std::vector<Tensor>& gra
 
 void GactStore::sync_table() {
   if (table_.size() < step_.size()) table_.resize(step_.size());
+  std::map<uint64_t, int64_t> recomputes;  // recompute_serial() -> k, numbered as first seen in the step
   for (size_t l = 0; l < step_.size(); ++l) {
     TensorSensitivity& t = table_[l];
     t.index = static_cast<int64_t>(l);
@@ -280,6 +283,8 @@ void GactStore::sync_table() {
     t.op = step_[l].op;
     t.numel = step_[l].numel;
     if (t.bits == 0) t.bits = step_[l].bits;
+    const uint64_t serial = step_[l].recompute;
+    t.recomputed_in = serial == 0 ? 0 : recomputes.emplace(serial, static_cast<int64_t>(recomputes.size()) + 1).first->second;
   }
 }
 

@@ -7,6 +7,16 @@
 // candidates are 1, 2, 3, 4 and 8 bits of per-group quantization and 32: the tensor passes
 // through in FP32 (GACT's max_bits; S(32) ~ 0), for the few tensors too sensitive to compress.
 //
+// The budget is kept apart for tensors held for different times. Under recomputation
+// (memory.recompute) a recomputed segment's tensors are saved again in the backward and held only
+// for that segment's backward, while the forward's (the segments' inputs, the layers not
+// recomputed) are held through the whole backward. One average over all of them let GACT give the
+// short-lived tensors fewer bits and move theirs onto the held ones (the 24 layer inputs of the
+// BERT-style encoder went from 4 to 8 bits, its peak 7.9% over the first bits'; docs/planning.md).
+// So the average holds within each pool: the forward's tensors, and each recompute's (so the
+// peak, the held bytes plus one segment's, stays that of avg_bits everywhere). Without
+// recomputation there is one pool: GACT's budget.
+//
 // Estimators:
 //  - measured (GACT Alg. 1): gradient evaluations that differ only in tensor l's quantization
 //    noise; c_l = ||g0 - g_l||^2 / (2 S(b_l)). One shared baseline g0 makes it L + 1 passes per
@@ -137,6 +147,9 @@ struct TensorSensitivity {
   double sensitivity = 0;  // c_l
   bool estimated = false;  // c_l measured at least once
   int bits = 0;            // assigned bits
+  // 0: saved in the forward, held through the backward; k >= 1: saved again in the backward by the
+  // k-th segment recomputed in a step, held for its backward only. Each has its own budget.
+  int64_t recomputed_in = 0;
 };
 
 using GradFn = std::function<std::vector<Tensor>()>;
@@ -188,7 +201,7 @@ class GactStore : public GroupStore, private BitsProvider {
   double average_bits() const;              // realised, weighted by numel
   int64_t refreshes() const { return refreshes_; }
   int64_t last_refresh_passes() const { return last_passes_; }    // gradient evaluations
-  // "step,index,layer,op,numel,sensitivity,bits" rows for the current table.
+  // "step,index,layer,op,numel,sensitivity,bits,recomputed_in" rows for the current table.
   void write_csv(const std::string& path, bool append = false) const;
   const GactOptions& gact_options() const { return gopts_; }
   // Where every refresh appends its rows, e.g. "<run dir>/gact_bits.csv" ("" : no log).
@@ -202,6 +215,7 @@ class GactStore : public GroupStore, private BitsProvider {
   //   tensors i64 (1)                  L, the tensors in the table
   //   sensitivity f64 (L), bits i32 (L), numel i64 (L), estimated u8 (L)     when L > 0
   //   names u8 (bytes)                 "layer\top\n" per tensor, when L > 0
+  //   recomputed_in i64 (L)            when L > 0 (optional on import: 0, one budget, before it)
   //   last_refresh_step, refreshes, round_robin, salt_counter, last_passes, warned: i64 (1)
   //   grad_count i64 (1), grad_m2 f64 (1), grad_mean f32 (P) when observed: sampling variance
   //   pending_analytic f64 (L') when the analytic estimator has a finished step's estimate
@@ -240,6 +254,7 @@ class GactStore : public GroupStore, private BitsProvider {
     std::string layer, op;
     int64_t numel = 0, samples = 1;
     int bits = 0;                     // as saved this step
+    uint64_t recompute = 0;           // recompute_serial() at its first save (0: the forward)
     std::vector<double> range_sq;     // (samples,) passed-through tensors under the analytic estimator
     std::vector<double> grad_sq;      // (samples,) J_n summed over its consumers (analytic)
   };
@@ -253,7 +268,8 @@ class GactStore : public GroupStore, private BitsProvider {
   int bits_for(int64_t index, const SaveRequest& r, const Tensor& x) override;
   int bits_to_save(int64_t l) const;  // assigned bits, 8 for a 32-bit tensor during measurement passes
   void note_consumer(const HandleKey& k, const std::vector<Tensor>& grad_outputs);
-  void sync_table();  // layer/op/numel/bits from the tensors of the current step
+  void sync_table();  // layer/op/numel/bits/recomputed_in from the tensors of the current step
+  void allocate_pool(const std::vector<size_t>& members);  // the greedy allocation within one budget
   std::vector<double> analytic_from_step() const;  // c_l per tensor of the current step, or empty
   void forget_step();  // the per-step records, at begin_step
   void check_state_sizes(const std::map<std::string, const Tensor*>& by_name, const std::string& where,

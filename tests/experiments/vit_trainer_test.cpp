@@ -105,8 +105,11 @@ TEST(VitTrainer, GactRefreshPassesDrawTheStepsDropoutMasks) {
   // The others, not measured yet, keep their first bits (the largest candidate within avg_bits),
   // and the estimated ones share what is left of the budget: an unmeasured sensitivity reads 0,
   // which gave them 1 bit or 8 by the greedy allocation's order.
-  for (const TensorSensitivity& t : gact[0]->tensors())
-    if (!t.estimated) EXPECT_EQ(t.bits, 4) << t.layer << " " << t.op;
+  for (const TensorSensitivity& t : gact[0]->tensors()) {
+    if (!t.estimated) {
+      EXPECT_EQ(t.bits, 4) << t.layer << " " << t.op;
+    }
+  }
   EXPECT_LE(gact[0]->average_bits(), 4.0 + 1e-9);
   // And the step itself drew the masks a step without a refresh draws: its mask streams stand where
   // the FP32 session's stand after its step (one forward's draws each).

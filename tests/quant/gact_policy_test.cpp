@@ -264,6 +264,69 @@ TEST(GactMeasured, ASegmentInputsExactPassRequantizesWhatTheRecomputeSaves) {
   EXPECT_NEAR(g.tensors()[1].sensitivity * quant_variance_factor(2), d, 1e-4 * d);
 }
 
+// x -> linear(., W0) -> [segment: gelu(linear(., W1))] -> [segment: gelu(linear(., W2))]: the
+// forward saves x and the two segments' inputs; each recompute saves its linear's and gelu's
+// inputs again, in the backward (the second segment's first).
+struct TwoSegmentNet {
+  Tensor x = random_tensor({16, 64}, 21);       // (N, 64)
+  Tensor w0 = ToyNet::param({64, 64}, 22);      // (64, 64)
+  Tensor w1 = ToyNet::param({64, 64}, 23);      // (64, 64)
+  Tensor w2 = ToyNet::param({64, 64}, 24);      // (64, 64)
+  Tensor seed = random_tensor({16, 64}, 25);    // (N, 64)
+  std::vector<Tensor> grads(StorePolicy& policy) {
+    PolicyScope scope(policy);
+    for (Tensor* w : {&w0, &w1, &w2}) w->zero_grad();
+    const Tensor a = ops::linear(x, w0, Tensor());  // (N, 64)
+    const Tensor y1 = checkpoint([&](const Tensor& in) { return ops::gelu(ops::linear(in, w1, Tensor())); }, a);
+    const Tensor y2 = checkpoint([&](const Tensor& in) { return ops::gelu(ops::linear(in, w2, Tensor())); }, y1);
+    backward(ops::scale(y2, 30.0f), seed);
+    return {w0.grad().clone(), w1.grad().clone(), w2.grad().clone()};
+  }
+};
+
+// Under recomputation the average holds apart for the tensors the whole backward holds and for
+// each recompute's (gact_store.h): the bits of each pool are the greedy allocation over that pool
+// alone, and the checkpoint inputs cannot take the bits of the short-lived tensors.
+TEST(GactBudget, EachRecomputedSegmentsTensorsHaveABudgetOfTheirOwn) {
+  TwoSegmentNet net;
+  GactOptions o = toy_options(GactEstimator::Measured);  // avg_bits 3
+  GactPolicy policy(o);
+  GactStore& g = policy.gact();
+  policy.begin_step(0);
+  ASSERT_TRUE(g.refresh(0, [&] { return net.grads(policy); }));
+  const auto& t = g.tensors();
+  ASSERT_EQ(t.size(), 7u);
+  std::vector<std::string> ops;
+  std::vector<int64_t> recomputed_in;
+  for (const auto& e : t) ops.push_back(e.op), recomputed_in.push_back(e.recomputed_in);
+  EXPECT_EQ(ops, (std::vector<std::string>{"linear", "checkpoint", "checkpoint", "linear", "gelu", "linear", "gelu"}));
+  EXPECT_EQ(recomputed_in, (std::vector<int64_t>{0, 0, 0, 1, 1, 2, 2}));
+  std::vector<double> all_c;
+  std::vector<int64_t> all_n;
+  std::vector<int> pooled;
+  for (int64_t pool = 0; pool <= 2; ++pool) {
+    std::vector<double> c;
+    std::vector<int64_t> n;
+    std::vector<int> bits;
+    for (const auto& e : t) {
+      ASSERT_TRUE(e.estimated);
+      if (e.recomputed_in != pool) continue;
+      c.push_back(e.sensitivity), n.push_back(e.numel), bits.push_back(e.bits);
+    }
+    EXPECT_EQ(bits, allocate_bits(c, n, o.avg_bits, o.candidate_bits)) << "pool " << pool;
+    EXPECT_LE(avg_bits(bits, n), o.avg_bits) << "pool " << pool;
+    all_c.insert(all_c.end(), c.begin(), c.end());
+    all_n.insert(all_n.end(), n.begin(), n.end());
+    pooled.insert(pooled.end(), bits.begin(), bits.end());
+  }
+  // Here one budget over all seven would allocate otherwise: the pools are what decided.
+  ASSERT_NE(allocate_bits(all_c, all_n, o.avg_bits, o.candidate_bits), pooled);
+  // The pools travel with the state (a resumed run reallocates as the uninterrupted one).
+  GactStore restored(o);
+  restored.import_state(g.export_state(), "test");
+  for (size_t l = 0; l < t.size(); ++l) EXPECT_EQ(restored.tensors()[l].recomputed_in, recomputed_in[l]);
+}
+
 TEST(GactAnalytic, SensitiveTensorGetsMoreBitsWithoutExtraPasses) {
   ToyNet net;
   GactPolicy policy(toy_options(GactEstimator::Analytic));
@@ -520,7 +583,7 @@ TEST(GactLog, WritesSensitivityAndBitsPerTensor) {
   std::vector<std::string> lines;
   while (std::getline(in, line)) lines.push_back(line);
   ASSERT_EQ(lines.size(), 5u);  // header + 2 tensors x 2 refreshes
-  EXPECT_EQ(lines[0], "step,index,layer,op,numel,sensitivity,bits");
+  EXPECT_EQ(lines[0], "step,index,layer,op,numel,sensitivity,bits,recomputed_in");
   EXPECT_EQ(lines[1].rfind("0,0,,linear,1024,", 0), 0u) << lines[1];
   EXPECT_EQ(lines[4].rfind("10,1,,linear,1024,", 0), 0u) << lines[4];
 }
