@@ -16,26 +16,18 @@ PACKRAT_SAVING_OP_KINDS("checkpoint")
 
 namespace {
 
-thread_local bool t_recomputing = false;
-thread_local uint64_t t_serial = 0;        // recompute_serial()
+thread_local uint64_t t_serial = 0;         // recompute_serial(); 0: not recomputing
 thread_local uint64_t t_serials_given = 0;  // recomputes begun on this thread
 thread_local RecomputeStats t_stats;
 
-// recomputing() and recompute_serial() for a scope (nested segments restore the outer values).
+// recompute_serial() (and so recomputing()) for a scope; nested segments restore the outer value.
 class RecomputeScope {
  public:
-  RecomputeScope() : previous_(t_recomputing), previous_serial_(t_serial) {
-    t_recomputing = true;
-    t_serial = ++t_serials_given;
-  }
-  ~RecomputeScope() {
-    t_recomputing = previous_;
-    t_serial = previous_serial_;
-  }
+  RecomputeScope() : previous_(t_serial) { t_serial = ++t_serials_given; }
+  ~RecomputeScope() { t_serial = previous_; }
 
  private:
-  bool previous_;
-  uint64_t previous_serial_;
+  uint64_t previous_;
 };
 
 // The peak of the device's total over a segment's recompute and inner backward, kept as the
@@ -101,8 +93,8 @@ std::vector<Tensor> recompute_backward(const Segment& segment, Node& self, const
 
 }  // namespace
 
-bool recomputing() { return t_recomputing; }
-uint64_t recompute_serial() { return t_recomputing ? t_serial : 0; }
+bool recomputing() { return t_serial != 0; }
+uint64_t recompute_serial() { return t_serial; }
 const RecomputeStats& recompute_stats() { return t_stats; }
 void reset_recompute_stats() { t_stats = RecomputeStats{}; }
 
