@@ -47,8 +47,11 @@ class RecomputeWindow {
 };
 
 // The checkpoint node's backward. grads[k]: the gradient of outputs[differentiable[k]].
+// input_dtypes[i]: inputs[i]'s dtype in the forward, which its load keeps (a compressing store
+// decodes to f32 otherwise), so that the recompute runs in the forward's dtypes.
 std::vector<Tensor> recompute_backward(const Segment& segment, Node& self, const std::vector<Tensor>& grads,
-                                       size_t n_inputs, const std::vector<size_t>& differentiable) {
+                                       const std::vector<DType>& input_dtypes, const std::vector<size_t>& differentiable) {
+  const size_t n_inputs = input_dtypes.size();
   // The inner nodes take the inputs' gradients in place, as they would without recomputation:
   // this node holds no reference to them.
   for (Tensor& t : self.grads_so_far) t = Tensor();
@@ -56,7 +59,7 @@ std::vector<Tensor> recompute_backward(const Segment& segment, Node& self, const
   Device device = Device::cpu();
   for (size_t i = 0; i < n_inputs; ++i) {
     if (!self.saved[i].valid()) continue;
-    inputs[i] = self.load(i).detached();
+    inputs[i] = self.load(i, input_dtypes[i]).detached();
     if (self.inputs[i]) inputs[i].autograd_meta() = self.inputs[i];
     device = inputs[i].device();
   }
@@ -116,9 +119,12 @@ std::vector<Tensor> checkpoint(const Segment& segment, const std::vector<Tensor>
   }
   if (!any) return outputs;  // nothing to differentiate
   std::vector<SavedHandle> saved;  // (inputs): what the node keeps
-  for (const Tensor& x : inputs)
+  std::vector<DType> input_dtypes;  // (inputs)
+  for (const Tensor& x : inputs) {
+    input_dtypes.push_back(x.defined() ? x.dtype() : DType::f32);
     saved.push_back(x.defined() ? save_for_backward(x, SaveRequest{Need::Value, nullptr, "checkpoint", LayerScope::current()})
                                 : SavedHandle{});
+  }
   // Fresh handles, so that recording marks them and not a tensor the segment passed through.
   std::vector<Tensor*> output_ptrs;
   std::vector<size_t> differentiable;  // indices of the outputs the node records (floating point)
@@ -131,14 +137,13 @@ std::vector<Tensor> checkpoint(const Segment& segment, const std::vector<Tensor>
       differentiable.push_back(j);
     }
   }
-  const size_t n_inputs = inputs.size();
   // The recompute runs under the forward's autocast (as PyTorch's checkpoint restores it), so it
   // computes, and saves, what the forward did.
   const DType autocast = autocast_dtype();
   Node& node = record("checkpoint", input_ptrs, output_ptrs, std::move(saved),
-                      [segment, n_inputs, differentiable, autocast](Node& self, const std::vector<Tensor>& grads) {
+                      [segment, input_dtypes, differentiable, autocast](Node& self, const std::vector<Tensor>& grads) {
                         const AutocastScope as_forward(autocast);
-                        return recompute_backward(segment, self, grads, n_inputs, differentiable);
+                        return recompute_backward(segment, self, grads, input_dtypes, differentiable);
                       });
   node.inputs.insert(node.inputs.end(), leaves.begin(), leaves.end());
   return outputs;

@@ -138,7 +138,13 @@ SavedHandle GactStore::save(const Tensor& x, const SaveRequest& r) {
   if (!adaptive) return GroupStore::save(x, r);
   int64_t l = -1;
   bool first = false;
-  if (auto it = seen_.find(x.storage()->id); it != seen_.end() && it->second.second == x.version()) {
+  auto it = seen_.find(x.storage()->id);
+  if (it != seen_.end() && it->second.second != x.version()) it = seen_.end();
+  // A buffer decoded from a tensor of this step (a recompute's segment input), saved again: held
+  // as that tensor's codes (compressing_store.h), so it is that tensor.
+  if (it == seen_.end())
+    if (const uint64_t source = decoded_from(x, r)) it = seen_.find(source);
+  if (it != seen_.end()) {
     l = it->second.first;  // a buffer saved by two ops: held once, one tensor of the table
   } else {
     l = static_cast<int64_t>(step_.size());
@@ -156,17 +162,11 @@ SavedHandle GactStore::save(const Tensor& x, const SaveRequest& r) {
   StepTensor& t = step_[static_cast<size_t>(l)];
   SavedHandle h;
   if (t.bits == kPassThroughBits) {
-    if (first && l == exact_tensor_) {
-      // Its exact pass. The baseline quantized it: its index is skipped, so later tensors keep
-      // their noise. Held as a copy: the baseline's recompute decodes it into a new buffer, which
-      // the segment's first op saves as a tensor of its own; held as itself it would be loaded as
-      // this buffer and that save would be this tensor again (seen_), in FP32, renumbering the rest.
-      TagScope tag(MemTag::Saved);
-      h = passthrough_.save(x.clone(), r);
-      skip_index();
-    } else {
-      h = passthrough_.save(x, r);
-    }
+    h = passthrough_.save(x, r);
+    // Its exact pass. The baseline quantized it: its index is skipped, so later tensors keep their
+    // noise. (A recompute loads it as this buffer, and the segment's first op saving it is this
+    // tensor again, as the baseline's save of its decode was.)
+    if (first && l == exact_tensor_) skip_index();
     if (first && gopts_.estimator == GactEstimator::Analytic) {
       // The group ranges the quantizer would have seen, for the sensitivity: the per-group codec
       // on x's device into scratch buffers there; only the per-group range terms come to the host

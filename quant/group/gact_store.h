@@ -31,6 +31,9 @@
 //    two draws cancels that bias and measured such inputs as harmless (docs/attention.md), the
 //    distance to the exact input holds variance and bias both. Same passes; a plain tensor, which
 //    the gradient reads linearly, keeps GACT's estimate (both agree there in expectation).
+//    The recompute's first op saving the segment's input (the buffer it was decoded into) is
+//    that tensor again, held as its codes (compressing_store.h): one entry of the table, whose
+//    exact pass gives that op the exact input too.
 //  - analytic (ActNN): c_l = sum_n J_n * sum_{i in n} R_i, R_i = (range of i's group)^2 / 4,
 //    from the group ranges the quantizer computes, and J_n = ||dL/d(output of l's consumer)_n||^2
 //    times the squared norm of a weight-gradient Jacobian column per input element of sample n,

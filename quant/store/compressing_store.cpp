@@ -103,8 +103,38 @@ uint64_t CompressingStore::find_held(const Key& k, const Tensor& x) const {
   return it->second;
 }
 
+uint64_t CompressingStore::find_decoded(const Key& k, const Tensor& x) const {
+  auto it = decodes_.find(x.storage().get());
+  if (it == decodes_.end()) return 0;
+  const Decode& d = it->second;
+  if (d.buffer.lock() != x.storage() || d.version != x.version()) return 0;  // freed, or modified since
+  const Held& h = held_.at(d.held);
+  if (h.numel != x.numel() || h.key.form != k.form || h.key.fn != k.fn || h.key.variant != k.variant) return 0;
+  return d.held;
+}
+
+uint64_t CompressingStore::decoded_from(const Tensor& x, const SaveRequest& r) const {
+  std::lock_guard lock(mutex_);
+  const Form form = form_for(x, r);
+  if (form != Form::Codec) return 0;
+  Key key{x.storage().get(), form, nullptr, 0};
+  std::tie(key.fn, key.variant) = codec_key(r);
+  if (find_held(key, x) != 0) return 0;  // x itself is held: ordinary dedup
+  const uint64_t held = find_decoded(key, x);
+  return held ? held_.at(held).source_id : 0;
+}
+
+Tensor CompressingStore::remember_decode(uint64_t held, Tensor out) {
+  Held& h = held_.at(held);
+  const Storage* buffer = out.storage().get();
+  decodes_[buffer] = Decode{held, out.storage(), out.version()};
+  h.decodes.push_back(buffer);
+  return out;
+}
+
 uint64_t CompressingStore::keep(Held h, const Tensor& source) {
   h.source = source.storage();
+  h.source_id = source.storage()->id;
   h.version = source.version();
   h.numel = source.numel();
   const uint64_t id = next_held_++;
@@ -144,6 +174,7 @@ SavedHandle CompressingStore::save(const Tensor& x, const SaveRequest& r) {
   if (form == Form::StepMask) key.fn = r.fn;
   if (form == Form::Packed) key.variant = bits;
   uint64_t held = find_held(key, x);
+  if (held == 0 && form == Form::Codec) held = find_decoded(key, x);
   const bool shared = held != 0;
   if (!shared) {
     Held h;
@@ -282,6 +313,7 @@ Tensor CompressingStore::load(const SavedHandle& handle) {
   const Entry& e = entry(handle);
   if (e.exact.valid()) return exact_.load(e.exact);
   const Held& h = checked(e);
+  if (h.encoded && e.request.need == Need::Value) return remember_decode(e.held, decode(*h.encoded, e));
   if (h.encoded) return decode(*h.encoded, e);
   TagScope tag(MemTag::Workspace);  // a transient copy for the backward of one op
   return h.key.form == Form::StepMask ? load_step_mask(h, e) : load_packed(h, e);
@@ -293,7 +325,7 @@ Tensor CompressingStore::load_in(const SavedHandle& handle, DType dtype) {
     const Entry& e = entry(handle);
     if (!e.exact.valid() && e.request.need == Need::Value) {
       const Held& h = checked(e);
-      if (h.encoded) return values_in(*h.encoded, e, dtype);
+      if (h.encoded) return remember_decode(e.held, values_in(*h.encoded, e, dtype));
     }
   }
   return SavedTensorStore::load_in(handle, dtype);
@@ -340,6 +372,8 @@ void CompressingStore::release(const SavedHandle& handle) {
   auto hit = held_.find(it->second.held);
   if (--hit->second.refs == 0) {
     if (auto k = by_key_.find(hit->second.key); k != by_key_.end() && k->second == hit->first) by_key_.erase(k);
+    for (const Storage* buffer : hit->second.decodes)
+      if (auto d = decodes_.find(buffer); d != decodes_.end() && d->second.held == hit->first) decodes_.erase(d);
     held_.erase(hit);
   }
   entries_.erase(it);

@@ -8,7 +8,11 @@
 //                        apply_derivative of a released handle is an error naming the store
 //   dedup                a buffer saved twice in the same form (same storage, same version, same
 //                        element count, same form, function and codec variant) is encoded once
-//                        and counted once; the second entry is `shared`
+//                        and counted once; the second entry is `shared`. So is a buffer this store
+//                        decoded from a held encoding (a Value load, as a recompute loads its
+//                        segment's input), saved again unmodified in that encoding's form: its
+//                        values are the encoding's, so the entry shares it (no second encoding,
+//                        and no second rounding of values already on the codec's grid)
 //   the in-place check   loading a buffer modified in place after its save is an error
 //   exact pass-through   exact requests, and what the scheme can neither encode nor pack, go
 //                        to an inner FP32 store (a reference, tagged Saved while held)
@@ -95,6 +99,7 @@ class CompressingStore : public SavedTensorStore {
   struct Held {  // one kept form of one buffer, however many entries refer to it
     Key key{};
     std::weak_ptr<Storage> source;  // the buffer saved: the in-place check and dedup
+    uint64_t source_id = 0;         // its storage id
     int64_t version = 0;
     int64_t numel = 0;
     std::unique_ptr<Encoded> encoded;  // Codec
@@ -102,6 +107,7 @@ class CompressingStore : public SavedTensorStore {
     int packed_bits = 0;               // StepMask: 1; Packed: the bits
     float lo = 0, hi = 0;              // StepMask: f' where the bit is 0 / 1
     int refs = 0;
+    std::vector<const Storage*> decodes;  // its Value loads' buffers (keys of decodes_)
     int64_t bytes() const { return encoded ? encoded->bytes() : static_cast<int64_t>(bits.storage()->allocation->bytes()); }
   };
   struct Entry {
@@ -161,12 +167,20 @@ class CompressingStore : public SavedTensorStore {
   void check_device(const Tensor& x, const SaveRequest& r) const;
   // The held buffer of a live, non-exact handle (no in-place check), or null.
   const Held* held_of(const SavedHandle& h) const;
+  // When save(x, r) would share an encoding because x is a buffer this store decoded from it
+  // (see dedup above): the storage id of the buffer that encoding was made from; otherwise 0.
+  uint64_t decoded_from(const Tensor& x, const SaveRequest& r) const;
   std::recursive_mutex& mutex() const { return mutex_; }
 
  private:
   const Entry& entry(const SavedHandle& h) const;  // throws for a released handle
   const Held& checked(const Entry& e) const;       // throws when modified in place
   uint64_t find_held(const Key& k, const Tensor& x) const;
+  // The held encoding x was decoded from (a live decode, unmodified, of an encoding in k's form
+  // and codec key), or 0.
+  uint64_t find_decoded(const Key& k, const Tensor& x) const;
+  // Records `out` as a decode of held buffer `held` (a Value load); returns it.
+  Tensor remember_decode(uint64_t held, Tensor out);
   uint64_t keep(Held h, const Tensor& source);
   SavedHandle add_entry(uint64_t held, const Tensor& x, const SaveRequest& r, bool shared, uint64_t fp32_key);
   SavedHandle keep_exact(const Tensor& x, const SaveRequest& r);
@@ -182,6 +196,12 @@ class CompressingStore : public SavedTensorStore {
   Fp32Store exact_;
   std::map<uint64_t, Held> held_;
   std::map<Key, uint64_t> by_key_;     // latest held buffer per key
+  struct Decode {                      // a buffer a Value load returned
+    uint64_t held = 0;
+    std::weak_ptr<Storage> buffer;
+    int64_t version = 0;
+  };
+  std::map<const Storage*, Decode> decodes_;  // by the decoded buffer; dropped with their held buffer
   std::map<uint64_t, Entry> entries_;  // by handle id: the order of saving
   uint64_t next_id_ = 1, next_held_ = 1;
 };

@@ -207,6 +207,35 @@ TEST(Autocast, ACheckpointSegmentRecomputesUnderTheForwardsAutocast) {
   EXPECT_EQ(run(true), run(false)) << "the recompute ran in another precision than the forward";
 }
 
+// A segment's bf16 input kept by a compressing store comes back to the recompute in bf16, as the
+// forward ran on it (and as the FP32 store gives it back), so that its ops run in the forward's
+// dtypes: a residual sum stays bf16.
+TEST(Autocast, ACompressedSegmentInputIsRecomputedInItsForwardDtype) {
+  Tensor w = parameter({6, 6}, 43, 0.5f);
+  for (const std::string scheme : {"fp32", "actnn"}) {
+    StorePolicySpec spec;
+    spec.default_scheme = {scheme, {}, "test"};
+    RulePolicy policy(spec);
+    PolicyScope scope(policy);
+    std::vector<DType> seen;  // the segment input's dtype, in the forward then in the recompute
+    auto segment = [&](const Tensor& in) {
+      seen.push_back(in.dtype());
+      return ops::add(in, ops::linear(ops::gelu(in), w, Tensor()));
+    };
+    Tensor x = random_tensor({5, 6}, 44).set_requires_grad();
+    Tensor y;
+    {
+      AutocastScope bf16(DType::bf16);
+      y = checkpoint(segment, ops::linear(x, w, Tensor()));  // a bf16 input
+    }
+    EXPECT_EQ(y.dtype(), DType::bf16) << scheme;
+    backward(y, ones(y.shape()));
+    EXPECT_EQ(seen, (std::vector<DType>{DType::bf16, DType::bf16})) << scheme;
+    EXPECT_TRUE(std::isfinite(w.grad().to_vector()[0])) << scheme;
+    w.zero_grad();
+  }
+}
+
 // ... and f(x) comes back in bf16, the f32 f(x) rounded (the CPU computes it from the bf16 tile in
 // the pass that indexes it); a relu's 1-bit step mask under a compressing store likewise.
 TEST(Autocast, FewbitTablesIndexBf16InputsAsTheirF32Values) {

@@ -90,5 +90,38 @@ TEST(CompressingStore, ANewSchemeIsItsCodecPlusAName) {
             "bf16 store: saved tensor " + std::to_string(v1.id) + " was already released (a second backward?)");
 }
 
+// A recompute loads its segment's input (a decode into a buffer of its own) and the segment's
+// first op saves that buffer again: it is held as the codes it was decoded from (no second
+// encoding, no second rounding), until both entries are released; a decode modified in place, or
+// saved in another form, is a tensor of its own.
+TEST(CompressingStore, ABufferDecodedFromAnEncodingIsHeldAsThatEncodingWhenSavedAgain) {
+  Bf16Store store;
+  const int64_t before = saved_bytes();
+  const Tensor x = random_tensor(Shape{4, 25}, 3);
+  const SavedHandle input = store.save(x, SaveRequest{Need::Value, nullptr, "checkpoint", "block"});
+  const Tensor decoded = store.load(input);  // what the recompute runs on
+  const SavedHandle again = store.save(decoded, SaveRequest{Need::Value, nullptr, "linear", "block.fc"});
+  EXPECT_EQ(saved_bytes() - before, 200) << "the decode is the encoding's values: nothing more is kept";
+  EXPECT_EQ(store.load(again).to_vector(), decoded.to_vector());
+  std::vector<SavedRecord> recs;
+  store.describe(recs);
+  ASSERT_EQ(recs.size(), 2u);
+  EXPECT_TRUE(recs[1].shared);
+  EXPECT_EQ(recs[1].bytes, 0);
+
+  Tensor changed = store.load(input);
+  changed.bump_version();  // modified in place before its save: other values
+  const SavedHandle other = store.save(changed, SaveRequest{Need::Value, nullptr, "linear", "block.fc"});
+  EXPECT_EQ(saved_bytes() - before, 400);
+  const Pointwise& relu = pointwise_by_name("relu");
+  const SavedHandle mask = store.save(decoded, SaveRequest{Need::Derivative, &relu, "relu", "block.act"});
+  EXPECT_EQ(saved_bytes() - before, 400 + 13) << "a step mask is another form of the buffer";
+
+  store.release(input);  // the segment's input goes first: its codes stay for the other entry
+  EXPECT_EQ(store.load(again).to_vector(), decoded.to_vector());
+  for (const SavedHandle& h : {again, other, mask}) store.release(h);
+  EXPECT_EQ(saved_bytes(), before);
+}
+
 }  // namespace
 }  // namespace packrat
