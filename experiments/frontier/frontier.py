@@ -21,7 +21,7 @@ CPU) are recorded as refused.
   experiments/frontier/frontier.py resnet50 --levels L0,gact-L1,gact-CB1 --precisions f32
   experiments/frontier/frontier.py bert --scale paper --device cuda:0    # the papers' shapes, on a GPU
 """
-import argparse, csv, json, math, os, shutil, subprocess, sys, tempfile
+import argparse, csv, json, math, os, re, shutil, subprocess, sys, tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -90,6 +90,17 @@ def last_json(text):
         if line.startswith("{"):
             return json.loads(line)
     return None
+
+
+def plan_check(text, chosen):
+    """The plan's check of the option it chose, from the trainer's log: "; checked <measured>
+    against <predicted> predicted (+x%)", or "" when it was not checked at this batch."""
+    found = ""
+    for line in text.splitlines():
+        m = re.search(r"plan: (.+) at batch \d+: measured peak (.+) against (.+) predicted \(([^)]+)\)", line)
+        if m and m.group(1).split(" (", 1)[0] == chosen.split(" (", 1)[0]:
+            found = f"; checked {m.group(2)} against {m.group(3)} predicted ({m.group(4)})"
+    return found
 
 
 def first_error(text):
@@ -185,7 +196,7 @@ class Frontier:
         if rc == 0 and j and "img_per_s" in j:
             chose = next((l.split("chosen: ", 1)[1] for l in text.splitlines() if "chosen: " in l), "")
             return self.record(level, precision, "throughput", batch, f"{j['img_per_s']:.3f}", j.get("peak_bytes", ""),
-                               message=f"plan: {chose}" if chose else "")
+                               message=f"plan: {chose}{plan_check(text, chose)}" if chose else "")
         return self.record(level, precision, "throughput", batch, status="failed", message=first_error(text))
 
     def run(self):
