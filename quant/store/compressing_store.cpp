@@ -94,6 +94,14 @@ const CompressingStore::Held* CompressingStore::held_of(const SavedHandle& h) co
   return &held_.at(it->second.held);
 }
 
+CompressingStore::Key CompressingStore::key_for(const Tensor& x, const SaveRequest& r, Form form) const {
+  Key key{x.storage().get(), form, nullptr, 0};
+  if (form == Form::Codec) std::tie(key.fn, key.variant) = codec_key(r);
+  if (form == Form::StepMask) key.fn = r.fn;
+  if (form == Form::Packed) key.variant = r.need == Need::Mask ? 1 : static_cast<int>(r.index_bits);  // the bits
+  return key;
+}
+
 uint64_t CompressingStore::find_held(const Key& k, const Tensor& x) const {
   auto it = by_key_.find(k);
   if (it == by_key_.end()) return 0;
@@ -117,8 +125,7 @@ uint64_t CompressingStore::decoded_from(const Tensor& x, const SaveRequest& r) c
   std::lock_guard lock(mutex_);
   const Form form = form_for(x, r);
   if (form != Form::Codec) return 0;
-  Key key{x.storage().get(), form, nullptr, 0};
-  std::tie(key.fn, key.variant) = codec_key(r);
+  const Key key = key_for(x, r, form);
   if (find_held(key, x) != 0) return 0;  // x itself is held: ordinary dedup
   const uint64_t held = find_decoded(key, x);
   return held ? held_.at(held).source_id : 0;
@@ -168,11 +175,7 @@ SavedHandle CompressingStore::save(const Tensor& x, const SaveRequest& r) {
   const Form form = form_for(x, r);
   if (form == Form::Exact) return keep_exact(x, r);
   check_device(x, r);
-  const int bits = r.need == Need::Mask ? 1 : static_cast<int>(r.index_bits);
-  Key key{x.storage().get(), form, nullptr, 0};
-  if (form == Form::Codec) std::tie(key.fn, key.variant) = codec_key(r);
-  if (form == Form::StepMask) key.fn = r.fn;
-  if (form == Form::Packed) key.variant = bits;
+  const Key key = key_for(x, r, form);
   uint64_t held = find_held(key, x);
   if (held == 0 && form == Form::Codec) held = find_decoded(key, x);
   const bool shared = held != 0;
@@ -187,7 +190,7 @@ SavedHandle CompressingStore::save(const Tensor& x, const SaveRequest& r) {
         pack_step_mask(h, x);  // a 16-bit x's mask from its f32 values (fewbit_encode)
         break;
       default:
-        if (!pack_exact(h, x, r, bits)) return keep_exact(x, r);  // a mask or index its bits cannot hold
+        if (!pack_exact(h, x, r, key.variant)) return keep_exact(x, r);  // unfit for its bits (variant)
         break;
     }
     held = keep(std::move(h), x);

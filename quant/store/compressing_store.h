@@ -175,6 +175,7 @@ class CompressingStore : public SavedTensorStore {
  private:
   const Entry& entry(const SavedHandle& h) const;  // throws for a released handle
   const Held& checked(const Entry& e) const;       // throws when modified in place
+  Key key_for(const Tensor& x, const SaveRequest& r, Form form) const;  // how save(x, r) keys its held form
   uint64_t find_held(const Key& k, const Tensor& x) const;
   // The held encoding x was decoded from (a live decode, unmodified, of an encoding in k's form
   // and codec key), or 0.
