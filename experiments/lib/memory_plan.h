@@ -151,13 +151,26 @@ class VarianceCheck {
 };
 
 // --find-max-batch under plan: auto: every option's largest batch under `limit`; the plan is the
-// option with the largest (the first in plan_options' order where several tie). An option over
-// memory.max_variance_ratio (measured at a quarter of data.batch_size) is left out (batch -1).
+// option with the largest (the first in plan_options' order where several tie), confirmed by the
+// check plan_memory runs at that batch (lowered until that check's peak is within `limit`, so
+// that the plan trains at the batch it found). An option over memory.max_variance_ratio
+// (measured at a quarter of data.batch_size) is left out (batch -1).
 struct PlannedMaxBatch {
   std::string chosen;
-  int64_t batch_size = 0, peak_bytes = 0;
+  int64_t batch_size = 0, peak_bytes = 0;  // peak_bytes: the check's at batch_size
   std::vector<std::pair<std::string, int64_t>> per_option;  // (option, its largest batch; -1 refused)
 };
 PlannedMaxBatch plan_max_batch(const Config& c, int64_t limit);
+// The confirmation: among the options' largest batches (`batches`, -1 or 0: none), the largest
+// (the first where several tie) whose check, checked(option, batch) -> peak bytes, is within
+// `limit`; one over it is lowered by its excess over the bytes a sample takes at most (its peak
+// over its batch) and checked again, and may fall below another option's, checked in turn.
+// `batches` keeps the lowered values; none when every option falls to 0.
+struct ConfirmedBatch {
+  size_t option = 0;
+  int64_t batch = 0, peak = 0;
+};
+std::optional<ConfirmedBatch> confirm_largest(std::vector<int64_t>& batches, int64_t limit,
+                                              const std::function<int64_t(size_t, int64_t)>& checked);
 
 }  // namespace packrat

@@ -273,6 +273,47 @@ TEST(MemoryPlan, FindMaxBatchSearchesTheOptionsAndTakesTheLargest) {
   EXPECT_EQ(r.batch_size, best);
   EXPECT_GT(r.batch_size, r.per_option.front().second) << "a compressed option fits more than FP32";
   EXPECT_NE(r.chosen, "L0");
+  // The largest batch is one the plan trains at: its peak is that of plan_memory's check there.
+  Config at = planned(limit);
+  at.data.batch_size = r.batch_size;
+  const auto options = plan_options(at);
+  const auto chosen = std::find_if(options.begin(), options.end(), [&](const PlanOption& o) { return o.name == r.chosen; });
+  ASSERT_NE(chosen, options.end());
+  EXPECT_EQ(r.peak_bytes, benchmark(with_option(at, chosen->overrides), 1).peak_bytes);
+  EXPECT_LE(r.peak_bytes, limit);
+}
+
+TEST(MemoryPlan, FindMaxBatchConfirmsTheLargestByThePlansCheckAndLowersItUntilItHolds) {
+  std::vector<std::pair<size_t, int64_t>> checks;
+  // Option 1's check is 60 bytes over its search's line (25 bytes a sample): lowered from 40 by the
+  // excess over 26 bytes a sample (1060 / 40), to 37, where it holds; option 3's 35 is never checked.
+  std::vector<int64_t> batches = {10, 40, -1, 35};
+  auto over_by = [&](int64_t extra) {
+    return [&, extra](size_t i, int64_t batch) {
+      checks.emplace_back(i, batch);
+      return 25 * batch + (i == 1 ? extra : 0);
+    };
+  };
+  std::optional<ConfirmedBatch> r = confirm_largest(batches, 1000, over_by(60));
+  ASSERT_TRUE(r.has_value());
+  EXPECT_EQ(r->option, 1u);
+  EXPECT_EQ(r->batch, 37);
+  EXPECT_EQ(r->peak, 985);
+  EXPECT_EQ(checks, (std::vector<std::pair<size_t, int64_t>>{{1, 40}, {1, 37}}));
+  // 200 over: lowered by 7 (1200 / 40 = 30 bytes a sample) to 33, below option 3's 35, which is
+  // checked next and holds.
+  batches = {10, 40, -1, 35};
+  checks.clear();
+  r = confirm_largest(batches, 1000, over_by(200));
+  ASSERT_TRUE(r.has_value());
+  EXPECT_EQ(r->option, 3u);
+  EXPECT_EQ(r->batch, 35);
+  EXPECT_EQ(batches[1], 33);
+  EXPECT_EQ(checks, (std::vector<std::pair<size_t, int64_t>>{{1, 40}, {3, 35}}));
+  // A check over the limit at every batch: none.
+  batches = {3, 2};
+  EXPECT_FALSE(confirm_largest(batches, 1000, [](size_t, int64_t) { return int64_t{1001}; }).has_value());
+  EXPECT_EQ(batches, (std::vector<int64_t>{0, 0}));
 }
 
 TEST(MemoryPlan, OffloadWhereTheDeviceHasASecondMemoryEfficientAttentionForATransformer) {
