@@ -21,6 +21,8 @@ class Conv2d : public Module {
   Tensor& bias() { return bias_; }  // undefined without bias
   int64_t in_channels() const { return in_; }
   int64_t out_channels() const { return out_; }
+  int64_t kernel() const { return kernel_; }
+  const ConvConfig& config() const { return c_; }
 
  private:
   int64_t in_, out_, kernel_;

@@ -15,6 +15,7 @@
 #include "experiments/lib/session.h"
 #include "experiments/lib/text_task.h"
 #include "experiments/lib/tools.h"
+#include "layers/conv2d.h"
 #include "models/registry.h"
 #include "quant/policy/rule_policy.h"
 
@@ -142,6 +143,25 @@ bool stores_only(const PlanOption& o) {
 // The check of an option at c's batch: the peak of one step as it trains (every tensor's GACT
 // bits from kFirstEstimateBatch samples, as a benchmark allocates them), after a warm-up step.
 int64_t checked_peak(const Config& c, const PlanOption& o) { return benchmark(with_option(c, o.overrides), 1).peak_bytes; }
+
+// Whether one of c's model's convolutions is one oneDNN may run as Winograd under conv_algorithm
+// auto (3x3, stride 1, no dilation, not grouped). Where none is (a ViT's patch embedding), the
+// "+direct" options run the same kernels as the levels: they would only double the profile, and
+// let the noise of its short benchmarks choose between twins.
+bool may_use_winograd(const Config& c) {
+  // The model alone: the config's storage rules name its layers, which the options replace.
+  const Config m = with_option(c, {"saved_tensors={default: fp32, rules: []}", "memory.recompute=[]"});
+  apply_process_settings(m);
+  const RunDevice on(m);
+  Session s = make_session(m, synthetic_input_spec(m));
+  for (const auto& [name, module] : s.model->named_modules()) {
+    const auto* conv = dynamic_cast<const Conv2d*>(module);
+    if (conv && conv->kernel() == 3 && conv->config().stride == 1 && conv->config().dilation == 1 &&
+        conv->config().groups == 1)
+      return true;
+  }
+  return false;
+}
 
 // The fastest option that may fit so far (img/s; 0 when none does).
 double fastest_fitting(const std::vector<PlanMeasure>& measured, int64_t budget) {
@@ -276,9 +296,10 @@ std::vector<PlanOption> plan_options(const Config& c) {
   // The convolution kernels are a lever too: under conv_algorithm auto oneDNN may pick Winograd,
   // whose Workspace depends on the CPU (the quickstart's 2-bit step at batch 128: 69.4 MiB on an
   // Intel Xeon with AMX, 33.6 MiB of it Workspace; 43.7 MiB with direct kernels, as on an AMD EPYC
-  // Zen 4). Each level again with direct convolutions, for an image model on the CPU.
+  // Zen 4). Each level again with direct convolutions, for an image model on the CPU whose
+  // convolutions Winograd may take.
   const bool images = c.data.dataset != "text" && c.data.dataset != "text_classes";
-  if (Device::parse(c.device).is_cpu() && c.conv_algorithm == "auto" && images) {
+  if (Device::parse(c.device).is_cpu() && c.conv_algorithm == "auto" && images && may_use_winograd(c)) {
     const size_t levels = o.size();
     for (size_t i = 0; i < levels; ++i) {
       PlanOption direct = o[i];

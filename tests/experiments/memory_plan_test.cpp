@@ -326,6 +326,7 @@ TEST(MemoryPlan, OffloadWhereTheDeviceHasASecondMemoryEfficientAttentionForATran
   EXPECT_EQ(std::count(gpu.begin(), gpu.end(), "gact-L2"), 1);
   const auto vit = names(plan_options(planned(1, {"model.arch=vit_tiny_cifar", "data.train_transforms=[]"})));
   EXPECT_EQ(std::count(vit.begin(), vit.end(), "gact-CB2"), 1);
+  EXPECT_EQ(std::count(vit.begin(), vit.end(), "L0+direct"), 0) << "no convolution Winograd may take: no twins";
   // On the CPU under conv_algorithm auto, every level again with direct convolutions (less Workspace).
   EXPECT_EQ(std::count(cpu.begin(), cpu.end(), "actnn-L2+direct"), 1);
   EXPECT_EQ(std::count(cpu.begin(), cpu.end(), "L0+direct"), 1);
