@@ -478,12 +478,12 @@ MemoryPlan plan_memory(const Config& c) {
       break;
     }
     best->measured_peak = checked_peak(c, options[*i]);
-    const double off = std::abs(static_cast<double>(best->measured_peak - best->predicted_peak)) /
-                       static_cast<double>(best->predicted_peak);
+    const double off = static_cast<double>(best->measured_peak - best->predicted_peak) /
+                       static_cast<double>(best->predicted_peak);  // signed: below the prediction < 0
     spdlog::info("plan: {} at batch {}: measured peak {} against {} predicted ({:+.1f}%)", best->option, p.batch,
                  format_bytes(best->measured_peak), format_bytes(best->predicted_peak), 100.0 * off);
     best->fits = best->measured_peak <= p.budget;
-    if (off > kRecheckTolerance || !best->fits) ++p.replans;
+    if (std::abs(off) > kRecheckTolerance || !best->fits) ++p.replans;
     if (best->fits) {
       chosen = i;
       break;
