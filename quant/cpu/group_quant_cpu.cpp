@@ -34,6 +34,11 @@ namespace {
 using namespace group_simd;
 
 constexpr int64_t kChunk = 256;  // elements quantized per inner pass (a multiple of 128)
+#if defined(PACKRAT_PLANE_TILES)
+constexpr int kParamLanes = plane_tiles::kLanes;  // groups whose params one lane_group_params makes
+#else
+constexpr int kParamLanes = 1;
+#endif
 
 
 // The rounding noise of one thread's walk through its groups, which ask for rising, often
@@ -223,6 +228,7 @@ void quantize_impl(const T* x, const GroupGeometry& g, Rounding rounding, const 
     for (int64_t gi = g0; gi < g1;) {
       GroupGeometry::Place at[kBatch];
       const float* xs[kBatch];
+      alignas(64) float mn[kBatch] = {}, mx[kBatch] = {};  // their ranges (kBatch: a multiple of kParamLanes)
       GroupParams ps[kBatch];
       int count = 0;
       int64_t tile = -1;
@@ -237,11 +243,23 @@ void quantize_impl(const T* x, const GroupGeometry& g, Rounding rounding, const 
         }
         at[count] = q;
         xs[count] = plain ? plain->read(x, q.start, q.len) : staged.read(x, q.start, q.len);
-        float mn, mx;
-        group_range(xs[count], q.len, mn, mx);
-        ps[count] = group_params(mn, mx, B, g.meta);
-        store_group_meta(ps[count], g.meta, meta + gi * meta_size);
-        if (group_range_sq) group_range_sq[gi] = packrat::group_range_sq(ps[count], q.len, B);
+        group_range(xs[count], q.len, mn[count], mx[count]);
+      }
+      // The batch's metadata: its groups' params a register of lanes at a time (unused lanes of
+      // the last are computed and not read).
+      for (int j = 0; j < count; j += kParamLanes) {
+#if defined(PACKRAT_PLANE_TILES)
+        alignas(64) float pmin[kParamLanes], pstep[kParamLanes], pinv[kParamLanes];
+        plane_tiles::lane_group_params<B>(mn + j, mx + j, g.meta, pmin, pstep, pinv);
+        for (int c = 0; c < kParamLanes && j + c < count; ++c) ps[j + c] = GroupParams{pmin[c], pstep[c], pinv[c]};
+#else
+        ps[j] = group_params(mn[j], mx[j], B, g.meta);
+#endif
+      }
+      for (int j = 0; j < count; ++j) {
+        const int64_t gj = gi - count + j;
+        store_group_meta(ps[j], g.meta, meta + gj * meta_size);
+        if (group_range_sq) group_range_sq[gj] = packrat::group_range_sq(ps[j], at[j].len, B);
       }
       for (int j = 0; j < count; ++j) {
         const int64_t start = at[j].start, len = at[j].len;

@@ -16,7 +16,9 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <cstdlib>
 #include <memory>
+#include <optional>
 
 #include "core/cpu/bf16_simd.h"
 #include "core/parallel.h"
@@ -50,7 +52,6 @@ struct Lanes {
   static void store(uint32_t* p, I v) { _mm512_store_si512(p, v); }
   static F set(float x) { return _mm512_set1_ps(x); }
   static I set(int x) { return _mm512_set1_epi32(x); }
-  static I index() { return _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15); }
   // min / max: the second operand where either is NaN (MINPS's rule, the plain scan's).
   static F min(F a, F b) { return _mm512_min_ps(a, b); }
   static F max(F a, F b) { return _mm512_max_ps(a, b); }
@@ -73,8 +74,47 @@ struct Lanes {
   static I zero() { return _mm512_setzero_si512(); }
   static I shl(I a, int64_t n) { return _mm512_sll_epi32(a, _mm_cvtsi64_si128(n)); }
   static I shr(I a, int64_t n) { return _mm512_srl_epi32(a, _mm_cvtsi64_si128(n)); }
-  // The 32 bits at base + 2 at[i] bytes, lane by lane (a 16-bit value in the low half).
-  static I gather16(const uint16_t* base, I at) { return _mm512_i32gather_epi32(at, base, 2); }
+  // 16 16-bit values at p, each widened to its 32-bit lane.
+  static I widen16(const uint16_t* p) {
+    return _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+  }
+  // rows[c] lane i -> rows[i] lane c: a 16 x 16 transpose of 32-bit lanes.
+  static void transpose(I (&rows)[16]) {
+    I t[16];
+    for (int i = 0; i < 16; i += 2) {  // per 128-bit lane: (row i, row i+1) interleaved by pairs
+      t[i] = _mm512_unpacklo_epi32(rows[i], rows[i + 1]);
+      t[i + 1] = _mm512_unpackhi_epi32(rows[i], rows[i + 1]);
+    }
+    for (int i = 0; i < 16; i += 4) {  // rows[i + j], lane L: column 4L + j of rows i..i+3
+      rows[i] = _mm512_unpacklo_epi64(t[i], t[i + 2]);
+      rows[i + 1] = _mm512_unpackhi_epi64(t[i], t[i + 2]);
+      rows[i + 2] = _mm512_unpacklo_epi64(t[i + 1], t[i + 3]);
+      rows[i + 3] = _mm512_unpackhi_epi64(t[i + 1], t[i + 3]);
+    }
+    for (int j = 0; j < 4; ++j) {  // column 4L + j: lane L of rows j, 4 + j, 8 + j, 12 + j
+      const I u0 = _mm512_shuffle_i32x4(rows[j], rows[4 + j], 0x44), u1 = _mm512_shuffle_i32x4(rows[j], rows[4 + j], 0xEE);
+      const I v0 = _mm512_shuffle_i32x4(rows[8 + j], rows[12 + j], 0x44), v1 = _mm512_shuffle_i32x4(rows[8 + j], rows[12 + j], 0xEE);
+      t[j] = _mm512_shuffle_i32x4(u0, v0, 0x88);
+      t[4 + j] = _mm512_shuffle_i32x4(u0, v0, 0xDD);
+      t[8 + j] = _mm512_shuffle_i32x4(u1, v1, 0x88);
+      t[12 + j] = _mm512_shuffle_i32x4(u1, v1, 0xDD);
+    }
+    for (int i = 0; i < 16; ++i) rows[i] = t[i];
+  }
+  // Lane masks, for group_params' branches.
+  using M = __mmask16;
+  static I bits(F a) { return _mm512_castps_si512(a); }
+  static F from_bits(I a) { return _mm512_castsi512_ps(a); }
+  static F div(F a, F b) { return _mm512_div_ps(a, b); }
+  static M is_nan(F a) { return _mm512_cmp_ps_mask(a, a, _CMP_UNORD_Q); }
+  static M less(F a, F b) { return _mm512_cmp_ps_mask(a, b, _CMP_LT_OQ); }
+  static M less_equal(F a, F b) { return _mm512_cmp_ps_mask(a, b, _CMP_LE_OQ); }
+  static M nonzero(I a) { return _mm512_test_epi32_mask(a, a); }
+  static M negative(I a) { return _mm512_cmplt_epi32_mask(a, zero()); }
+  static M both(M a, M b) { return static_cast<M>(a & b); }
+  static M but_not(M a, M b) { return static_cast<M>(a & ~b); }  // a and not b
+  static F select(M m, F yes, F no) { return _mm512_mask_blend_ps(m, no, yes); }
+  static I select(M m, I yes, I no) { return _mm512_mask_blend_epi32(m, no, yes); }
 };
 #elif defined(__AVX2__)
 // A tile row of a nChw8c buffer: 8 floats, or 8 32-bit integers, a register.
@@ -90,7 +130,6 @@ struct Lanes {
   static void store(uint32_t* p, I v) { _mm256_store_si256(reinterpret_cast<__m256i*>(p), v); }
   static F set(float x) { return _mm256_set1_ps(x); }
   static I set(int x) { return _mm256_set1_epi32(x); }
-  static I index() { return _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7); }
   static F min(F a, F b) { return _mm256_min_ps(a, b); }
   static F max(F a, F b) { return _mm256_max_ps(a, b); }
   static F sub(F a, F b) { return _mm256_sub_ps(a, b); }
@@ -111,9 +150,42 @@ struct Lanes {
   static I zero() { return _mm256_setzero_si256(); }
   static I shl(I a, int64_t n) { return _mm256_sll_epi32(a, _mm_cvtsi64_si128(n)); }
   static I shr(I a, int64_t n) { return _mm256_srl_epi32(a, _mm_cvtsi64_si128(n)); }
-  static I gather16(const uint16_t* base, I at) {
-    return _mm256_i32gather_epi32(reinterpret_cast<const int*>(base), at, 2);
+  // 8 16-bit values at p, each widened to its 32-bit lane.
+  static I widen16(const uint16_t* p) {
+    return _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
   }
+  // rows[c] lane i -> rows[i] lane c: an 8 x 8 transpose of 32-bit lanes.
+  static void transpose(I (&rows)[8]) {
+    I t[8], u[8];
+    for (int i = 0; i < 8; i += 2) {
+      t[i] = _mm256_unpacklo_epi32(rows[i], rows[i + 1]);
+      t[i + 1] = _mm256_unpackhi_epi32(rows[i], rows[i + 1]);
+    }
+    for (int i = 0; i < 8; i += 4) {
+      u[i] = _mm256_unpacklo_epi64(t[i], t[i + 2]);
+      u[i + 1] = _mm256_unpackhi_epi64(t[i], t[i + 2]);
+      u[i + 2] = _mm256_unpacklo_epi64(t[i + 1], t[i + 3]);
+      u[i + 3] = _mm256_unpackhi_epi64(t[i + 1], t[i + 3]);
+    }
+    for (int j = 0; j < 4; ++j) {  // 128-bit halves: rows j (low) and 4 + j (high)
+      rows[j] = _mm256_permute2x128_si256(u[j], u[4 + j], 0x20);
+      rows[4 + j] = _mm256_permute2x128_si256(u[j], u[4 + j], 0x31);
+    }
+  }
+  // Lane masks (all-ones lanes), for group_params' branches.
+  using M = __m256;
+  static I bits(F a) { return _mm256_castps_si256(a); }
+  static F from_bits(I a) { return _mm256_castsi256_ps(a); }
+  static F div(F a, F b) { return _mm256_div_ps(a, b); }
+  static M is_nan(F a) { return _mm256_cmp_ps(a, a, _CMP_UNORD_Q); }
+  static M less(F a, F b) { return _mm256_cmp_ps(a, b, _CMP_LT_OQ); }
+  static M less_equal(F a, F b) { return _mm256_cmp_ps(a, b, _CMP_LE_OQ); }
+  static M nonzero(I a) { return _mm256_xor_ps(from_bits(_mm256_cmpeq_epi32(a, zero())), from_bits(set(-1))); }
+  static M negative(I a) { return from_bits(_mm256_cmpgt_epi32(zero(), a)); }
+  static M both(M a, M b) { return _mm256_and_ps(a, b); }
+  static M but_not(M a, M b) { return _mm256_andnot_ps(b, a); }  // a and not b
+  static F select(M m, F yes, F no) { return _mm256_blendv_ps(no, yes, m); }
+  static I select(M m, I yes, I no) { return bits(_mm256_blendv_ps(from_bits(no), from_bits(yes), m)); }
 };
 #endif
 
@@ -152,6 +224,43 @@ void for_tile_ranges(int64_t tiles, int64_t tile_elements, Fn&& fn) {
   for (int64_t r = 0; r < ranges; ++r) fn(r * grain, std::min(tiles, (r + 1) * grain));
 }
 
+// group_params of kLanes groups at once from their ranges mn, mx (kLanes each): their min, step
+// and inv_step (kLanes each), lane by lane group_params' steps, roundings and NaN, bit for bit.
+// Sixteen scalar calls, two divisions and a few branches each, were a sixth of the 1-bit
+// per-plane quantize (perf, the 2-bit EfficientNet step).
+template <int B>
+inline void lane_group_params(const float* mn, const float* mx, MetaType meta, float* min, float* step, float* inv_step) {
+  using F = Lanes::F;
+  using I = Lanes::I;
+  using M = Lanes::M;
+  const F levels = Lanes::set(static_cast<float>((1 << B) - 1)), zero = Lanes::set(0.0f);
+  const I high = Lanes::set(static_cast<int>(0xFFFF0000u)), low = Lanes::set(0xFFFF), ulp = Lanes::set(0x10000);
+  const I nan = Lanes::set(0x7FC00000);  // the one NaN: group_params' step, kBf16QuietNan widened
+  // x rounded to bf16 down (negative = false: toward -inf for a negative inexact x) or up, as
+  // f32_to_bf16_down / up: truncation, one bf16 ulp further where that is the other way.
+  auto to_bf16 = [&](F x, bool up) {
+    const I u = Lanes::bits(x), t = Lanes::bit_and(u, high);
+    const M inexact = Lanes::nonzero(Lanes::bit_and(u, low));
+    const M away = up ? Lanes::but_not(inexact, Lanes::negative(u)) : Lanes::both(inexact, Lanes::negative(u));
+    return Lanes::from_bits(Lanes::select(Lanes::is_nan(x), nan, Lanes::select(away, Lanes::add(t, ulp), t)));
+  };
+  const F vmn = Lanes::load(mn), vmx = Lanes::load(mx);
+  const F vmin = meta == MetaType::BF16 ? to_bf16(vmn, false) : vmn;
+  F vstep = Lanes::div(Lanes::sub(vmx, vmin), levels);
+  vstep = Lanes::select(Lanes::is_nan(vstep), Lanes::from_bits(nan), vstep);
+  if (meta == MetaType::BF16) {
+    vstep = to_bf16(vstep, true);
+  } else {  // one ulp up where the grid falls short of mx
+    const M short_of = Lanes::both(Lanes::less(zero, vstep), Lanes::less(Lanes::fmadd(levels, vstep, vmin), vmx));
+    vstep = Lanes::select(short_of, Lanes::from_bits(Lanes::add(Lanes::bits(vstep), Lanes::set(1))), vstep);
+  }
+  const F inv = Lanes::div(Lanes::set(1.0f), vstep);  // safe_inverse
+  const M finite = Lanes::both(Lanes::less(zero, vstep), Lanes::less_equal(inv, Lanes::set(3.0e38f)));
+  Lanes::store(min, vmin);
+  Lanes::store(step, vstep);
+  Lanes::store(inv_step, Lanes::select(finite, inv, zero));
+}
+
 // The words of one row of groups: word w of lane c's code stream at words[w * lanes + c].
 struct LaneWords {
   alignas(64) uint32_t words[kLanes * (kMaxGroup * 8 / 32)];  // (words of the longest group at 8 bits, lanes)
@@ -174,22 +283,42 @@ struct LaneWords {
 };
 
 // One thread's rounding noise of a tile: the tile's plain elements [e0, e0 + lanes plane) (its
-// planes one after the other, the plain order) from the Philox blocks that cover them.
+// planes one after the other, the plain order) from the Philox blocks that cover them, laid out
+// as the tile's rows are: element i of lane c's plane at rows[i * lanes + c], widened to 32 bits,
+// so that a row's noise is one load. (A gather of the lanes' 16-bit values from the plain order,
+// one a row, was a fifth of the 1-bit quantize in perf: its latency, on the AMD EPYC Zen 4.)
 class TileNoise {
  public:
-  TileNoise(const QuantNoise& noise, int64_t tile_elements)
-      : noise_(noise), buf_(new uint16_t[static_cast<size_t>(tile_elements + 3 * 128)]) {}
-  // Fills the noise of [e0, e0 + n); returns where element e0's lies.
-  const uint16_t* fill(int64_t e0, int64_t n) {
-    const int64_t b0 = e0 >> 7, b1 = (e0 + n - 1) >> 7;
-    group_simd::fill_noise_blocks(noise_, b0, b1, buf_.get());
-    buf_[(b1 - b0 + 1) * 128] = 0;  // read as the upper half of the last element's 32-bit gather
-    return buf_.get() + (e0 - 128 * b0);
+  TileNoise(const QuantNoise& noise, int64_t plane)
+      : noise_(noise),
+        plane_(plane),
+        plain_(new uint16_t[static_cast<size_t>(kLanes * plane + 2 * 128)]),
+        rows_(static_cast<uint32_t*>(std::aligned_alloc(64, static_cast<size_t>((kLanes * plane * 4 + 63) / 64 * 64)))) {}
+  ~TileNoise() { std::free(rows_); }
+  TileNoise(const TileNoise&) = delete;
+  TileNoise& operator=(const TileNoise&) = delete;
+  // Fills the noise of the tile whose plain elements start at e0; returns its rows.
+  const uint32_t* fill(int64_t e0) {
+    const int64_t n = kLanes * plane_, b0 = e0 >> 7, b1 = (e0 + n - 1) >> 7;
+    group_simd::fill_noise_blocks(noise_, b0, b1, plain_.get());
+    const uint16_t* src = plain_.get() + (e0 - 128 * b0);  // (lanes, plane)
+    int64_t i = 0;
+    for (; i + kLanes <= plane_; i += kLanes) {  // a kLanes x kLanes block a step
+      Lanes::I block[kLanes];
+      for (int64_t c = 0; c < kLanes; ++c) block[c] = Lanes::widen16(src + c * plane_ + i);
+      Lanes::transpose(block);
+      for (int64_t k = 0; k < kLanes; ++k) Lanes::store(rows_ + (i + k) * kLanes, block[k]);
+    }
+    for (; i < plane_; ++i)
+      for (int64_t c = 0; c < kLanes; ++c) rows_[i * kLanes + c] = src[c * plane_ + i];
+    return rows_;
   }
 
  private:
   QuantNoise noise_;
-  std::unique_ptr<uint16_t[]> buf_;  // (blocks covering a tile + 1 spare element,)
+  int64_t plane_;
+  std::unique_ptr<uint16_t[]> plain_;  // (blocks covering a tile,): the plain order
+  uint32_t* rows_;                     // (plane, lanes), 64-byte aligned
 };
 
 // Quantizes the per-plane groups of a blocked buffer x (applies(g, walk)), f32 or bf16 (T): the
@@ -204,14 +333,14 @@ void quantize(const T* x, const GroupGeometry& g, const CodecWalk& walk, Roundin
   const int meta_size = meta_bytes_per_group(g.meta);
   const bool stochastic = rounding == Rounding::Stochastic;
   for_tile_ranges(g.spans / kLanes, tile_elements, [&](int64_t t0, int64_t t1) {
-    TileNoise tile_noise(noise, tile_elements);
+    std::optional<TileNoise> tile_noise;
+    if (stochastic) tile_noise.emplace(noise, plane);
     auto words = std::make_unique<LaneWords>();
-    const I lane_plane = Lanes::mul(Lanes::index(), Lanes::set(static_cast<int>(plane)));  // lane c's plane's first
     const F zero = Lanes::set(0.0f), half = Lanes::set(0.5f), scale = Lanes::set(1.0f / 65536.0f);
-    const I vlev = Lanes::set(static_cast<int>(levels)), low16 = Lanes::set(0xFFFF);
+    const I vlev = Lanes::set(static_cast<int>(levels));
     for (int64_t t = t0; t < t1; ++t) {
       const T* tile = x + t * tile_elements;  // (plane, lanes)
-      const uint16_t* rnd = stochastic ? tile_noise.fill(t * tile_elements, tile_elements) : nullptr;  // (lanes, plane)
+      const uint32_t* rnd = stochastic ? tile_noise->fill(t * tile_elements) : nullptr;  // (plane, lanes)
       for (int64_t j = 0; j < gps; ++j) {
         const GroupGeometry::Place at = g.place_in(t * kLanes, j);  // lane 0's group; lane c's is span lanes t + c
         const int64_t s0 = at.start - t * kLanes * plane, len = at.len;
@@ -222,16 +351,15 @@ void quantize(const T* x, const GroupGeometry& g, const CodecWalk& walk, Roundin
           vmn = Lanes::min(v, vmn);  // the second operand where either is NaN: the scan's rule
           vmx = Lanes::max(v, vmx);
         }
-        alignas(64) float mn[kLanes], mx[kLanes], pmin[kLanes], pinv[kLanes];
+        alignas(64) float mn[kLanes], mx[kLanes], pmin[kLanes], pstep[kLanes], pinv[kLanes];
         Lanes::store(mn, vmn);
         Lanes::store(mx, vmx);
+        lane_group_params<B>(mn, mx, g.meta, pmin, pstep, pinv);
         for (int64_t c = 0; c < kLanes; ++c) {
-          const GroupParams p = group_params(mn[c], mx[c], B, g.meta);
+          const GroupParams p{pmin[c], pstep[c], pinv[c]};
           const int64_t gi = (t * kLanes + c) * gps + j;
           store_group_meta(p, g.meta, meta + gi * meta_size);
           if (range_sq) range_sq[gi] = group_range_sq(p, len, B);
-          pmin[c] = p.min;
-          pinv[c] = p.inv_step;
         }
         const F vmin = Lanes::load(pmin), vinv = Lanes::load(pinv);
         // Row i's codes into the lanes' current 32-bit words; a word full goes to `words`.
@@ -241,10 +369,8 @@ void quantize(const T* x, const GroupGeometry& g, const CodecWalk& walk, Roundin
           const F fl = Lanes::trunc(u);
           const F frac = Lanes::sub(u, fl);
           F r = half;
-          if (rnd) {  // lane c's noise: element s0 + i of its plane
-            const I h = Lanes::bit_and(Lanes::gather16(rnd, Lanes::add(lane_plane, Lanes::set(static_cast<int>(s0 + i)))), low16);
-            r = Lanes::mul(Lanes::add(Lanes::to_float(h), half), scale);
-          }
+          if (rnd)  // lane c's noise: element s0 + i of its plane
+            r = Lanes::mul(Lanes::add(Lanes::to_float(Lanes::load(rnd + (s0 + i) * kLanes)), half), scale);
           const I code = Lanes::min(Lanes::round_up(Lanes::to_int(fl), r, frac), vlev);
           const int64_t bit = B * i, off = bit & 31;
           word = Lanes::bit_or(word, Lanes::shl(code, off));
