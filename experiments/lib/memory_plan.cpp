@@ -43,6 +43,9 @@ PlanOption level(std::string name, std::string storage, bool recompute, std::vec
   return o;
 }
 
+// L0: every saved tensor FP32, nothing recomputed (plan_options' first).
+PlanOption fp32_level() { return level("L0", "scheme: fp32", false); }
+
 // What the profile runs of an option: its GACT storage estimates 4 tensors' sensitivities a
 // refresh (as bench/recompute_levels.sh does), so that the short benchmarks time its steady state
 // rather than the first step's estimate of every tensor (one pass each). What trains, and what
@@ -281,7 +284,7 @@ BlockSearch fewest_blocks(const Config& c, size_t n, const std::function<PlanOpt
 
 std::vector<PlanOption> plan_options(const Config& c) {
   std::vector<PlanOption> o = {
-      level("L0", "scheme: fp32", false),
+      fp32_level(),
       level("actnn-L2", "scheme: actnn-L2", false),
       level("actnn-L3", "scheme: actnn-L3", false),
       level("gact-L1", "scheme: gact-L1", false),
@@ -332,7 +335,7 @@ VarianceCheck::VarianceCheck(const Config& c, int64_t batch) : config_(c), batch
     inputs_ = fmt::format("synthetic ({})", e.what());
     data = batches(kBatches);
   }
-  const Config fp32 = with_option(c, plan_options(c).front().overrides);
+  const Config fp32 = with_option(c, fp32_level().overrides);  // L0, without plan_options' model build
   Session s = make_session(fp32, data.input);
   sampling_ = gradient_sampling_variance(*s.model, *s.policy, data.batches, c.train.label_smoothing);
   clear_tape();

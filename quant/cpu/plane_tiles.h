@@ -66,7 +66,6 @@ struct Lanes {
   static I round_up(I code, F r, F frac) {
     return _mm512_mask_add_epi32(code, _mm512_cmp_ps_mask(r, frac, _CMP_LT_OQ), code, _mm512_set1_epi32(1));
   }
-  static I mul(I a, I b) { return _mm512_mullo_epi32(a, b); }
   static I add(I a, I b) { return _mm512_add_epi32(a, b); }
   static I min(I a, I b) { return _mm512_min_epi32(a, b); }
   static I bit_and(I a, I b) { return _mm512_and_si512(a, b); }
@@ -142,7 +141,6 @@ struct Lanes {
   static I round_up(I code, F r, F frac) {  // the compare's all-ones lanes are -1
     return _mm256_sub_epi32(code, _mm256_castps_si256(_mm256_cmp_ps(r, frac, _CMP_LT_OQ)));
   }
-  static I mul(I a, I b) { return _mm256_mullo_epi32(a, b); }
   static I add(I a, I b) { return _mm256_add_epi32(a, b); }
   static I min(I a, I b) { return _mm256_min_epi32(a, b); }
   static I bit_and(I a, I b) { return _mm256_and_si256(a, b); }
@@ -293,32 +291,31 @@ class TileNoise {
       : noise_(noise),
         plane_(plane),
         plain_(new uint16_t[static_cast<size_t>(kLanes * plane + 2 * 128)]),
-        rows_(static_cast<uint32_t*>(std::aligned_alloc(64, static_cast<size_t>((kLanes * plane * 4 + 63) / 64 * 64)))) {}
-  ~TileNoise() { std::free(rows_); }
-  TileNoise(const TileNoise&) = delete;
-  TileNoise& operator=(const TileNoise&) = delete;
+        rows_(static_cast<uint32_t*>(std::aligned_alloc(64, static_cast<size_t>((kLanes * plane * 4 + 63) / 64 * 64))),
+              std::free) {}
   // Fills the noise of the tile whose plain elements start at e0; returns its rows.
   const uint32_t* fill(int64_t e0) {
     const int64_t n = kLanes * plane_, b0 = e0 >> 7, b1 = (e0 + n - 1) >> 7;
     group_simd::fill_noise_blocks(noise_, b0, b1, plain_.get());
     const uint16_t* src = plain_.get() + (e0 - 128 * b0);  // (lanes, plane)
+    uint32_t* rows = rows_.get();
     int64_t i = 0;
     for (; i + kLanes <= plane_; i += kLanes) {  // a kLanes x kLanes block a step
       Lanes::I block[kLanes];
       for (int64_t c = 0; c < kLanes; ++c) block[c] = Lanes::widen16(src + c * plane_ + i);
       Lanes::transpose(block);
-      for (int64_t k = 0; k < kLanes; ++k) Lanes::store(rows_ + (i + k) * kLanes, block[k]);
+      for (int64_t k = 0; k < kLanes; ++k) Lanes::store(rows + (i + k) * kLanes, block[k]);
     }
     for (; i < plane_; ++i)
-      for (int64_t c = 0; c < kLanes; ++c) rows_[i * kLanes + c] = src[c * plane_ + i];
-    return rows_;
+      for (int64_t c = 0; c < kLanes; ++c) rows[i * kLanes + c] = src[c * plane_ + i];
+    return rows;
   }
 
  private:
   QuantNoise noise_;
   int64_t plane_;
   std::unique_ptr<uint16_t[]> plain_;  // (blocks covering a tile,): the plain order
-  uint32_t* rows_;                     // (plane, lanes), 64-byte aligned
+  std::unique_ptr<uint32_t[], decltype(&std::free)> rows_;  // (plane, lanes), 64-byte aligned
 };
 
 // Quantizes the per-plane groups of a blocked buffer x (applies(g, walk)), f32 or bf16 (T): the
