@@ -38,9 +38,18 @@ bool tf32_from_environment() {
   return v && std::string(v) == "1";
 }
 std::atomic<bool> g_tf32_convolutions{tf32_from_environment()}, g_tf32_matmuls{tf32_from_environment()};
+thread_local bool t_tf32_for_half_operands = false;
 }  // namespace
 
-Tf32Use tf32_use() { return Tf32Use{g_tf32_convolutions.load(), g_tf32_matmuls.load()}; }
+Tf32Use tf32_use() {
+  const bool half_operands = t_tf32_for_half_operands;
+  return Tf32Use{half_operands || g_tf32_convolutions.load(), half_operands || g_tf32_matmuls.load()};
+}
+
+Tf32ForHalfOperands::Tf32ForHalfOperands(bool open) : previous_(t_tf32_for_half_operands) {
+  t_tf32_for_half_operands = previous_ || open;
+}
+Tf32ForHalfOperands::~Tf32ForHalfOperands() { t_tf32_for_half_operands = previous_; }
 void set_tf32_use(Tf32Use use) {
   g_tf32_convolutions = use.convolutions;
   g_tf32_matmuls = use.matmuls;

@@ -49,8 +49,26 @@ struct Tf32Use {
   bool convolutions = false;
   bool matmuls = false;
 };
-Tf32Use tf32_use();
+Tf32Use tf32_use();  // the setting, or both on this thread within a Tf32ForHalfOperands scope
 void set_tf32_use(Tf32Use use);
+
+// Within this scope the thread's convolutions and matmuls may run on TF32 tensor cores, whatever
+// set_tf32_use says. An op computing at the kernels' edges opens it around its kernels, whose operands
+// then hold 16-bit values: TF32 (f32's exponent, 10 mantissa bits) reads bf16's 7 and f16's 10 exactly,
+// so the kernel forms the products a 16-bit tensor-core kernel forms and sums them in f32, at
+// tensor-core speed (without it a GPU's bf16 step ran its convolutions as exact f32: 0.15x PyTorch's
+// bf16 autocast on an H200). A value decoded from compressed storage may carry more bits: TF32 reads it
+// rounded to 10, where a 16-bit kernel would read it rounded to 7 or 10.
+class Tf32ForHalfOperands {
+ public:
+  explicit Tf32ForHalfOperands(bool open);  // false: no change
+  ~Tf32ForHalfOperands();
+  Tf32ForHalfOperands(const Tf32ForHalfOperands&) = delete;
+  Tf32ForHalfOperands& operator=(const Tf32ForHalfOperands&) = delete;
+
+ private:
+  bool previous_;
+};
 
 // A lower-precision op's floating operand in the autocast dtype (t itself when autocast is off or t is not
 // floating).

@@ -30,7 +30,7 @@
 #          and store suites again with it;
 # offload: experiments/gact/offload.sh (GACT's L2): --find-max-batch and img/s for ResNet-50 and
 #          BERT-base at L0, gact-L1, gact-L2 and offloaded FP32, and the copy time hidden;
-# levers:  the memory levers on the GPU beside PyTorch's, in one run (LEVERS: resnet offload bert):
+# levers:  the memory levers on the GPU beside PyTorch's, in one run (LEVERS: resnet offload bert, or bf16):
 #          resnet, the ResNet-18 step at 512 (FP32 saves) plain, under bf16 autocast and with every
 #          block recomputed, against bench/torch_train_step.py plain, --autocast bf16 and --lever
 #          checkpoint; offload, every saved tensor offloaded (in_flight_bytes 256 MiB and 0) against
@@ -39,6 +39,9 @@
 #          scaled_dot_product_attention kernels, and the largest BERT-base batch in 16 GiB,
 #          standard, memory-efficient and gact-CB2 (the fortune files: the machine's, or a copy
 #          in .device/fortunes);
+#          bf16, the ResNet-18 step at 512 in FP32, bf16 (and both with 2-bit storage) against
+#          --autocast bf16, and BERT-base's (standard attention) against torch_bert_step.py's;
+# plan:    memory.plan: auto on the ResNet-18 step at 512 in PLAN_BUDGET (1500M), 10 timed steps;
 # timeline: Nsight Systems' trace of 4 timed FP32 steps at batch 512 and of PyTorch's 4, at
 #          the GPU's own clocks: how much of the step the GPU is busy (kernels and copies, overlaps
 #          merged) and how long it waits between launches, i.e. whether the step is bound by its
@@ -174,6 +177,20 @@ if [[ $phases == *levers* ]]; then  # LEVERS: which of resnet, offload, bert (de
     lever "packrat_resnet18_gact-L1" 40 $run trainer "${resnet[@]}" --set saved_tensors.default=gact-L1
     lever "packrat_resnet18_gact-L2" 40 $run trainer "${resnet[@]}" --set saved_tensors.default=gact-L2
   fi
+  if [[ $levers == *bf16* ]]; then  # bf16 autocast (convolutions and matmuls on TF32 tensor cores)
+    for r in 1 2; do  # two rounds
+      lever "packrat_resnet18_fp32" 40 $run trainer "${resnet[@]}"
+      lever "packrat_resnet18_bf16" 40 $run trainer "${resnet[@]}" --set precision=bf16
+      lever "torch_resnet18_bf16" 60 "${torch_resnet[@]}" --autocast bf16
+    done
+    lever "packrat_resnet18_actnn2" 40 $run trainer "${resnet[@]}" --set 'saved_tensors.default={scheme: actnn, bits: 2}'
+    lever "packrat_resnet18_bf16_actnn2" 40 $run trainer "${resnet[@]}" --set precision=bf16 \
+      --set 'saved_tensors.default={scheme: actnn, bits: 2}'
+    lever "packrat_bert_base_standard_fp32" 60 $run trainer "${bert[@]}" --set data.batch_size=32 --benchmark 5
+    lever "packrat_bert_base_standard_bf16" 60 $run trainer "${bert[@]}" --set data.batch_size=32 --set precision=bf16 \
+      --benchmark 5
+    lever "torch_bert_base_any_bf16" 60 python3 bench/torch_bert_step.py --batch 32 --seq-len 512 --autocast bf16
+  fi
   if [[ $levers == *bert* ]]; then
     for attention in standard memory_efficient; do
       lever "packrat_bert_base_$attention" 60 $run trainer "${bert[@]}" --set data.batch_size=32 \
@@ -191,6 +208,12 @@ if [[ $phases == *levers* ]]; then  # LEVERS: which of resnet, offload, bert (de
         --set model.attention=$attention --set saved_tensors.default=$storage --find-max-batch 16G
     done
   fi
+fi
+if [[ $phases == *plan* ]]; then  # memory.plan: auto on the GPU: the ResNet-18 step at batch 512 in PLAN_BUDGET
+  timeout 200 $run trainer --config configs/resnet18_gelu_3bit.yaml --set device=cuda --set data.batch_size=512 \
+    --set memory.plan=auto --set memory.budget=${PLAN_BUDGET:-1500M} --set output.dir=/tmp/runs/plan --overwrite \
+    --benchmark 10 >"$out/plan.log" 2>&1
+  cp /tmp/runs/plan/plan.json "$out/plan.json" 2>/dev/null
 fi
 # PyTorch's step (bench/torch_train_step.py): its 4 timed steps after 3 warm-up ones, which hold
 # cuDNN's algorithm search. Both it and `trainer --benchmark` mark their timed steps for the
@@ -267,7 +290,7 @@ for f in "$out"/tests_*.log; do
   grep -E '^\[  FAILED  \] .*\(|Segmentation|terminate called|Aborted|what\(\)' "$f" | head -20
   grep -qE '^\[ +PASSED' "$f" || tail -n 5 "$f"  # a run that did not finish: its last words
 done
-for f in "$out"/train_*.log "$out"/maxbatch_*.log; do [[ -f $f ]] && { echo "-- $(basename "$f")"; tail -n 4 "$f"; }; done
+for f in "$out"/train_*.log "$out"/maxbatch_*.log "$out"/plan.log; do [[ -f $f ]] && { echo "-- $(basename "$f")"; tail -n 4 "$f"; }; done
 for f in "$out"/ncu_*.csv; do  # GPU time by kernel name over the profiled launches
   [[ -s $f ]] || continue
   echo "-- $(basename "$f"): kernels by GPU time"

@@ -78,6 +78,7 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const C
   const Tensor wk = at_edges ? at_kernel_edge(weight, data, g.dtype) : weight;
   // A weight that cannot change before the next call (eval, or frozen) keeps its prepared copy.
   const bool keep_weights = (!grad_enabled() || !weight.requires_grad()) && !at_edges;
+  const Tf32ForHalfOperands tf32(at_edges);  // the operands hold 16-bit values: TF32 reads them exactly
   Tensor y = in_dtype(be.conv_forward(src.to(g.dtype), wk, bias, g, keep_weights), data);  // (N, Cout, OH, OW)
   if (!needs_grad({&x, &weight, &bias})) return y;
 
@@ -96,6 +97,7 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const C
   const Layout x_layout = x.layout(), w_layout = weight.layout();
   record("conv2d", {&x, &weight, &bias}, {&y}, std::move(saved),
          [g, data, at_edges, x_layout, w_layout, ix, iw](Node& n, const std::vector<Tensor>& grads) -> std::vector<Tensor> {
+           const Tf32ForHalfOperands tf32(at_edges);
            // (N, Cout, OH, OW) in the kernels' dtype, as both backward kernels read it
            const Tensor gy = backend_of(grads[0]).conv_grad_output(
                at_edges ? at_kernel_edge(grads[0], data, g.dtype) : grads[0], g);

@@ -45,6 +45,7 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   // y = x2 @ weight^T + bias: weight (out, in) read transposed as (in, out); at the kernels' edges
   // (no kernels for the 16-bit dtype) its values rounded to it here, as those kernels round it.
   const bool at_edges = kernel != data;
+  const Tf32ForHalfOperands tf32(at_edges);  // the operands hold 16-bit values: TF32 reads them exactly
   Tensor y = in_dtype(backend_of(x).matmul(x2.to(kernel), false, at_edges ? at_kernel_edge(weight, data, kernel) : weight,
                                            true, 1, M, in, out, bias, Shape(ydims), kernel),
                       data);  // (..., out)
@@ -66,6 +67,7 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
          [=](Node& n, const std::vector<Tensor>& grads) -> std::vector<Tensor> {
            const Tensor g = grads[0].to_plain().reshape(Shape{M, out});  // (M, out) f32
            const Tensor gk = at_kernel_edge(g, data, kernel);            // in the kernels' dtype
+           const Tf32ForHalfOperands tf32(at_edges);
            Backend& be = backend_of(g);
            std::vector<Tensor> r(3);
            if (n.inputs[0]) {
@@ -108,6 +110,7 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
   const DType data = autocast_dtype() != DType::f32 ? autocast_dtype() : result_dtype({&a, &b});
   const Tensor ap = a.to_plain().to(data), bp = b.to_plain().to(data);
   const DType kernel = kernel_dtype(backend_of(a), data);
+  const Tf32ForHalfOperands tf32(kernel != data);  // the operands hold 16-bit values: TF32 reads them exactly
   Tensor c = in_dtype(
       backend_of(a).matmul(ap.to(kernel), false, bp.to(kernel), false, batch, M, K, N, Tensor(), Shape(cdims), kernel),
       data);  // (B..., M, N)
@@ -128,6 +131,7 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
   record("matmul", {&a, &b}, {&c}, std::move(saved),
          [=](Node& n, const std::vector<Tensor>& grads) -> std::vector<Tensor> {
            const Tensor g = at_kernel_edge(grads[0].to_plain(), data, kernel);  // (B..., M, N) in the kernels' dtype
+           const Tf32ForHalfOperands tf32(kernel != data);
            Backend& be = backend_of(g);
            std::vector<Tensor> r(2);
            if (n.inputs[0]) {  // da = g @ b^T: (M, N) @ (N, K)

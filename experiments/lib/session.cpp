@@ -143,8 +143,9 @@ RunPrecision run_precision(const Config& c) {
                              dtype_name(d));
   } else {
     r.describe = fmt::format("precision {}: autocast; this {} has no {} kernels, so they compute in f32 on {}-rounded "
-                             "values (the same numbers and saved bytes, not the speed){}",
+                             "values{} (the same numbers and saved bytes, not the speed){}",
                              c.precision, device.is_cpu() ? "CPU" : "device", dtype_name(d), dtype_name(d),
+                             device.is_cpu() ? "" : ", on TF32 tensor cores, which hold them exactly",
                              *p == Precision::fp16 ? "; loss scaling from 65536" : "");
   }
   return r;

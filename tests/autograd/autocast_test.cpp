@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <thread>
 
 #include "autograd/checkpoint.h"
 #include "autograd/fp32_store.h"
@@ -18,6 +19,7 @@
 #include "experiments/lib/safetensors.h"
 #include "quant/policy/rule_policy.h"
 #include "tests/models/golden_file.h"
+#include "tests/support/emulated_gpu.h"
 #include "tests/support/gradcheck.h"
 
 using namespace packrat;
@@ -341,4 +343,48 @@ TEST(Autocast, TheCpusPointwiseKernelsReadBf16AsItsF32Values) {
     EXPECT_EQ(cpu.pointwise_backward(id, x16, g, false).to_vector(), cpu.pointwise_backward(id, x32, g, false).to_vector())
         << name;
   }
+}
+
+// A device without bf16 kernels (the emulated GPU) computes a bf16 step's convolutions and matmuls at
+// the kernels' edges, on bf16 values, which TF32 reads exactly: each of those kernels, forward and
+// backward, runs with TF32 allowed (a GPU's cuDNN / cuBLAS take its tensor cores), where the run's
+// setting allows none; the same step in f32 runs every one without. The allowance is the thread's.
+TEST(Autocast, KernelsAtTheEdgesMayRunOnTf32WhichHoldsTheirOperandsExactly) {
+  packrat::testing::EmulatedGpu gpu;
+  const Device d = packrat::testing::EmulatedGpu::device();
+  DeviceScope on(d);
+  const Tf32Use before = tf32_use();
+  set_tf32_use(Tf32Use{});
+  Fp32Policy policy;
+  PolicyScope scope(policy);
+  auto on_gpu = [&](const Shape& s, uint64_t seed) {
+    return random_tensor(s, seed, -0.5f, 0.5f).to(d).set_requires_grad();
+  };
+  const Tensor x = on_gpu({2, 3, 6, 6}, 21), w = on_gpu({4, 3, 3, 3}, 22), lw = on_gpu({5, 144}, 23),
+               m = on_gpu({5, 3}, 24);
+  auto step = [&](DType precision) {
+    AutocastScope cast(precision);
+    const Tensor h = ops::conv2d(x, w, Tensor(), ops::Conv2dOptions{1, 1, 1, 1});  // (2, 4, 6, 6)
+    const Tensor y = ops::matmul(ops::linear(ops::flatten(h), lw, Tensor()), m);    // (2, 5) @ (5, 3)
+    backward(y, ones(y.shape()).to(d));
+  };
+  step(DType::bf16);
+  EXPECT_FALSE(tf32_use().convolutions || tf32_use().matmuls) << "the allowance ends with the op";
+  // conv: forward, data and weight gradients; linear and matmul: forward and both gradients each.
+  EXPECT_EQ(gpu.convolutions().with_tf32, 3);
+  EXPECT_EQ(gpu.convolutions().without, 0);
+  EXPECT_EQ(gpu.matmuls().with_tf32, 6);
+  EXPECT_EQ(gpu.matmuls().without, 0);
+  step(DType::f32);
+  EXPECT_EQ(gpu.convolutions().without, 3);
+  EXPECT_EQ(gpu.matmuls().without, 6);
+  EXPECT_EQ(gpu.matmuls().with_tf32, 6);
+  {
+    const Tf32ForHalfOperands tf32(true);
+    EXPECT_TRUE(tf32_use().convolutions && tf32_use().matmuls);
+    bool other_thread = true;
+    std::thread([&] { other_thread = tf32_use().convolutions || tf32_use().matmuls; }).join();
+    EXPECT_FALSE(other_thread) << "another thread's kernels keep the run's setting";
+  }
+  set_tf32_use(before);
 }

@@ -8,6 +8,7 @@
 #include <memory>
 #include <vector>
 
+#include "core/autocast.h"
 #include "core/backend.h"
 #include "core/backend_override.h"
 #include "core/cpu/cpu_backend.h"
@@ -102,6 +103,7 @@ class EmulatedBackend final : public Backend {
   }
   Tensor conv_forward(const Tensor& x, const Tensor& w, const Tensor& b, const ConvGeometry& g,
                       bool keep_weights) override {
+    count(convolutions_, tf32_use().convolutions);
     Tensor y;
     {
       OnHost h(x, w, b);
@@ -110,6 +112,7 @@ class EmulatedBackend final : public Backend {
     return adopt(y);
   }
   Tensor conv_backward_data(const Tensor& gy, const Tensor& w, const ConvGeometry& g) override {
+    count(convolutions_, tf32_use().convolutions);
     Tensor y;
     {
       OnHost h(gy, w);
@@ -119,6 +122,7 @@ class EmulatedBackend final : public Backend {
   }
   void conv_backward_weights(const Tensor& x, const Tensor& gy, const ConvGeometry& g, Tensor& gw,
                              Tensor& gb) override {
+    count(convolutions_, tf32_use().convolutions);
     {
       OnHost h(x, gy, gw, gb);
       cpu().conv_backward_weights(x, gy, g, gw, gb);
@@ -128,6 +132,7 @@ class EmulatedBackend final : public Backend {
   }
   Tensor matmul(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, int64_t batch, int64_t M, int64_t K,
                 int64_t N, const Tensor& bias, const Shape& out, DType c_dtype = DType::f32) override {
+    count(matmuls_, tf32_use().matmuls);
     Tensor y;
     {
       OnHost h(a, b, bias);
@@ -463,6 +468,9 @@ class EmulatedBackend final : public Backend {
   CopyEngine* copy_engine() override { return &copies_; }
   EmulatedCopyEngine& copies() { return copies_; }
 
+  EmulatedGpu::Tf32Calls convolutions_, matmuls_;
+  static void count(EmulatedGpu::Tf32Calls& calls, bool tf32) { ++(tf32 ? calls.with_tf32 : calls.without); }
+
  private:
   Allocator allocator_;
   EmulatedCopyEngine copies_{kGpu};
@@ -551,6 +559,7 @@ EmulatedBackend& instance() {
 }  // namespace
 
 EmulatedGpu::EmulatedGpu() {
+  instance().convolutions_ = instance().matmuls_ = {};
   set_backend_override(kGpu, &instance());
   set_codecs(kGpu, &codecs());
 }
@@ -561,5 +570,7 @@ EmulatedGpu::~EmulatedGpu() {
 }
 Allocator& EmulatedGpu::allocator() { return instance().allocator(); }
 EmulatedCopyEngine& EmulatedGpu::copy_engine() { return instance().copies(); }
+EmulatedGpu::Tf32Calls EmulatedGpu::convolutions() const { return instance().convolutions_; }
+EmulatedGpu::Tf32Calls EmulatedGpu::matmuls() const { return instance().matmuls_; }
 
 }  // namespace packrat::testing

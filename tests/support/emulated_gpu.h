@@ -14,6 +14,8 @@
 //
 //   EmulatedGpu gpu;                     // installed until it goes out of scope
 //   DeviceScope on(EmulatedGpu::device());
+#include <cstdint>
+
 #include "core/allocator.h"
 #include "core/device.h"
 
@@ -31,6 +33,13 @@ class EmulatedGpu {
   Allocator& allocator();
   // Its copy engine (tests/support/emulated_copy_engine.h): copies run when asked about, in order.
   EmulatedCopyEngine& copy_engine();
+  // Its convolution and matmul calls since it was installed, by whether TF32 was allowed there
+  // (tf32_use(): what a GPU's cuDNN and cuBLAS would have been told).
+  struct Tf32Calls {
+    int64_t with_tf32 = 0, without = 0;
+  };
+  Tf32Calls convolutions() const;
+  Tf32Calls matmuls() const;
 };
 
 }  // namespace packrat::testing
