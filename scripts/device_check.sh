@@ -211,9 +211,8 @@ if [[ $phases == *levers* ]]; then  # LEVERS: which of resnet, offload, bert (de
 fi
 if [[ $phases == *plan* ]]; then  # memory.plan: auto on the GPU: the ResNet-18 step at batch 512 in PLAN_BUDGET
   timeout 200 $run trainer --config configs/resnet18_gelu_3bit.yaml --set device=cuda --set data.batch_size=512 \
-    --set memory.plan=auto --set memory.budget=${PLAN_BUDGET:-1500M} --set output.dir=/tmp/runs/plan --overwrite \
+    --set memory.plan=auto --set memory.budget=${PLAN_BUDGET:-1500M} --set output.dir=/tmp/runs/plan \
     --benchmark 10 >"$out/plan.log" 2>&1
-  cp /tmp/runs/plan/plan.json "$out/plan.json" 2>/dev/null
 fi
 # PyTorch's step (bench/torch_train_step.py): its 4 timed steps after 3 warm-up ones, which hold
 # cuDNN's algorithm search. Both it and `trainer --benchmark` mark their timed steps for the
@@ -224,10 +223,12 @@ if [[ $phases == *ncu* ]]; then
     timeout 150 ncu --profile-from-start off --metrics gpu__time_duration.sum --csv --print-units base \
       "${torch_step[@]}" >"$out/ncu_torch.csv" 2>"$out/ncu_torch.err"
   fi
-  for scheme in ${NCU_SCHEMES:-fp32 actnn2}; do
+  for scheme in ${NCU_SCHEMES:-fp32 actnn2}; do  # or bf16: FP32 storage under precision: bf16
     default=fp32; [[ $scheme == actnn2 ]] && default='{scheme: actnn, bits: 2}'
+    precision=(); [[ $scheme == bf16 ]] && precision=(--set precision=bf16)
     timeout 150 ncu --profile-from-start off --metrics gpu__time_duration.sum --csv --print-units base $run trainer \
       --config configs/resnet18_gelu_3bit.yaml --set device=cuda --set "saved_tensors.default=$default" \
+      "${precision[@]}" \
       --set 'saved_tensors.rules=[]' --set data.batch_size=512 --benchmark 4 >"$out/ncu_$scheme.csv" 2>"$out/ncu_$scheme.err"
   done
 fi

@@ -1,7 +1,8 @@
 // TF32 reads 16-bit values exactly (core/autocast.h, Tf32ForHalfOperands): cuDNN's convolution and
-// cuBLAS's matmul on TF32 tensor cores, given bf16-rounded operands, give exact f32's results but for
-// the order of the f32 sums; given operands with more bits, they lose TF32's 10-bit mantissa (which
-// shows that TF32 ran). Compiled always; skips without a GPU.
+// cuBLAS's matmul allowed TF32 tensor cores, given bf16-rounded operands, give exact f32's results but
+// for the order of the f32 sums. The matmul, given operands with more bits, loses TF32's 10-bit
+// mantissa, which shows that TF32 ran (cuDNN may pick an f32 kernel for a convolution this small: on
+// an H200 it did). Compiled always; skips without a GPU.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -49,7 +50,6 @@ TEST(CudaKernelsTf32, ReadsBf16RoundedOperandsExactly) {
   const Tensor xr = bf16_rounded(x), wr = bf16_rounded(w), ar = bf16_rounded(a), br = bf16_rounded(b);
   EXPECT_LT(relative_error(conv(xr, wr, true), conv(xr, wr, false)), 1e-5) << "bf16 values on TF32 convolutions";
   EXPECT_LT(relative_error(matmul(ar, br, true), matmul(ar, br, false)), 1e-5) << "bf16 values on TF32 matmuls";
-  EXPECT_GT(relative_error(conv(x, w, true), conv(x, w, false)), 3e-5) << "f32 values lose bits: TF32 did not run";
   EXPECT_GT(relative_error(matmul(a, b, true), matmul(a, b, false)), 3e-5) << "f32 values lose bits: TF32 did not run";
   set_tf32_use(before);
 }
