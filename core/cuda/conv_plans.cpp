@@ -143,15 +143,16 @@ const ConvChoice& ConvPlan::backward_filter(cudnnHandle_t h) {
 }
 
 namespace {
-// What a plan is cached by: the device, the geometry, the layout and the algorithm setting, as
-// integers (a formatted string key cost about a microsecond of host time per call, three calls a
-// convolution and step).
-using PlanKey = std::array<int64_t, 20>;
+// What a plan is cached by: the device, the geometry, the layout, the algorithm setting and whether
+// TF32 is allowed (the descriptor's math type: without it a plan made under one setting served the
+// other), as integers (a formatted string key cost about a microsecond of host time per call, three
+// calls a convolution and step).
+using PlanKey = std::array<int64_t, 21>;
 PlanKey plan_key(int device, const ConvGeometry& g, Layout layout) {
   return {device,       g.N,          g.Cin,        g.H,          g.W,          g.Cout,     g.KH,
           g.KW,         g.OH,         g.OW,         g.stride_h,   g.stride_w,   g.pad_h,    g.pad_w,
           g.dilation_h, g.dilation_w, g.groups,     g.has_bias,   static_cast<int64_t>(layout),
-          static_cast<int64_t>(conv_algorithm_setting())};
+          static_cast<int64_t>(conv_algorithm_setting()),      tf32_use().convolutions};
 }
 struct PlanKeyHash {
   size_t operator()(const PlanKey& k) const {

@@ -1,8 +1,7 @@
 #pragma once
 // cuDNN convolution plans (legacy API, f32, plain NCHW or NHWC): the descriptors of one geometry,
 // created once, and for each direction the algorithm chosen once, on first use, with its
-// workspace size. Cached per (GPU, ConvGeometry::key(), which includes the ConvAlgorithm
-// setting, layout). With NHWC the input, output and filter are all channels-innermost: x
+// workspace size. Cached per GPU, geometry, layout, ConvAlgorithm setting and TF32 use. With NHWC the input, output and filter are all channels-innermost: x
 // (N, H, W, Cin), y (N, OH, OW, Cout), w (Cout, KH, KW, Cin / groups). Included by core/cuda/*.cpp only.
 #include <cudnn.h>
 
@@ -22,7 +21,7 @@ namespace packrat::cuda {
 // workspace; Deterministic the first that cuDNN marks CUDNN_DETERMINISTIC (the same bits run
 // after run: no split reductions in a nondeterministic order). TF32 tensor cores are not used (math type
 // CUDNN_FMA_MATH; CUDNN_DEFAULT_MATH would permit TF32 on Ampere and later) unless
-// tf32_use().convolutions (core/autocast.h), which ConvGeometry::key() includes.
+// tf32_use().convolutions (core/autocast.h) when the plan is made.
 struct ConvChoice {
   int algo = -1;           // a cudnnConvolution{Fwd,BwdData,BwdFilter}Algo_t
   size_t workspace = 0;    // bytes

@@ -177,7 +177,12 @@ int64_t omp_num_threads_env() {
 
 void apply_process_settings(const Config& c) {
   check_device_can_train(c);
-  spdlog::info("{}", run_precision(c).describe);
+  // Said once while it holds: memory.plan's trials apply the settings again for each option.
+  static std::string said;
+  if (std::string precision = run_precision(c).describe; precision != said) {
+    spdlog::info("{}", precision);
+    said = std::move(precision);
+  }
   // More OpenMP threads than processors wait on each other at every barrier: a few too many (a
   // config from a bigger machine) cost some speed and get a warning; far too many (threads: 1024
   // on 2 cores ran 50x slower; OMP_NUM_THREADS=100000 crashed starting them) are refused.
