@@ -37,7 +37,7 @@ struct ConvGeometry {
   int64_t N, Cin, H, W, Cout, KH, KW, OH, OW;
   int64_t stride_h, stride_w, pad_h, pad_w, dilation_h, dilation_w, groups;
   bool has_bias;
-  // The dtype of x, y and gy in the kernels: f32, or a 16-bit dtype the backend computes_in (the
+  // The dtype of x, y and gy in the kernels: f32, or a 16-bit dtype the backend conv_computes_in (the
   // weight stays f32 and is read converted; the gradients dx, gw and gb are f32).
   DType dtype = DType::f32;
   double flops() const { return 2.0 * N * Cout * OH * OW * (Cin / groups) * KH * KW; }  // per pass
@@ -73,6 +73,9 @@ class Backend {
   // Whether the convolution, matmul and attention kernels run natively in this 16-bit dtype
   // (core/autocast.h); f32 always. Where not, autocast's ops convert at the kernels' edges.
   virtual bool computes_in(DType dtype) const { return dtype == DType::f32; }
+  // Whether the convolutions alone do (ConvGeometry::dtype): a backend whose other kernels convert at
+  // their edges may still run its convolutions natively (CUDA: cuDNN's bf16 and f16 convolutions).
+  virtual bool conv_computes_in(DType dtype) const { return computes_in(dtype); }
   // Side streams for copies between this device and host memory (core/copy_engine.h); null where
   // there is no second memory to move to (the CPU). Made on first use; lives as long as the backend.
   virtual CopyEngine* copy_engine() { return nullptr; }

@@ -69,7 +69,7 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const C
   // f32 on the rounded values (kernel), and y comes back in it.
   const Tensor xc = autocast_operand(x);
   const DType data = xc.dtype();
-  g.dtype = kernel_dtype(be, data);
+  g.dtype = be.conv_computes_in(data) ? data : DType::f32;
   // The kernel reads x in its own layout; keep that copy so that backward needs no reorder.
   const Tensor src = be.conv_input(xc, g);
   // At the kernels' edges (no kernels for the 16-bit dtype) the weight's values are rounded to it

@@ -1,7 +1,7 @@
 #pragma once
-// cuDNN convolution plans (legacy API, f32, plain NCHW or NHWC): the descriptors of one geometry,
+// cuDNN convolution plans (legacy API, f32 or 16-bit operands with f32 sums, plain NCHW or NHWC): the descriptors of one geometry,
 // created once, and for each direction the algorithm chosen once, on first use, with its
-// workspace size. Cached per GPU, geometry, layout, ConvAlgorithm setting and TF32 use. With NHWC the input, output and filter are all channels-innermost: x
+// workspace size. Cached per GPU, geometry, dtype, layout, ConvAlgorithm setting and TF32 use. With NHWC the input, output and filter are all channels-innermost: x
 // (N, H, W, Cin), y (N, OH, OW, Cout), w (Cout, KH, KW, Cin / groups). Included by core/cuda/*.cpp only.
 #include <cudnn.h>
 
@@ -49,6 +49,7 @@ class ConvPlan {
   std::string what_;
   bool direct_;
   bool deterministic_;
+  bool half_;  // bf16 or f16 operands (ConvGeometry::dtype), f32 sums: tensor-core math
   ConvChoice forward_, backward_data_, backward_filter_;
   std::once_flag forward_once_, backward_data_once_, backward_filter_once_;
 };

@@ -142,11 +142,15 @@ RunPrecision run_precision(const Config& c) {
     r.describe = fmt::format("precision {}: autocast, convolutions, linear layers, matmuls in {} kernels", c.precision,
                              dtype_name(d));
   } else {
-    r.describe = fmt::format("precision {}: autocast; this {} has no {} kernels, so they compute in f32 on {}-rounded "
-                             "values{} (the same numbers and saved bytes, not the speed){}",
-                             c.precision, device.is_cpu() ? "CPU" : "device", dtype_name(d), dtype_name(d),
-                             device.is_cpu() ? "" : ", on TF32 tensor cores, which hold them exactly",
-                             *p == Precision::fp16 ? "; loss scaling from 65536" : "");
+    const bool convolutions = backend(device).conv_computes_in(d);
+    r.describe = fmt::format(
+        "precision {}: autocast; {}this {} has no {} kernels for {}, so they compute in f32 on {}-rounded values{} (the "
+        "same numbers and saved bytes, not the speed){}",
+        c.precision, convolutions ? fmt::format("convolutions in {} kernels; ", dtype_name(d)) : "",
+        device.is_cpu() ? "CPU" : "device", dtype_name(d),
+        convolutions ? "linear layers and matmuls" : "convolutions, linear layers and matmuls", dtype_name(d),
+        device.is_cpu() ? "" : ", on TF32 tensor cores, which hold them exactly",
+        *p == Precision::fp16 ? "; loss scaling from 65536" : "");
   }
   return r;
 }

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <filesystem>
 
+#include "core/autocast.h"
 #include "core/backend.h"
 #include "core/build_config.h"
 #include "core/device_runtime.h"
@@ -70,6 +71,42 @@ TEST(CudaTrainer, ResNet18StepMatchesTheCpuStep) {
   spec.activation = "gelu";
   spec.seed = 3;
   expect_step_matches_cpu(spec, 16, 3, 32, 32);
+}
+
+// bf16 autocast on the GPU (cuDNN's bf16 convolutions; linear layers on TF32 at the kernels'
+// edges) against the CPU's bf16 step: the loss and every gradient within bf16's rounding, which
+// each side applies to different sums, and the same (bf16) bytes saved.
+TEST(CudaTrainer, Bf16StepsMatchTheCpusBf16Steps) {
+  PACKRAT_SKIP_WITHOUT_GPU();
+  for (const char* arch : {"resnet18", "vit_tiny_fmnist"}) {
+    SCOPED_TRACE(arch);
+    ModelSpec spec;
+    spec.arch = arch;
+    spec.seed = 3;
+    const bool vit = std::string(arch).starts_with("vit");
+    if (vit) spec.in_channels = 1, spec.image_size = 28;
+    else spec.stem = "cifar", spec.activation = "gelu";
+    const AutocastScope bf16(DType::bf16);
+    const int64_t c = vit ? 1 : 3, hw = vit ? 28 : 32;
+    const DeviceStep cpu = device_step(spec, Device::cpu(), 8, c, hw, hw);
+    const DeviceStep gpu = device_step(spec, kGpu, 8, c, hw, hw);
+    EXPECT_NEAR(gpu.loss, cpu.loss, 1e-2 * std::abs(cpu.loss));
+    ASSERT_EQ(gpu.grads.size(), cpu.grads.size());
+    double worst = 1;
+    std::string worst_name;
+    for (size_t i = 0; i < cpu.grads.size(); ++i) {
+      const double cos = cosine(gpu.grads[i].second, cpu.grads[i].second);
+      if (cos < worst) worst = cos, worst_name = cpu.grads[i].first;
+    }
+    EXPECT_GT(worst, 0.99) << "gradient of " << worst_name;
+    ASSERT_EQ(gpu.saved.size(), cpu.saved.size());
+    int64_t bf16_saves = 0;
+    for (size_t i = 0; i < cpu.saved.size(); ++i) {
+      EXPECT_EQ(gpu.saved[i].bytes, cpu.saved[i].bytes) << cpu.saved[i].layer << " " << cpu.saved[i].op;
+      bf16_saves += gpu.saved[i].dtype == DType::bf16;
+    }
+    EXPECT_GT(bf16_saves, 0) << "the convolutions' and linear layers' inputs are saved in bf16";
+  }
 }
 
 // The other model families on the GPU against the CPU: a ViT (layernorm, attention, GELU, the
