@@ -74,7 +74,8 @@ class Backend {
   // (core/autocast.h); f32 always. Where not, autocast's ops convert at the kernels' edges.
   virtual bool computes_in(DType dtype) const { return dtype == DType::f32; }
   // Whether the convolutions alone do (ConvGeometry::dtype): a backend whose other kernels convert at
-  // their edges may still run its convolutions natively (CUDA: cuDNN's bf16 and f16 convolutions).
+  // their edges may still run its convolutions natively (CUDA: cuDNN's bf16 and f16 convolutions,
+  // with PACKRAT_CUDA_CONV=half).
   virtual bool conv_computes_in(DType dtype) const { return computes_in(dtype); }
   // Side streams for copies between this device and host memory (core/copy_engine.h); null where
   // there is no second memory to move to (the CPU). Made on first use; lives as long as the backend.

@@ -27,7 +27,9 @@
 #          measured in one run; with
 #          EXPERIMENT (NAME=VALUE: a kernel an environment variable picks, while both are measured),
 #          the variant is this packrat_bench with EXPERIMENT set, and the tests phase runs the codec
-#          and store suites again with it;
+#          and store suites (or EXPERIMENT_TESTS) again with it. The next GPU: the 16-bit convolutions,
+#          EXPERIMENT=PACKRAT_CUDA_CONV=half EXPERIMENT_TESTS='BackendConv.*:CudaTrainer.Bf16*'
+#          LEVERS=bf16 scripts/device_check.sh OUT tests levers;
 # offload: experiments/gact/offload.sh (GACT's L2): --find-max-batch and img/s for ResNet-50 and
 #          BERT-base at L0, gact-L1, gact-L2 and offloaded FP32, and the copy time hidden;
 # levers:  the memory levers on the GPU beside PyTorch's, in one run (LEVERS: resnet offload bert, or bf16):
@@ -39,8 +41,9 @@
 #          scaled_dot_product_attention kernels, and the largest BERT-base batch in 16 GiB,
 #          standard, memory-efficient and gact-CB2 (the fortune files: the machine's, or a copy
 #          in .device/fortunes);
-#          bf16, the ResNet-18 step at 512 in FP32, bf16 (and both with 2-bit storage) against
-#          --autocast bf16, and BERT-base's (standard attention) against torch_bert_step.py's;
+#          bf16, the ResNet-18 step at 512 in FP32, bf16 (and with EXPERIMENT, e.g.
+#          PACKRAT_CUDA_CONV=half, and both with 2-bit storage) against --autocast bf16, and
+#          BERT-base's (standard attention) against torch_bert_step.py's;
 # plan:    memory.plan: auto on the ResNet-18 step at 512 in PLAN_BUDGET (1500M), 10 timed steps;
 # timeline: Nsight Systems' trace of 4 timed FP32 steps at batch 512 and of PyTorch's 4, at
 #          the GPU's own clocks: how much of the step the GPU is busy (kernels and copies, overlaps
@@ -71,9 +74,9 @@ if [[ $phases == *tests* ]]; then
   for g in "${!groups[@]}"; do
     OMP_NUM_THREADS=4 timeout 200 $run packrat_tests --gtest_filter="${groups[$g]}" >"$out/tests_$g.log" 2>&1 &
   done
-  if [[ -n ${EXPERIMENT:-} ]]; then  # the codec and store suites again with the experiment's kernel
-    env "$EXPERIMENT" OMP_NUM_THREADS=4 timeout 200 $run packrat_tests --gtest_filter="${groups[quant]}" \
-      >"$out/tests_quant_experiment.log" 2>&1 &
+  if [[ -n ${EXPERIMENT:-} ]]; then  # EXPERIMENT_TESTS (default: the codec and store suites) again with it
+    env "$EXPERIMENT" OMP_NUM_THREADS=4 timeout 200 $run packrat_tests --gtest_filter="${EXPERIMENT_TESTS:-${groups[quant]}}" \
+      >"$out/tests_experiment.log" 2>&1 &
   fi
   # The plain NCHW path of the convolutions (PACKRAT_CUDA_LAYOUT=nchw).
   PACKRAT_CUDA_LAYOUT=nchw OMP_NUM_THREADS=4 timeout 200 $run packrat_tests \
@@ -164,6 +167,8 @@ if [[ $phases == *levers* ]]; then  # LEVERS: which of resnet, offload, bert (de
       lever "torch_resnet18_fp32" 60 "${torch_resnet[@]}"
       [[ $r == 2 ]] && break
       lever "packrat_resnet18_bf16" 40 $run trainer "${resnet[@]}" --set precision=bf16
+      [[ -n ${EXPERIMENT:-} ]] &&
+        lever "packrat_resnet18_bf16_$EXPERIMENT" 40 env "$EXPERIMENT" $run trainer "${resnet[@]}" --set precision=bf16
       lever "torch_resnet18_bf16" 60 "${torch_resnet[@]}" --autocast bf16
       lever "packrat_resnet18_recompute" 40 $run trainer "${resnet[@]}" --set 'memory.recompute=[blocks]'
       lever "torch_resnet18_checkpoint" 60 "${torch_resnet[@]}" --lever checkpoint
@@ -181,6 +186,8 @@ if [[ $phases == *levers* ]]; then  # LEVERS: which of resnet, offload, bert (de
     for r in 1 2; do  # two rounds
       lever "packrat_resnet18_fp32" 40 $run trainer "${resnet[@]}"
       lever "packrat_resnet18_bf16" 40 $run trainer "${resnet[@]}" --set precision=bf16
+      [[ -n ${EXPERIMENT:-} ]] &&
+        lever "packrat_resnet18_bf16_$EXPERIMENT" 40 env "$EXPERIMENT" $run trainer "${resnet[@]}" --set precision=bf16
       lever "torch_resnet18_bf16" 60 "${torch_resnet[@]}" --autocast bf16
     done
     lever "packrat_resnet18_actnn2" 40 $run trainer "${resnet[@]}" --set 'saved_tensors.default={scheme: actnn, bits: 2}'

@@ -10,6 +10,9 @@
 // contract says (ConvGeometry::dtype); the bias is added and summed in f32.
 #include <cuda_runtime.h>
 
+#include <cstdlib>
+#include <string>
+
 #include "core/cuda/conv_kernels.h"
 #include "core/cuda/conv_plans.h"
 #include "core/cuda/cuda_backend_impl.h"
@@ -56,8 +59,18 @@ Tensor conv_filter(const Tensor& w, Layout layout) {
 }  // namespace
 
 Layout CudaBackend::conv_weight_layout() const { return activation_layout(); }
+
+// cuDNN's 16-bit convolutions run with PACKRAT_CUDA_CONV=half, until a GPU has run their tests and
+// timed them against the default (scripts/device_check.sh's EXPERIMENT; docs/precision.md): by
+// default bf16 and f16 convolutions compute at the kernels' edges, on TF32 tensor cores.
 bool CudaBackend::conv_computes_in(DType dtype) const {
-  return dtype == DType::f32 || dtype == DType::bf16 || dtype == DType::f16;
+  static const bool half = [] {
+    const char* v = std::getenv("PACKRAT_CUDA_CONV");
+    const std::string name = v ? v : "f32";
+    PACKRAT_CHECK(name == "f32" || name == "half", "PACKRAT_CUDA_CONV={}: expected f32 or half", name);
+    return name == "half";
+  }();
+  return dtype == DType::f32 || (half && (dtype == DType::bf16 || dtype == DType::f16));
 }
 
 // The layout cuDNN reads: x itself when already in it.

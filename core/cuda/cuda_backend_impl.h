@@ -30,7 +30,7 @@ class CudaBackend final : public Backend {
 
   // ---- convolution on cuDNN (cuda_backend_conv.cpp)
   Layout conv_weight_layout() const override;  // activation_layout(): KRSC (NHWC) unless PACKRAT_CUDA_LAYOUT=nchw
-  bool conv_computes_in(DType dtype) const override;  // f32, bf16 and f16: cuDNN's tensor cores
+  bool conv_computes_in(DType dtype) const override;  // f32; bf16 and f16 with PACKRAT_CUDA_CONV=half
   Tensor conv_input(const Tensor& x, const ConvGeometry& g) override;
   Tensor conv_forward(const Tensor& x, const Tensor& w, const Tensor& b, const ConvGeometry& g,
                       bool keep_weights) override;
