@@ -134,16 +134,21 @@ TEST(BackendConv, ForwardAndBothBackwardsMatchDirectLoopsOnEveryBackend) {
   }
 }
 
+// The bf16 convolutions' geometries.
+const std::vector<ConvCase> kBf16Cases = {
+    {4, 32, 8, 8, 32, 3, 3, 1, 1, 1, 1, 1, 1, 1, false},  // ResNet's 3x3
+    {4, 16, 8, 8, 48, 3, 3, 1, 1, 1, 1, 1, 1, 1, true},   // 16 -> 48, bias
+    {4, 32, 8, 8, 64, 3, 3, 2, 2, 1, 1, 1, 1, 1, false},  // strided: an f32 weight gradient on a bf16 CPU
+    {4, 32, 8, 8, 64, 1, 1, 1, 1, 0, 0, 1, 1, 1, false},  // pointwise
+    {2, 32, 6, 6, 32, 3, 3, 1, 1, 1, 1, 1, 1, 32, true},  // depthwise, bias
+    {2, 3, 28, 28, 16, 4, 4, 4, 4, 0, 0, 1, 1, 1, true},  // a ViT's patch embedding: 3 channels in
+};
+
 // conv_grad_output hands both backward kernels the output gradient as they read it (on a CPU
 // with AMX, one channels-last bf16 copy): the gradients are those of the f32 gradient rounded to
 // the kernels' dtype and passed as it is, bit for bit.
 TEST(BackendConv, TheGradOutputFormGivesTheRoundedGradientsGradients) {
-  const std::vector<ConvCase> cases = {
-      {4, 32, 8, 8, 32, 3, 3, 1, 1, 1, 1, 1, 1, 1, false},  // ResNet's 3x3
-      {4, 16, 8, 8, 48, 3, 3, 1, 1, 1, 1, 1, 1, 1, true},   // 16 -> 48, bias
-      {4, 32, 8, 8, 64, 3, 3, 2, 2, 1, 1, 1, 1, 1, false},  // strided: an f32 weight gradient on a bf16 CPU
-      {4, 32, 8, 8, 64, 1, 1, 1, 1, 0, 0, 1, 1, 1, false},  // pointwise
-  };
+  const std::vector<ConvCase>& cases = kBf16Cases;
   const ConvAlgorithm before = conv_algorithm_setting();
   set_conv_algorithm(ConvAlgorithm::Deterministic);  // bit for bit: no split sums in a varying order (cuDNN)
   PACKRAT_FOR_EACH_BACKEND(b) {
@@ -176,14 +181,7 @@ TEST(BackendConv, TheGradOutputFormGivesTheRoundedGradientsGradients) {
 // GPU) against the direct loops on the bf16-rounded operands: y in bf16, dx, dw and db in f32,
 // within bf16's rounding of y (and, on a GPU, of dx and dw, which cuDNN writes in bf16).
 TEST(BackendConv, Bf16ConvolutionsMatchDirectLoopsOnTheRoundedOperands) {
-  const std::vector<ConvCase> cases = {
-      {4, 32, 8, 8, 32, 3, 3, 1, 1, 1, 1, 1, 1, 1, false},   // ResNet's 3x3
-      {4, 16, 8, 8, 48, 3, 3, 1, 1, 1, 1, 1, 1, 1, true},    // 16 -> 48, bias
-      {4, 32, 8, 8, 64, 3, 3, 2, 2, 1, 1, 1, 1, 1, false},   // strided
-      {4, 32, 8, 8, 64, 1, 1, 1, 1, 0, 0, 1, 1, 1, false},   // pointwise
-      {2, 32, 6, 6, 32, 3, 3, 1, 1, 1, 1, 1, 1, 32, true},   // depthwise, bias
-      {2, 3, 28, 28, 16, 4, 4, 4, 4, 0, 0, 1, 1, 1, true},   // a ViT's patch embedding: 3 channels in
-  };
+  const std::vector<ConvCase>& cases = kBf16Cases;
   auto rounded = [](const Tensor& h) { return h.to(DType::bf16).to(DType::f32); };
   PACKRAT_FOR_EACH_BACKEND(b) {
     if (!b->conv_computes_in(DType::bf16)) continue;

@@ -6,6 +6,8 @@
 
 #include <cmath>
 #include <filesystem>
+#include <string>
+#include <utility>
 
 #include "core/autocast.h"
 #include "core/backend.h"
@@ -33,6 +35,15 @@ namespace {
 
 const Device kGpu = Device::cuda(0);
 
+// The least cosine between the two steps' gradients of one parameter, and its name.
+std::pair<double, std::string> worst_gradient(const DeviceStep& gpu, const DeviceStep& cpu) {
+  std::pair<double, std::string> worst{1.0, ""};
+  for (size_t i = 0; i < cpu.grads.size(); ++i)
+    if (const double cos = cosine(gpu.grads[i].second, cpu.grads[i].second); cos < worst.first)
+      worst = {cos, cpu.grads[i].first};
+  return worst;
+}
+
 // The step on the GPU against the CPU, as issue 10 asks: loss within 1e-4 relative, every
 // parameter gradient at cosine above 0.9999, the same bytes for every saved tensor.
 void expect_step_matches_cpu(const ModelSpec& spec, int64_t n, int64_t c, int64_t h, int64_t w) {
@@ -40,12 +51,7 @@ void expect_step_matches_cpu(const ModelSpec& spec, int64_t n, int64_t c, int64_
   const DeviceStep gpu = device_step(spec, kGpu, n, c, h, w);
   EXPECT_NEAR(gpu.loss, cpu.loss, 1e-4 * std::abs(cpu.loss));
   ASSERT_EQ(gpu.grads.size(), cpu.grads.size());
-  double worst = 1;
-  std::string worst_name;
-  for (size_t i = 0; i < cpu.grads.size(); ++i) {
-    const double cos = cosine(gpu.grads[i].second, cpu.grads[i].second);
-    if (cos < worst) worst = cos, worst_name = cpu.grads[i].first;
-  }
+  const auto [worst, worst_name] = worst_gradient(gpu, cpu);
   EXPECT_GT(worst, 0.9999) << "gradient of " << worst_name;
   ASSERT_EQ(gpu.saved.size(), cpu.saved.size());
   for (size_t i = 0; i < cpu.saved.size(); ++i)
@@ -92,12 +98,7 @@ TEST(CudaTrainer, Bf16StepsMatchTheCpusBf16Steps) {
     const DeviceStep gpu = device_step(spec, kGpu, 8, c, hw, hw);
     EXPECT_NEAR(gpu.loss, cpu.loss, 1e-2 * std::abs(cpu.loss));
     ASSERT_EQ(gpu.grads.size(), cpu.grads.size());
-    double worst = 1;
-    std::string worst_name;
-    for (size_t i = 0; i < cpu.grads.size(); ++i) {
-      const double cos = cosine(gpu.grads[i].second, cpu.grads[i].second);
-      if (cos < worst) worst = cos, worst_name = cpu.grads[i].first;
-    }
+    const auto [worst, worst_name] = worst_gradient(gpu, cpu);
     EXPECT_GT(worst, 0.99) << "gradient of " << worst_name;
     ASSERT_EQ(gpu.saved.size(), cpu.saved.size());
     int64_t bf16_saves = 0;
