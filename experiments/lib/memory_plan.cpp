@@ -46,24 +46,6 @@ PlanOption level(std::string name, std::string storage, bool recompute, std::vec
 // L0: every saved tensor FP32, nothing recomputed (plan_options' first).
 PlanOption fp32_level() { return level("L0", "scheme: fp32", false); }
 
-// What the profile runs of an option: its GACT storage estimates 4 tensors' sensitivities a
-// refresh (as bench/recompute_levels.sh does), so that the short benchmarks time its steady state
-// rather than the first step's estimate of every tensor (one pass each). What trains, and what
-// the check and the variance measure, estimates every tensor at the first step, as GACT does (the
-// check and the variance on kFirstEstimateBatch samples: tools.h): with 4 estimated, the others'
-// sensitivities once read 0 and they got 1 bit (on the quickstart gact-L1 then added 0.90 of the
-// gradient's sampling variance).
-std::vector<std::string> profiled(std::vector<std::string> overrides) {
-  for (std::string& s : overrides) {
-    if (!s.starts_with("saved_tensors=")) continue;
-    for (size_t at = s.find("scheme: gact-"); at != std::string::npos; at = s.find("scheme: gact-", at + 1)) {
-      const size_t end = s.find_first_of(",}", at);
-      s.insert(end, ", tensors_per_refresh: 4");
-    }
-  }
-  return overrides;
-}
-
 constexpr double kRecheckTolerance = 0.05;  // a prediction further off than this is re-planned
 
 // Whether an option's prediction is within its 5% of the budget (at a largest batch the peak lies
@@ -99,7 +81,9 @@ PlanMeasure profile(const Config& c, const PlanOption& o, int64_t batch) {
   m.option = o.name;
   Config oc;
   try {
-    oc = with_option(c, profiled(o.overrides));
+    // GACT's bits as training allocates them: every tensor estimated on kFirstEstimateBatch samples
+    // before the timed steps (benchmark), so the peaks are training's and the check's.
+    oc = with_option(c, o.overrides);
   } catch (const Error& e) {
     m.refused = e.what();
     return m;
@@ -550,7 +534,7 @@ PlannedMaxBatch plan_max_batch(const Config& c, int64_t limit) {
                    o.name, ratio, c.memory.max_variance_ratio);
     } else {
       try {
-        batch = find_max_batch(with_option(c, profiled(o.overrides)), limit).batch_size;
+        batch = find_max_batch(with_option(c, o.overrides), limit).batch_size;
       } catch (const Error& e) {
         spdlog::info("plan: {} cannot run here: {}", o.name, e.what());
       }
@@ -558,11 +542,10 @@ PlannedMaxBatch plan_max_batch(const Config& c, int64_t limit) {
     }
     batches.push_back(batch);
   }
-  // The search's trials allocate GACT's bits as its warm-up step at batch 1 did (and estimate 4
-  // tensors a refresh, as a profile does); the plan's check at the batch allocates them from
-  // kFirstEstimateBatch samples. At the edge of the limit the two differ by about 1% (the ViT's
-  // gact-CB2 in bf16: 344 found, its check 0.9% over), and a largest batch the plan then refuses
-  // to train at is no answer: so the largest is confirmed by the check plan_memory runs there.
+  // The search's trials allocate GACT's bits as its warm-up step did, on other samples than the
+  // plan's check at the batch; at the edge of the limit the two may differ by about 1% (once the
+  // ViT's gact-CB2 in bf16: 344 found, its check 0.9% over), and a largest batch the plan then
+  // refuses to train at is no answer: so the largest is confirmed by the check plan_memory runs there.
   const std::optional<ConfirmedBatch> best = confirm_largest(batches, limit, [&](size_t i, int64_t batch) {
     Config at = c;
     at.data.batch_size = batch;

@@ -255,8 +255,10 @@ MaxBatchResult find_max_batch(const Config& c, int64_t limit, int64_t upper) {
   Allocator& alloc = Allocator::of(on.device());  // the device's: its limit, its peaks
   StepOptions trial = step_options(c, false);
   trial.allow_non_finite_loss = true;  // the trials measure memory, not the loss
-  {  // the optimizer state exists before the search, as it does in training
-    SyntheticBatch b = synthetic_inputs(c, in, 1);
+  {  // the optimizer state exists before the search, as it does in training; GACT's measured
+     // estimator allocates its bits on kFirstEstimateBatch samples, as a benchmark and the plan's
+     // check do before their steps (the trials carry them)
+    SyntheticBatch b = synthetic_inputs(c, in, estimates_by_extra_passes(*s.policy) ? kFirstEstimateBatch : 1);
     train_step(*s.model, *s.optimizer, *s.policy, b.images, b.labels, 0, trial);
   }
   // The trials measure memory: they run the update (its memory counts) at learning rate 0, so
