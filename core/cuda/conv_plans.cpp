@@ -116,7 +116,8 @@ const ConvChoice& ConvPlan::forward(cudnnHandle_t h) {
     PACKRAT_CUDNN_CHECK(
         cudnnGetConvolutionForwardAlgorithm_v7(h, x, w, conv, y, CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &count, perf),
         what_);
-    const auto algo = static_cast<cudnnConvolutionFwdAlgo_t>(pick(perf, count, direct_, deterministic_, half_, what_, "forward"));
+    const auto algo =
+        static_cast<cudnnConvolutionFwdAlgo_t>(pick(perf, count, direct_, deterministic_, half_, what_, "forward"));
     size_t bytes = 0;
     PACKRAT_CUDNN_CHECK(cudnnGetConvolutionForwardWorkspaceSize(h, x, w, conv, y, algo, &bytes),
                         fmt::format("{}, forward algorithm {}", what_, static_cast<int>(algo)));
@@ -132,7 +133,8 @@ const ConvChoice& ConvPlan::backward_data(cudnnHandle_t h) {
     PACKRAT_CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(h, w, y, conv, x,
                                                                     CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &count, perf),
                         what_);
-    const auto algo = static_cast<cudnnConvolutionBwdDataAlgo_t>(pick(perf, count, direct_, deterministic_, half_, what_, "backward-data"));
+    const auto algo = static_cast<cudnnConvolutionBwdDataAlgo_t>(
+        pick(perf, count, direct_, deterministic_, half_, what_, "backward-data"));
     size_t bytes = 0;
     PACKRAT_CUDNN_CHECK(cudnnGetConvolutionBackwardDataWorkspaceSize(h, w, y, conv, x, algo, &bytes),
                         fmt::format("{}, backward-data algorithm {}", what_, static_cast<int>(algo)));
@@ -148,8 +150,8 @@ const ConvChoice& ConvPlan::backward_filter(cudnnHandle_t h) {
     PACKRAT_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(
                             h, x, y, conv, w, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &count, perf),
                         what_);
-    const auto algo =
-        static_cast<cudnnConvolutionBwdFilterAlgo_t>(pick(perf, count, direct_, deterministic_, half_, what_, "backward-filter"));
+    const auto algo = static_cast<cudnnConvolutionBwdFilterAlgo_t>(
+        pick(perf, count, direct_, deterministic_, half_, what_, "backward-filter"));
     size_t bytes = 0;
     PACKRAT_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterWorkspaceSize(h, x, y, conv, w, algo, &bytes),
                         fmt::format("{}, backward-filter algorithm {}", what_, static_cast<int>(algo)));
@@ -159,10 +161,10 @@ const ConvChoice& ConvPlan::backward_filter(cudnnHandle_t h) {
 }
 
 namespace {
-// What a plan is cached by: the device, the geometry, the layout, the algorithm setting and whether
+// What a plan is cached by: the device, the geometry, the layout, the algorithm setting, whether
 // TF32 is allowed (the descriptor's math type: without it a plan made under one setting served the
-// other) and the operands' dtype, as integers (a formatted string key cost about a microsecond of host time per call, three
-// calls a convolution and step).
+// other) and the operands' dtype, as integers (a formatted string key cost about a microsecond of
+// host time per call, three calls a convolution and step).
 using PlanKey = std::array<int64_t, 22>;
 PlanKey plan_key(int device, const ConvGeometry& g, Layout layout) {
   return {device,       g.N,          g.Cin,        g.H,          g.W,          g.Cout,     g.KH,

@@ -1,8 +1,10 @@
 #pragma once
-// cuDNN convolution plans (legacy API, f32 or 16-bit operands with f32 sums, plain NCHW or NHWC): the descriptors of one geometry,
-// created once, and for each direction the algorithm chosen once, on first use, with its
-// workspace size. Cached per GPU, geometry, dtype, layout, ConvAlgorithm setting and TF32 use. With NHWC the input, output and filter are all channels-innermost: x
-// (N, H, W, Cin), y (N, OH, OW, Cout), w (Cout, KH, KW, Cin / groups). Included by core/cuda/*.cpp only.
+// cuDNN convolution plans (legacy API, f32 or 16-bit operands with f32 sums, plain NCHW or NHWC):
+// the descriptors of one geometry, created once, and for each direction the algorithm chosen
+// once, on first use, with its workspace size. Cached per GPU, geometry, dtype, layout,
+// ConvAlgorithm setting and TF32 use. With NHWC the input, output and filter are all
+// channels-innermost: x (N, H, W, Cin), y (N, OH, OW, Cout), w (Cout, KH, KW, Cin / groups).
+// Included by core/cuda/*.cpp only.
 #include <cudnn.h>
 
 #include <cstddef>
