@@ -144,36 +144,44 @@ const std::vector<ConvCase> kBf16Cases = {
     {2, 3, 28, 28, 16, 4, 4, 4, 4, 0, 0, 1, 1, 1, true},  // a ViT's patch embedding: 3 channels in
 };
 
+// fn(b, g, k) for every backend whose convolutions compute in bf16 and every geometry k of
+// kBf16Cases, g its ConvGeometry in bf16.
+template <typename Fn>
+void for_each_bf16_convolution(Fn fn) {
+  PACKRAT_FOR_EACH_BACKEND(b) {
+    if (!b->conv_computes_in(DType::bf16)) continue;
+    DeviceScope on(b->device());
+    for (size_t k = 0; k < kBf16Cases.size(); ++k) {
+      ConvGeometry g = geometry(kBf16Cases[k]);
+      g.dtype = DType::bf16;
+      SCOPED_TRACE("case " + std::to_string(k) + ": " + g.key());
+      fn(b, g, k);
+    }
+  }
+}
+
 // conv_grad_output hands both backward kernels the output gradient as they read it (on a CPU
 // with AMX, one channels-last bf16 copy): the gradients are those of the f32 gradient rounded to
 // the kernels' dtype and passed as it is, bit for bit.
 TEST(BackendConv, TheGradOutputFormGivesTheRoundedGradientsGradients) {
-  const std::vector<ConvCase>& cases = kBf16Cases;
   const ConvAlgorithm before = conv_algorithm_setting();
   set_conv_algorithm(ConvAlgorithm::Deterministic);  // bit for bit: no split sums in a varying order (cuDNN)
-  PACKRAT_FOR_EACH_BACKEND(b) {
-    if (!b->conv_computes_in(DType::bf16)) continue;
-    DeviceScope on(b->device());
-    for (size_t k = 0; k < cases.size(); ++k) {
-      ConvGeometry g = geometry(cases[k]);
-      g.dtype = DType::bf16;
-      SCOPED_TRACE("case " + std::to_string(k) + ": " + g.key());
-      const Tensor x = b->conv_input(host_random({g.N, g.Cin, g.H, g.W}, 600 + k).to(b->device()).to(DType::bf16), g);
-      const Tensor w = host_random({g.Cout, g.Cin, g.KH, g.KW}, 700 + k, -0.5f, 0.5f).to(b->device());
-      const Tensor bias = g.has_bias ? host_random({g.Cout}, 750 + k).to(b->device()) : Tensor();
-      const Tensor y = b->conv_forward(x, w, bias, g, false);
-      const Tensor gy = b->to_layout(host_random({g.N, g.Cout, g.OH, g.OW}, 800 + k).to(b->device()), y.layout());
-      const Tensor form = b->conv_grad_output(gy, g), rounded = gy.to(DType::bf16);
-      EXPECT_EQ(form.dtype(), DType::bf16);
-      EXPECT_EQ(form.shape(), gy.shape());
-      EXPECT_EQ(host_values(b->conv_backward_data(form, w, g)), host_values(b->conv_backward_data(rounded, w, g)));
-      Tensor gw, gb, gw0, gb0;
-      b->conv_backward_weights(x, form, g, gw, gb);
-      b->conv_backward_weights(x, rounded, g, gw0, gb0);
-      EXPECT_EQ(host_values(gw), host_values(gw0));
-      if (g.has_bias) EXPECT_EQ(host_values(gb), host_values(gb0));
-    }
-  }
+  for_each_bf16_convolution([](Backend* b, const ConvGeometry& g, size_t k) {
+    const Tensor x = b->conv_input(host_random({g.N, g.Cin, g.H, g.W}, 600 + k).to(b->device()).to(DType::bf16), g);
+    const Tensor w = host_random({g.Cout, g.Cin / g.groups, g.KH, g.KW}, 700 + k, -0.5f, 0.5f).to(b->device());
+    const Tensor bias = g.has_bias ? host_random({g.Cout}, 750 + k).to(b->device()) : Tensor();
+    const Tensor y = b->conv_forward(x, w, bias, g, false);
+    const Tensor gy = b->to_layout(host_random({g.N, g.Cout, g.OH, g.OW}, 800 + k).to(b->device()), y.layout());
+    const Tensor form = b->conv_grad_output(gy, g), rounded = gy.to(DType::bf16);
+    EXPECT_EQ(form.dtype(), DType::bf16);
+    EXPECT_EQ(form.shape(), gy.shape());
+    EXPECT_EQ(host_values(b->conv_backward_data(form, w, g)), host_values(b->conv_backward_data(rounded, w, g)));
+    Tensor gw, gb, gw0, gb0;
+    b->conv_backward_weights(x, form, g, gw, gb);
+    b->conv_backward_weights(x, rounded, g, gw0, gb0);
+    EXPECT_EQ(host_values(gw), host_values(gw0));
+    if (g.has_bias) EXPECT_EQ(host_values(gb), host_values(gb0));
+  });
   set_conv_algorithm(before);
 }
 
@@ -181,39 +189,31 @@ TEST(BackendConv, TheGradOutputFormGivesTheRoundedGradientsGradients) {
 // GPU) against the direct loops on the bf16-rounded operands: y in bf16, dx, dw and db in f32,
 // within bf16's rounding of y (and, on a GPU, of dx and dw, which cuDNN writes in bf16).
 TEST(BackendConv, Bf16ConvolutionsMatchDirectLoopsOnTheRoundedOperands) {
-  const std::vector<ConvCase>& cases = kBf16Cases;
   auto rounded = [](const Tensor& h) { return h.to(DType::bf16).to(DType::f32); };
-  PACKRAT_FOR_EACH_BACKEND(b) {
-    if (!b->conv_computes_in(DType::bf16)) continue;
-    DeviceScope on(b->device());
-    for (size_t k = 0; k < cases.size(); ++k) {
-      ConvGeometry g = geometry(cases[k]);
-      g.dtype = DType::bf16;
-      SCOPED_TRACE("case " + std::to_string(k) + ": " + g.key());
-      const Tensor hx = rounded(host_random({g.N, g.Cin, g.H, g.W}, 900 + k));
-      const Tensor hw = host_random({g.Cout, g.Cin / g.groups, g.KH, g.KW}, 910 + k, -0.5f, 0.5f);
-      const Tensor hb = host_random({g.Cout}, 920 + k);
-      const Tensor hgy = host_random({g.N, g.Cout, g.OH, g.OW}, 930 + k);
-      const ConvReference want =
-          reference(g, hx.to_vector(), rounded(hw).to_vector(), hb.to_vector(), rounded(hgy).to_vector());
-      const Tensor x = b->conv_input(hx.to(b->device()).to(DType::bf16), g);
-      const Tensor w = b->to_layout(hw.to(b->device()), b->conv_weight_layout());  // f32, read as bf16
-      const Tensor bias = g.has_bias ? hb.to(b->device()) : Tensor();
-      const Tensor y = b->conv_forward(x, w, bias, g, false);
-      EXPECT_EQ(y.dtype(), DType::bf16);
-      expect_close(host_values(y.to(DType::f32)), want.y, 1e-2f, 5e-2f, "y");
-      const Tensor gy = b->conv_grad_output(b->to_layout(hgy.to(b->device()), y.layout()), g);
-      const Tensor dx = b->conv_backward_data(gy, w, g);
-      EXPECT_EQ(dx.dtype(), DType::f32);
-      expect_close(host_values(dx), want.dx, 1e-2f, 5e-2f, "dx");
-      Tensor gw, gb;
-      b->conv_backward_weights(x, gy, g, gw, gb);
-      EXPECT_EQ(gw.dtype(), DType::f32);
-      EXPECT_EQ(gw.layout(), b->conv_weight_layout());
-      expect_close(host_values(gw), want.dw, 1e-2f, 1e-1f, "dw");
-      if (g.has_bias) expect_close(host_values(gb), want.db, 1e-4f, 1e-3f, "db");
-    }
-  }
+  for_each_bf16_convolution([&](Backend* b, const ConvGeometry& g, size_t k) {
+    const Tensor hx = rounded(host_random({g.N, g.Cin, g.H, g.W}, 900 + k));
+    const Tensor hw = host_random({g.Cout, g.Cin / g.groups, g.KH, g.KW}, 910 + k, -0.5f, 0.5f);
+    const Tensor hb = host_random({g.Cout}, 920 + k);
+    const Tensor hgy = host_random({g.N, g.Cout, g.OH, g.OW}, 930 + k);
+    const ConvReference want =
+        reference(g, hx.to_vector(), rounded(hw).to_vector(), hb.to_vector(), rounded(hgy).to_vector());
+    const Tensor x = b->conv_input(hx.to(b->device()).to(DType::bf16), g);
+    const Tensor w = b->to_layout(hw.to(b->device()), b->conv_weight_layout());  // f32, read as bf16
+    const Tensor bias = g.has_bias ? hb.to(b->device()) : Tensor();
+    const Tensor y = b->conv_forward(x, w, bias, g, false);
+    EXPECT_EQ(y.dtype(), DType::bf16);
+    expect_close(host_values(y.to(DType::f32)), want.y, 1e-2f, 5e-2f, "y");
+    const Tensor gy = b->conv_grad_output(b->to_layout(hgy.to(b->device()), y.layout()), g);
+    const Tensor dx = b->conv_backward_data(gy, w, g);
+    EXPECT_EQ(dx.dtype(), DType::f32);
+    expect_close(host_values(dx), want.dx, 1e-2f, 5e-2f, "dx");
+    Tensor gw, gb;
+    b->conv_backward_weights(x, gy, g, gw, gb);
+    EXPECT_EQ(gw.dtype(), DType::f32);
+    EXPECT_EQ(gw.layout(), b->conv_weight_layout());
+    expect_close(host_values(gw), want.dw, 1e-2f, 1e-1f, "dw");
+    if (g.has_bias) expect_close(host_values(gb), want.db, 1e-4f, 1e-3f, "db");
+  });
 }
 
 }  // namespace
