@@ -143,7 +143,7 @@ Tensor CudaBackend::conv_backward_data(const Tensor& gy, const Tensor& w, const 
 Tensor CudaBackend::conv_backward_data_into(const Tensor& gy, const Tensor& w, const ConvGeometry& g, Tensor& into) {
   make_current(index_);
   // cuDNN blends into its own output layout and dtype only; another one takes the separate add.
-  if (into.layout() != activation_layout() || into.dtype() != g.dtype || g.dtype != DType::f32 ||
+  if (into.layout() != activation_layout() || into.dtype() != DType::f32 || g.dtype != DType::f32 ||
       into.device() != device())
     return Backend::conv_backward_data_into(gy, w, g, into);
   run_conv_backward_data(gy, w, g, into, 1.0f);
