@@ -127,9 +127,12 @@ bool stores_only(const PlanOption& o) {
   return !o.storage.empty() && !recomputes(o) && !has_override(o.overrides, "memory.offload=");
 }
 
-// The check of an option at c's batch: the peak of one step as it trains (every tensor's GACT
-// bits from kFirstEstimateBatch samples, as a benchmark allocates them), after a warm-up step.
-int64_t checked_peak(const Config& c, const PlanOption& o) { return benchmark(with_option(c, o.overrides), 1).peak_bytes; }
+// The check of an option at c's batch: the peak of `steps` steps as it trains (every tensor's GACT
+// bits from kFirstEstimateBatch samples, as a benchmark allocates them), after a warm-up step, and
+// their img/s.
+BenchmarkResult checked_step(const Config& c, const PlanOption& o, int64_t steps) {
+  return benchmark(with_option(c, o.overrides), steps);
+}
 
 // Whether one of c's model's convolutions is one oneDNN may run as Winograd under conv_algorithm
 // auto (3x3, stride 1, no dilation, not grouped). Where none is (a ViT's patch embedding), the
@@ -148,6 +151,12 @@ bool may_use_winograd(const Config& c) {
       return true;
   }
   return false;
+}
+
+// Whether an option may fit: checked and within the budget, or predicted within the prediction's
+// 5% of it; and not over the variance bound.
+bool may_fit(const PlanMeasure& m, int64_t budget) {
+  return !m.too_noisy && (m.measured_peak > 0 ? m.fits : predicted_within(m.predicted_peak, budget));
 }
 
 // The fastest option that may fit so far (img/s; 0 when none does).
@@ -429,51 +438,77 @@ MemoryPlan plan_memory(const Config& c) {
       p.options.push_back(std::move(measure));
     }
   // The fastest option that may fit, checked by a real step at the batch; re-planned while a
-  // check finds a peak over the budget or more than 5% off. "May fit": checked and within the
-  // budget, or predicted within the prediction's 5% of it.
-  auto may_fit = [&](const PlanMeasure& m) {
-    return !m.too_noisy && (m.measured_peak > 0 ? m.fits : predicted_within(m.predicted_peak, p.budget));
-  };
+  // check finds a peak over the budget or more than 5% off.
   // GACT's criterion, measured for an option when the choice reaches it (the sampling variance once).
   p.max_variance_ratio = c.memory.max_variance_ratio;
   std::optional<VarianceCheck> variance;
   // p.options[i] is the profile of options[i].
-  std::optional<size_t> chosen;
-  for (;;) {
-    std::optional<size_t> i;
-    for (size_t k = 0; k < p.options.size(); ++k) {
-      const PlanMeasure& m = p.options[k];
-      if (m.refused.empty() && may_fit(m) && (!i || m.img_per_s > p.options[*i].img_per_s)) i = k;
-    }
-    if (!i) break;
-    PlanMeasure* best = &p.options[*i];
-    if (p.max_variance_ratio > 0 && std::isnan(best->variance_ratio)) {
+  auto within_variance_bound = [&](size_t i) {
+    PlanMeasure& m = p.options[i];
+    if (p.max_variance_ratio > 0 && std::isnan(m.variance_ratio)) {
       if (!variance) {
         variance.emplace(c, std::max<int64_t>(2, p.batch / 4));
         p.sampling_variance = variance->sampling_variance();
         p.variance_inputs = variance->inputs();
       }
-      best->variance_ratio = variance->ratio(options[*i]);
-      best->too_noisy = best->variance_ratio > p.max_variance_ratio;  // NaN (exact): false
-      if (!std::isnan(best->variance_ratio))
-        spdlog::info("plan: {} adds {:.3g} of the gradient's sampling variance (bound {:g})", best->option,
-                     best->variance_ratio, p.max_variance_ratio);
-      if (best->too_noisy) continue;
+      m.variance_ratio = variance->ratio(options[i]);
+      m.too_noisy = m.variance_ratio > p.max_variance_ratio;  // NaN (exact): false
+      if (!std::isnan(m.variance_ratio))
+        spdlog::info("plan: {} adds {:.3g} of the gradient's sampling variance (bound {:g})", m.option, m.variance_ratio,
+                     p.max_variance_ratio);
     }
-    if (best->measured_peak > 0) {  // checked already, and within the budget
+    return !m.too_noisy;
+  };
+  auto check = [&](size_t i) {  // whether option i's step at the batch fits
+    PlanMeasure& m = p.options[i];
+    const BenchmarkResult step = checked_step(c, options[i], kCheckSteps);
+    m.measured_peak = step.peak_bytes;
+    m.checked_img_per_s = step.img_per_s;
+    const double off = static_cast<double>(m.measured_peak - m.predicted_peak) /
+                       static_cast<double>(m.predicted_peak);  // signed: below the prediction < 0
+    spdlog::info("plan: {} at batch {}: measured peak {} against {} predicted ({:+.1f}%), {:.1f} img/s", m.option,
+                 p.batch, format_bytes(m.measured_peak), format_bytes(m.predicted_peak), 100.0 * off,
+                 m.checked_img_per_s);
+    m.fits = m.measured_peak <= p.budget;
+    return m.fits;
+  };
+  std::optional<size_t> chosen;
+  for (;;) {
+    std::optional<size_t> i;
+    for (size_t k = 0; k < p.options.size(); ++k) {
+      const PlanMeasure& m = p.options[k];
+      if (m.refused.empty() && may_fit(m, p.budget) && (!i || m.img_per_s > p.options[*i].img_per_s)) i = k;
+    }
+    if (!i) break;
+    if (!within_variance_bound(*i)) continue;
+    if (p.options[*i].measured_peak > 0) {  // checked already, and within the budget
       chosen = i;
       break;
     }
-    best->measured_peak = checked_peak(c, options[*i]);
-    const double off = static_cast<double>(best->measured_peak - best->predicted_peak) /
-                       static_cast<double>(best->predicted_peak);  // signed: below the prediction < 0
-    spdlog::info("plan: {} at batch {}: measured peak {} against {} predicted ({:+.1f}%)", best->option, p.batch,
-                 format_bytes(best->measured_peak), format_bytes(best->predicted_peak), 100.0 * off);
-    best->fits = best->measured_peak <= p.budget;
-    if (std::abs(off) > kRecheckTolerance || !best->fits) ++p.replans;
-    if (best->fits) {
+    const bool fits = check(*i);
+    const PlanMeasure& m = p.options[*i];
+    if (std::abs(static_cast<double>(m.measured_peak - m.predicted_peak)) >
+            kRecheckTolerance * static_cast<double>(m.predicted_peak) ||
+        !fits)
+      ++p.replans;
+    if (fits) {
       chosen = i;
       break;
+    }
+  }
+  // The race: the options the profile could not tell from the leader, checked at the batch too.
+  if (chosen) {
+    size_t checks = 0;
+    for (const size_t i : race_entrants(p.options, *chosen, p.budget)) {
+      if (checks + 1 >= kRaceEntrants) break;
+      if (!within_variance_bound(i)) continue;
+      check(i);
+      ++checks;
+    }
+    if (checks > 0) {
+      chosen = race_winner(p.options, *chosen);
+      spdlog::info("plan: {} options timed at batch {}; the fastest within the budget: {} ({:.1f} img/s)", checks + 1,
+                   p.batch, p.options[*chosen].option, p.options[*chosen].checked_img_per_s);
     }
   }
   if (!chosen) {
@@ -497,6 +532,29 @@ MemoryPlan plan_memory(const Config& c) {
   p.predicted_peak = p.options[*chosen].predicted_peak;
   p.measured_peak = p.options[*chosen].measured_peak;
   return p;
+}
+
+std::vector<size_t> race_entrants(const std::vector<PlanMeasure>& measured, size_t leader, int64_t budget) {
+  std::vector<size_t> entrants;
+  for (size_t i = 0; i < measured.size(); ++i) {
+    const PlanMeasure& m = measured[i];
+    if (i != leader && m.refused.empty() && m.measured_peak == 0 && may_fit(m, budget) &&
+        m.img_per_s >= kRaceBand * measured[leader].img_per_s)
+      entrants.push_back(i);
+  }
+  std::stable_sort(entrants.begin(), entrants.end(),
+                   [&](size_t a, size_t b) { return measured[a].img_per_s > measured[b].img_per_s; });
+  return entrants;
+}
+
+size_t race_winner(const std::vector<PlanMeasure>& measured, size_t leader) {
+  size_t best = leader;
+  for (size_t i = 0; i < measured.size(); ++i) {
+    const PlanMeasure& m = measured[i];
+    if (m.measured_peak > 0 && m.fits && !m.too_noisy && m.checked_img_per_s > measured[best].checked_img_per_s)
+      best = i;
+  }
+  return best;
 }
 
 std::optional<ConfirmedBatch> confirm_largest(std::vector<int64_t>& batches, int64_t limit,
@@ -549,7 +607,7 @@ PlannedMaxBatch plan_max_batch(const Config& c, int64_t limit) {
   const std::optional<ConfirmedBatch> best = confirm_largest(batches, limit, [&](size_t i, int64_t batch) {
     Config at = c;
     at.data.batch_size = batch;
-    const int64_t peak = checked_peak(at, options[i]);
+    const int64_t peak = checked_step(at, options[i], 1).peak_bytes;
     spdlog::info("plan: {} at batch {}: the check's peak {} bytes {}", options[i].name, batch, peak,
                  peak <= limit ? "holds" : "is over the limit");
     return peak;
@@ -582,6 +640,7 @@ Json MemoryPlan::json() const {
     o["img_per_s"] = Json(m.img_per_s);
     o["predicted_peak"] = Json(m.predicted_peak);
     o["measured_peak"] = Json(m.measured_peak);
+    o["checked_img_per_s"] = Json(m.checked_img_per_s);
     o["fits"] = Json(m.fits);
     o["variance_ratio"] = std::isnan(m.variance_ratio) ? Json() : Json(m.variance_ratio);
     o["too_noisy"] = Json(m.too_noisy);
@@ -592,16 +651,18 @@ Json MemoryPlan::json() const {
 }
 
 std::string MemoryPlan::table() const {
-  std::string s = fmt::format("Memory plan (memory.plan: auto): budget {} at batch {}; chosen: {}\n{:<32} {:>16} {:>16} {:>12} {:>9} {}\n",
-                              format_bytes(budget), batch, chosen, "option", "predicted peak", "measured peak",
-                              "img/s", "variance", "");
+  std::string s = fmt::format(
+      "Memory plan (memory.plan: auto): budget {} at batch {}; chosen: {}\n{:<32} {:>16} {:>16} {:>12} {:>12} {:>9} {}\n",
+      format_bytes(budget), batch, chosen, "option", "predicted peak", "measured peak", "img/s",
+      fmt::format("at {}", batch), "variance", "");
   for (const PlanMeasure& m : options) {
     if (!m.refused.empty()) {
       s += fmt::format("{:<32} cannot run here: {}\n", m.option, m.refused.substr(0, 100));
       continue;
     }
-    s += fmt::format("{:<32} {:>16} {:>16} {:>12.1f} {:>9} {}\n", m.option, format_bytes(m.predicted_peak),
+    s += fmt::format("{:<32} {:>16} {:>16} {:>12.1f} {:>12} {:>9} {}\n", m.option, format_bytes(m.predicted_peak),
                      m.measured_peak > 0 ? format_bytes(m.measured_peak) : std::string("-"), m.img_per_s,
+                     m.measured_peak > 0 ? fmt::format("{:.1f}", m.checked_img_per_s) : std::string("-"),
                      std::isnan(m.variance_ratio) ? std::string("-") : fmt::format("{:.3g}", m.variance_ratio),
                      m.option == chosen ? "<- chosen"
                      : m.too_noisy      ? "over the variance bound"

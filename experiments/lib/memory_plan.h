@@ -9,9 +9,11 @@
 // at b = batch / 4 and 2b; a step's peak grows linearly with the batch (activations, saved tensors
 // and gradients of activations per sample, over parameters, optimizer state and workspace), so
 // the two peaks predict the peak at data.batch_size. Among the options predicted to fit (within
-// the prediction's 5%), the fastest at 2b (img/s) is checked by a real step at data.batch_size: if its measured peak is
-// over the budget, or more than 5% from the prediction, that option's prediction becomes the
-// measurement and the choice is made again (a re-plan). The plan is the configuration's
+// the prediction's 5%), the fastest at 2b (img/s) is checked by real steps at data.batch_size: if
+// its measured peak is over the budget, or more than 5% from the prediction, that option's
+// prediction becomes the measurement and the choice is made again (a re-plan). The options the
+// profile's short runs cannot tell from it (within kRaceBand of its img/s) are checked at the
+// batch too, and the fastest measured there trains (the race). The plan is the configuration's
 // saved_tensors, memory.recompute, memory.offload and model.attention replaced by the option's.
 //
 // Per segment: a level that is faster than every option that may fit but is over the budget
@@ -62,6 +64,7 @@ struct PlanMeasure {
   double img_per_s = 0;          // at 2b
   int64_t predicted_peak = 0;    // at the target batch
   int64_t measured_peak = 0;     // at the target batch, for the options checked by a real step (0: not)
+  double checked_img_per_s = 0;  // ... and that step's img/s (kCheckSteps timed steps)
   bool fits = false;             // its peak (measured where it was, else predicted) within the budget
   // The gradient variance its compression adds over the gradient's sampling variance (GACT's
   // criterion; measured for the compressing options the choice reached; NaN: not measured).
@@ -86,7 +89,7 @@ struct MemoryPlan {
   // {"budget", "batch", "chosen", "overrides", "predicted_peak", "measured_peak", "replans",
   //  "max_variance_ratio", "sampling_variance", "variance_inputs",
   //  "options": [{"option", "refused", "small_batch", "peak_small", "peak_double", "img_per_s",
-  //  "predicted_peak", "measured_peak", "fits", "variance_ratio", "too_noisy"}]}
+  //  "predicted_peak", "measured_peak", "checked_img_per_s", "fits", "variance_ratio", "too_noisy"}]}
   Json json() const;
   std::string table() const;     // one line per option, for the console and the memory report
 };
@@ -99,6 +102,23 @@ Config with_option(const Config& c, const std::vector<std::string>& overrides);
 // option fits: the smallest predicted peak, and what parameters, gradients and optimizer state
 // alone take.
 MemoryPlan plan_memory(const Config& c);
+// The race at the batch. The profile ranks options by one short run at half the batch, whose
+// img/s move by 10-30% between runs on a loaded machine, so near-ties are not decided there: once
+// the fastest option predicted to fit (the leader) is checked within the budget, the next options
+// whose profile img/s are at least kRaceBand of the leader's are checked at the batch as well (up
+// to kRaceEntrants in all, the leader included), and the fastest of them measured there, within the
+// budget and the variance bound, trains. A check is kCheckSteps timed steps after a warm-up.
+inline constexpr double kRaceBand = 0.75;
+inline constexpr size_t kRaceEntrants = 3;
+inline constexpr int64_t kCheckSteps = 2;
+// The options that may join the leader's race, fastest in the profile first: not refused, not
+// checked yet, not over the variance bound, predicted within the budget's 5%, and at least
+// kRaceBand of the leader's profile img/s. (How many run is plan_memory's: kRaceEntrants - 1
+// checks, an option found over the variance bound not counted.)
+std::vector<size_t> race_entrants(const std::vector<PlanMeasure>& measured, size_t leader, int64_t budget);
+// The winner: among the checked options within the budget and not over the variance bound (the
+// leader always is), the fastest at the batch; the leader where they tie.
+size_t race_winner(const std::vector<PlanMeasure>& measured, size_t leader);
 // The segments of c's model: the modules `memory.recompute: [blocks]` marks, in forward order,
 // and the modules before the first of them (a CNN's stem: conv1, bn1, act).
 struct ModelBlocks {

@@ -10,6 +10,9 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <optional>
+#include <string>
+#include <vector>
 
 #include "experiments/lib/memory_plan.h"
 #include "experiments/lib/tools.h"
@@ -97,9 +100,60 @@ TEST(MemoryPlan, InABudgetFp32DoesNotFitItPicksAnOptionThatDoesAsPredicted) {
   EXPECT_TRUE(chosen.memory.plan.empty());
   EXPECT_TRUE(chosen.saved_tensors.default_scheme.scheme != "fp32" || !chosen.saved_tensors.rules.empty())
       << "stores some tensors compressed";
-  EXPECT_EQ(benchmark(chosen, 1).peak_bytes, p.measured_peak);
+  EXPECT_EQ(benchmark(chosen, kCheckSteps).peak_bytes, p.measured_peak);
   EXPECT_NE(p.table().find("<- chosen"), std::string::npos);
   EXPECT_EQ(p.json().at("chosen").get<std::string>(), p.chosen);
+
+  // The race: the leader (the fastest in the profile of the options checked within the budget)
+  // and the options the profile could not tell from it were timed at the batch, as many as
+  // kRaceEntrants allows, and the chosen is the fastest of them there.
+  const auto& o = p.options;
+  const auto winner = std::find_if(o.begin(), o.end(), [&](const PlanMeasure& m) { return m.option == p.chosen; });
+  ASSERT_NE(winner, o.end());
+  std::optional<size_t> leader;
+  for (size_t i = 0; i < o.size(); ++i)
+    if (o[i].measured_peak > 0 && o[i].fits && (!leader || o[i].img_per_s > o[*leader].img_per_s)) leader = i;
+  ASSERT_TRUE(leader.has_value());
+  size_t raced = 0;
+  for (size_t i = 0; i < o.size(); ++i) {
+    if (o[i].measured_peak == 0) continue;
+    ASSERT_GT(o[i].checked_img_per_s, 0) << o[i].option;
+    if (i != *leader && o[i].img_per_s <= o[*leader].img_per_s) ++raced;
+    if (o[i].fits && !o[i].too_noisy) {
+      EXPECT_LE(o[i].checked_img_per_s, winner->checked_img_per_s) << o[i].option;
+    }
+  }
+  EXPECT_TRUE(race_entrants(o, *leader, budget).empty() || raced == kRaceEntrants - 1) << p.table();
+}
+
+// The race's rules on made-up profiles: who may join the leader's race, and who wins it.
+TEST(MemoryPlan, TheRaceTimesTheOptionsTheProfileCannotTellFromTheLeaderAndTheFastestThereWins) {
+  const int64_t budget = 1000;
+  auto option = [](std::string name, double img_per_s, int64_t predicted) {
+    PlanMeasure m;
+    m.option = std::move(name);
+    m.img_per_s = img_per_s;
+    m.predicted_peak = predicted;
+    return m;
+  };
+  std::vector<PlanMeasure> o = {option("leader", 100, 900),      option("close", 80, 1000),
+                                option("closest", 95, 1040),     option("slow", 70, 500),
+                                option("over the budget", 99, 1100), option("refused", 99, 0),
+                                option("noisy", 99, 500),        option("over when checked", 90, 900)};
+  o[5].refused = "cannot run here";
+  o[6].too_noisy = true;
+  o[7].measured_peak = 1200, o[7].fits = false;
+  o[0].measured_peak = 950, o[0].fits = true, o[0].checked_img_per_s = 60;
+  // Within kRaceBand of the leader's img/s and predicted within the budget's 5%, fastest first.
+  EXPECT_EQ(race_entrants(o, 0, budget), (std::vector<size_t>{2, 1}));
+  // The winner is the fastest at the batch among the checked within the budget and the bound.
+  EXPECT_EQ(race_winner(o, 0), 0u);
+  o[1].measured_peak = 990, o[1].fits = true, o[1].checked_img_per_s = 75;
+  o[2].measured_peak = 1010, o[2].fits = false, o[2].checked_img_per_s = 90;  // over the budget when checked
+  o[7].checked_img_per_s = 200;
+  EXPECT_EQ(race_winner(o, 0), 1u);
+  o[1].too_noisy = true;
+  EXPECT_EQ(race_winner(o, 0), 0u);
 }
 
 // Per segment: FP32 in a budget between its peak and its peak with every block recomputed
