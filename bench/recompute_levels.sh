@@ -4,8 +4,10 @@
 # [blocks], FP32 saves) and gact-CB1 (both), the largest batch whose training step fits in
 # BUDGET bytes of tensor memory (trainer --find-max-batch: the allocator's limit counts every
 # tagged byte) and the training throughput at that batch (trainer --benchmark STEPS: forward,
-# recompute and backward ms per step), in one run on synthetic inputs. Prints a Markdown table
-# with each level's batch and throughput against L0's.
+# recompute and backward ms per step), in one run on synthetic inputs. GACT's levels allocate
+# their bits as training does: every tensor's sensitivity estimated at the first refresh, on 8
+# samples (the search's warm-up and the benchmark's, as experiments/frontier/frontier.py does).
+# Prints a Markdown table with each level's batch and throughput against L0's.
 # Usage: bench/recompute_levels.sh resnet50|vit [BUDGET] [STEPS]   (build/bin/trainer must exist)
 #   resnet50: torchvision's ResNet-50 on 112x112 inputs (CIFAR-10's images resized), conv_algorithm direct
 #   vit:      vit_tiny_cifar (32x32, patch 4, 6 blocks of width 192) on CIFAR-10-shaped inputs
@@ -24,9 +26,9 @@ esac
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 levels=("L0|saved_tensors={default: fp32, rules: []}"
-        "gact-L1|saved_tensors={default: {scheme: gact-L1, tensors_per_refresh: 4}, rules: []}"
+        "gact-L1|saved_tensors={default: gact-L1, rules: []}"
         "recompute|saved_tensors={default: fp32, rules: []}|memory.recompute=[blocks]"
-        "gact-CB1|saved_tensors={default: {scheme: gact-CB1, tensors_per_refresh: 4}, rules: []}")
+        "gact-CB1|saved_tensors={default: gact-CB1, rules: []}")
 json() { grep '^{' "$1" | tail -1; }
 field() { python3 -c "import json,sys; print(json.loads(sys.argv[1])[sys.argv[2]])" "$1" "$2"; }
 echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs); model $model, budget $budget, $steps timed steps"
