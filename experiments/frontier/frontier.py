@@ -94,18 +94,16 @@ def last_json(text):
 
 def plan_check(text, chosen):
     """The plan's check of the option it chose, from the trainer's log: "; checked <measured>
-    against <predicted> predicted (+x%)", and "; raced N at the batch (option img/s, ...)" when it
-    timed several options there; "" when it was not checked at this batch."""
-    found, timed, raced = "", [], ""
+    against <predicted> predicted (+x%)", and "; raced: <option> <img/s>, ..." when it timed
+    several options at the batch; "" when it was not checked at this batch."""
+    found, raced = "", ""
     for line in text.splitlines():
-        m = re.search(r"plan: (.+) at batch \d+: measured peak (.+) against (.+) predicted \(([^)]+)\), ([0-9.]+) img/s", line)
-        if m:
-            timed.append(f"{m.group(1)} {m.group(5)}")
-            if m.group(1).split(" (", 1)[0] == chosen.split(" (", 1)[0]:
-                found = f"; checked {m.group(2)} against {m.group(3)} predicted ({m.group(4)})"
-        r = re.search(r"plan: (\d+) options timed at batch", line)
+        m = re.search(r"plan: (.+) at batch \d+: measured peak (.+) against (.+) predicted \(([^)]+)\)", line)
+        if m and m.group(1).split(" (", 1)[0] == chosen.split(" (", 1)[0]:
+            found = f"; checked {m.group(2)} against {m.group(3)} predicted ({m.group(4)})"
+        r = re.search(r"plan: raced at batch \d+: (.+); trains ", line)
         if r:
-            raced = f"; raced {r.group(1)} at the batch ({', '.join(timed[-int(r.group(1)):])} img/s)"
+            raced = f"; raced: {r.group(1)}"
     return found + raced
 
 

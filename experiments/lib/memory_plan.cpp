@@ -498,17 +498,22 @@ MemoryPlan plan_memory(const Config& c) {
   }
   // The race: the options the profile could not tell from the leader, checked at the batch too.
   if (chosen) {
-    size_t checks = 0;
+    std::vector<size_t> raced = {*chosen};
     for (const size_t i : race_entrants(p.options, *chosen, p.budget)) {
-      if (checks + 1 >= kRaceEntrants) break;
+      if (raced.size() >= kRaceEntrants) break;
       if (!within_variance_bound(i)) continue;
       check(i);
-      ++checks;
+      raced.push_back(i);
     }
-    if (checks > 0) {
+    if (raced.size() > 1) {
       chosen = race_winner(p.options, *chosen);
-      spdlog::info("plan: {} options timed at batch {}; the fastest within the budget: {} ({:.1f} img/s)", checks + 1,
-                   p.batch, p.options[*chosen].option, p.options[*chosen].checked_img_per_s);
+      std::string times;
+      for (const size_t i : raced) {
+        const PlanMeasure& m = p.options[i];
+        times += fmt::format("{}{} {:.1f} img/s{}", times.empty() ? "" : ", ", m.option, m.checked_img_per_s,
+                             m.fits ? "" : " (over the budget)");
+      }
+      spdlog::info("plan: raced at batch {}: {}; trains {}", p.batch, times, p.options[*chosen].option);
     }
   }
   if (!chosen) {
