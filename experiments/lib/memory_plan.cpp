@@ -459,7 +459,9 @@ MemoryPlan plan_memory(const Config& c) {
     }
     return !m.too_noisy;
   };
-  auto check = [&](size_t i) {  // whether option i's step at the batch fits
+  // Whether option i's step at the batch fits; a peak over the budget or more than 5% from the
+  // prediction counts a re-plan (the measurement replaces the prediction in the choice).
+  auto check = [&](size_t i) {
     PlanMeasure& m = p.options[i];
     const BenchmarkResult step = checked_step(c, options[i], kCheckSteps);
     m.measured_peak = step.peak_bytes;
@@ -470,6 +472,7 @@ MemoryPlan plan_memory(const Config& c) {
                  p.batch, format_bytes(m.measured_peak), format_bytes(m.predicted_peak), 100.0 * off,
                  m.checked_img_per_s);
     m.fits = m.measured_peak <= p.budget;
+    if (std::abs(off) > kRecheckTolerance || !m.fits) ++p.replans;
     return m.fits;
   };
   std::optional<size_t> chosen;
@@ -485,13 +488,7 @@ MemoryPlan plan_memory(const Config& c) {
       chosen = i;
       break;
     }
-    const bool fits = check(*i);
-    const PlanMeasure& m = p.options[*i];
-    if (std::abs(static_cast<double>(m.measured_peak - m.predicted_peak)) >
-            kRecheckTolerance * static_cast<double>(m.predicted_peak) ||
-        !fits)
-      ++p.replans;
-    if (fits) {
+    if (check(*i)) {
       chosen = i;
       break;
     }
