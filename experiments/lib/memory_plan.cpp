@@ -127,11 +127,11 @@ bool stores_only(const PlanOption& o) {
   return !o.storage.empty() && !recomputes(o) && !has_override(o.overrides, "memory.offload=");
 }
 
-// The check of an option at c's batch: the peak of `steps` steps as it trains (every tensor's GACT
-// bits from kFirstEstimateBatch samples, as a benchmark allocates them), after a warm-up step, and
-// their img/s.
-BenchmarkResult checked_step(const Config& c, const PlanOption& o, int64_t steps) {
-  return benchmark(with_option(c, o.overrides), steps);
+// The check of an option at c's batch: the peak of kCheckSteps steps as it trains (every tensor's
+// GACT bits from kFirstEstimateBatch samples, as a benchmark allocates them), after a warm-up
+// step, and their img/s. plan_memory's checks and plan_max_batch's confirmation are this one.
+BenchmarkResult checked_step(const Config& c, const PlanOption& o) {
+  return benchmark(with_option(c, o.overrides), kCheckSteps);
 }
 
 // Whether one of c's model's convolutions is one oneDNN may run as Winograd under conv_algorithm
@@ -463,7 +463,7 @@ MemoryPlan plan_memory(const Config& c) {
   // prediction counts a re-plan (the measurement replaces the prediction in the choice).
   auto check = [&](size_t i) {
     PlanMeasure& m = p.options[i];
-    const BenchmarkResult step = checked_step(c, options[i], kCheckSteps);
+    const BenchmarkResult step = checked_step(c, options[i]);
     m.measured_peak = step.peak_bytes;
     m.checked_img_per_s = step.img_per_s;
     const double off = static_cast<double>(m.measured_peak - m.predicted_peak) /
@@ -609,7 +609,7 @@ PlannedMaxBatch plan_max_batch(const Config& c, int64_t limit) {
   const std::optional<ConfirmedBatch> best = confirm_largest(batches, limit, [&](size_t i, int64_t batch) {
     Config at = c;
     at.data.batch_size = batch;
-    const int64_t peak = checked_step(at, options[i], 1).peak_bytes;
+    const int64_t peak = checked_step(at, options[i]).peak_bytes;
     spdlog::info("plan: {} at batch {}: the check's peak {} bytes {}", options[i].name, batch, peak,
                  peak <= limit ? "holds" : "is over the limit");
     return peak;
