@@ -24,16 +24,37 @@
 
 namespace packrat::group_simd {
 
-// The Philox lanes (U32x16 / U32x8, philox_rounds, philox16, philox_lanes16) are core's
+// The Philox lanes (philox_blocks, philox16, philox_lanes16) are core's
 // (core/cpu/philox_simd.h), shared with dropout.
 using simd::philox_lanes16;
 #if defined(__AVX512F__)
 using simd::philox16;
 #endif
 
+#if defined(__AVX512BW__)
+// The rounding noise of the Blocks blocks from `block` on, to out[0, 128 Blocks) (noise_block's): philox_blocks' words,
+// each word's low and high 16 bits of 16 counters, 32 noise values, picked by one permute.
+template <int Blocks>
+inline void noise_blocks(uint64_t seed, uint64_t stream, int64_t block, uint16_t* out) {
+  __m512i words[4][2 * Blocks];
+  simd::philox_blocks<Blocks>(seed, stream, static_cast<uint64_t>(block) << 4, words);
+  // Element 16 h + l of a block: half h % 2 of word h / 2 of counter l, at 16-bit position 4 l + h % 2
+  // of the 64-bit lanes (counters 0-7: the first register, 8-15: the second, from 32 on).
+  alignas(64) static constexpr uint16_t kHalves[32] = {0, 4, 8,  12, 16, 20, 24, 28, 32, 36, 40, 44, 48, 52, 56, 60,
+                                                       1, 5, 9,  13, 17, 21, 25, 29, 33, 37, 41, 45, 49, 53, 57, 61};
+  const __m512i halves = _mm512_load_si512(kHalves);
+  for (int b = 0; b < Blocks; ++b)
+    for (int k = 0; k < 4; ++k)
+      _mm512_storeu_si512(out + 128 * b + 32 * k, _mm512_permutex2var_epi16(words[k][2 * b], halves, words[k][2 * b + 1]));
+}
+#endif
+
 // The rounding noise of block `block` of a stream: out[i] = rounding_noise16 of element
 // 128 * block + i, i < 128 (16 Philox evaluations, each giving 8 elements' 16 bits).
 inline void noise_block(uint64_t seed, uint64_t stream, int64_t block, uint16_t* out) {
+#if defined(__AVX512BW__)
+  noise_blocks<1>(seed, stream, block, out);
+#else
   alignas(64) uint32_t words[64];  // (4 words, 16 lanes)
   philox_lanes16(seed, stream, static_cast<uint64_t>(block) << 4, words);
   // Element 16 h + lane takes half-word h of its lane: word h / 2, low half for even h.
@@ -54,24 +75,18 @@ inline void noise_block(uint64_t seed, uint64_t stream, int64_t block, uint16_t*
   for (int h = 0; h < 8; ++h)
     for (int l = 0; l < 16; ++l) out[16 * h + l] = static_cast<uint16_t>(words[16 * (h >> 1) + l] >> (16 * (h & 1)));
 #endif
+#endif
 }
 
 // out[i] = rounding_noise16 of element 128 * b0 + i, for the blocks [b0, b1].
 inline void fill_noise_blocks(const QuantNoise& noise, int64_t b0, int64_t b1, uint16_t* out) {
-  for (int64_t b = b0; b <= b1; ++b) {
-    uint16_t* o = out + (b - b0) * 128;
-#if defined(__AVX512F__)
-    __m512i w[4];
-    philox16(noise.seed, noise.stream, static_cast<uint64_t>(b) << 4, w);
-    const __m512i lo16 = _mm512_set1_epi32(0xFFFF);
-    for (int j = 0; j < 4; ++j) {
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(o + 32 * j), _mm512_cvtepi32_epi16(_mm512_and_si512(w[j], lo16)));
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(o + 32 * j + 16), _mm512_cvtepi32_epi16(_mm512_srli_epi32(w[j], 16)));
-    }
+  int64_t b = b0;
+#if defined(__AVX512BW__)
+  for (; b + 1 <= b1; b += 2) noise_blocks<2>(noise.seed, noise.stream, b, out + (b - b0) * 128);  // two chains interleaved
+  if (b == b1) noise_blocks<1>(noise.seed, noise.stream, b, out + (b - b0) * 128);
 #else
-    noise_block(noise.seed, noise.stream, b, o);
+  for (; b <= b1; ++b) noise_block(noise.seed, noise.stream, b, out + (b - b0) * 128);
 #endif
-  }
 }
 
 #if defined(__AVX512F__)
