@@ -61,8 +61,8 @@ inline void philox_rounds(uint64_t seed, V c[4]) {
 // `lane` of words[k][2 b + h]; the high halves are garbage (vpmuludq reads only the low ones).
 // So a round is, a register, two products, two shifts and two three-way xors, with no blends
 // to put the products' halves back into 32-bit lanes: 12 instructions for 16 counters against
-// 16 with the words in 32-bit lanes (the products' halves blended back), and with two blocks' chains interleaved the noise of the
-// per-group quantizers was made in half the time (0.17 against 0.33 ns an element, Zen 4).
+// 16 with the words in 32-bit lanes. With two blocks' chains interleaved, the per-group
+// quantizers' noise was made in half the time (0.17 against 0.33 ns an element, Zen 4).
 template <int Blocks>
 inline void philox_blocks(uint64_t seed, uint64_t stream, uint64_t counter0, __m512i (&words)[4][2 * Blocks]) {
   constexpr int R = 2 * Blocks;

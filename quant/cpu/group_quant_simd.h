@@ -32,8 +32,9 @@ using simd::philox16;
 #endif
 
 #if defined(__AVX512BW__)
-// The rounding noise of the Blocks blocks from `block` on, to out[0, 128 Blocks) (noise_block's): philox_blocks' words,
-// each word's low and high 16 bits of 16 counters, 32 noise values, picked by one permute.
+// The rounding noise of the Blocks blocks from `block` on, to out[0, 128 Blocks) (noise_block's):
+// philox_blocks' words, each word's low and high 16 bits of 16 counters, 32 noise values, picked
+// by one permute.
 template <int Blocks>
 inline void noise_blocks(uint64_t seed, uint64_t stream, int64_t block, uint16_t* out) {
   __m512i words[4][2 * Blocks];
@@ -45,7 +46,8 @@ inline void noise_blocks(uint64_t seed, uint64_t stream, int64_t block, uint16_t
   const __m512i halves = _mm512_load_si512(kHalves);
   for (int b = 0; b < Blocks; ++b)
     for (int k = 0; k < 4; ++k)
-      _mm512_storeu_si512(out + 128 * b + 32 * k, _mm512_permutex2var_epi16(words[k][2 * b], halves, words[k][2 * b + 1]));
+      _mm512_storeu_si512(out + 128 * b + 32 * k,
+                          _mm512_permutex2var_epi16(words[k][2 * b], halves, words[k][2 * b + 1]));
 }
 #endif
 
@@ -82,7 +84,8 @@ inline void noise_block(uint64_t seed, uint64_t stream, int64_t block, uint16_t*
 inline void fill_noise_blocks(const QuantNoise& noise, int64_t b0, int64_t b1, uint16_t* out) {
   int64_t b = b0;
 #if defined(__AVX512BW__)
-  for (; b + 1 <= b1; b += 2) noise_blocks<2>(noise.seed, noise.stream, b, out + (b - b0) * 128);  // two chains interleaved
+  for (; b + 1 <= b1; b += 2)  // two blocks, their chains interleaved
+    noise_blocks<2>(noise.seed, noise.stream, b, out + (b - b0) * 128);
   if (b == b1) noise_blocks<1>(noise.seed, noise.stream, b, out + (b - b0) * 128);
 #else
   for (; b <= b1; ++b) noise_block(noise.seed, noise.stream, b, out + (b - b0) * 128);
