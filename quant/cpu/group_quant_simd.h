@@ -322,35 +322,29 @@ inline void pack_chunk(const uint8_t* codes, int64_t n, uint8_t* dst) {
 }
 
 #if defined(__AVX512BW__) && defined(__BMI2__)
-// Fused quantize_run + pack_chunk<B> (the same codes, the same bytes): 16 values a register, their
-// codes packed in registers (one byte each, then pext gathers their low B bits: 16 codes are 2B
+// Fused quantize + pack_chunk<B> (the same bytes): 16 values a register, code_of(values, uniforms)
+// their codes (each below 2^B; the uniforms uniform16 of rnd's noise, or 0.5 where rnd is null),
+// packed in registers (one byte each, then pext gathers their low B bits: 16 codes are 2B
 // bytes), the last partial register by masked loads and stores. Nothing goes through memory between
 // the two steps: quantize_run's byte stores read back by pack64's wider masked load failed store
 // forwarding on Zen 4 (a third of the 2-bit quantize in perf), and groups of 25 or 28 values (per-plane
 // groups of 7x7 and 14x14 planes) took their last 9 or 12 values one by one. Writes
-// packed_bytes(n, B) bytes at dst; reads x[0, n) and rnd[0, n) only.
-template <int B>
-inline void quantize_pack(const float* x, int64_t n, const GroupParams& p, const uint16_t* rnd, uint8_t* dst) {
+// packed_bytes(n, B) bytes at dst; reads x[0, n) and rnd[0, n) only. B in {1, 2, 3, 4, 8}.
+template <int B, typename CodeOf>
+inline void quantize_pack_with(const float* x, int64_t n, const uint16_t* rnd, uint8_t* dst, CodeOf&& code_of) {
   constexpr uint32_t levels = (1u << B) - 1u;
   constexpr uint64_t sel = 0x0101010101010101ull * levels;  // the low B bits of each byte
-  const __m512 vmin = _mm512_set1_ps(p.min), vinv = _mm512_set1_ps(p.inv_step), zero = _mm512_setzero_ps();
   const __m512 half = _mm512_set1_ps(0.5f), scale = _mm512_set1_ps(1.0f / 65536.0f);
-  const __m512i one = _mm512_set1_epi32(1), vlev = _mm512_set1_epi32(static_cast<int>(levels));
   for (int64_t i = 0; i < n; i += 16) {
     const int64_t m = n - i < 16 ? n - i : 16;
     const __mmask16 k = static_cast<__mmask16>((1u << m) - 1u);
-    // quantize_run's arithmetic lane by lane (quantize_value's); lanes past m are zeroed
-    const __m512 u = _mm512_max_ps(_mm512_mul_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, x + i), vmin), vinv), zero);
-    const __m512 fl = _mm512_roundscale_ps(u, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
-    const __m512 frac = _mm512_sub_ps(u, fl);
-    __m512 r = half;
+    __m512 r = half;  // uniform16 of the noise, lane by lane
     if (rnd) {
       const __m512i h = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(k, rnd + i));
       r = _mm512_mul_ps(_mm512_add_ps(_mm512_cvtepi32_ps(h), half), scale);
     }
-    __m512i code = _mm512_cvttps_epi32(fl);
-    code = _mm512_mask_add_epi32(code, _mm512_cmp_ps_mask(r, frac, _CMP_LT_OQ), code, one);
-    code = _mm512_maskz_mov_epi32(k, _mm512_min_epi32(code, vlev));
+    // lanes past m read as zero, their codes zeroed
+    const __m512i code = _mm512_maskz_mov_epi32(k, code_of(_mm512_maskz_loadu_ps(k, x + i), r));
     const __m128i bytes = _mm512_cvtepi32_epi8(code);  // (16,) one code a byte
     uint8_t* d = dst + i * B / 8;  // i is a multiple of 16: byte aligned
     if constexpr (B == 8) {
@@ -368,13 +362,28 @@ inline void quantize_pack(const float* x, int64_t n, const GroupParams& p, const
   }
 }
 
-// Fused unpack_chunk<B> + dequantize_run: out[i] = dequantize_value(code i, p) for the n codes
-// packed at src (byte aligned), 16 a register (pdep spreads 2B bytes into 16 code bytes), the last
-// partial register by masked loads and stores. Reads packed_bytes(n, B) bytes, writes out[0, n).
+// quantize_pack_with's packing of the affine codes (quantize_value's arithmetic lane by lane).
 template <int B>
-inline void unpack_dequantize(const uint8_t* src, int64_t n, const GroupParams& p, float* out) {
+inline void quantize_pack(const float* x, int64_t n, const GroupParams& p, const uint16_t* rnd, uint8_t* dst) {
+  const __m512 vmin = _mm512_set1_ps(p.min), vinv = _mm512_set1_ps(p.inv_step), zero = _mm512_setzero_ps();
+  const __m512i one = _mm512_set1_epi32(1), vlev = _mm512_set1_epi32(static_cast<int>((1u << B) - 1u));
+  quantize_pack_with<B>(x, n, rnd, dst, [&](__m512 v, __m512 r) {
+    const __m512 u = _mm512_max_ps(_mm512_mul_ps(_mm512_sub_ps(v, vmin), vinv), zero);
+    const __m512 fl = _mm512_roundscale_ps(u, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+    const __m512 frac = _mm512_sub_ps(u, fl);
+    __m512i code = _mm512_cvttps_epi32(fl);
+    code = _mm512_mask_add_epi32(code, _mm512_cmp_ps_mask(r, frac, _CMP_LT_OQ), code, one);
+    return _mm512_min_epi32(code, vlev);
+  });
+}
+
+// Fused unpack_chunk<B> + a value per code: out[i, i + 16) = value_of(codes i .. i + 15, in 32-bit
+// lanes) for the n codes packed at src (byte aligned), 16 a register (pdep spreads 2B bytes into 16
+// code bytes), the last partial register by masked loads and stores. B in {1, 2, 3, 4, 8}. Reads
+// packed_bytes(n, B) bytes, writes out[0, n).
+template <int B, typename ValueOf>
+inline void unpack_with(const uint8_t* src, int64_t n, float* out, ValueOf&& value_of) {
   constexpr uint64_t sel = 0x0101010101010101ull * ((1u << B) - 1u);
-  const __m512 vmin = _mm512_set1_ps(p.min), vstep = _mm512_set1_ps(p.step);
   for (int64_t i = 0; i < n; i += 16) {
     const int64_t m = n - i < 16 ? n - i : 16;
     const __mmask16 k = static_cast<__mmask16>((1u << m) - 1u);
@@ -400,9 +409,15 @@ inline void unpack_dequantize(const uint8_t* src, int64_t n, const GroupParams& 
       }
       bytes = _mm_set_epi64x(static_cast<int64_t>(_pdep_u64(w >> (8 * B), sel)), static_cast<int64_t>(_pdep_u64(w, sel)));
     }
-    const __m512 c = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(bytes));
-    _mm512_mask_storeu_ps(out + i, k, _mm512_fmadd_ps(c, vstep, vmin));  // as dequantize_value
+    _mm512_mask_storeu_ps(out + i, k, value_of(_mm512_cvtepu8_epi32(bytes)));
   }
+}
+
+// unpack_with's values of the affine codes: dequantize_value lane by lane.
+template <int B>
+inline void unpack_dequantize(const uint8_t* src, int64_t n, const GroupParams& p, float* out) {
+  const __m512 vmin = _mm512_set1_ps(p.min), vstep = _mm512_set1_ps(p.step);
+  unpack_with<B>(src, n, out, [&](__m512i code) { return _mm512_fmadd_ps(_mm512_cvtepi32_ps(code), vstep, vmin); });
 }
 #endif
 

@@ -84,7 +84,7 @@ void decide_buckets(const BucketGeometry& g, const MixedQuantConfig& c, const Qu
 
 namespace {
 
-constexpr int64_t kChunk = 256;  // elements quantized per inner pass (a multiple of 8)
+constexpr int64_t kChunk = 256;  // elements quantized per inner pass (a multiple of the noise's 128-element blocks)
 
 // GCC 12 warns about the undefined pass-through operand inside the AVX-512 reduction intrinsics.
 #pragma GCC diagnostic push
@@ -182,6 +182,31 @@ inline void get_codes(const uint8_t* src, int64_t n, int64_t c, int64_t len, Cod
   }
 }
 
+// Code widths that group_simd's register packers take (quantize_pack_with, unpack_with).
+constexpr bool packs_in_registers(int cb) { return cb == 1 || cb == 2 || cb == 3 || cb == 4 || cb == 8; }
+
+#if defined(__AVX512BW__) && defined(__BMI2__)
+// quantize_sign_magnitude lane by lane, for quantize_pack_with: 16 values v, their uniforms r.
+struct SignMagnitudeCodes {
+  __m512 los, fl_levels;
+  __m512i levels;
+  SignMagnitudeCodes(float levels_over_scale, uint32_t lv)
+      : los(_mm512_set1_ps(levels_over_scale)),
+        fl_levels(_mm512_set1_ps(static_cast<float>(lv))),
+        levels(_mm512_set1_epi32(static_cast<int>(lv))) {}
+  __m512i operator()(__m512 v, __m512 r) const {
+    // u = min(|x| los, L): MINPS's second operand, L, where u is NaN, as the reference's u < L ? u : L
+    const __m512 u = _mm512_min_ps(_mm512_mul_ps(_mm512_abs_ps(v), los), fl_levels);
+    const __m512i fl = _mm512_cvttps_epi32(u);
+    const __m512 frac = _mm512_sub_ps(u, _mm512_cvtepi32_ps(fl));
+    const __m512i m = _mm512_mask_add_epi32(fl, _mm512_cmp_ps_mask(r, frac, _CMP_LT_OQ), fl, _mm512_set1_epi32(1));
+    // L + m, or L - m where x < 0
+    return _mm512_mask_sub_epi32(_mm512_add_epi32(levels, m), _mm512_cmp_ps_mask(v, _mm512_setzero_ps(), _CMP_LT_OQ),
+                                 levels, m);
+  }
+};
+#endif
+
 template <int CB>
 void quantize_bucket(const float* xb, int64_t len, const BucketWidth& w, const BucketJob& job,
                      const QuantNoise& bucket_noise, uint8_t* meta_dst, uint8_t* dst) {
@@ -216,6 +241,17 @@ void quantize_bucket(const float* xb, int64_t len, const BucketWidth& w, const B
     const BucketGrid grid = sign_magnitude_grid(sign_magnitude_scale(bucket_scale(xb, len, job.scale), job.meta), levels);
     store_bucket_meta(grid, job.scale, job.meta, meta_dst);
     const float los = grid.levels_over_scale;
+#if defined(__AVX512BW__) && defined(__BMI2__)
+    if constexpr (packs_in_registers(CB)) {
+      const SignMagnitudeCodes code_of(los, levels);
+      for (int64_t c = 0; c < len; c += kChunk) {  // c: a multiple of the noise's 128-element blocks
+        const int64_t n = std::min(kChunk, len - c);
+        if (stochastic) group_simd::fill_noise_blocks(bucket_noise, c >> 7, (c + n - 1) >> 7, rnd);
+        group_simd::quantize_pack_with<CB>(xb + c, n, stochastic ? rnd : nullptr, dst + c * CB / 8, code_of);
+      }
+      return;
+    }
+#endif
     for (int64_t c = 0; c < len; c += kChunk) {
       const int64_t n = std::min(kChunk, len - c);
       const float* xc = xb + c;
@@ -252,6 +288,16 @@ void dequantize_bucket(const uint8_t* src, int64_t len, const BucketWidth& w, Sc
   } else {
     const uint32_t levels = w.levels;
     const float sol = grid.scale_over_levels;
+#if defined(__AVX512BW__) && defined(__BMI2__)
+    if constexpr (packs_in_registers(CB)) {  // dequantize_sign_magnitude lane by lane
+      const __m512i vlev = _mm512_set1_epi32(static_cast<int>(levels));
+      const __m512 vsol = _mm512_set1_ps(sol);
+      group_simd::unpack_with<CB>(src, len, out, [&](__m512i code) {
+        return _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(code, vlev)), vsol);
+      });
+      return;
+    }
+#endif
     for (int64_t c = 0; c < len; c += kChunk) {
       const int64_t n = std::min(kChunk, len - c);
       get_codes<CB>(src, n, c, len, code_buf);
