@@ -16,6 +16,7 @@
 #include "quant/cpu/group_quant_simd.h"
 #include "quant/cpu/plain_runs.h"
 #include "quant/cpu/plane_tiles.h"
+#include "quant/cpu/whole_plane_tiles.h"
 
 #if defined(__AVX512F__) || defined(__AVX2__)
 #include <immintrin.h>
@@ -206,6 +207,8 @@ void quantize_impl(const T* x, const GroupGeometry& g, Rounding rounding, const 
                    uint8_t* meta, double* group_range_sq, const CodecWalk& walk) {
 #if defined(PACKRAT_PLANE_TILES)
   if (plane_tiles::applies(g, walk)) return plane_tiles::quantize<B>(x, g, walk, rounding, noise, codes, meta, group_range_sq);
+  if (plane_tiles::applies_whole_planes(g, walk))
+    return plane_tiles::quantize_whole_planes<B>(x, g, walk, rounding, noise, codes, meta, group_range_sq);
 #endif
   [[maybe_unused]] constexpr uint32_t levels = (1u << B) - 1u;
   const bool stochastic = rounding == Rounding::Stochastic;
@@ -291,6 +294,7 @@ void dequantize_impl(const uint8_t* codes, const uint8_t* meta, const GroupGeome
                      const CodecWalk& walk) {
 #if defined(PACKRAT_PLANE_TILES)
   if (plane_tiles::applies(g, walk)) return plane_tiles::dequantize<B>(codes, meta, g, walk, out);
+  if (plane_tiles::applies_whole_planes(g, walk)) return plane_tiles::dequantize_whole_planes<B>(codes, meta, g, walk, out);
 #endif
   const int meta_size = meta_bytes_per_group(g.meta);
   const int64_t grain = std::max<int64_t>(1, kMinParallelWork / g.group_size);

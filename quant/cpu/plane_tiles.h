@@ -114,6 +114,7 @@ struct Lanes {
   static M but_not(M a, M b) { return static_cast<M>(a & ~b); }  // a and not b
   static F select(M m, F yes, F no) { return _mm512_mask_blend_ps(m, no, yes); }
   static I select(M m, I yes, I no) { return _mm512_mask_blend_epi32(m, no, yes); }
+  static F permute(F a, I lane_of) { return _mm512_permutexvar_ps(lane_of, a); }  // lane c: a's lane lane_of[c]
 };
 #elif defined(__AVX2__)
 // A tile row of a nChw8c buffer: 8 floats, or 8 32-bit integers, a register.
@@ -184,6 +185,7 @@ struct Lanes {
   static M but_not(M a, M b) { return _mm256_andnot_ps(b, a); }  // a and not b
   static F select(M m, F yes, F no) { return _mm256_blendv_ps(no, yes, m); }
   static I select(M m, I yes, I no) { return bits(_mm256_blendv_ps(from_bits(no), from_bits(yes), m)); }
+  static F permute(F a, I lane_of) { return _mm256_permutevar8x32_ps(a, lane_of); }  // lane c: a's lane lane_of[c]
 };
 #endif
 
@@ -297,13 +299,33 @@ class TileNoise {
         plane_(plane),
         plain_(new uint16_t[static_cast<size_t>(kLanes * plane + 2 * 128)]),
         rows_(static_cast<uint32_t*>(std::aligned_alloc(64, static_cast<size_t>((kLanes * plane * 4 + 63) / 64 * 64))),
-              std::free) {}
+              std::free) {
+#if defined(__AVX512BW__)
+    for (int64_t r = 0; r < 2; ++r)  // rows 2 r and 2 r + 1 of a plane of 2 or 4: lane c of row i is value c plane + i
+      for (int64_t j = 0; j < 32; ++j) small_rows_[r][j] = static_cast<uint16_t>((j % 16) * plane + 2 * r + j / 16);
+#endif
+  }
   // Fills the noise of the tile whose plain elements start at e0; returns its rows.
   const uint32_t* fill(int64_t e0) {
     const int64_t n = kLanes * plane_, b0 = e0 >> 7, b1 = (e0 + n - 1) >> 7;
-    group_simd::fill_noise_blocks(noise_, b0, b1, plain_.get());
+    if (b0 != held_first_ || b1 > held_last_) {  // tiles of fewer than 128 values share their blocks
+      group_simd::fill_noise_blocks(noise_, b0, b1, plain_.get());
+      held_first_ = b0;
+      held_last_ = b1;
+    }
     const uint16_t* src = plain_.get() + (e0 - 128 * b0);  // (lanes, plane)
     uint32_t* rows = rows_.get();
+#if defined(__AVX512BW__)
+    if (plane_ == 2 || plane_ == 4) {  // the tile's 32 or 64 values, two rows a permute of 16-bit values
+      const __m512i a = _mm512_loadu_si512(src), b = _mm512_loadu_si512(src + 32);  // within plain_'s blocks
+      for (int64_t r = 0; 2 * r < plane_; ++r) {
+        const __m512i two = _mm512_permutex2var_epi16(a, _mm512_load_si512(small_rows_[r]), b);
+        Lanes::store(rows + 2 * r * kLanes, _mm512_cvtepu16_epi32(_mm512_castsi512_si256(two)));
+        Lanes::store(rows + (2 * r + 1) * kLanes, _mm512_cvtepu16_epi32(_mm512_extracti64x4_epi64(two, 1)));
+      }
+      return rows;
+    }
+#endif
     int64_t i = 0;
     for (; i + kLanes <= plane_; i += kLanes) {  // a kLanes x kLanes block a step
       Lanes::I block[kLanes];
@@ -319,8 +341,12 @@ class TileNoise {
  private:
   QuantNoise noise_;
   int64_t plane_;
+  int64_t held_first_ = -1, held_last_ = -1;  // the blocks plain_ holds
   std::unique_ptr<uint16_t[]> plain_;  // (blocks covering a tile,): the plain order
   std::unique_ptr<uint32_t[], decltype(&std::free)> rows_;  // (plane, lanes), 64-byte aligned
+#if defined(__AVX512BW__)
+  alignas(64) uint16_t small_rows_[2][32];  // (row pairs, 32): a plane of 2 or 4's permute indices
+#endif
 };
 
 // Quantizes the per-plane groups of a blocked buffer x (applies(g, walk)), f32 or bf16 (T): the

@@ -20,7 +20,8 @@
 #include "core/philox.h"
 #include "core/tensor.h"
 #include "quant/bits/bitpack.h"
-#include "quant/cpu/plane_tiles.h"  // plane_tiles::applies
+#include "quant/cpu/plane_tiles.h"        // plane_tiles::applies
+#include "quant/cpu/whole_plane_tiles.h"  // plane_tiles::applies_whole_planes
 #include <cmath>
 
 #include "autograd/pointwise.h"
@@ -160,14 +161,17 @@ TEST(CodecBitExact, PerGroupKernelWritesTheReferenceBytesForEveryConfig) {
 // the reference writes for the plain tensor, and the same values back in the blocked layout. With
 // AVX-512 or AVX2 the per-plane groups of a tile's 16 or 8 planes are taken together
 // (quant/cpu/plane_tiles.h), for planes whose groups are full and cut short, a NaN first value in
-// some lanes and not in others; groups of several small planes (4 x 4, 2 x 2, 1 x 1) and
-// per-sample groups take the plain walk, zeros of both signs at a group's extreme among them.
+// some lanes and not in others; groups of several small planes (4 x 4, 2 x 2) k adjacent lanes
+// (quant/cpu/whole_plane_tiles.h: a NaN first in a group's later lane, zeros of both signs at a
+// group's extreme in two of its lanes); others (1 x 1 planes, groups not of whole planes) take the
+// plain walk.
 
 TEST(CodecBitExact, PlaneGroupsOfABlockedBufferAreThePlainTensorsBytes) {
   const std::vector<Shape> shapes = {{2, 32, 7, 7}, {3, 16, 14, 14}, {4, 32, 28, 28}, {1, 48, 5, 5},
                                      {2, 16, 9, 11}, {3, 32, 4, 4},   {2, 48, 2, 2},   {2, 64, 1, 1},
                                      {2, 32, 8, 8}};
   int vertical = 0;  // cases whose groups the tiles take a lane each
+  int whole = 0;     // cases whose groups of whole planes the tiles take k lanes each
   for (int bits : {1, 2, 3, 4, 8})
     for (Rounding rounding : {Rounding::Stochastic, Rounding::Nearest})
       for (MetaType meta : {MetaType::BF16, MetaType::F32})
@@ -193,6 +197,7 @@ TEST(CodecBitExact, PlaneGroupsOfABlockedBufferAreThePlainTensorsBytes) {
               const CodecWalk walk{shape[1], plane, false, layout == Layout::nChw16c ? 16 : 8};
   #if defined(PACKRAT_PLANE_TILES)
               vertical += plane_tiles::applies(g, walk) ? 1 : 0;
+              whole += plane_tiles::applies_whole_planes(g, walk) ? 1 : 0;
   #endif
               const QuantNoise noise{0x5EEDull, quant_stream(2, 9)};
               std::vector<uint8_t> codes(static_cast<size_t>(g.code_bytes()), 0xEE), meta_b(static_cast<size_t>(g.meta_bytes()), 0xEE);
@@ -229,6 +234,9 @@ TEST(CodecBitExact, PlaneGroupsOfABlockedBufferAreThePlainTensorsBytes) {
   // CPU whose oneDNN runs AVX-512 gets nChw16c buffers, which take the plain walk).
   if (channel_block(cpu::native_blocked_layout()) == plane_tiles::kLanes) {
     EXPECT_GE(vertical, 5 * 2 * 2 * 3 * 3);  // per plane: every width, rounding, metadata, G and plane of 49 to 784
+    // 4x4 planes at 1 to 4 bits and 2x2 at 2, 4, 8 (groups of 32; 64 too where a tile has 16
+    // lanes), per plane and per sample, every rounding and metadata
+    EXPECT_GE(whole, 2 * 2 * 2 * (4 * 2 + 3));
   }
 #endif
 }

@@ -1,0 +1,214 @@
+#pragma once
+// Groups of whole channel planes in a channel-blocked buffer, k planes a group: what per_plane
+// grouping makes of planes smaller than a group (EfficientNet's and ResNet's 4x4 and 2x2 planes,
+// groups of 32: k = 2 and 8), and per-sample groups that hold whole planes. The tile is
+// plane_tiles.h's, one sample's kLanes channels lying (plane, lanes), and a group is k adjacent
+// lanes of all its rows (k dividing the lanes), so the tiles' row-by-row walk takes them too:
+//   - their ranges: each lane scanned row by row from its group's first value, then the k lanes
+//     combined in plain order (min(later, earlier): MINPS keeps the second, the earlier, on a tie
+//     or a NaN), which gives the plain scan's result bit for bit: the earliest of the extreme
+//     values, so the sign of a zero extreme, and a NaN only where the first value is one;
+//   - their codes: quantize_value's arithmetic lane by lane, as the per-plane tiles do; a lane's
+//     plane is codes [p plane, (p + 1) plane) of its group (p: its place in the group), so the tile's
+//     code bytes are its lanes' streams one after the other where a lane's stream is whole bytes.
+// Before them these groups took the plain walk through PlainRuns' transposes, a group at a time:
+// 0.67 and 1.0 ns a value (2x2 and 4x4 planes, 2 threads) against the tiles' 0.36-0.40.
+// Internal: included by group_quant_cpu.cpp (it includes immintrin.h through plane_tiles.h).
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <optional>
+
+#include "quant/cpu/plane_tiles.h"
+
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+
+namespace packrat::plane_tiles {
+
+constexpr int64_t kMaxLaneBytes = 8;  // a lane's stream in at most two 32-bit words
+
+// Whether g's groups are groups of k >= 2 whole planes (k dividing the tiles' lanes) of a blocked
+// buffer whose tiles are this CPU's rows, every group full and each lane's codes whole bytes.
+inline bool applies_whole_planes(const GroupGeometry& g, const CodecWalk& walk) {
+#if defined(PACKRAT_PLANE_TILES)
+  if (walk.channels <= 0 || walk.nhwc || walk.block != kLanes || walk.channels % kLanes != 0 || walk.plane <= 0)
+    return false;
+  const int64_t plane = walk.plane, k = g.group_size / plane, lane_bits = g.bits * plane;
+  return g.group_size % plane == 0 && k >= 2 && kLanes % k == 0 && g.span_len == walk.channels * plane &&
+         g.spans * g.span_len == g.numel && g.tail_len == g.group_size && lane_bits % 8 == 0 &&
+         lane_bits <= 8 * kMaxLaneBytes;
+#else
+  (void)g, (void)walk;
+  return false;
+#endif
+}
+
+#if defined(PACKRAT_PLANE_TILES)
+
+// Lane permutations of groups of k lanes: `first`, each lane its group's first lane; `next[l]`,
+// each lane the lane 2^l on (the partner of a combining step).
+struct GroupLanes {
+  explicit GroupLanes(int64_t k) : k(k) {
+    for (int64_t c = 0; c < kLanes; ++c) {
+      first_lane[c] = static_cast<uint32_t>(c - c % k);
+      for (int l = 0; l < kLevels; ++l) next_lane[l][c] = static_cast<uint32_t>((c + (int64_t{1} << l)) % kLanes);
+    }
+  }
+  Lanes::I first() const { return Lanes::load(first_lane); }
+  Lanes::I next(int level) const { return Lanes::load(next_lane[level]); }
+
+  // The range of each lane's group, in every lane of it: lane scans mn, mx (each from the group's
+  // first value) combined 1, 2, 4 ... lanes apart, in plain order, into the group's first lane.
+  void combine(Lanes::F& mn, Lanes::F& mx) const {
+    for (int l = 0; (int64_t{1} << l) < k; ++l) {
+      const Lanes::I on = next(l);
+      mn = Lanes::min(Lanes::permute(mn, on), mn);  // the earlier lanes' on a tie or a NaN
+      mx = Lanes::max(Lanes::permute(mx, on), mx);
+    }
+    mn = Lanes::permute(mn, first());
+    mx = Lanes::permute(mx, first());
+  }
+
+  static constexpr int kLevels = 4;  // up to 16 lanes a group
+  int64_t k;
+  alignas(64) uint32_t first_lane[kLanes];
+  alignas(64) uint32_t next_lane[kLevels][kLanes];
+};
+
+// Lane c's first lane_bytes bytes of `words` (its stream) at dst + c lane_bytes, for every lane:
+// 8-byte stores whose bytes past a lane's are the next lane's (written after), bytes one by one
+// where 8 would reach past the tile's.
+inline void store_lane_streams(const LaneWords& words, int64_t lane_bytes, uint8_t* dst) {
+  for (int64_t c = 0; c < kLanes; ++c) {
+    const uint64_t s = words.words[c] | (lane_bytes > 4 ? uint64_t{words.words[kLanes + c]} << 32 : 0);
+    uint8_t* d = dst + c * lane_bytes;
+    if (c * lane_bytes + 8 <= kLanes * lane_bytes) {
+      std::memcpy(d, &s, 8);
+    } else {
+      for (int64_t b = 0; b < lane_bytes; ++b) d[b] = static_cast<uint8_t>(s >> (8 * b));
+    }
+  }
+}
+// The reverse: lane c's stream from src + c lane_bytes into `words` (bytes past it zero).
+inline void load_lane_streams(const uint8_t* src, int64_t lane_bytes, LaneWords& words) {
+  const uint64_t keep = lane_bytes == 8 ? ~uint64_t{0} : (uint64_t{1} << (8 * lane_bytes)) - 1;
+  for (int64_t c = 0; c < kLanes; ++c) {
+    const uint8_t* s = src + c * lane_bytes;
+    uint64_t v = 0;
+    if (c * lane_bytes + 8 <= kLanes * lane_bytes) {
+      std::memcpy(&v, s, 8);
+      v &= keep;
+    } else {
+      for (int64_t b = 0; b < lane_bytes; ++b) v |= uint64_t{s[b]} << (8 * b);
+    }
+    words.words[c] = static_cast<uint32_t>(v);
+    words.words[kLanes + c] = static_cast<uint32_t>(v >> 32);
+  }
+}
+
+// Quantizes the groups of whole planes of a blocked buffer x (applies_whole_planes(g, walk)), f32
+// or bf16 (T): the codes, metadata and group_range_sq of quantize_groups.
+template <int B, typename T>
+void quantize_whole_planes(const T* x, const GroupGeometry& g, const CodecWalk& walk, Rounding rounding,
+                           const QuantNoise& noise, uint8_t* codes, uint8_t* meta, double* range_sq) {
+  using F = Lanes::F;
+  using I = Lanes::I;
+  constexpr uint32_t levels = (1u << B) - 1u;
+  const int64_t plane = walk.plane, tile_elements = kLanes * plane, k = g.group_size / plane;
+  const int64_t lane_bytes = B * plane / 8, tile_groups = kLanes / k, group_bytes = g.full_group_bytes();
+  const int meta_size = meta_bytes_per_group(g.meta);
+  const bool stochastic = rounding == Rounding::Stochastic;
+  const GroupLanes lanes(k);
+  for_tile_ranges(g.numel / tile_elements, tile_elements, [&](int64_t t0, int64_t t1) {
+    std::optional<TileNoise> tile_noise;
+    if (stochastic) tile_noise.emplace(noise, plane);
+    auto words = std::make_unique<LaneWords>();
+    const F zero = Lanes::set(0.0f), half = Lanes::set(0.5f), scale = Lanes::set(1.0f / 65536.0f);
+    const I vlev = Lanes::set(static_cast<int>(levels));
+    for (int64_t t = t0; t < t1; ++t) {
+      const T* rows = x + t * tile_elements;  // (plane, lanes)
+      const uint32_t* rnd = stochastic ? tile_noise->fill(t * tile_elements) : nullptr;  // (plane, lanes)
+      F vmn = Lanes::permute(Lanes::load(rows), lanes.first()), vmx = vmn;
+      for (int64_t i = 0; i < plane; ++i) {
+        const F v = Lanes::load(rows + i * kLanes);
+        vmn = Lanes::min(v, vmn);  // the second operand where either is NaN: the scan's rule
+        vmx = Lanes::max(v, vmx);
+      }
+      lanes.combine(vmn, vmx);
+      alignas(64) float mn[kLanes], mx[kLanes], pmin[kLanes], pstep[kLanes], pinv[kLanes];
+      Lanes::store(mn, vmn);
+      Lanes::store(mx, vmx);
+      lane_group_params<B>(mn, mx, g.meta, pmin, pstep, pinv);
+      const int64_t g0 = t * tile_groups;  // the tile's first group
+      for (int64_t q = 0; q < tile_groups; ++q) {
+        const GroupParams p{pmin[q * k], pstep[q * k], pinv[q * k]};
+        store_group_meta(p, g.meta, meta + (g0 + q) * meta_size);
+        if (range_sq) range_sq[g0 + q] = group_range_sq(p, g.group_size, B);
+      }
+      const F vmin = Lanes::load(pmin), vinv = Lanes::load(pinv);
+      I word = Lanes::zero();
+      for (int64_t i = 0; i < plane; ++i) {  // plane_tiles::quantize's rows
+        const F u = Lanes::max(Lanes::mul(Lanes::sub(Lanes::load(rows + i * kLanes), vmin), vinv), zero);
+        const F fl = Lanes::trunc(u);
+        const F frac = Lanes::sub(u, fl);
+        F r = half;
+        if (rnd) r = Lanes::mul(Lanes::add(Lanes::to_float(Lanes::load(rnd + i * kLanes)), half), scale);
+        const I code = Lanes::min(Lanes::round_up(Lanes::to_int(fl), r, frac), vlev);
+        const int64_t bit = B * i, off = bit & 31;
+        word = Lanes::bit_or(word, Lanes::shl(code, off));
+        if (off + B >= 32) {
+          Lanes::store(words->words + (bit >> 5) * kLanes, word);
+          word = off + B > 32 ? Lanes::shr(code, 32 - off) : Lanes::zero();
+        }
+      }
+      if ((B * plane) & 31) Lanes::store(words->words + ((B * plane) >> 5) * kLanes, word);
+      store_lane_streams(*words, lane_bytes, codes + g0 * group_bytes);
+    }
+  });
+}
+
+// Dequantizes them back into a blocked buffer out, f32 or bf16 (T, rounded as Tensor::to rounds):
+// dequantize_groups' values.
+template <int B, typename T>
+void dequantize_whole_planes(const uint8_t* codes, const uint8_t* meta, const GroupGeometry& g, const CodecWalk& walk,
+                             T* out) {
+  using F = Lanes::F;
+  using I = Lanes::I;
+  const int64_t plane = walk.plane, tile_elements = kLanes * plane, k = g.group_size / plane;
+  const int64_t lane_bytes = B * plane / 8, tile_groups = kLanes / k, group_bytes = g.full_group_bytes();
+  const int meta_size = meta_bytes_per_group(g.meta);
+  for_tile_ranges(g.numel / tile_elements, tile_elements, [&](int64_t t0, int64_t t1) {
+    auto words = std::make_unique<LaneWords>();
+    const I mask = Lanes::set((1 << B) - 1);
+    for (int64_t t = t0; t < t1; ++t) {
+      T* rows = out + t * tile_elements;  // (plane, lanes)
+      const int64_t g0 = t * tile_groups;
+      alignas(64) float pmin[kLanes], pstep[kLanes];
+      for (int64_t q = 0; q < tile_groups; ++q) {
+        const GroupParams p = load_group_range(meta + (g0 + q) * meta_size, g.meta);
+        for (int64_t c = q * k; c < (q + 1) * k; ++c) {
+          pmin[c] = p.min;
+          pstep[c] = p.step;
+        }
+      }
+      load_lane_streams(codes + g0 * group_bytes, lane_bytes, *words);
+      const F vmin = Lanes::load(pmin), vstep = Lanes::load(pstep);
+      for (int64_t i = 0; i < plane; ++i) {
+        const int64_t bit = B * i, off = bit & 31;
+        const uint32_t* w = words->words + (bit >> 5) * kLanes;
+        I code = Lanes::shr(Lanes::load(w), off);
+        if (off + B > 32) code = Lanes::bit_or(code, Lanes::shl(Lanes::load(w + kLanes), 32 - off));
+        code = Lanes::bit_and(code, mask);
+        Lanes::store(rows + i * kLanes, Lanes::fmadd(Lanes::to_float(code), vstep, vmin));  // as dequantize_value
+      }
+    }
+  });
+}
+
+#endif  // PACKRAT_PLANE_TILES
+
+}  // namespace packrat::plane_tiles
+
+#pragma GCC diagnostic pop
