@@ -154,11 +154,16 @@ class CpuCodecs final : public CodecKernels {
   }
 
   MixedPacked quantize_mixed(const Tensor& x, const MixedQuantConfig& c, const QuantNoise& noise) override {
-    return packrat::quantize_mixed(x.data<float>(), x.numel(), c, noise,
-                                   mixed_walk_of(x, c.bucket_size, "quantize_mixed"));
+    const CodecWalk walk = mixed_walk_of(x, c.bucket_size, "quantize_mixed");
+    if (x.dtype() == DType::bf16) return packrat::quantize_mixed(x.data<bf16_t>(), x.numel(), c, noise, walk);
+    return packrat::quantize_mixed(x.data<float>(), x.numel(), c, noise, walk);
   }
   void dequantize_mixed(const MixedPacked& p, const Tensor& out) override {
-    packrat::dequantize_mixed(p, out.data<float>(), mixed_walk_of(out, p.bucket_size, "dequantize_mixed"));
+    const CodecWalk walk = mixed_walk_of(out, p.bucket_size, "dequantize_mixed");
+    if (out.dtype() == DType::bf16)
+      packrat::dequantize_mixed(p, out.data<bf16_t>(), walk);
+    else
+      packrat::dequantize_mixed(p, out.data<float>(), walk);
   }
   void dequantize_mixed_apply(const MixedPacked& p, ActivationId fn, bool from_output, const Tensor& grad,
                               const Tensor& gx) override {

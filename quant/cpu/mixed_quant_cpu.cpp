@@ -5,9 +5,12 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <memory>
 #include <optional>
 #include <type_traits>
+#include <vector>
 
+#include "core/cpu/bf16_simd.h"
 #include "core/error.h"
 #include "core/parallel.h"
 #include "quant/cpu/code_bits.h"
@@ -405,8 +408,28 @@ int64_t bucket_grain(int64_t bucket_size) { return std::max<int64_t>(1, kMinPara
 
 }  // namespace
 
-MixedPacked quantize_mixed(const float* x, int64_t numel, const MixedQuantConfig& c, const QuantNoise& noise,
-                           const CodecWalk& walk) {
+namespace {
+
+// A thread's buckets of a plain buffer as f32: x itself where it is f32 (T = float), else each
+// bucket's values converted into its own buffer (a bf16 bucket's codes are those of its f32 values).
+template <typename T>
+struct BucketValues {
+  explicit BucketValues(int64_t) {}
+  const float* read(const T* x, int64_t e0, int64_t) { return x + e0; }
+};
+template <>
+struct BucketValues<bf16_t> {
+  explicit BucketValues(int64_t bucket_size) : buf(new float[static_cast<size_t>(bucket_size)]) {}
+  const float* read(const bf16_t* x, int64_t e0, int64_t n) {
+    simd::bf16_to_f32_run(x + e0, n, buf.get());
+    return buf.get();
+  }
+  std::unique_ptr<float[]> buf;  // (bucket_size,)
+};
+
+template <typename T>
+MixedPacked quantize_mixed_of(const T* x, int64_t numel, const MixedQuantConfig& c, const QuantNoise& noise,
+                              const CodecWalk& walk) {
   c.check("mixed quantization");
   const BucketGeometry g = bucket_geometry(numel, c.bucket_size);
   MixedPacked p = mixed_packed_header(numel, c);
@@ -453,11 +476,13 @@ MixedPacked quantize_mixed(const float* x, int64_t numel, const MixedQuantConfig
     int64_t off = range_off[static_cast<size_t>(r)];
     std::optional<PlainRuns> plain;  // a blocked buffer's buckets in plain order
     if (walk.channels) plain.emplace(walk, g.bucket_size);
+    std::optional<BucketValues<T>> values;  // a plain buffer's
+    if (!walk.channels) values.emplace(g.bucket_size);
     for (int64_t b = b0; b < b1; ++b) {
       const bool is_mix = flags[static_cast<size_t>(b)] != 0;
       const BucketWidth& w = is_mix ? c.mix : c.base;
       const int64_t len = g.len(b);
-      const float* xb = plain ? plain->read(x, g.start(b), len) : x + g.start(b);
+      const float* xb = plain ? plain->read(x, g.start(b), len) : values->read(x, g.start(b), len);
       const uint64_t stream = bucket_stream(noise.stream, static_cast<uint64_t>(b));
       if (is_mix ? fast_mix : fast_base) {
         dispatch_group_bits(w.bits, [&](auto cb) {
@@ -484,7 +509,8 @@ MixedPacked quantize_mixed(const float* x, int64_t numel, const MixedQuantConfig
   return p;
 }
 
-void dequantize_mixed(const MixedPacked& p, float* out, const CodecWalk& walk) {
+template <typename T>
+void dequantize_mixed_to(const MixedPacked& p, T* out, const CodecWalk& walk) {
   const BucketGeometry g = p.geometry();
   if (g.buckets == 0) return;
   std::vector<uint8_t> flags(static_cast<size_t>(g.buckets), p.uniform_is_mix ? 1 : 0);  // (buckets,)
@@ -498,6 +524,8 @@ void dequantize_mixed(const MixedPacked& p, float* out, const CodecWalk& walk) {
   parallel_chunks(g.buckets, bucket_grain(g.bucket_size), [&](int64_t b0, int64_t b1) {
     std::optional<PlainRuns> plain;  // a blocked buffer's buckets in plain order, a bucket a run
     if (walk.channels) plain.emplace(walk, g.bucket_size);
+    constexpr bool direct = std::is_same_v<T, float>;
+    std::vector<float> run_values;  // a plain bf16 buffer's run of buckets, on its way to bf16
     for (int64_t b = b0; b < b1;) {
       const BucketWidth& w = flags[static_cast<size_t>(b)] ? p.mix : p.base;
       int64_t e = b + 1;  // a run of buckets at the same width (through `plain`: within one tile)
@@ -505,7 +533,15 @@ void dequantize_mixed(const MixedPacked& p, float* out, const CodecWalk& walk) {
              (!plain || plain->in_one_tile(g.start(b), g.start(e) + g.len(e) - g.start(b))))
         ++e;
       const int64_t n = g.start(e - 1) + g.len(e - 1) - g.start(b);
-      float* ob = plain ? plain->write(out, g.start(b), n) : out + g.start(b);
+      float* ob = nullptr;
+      if (plain) {
+        ob = plain->write(out, g.start(b), n);
+      } else if constexpr (direct) {
+        ob = out + g.start(b);
+      } else {
+        run_values.resize(static_cast<size_t>(n));
+        ob = run_values.data();
+      }
       if (per_group_kernel(p.scale, w)) {
         // A run is a row of equal groups to the per-group dequantizer (codes and metadata contiguous).
         GroupQuantConfig gc;
@@ -521,10 +557,25 @@ void dequantize_mixed(const MixedPacked& p, float* out, const CodecWalk& walk) {
                                                    meta + k * mb, ob + (g.start(k) - g.start(b)));
           });
       }
+      if constexpr (!direct)
+        if (!plain) simd::f32_to_bf16_run(ob, n, out + g.start(b));  // rounded as Tensor::to rounds
       b = e;
     }
     if (plain) plain->finish(out);
   });
 }
+
+}  // namespace
+
+MixedPacked quantize_mixed(const float* x, int64_t numel, const MixedQuantConfig& c, const QuantNoise& noise,
+                           const CodecWalk& walk) {
+  return quantize_mixed_of(x, numel, c, noise, walk);
+}
+MixedPacked quantize_mixed(const bf16_t* x, int64_t numel, const MixedQuantConfig& c, const QuantNoise& noise,
+                           const CodecWalk& walk) {
+  return quantize_mixed_of(x, numel, c, noise, walk);
+}
+void dequantize_mixed(const MixedPacked& p, float* out, const CodecWalk& walk) { dequantize_mixed_to(p, out, walk); }
+void dequantize_mixed(const MixedPacked& p, bf16_t* out, const CodecWalk& walk) { dequantize_mixed_to(p, out, walk); }
 
 }  // namespace packrat

@@ -145,13 +145,15 @@ CodecOrder mixed_codec_order(const Shape& shape, Layout layout, Device d, int64_
 }
 
 MixedPacked quantize_mixed(const Tensor& x, const MixedQuantConfig& c, const QuantNoise& noise) {
-  PACKRAT_CHECK(x.dtype() == DType::f32, "quantize_mixed: the input is {}, expected f32", x.describe());
+  PACKRAT_CHECK(x.dtype() == DType::f32 || (x.dtype() == DType::bf16 && x.device().is_cpu()),
+                "quantize_mixed: the input is {}, expected f32 (or bf16 on the CPU)", x.describe());
   return codecs(x.device(), "quantize_mixed: the input").quantize_mixed(x, c, noise);
 }
 
 void dequantize_mixed(const MixedPacked& p, const Tensor& out) {
-  PACKRAT_CHECK(out.numel() == p.numel && out.dtype() == DType::f32,
-                "mixed dequantization: {} elements held, the output is {}", p.numel, out.describe());
+  PACKRAT_CHECK(out.numel() == p.numel && (out.dtype() == DType::f32 || (out.dtype() == DType::bf16 && out.device().is_cpu())),
+                "mixed dequantization: {} elements held, the output is {} (f32, or bf16 on the CPU)", p.numel,
+                out.describe());
   const Device d = out.device();
   const bool one_device = (!p.codes.defined() || p.codes.device() == d) &&
                           (!p.meta_data.defined() || p.meta_data.device() == d) &&

@@ -148,7 +148,12 @@ CodecWalk mixed_walk_of(const Tensor& t, int64_t bucket_size, const char* where)
 // dequantize_groups; the other widths and the sign-magnitude rules by this file's own loops.
 MixedPacked quantize_mixed(const float* x, int64_t numel, const MixedQuantConfig& c, const QuantNoise& noise,
                            const CodecWalk& walk = {});
-// Dequantizes into out (p.numel floats, in the order of walk).
+// bf16 values (autocast's saved tensors, read as they lie): the codes of their f32 values.
+MixedPacked quantize_mixed(const bf16_t* x, int64_t numel, const MixedQuantConfig& c, const QuantNoise& noise,
+                           const CodecWalk& walk = {});
+// Dequantizes into out (p.numel floats, in the order of walk); into bf16, the f32 values rounded as
+// Tensor::to rounds them.
 void dequantize_mixed(const MixedPacked& p, float* out, const CodecWalk& walk = {});
+void dequantize_mixed(const MixedPacked& p, bf16_t* out, const CodecWalk& walk = {});
 
 }  // namespace packrat

@@ -5,8 +5,10 @@
 #include <fmt/format.h>
 
 #include "autograd/pointwise.h"
+#include "core/autocast.h"  // as_f32
 #include "core/error.h"
 #include "core/parallel.h"
+#include "quant/group/group_quant.h"  // kMaxStagedGroup
 
 namespace packrat {
 
@@ -76,9 +78,17 @@ Tensor in_logical_order(const Tensor& x, int64_t bucket_size) {
   return x.to_plain();
 }
 
+// Whether the codec reads a saved tensor of this dtype as it lies: f32, and bf16 on the CPU (the
+// codes of its f32 values, each bucket converted as it is read) where a bucket's f32 copy is small.
+// Else (f16, a GPU's bf16) the store hands it an f32 copy.
+bool reads_as_is(DType dtype, Device device, int64_t bucket_size) {
+  return dtype == DType::f32 || (dtype == DType::bf16 && device.is_cpu() && bucket_size <= kMaxStagedGroup);
+}
+
 }  // namespace
 
-std::unique_ptr<CompressingStore::Encoded> MixedStore::encode(const Tensor& x, const SaveRequest&) {
+std::unique_ptr<CompressingStore::Encoded> MixedStore::encode(const Tensor& saved, const SaveRequest&) {
+  const Tensor x = reads_as_is(saved.dtype(), saved.device(), options_.quant.bucket_size) ? saved : as_f32(saved);
   auto q = std::make_unique<Quantized>();
   q->quant = options_.quant;
   q->quant.mix_prob = options_.schedule.at(progress_);
@@ -98,12 +108,16 @@ std::unique_ptr<CompressingStore::Encoded> MixedStore::encode(const Tensor& x, c
   return q;
 }
 
-Tensor MixedStore::values(const Encoded& enc, const Entry& e) {
+Tensor MixedStore::values(const Encoded& enc, const Entry& e) { return values_in(enc, e, DType::f32); }
+
+Tensor MixedStore::values_in(const Encoded& enc, const Entry& e, DType dtype) {
   const auto& q = static_cast<const Quantized&>(enc);
+  // bf16 on the CPU written by the codec (no f32 copy to convert); else f32, converted after
+  if (!reads_as_is(dtype, q.device, q.quant.bucket_size)) return values(enc, e).to(dtype);
   TagScope tag(MemTag::Workspace);  // a transient copy for the backward of one op
   const bool via_plain = mixed_codec_order(e.shape, e.layout, q.device, q.quant.bucket_size).via_plain;
   const Layout walked = via_plain ? Layout::Plain : e.layout;  // reordered below if not
-  Tensor out = Tensor::empty(e.shape, DType::f32, walked, MemTag::Workspace, q.device);
+  Tensor out = Tensor::empty(e.shape, dtype, walked, MemTag::Workspace, q.device);
   if (options_.mode == StorageMode::SaveQuantized) {
     dequantize_mixed(q.packed, out);
   } else {  // quantize_on_backward: quantize now, with the keys drawn at save

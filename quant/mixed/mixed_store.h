@@ -96,8 +96,10 @@ class MixedStore : public CompressingStore {
   // The codec: per-bucket codes (quant/mixed/mixed_quant.h) of an f32 Value or Derivative, or under
   // quantize_on_backward the f32 tensor itself, quantized when loaded.
   std::unique_ptr<Encoded> encode(const Tensor& x, const SaveRequest& r) override;
+  bool encodes_16bit() const override { return true; }  // bf16 on the CPU as it lies, else an f32 copy
   // x dequantized (a Workspace tensor); the base's decode and apply_encoded take f' of it.
   Tensor values(const Encoded& enc, const Entry& e) override;
+  Tensor values_in(const Encoded& enc, const Entry& e, DType dtype) override;
   // On a GPU, grad * f'(x) straight from the codes in one pass (dequantize_mixed_apply), no
   // Workspace tensor of x, for a plain tensor; on the CPU, and for other layouts, the base's two passes.
   Tensor apply_encoded(const Encoded& enc, const Entry& e, const Tensor& grad_out) override;

@@ -163,6 +163,7 @@ TEST(Autocast, AValueLoadedInBf16IsTheLoadedValuesRounded) {
       {"actnn", {{"bits", "2"}, {"grouping", "flat"}, {"group_size", "40000"}}},
       {"gact", {{"initial_bits", "2"}}},
       {"mixed", {{"preset", "2/4@0.5"}}},
+      {"mixed", {{"base_bits", "2"}, {"mix_bits", "2"}, {"mix_prob", "0"}, {"bucket_size", "512"}, {"scale", "maxabs"}}},
       {"fp8", {}}};
   for (const Layout layout : {Layout::Plain, cpu::native_blocked_layout()})
     for (const auto& [scheme, options] : schemes) {

@@ -288,6 +288,32 @@ TEST(CodecBitExact, MixedAndDeterministicBucketKernelsWriteTheReferenceBytes) {
     }
 }
 
+// The mixed bucket kernels read bf16 as it lies (autocast's saved tensors on the CPU) and write
+// it: the codes, metadata and flags of its f32 values, and those values' dequantized floats
+// rounded as Tensor::to rounds them, plain and in the CPU's blocked layout.
+TEST(CodecBitExact, MixedBucketKernelsReadAndWriteBf16AsTheirF32Values) {
+  const Shape shape{3, 32, 7, 7};  // (N, C, H, W)
+  for (const MixedCase& mc : mixed_cases())
+    for (const Layout layout : {Layout::Plain, cpu::native_blocked_layout()}) {
+      const std::string what = mc.name + " " + std::string(layout_name(layout));
+      Tensor plain = Tensor::empty(shape);
+      const std::vector<float> v = values(shape.numel(), 5);
+      std::memcpy(plain.data<float>(), v.data(), v.size() * sizeof(float));
+      const Tensor x16 = plain.to_layout(layout).to(DType::bf16), x32 = x16.to(DType::f32);
+      const QuantNoise noise{99, quant_stream(7, 3)};
+      const MixedPacked a = quantize_mixed(x32, mc.c, noise), b = quantize_mixed(x16, mc.c, noise);
+      ASSERT_EQ(a.codes.numel(), b.codes.numel()) << what;
+      ASSERT_EQ(first_difference(a.codes.data<uint8_t>(), b.codes.data<uint8_t>(), a.codes.numel()), -1) << what << ": codes";
+      ASSERT_EQ(first_difference(a.meta_data.data<uint8_t>(), b.meta_data.data<uint8_t>(), a.meta_data.numel()), -1)
+          << what << ": metadata";
+      ASSERT_EQ(a.mix_buckets, b.mix_buckets) << what;
+      Tensor out32 = Tensor::empty(shape, DType::f32, layout), out16 = Tensor::empty(shape, DType::bf16, layout);
+      dequantize_mixed(a, out32);
+      dequantize_mixed(a, out16);
+      EXPECT_EQ(std::memcmp(out16.raw(), out32.to(DType::bf16).raw(), out16.nbytes()), 0) << what << ": values";
+    }
+}
+
 // Packs codes[0..n) at `bits` block by block with the per-block helpers (the reference layout).
 std::vector<uint8_t> pack_reference(const std::vector<uint32_t>& codes, int bits) {
   const int64_t n = static_cast<int64_t>(codes.size());

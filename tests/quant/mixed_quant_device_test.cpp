@@ -157,7 +157,7 @@ TEST(MixedQuantDevice, EntryPointsRefuseMixedDevicesAndNameTheBuild) {
     EXPECT_EQ(q, "quantize_mixed: the input is on cuda:0, but this packrat was built without CUDA");
   }
   const std::string d = testing::message_of([&] { quantize_mixed(Tensor::empty(Shape{4}, DType::f64), c, kNoise); });
-  EXPECT_EQ(d, "quantize_mixed: the input is (4,) f64 plain, expected f32");
+  EXPECT_EQ(d, "quantize_mixed: the input is (4,) f64 plain, expected f32 (or bf16 on the CPU)");
 }
 
 TEST(MixedQuantDevice, CudaKernelsWriteTheCpuBytes) {
