@@ -269,6 +269,8 @@ class GactStore : public GroupStore, private BitsProvider {
   using HandleKey = std::pair<const SavedTensorStore*, uint64_t>;
 
   int bits_for(int64_t index, const SaveRequest& r, const Tensor& x) override;
+  // The analytic estimator reads the ranges of the step before a refresh; the measured one never.
+  bool wants_ranges() const override { return gopts_.estimator == GactEstimator::Analytic; }
   int bits_to_save(int64_t l) const;  // assigned bits, 8 for a 32-bit tensor during measurement passes
   void note_consumer(const HandleKey& k, const std::vector<Tensor>& grad_outputs);
   void sync_table();  // layer/op/numel/bits/recomputed_in from the tensors of the current step

@@ -122,10 +122,11 @@ std::unique_ptr<CompressingStore::Encoded> GroupStore::encode(const Tensor& x, c
                            x.device());  // (code bytes,)
   q->meta = Tensor::empty({q->geometry.meta_bytes()}, DType::u8, Layout::Plain, MemTag::Saved,
                           x.device());  // (groups * meta bytes per group,)
-  std::vector<double> group_range_sq;  // (groups,)
+  const bool ranges = provider_ && provider_->wants_ranges();
+  std::vector<double> group_range_sq;  // (groups,) where ranges
   const QuantNoise noise{noise_seed(index), quant_stream(static_cast<uint64_t>(step_), static_cast<uint64_t>(index))};
   quantize_groups(in_codec_order(x, q->order), q->geometry, cfg.rounding, noise, q->codes, q->meta,
-                  provider_ ? &group_range_sq : nullptr, q->order.walk);
+                  ranges ? &group_range_sq : nullptr, q->order.walk);
 
   QuantizedTensorInfo info;
   info.index = index;
@@ -136,7 +137,7 @@ std::unique_ptr<CompressingStore::Encoded> GroupStore::encode(const Tensor& x, c
   info.samples = samples;
   info.bits = cfg.bits;
   info.bytes = q->geometry.total_bytes();
-  if (provider_) {
+  if (ranges) {
     info.sample_range_sq.assign(static_cast<size_t>(samples), 0.0);
     // Group g's sample, min(samples - 1, group_start(g) / per_sample), walked without a division a
     // group (two 64-bit divisions for each of a step's million groups of 32 were 2% of its time).

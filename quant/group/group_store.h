@@ -44,6 +44,9 @@ class BitsProvider {
  public:
   virtual ~BitsProvider() = default;
   virtual int bits_for(int64_t index, const SaveRequest& r, const Tensor& x) = 0;
+  // Whether the store sums each tensor's group ranges per sample (QuantizedTensorInfo's
+  // sample_range_sq, a pass over every group of every tensor a step) for the provider to read.
+  virtual bool wants_ranges() const { return true; }
 };
 
 class GroupStore : public CompressingStore {
