@@ -206,7 +206,8 @@ template <int B, typename T>
 void quantize_impl(const T* x, const GroupGeometry& g, Rounding rounding, const QuantNoise& noise, uint8_t* codes,
                    uint8_t* meta, double* group_range_sq, const CodecWalk& walk) {
 #if defined(PACKRAT_PLANE_TILES)
-  if (plane_tiles::applies(g, walk)) return plane_tiles::quantize<B>(x, g, walk, rounding, noise, codes, meta, group_range_sq);
+  if (const GroupGeometry tg = plane_tiles::tile_geometry(g, walk); tg.spans > 0)
+    return plane_tiles::quantize<B>(x, tg, walk, rounding, noise, codes, meta, group_range_sq);
   if (plane_tiles::applies_whole_planes(g, walk))
     return plane_tiles::quantize_whole_planes<B>(x, g, walk, rounding, noise, codes, meta, group_range_sq);
 #endif
@@ -293,7 +294,8 @@ template <int B, typename T>
 void dequantize_impl(const uint8_t* codes, const uint8_t* meta, const GroupGeometry& g, T* out,
                      const CodecWalk& walk) {
 #if defined(PACKRAT_PLANE_TILES)
-  if (plane_tiles::applies(g, walk)) return plane_tiles::dequantize<B>(codes, meta, g, walk, out);
+  if (const GroupGeometry tg = plane_tiles::tile_geometry(g, walk); tg.spans > 0)
+    return plane_tiles::dequantize<B>(codes, meta, tg, walk, out);
   if (plane_tiles::applies_whole_planes(g, walk)) return plane_tiles::dequantize_whole_planes<B>(codes, meta, g, walk, out);
 #endif
   const int meta_size = meta_bytes_per_group(g.meta);

@@ -196,16 +196,29 @@ constexpr int64_t kLanes = 16;
 #endif
 constexpr int64_t kMaxGroup = 1024;  // longer groups take the plain walk (LaneWords holds a row's words)
 
-// Whether g's groups (of a buffer walked as `walk`) are per-plane groups of a blocked buffer whose
-// tiles are this CPU's rows (nChw16c with AVX-512, nChw8c with AVX2).
-inline bool applies(const GroupGeometry& g, const CodecWalk& walk) {
+// The per-plane geometry of g's groups (of a buffer walked as `walk`) where they are groups within
+// the channel planes of a blocked buffer whose tiles are this CPU's rows; spans 0 where not. g
+// itself for per-plane groups; for per-sample groups that cut every plane into whole groups (groups
+// of 256 on 32x32 and 16x16 planes), the per-plane geometry of the same groups: the same places,
+// codes, metadata and noise, group for group, since all are full and follow one another.
+inline GroupGeometry tile_geometry(const GroupGeometry& g, const CodecWalk& walk) {
+  GroupGeometry t;
 #if defined(PACKRAT_PLANE_TILES)
-  return walk.channels > 0 && !walk.nhwc && walk.block == kLanes && walk.channels % kLanes == 0 &&
-         g.span_len == walk.plane && g.spans * g.span_len == g.numel && g.group_size <= kMaxGroup;
+  if (walk.channels <= 0 || walk.nhwc || walk.block != kLanes || walk.channels % kLanes != 0 || walk.plane <= 0 ||
+      g.spans * g.span_len != g.numel || g.group_size > kMaxGroup)
+    return t;
+  if (g.span_len == walk.plane) {
+    t = g;
+  } else if (g.tail_len == g.group_size && walk.plane % g.group_size == 0 && g.span_len % walk.plane == 0) {
+    t = g;
+    t.spans = g.numel / walk.plane;
+    t.span_len = walk.plane;
+    t.groups_per_span = walk.plane / g.group_size;
+  }
 #else
   (void)g, (void)walk;
-  return false;
 #endif
+  return t;
 }
 
 #if defined(PACKRAT_PLANE_TILES)
@@ -349,7 +362,7 @@ class TileNoise {
 #endif
 };
 
-// Quantizes the per-plane groups of a blocked buffer x (applies(g, walk)), f32 or bf16 (T): the
+// Quantizes the per-plane groups g (tile_geometry) of a blocked buffer x, f32 or bf16 (T): the
 // codes, metadata and group_range_sq of quantize_groups.
 template <int B, typename T>
 void quantize(const T* x, const GroupGeometry& g, const CodecWalk& walk, Rounding rounding, const QuantNoise& noise,

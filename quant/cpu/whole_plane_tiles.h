@@ -27,7 +27,7 @@
 
 namespace packrat::plane_tiles {
 
-constexpr int64_t kMaxLaneBytes = 8;  // a lane's stream in at most two 32-bit words
+constexpr int64_t kMaxLaneBytes = 8;  // a lane's stream stored and loaded in one 64-bit word; longer: LaneWords'
 
 // Whether g's groups are groups of k >= 2 whole planes (k dividing the tiles' lanes) of a blocked
 // buffer whose tiles are this CPU's rows, every group full and each lane's codes whole bytes.
@@ -38,7 +38,7 @@ inline bool applies_whole_planes(const GroupGeometry& g, const CodecWalk& walk) 
   const int64_t plane = walk.plane, k = g.group_size / plane, lane_bits = g.bits * plane;
   return g.group_size % plane == 0 && k >= 2 && kLanes % k == 0 && g.span_len == walk.channels * plane &&
          g.spans * g.span_len == g.numel && g.tail_len == g.group_size && lane_bits % 8 == 0 &&
-         lane_bits <= 8 * kMaxLaneBytes;
+         g.group_size <= kMaxGroup;
 #else
   (void)g, (void)walk;
   return false;
@@ -81,6 +81,10 @@ struct GroupLanes {
 // 8-byte stores whose bytes past a lane's are the next lane's (written after), bytes one by one
 // where 8 would reach past the tile's.
 inline void store_lane_streams(const LaneWords& words, int64_t lane_bytes, uint8_t* dst) {
+  if (lane_bytes > kMaxLaneBytes) {  // 8x8 planes at 4 bits: 32 bytes a lane
+    for (int64_t c = 0; c < kLanes; ++c) words.copy_out(c, lane_bytes, dst + c * lane_bytes);
+    return;
+  }
   for (int64_t c = 0; c < kLanes; ++c) {
     const uint64_t s = words.words[c] | (lane_bytes > 4 ? uint64_t{words.words[kLanes + c]} << 32 : 0);
     uint8_t* d = dst + c * lane_bytes;
@@ -93,6 +97,10 @@ inline void store_lane_streams(const LaneWords& words, int64_t lane_bytes, uint8
 }
 // The reverse: lane c's stream from src + c lane_bytes into `words` (bytes past it zero).
 inline void load_lane_streams(const uint8_t* src, int64_t lane_bytes, LaneWords& words) {
+  if (lane_bytes > kMaxLaneBytes) {
+    for (int64_t c = 0; c < kLanes; ++c) words.copy_in(c, lane_bytes, src + c * lane_bytes);
+    return;
+  }
   const uint64_t keep = lane_bytes == 8 ? ~uint64_t{0} : (uint64_t{1} << (8 * lane_bytes)) - 1;
   for (int64_t c = 0; c < kLanes; ++c) {
     const uint8_t* s = src + c * lane_bytes;

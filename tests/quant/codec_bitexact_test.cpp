@@ -20,7 +20,7 @@
 #include "core/philox.h"
 #include "core/tensor.h"
 #include "quant/bits/bitpack.h"
-#include "quant/cpu/plane_tiles.h"        // plane_tiles::applies
+#include "quant/cpu/plane_tiles.h"        // plane_tiles::tile_geometry
 #include "quant/cpu/whole_plane_tiles.h"  // plane_tiles::applies_whole_planes
 #include <cmath>
 
@@ -161,7 +161,8 @@ TEST(CodecBitExact, PerGroupKernelWritesTheReferenceBytesForEveryConfig) {
 // the reference writes for the plain tensor, and the same values back in the blocked layout. With
 // AVX-512 or AVX2 the per-plane groups of a tile's 16 or 8 planes are taken together
 // (quant/cpu/plane_tiles.h), for planes whose groups are full and cut short, a NaN first value in
-// some lanes and not in others; groups of several small planes (4 x 4, 2 x 2) k adjacent lanes
+// some lanes and not in others, per-sample groups that cut every plane into whole groups as well;
+// groups of several small planes (4 x 4, 2 x 2) k adjacent lanes
 // (quant/cpu/whole_plane_tiles.h: a NaN first in a group's later lane, zeros of both signs at a
 // group's extreme in two of its lanes); others (1 x 1 planes, groups not of whole planes) take the
 // plain walk.
@@ -172,6 +173,8 @@ TEST(CodecBitExact, PlaneGroupsOfABlockedBufferAreThePlainTensorsBytes) {
                                      {2, 32, 8, 8}};
   int vertical = 0;  // cases whose groups the tiles take a lane each
   int whole = 0;     // cases whose groups of whole planes the tiles take k lanes each
+  int per_sample = 0;  // per-sample groups cutting every plane into whole groups, a lane each
+  int long_lanes = 0;  // groups of whole planes whose lanes hold over 8 bytes of codes
   for (int bits : {1, 2, 3, 4, 8})
     for (Rounding rounding : {Rounding::Stochastic, Rounding::Nearest})
       for (MetaType meta : {MetaType::BF16, MetaType::F32})
@@ -196,8 +199,10 @@ TEST(CodecBitExact, PlaneGroupsOfABlockedBufferAreThePlainTensorsBytes) {
               const GroupGeometry g = group_geometry(n, shape[0], c, plane);
               const CodecWalk walk{shape[1], plane, false, layout == Layout::nChw16c ? 16 : 8};
   #if defined(PACKRAT_PLANE_TILES)
-              vertical += plane_tiles::applies(g, walk) ? 1 : 0;
+              vertical += plane_tiles::tile_geometry(g, walk).spans > 0 ? 1 : 0;
               whole += plane_tiles::applies_whole_planes(g, walk) ? 1 : 0;
+              per_sample += grouping == Grouping::PerSample && plane_tiles::tile_geometry(g, walk).spans > 0 ? 1 : 0;
+              long_lanes += plane_tiles::applies_whole_planes(g, walk) && bits * plane > 64 ? 1 : 0;
   #endif
               const QuantNoise noise{0x5EEDull, quant_stream(2, 9)};
               std::vector<uint8_t> codes(static_cast<size_t>(g.code_bytes()), 0xEE), meta_b(static_cast<size_t>(g.meta_bytes()), 0xEE);
@@ -237,6 +242,8 @@ TEST(CodecBitExact, PlaneGroupsOfABlockedBufferAreThePlainTensorsBytes) {
     // 4x4 planes at 1 to 4 bits and 2x2 at 2, 4, 8 (groups of 32; 64 too where a tile has 16
     // lanes), per plane and per sample, every rounding and metadata
     EXPECT_GE(whole, 2 * 2 * 2 * (4 * 2 + 3));
+    EXPECT_GE(per_sample, 5 * 2 * 2 * 3);  // groups of 7 on 28x28 planes, of 32 and 64 on 8x8
+    EXPECT_GE(long_lanes, 2 * 2 * 2 * 2);  // 4x4 planes at 8 bits, groups of 32 and 64
   }
 #endif
 }
