@@ -362,14 +362,64 @@ class TileNoise {
 #endif
 };
 
+// The codes of `len` rows of lanes (rows[i * kLanes + c]: value i of lane c's group), quantize_value's
+// arithmetic lane by lane with the lanes' vmin and vinv and the rows' noise rnd (null: nearest),
+// packed into the lanes' streams (code i of lane c at bits [B i, B i + B): word w at
+// words[w * kLanes + c]).
+template <int B, typename T>
+inline void quantize_rows(const T* rows, int64_t len, Lanes::F vmin, Lanes::F vinv, const uint32_t* rnd,
+                          uint32_t* words) {
+  using F = Lanes::F;
+  using I = Lanes::I;
+  const F zero = Lanes::set(0.0f), half = Lanes::set(0.5f), scale = Lanes::set(1.0f / 65536.0f);
+  const I vlev = Lanes::set(static_cast<int>((1u << B) - 1u));
+  // Row i's codes into the lanes' current 32-bit words; a word full goes to `words`.
+  I word = Lanes::zero();
+  // The rows two groups on, asked for now: the range scan before this is the first read of a tile
+  // that has left the caches (a quarter of the 1-bit quantize waited there, perf, Zen 4).
+  // A prefetch never faults: past the buffer's end it asks for nothing.
+  const char* ahead = reinterpret_cast<const char*>(rows + 2 * len * kLanes);
+  for (int64_t i = 0; i < len; ++i) {
+    _mm_prefetch(ahead + i * kLanes * static_cast<int64_t>(sizeof(T)), _MM_HINT_T0);
+    const F u = Lanes::max(Lanes::mul(Lanes::sub(Lanes::load(rows + i * kLanes), vmin), vinv), zero);
+    const F fl = Lanes::trunc(u);
+    const F frac = Lanes::sub(u, fl);
+    F r = half;
+    if (rnd) r = Lanes::mul(Lanes::add(Lanes::to_float(Lanes::load(rnd + i * kLanes)), half), scale);
+    const I code = Lanes::min(Lanes::round_up(Lanes::to_int(fl), r, frac), vlev);
+    const int64_t bit = B * i, off = bit & 31;
+    word = Lanes::bit_or(word, Lanes::shl(code, off));
+    if (off + B >= 32) {  // the word is full: the code's bits past it start the next
+      Lanes::store(words + (bit >> 5) * kLanes, word);
+      word = off + B > 32 ? Lanes::shr(code, 32 - off) : Lanes::zero();
+    }
+  }
+  if ((B * len) & 31) Lanes::store(words + ((B * len) >> 5) * kLanes, word);
+}
+
+// The values of `len` rows of lanes from the lanes' streams in `words` (quantize_rows' layout):
+// dequantize_value lane by lane with the lanes' vmin and vstep, into rows (f32 or bf16, T).
+template <int B, typename T>
+inline void dequantize_rows(const uint32_t* words, int64_t len, Lanes::F vmin, Lanes::F vstep, T* rows) {
+  using I = Lanes::I;
+  const I mask = Lanes::set((1 << B) - 1);
+  for (int64_t i = 0; i < len; ++i) {
+    const int64_t bit = B * i, off = bit & 31;
+    const uint32_t* w = words + (bit >> 5) * kLanes;
+    I code = Lanes::shr(Lanes::load(w), off);
+    if (off + B > 32)  // the code's high bits start the next word
+      code = Lanes::bit_or(code, Lanes::shl(Lanes::load(w + kLanes), 32 - off));
+    code = Lanes::bit_and(code, mask);
+    Lanes::store(rows + i * kLanes, Lanes::fmadd(Lanes::to_float(code), vstep, vmin));  // as dequantize_value
+  }
+}
+
 // Quantizes the per-plane groups g (tile_geometry) of a blocked buffer x, f32 or bf16 (T): the
 // codes, metadata and group_range_sq of quantize_groups.
 template <int B, typename T>
 void quantize(const T* x, const GroupGeometry& g, const CodecWalk& walk, Rounding rounding, const QuantNoise& noise,
               uint8_t* codes, uint8_t* meta, double* range_sq) {
   using F = Lanes::F;
-  using I = Lanes::I;
-  constexpr uint32_t levels = (1u << B) - 1u;
   const int64_t plane = walk.plane, tile_elements = kLanes * plane, gps = g.groups_per_span;
   const int meta_size = meta_bytes_per_group(g.meta);
   const bool stochastic = rounding == Rounding::Stochastic;
@@ -377,8 +427,6 @@ void quantize(const T* x, const GroupGeometry& g, const CodecWalk& walk, Roundin
     std::optional<TileNoise> tile_noise;
     if (stochastic) tile_noise.emplace(noise, plane);
     auto words = std::make_unique<LaneWords>();
-    const F zero = Lanes::set(0.0f), half = Lanes::set(0.5f), scale = Lanes::set(1.0f / 65536.0f);
-    const I vlev = Lanes::set(static_cast<int>(levels));
     for (int64_t t = t0; t < t1; ++t) {
       const T* tile = x + t * tile_elements;  // (plane, lanes)
       const uint32_t* rnd = stochastic ? tile_noise->fill(t * tile_elements) : nullptr;  // (plane, lanes)
@@ -402,30 +450,9 @@ void quantize(const T* x, const GroupGeometry& g, const CodecWalk& walk, Roundin
           store_group_meta(p, g.meta, meta + gi * meta_size);
           if (range_sq) range_sq[gi] = group_range_sq(p, len, B);
         }
-        const F vmin = Lanes::load(pmin), vinv = Lanes::load(pinv);
-        // Row i's codes into the lanes' current 32-bit words; a word full goes to `words`.
-        I word = Lanes::zero();
-        // The rows two groups on, asked for now: the range scan above is the first read of a tile
-        // that has left the caches (a quarter of the 1-bit quantize waited there, perf, Zen 4).
-        // A prefetch never faults: past the buffer's end it asks for nothing.
-        const char* ahead = reinterpret_cast<const char*>(rows + 2 * len * kLanes);
-        for (int64_t i = 0; i < len; ++i) {  // quantize_value's arithmetic, lane by lane
-          _mm_prefetch(ahead + i * kLanes * static_cast<int64_t>(sizeof(T)), _MM_HINT_T0);
-          const F u = Lanes::max(Lanes::mul(Lanes::sub(Lanes::load(rows + i * kLanes), vmin), vinv), zero);
-          const F fl = Lanes::trunc(u);
-          const F frac = Lanes::sub(u, fl);
-          F r = half;
-          if (rnd)  // lane c's noise: element s0 + i of its plane
-            r = Lanes::mul(Lanes::add(Lanes::to_float(Lanes::load(rnd + (s0 + i) * kLanes)), half), scale);
-          const I code = Lanes::min(Lanes::round_up(Lanes::to_int(fl), r, frac), vlev);
-          const int64_t bit = B * i, off = bit & 31;
-          word = Lanes::bit_or(word, Lanes::shl(code, off));
-          if (off + B >= 32) {  // the word is full: the code's bits past it start the next
-            Lanes::store(words->words + (bit >> 5) * kLanes, word);
-            word = off + B > 32 ? Lanes::shr(code, 32 - off) : Lanes::zero();
-          }
-        }
-        if ((B * len) & 31) Lanes::store(words->words + ((B * len) >> 5) * kLanes, word);
+        // lane c's noise: elements s0 .. s0 + len - 1 of its plane
+        quantize_rows<B>(rows, len, Lanes::load(pmin), Lanes::load(pinv), rnd ? rnd + s0 * kLanes : nullptr,
+                         words->words);
         const int64_t bytes = packed_bytes(len, B);
         for (int64_t c = 0; c < kLanes; ++c)
           words->copy_out(c, bytes, codes + g.place_in(t * kLanes + c, j).code_offset);
@@ -438,13 +465,10 @@ void quantize(const T* x, const GroupGeometry& g, const CodecWalk& walk, Roundin
 // dequantize_groups' values.
 template <int B, typename T>
 void dequantize(const uint8_t* codes, const uint8_t* meta, const GroupGeometry& g, const CodecWalk& walk, T* out) {
-  using F = Lanes::F;
-  using I = Lanes::I;
   const int64_t plane = walk.plane, tile_elements = kLanes * plane, gps = g.groups_per_span;
   const int meta_size = meta_bytes_per_group(g.meta);
   for_tile_ranges(g.spans / kLanes, tile_elements, [&](int64_t t0, int64_t t1) {
     auto words = std::make_unique<LaneWords>();
-    const I mask = Lanes::set((1 << B) - 1);
     for (int64_t t = t0; t < t1; ++t) {
       T* tile = out + t * tile_elements;  // (plane, lanes)
       for (int64_t j = 0; j < gps; ++j) {
@@ -457,17 +481,7 @@ void dequantize(const uint8_t* codes, const uint8_t* meta, const GroupGeometry& 
           pstep[c] = p.step;
           words->copy_in(c, bytes, codes + g.place_in(t * kLanes + c, j).code_offset);
         }
-        const F vmin = Lanes::load(pmin), vstep = Lanes::load(pstep);
-        T* rows = tile + s0 * kLanes;  // (len, lanes)
-        for (int64_t i = 0; i < len; ++i) {
-          const int64_t bit = B * i, off = bit & 31;
-          const uint32_t* w = words->words + (bit >> 5) * kLanes;
-          I code = Lanes::shr(Lanes::load(w), off);
-          if (off + B > 32)  // the code's high bits start the next word
-            code = Lanes::bit_or(code, Lanes::shl(Lanes::load(w + kLanes), 32 - off));
-          code = Lanes::bit_and(code, mask);
-          Lanes::store(rows + i * kLanes, Lanes::fmadd(Lanes::to_float(code), vstep, vmin));  // as dequantize_value
-        }
+        dequantize_rows<B>(words->words, len, Lanes::load(pmin), Lanes::load(pstep), tile + s0 * kLanes);
       }
     }
   });

@@ -122,8 +122,6 @@ template <int B, typename T>
 void quantize_whole_planes(const T* x, const GroupGeometry& g, const CodecWalk& walk, Rounding rounding,
                            const QuantNoise& noise, uint8_t* codes, uint8_t* meta, double* range_sq) {
   using F = Lanes::F;
-  using I = Lanes::I;
-  constexpr uint32_t levels = (1u << B) - 1u;
   const int64_t plane = walk.plane, tile_elements = kLanes * plane, k = g.group_size / plane;
   const int64_t lane_bytes = B * plane / 8, tile_groups = kLanes / k, group_bytes = g.full_group_bytes();
   const int meta_size = meta_bytes_per_group(g.meta);
@@ -133,8 +131,6 @@ void quantize_whole_planes(const T* x, const GroupGeometry& g, const CodecWalk& 
     std::optional<TileNoise> tile_noise;
     if (stochastic) tile_noise.emplace(noise, plane);
     auto words = std::make_unique<LaneWords>();
-    const F zero = Lanes::set(0.0f), half = Lanes::set(0.5f), scale = Lanes::set(1.0f / 65536.0f);
-    const I vlev = Lanes::set(static_cast<int>(levels));
     for (int64_t t = t0; t < t1; ++t) {
       const T* rows = x + t * tile_elements;  // (plane, lanes)
       const uint32_t* rnd = stochastic ? tile_noise->fill(t * tile_elements) : nullptr;  // (plane, lanes)
@@ -155,23 +151,7 @@ void quantize_whole_planes(const T* x, const GroupGeometry& g, const CodecWalk& 
         store_group_meta(p, g.meta, meta + (g0 + q) * meta_size);
         if (range_sq) range_sq[g0 + q] = group_range_sq(p, g.group_size, B);
       }
-      const F vmin = Lanes::load(pmin), vinv = Lanes::load(pinv);
-      I word = Lanes::zero();
-      for (int64_t i = 0; i < plane; ++i) {  // plane_tiles::quantize's rows
-        const F u = Lanes::max(Lanes::mul(Lanes::sub(Lanes::load(rows + i * kLanes), vmin), vinv), zero);
-        const F fl = Lanes::trunc(u);
-        const F frac = Lanes::sub(u, fl);
-        F r = half;
-        if (rnd) r = Lanes::mul(Lanes::add(Lanes::to_float(Lanes::load(rnd + i * kLanes)), half), scale);
-        const I code = Lanes::min(Lanes::round_up(Lanes::to_int(fl), r, frac), vlev);
-        const int64_t bit = B * i, off = bit & 31;
-        word = Lanes::bit_or(word, Lanes::shl(code, off));
-        if (off + B >= 32) {
-          Lanes::store(words->words + (bit >> 5) * kLanes, word);
-          word = off + B > 32 ? Lanes::shr(code, 32 - off) : Lanes::zero();
-        }
-      }
-      if ((B * plane) & 31) Lanes::store(words->words + ((B * plane) >> 5) * kLanes, word);
+      quantize_rows<B>(rows, plane, Lanes::load(pmin), Lanes::load(pinv), rnd, words->words);
       store_lane_streams(*words, lane_bytes, codes + g0 * group_bytes);
     }
   });
@@ -182,14 +162,11 @@ void quantize_whole_planes(const T* x, const GroupGeometry& g, const CodecWalk& 
 template <int B, typename T>
 void dequantize_whole_planes(const uint8_t* codes, const uint8_t* meta, const GroupGeometry& g, const CodecWalk& walk,
                              T* out) {
-  using F = Lanes::F;
-  using I = Lanes::I;
   const int64_t plane = walk.plane, tile_elements = kLanes * plane, k = g.group_size / plane;
   const int64_t lane_bytes = B * plane / 8, tile_groups = kLanes / k, group_bytes = g.full_group_bytes();
   const int meta_size = meta_bytes_per_group(g.meta);
   for_tile_ranges(g.numel / tile_elements, tile_elements, [&](int64_t t0, int64_t t1) {
     auto words = std::make_unique<LaneWords>();
-    const I mask = Lanes::set((1 << B) - 1);
     for (int64_t t = t0; t < t1; ++t) {
       T* rows = out + t * tile_elements;  // (plane, lanes)
       const int64_t g0 = t * tile_groups;
@@ -202,15 +179,7 @@ void dequantize_whole_planes(const uint8_t* codes, const uint8_t* meta, const Gr
         }
       }
       load_lane_streams(codes + g0 * group_bytes, lane_bytes, *words);
-      const F vmin = Lanes::load(pmin), vstep = Lanes::load(pstep);
-      for (int64_t i = 0; i < plane; ++i) {
-        const int64_t bit = B * i, off = bit & 31;
-        const uint32_t* w = words->words + (bit >> 5) * kLanes;
-        I code = Lanes::shr(Lanes::load(w), off);
-        if (off + B > 32) code = Lanes::bit_or(code, Lanes::shl(Lanes::load(w + kLanes), 32 - off));
-        code = Lanes::bit_and(code, mask);
-        Lanes::store(rows + i * kLanes, Lanes::fmadd(Lanes::to_float(code), vstep, vmin));  // as dequantize_value
-      }
+      dequantize_rows<B>(words->words, plane, Lanes::load(pmin), Lanes::load(pstep), rows);
     }
   });
 }
