@@ -170,38 +170,6 @@ void for_group_ranges(int64_t groups, int64_t grain, Cut&& cut, Fn&& fn) {
   }
 }
 
-// A plain bf16 buffer's elements as f32, converted a window of kMaxStagedGroup at a time (it stays
-// in L2), so that the range and the codes of each group read f32 values: the buffer itself where
-// it is f32 (T = float, no copy). Converted group by group, the conversions of a few dozen values
-// each cost more than converting the whole tensor (BM_GroupQuant_Bf16).
-template <typename T>
-class StagedGroups {
- public:
-  explicit StagedGroups(int64_t) {}
-  bool holds(int64_t, int64_t) const { return true; }
-  const float* read(const T* x, int64_t e0, int64_t) { return x + e0; }
-};
-template <>
-class StagedGroups<bf16_t> {
- public:
-  explicit StagedGroups(int64_t end) : end_(end) {}  // end: the last element a thread reads, + 1
-  // Whether [e0, e0 + n) is in the window (pointers read from it stay valid until a read misses).
-  bool holds(int64_t e0, int64_t n) const { return e0 >= w0_ && e0 + n <= w1_; }
-  const float* read(const bf16_t* x, int64_t e0, int64_t n) {
-    if (!holds(e0, n)) {
-      if (!buf_) buf_.reset(new float[kMaxStagedGroup]);  // (kMaxStagedGroup,) only where a plain buffer is read
-      w0_ = e0;
-      w1_ = std::min(end_, e0 + kMaxStagedGroup);
-      simd::bf16_to_f32_run(x + w0_, w1_ - w0_, buf_.get());
-    }
-    return buf_.get() + (e0 - w0_);
-  }
-
- private:
-  int64_t end_, w0_ = 0, w1_ = 0;  // the window: elements [w0_, w1_)
-  std::unique_ptr<float[]> buf_;  // the window's values
-};
-
 template <int B, typename T>
 void quantize_impl(const T* x, const GroupGeometry& g, Rounding rounding, const QuantNoise& noise, uint8_t* codes,
                    uint8_t* meta, double* group_range_sq, const CodecWalk& walk) {
@@ -221,7 +189,7 @@ void quantize_impl(const T* x, const GroupGeometry& g, Rounding rounding, const 
     NoiseWindow window(noise);
     std::optional<PlainRuns> plain;  // a blocked buffer's groups in plain order
     if (walk.channels) plain.emplace(walk, g.group_size);
-    StagedGroups<T> staged(g1 < g.groups() ? g.group_start(g1) : g.numel);  // a plain bf16 buffer's groups as f32
+    StagedRuns<T> staged(g1 < g.groups() ? g.group_start(g1) : g.numel);  // a plain bf16 buffer's groups as f32
     // Groups in batches of up to kBatch: first the range and metadata of each (a chain of
     // dependent steps, two divisions among them, that the next group's does not wait for), then
     // their codes. One group after another, each group's codes waited for its chain (perf: a third

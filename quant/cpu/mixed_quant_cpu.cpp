@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <memory>
 #include <optional>
 #include <type_traits>
 #include <vector>
@@ -406,27 +405,6 @@ void dispatch_group_bits(int bits, Fn&& fn) {
 
 int64_t bucket_grain(int64_t bucket_size) { return std::max<int64_t>(1, kMinParallelWork / bucket_size); }
 
-}  // namespace
-
-namespace {
-
-// A thread's buckets of a plain buffer as f32: x itself where it is f32 (T = float), else each
-// bucket's values converted into its own buffer (a bf16 bucket's codes are those of its f32 values).
-template <typename T>
-struct BucketValues {
-  explicit BucketValues(int64_t) {}
-  const float* read(const T* x, int64_t e0, int64_t) { return x + e0; }
-};
-template <>
-struct BucketValues<bf16_t> {
-  explicit BucketValues(int64_t bucket_size) : buf(new float[static_cast<size_t>(bucket_size)]) {}
-  const float* read(const bf16_t* x, int64_t e0, int64_t n) {
-    simd::bf16_to_f32_run(x + e0, n, buf.get());
-    return buf.get();
-  }
-  std::unique_ptr<float[]> buf;  // (bucket_size,)
-};
-
 template <typename T>
 MixedPacked quantize_mixed_of(const T* x, int64_t numel, const MixedQuantConfig& c, const QuantNoise& noise,
                               const CodecWalk& walk) {
@@ -476,13 +454,12 @@ MixedPacked quantize_mixed_of(const T* x, int64_t numel, const MixedQuantConfig&
     int64_t off = range_off[static_cast<size_t>(r)];
     std::optional<PlainRuns> plain;  // a blocked buffer's buckets in plain order
     if (walk.channels) plain.emplace(walk, g.bucket_size);
-    std::optional<BucketValues<T>> values;  // a plain buffer's
-    if (!walk.channels) values.emplace(g.bucket_size);
+    StagedRuns<T> staged(g.start(b1 - 1) + g.len(b1 - 1));  // a plain bf16 buffer's buckets as f32
     for (int64_t b = b0; b < b1; ++b) {
       const bool is_mix = flags[static_cast<size_t>(b)] != 0;
       const BucketWidth& w = is_mix ? c.mix : c.base;
       const int64_t len = g.len(b);
-      const float* xb = plain ? plain->read(x, g.start(b), len) : values->read(x, g.start(b), len);
+      const float* xb = plain ? plain->read(x, g.start(b), len) : staged.read(x, g.start(b), len);
       const uint64_t stream = bucket_stream(noise.stream, static_cast<uint64_t>(b));
       if (is_mix ? fast_mix : fast_base) {
         dispatch_group_bits(w.bits, [&](auto cb) {
@@ -573,6 +550,9 @@ MixedPacked quantize_mixed(const float* x, int64_t numel, const MixedQuantConfig
 }
 MixedPacked quantize_mixed(const bf16_t* x, int64_t numel, const MixedQuantConfig& c, const QuantNoise& noise,
                            const CodecWalk& walk) {
+  PACKRAT_CHECK(c.bucket_size <= kMaxStagedGroup,
+                "quantize_mixed: buckets of {} bf16 values (the CPU kernels read bf16 in buckets of up to {})",
+                c.bucket_size, kMaxStagedGroup);
   return quantize_mixed_of(x, numel, c, noise, walk);
 }
 void dequantize_mixed(const MixedPacked& p, float* out, const CodecWalk& walk) { dequantize_mixed_to(p, out, walk); }

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <memory>
 
+#include "core/cpu/bf16_simd.h"
 #include "core/half.h"
 #include "quant/group/group_quant.h"  // CodecWalk
 
@@ -85,6 +86,39 @@ class PlainRuns {
   PlainTile tile_;
   std::unique_ptr<float[]> run_;            // (max_run,) a run across tiles, uninitialised
   int64_t pending_e0_ = 0, pending_n_ = 0;  // the run in run_ not yet in its tiles
+};
+
+// A thread's runs (groups, buckets) of a plain bf16 buffer as f32, converted a window of
+// kMaxStagedGroup at a time (it stays in L2), so that the range and the codes of each run read f32
+// values: the buffer itself where it is f32 (T = float, no copy). Runs of up to kMaxStagedGroup
+// values. Converted run by run, the conversions of a few dozen values each cost more than
+// converting the whole tensor (BM_GroupQuant_Bf16).
+template <typename T>
+class StagedRuns {
+ public:
+  explicit StagedRuns(int64_t) {}
+  bool holds(int64_t, int64_t) const { return true; }
+  const float* read(const T* x, int64_t e0, int64_t) { return x + e0; }
+};
+template <>
+class StagedRuns<bf16_t> {
+ public:
+  explicit StagedRuns(int64_t end) : end_(end) {}  // end: the last element a thread reads, + 1
+  // Whether [e0, e0 + n) is in the window (pointers read from it stay valid until a read misses).
+  bool holds(int64_t e0, int64_t n) const { return e0 >= w0_ && e0 + n <= w1_; }
+  const float* read(const bf16_t* x, int64_t e0, int64_t n) {
+    if (!holds(e0, n)) {
+      if (!buf_) buf_.reset(new float[kMaxStagedGroup]);  // (kMaxStagedGroup,) only where a plain buffer is read
+      w0_ = e0;
+      w1_ = std::min(end_, e0 + kMaxStagedGroup);
+      simd::bf16_to_f32_run(x + w0_, w1_ - w0_, buf_.get());
+    }
+    return buf_.get() + (e0 - w0_);
+  }
+
+ private:
+  int64_t end_, w0_ = 0, w1_ = 0;  // the window: elements [w0_, w1_)
+  std::unique_ptr<float[]> buf_;  // the window's values
 };
 
 // Where a thread's range of g's groups may start: the first group from gi on (fewer than `limit`

@@ -196,6 +196,12 @@ constexpr int64_t kLanes = 16;
 #endif
 constexpr int64_t kMaxGroup = 1024;  // longer groups take the plain walk (LaneWords holds a row's words)
 
+// Whether `walk` is of a channel-blocked buffer whose tiles are this CPU's rows (nChw16c with
+// AVX-512, nChw8c with AVX2), every tile full.
+inline bool walks_tiles(const CodecWalk& walk) {
+  return walk.channels > 0 && !walk.nhwc && walk.block == kLanes && walk.channels % kLanes == 0 && walk.plane > 0;
+}
+
 // The per-plane geometry of g's groups (of a buffer walked as `walk`) where they are groups within
 // the channel planes of a blocked buffer whose tiles are this CPU's rows; spans 0 where not. g
 // itself for per-plane groups; for per-sample groups that cut every plane into whole groups (groups
@@ -204,9 +210,7 @@ constexpr int64_t kMaxGroup = 1024;  // longer groups take the plain walk (LaneW
 inline GroupGeometry tile_geometry(const GroupGeometry& g, const CodecWalk& walk) {
   GroupGeometry t;
 #if defined(PACKRAT_PLANE_TILES)
-  if (walk.channels <= 0 || walk.nhwc || walk.block != kLanes || walk.channels % kLanes != 0 || walk.plane <= 0 ||
-      g.spans * g.span_len != g.numel || g.group_size > kMaxGroup)
-    return t;
+  if (!walks_tiles(walk) || g.spans * g.span_len != g.numel || g.group_size > kMaxGroup) return t;
   if (g.span_len == walk.plane) {
     t = g;
   } else if (g.tail_len == g.group_size && walk.plane % g.group_size == 0 && g.span_len % walk.plane == 0) {

@@ -33,8 +33,7 @@ constexpr int64_t kMaxLaneBytes = 8;  // a lane's stream stored and loaded in on
 // buffer whose tiles are this CPU's rows, every group full and each lane's codes whole bytes.
 inline bool applies_whole_planes(const GroupGeometry& g, const CodecWalk& walk) {
 #if defined(PACKRAT_PLANE_TILES)
-  if (walk.channels <= 0 || walk.nhwc || walk.block != kLanes || walk.channels % kLanes != 0 || walk.plane <= 0)
-    return false;
+  if (!walks_tiles(walk)) return false;
   const int64_t plane = walk.plane, k = g.group_size / plane, lane_bits = g.bits * plane;
   return g.group_size % plane == 0 && k >= 2 && kLanes % k == 0 && g.span_len == walk.channels * plane &&
          g.spans * g.span_len == g.numel && g.tail_len == g.group_size && lane_bits % 8 == 0 &&

@@ -79,8 +79,8 @@ Tensor in_logical_order(const Tensor& x, int64_t bucket_size) {
 }
 
 // Whether the codec reads a saved tensor of this dtype as it lies: f32, and bf16 on the CPU (the
-// codes of its f32 values, each bucket converted as it is read) where a bucket's f32 copy is small.
-// Else (f16, a GPU's bf16) the store hands it an f32 copy.
+// codes of its f32 values, converted as they are read) in buckets of up to kMaxStagedGroup values
+// (StagedRuns' window). Else (f16, a GPU's bf16, longer buckets) the store hands it an f32 copy.
 bool reads_as_is(DType dtype, Device device, int64_t bucket_size) {
   return dtype == DType::f32 || (dtype == DType::bf16 && device.is_cpu() && bucket_size <= kMaxStagedGroup);
 }
