@@ -123,6 +123,11 @@ class Backend {
   // conv_weight_layout() and, when g.has_bias, gb (Cout).
   virtual void conv_backward_weights(const Tensor& x, const Tensor& gy, const ConvGeometry& g, Tensor& gw,
                                      Tensor& gb) = 0;
+  // The dtype conv_backward_weights computes in for g: g.dtype, or f32 where this backend forms a
+  // 16-bit convolution's weight gradient with f32 kernels on the 16-bit values (the CPU's strided
+  // and depthwise ones). The op then loads x and takes gy in f32 as they are, instead of 16-bit
+  // copies the kernel would convert again (two more Workspace buffers at the backward's peak).
+  virtual DType conv_weight_gradient_dtype(const ConvGeometry& g) { return g.dtype; }
 
   // ---- matmul (ops/linear)
   // Batched c = op(a) @ op(b) (+ bias) on plain tensors, op() an optional transpose read in place:

@@ -98,24 +98,34 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const C
   record("conv2d", {&x, &weight, &bias}, {&y}, std::move(saved),
          [g, data, at_edges, x_layout, w_layout, ix, iw](Node& n, const std::vector<Tensor>& grads) -> std::vector<Tensor> {
            const Tf32ForHalfOperands tf32(at_edges);
-           // (N, Cout, OH, OW) in the kernels' dtype, as both backward kernels read it
-           const Tensor gy = backend_of(grads[0]).conv_grad_output(
-               at_edges ? at_kernel_edge(grads[0], data, g.dtype) : grads[0], g);
+           Backend& be = backend_of(grads[0]);
+           const bool want_dx = n.inputs[0] && iw >= 0;
+           const bool want_dw = ix >= 0 && (n.inputs[1] || n.inputs[2]);
+           // The weight gradient's kernels may compute in f32 on a 16-bit convolution's values: they
+           // then read x loaded in f32 and the f32 output gradient as they are.
+           ConvGeometry gw_geometry = g;
+           if (want_dw) gw_geometry.dtype = be.conv_weight_gradient_dtype(g);
+           const bool dw_from_f32 = gw_geometry.dtype != g.dtype;
+           // (N, Cout, OH, OW) in the kernels' dtype, as the backward kernels of g read it
+           Tensor gy;
+           if (want_dx || (want_dw && !dw_from_f32))
+             gy = be.conv_grad_output(at_edges ? at_kernel_edge(grads[0], data, g.dtype) : grads[0], g);
            std::vector<Tensor> out(3);
-           if (n.inputs[0] && iw >= 0) {
+           if (want_dx) {
              Tensor w = n.load(static_cast<size_t>(iw));  // plain or the backend's weight layout
              if (at_edges) w = at_kernel_edge(w, data, g.dtype);
              // x's gradient so far (a residual block's input: from the shortcut) takes this one
              // in place; the tape then adds nothing.
              Tensor so_far = n.grad_so_far(0);
              out[0] = so_far.defined() && so_far.layout() == x_layout && so_far.dtype() == DType::f32
-                          ? backend_of(gy).conv_backward_data_into(gy, w, g, so_far)
-                          : backend_of(gy).conv_backward_data(gy, w, g).to_layout(x_layout);  // (N, Cin, H, W)
+                          ? be.conv_backward_data_into(gy, w, g, so_far)
+                          : be.conv_backward_data(gy, w, g).to_layout(x_layout);  // (N, Cin, H, W)
+             if (dw_from_f32) gy = Tensor();  // before x is loaded: the backward's peak
            }
-           if (ix >= 0 && (n.inputs[1] || n.inputs[2])) {
-             Tensor xs = n.load(static_cast<size_t>(ix), g.dtype);
+           if (want_dw) {
+             Tensor xs = n.load(static_cast<size_t>(ix), gw_geometry.dtype);
              Tensor gw, gb;
-             backend_of(gy).conv_backward_weights(xs, gy, g, gw, gb);
+             be.conv_backward_weights(xs, dw_from_f32 ? grads[0] : gy, gw_geometry, gw, gb);
              // The gradient in its weight's layout (a no-op for a weight the backend's Conv2d made).
              if (n.inputs[1]) out[1] = gw.to_layout(w_layout);
              if (n.inputs[2]) out[2] = gb;

@@ -293,6 +293,11 @@ Tensor conv_backward_data(const Tensor& gy, const Tensor& w, const ConvGeometry&
   return dx;
 }
 
+DType weight_gradient_dtype(const ConvGeometry& g) {
+  if (g.dtype == DType::f32 || f32_weight_gradient(g)) return DType::f32;
+  return backward_weights_plan(g, plan_for(g)).own_depthwise_bw ? DType::f32 : g.dtype;
+}
+
 void conv_backward_weights(const Tensor& x, const Tensor& gy, const ConvGeometry& g, Tensor& gw, Tensor& gb) {
   if (f32_weight_gradient(g)) {
     // f32 on the bf16 values instead of oneDNN 2.6's bf16 weight gradient:

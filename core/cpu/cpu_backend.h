@@ -30,6 +30,7 @@ class CpuBackend final : public Backend {
   Tensor conv_backward_data(const Tensor& gy, const Tensor& w, const ConvGeometry& g) override;
   void conv_backward_weights(const Tensor& x, const Tensor& gy, const ConvGeometry& g, Tensor& gw,
                              Tensor& gb) override;
+  DType conv_weight_gradient_dtype(const ConvGeometry& g) override;
 
   // ---- matmul (cpu_backend_matmul.cpp)
   Tensor matmul(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, int64_t batch, int64_t M, int64_t K,

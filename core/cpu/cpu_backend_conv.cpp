@@ -23,4 +23,6 @@ void CpuBackend::conv_backward_weights(const Tensor& x, const Tensor& gy, const 
   cpu::conv_backward_weights(x, gy, g, gw, gb);
 }
 
+DType CpuBackend::conv_weight_gradient_dtype(const ConvGeometry& g) { return cpu::weight_gradient_dtype(g); }
+
 }  // namespace packrat::cpu
