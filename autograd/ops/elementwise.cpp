@@ -36,9 +36,12 @@ void check_pair(const char* op, const Tensor& a, const Tensor& b) {
       dtype_name(b.dtype()));
 }
 
-// Computed in f32 where an operand is 16-bit; the result in result_dtype (16-bit when both are).
+// Computed in f32 where an operand is 16-bit; the result in result_dtype (16-bit when both are):
+// by the backend on the operands as they lie where it reads their dtype, else on f32 copies.
 Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b) {
-  return in_dtype(backend_of(a).binary(op, as_f32(a), as_f32(b)), result_dtype({&a, &b}));
+  Backend& be = backend_of(a);
+  if (a.dtype() == b.dtype() && be.binary_reads(a.dtype())) return be.binary(op, a, b);
+  return in_dtype(be.binary(op, as_f32(a), as_f32(b)), result_dtype({&a, &b}));
 }
 
 Tensor scaled(const Tensor& a, double s) { return in_dtype(backend_of(a).scale(as_f32(a), s), a.dtype()); }

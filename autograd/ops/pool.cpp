@@ -15,6 +15,10 @@ PACKRAT_SAVING_OP_KINDS("maxpool2d")
 
 namespace {
 
+// x as the backend's pooling reads it: as it lies, or an f32 copy of a 16-bit x (y comes back in
+// the dtype it read, and the op gives it in x's).
+Tensor pool_input(const Tensor& x) { return backend_of(x).pool_reads(x.dtype()) ? x : as_f32(x); }
+
 PoolGeometry check_pool(std::string_view op, const Tensor& x, const Pool2dOptions& o) {
   const std::string where = op_where(op);
   PACKRAT_CHECK(x.defined(), "{}: input must be defined", where);
@@ -48,10 +52,10 @@ int64_t index_bits(int64_t n) { return std::max<int64_t>(1, std::bit_width(stati
 Tensor maxpool2d(const Tensor& x, const Pool2dOptions& o) {
   const PoolGeometry g = check_pool("maxpool2d", x, o);
   Backend& be = backend_of(x);
-  // A 16-bit x (autocast): pooled in f32, y in x's dtype (every pooling here: exact for the max).
-  if (!needs_grad({&x})) return in_dtype(be.pool_forward(as_f32(x), g, PoolKind::Max, nullptr), x.dtype());
+  // A 16-bit x (autocast): pooled in f32 (or read as its f32 values), y in x's dtype (exact for the max).
+  if (!needs_grad({&x})) return in_dtype(be.pool_forward(pool_input(x), g, PoolKind::Max, nullptr), x.dtype());
   Tensor argmax;  // (N, C, OH, OW) pool_index_dtype(KH * KW), index within the window, y's layout
-  Tensor y = in_dtype(be.pool_forward(as_f32(x), g, PoolKind::Max, &argmax), x.dtype());
+  Tensor y = in_dtype(be.pool_forward(pool_input(x), g, PoolKind::Max, &argmax), x.dtype());
   SaveRequest r{Need::Index, nullptr, "maxpool2d", LayerScope::current()};
   r.index_bits = index_bits(g.KH * g.KW);
   const Layout layout = x.layout();
@@ -66,7 +70,7 @@ Tensor maxpool2d(const Tensor& x, const Pool2dOptions& o) {
 
 namespace {
 Tensor average_pool(const Tensor& x, const PoolGeometry& g, PoolKind kind, std::string_view op) {
-  Tensor y = in_dtype(backend_of(x).pool_forward(as_f32(x), g, kind, nullptr), x.dtype());
+  Tensor y = in_dtype(backend_of(x).pool_forward(pool_input(x), g, kind, nullptr), x.dtype());
   if (!needs_grad({&x})) return y;
   const Layout layout = x.layout();
   record(std::string(op), {&x}, {&y}, {},

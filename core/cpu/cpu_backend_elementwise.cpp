@@ -34,28 +34,48 @@ void with_float_type(DType d, Fn&& fn) {
   else fn(static_cast<float*>(nullptr));
 }
 
+// The same for a binary op's operands, which may also be bf16 (binary_reads).
+template <typename Fn>
+void with_operand_type(DType d, Fn&& fn) {
+  if (d == DType::bf16) fn(static_cast<bf16_t*>(nullptr));
+  else with_float_type(d, fn);
+}
+
+// An operand's value as the op computes with it (bf16: its f32 value), and a result stored as T
+// (bf16: rounded to nearest even, as in_dtype rounds the f32 result).
+template <typename T>
+inline auto widened(T v) {
+  if constexpr (std::is_same_v<T, bf16_t>) return to_f32(v);
+  else return v;
+}
+template <typename T, typename V>
+inline T narrowed(V v) {
+  if constexpr (std::is_same_v<T, bf16_t>) return from_f32<bf16_t>(v);
+  else return v;
+}
+
 // out[i] = f(a[i], b[i]) over equal-layout buffers of n elements.
 Tensor binary_same_shape(BinaryOp op, const Tensor& a, const Tensor& b) {
   Tensor out = Tensor::empty_like(a);
   const int64_t n = a.numel();
-  with_float_type(a.dtype(), [&](auto* tag) {
+  with_operand_type(a.dtype(), [&](auto* tag) {
     using T = std::remove_pointer_t<decltype(tag)>;
     const T* __restrict x = a.data<T>();
     const T* __restrict y = b.data<T>();
     T* __restrict o = out.data<T>();
     with_op(op, [&](auto f) {
       parallel_chunks(n, kBinaryGrain, [&](int64_t s, int64_t e) {
-        for (int64_t i = s; i < e; ++i) o[i] = f(x[i], y[i]);
+        for (int64_t i = s; i < e; ++i) o[i] = narrowed<T>(f(widened(x[i]), widened(y[i])));
       });
     });
   });
   return out;
 }
 
-// Whether x (blocked, f32) meets v as squeeze-and-excitation's per-channel scale does: v of shape
-// (N or 1, C, 1, 1) against x's (N, C, H, W).
+// Whether x (blocked, f32 or bf16) meets v as squeeze-and-excitation's per-channel scale does: v
+// of shape (N or 1, C, 1, 1) against x's (N, C, H, W).
 bool per_channel_of_blocked(const Tensor& x, const Tensor& v) {
-  return channel_block(x.layout()) && x.dtype() == DType::f32 && x.rank() == 4 && v.rank() == 4 &&
+  return channel_block(x.layout()) && x.dtype() != DType::f64 && x.rank() == 4 && v.rank() == 4 &&
          v.dim(1) == x.dim(1) && v.dim(2) == 1 && v.dim(3) == 1 && (v.dim(0) == x.dim(0) || v.dim(0) == 1);
 }
 
@@ -63,24 +83,27 @@ bool per_channel_of_blocked(const Tensor& x, const Tensor& v) {
 // layout: reading x as it lies spares a reorder of x into plain and of the result back.
 Tensor blocked_by_channel(BinaryOp op, const Tensor& x, const Tensor& v_any, bool x_first) {
   const int64_t B = channel_block(x.layout()), N = x.dim(0), C = x.dim(1), HW = x.dim(2) * x.dim(3), CB = C / B;
-  const Tensor v = v_any.to_plain();                        // (N or 1, C, 1, 1)
-  Tensor out = empty_cpu(x.shape(), DType::f32, x.layout());  // (N, C, H, W), x's layout
-  const float* xs = x.data<float>();
-  const float* vs = v.data<float>();
-  float* os = out.data<float>();
-  const int64_t v_sample = v.dim(0) == 1 ? 0 : C;  // floats from one sample's channels to the next's
-  auto loop = [&](auto f) {
-    rows_for(N * CB, HW * B, [&](int64_t nb) {
-      const float* vb = vs + (nb / CB) * v_sample + (nb % CB) * B;  // (B,) this block's channels
-      const float* xb = xs + nb * HW * B;                           // (HW, B)
-      float* ob = os + nb * HW * B;
-      for (int64_t s = 0; s < HW; ++s)
-        for (int64_t l = 0; l < B; ++l) ob[s * B + l] = f(xb[s * B + l], vb[l]);
+  const Tensor v = v_any.to_plain();                          // (N or 1, C, 1, 1), x's dtype
+  Tensor out = empty_cpu(x.shape(), x.dtype(), x.layout());  // (N, C, H, W), x's layout
+  const int64_t v_sample = v.dim(0) == 1 ? 0 : C;  // values from one sample's channels to the next's
+  with_operand_type(x.dtype(), [&](auto* tag) {
+    using T = std::remove_pointer_t<decltype(tag)>;
+    const T* xs = x.data<T>();
+    const T* vs = v.data<T>();
+    T* os = out.data<T>();
+    auto loop = [&](auto f) {
+      rows_for(N * CB, HW * B, [&](int64_t nb) {
+        const T* vb = vs + (nb / CB) * v_sample + (nb % CB) * B;  // (B,) this block's channels
+        const T* xb = xs + nb * HW * B;                           // (HW, B)
+        T* ob = os + nb * HW * B;
+        for (int64_t s = 0; s < HW; ++s)
+          for (int64_t l = 0; l < B; ++l) ob[s * B + l] = narrowed<T>(f(widened(xb[s * B + l]), widened(vb[l])));
+      });
+    };
+    with_op(op, [&](auto f) {
+      if (x_first) loop(f);
+      else loop([f](float p, float q) { return f(q, p); });
     });
-  };
-  with_op(op, [&](auto f) {
-    if (x_first) loop(f);
-    else loop([f](float p, float q) { return f(q, p); });
   });
   return out;
 }
@@ -96,7 +119,7 @@ Tensor binary_broadcast(BinaryOp op, const Tensor& a_any, const Tensor& b_any) {
   const Broadcast bc = broadcast_dims(out_dims, {out_dims, da, db});
   const int64_t inner = bc.size.back(), rows = inner == 0 ? 0 : out.numel() / inner;
   const int64_t sa = bc.stride[1].back(), sb = bc.stride[2].back();
-  with_float_type(a.dtype(), [&](auto* tag) {
+  with_operand_type(a.dtype(), [&](auto* tag) {
     using T = std::remove_pointer_t<decltype(tag)>;
     const T* x = a.data<T>();
     const T* y = b.data<T>();
@@ -108,7 +131,7 @@ Tensor binary_broadcast(BinaryOp op, const Tensor& a_any, const Tensor& b_any) {
         const T* xr = x + off[1];
         const T* yr = y + off[2];
         T* orow = o + off[0];
-        for (int64_t j = 0; j < inner; ++j) orow[j] = f(xr[j * sa], yr[j * sb]);
+        for (int64_t j = 0; j < inner; ++j) orow[j] = narrowed<T>(f(widened(xr[j * sa]), widened(yr[j * sb])));
       });
     });
   });
@@ -121,8 +144,8 @@ Tensor CpuBackend::binary(BinaryOp op, const Tensor& a, const Tensor& b) {
   const char* name = binary_op_name(op);
   PACKRAT_CHECK(a.dtype() == b.dtype(), "{}: operand dtypes {} and {} differ", op_where(name), dtype_name(a.dtype()),
                 dtype_name(b.dtype()));
-  PACKRAT_CHECK(a.dtype() == DType::f32 || a.dtype() == DType::f64, "{}: expects f32 or f64 operands, got {}",
-                op_where(name), dtype_name(a.dtype()));
+  PACKRAT_CHECK(binary_reads(a.dtype()), "{}: expects f32, f64 or bf16 operands, got {}", op_where(name),
+                dtype_name(a.dtype()));
   if (a.shape() == b.shape()) return binary_same_shape(op, a, b.to_layout(a.layout()));
   return binary_broadcast(op, a, b);
 }

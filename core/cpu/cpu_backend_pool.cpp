@@ -28,16 +28,21 @@ bool plain_global_average(const PoolGeometry& g, PoolKind kind, Layout layout) {
 Tensor CpuBackend::pool_forward(const Tensor& x, const PoolGeometry& g, PoolKind kind, Tensor* argmax) {
   if (argmax || !plain_global_average(g, kind, x.layout())) return cpu::pool_forward(x, g, kind, argmax);
   const int64_t HW = g.H * g.W;
-  Tensor y = empty_cpu(Shape{g.N, g.C, 1, 1});  // (N, C, 1, 1)
-  const float* src = x.data<float>();
-  float* dst = y.data<float>();
-  rows_for(g.N * g.C, HW, [&](int64_t nc) {
-    const float* plane = src + nc * HW;
-    float sum = 0.0f;
+  Tensor y = empty_cpu(Shape{g.N, g.C, 1, 1}, x.dtype());  // (N, C, 1, 1)
+  // f32, or bf16 read as its f32 values (pool_reads)
+  auto average = [&]<typename T>(const T* src, T* dst) {
+    rows_for(g.N * g.C, HW, [&](int64_t nc) {
+      const T* plane = src + nc * HW;
+      float sum = 0.0f;
 #pragma omp simd reduction(+ : sum)
-    for (int64_t i = 0; i < HW; ++i) sum += plane[i];
-    dst[nc] = sum / static_cast<float>(HW);
-  });
+      for (int64_t i = 0; i < HW; ++i) sum += to_f32(plane[i]);
+      dst[nc] = from_f32<T>(sum / static_cast<float>(HW));
+    });
+  };
+  if (x.dtype() == DType::bf16)
+    average(x.data<bf16_t>(), y.data<bf16_t>());
+  else
+    average(x.data<float>(), y.data<float>());
   return y;
 }
 

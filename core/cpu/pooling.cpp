@@ -17,9 +17,11 @@ dnnl::algorithm algorithm_of(PoolKind k) {
   return dnnl::algorithm::pooling_max;
 }
 
-dnnl::pooling_forward::desc forward_desc(const PoolGeometry& g, PoolKind kind, Layout layout, dnnl::prop_kind prop) {
-  const memory::desc src = desc_for(Shape{g.N, g.C, g.H, g.W}, DType::f32, layout);
-  const memory::desc dst = desc_for(Shape{g.N, g.C, g.OH, g.OW}, DType::f32, layout);
+// dtype: x's and y's (the backward's gradients are f32: its hint is the f32 forward).
+dnnl::pooling_forward::desc forward_desc(const PoolGeometry& g, PoolKind kind, Layout layout, dnnl::prop_kind prop,
+                                         DType dtype = DType::f32) {
+  const memory::desc src = desc_for(Shape{g.N, g.C, g.H, g.W}, dtype, layout);
+  const memory::desc dst = desc_for(Shape{g.N, g.C, g.OH, g.OW}, dtype, layout);
   const memory::dims pad_r = {(g.OH - 1) * g.stride_h + g.KH - g.H - g.pad_h,
                               (g.OW - 1) * g.stride_w + g.KW - g.W - g.pad_w};
   return dnnl::pooling_forward::desc(prop, algorithm_of(kind), src, dst, {g.stride_h, g.stride_w}, {g.KH, g.KW},
@@ -32,8 +34,9 @@ DType pool_workspace_dtype(int64_t window) { return window < 256 ? DType::u8 : D
 Tensor pool_forward(const Tensor& x, const PoolGeometry& g, PoolKind kind, Tensor* workspace) {
   const Layout layout = x.layout();
   const auto prop = workspace ? dnnl::prop_kind::forward_training : dnnl::prop_kind::forward_inference;
-  const dnnl::pooling_forward::primitive_desc pd(forward_desc(g, kind, layout, prop), dnnl_attr(), dnnl_engine());
-  Tensor y = empty_cpu(Shape{g.N, g.C, g.OH, g.OW}, DType::f32, layout);  // (N, C, OH, OW), x's layout
+  const dnnl::pooling_forward::primitive_desc pd(forward_desc(g, kind, layout, prop, x.dtype()), dnnl_attr(),
+                                                 dnnl_engine());
+  Tensor y = empty_cpu(Shape{g.N, g.C, g.OH, g.OW}, x.dtype(), layout);  // (N, C, OH, OW), x's layout and dtype
   std::unordered_map<int, memory> args{{DNNL_ARG_SRC, memory_of(x)}, {DNNL_ARG_DST, memory_of(y)}};
   if (workspace) {
     const memory::desc wd = pd.workspace_desc();

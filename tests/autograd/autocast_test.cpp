@@ -385,6 +385,70 @@ TEST(Autocast, TheCpusPointwiseKernelsReadBf16AsItsF32Values) {
   }
 }
 
+// The CPU's pooling reads bf16 as it lies where oneDNN has bf16 kernels (a bf16 x was converted to an
+// f32 copy first: squeeze-and-excitation's global average pools, one whole activation each, were
+// half of EfficientNet-B0's bf16 -> f32 conversions): y in bf16 is the f32 pooling's y rounded, and
+// max pooling's argmax the same, for oneDNN's blocked and plain kernels and packrat's plain loop.
+TEST(Autocast, TheCpusPoolingReadsBf16AsItsF32Values) {
+  Backend& cpu = backend(Device::cpu());
+  if (!cpu.pool_reads(DType::bf16)) GTEST_SKIP() << "this CPU has no bf16 kernels (its pooling reads an f32 copy)";
+  struct Case {
+    PoolGeometry g;
+    PoolKind kind;
+  };
+  const std::vector<Case> cases{
+      {{4, 32, 9, 9, 1, 1, 9, 9, 9, 9, 0, 0}, PoolKind::AvgExcludePadding},  // global: SE's squeeze
+      {{4, 32, 8, 8, 4, 4, 3, 3, 2, 2, 1, 1}, PoolKind::Max},                // a ResNet stem's
+      {{4, 32, 8, 8, 8, 8, 3, 3, 1, 1, 1, 1}, PoolKind::AvgIncludePadding}};
+  for (const Layout layout : {Layout::Plain, cpu::native_blocked_layout()})
+    for (const Case& c : cases) {
+      const PoolGeometry& g = c.g;
+      const Tensor x16 = random_tensor({g.N, g.C, g.H, g.W}, 81, -4.0f, 4.0f).to_layout(layout).to(DType::bf16);
+      const Tensor x32 = x16.to(DType::f32);
+      const bool max = c.kind == PoolKind::Max;
+      Tensor idx16, idx32;
+      const Tensor y16 = cpu.pool_forward(x16, g, c.kind, max ? &idx16 : nullptr);
+      const Tensor y32 = cpu.pool_forward(x32, g, c.kind, max ? &idx32 : nullptr);
+      const std::string what = std::string(layout_name(layout)) + " " + std::to_string(static_cast<int>(c.kind));
+      EXPECT_EQ(y16.dtype(), DType::bf16) << what;
+      EXPECT_EQ(y16.layout(), layout) << what;
+      EXPECT_EQ(y16.to(DType::f32).to_vector(), y32.to(DType::bf16).to(DType::f32).to_vector()) << what;
+      if (max) {
+        ASSERT_EQ(idx16.nbytes(), idx32.nbytes()) << what;
+        EXPECT_EQ(std::memcmp(idx16.raw(), idx32.raw(), idx16.nbytes()), 0) << what << ": argmax";
+      }
+    }
+}
+
+// The CPU adds and multiplies two bf16 operands as they lie: the result is the f32 result of their
+// f32 values rounded to bf16, for same-shaped operands (a residual addition, whose two f32 copies
+// and f32 sum were ResNet-50's forward peak under bf16 at a large batch), a blocked tensor by a
+// per-channel one (squeeze-and-excitation's scale) and numpy broadcasting; and it holds no f32 copy.
+TEST(Autocast, TheCpusAdditionsAndProductsReadTwoBf16OperandsAsTheirF32Values) {
+  Backend& cpu = backend(Device::cpu());
+  ASSERT_TRUE(cpu.binary_reads(DType::bf16));
+  const Layout blocked = cpu::native_blocked_layout();
+  const std::vector<std::pair<Tensor, Tensor>> pairs{
+      {random_tensor({4, 32, 7, 7}, 91), random_tensor({4, 32, 7, 7}, 92)},
+      {random_tensor({4, 32, 7, 7}, 93).to_layout(blocked), random_tensor({4, 32, 7, 7}, 94).to_layout(blocked)},
+      {random_tensor({4, 32, 7, 7}, 95).to_layout(blocked), random_tensor({4, 32, 1, 1}, 96)},
+      {random_tensor({4, 5, 6}, 97), random_tensor({1, 5, 1}, 98)}};
+  for (const auto& [a32, b32] : pairs)
+    for (const bool add : {true, false}) {
+      const Tensor a = a32.to(DType::bf16), b = b32.to(DType::bf16);
+      const std::string what = a.describe() + (add ? " + " : " * ") + b.describe();
+      Allocator& alloc = Allocator::cpu();
+      alloc.reset_peak();
+      const int64_t before = alloc.total_current();
+      const Tensor y = add ? ops::add(a, b) : ops::mul(a, b);
+      EXPECT_EQ(alloc.total_peak() - before, static_cast<int64_t>(y.nbytes())) << what << ": y alone, no f32 copy";
+      const Tensor want = (add ? ops::add(a.to(DType::f32), b.to(DType::f32)) : ops::mul(a.to(DType::f32), b.to(DType::f32)));
+      ASSERT_EQ(y.dtype(), DType::bf16) << what;
+      EXPECT_EQ(y.layout(), want.layout()) << what;
+      EXPECT_EQ(y.to(DType::f32).to_vector(), want.to(DType::bf16).to(DType::f32).to_vector()) << what;
+    }
+}
+
 // A device without bf16 kernels (the emulated GPU) computes a bf16 step's convolutions and matmuls at
 // the kernels' edges, on bf16 values, which TF32 reads exactly: each of those kernels, forward and
 // backward, runs with TF32 allowed (a GPU's cuDNN / cuBLAS take its tensor cores), where the run's
