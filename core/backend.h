@@ -170,9 +170,10 @@ class Backend {
   // Whether pool_forward reads x in this 16-bit dtype (y then in it too; gradients f32), instead of
   // an f32 copy of it (autocast at the kernels' edges).
   virtual bool pool_reads(DType dtype) const { return dtype == DType::f32; }
-  // x (N, C, H, W) any layout -> y (N, C, OH, OW) in x's layout and dtype. With `argmax` (max pooling for
-  // training) it also returns, for each output, the index of the maximum within its window
-  // (row-major in the KH x KW window), dtype pool_index_dtype(KH * KW), shaped and laid out as y.
+  // x (N, C, H, W) any layout, f32 or a 16-bit dtype pool_reads -> y (N, C, OH, OW) in x's layout
+  // and dtype. With `argmax` (max pooling for training) it also returns, for each output, the
+  // index of the maximum within its window (row-major in the KH x KW window), dtype
+  // pool_index_dtype(KH * KW), shaped and laid out as y.
   virtual Tensor pool_forward(const Tensor& x, const PoolGeometry& g, PoolKind kind, Tensor* argmax) = 0;
   // gy (N, C, OH, OW) any layout, argmax (max pooling: as pool_forward returned it, in `layout`)
   // -> dx (N, C, H, W) in `layout`.
@@ -210,10 +211,10 @@ class Backend {
   // Whether binary() takes two operands of this 16-bit dtype as they lie (computing in f32, out in
   // it, rounded as in_dtype rounds), instead of f32 copies of both (autocast at the kernels' edges).
   virtual bool binary_reads(DType dtype) const { return dtype == DType::f32 || dtype == DType::f64; }
-  // out = a op b, f32 or f64, or a 16-bit dtype binary_reads (both the same dtype; out in it). Same shape: over the buffers as they lie,
-  // b reordered to a's layout first, out in a's layout. Other shapes broadcast numpy-style
-  // (trailing dims aligned, size-1 dims stretched: (N, C, 1, 1) x (N, C, H, W)); blocked
-  // operands are read as plain and out is plain, of the broadcast shape.
+  // out = a op b, f32 or f64, or a 16-bit dtype binary_reads (both the same dtype; out in it).
+  // Same shape: over the buffers as they lie, b reordered to a's layout first, out in a's layout.
+  // Other shapes broadcast numpy-style (trailing dims aligned, size-1 dims stretched: (N, C, 1, 1)
+  // x (N, C, H, W)); blocked operands are read as plain and out is plain, of the broadcast shape.
   virtual Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b) = 0;
   // out = a * s: a f32 or f64, any layout -> out like a.
   virtual Tensor scale(const Tensor& a, double s) = 0;

@@ -14,11 +14,15 @@ class CpuBackend final : public Backend {
   // bf16 where oneDNN has native bf16 kernels (AVX512_BF16 or AMX); f16 nowhere.
   bool computes_in(DType dtype) const override;
   bool batchnorm_reads(DType dtype) const override { return dtype == DType::f32 || is_half(dtype); }
-  // bf16 where oneDNN has native bf16 kernels: its jit pooling reads and writes it.
   // bf16 everywhere: a residual block's addition under autocast read two f32 copies and wrote a
   // third (ResNet-50's forward peak at a large batch).
-  bool binary_reads(DType dtype) const override { return dtype == DType::f32 || dtype == DType::f64 || dtype == DType::bf16; }
-  bool pool_reads(DType dtype) const override { return dtype == DType::f32 || (dtype == DType::bf16 && computes_in(dtype)); }
+  bool binary_reads(DType dtype) const override {
+    return dtype == DType::f32 || dtype == DType::f64 || dtype == DType::bf16;
+  }
+  // bf16 where oneDNN has native bf16 kernels: its jit pooling reads and writes it.
+  bool pool_reads(DType dtype) const override {
+    return dtype == DType::f32 || (dtype == DType::bf16 && computes_in(dtype));
+  }
 
   // ---- memory: copy, fill, reorder, convert (cpu_backend_memory.cpp)
   void copy(const Tensor& src, Tensor& dst) override;

@@ -1,6 +1,6 @@
-// CpuBackend: binary elementwise ops (same shape over the buffers as they lie, a blocked tensor
-// against a per-channel one in its layout, or numpy broadcasting), scale, in-place accumulate and
-// reductions.
+// CpuBackend: binary elementwise ops on f32, f64 or two bf16 operands (same shape over the buffers
+// as they lie, a blocked tensor against a per-channel one in its layout, or numpy broadcasting),
+// scale, in-place accumulate and reductions.
 #include <algorithm>
 #include <string>
 #include <type_traits>
