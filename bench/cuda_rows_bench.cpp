@@ -77,11 +77,11 @@ void BM_CudaRowsSoftmax(benchmark::State& state) {
   const int64_t T = state.range(0), rows = 64 * 6 * 256 * 256 / T;
   DeviceScope on(b->device());
   const Tensor x = random_on(*b, {rows, T}, 1), g = random_on(*b, {rows, T}, 2);
-  const Tensor y = b->softmax_forward(x);
+  const Tensor y = b->softmax_forward(x, 1.0f, DType::f32);
   const double bytes = 2.0 * 4 * rows * T;
   run_pair(state, *b, {rows, T}, state.range(1) ? 1.5 * bytes : bytes, [&] {
-    if (state.range(1)) (void)b->softmax_backward(y, g);
-    else (void)b->softmax_forward(x);
+    if (state.range(1)) (void)b->softmax_backward(y, g, 1.0f, DType::f32);
+    else (void)b->softmax_forward(x, 1.0f, DType::f32);
   });
 }
 BENCHMARK(BM_CudaRowsSoftmax)->ArgNames({"T", "backward"})->Args({256, 0})->Args({256, 1})->Args({1024, 0})->UseRealTime();

@@ -229,11 +229,19 @@ class Backend {
   virtual Tensor reduce_sum_to(const Tensor& x, const Shape& shape) = 0;
 
   // ---- softmax, cross-entropy, layernorm (ops/softmax, ops/cross_entropy, ops/layernorm)
-  // Every row primitive works on the last dim of plain f32 tensors (..., D) (R rows of D).
-  // y = softmax(x) per row: x (..., D) -> y (..., D).
-  virtual Tensor softmax_forward(const Tensor& x) = 0;
-  // dx = y * (g - sum(g * y)) per row: y, grad (..., D) -> dx (..., D).
-  virtual Tensor softmax_backward(const Tensor& y, const Tensor& grad) = 0;
+  // Every row primitive works on the last dim of plain tensors (..., D) (R rows of D), f32 unless
+  // said otherwise; statistics and gradients are f32.
+  // Whether softmax and layernorm read, and write, their data (softmax's x and y, layernorm's x
+  // and y) in this 16-bit dtype, computing in f32 on its values, instead of f32 copies of it
+  // (autocast at the kernels' edges).
+  virtual bool rows_read(DType dtype) const { return dtype == DType::f32; }
+  // y = softmax(scale * x) per row: x (..., D) f32 or a rows_read dtype -> y (..., D) in `out` (f32
+  // or a rows_read dtype: the f32 result rounded to it). The scale is attention's, so that its
+  // scores need no pass of their own.
+  virtual Tensor softmax_forward(const Tensor& x, float scale, DType out) = 0;
+  // Its gradient with respect to x: dx = scale * y * (g - sum(g * y)) per row (each product rounded
+  // to f32): y (..., D) f32 or a rows_read dtype, grad (..., D) f32 -> dx (..., D) in `out`.
+  virtual Tensor softmax_backward(const Tensor& y, const Tensor& grad, float scale, DType out) = 0;
   // Cross-entropy from logits (N, C) and targets (N) i64, label smoothing eps, and PyTorch's
   // ignore_index: a sample whose target equals ignore_index (kNoIgnoreIndex: none does) counts
   // for nothing. Over the M others,
@@ -253,13 +261,15 @@ class Backend {
   virtual Tensor cross_entropy_backward(const Tensor& probs, const Tensor& targets, float label_smoothing,
                                         const Tensor& grad_loss, int64_t ignore_index, int64_t count) = 0;
   // y = (x - mean) * rstd * weight + bias per row (biased variance, rstd = 1 / sqrt(var + eps));
-  // x (..., D), weight and bias (D) or undefined -> y (..., D), mean and rstd (R).
+  // x (..., D) f32 or a rows_read dtype, weight and bias (D) or undefined -> y (..., D) in x's
+  // dtype, mean and rstd (R).
   struct LayerNormOut {
     Tensor y, mean, rstd;
   };
   virtual LayerNormOut layernorm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, float eps) = 0;
   // With xhat = (x - mean) * rstd, gh = grad * weight: dx = rstd (gh - mean(gh) - xhat mean(gh xhat))
-  // (..., D); dweight = sum_rows grad * xhat and dbias = sum_rows grad (D) when asked for.
+  // (..., D); dweight = sum_rows grad * xhat and dbias = sum_rows grad (D) when asked for. x f32 or
+  // a rows_read dtype.
   struct LayerNormGrads {
     Tensor dx, dweight, dbias;
   };
@@ -268,12 +278,17 @@ class Backend {
                                             bool want_dbias) = 0;
 
   // ---- dropout and embedding (ops/dropout, ops/embedding)
+  // Whether dropout_forward and mask_scale read x (grad) in this 16-bit dtype and write y in it,
+  // computing in f32 on its values, instead of an f32 copy of it (autocast at the kernels' edges).
+  virtual bool dropout_reads(DType dtype) const { return dtype == DType::f32; }
   // Inverted dropout: element i = 256 b + r is kept where the uniform of word r / 64 of
-  // Philox(seed, stream, counter 64 b + r % 64) is >= p; y = keep ? x * scale : 0. x f32 any
-  // layout -> y like x; *mask (when mask is non-null) = keep as u8 0/1, like x.
+  // Philox(seed, stream, counter 64 b + r % 64) is >= p; y = keep ? x * scale : 0. x f32 or a
+  // dropout_reads dtype, any layout -> y like x; *mask (when mask is non-null) = keep as u8 0/1,
+  // like x.
   virtual Tensor dropout_forward(const Tensor& x, float p, float scale, uint64_t seed, uint64_t stream,
                                  Tensor* mask) = 0;
-  // out = mask ? grad * scale : 0: grad f32 and mask u8 of the same numel and layout -> out like grad.
+  // out = mask ? grad * scale : 0: grad f32 (or a dropout_reads dtype: attention's dropped P) and
+  // mask u8 of the same numel and layout -> out like grad.
   virtual Tensor mask_scale(const Tensor& grad, const Tensor& mask, float scale) = 0;
   // Fills plain f32 t from Philox(seed, stream): block b (4 values) from counter + b; uniform in
   // [lo, hi), or normal(mean, std) by Box-Muller on word pairs. Returns the blocks used.
@@ -388,6 +403,13 @@ inline DType kernel_dtype(const Backend& be, DType data) { return be.computes_in
 inline Tensor kernel_operand(const Backend& be, const Tensor& t) {
   return t.defined() && is_half(t.dtype()) && !be.computes_in(t.dtype()) ? t.to(DType::f32) : t;
 }
+
+// t as the row kernels of `be` read it (Backend::rows_read): t itself, or its f32 values.
+inline Tensor rows_operand(const Backend& be, const Tensor& t) {
+  return t.defined() && is_half(t.dtype()) && !be.rows_read(t.dtype()) ? t.to(DType::f32) : t;
+}
+// The dtype the row kernels of `be` write for data of this dtype: itself where they read it, else f32.
+inline DType rows_dtype(const Backend& be, DType data) { return be.rows_read(data) ? data : DType::f32; }
 
 // Every backend available in this process (the CPU first), for tests that cover them all.
 std::vector<Backend*> available_backends();

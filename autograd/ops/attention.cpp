@@ -11,7 +11,8 @@
 // PyTorch (1.13, F.multi_head_attention_forward) saves the same four (q pre-scaled) plus
 // dropout's output and mask; here Pd is recomputed from P and the mask in backward.
 // Under autocast (core/autocast.h) q, k, v are cast to its dtype, and P, y and what is saved
-// are in it (as PyTorch's autocast saves them); the kernels compute in f32 on those values.
+// are in it (as PyTorch's autocast saves them); the matmuls run in it where the backend computes
+// in it (their operands g and dS rounded to it), the scores and softmax's sums in f32.
 // Backward: dPd = g v^T, dP = mask-scale(dPd), dS = softmax_backward(P, dP) * scale,
 //   dq = dS k, dk = dS^T q, dv = Pd^T g.
 #include <cmath>
@@ -138,21 +139,24 @@ Tensor scaled_dot_product_attention(const Tensor& q_in, const Tensor& k_in, cons
 
   Backend& be = backend_of(q);
   const Tensor qp = q.to_plain().to(data), kp = k.to_plain().to(data), vp = v.to_plain().to(data);  // as saved
-  const Tensor qf = as_f32(qp), kf = as_f32(kp), vf = as_f32(vp);  // what the kernels read
+  // The matmuls run in the kernels' dtype: 16-bit where the backend computes in it (PyTorch's
+  // autocast runs bmm so), else f32 on the 16-bit values (the kernels' edges).
+  const DType kernel = kernel_dtype(be, data);
   const Shape s_shape = with_last2(q.shape(), T, S), y_shape = with_last2(q.shape(), T, Ev);
-  Tensor p;  // (B..., T, S), the softmax output
+  Tensor p;  // (B..., T, S), the softmax output, in data's dtype
   {
-    Tensor s = be.scale(be.matmul(qf, false, kf, true, batch, T, E, S, Tensor(), s_shape), scale);  // (B..., T, S)
+    Tensor s = be.matmul(qp.to(kernel), false, kp.to(kernel), true, batch, T, E, S, Tensor(), s_shape);  // f32
     if (o.causal) be.causal_mask_fill(s);
     if (o.key_lengths.defined()) be.key_padding_fill(s, o.key_lengths);
-    p = in_dtype(be.softmax_forward(s), data);
+    p = in_dtype(be.softmax_forward(s, scale, rows_dtype(be, data)), data);
   }
   const bool grad = needs_grad({&q, &k, &v});
   Tensor mask;  // (B..., T, S) u8, when dropout is active and backward needs it
-  const Tensor pf = as_f32(p);
-  const Tensor pd =
-      drop ? be.dropout_forward(pf, o.dropout_p, keep_scale, o.seed, o.stream, grad ? &mask : nullptr) : pf;
-  Tensor y = in_dtype(be.matmul(pd, false, vf, false, batch, T, S, Ev, Tensor(), y_shape), data);  // (B..., T, Ev)
+  const Tensor pd = drop ? be.dropout_forward(be.dropout_reads(data) ? p : as_f32(p), o.dropout_p, keep_scale, o.seed,
+                                              o.stream, grad ? &mask : nullptr)
+                         : p;
+  Tensor y = in_dtype(be.matmul(pd.to(kernel), false, vp.to(kernel), false, batch, T, S, Ev, Tensor(), y_shape, kernel),
+                      data);  // (B..., T, Ev)
   if (!grad) return y;
 
   // What each gradient needs: dq <- k, v, P; dk <- q, v, P; dv <- P only.
@@ -173,26 +177,31 @@ Tensor scaled_dot_product_attention(const Tensor& q_in, const Tensor& k_in, cons
   const Layout lq = q.layout(), lk = k.layout(), lv = v.layout();
   record("attention", {&q, &k, &v}, {&y}, std::move(saved),
          [=](Node& n, const std::vector<Tensor>& grads) -> std::vector<Tensor> {
-           const Tensor g = grads[0].to_plain();  // (B..., T, Ev)
+           const Tensor g = grads[0].to_plain();  // (B..., T, Ev) f32
            Backend& b = backend_of(g);
-           const Tensor P = as_f32(n.load(static_cast<size_t>(ip)));
+           const Tensor gk = at_kernel_edge(g, data, kernel);  // as a 16-bit kernel reads it
+           const Tensor P = n.load(static_cast<size_t>(ip));  // in data's dtype
            const Tensor m = drop ? n.load(static_cast<size_t>(im)) : Tensor();
            std::vector<Tensor> r(3);
            if (n.inputs[2]) {
-             const Tensor pdv = drop ? b.mask_scale(P, m, keep_scale) : P;
-             r[2] = b.matmul(pdv, true, g, false, batch, S, T, Ev, Tensor(), v_shape).to_layout(lv);  // (S, Ev)
+             const Tensor pdv = drop ? b.mask_scale(b.dropout_reads(data) ? P : as_f32(P), m, keep_scale) : P;
+             r[2] = b.matmul(pdv.to(kernel), true, gk, false, batch, S, T, Ev, Tensor(), v_shape).to_layout(lv);  // (S, Ev)
            }
            if (!n.inputs[0] && !n.inputs[1]) return r;
-           const Tensor vs = as_f32(n.load(static_cast<size_t>(iv)).to_plain());
-           Tensor dp = b.matmul(g, false, vs, true, batch, T, Ev, S, Tensor(), s_shape);  // (B..., T, S)
-           if (drop) dp = b.mask_scale(dp, m, keep_scale);
-           const Tensor ds = b.scale(b.softmax_backward(P, dp), scale);  // (B..., T, S)
+           Tensor ds;  // (B..., T, S), in the kernels' dtype
+           {
+             const Tensor vs = n.load(static_cast<size_t>(iv), kernel).to_plain();
+             Tensor dp = b.matmul(gk, false, vs, true, batch, T, Ev, S, Tensor(), s_shape);  // (B..., T, S) f32
+             if (drop) dp = b.mask_scale(dp, m, keep_scale);
+             ds = b.softmax_backward(rows_operand(b, P), dp, scale, rows_dtype(b, data));
+           }
+           ds = at_kernel_edge(ds, data, kernel);  // after dP is gone
            if (n.inputs[0]) {
-             const Tensor ks = as_f32(n.load(static_cast<size_t>(ik)).to_plain());
+             const Tensor ks = n.load(static_cast<size_t>(ik), kernel).to_plain();
              r[0] = b.matmul(ds, false, ks, false, batch, T, S, E, Tensor(), q_shape).to_layout(lq);  // (T, E)
            }
            if (n.inputs[1]) {
-             const Tensor qs = as_f32(n.load(static_cast<size_t>(iq)).to_plain());
+             const Tensor qs = n.load(static_cast<size_t>(iq), kernel).to_plain();
              r[1] = b.matmul(ds, true, qs, false, batch, S, T, E, Tensor(), k_shape).to_layout(lk);  // (S, E)
            }
            return r;

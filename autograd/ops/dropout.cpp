@@ -28,7 +28,9 @@ Tensor dropout(const Tensor& x, float p, bool training, uint64_t seed, uint64_t 
   const float scale = p < 1.0f ? 1.0f / (1.0f - p) : 0.0f;  // p = 1 drops everything, as PyTorch
   const bool grad = needs_grad({&x});
   Tensor mask;  // like x, u8 0/1, when saved for backward
-  Tensor y = in_dtype(backend_of(x).dropout_forward(as_f32(x), p, scale, seed, stream, grad ? &mask : nullptr),
+  Backend& be = backend_of(x);
+  const Tensor xd = be.dropout_reads(x.dtype()) ? x : as_f32(x);  // what the kernel reads
+  Tensor y = in_dtype(be.dropout_forward(xd, p, scale, seed, stream, grad ? &mask : nullptr),
                       x.dtype());  // 16-bit x (autocast): y in its dtype
   if (grad) {
     SaveRequest req;

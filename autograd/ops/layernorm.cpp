@@ -32,10 +32,12 @@ Tensor layernorm(const Tensor& x_any, const Tensor& weight, const Tensor& bias, 
   PACKRAT_CHECK(eps >= 0.0f, "layernorm {}: eps must be >= 0, got {}", layer, eps);
 
   check_same_device("layernorm", {&x_any, &weight, &bias});
-  // A 16-bit x (autocast) is saved as it is; statistics and y in f32, y back in x's dtype (as
-  // PyTorch 2's mixed-type layer_norm; 1.13's CPU layer_norm refuses bf16 with f32 weights).
-  auto [y32, mean, rstd] = backend_of(x).layernorm_forward(as_f32(x), weight, bias, eps);  // (..., D), (R), (R)
-  Tensor y = in_dtype(y32, x.dtype());
+  // A 16-bit x (autocast) is saved as it is; computed in f32 with f32 statistics, y in x's dtype
+  // (as PyTorch 2's mixed-type layer_norm; 1.13's CPU layer_norm refuses bf16 with f32 weights).
+  // The kernels read and write the 16-bit data where the backend's rows_read it, else f32 copies.
+  Backend& be = backend_of(x);
+  auto [y_rows, mean, rstd] = be.layernorm_forward(rows_operand(be, x), weight, bias, eps);  // (..., D), (R), (R)
+  Tensor y = in_dtype(y_rows, x.dtype());
 
   if (needs_grad({&x_any, &weight, &bias})) {
     SaveRequest req;
@@ -51,9 +53,10 @@ Tensor layernorm(const Tensor& x_any, const Tensor& weight, const Tensor& bias, 
     const Layout x_layout = x_any.layout();
     record("layernorm", {&x_any, &weight, &bias}, {&y}, std::move(saved),
            [has_w, has_b, x_layout](Node& n, const std::vector<Tensor>& g) -> std::vector<Tensor> {
-             const Tensor xs = as_f32(n.load(0)), ms = n.load(1), rs = n.load(2);
+             Backend& b = backend_of(g[0]);
+             const Tensor xs = rows_operand(b, n.load(0)), ms = n.load(1), rs = n.load(2);
              const Tensor ws = has_w ? n.load(3) : Tensor();
-             auto [gx, gw, gb] = backend_of(xs).layernorm_backward(xs, ms, rs, ws, g[0], has_w, has_b);
+             auto [gx, gw, gb] = b.layernorm_backward(xs, ms, rs, ws, g[0], has_w, has_b);
              return {gx.to_layout(x_layout), gw, gb};
            });
   }

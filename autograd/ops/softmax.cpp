@@ -20,8 +20,11 @@ Tensor softmax(const Tensor& x_any) {
                 x_any.shape().str());
   PACKRAT_CHECK(is_f32_or_half(x_any.dtype()), "softmax {}: expects an f32, bf16 or f16 input, got {}", layer,
                 dtype_name(x_any.dtype()));
-  // 16-bit x (autocast): computed in f32, y (saved) in x's dtype.
-  Tensor y = in_dtype(backend_of(x_any).softmax_forward(as_f32(x_any)), x_any.dtype());  // (..., D) plain
+  // 16-bit x (autocast): computed in f32, y (saved) in x's dtype; the kernels read and write it
+  // where the backend's rows_read it, else f32 copies.
+  Backend& be = backend_of(x_any);
+  const DType data = x_any.dtype();
+  Tensor y = in_dtype(be.softmax_forward(rows_operand(be, x_any), 1.0f, rows_dtype(be, data)), data);  // (..., D) plain
   if (needs_grad({&x_any})) {
     SaveRequest req;
     req.need = Need::Value;
@@ -30,8 +33,9 @@ Tensor softmax(const Tensor& x_any) {
     SavedHandle h = save_for_backward(y, req);
     const Layout x_layout = x_any.layout();
     record("softmax", {&x_any}, {&y}, {h}, [x_layout](Node& n, const std::vector<Tensor>& g) -> std::vector<Tensor> {
-      const Tensor yv = as_f32(n.load(0));
-      const Tensor gx = backend_of(yv).softmax_backward(yv, g[0]);  // (..., D) plain
+      const Tensor yv = n.load(0);
+      Backend& b = backend_of(yv);
+      const Tensor gx = b.softmax_backward(rows_operand(b, yv), g[0], 1.0f, DType::f32);  // (..., D) plain
       return {gx.to_layout(x_layout)};
     });
   }

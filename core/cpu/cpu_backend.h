@@ -79,8 +79,9 @@ class CpuBackend final : public Backend {
   Tensor reduce_sum_to(const Tensor& x, const Shape& shape) override;
 
   // ---- softmax, cross-entropy, layernorm (cpu_backend_rows.cpp)
-  Tensor softmax_forward(const Tensor& x) override;
-  Tensor softmax_backward(const Tensor& y, const Tensor& grad) override;
+  bool rows_read(DType dtype) const override;
+  Tensor softmax_forward(const Tensor& x, float scale, DType out) override;
+  Tensor softmax_backward(const Tensor& y, const Tensor& grad, float scale, DType out) override;
   CrossEntropyOut cross_entropy_forward(const Tensor& logits, const Tensor& targets, float label_smoothing,
                                         bool want_probs, int64_t ignore_index) override;
   Tensor cross_entropy_backward(const Tensor& probs, const Tensor& targets, float label_smoothing,
@@ -90,6 +91,7 @@ class CpuBackend final : public Backend {
                                     const Tensor& grad, bool want_dweight, bool want_dbias) override;
 
   // ---- dropout and random fills (cpu_backend_random.cpp), embedding (cpu_backend_embedding.cpp)
+  bool dropout_reads(DType dtype) const override;
   Tensor dropout_forward(const Tensor& x, float p, float scale, uint64_t seed, uint64_t stream, Tensor* mask) override;
   Tensor mask_scale(const Tensor& grad, const Tensor& mask, float scale) override;
   int64_t fill_uniform(Tensor& t, float lo, float hi, uint64_t seed, uint64_t stream, uint64_t counter) override;

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstring>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "core/cpu/cpu_backend.h"
@@ -42,13 +43,14 @@ void philox_block(uint64_t seed, uint64_t stream, uint64_t counter0, uint32_t (&
 }
 
 // mask[i] = 1 where element i is kept; y[i] = x[i] * scale there, 0 elsewhere. mask may be null.
-void dropout_loop(const float* x, float* y, uint8_t* mask, int64_t n, float p, float scale, uint64_t seed,
-                  uint64_t stream) {
+// T: float, or bf16_t (x read as its f32 value, y rounded as a conversion rounds it).
+template <typename T>
+void dropout_loop(const T* x, T* y, uint8_t* mask, int64_t n, float p, float scale, uint64_t seed, uint64_t stream) {
   const int64_t blocks = (n + kBlock - 1) / kBlock;
   parallel_chunks(blocks, 16, [&](int64_t bb, int64_t be) {
     // Locals and restrict pointers: loads through the closure would block vectorisation.
-    const float* __restrict xs = x;
-    float* __restrict ys = y;
+    const T* __restrict xs = x;
+    T* __restrict ys = y;
     uint8_t* __restrict ms = mask;
     const float pl = p, sl = scale;
     alignas(64) uint32_t w[4][kLanes];
@@ -61,7 +63,7 @@ void dropout_loop(const float* x, float* y, uint8_t* mask, int64_t n, float p, f
         const int64_t len = std::min<int64_t>(kLanes, count - k * kLanes);
         const uint32_t* wk = w[k];
         for (int64_t j = 0; j < len; ++j)
-          ys[off + j] = DropoutPhilox::keep(wk[j], pl) ? xs[off + j] * sl : 0.0f;
+          ys[off + j] = from_f32<T>(DropoutPhilox::keep(wk[j], pl) ? to_f32(xs[off + j]) * sl : 0.0f);
         if (ms)
           for (int64_t j = 0; j < len; ++j) ms[off + j] = DropoutPhilox::keep(wk[j], pl) ? 1 : 0;
       }
@@ -94,32 +96,42 @@ int64_t fill_blocks(Tensor& t, uint64_t seed, uint64_t stream, uint64_t counter,
 
 Tensor CpuBackend::dropout_forward(const Tensor& x, float p, float scale, uint64_t seed, uint64_t stream,
                                    Tensor* mask) {
-  x.check_dtype(DType::f32, "dropout");
+  PACKRAT_CHECK(x.dtype() == DType::f32 || x.dtype() == DType::bf16, "{}: {} is neither f32 nor bf16",
+                op_where("dropout"), x.describe());
   Tensor y = Tensor::empty_like(x);
   if (mask) *mask = empty_cpu(x.shape(), DType::u8, x.layout());  // like x, 0/1
-  dropout_loop(x.data<float>(), y.data<float>(), mask ? mask->data<uint8_t>() : nullptr, x.numel(), p, scale, seed,
-               stream);
+  uint8_t* keep = mask ? mask->data<uint8_t>() : nullptr;
+  if (x.dtype() == DType::bf16)
+    dropout_loop(x.data<bf16_t>(), y.data<bf16_t>(), keep, x.numel(), p, scale, seed, stream);
+  else
+    dropout_loop(x.data<float>(), y.data<float>(), keep, x.numel(), p, scale, seed, stream);
   return y;
 }
 
 Tensor CpuBackend::mask_scale(const Tensor& grad, const Tensor& mask, float scale) {
-  grad.check_dtype(DType::f32, "mask_scale");
+  PACKRAT_CHECK(grad.dtype() == DType::f32 || grad.dtype() == DType::bf16, "{}: {} is neither f32 nor bf16",
+                op_where("mask_scale"), grad.describe());
   mask.check_dtype(DType::u8, "mask_scale");
   PACKRAT_CHECK(grad.numel() == mask.numel() && grad.layout() == mask.layout(), "{}: gradient {} and mask {}",
                 op_where("mask_scale"), grad.describe(), mask.describe());
   Tensor gx = Tensor::empty_like(grad);
-  const uint8_t* __restrict keep = mask.data<uint8_t>();
-  const float* __restrict src = grad.data<float>();
-  float* __restrict dst = gx.data<float>();
-  parallel_chunks(gx.numel(), kBinaryGrain, [&](int64_t s, int64_t e) {
-    const uint8_t* __restrict k = keep;
-    const float* __restrict in = src;
-    float* __restrict out = dst;
-    const float sc = scale;
-    for (int64_t i = s; i < e; ++i) out[i] = k[i] ? in[i] * sc : 0.0f;
-  });
+  const auto scaled = [&](const auto* src, auto* dst) {
+    using T = std::remove_cv_t<std::remove_pointer_t<decltype(src)>>;
+    const uint8_t* __restrict keep = mask.data<uint8_t>();
+    parallel_chunks(gx.numel(), kBinaryGrain, [&](int64_t s, int64_t e) {
+      const uint8_t* __restrict k = keep;
+      const T* __restrict in = src;
+      T* __restrict out = dst;
+      const float sc = scale;
+      for (int64_t i = s; i < e; ++i) out[i] = from_f32<T>(k[i] ? to_f32(in[i]) * sc : 0.0f);
+    });
+  };
+  if (grad.dtype() == DType::bf16) scaled(grad.data<bf16_t>(), gx.data<bf16_t>());
+  else scaled(grad.data<float>(), gx.data<float>());
   return gx;
 }
+
+bool CpuBackend::dropout_reads(DType dtype) const { return dtype == DType::f32 || dtype == DType::bf16; }
 
 int64_t CpuBackend::fill_uniform(Tensor& t, float lo, float hi, uint64_t seed, uint64_t stream, uint64_t counter) {
   return fill_blocks(t, seed, stream, counter, [lo, hi](const uint32_t* w, float* v) { uniform_block(w, lo, hi, v); });

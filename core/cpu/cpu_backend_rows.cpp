@@ -4,55 +4,91 @@
 #include <algorithm>
 #include <cmath>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "core/cpu/cpu_backend.h"
 #include "core/cpu/loops.h"
+#include "core/half.h"
 #include "core/pointwise_math.h"
 
 namespace packrat::cpu {
 
-Tensor CpuBackend::softmax_forward(const Tensor& x_any) {
-  x_any.check_dtype(DType::f32, "softmax");
+namespace {
+// fn(T*) on t's buffer, T its element type: float, or bf16_t (CpuBackend::rows_read).
+template <typename Fn>
+void with_row_data(const Tensor& t, const char* what, Fn&& fn) {
+  if (t.dtype() == DType::f32) fn(static_cast<float*>(t.raw()));
+  else if (t.dtype() == DType::bf16) fn(static_cast<bf16_t*>(t.raw()));
+  else fail("{}: {} is neither f32 nor bf16, which the CPU's row kernels read", op_where(what), t.describe());
+}
+}  // namespace
+
+bool CpuBackend::rows_read(DType dtype) const { return dtype == DType::f32 || dtype == DType::bf16; }
+
+Tensor CpuBackend::softmax_forward(const Tensor& x_any, float scale, DType out) {
   const Tensor x = x_any.to_plain();
   const int64_t D = x.dim(-1), rows = x.numel() / D;
-  Tensor y = empty_cpu(x.shape());  // (..., D)
-  const float* src = x.data<float>();
-  float* dst = y.data<float>();
-  rows_for(rows, 3 * D, [&](int64_t r) {
-    const float* in = src + r * D;
-    float* out = dst + r * D;
-    float mx = in[0];
-    for (int64_t j = 1; j < D; ++j) mx = std::max(mx, in[j]);
-    float sum = 0.0f;  // lane-wise partial sums (vectorised reduction)
+  Tensor y = empty_cpu(x.shape(), out);  // (..., D)
+  with_row_data(x, "softmax", [&](const auto* src) {
+    with_row_data(y, "softmax", [&](auto* dst) {
+      using Out = std::remove_pointer_t<decltype(dst)>;
+      rows_for(rows, 3 * D, [&](int64_t r) {
+        const auto* in = src + r * D;
+        const auto at = [&](int64_t j) { return to_f32(in[j]) * scale; };  // exact when scale is 1
+        float mx = at(0);
+        for (int64_t j = 1; j < D; ++j) mx = std::max(mx, at(j));
+        // The exponentials before the division: the output row itself, or f32 scratch for a
+        // 16-bit output, which is rounded once, from the normalized value.
+        thread_local std::vector<float> scratch;  // (D)
+        float* e;
+        if constexpr (std::is_same_v<Out, float>) {
+          e = dst + r * D;
+        } else {
+          scratch.resize(static_cast<size_t>(D));
+          e = scratch.data();
+        }
+        float sum = 0.0f;  // lane-wise partial sums (vectorised reduction)
 #pragma omp simd reduction(+ : sum)
-    for (int64_t j = 0; j < D; ++j) {
-      const float e = pwmath::fast_exp(in[j] - mx);
-      out[j] = e;
-      sum += e;
-    }
-    const float inv = 1.0f / sum;
-    for (int64_t j = 0; j < D; ++j) out[j] *= inv;
+        for (int64_t j = 0; j < D; ++j) {
+          e[j] = pwmath::fast_exp(at(j) - mx);
+          sum += e[j];
+        }
+        const float inv = 1.0f / sum;
+        Out* o = dst + r * D;
+        for (int64_t j = 0; j < D; ++j) o[j] = from_f32<Out>(e[j] * inv);
+      });
+    });
   });
   return y;
 }
 
-Tensor CpuBackend::softmax_backward(const Tensor& y_any, const Tensor& grad) {
+Tensor CpuBackend::softmax_backward(const Tensor& y_any, const Tensor& grad, float scale, DType out) {
   const Tensor yv = y_any.to_plain();
   const Tensor go = grad.to_plain();
   PACKRAT_CHECK(yv.shape() == go.shape(), "{} backward: gradient {} for output {}", op_where("softmax"),
                 go.shape().str(), yv.shape().str());
+  go.check_dtype(DType::f32, "softmax backward");
   const int64_t D = yv.dim(-1);
-  Tensor gx = empty_cpu(yv.shape());  // (..., D)
-  const float* yp = yv.data<float>();
+  Tensor gx = empty_cpu(yv.shape(), out);  // (..., D)
   const float* gp = go.data<float>();
-  float* out = gx.data<float>();
-  rows_for(yv.numel() / D, 2 * D, [&](int64_t r) {
-    const float *yr = yp + r * D, *gr = gp + r * D;
-    double dot = 0;
-    for (int64_t j = 0; j < D; ++j) dot += static_cast<double>(gr[j]) * yr[j];
-    const float d = static_cast<float>(dot);
-    for (int64_t j = 0; j < D; ++j) out[r * D + j] = yr[j] * (gr[j] - d);
+  with_row_data(yv, "softmax backward", [&](const auto* yp) {
+    with_row_data(gx, "softmax backward", [&](auto* dst) {
+      using Out = std::remove_pointer_t<decltype(dst)>;
+      rows_for(yv.numel() / D, 2 * D, [&](int64_t r) {
+        const auto* yr = yp + r * D;
+        const float* gr = gp + r * D;
+        double dot = 0;
+        for (int64_t j = 0; j < D; ++j) dot += static_cast<double>(gr[j]) * to_f32(yr[j]);
+        const float d = static_cast<float>(dot);
+        Out* o = dst + r * D;
+        // Two products, each rounded, as softmax's gradient and then attention's scaling of it.
+        for (int64_t j = 0; j < D; ++j) {
+          const float dx = to_f32(yr[j]) * (gr[j] - d);
+          o[j] = from_f32<Out>(dx * scale);
+        }
+      });
+    });
   });
   return gx;
 }
@@ -130,31 +166,33 @@ Backend::LayerNormOut CpuBackend::layernorm_forward(const Tensor& x_any, const T
                                                     float eps) {
   const Tensor x = x_any.to_plain();
   const int64_t D = x.dim(-1), rows = x.numel() / D;
-  LayerNormOut res{empty_cpu(x.shape()), empty_cpu(Shape{rows}), empty_cpu(Shape{rows})};  // (..., D), (R), (R)
-  const float* xp = x.data<float>();
+  LayerNormOut res{empty_cpu(x.shape(), x.dtype()), empty_cpu(Shape{rows}), empty_cpu(Shape{rows})};  // (..., D), (R), (R)
   const float* wp = weight.defined() ? weight.data<float>() : nullptr;
   const float* bp = bias.defined() ? bias.data<float>() : nullptr;
-  float* yp = res.y.data<float>();
   float* mp = res.mean.data<float>();
   float* rp = res.rstd.data<float>();
-  rows_for(rows, 3 * D, [&](int64_t r) {
-    const float* xr = xp + r * D;
-    double s = 0;
-    for (int64_t j = 0; j < D; ++j) s += xr[j];
-    const double m = s / static_cast<double>(D);
-    double v = 0;
-    for (int64_t j = 0; j < D; ++j) v += (xr[j] - m) * (xr[j] - m);
-    const float rs = static_cast<float>(1.0 / std::sqrt(v / static_cast<double>(D) + eps));
-    const float mf = static_cast<float>(m);
-    mp[r] = mf;
-    rp[r] = rs;
-    float* yr = yp + r * D;
-    for (int64_t j = 0; j < D; ++j) {
-      float h = (xr[j] - mf) * rs;
-      if (wp) h *= wp[j];
-      if (bp) h += bp[j];
-      yr[j] = h;
-    }
+  with_row_data(x, "layernorm", [&](const auto* xp) {
+    using T = std::remove_cv_t<std::remove_pointer_t<decltype(xp)>>;
+    T* yp = static_cast<T*>(res.y.raw());
+    rows_for(rows, 3 * D, [&](int64_t r) {
+      const T* xr = xp + r * D;
+      double s = 0;
+      for (int64_t j = 0; j < D; ++j) s += to_f32(xr[j]);
+      const double m = s / static_cast<double>(D);
+      double v = 0;
+      for (int64_t j = 0; j < D; ++j) v += (to_f32(xr[j]) - m) * (to_f32(xr[j]) - m);
+      const float rs = static_cast<float>(1.0 / std::sqrt(v / static_cast<double>(D) + eps));
+      const float mf = static_cast<float>(m);
+      mp[r] = mf;
+      rp[r] = rs;
+      T* yr = yp + r * D;
+      for (int64_t j = 0; j < D; ++j) {
+        float h = (to_f32(xr[j]) - mf) * rs;
+        if (wp) h *= wp[j];
+        if (bp) h += bp[j];
+        yr[j] = from_f32<T>(h);
+      }
+    });
   });
   return res;
 }
@@ -164,42 +202,46 @@ Backend::LayerNormGrads CpuBackend::layernorm_backward(const Tensor& x_any, cons
                                                        bool want_dbias) {
   const Tensor xs = x_any.to_plain();
   const Tensor go = grad.to_plain();
+  go.check_dtype(DType::f32, "layernorm backward");
   const int64_t D = xs.dim(-1), R = xs.numel() / D;
   LayerNormGrads res;
   res.dx = empty_cpu(xs.shape());  // (..., D)
-  const float *xp = xs.data<float>(), *mp = mean.data<float>(), *rp = rstd.data<float>();
+  const float *mp = mean.data<float>(), *rp = rstd.data<float>();
   const float* wp = weight.defined() ? weight.data<float>() : nullptr;
   const float* gp = go.data<float>();
   float* gxp = res.dx.data<float>();
-  rows_for(R, 3 * D, [&](int64_t r) {
-    const float *xr = xp + r * D, *gr = gp + r * D;
-    double sum_gh = 0, sum_ghx = 0;
-    for (int64_t j = 0; j < D; ++j) {
-      const float gh = wp ? gr[j] * wp[j] : gr[j];
-      const float xh = (xr[j] - mp[r]) * rp[r];
-      sum_gh += gh;
-      sum_ghx += static_cast<double>(gh) * xh;
-    }
-    const float a = static_cast<float>(sum_gh / D), b = static_cast<float>(sum_ghx / D);
-    for (int64_t j = 0; j < D; ++j) {
-      const float gh = wp ? gr[j] * wp[j] : gr[j];
-      const float xh = (xr[j] - mp[r]) * rp[r];
-      gxp[r * D + j] = rp[r] * (gh - a - xh * b);
+  with_row_data(xs, "layernorm backward", [&](const auto* xp) {
+    rows_for(R, 3 * D, [&](int64_t r) {
+      const auto* xr = xp + r * D;
+      const float* gr = gp + r * D;
+      double sum_gh = 0, sum_ghx = 0;
+      for (int64_t j = 0; j < D; ++j) {
+        const float gh = wp ? gr[j] * wp[j] : gr[j];
+        const float xh = (to_f32(xr[j]) - mp[r]) * rp[r];
+        sum_gh += gh;
+        sum_ghx += static_cast<double>(gh) * xh;
+      }
+      const float a = static_cast<float>(sum_gh / D), b = static_cast<float>(sum_ghx / D);
+      for (int64_t j = 0; j < D; ++j) {
+        const float gh = wp ? gr[j] * wp[j] : gr[j];
+        const float xh = (to_f32(xr[j]) - mp[r]) * rp[r];
+        gxp[r * D + j] = rp[r] * (gh - a - xh * b);
+      }
+    });
+    if (want_dweight || want_dbias) {
+      std::vector<double> sw(static_cast<size_t>(D), 0.0), sb(static_cast<size_t>(D), 0.0);  // (D), (D)
+      for (int64_t r = 0; r < R; ++r)
+        for (int64_t j = 0; j < D; ++j) {
+          const float gv = gp[r * D + j];
+          sw[static_cast<size_t>(j)] += static_cast<double>(gv) * ((to_f32(xp[r * D + j]) - mp[r]) * rp[r]);
+          sb[static_cast<size_t>(j)] += gv;
+        }
+      std::vector<float> fw(sw.begin(), sw.end()), fb(sb.begin(), sb.end());
+      DeviceScope on_cpu(Device::cpu());
+      if (want_dweight) res.dweight = Tensor::from_vector(Shape{D}, fw);
+      if (want_dbias) res.dbias = Tensor::from_vector(Shape{D}, fb);
     }
   });
-  if (want_dweight || want_dbias) {
-    std::vector<double> sw(static_cast<size_t>(D), 0.0), sb(static_cast<size_t>(D), 0.0);  // (D), (D)
-    for (int64_t r = 0; r < R; ++r)
-      for (int64_t j = 0; j < D; ++j) {
-        const float gv = gp[r * D + j];
-        sw[static_cast<size_t>(j)] += static_cast<double>(gv) * ((xp[r * D + j] - mp[r]) * rp[r]);
-        sb[static_cast<size_t>(j)] += gv;
-      }
-    std::vector<float> fw(sw.begin(), sw.end()), fb(sb.begin(), sb.end());
-    DeviceScope on_cpu(Device::cpu());
-    if (want_dweight) res.dweight = Tensor::from_vector(Shape{D}, fw);
-    if (want_dbias) res.dbias = Tensor::from_vector(Shape{D}, fb);
-  }
   return res;
 }
 

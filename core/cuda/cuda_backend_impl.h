@@ -76,8 +76,8 @@ class CudaBackend final : public Backend {
   Tensor reduce_sum_to(const Tensor& x, const Shape& shape) override;
 
   // ---- softmax, cross-entropy, layernorm (cuda_backend_rows.cpp)
-  Tensor softmax_forward(const Tensor& x) override;
-  Tensor softmax_backward(const Tensor& y, const Tensor& grad) override;
+  Tensor softmax_forward(const Tensor& x, float scale, DType out) override;
+  Tensor softmax_backward(const Tensor& y, const Tensor& grad, float scale, DType out) override;
   CrossEntropyOut cross_entropy_forward(const Tensor& logits, const Tensor& targets, float label_smoothing,
                                         bool want_probs, int64_t ignore_index) override;
   Tensor cross_entropy_backward(const Tensor& probs, const Tensor& targets, float label_smoothing,

@@ -25,9 +25,10 @@ Tensor scratch_on(Device device, int64_t numel, DType dtype) {
 
 }  // namespace
 
-Tensor CudaBackend::softmax_forward(const Tensor& x_any) {
+Tensor CudaBackend::softmax_forward(const Tensor& x_any, float scale, DType out) {
   x_any.check_dtype(DType::f32, "softmax");
-  const Tensor x = x_any.to_plain();
+  PACKRAT_CHECK(out == DType::f32, "{}: the GPU's softmax writes f32, not {}", op_where("softmax"), dtype_name(out));
+  const Tensor x = scale == 1.0f ? x_any.to_plain() : this->scale(x_any.to_plain(), scale);
   const int64_t D = x.dim(-1), R = D == 0 ? 0 : x.numel() / D;
   Tensor y = output_on(device(), x.shape());  // (..., D)
   launch_softmax_forward(x.device_data<float>(), y.device_data<float>(), R, D);
@@ -35,7 +36,9 @@ Tensor CudaBackend::softmax_forward(const Tensor& x_any) {
   return y;
 }
 
-Tensor CudaBackend::softmax_backward(const Tensor& y_any, const Tensor& grad) {
+Tensor CudaBackend::softmax_backward(const Tensor& y_any, const Tensor& grad, float scale, DType out) {
+  PACKRAT_CHECK(out == DType::f32, "{} backward: the GPU's softmax writes f32, not {}", op_where("softmax"),
+                dtype_name(out));
   const Tensor y = y_any.to_plain();
   const Tensor g = grad.to_plain();
   PACKRAT_CHECK(y.shape() == g.shape(), "{} backward: gradient {} for output {}", op_where("softmax"),
@@ -44,7 +47,7 @@ Tensor CudaBackend::softmax_backward(const Tensor& y_any, const Tensor& grad) {
   Tensor dx = output_on(device(), y.shape());  // (..., D)
   launch_softmax_backward(y.device_data<float>(), g.device_data<float>(), dx.device_data<float>(), R, D);
   PACKRAT_CHECK_LAUNCH("softmax_backward");
-  return dx;
+  return scale == 1.0f ? dx : this->scale(dx, scale);
 }
 
 Backend::CrossEntropyOut CudaBackend::cross_entropy_forward(const Tensor& logits_any, const Tensor& targets,

@@ -41,7 +41,7 @@ TEST(BackendRows, SoftmaxForwardAndBackwardMatchTheReference) {
       const Tensor hx = host_random(shape, 1, -6.0f, 6.0f), hg = host_random(shape, 2);
       const std::vector<float> xv = hx.to_vector(), gv = hg.to_vector();
       const std::vector<double> p = softmax_rows(xv, D);
-      const Tensor y = b->softmax_forward(hx.to(b->device()));
+      const Tensor y = b->softmax_forward(hx.to(b->device()), 1.0f, DType::f32);
       EXPECT_EQ(y.shape(), shape);
       expect_close(host_values(y), std::vector<float>(p.begin(), p.end()), 1e-5f, 1e-7f, "softmax " + shape.str());
       std::vector<float> want(xv.size());
@@ -50,7 +50,7 @@ TEST(BackendRows, SoftmaxForwardAndBackwardMatchTheReference) {
         for (int64_t j = 0; j < D; ++j) dot += gv[r * D + j] * p[r * D + j];
         for (int64_t j = 0; j < D; ++j) want[r * D + j] = static_cast<float>(p[r * D + j] * (gv[r * D + j] - dot));
       }
-      expect_close(host_values(b->softmax_backward(y, hg.to(b->device()))), want, 1e-4f, 1e-6f,
+      expect_close(host_values(b->softmax_backward(y, hg.to(b->device()), 1.0f, DType::f32)), want, 1e-4f, 1e-6f,
                    "softmax backward " + shape.str());
     }
   }

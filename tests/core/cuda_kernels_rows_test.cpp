@@ -52,7 +52,7 @@ TEST(CudaKernelsRows, SoftmaxBodiesMatchTheCpuBackend) {
   for (const Shape& shape : {Shape{3, 7}, Shape{2, 5, 33}, Shape{4, 1}, Shape{2, 100}}) {
     const int64_t D = shape[-1], R = shape.numel() / D;
     const Tensor x = host_random(shape, 1, -8.0f, 8.0f), g = host_random(shape, 2);
-    const Tensor want_y = cpu().softmax_forward(x), want_dx = cpu().softmax_backward(want_y, g);
+    const Tensor want_y = cpu().softmax_forward(x, 1.0f, DType::f32), want_dx = cpu().softmax_backward(want_y, g, 1.0f, DType::f32);
     for (int lanes : kLaneCounts) {
       const std::string what = shape.str() + " lanes " + std::to_string(lanes);
       Tensor y = Tensor::empty(shape), dx = Tensor::empty(shape);

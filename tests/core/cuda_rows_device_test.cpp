@@ -45,9 +45,9 @@ TEST(CudaRowsDevice, LongRowsTakeTheBlockKernelAndMatchTheCpu) {
     const Shape shape{7, D};
     const Tensor x = host_random(shape, 1, -5.0f, 5.0f), g = host_random(shape, 2);
     const Tensor w = host_random({D}, 3, 0.5f, 1.5f), b = host_random({D}, 4);
-    const Tensor y = cpu().softmax_forward(x);
-    expect_close(host_values(gpu().softmax_forward(x.to(d))), y.to_vector(), 1e-5f, 1e-9f, "softmax " + what);
-    expect_close(host_values(gpu().softmax_backward(y.to(d), g.to(d))), cpu().softmax_backward(y, g).to_vector(), 1e-4f,
+    const Tensor y = cpu().softmax_forward(x, 1.0f, DType::f32);
+    expect_close(host_values(gpu().softmax_forward(x.to(d), 1.0f, DType::f32)), y.to_vector(), 1e-5f, 1e-9f, "softmax " + what);
+    expect_close(host_values(gpu().softmax_backward(y.to(d), g.to(d), 1.0f, DType::f32)), cpu().softmax_backward(y, g, 1.0f, DType::f32).to_vector(), 1e-4f,
                  1e-8f, "softmax backward " + what);
 
     const auto ln = cpu().layernorm_forward(x, w, b, 1e-5f);

@@ -279,19 +279,19 @@ class EmulatedBackend final : public Backend {
     }
     return adopt(y);
   }
-  Tensor softmax_forward(const Tensor& x) override {
+  Tensor softmax_forward(const Tensor& x, float scale, DType out) override {
     Tensor y;
     {
       OnHost h(x);
-      y = cpu().softmax_forward(x);
+      y = cpu().softmax_forward(x, scale, out);
     }
     return adopt(y);
   }
-  Tensor softmax_backward(const Tensor& y, const Tensor& grad) override {
+  Tensor softmax_backward(const Tensor& y, const Tensor& grad, float scale, DType out) override {
     Tensor dx;
     {
       OnHost h(y, grad);
-      dx = cpu().softmax_backward(y, grad);
+      dx = cpu().softmax_backward(y, grad, scale, out);
     }
     return adopt(dx);
   }
