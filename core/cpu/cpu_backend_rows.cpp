@@ -1,6 +1,7 @@
 // CpuBackend: per-row primitives over the last dim: softmax, cross-entropy with label
 // smoothing and ignore_index, layernorm. One row per OpenMP iteration (rows_for); exp is the
-// vectorisable one of core/pointwise_math.h.
+// vectorisable one of core/pointwise_math.h. Softmax and layernorm read and write f32 or bf16
+// data (rows_read), computing in f32 on its values.
 #include <algorithm>
 #include <cmath>
 #include <string>
