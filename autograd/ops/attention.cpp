@@ -180,7 +180,9 @@ Tensor scaled_dot_product_attention(const Tensor& q_in, const Tensor& k_in, cons
            const Tensor g = grads[0].to_plain();  // (B..., T, Ev) f32
            Backend& b = backend_of(g);
            const Tensor gk = at_kernel_edge(g, data, kernel);  // as a 16-bit kernel reads it
-           const Tensor P = n.load(static_cast<size_t>(ip));  // in data's dtype
+           // P as the row kernels read it: a compressing store decodes it straight into that dtype
+           // (its plain load gives f32 values, an f32 (T, S) tensor more).
+           const Tensor P = n.load(static_cast<size_t>(ip), rows_dtype(b, data));
            const Tensor m = drop ? n.load(static_cast<size_t>(im)) : Tensor();
            std::vector<Tensor> r(3);
            if (n.inputs[2]) {

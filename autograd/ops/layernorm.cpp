@@ -51,10 +51,12 @@ Tensor layernorm(const Tensor& x_any, const Tensor& weight, const Tensor& bias, 
     const bool has_w = weight.defined(), has_b = bias.defined();
     if (has_w) saved.push_back(save_for_backward(weight, req));
     const Layout x_layout = x_any.layout();
+    const DType data = x.dtype();
     record("layernorm", {&x_any, &weight, &bias}, {&y}, std::move(saved),
-           [has_w, has_b, x_layout](Node& n, const std::vector<Tensor>& g) -> std::vector<Tensor> {
+           [has_w, has_b, x_layout, data](Node& n, const std::vector<Tensor>& g) -> std::vector<Tensor> {
              Backend& b = backend_of(g[0]);
-             const Tensor xs = rows_operand(b, n.load(0)), ms = n.load(1), rs = n.load(2);
+             // x as the kernel reads it (a compressing store decodes into it)
+             const Tensor xs = n.load(0, rows_dtype(b, data)), ms = n.load(1), rs = n.load(2);
              const Tensor ws = has_w ? n.load(3) : Tensor();
              auto [gx, gw, gb] = b.layernorm_backward(xs, ms, rs, ws, g[0], has_w, has_b);
              return {gx.to_layout(x_layout), gw, gb};

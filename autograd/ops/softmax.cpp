@@ -32,10 +32,10 @@ Tensor softmax(const Tensor& x_any) {
     req.name = layer;
     SavedHandle h = save_for_backward(y, req);
     const Layout x_layout = x_any.layout();
-    record("softmax", {&x_any}, {&y}, {h}, [x_layout](Node& n, const std::vector<Tensor>& g) -> std::vector<Tensor> {
-      const Tensor yv = n.load(0);
-      Backend& b = backend_of(yv);
-      const Tensor gx = b.softmax_backward(rows_operand(b, yv), g[0], 1.0f, DType::f32);  // (..., D) plain
+    record("softmax", {&x_any}, {&y}, {h}, [x_layout, data](Node& n, const std::vector<Tensor>& g) -> std::vector<Tensor> {
+      Backend& b = backend_of(g[0]);
+      const Tensor yv = n.load(0, rows_dtype(b, data));  // as the kernel reads it (a compressing store decodes into it)
+      const Tensor gx = b.softmax_backward(yv, g[0], 1.0f, DType::f32);  // (..., D) plain
       return {gx.to_layout(x_layout)};
     });
   }

@@ -95,17 +95,21 @@ TEST(AutocastTransformerOps, TheCpusDropoutReadsAndWritesBf16AsItsF32Values) {
   const Tensor scaled = cpu.mask_scale(g, mask, 1.0f / 0.7f);
   ASSERT_EQ(scaled.dtype(), DType::bf16);
   EXPECT_EQ(f32_values(scaled), f32_values(cpu.mask_scale(g.to(DType::f32), mask, 1.0f / 0.7f).to(DType::bf16)));
+
+  // Backward (the tape's node, which holds the store's mask, is consumed): the f32 gradient.
+  const Tensor ones = Tensor::full(y.shape(), 1.0f);
+  backward(y, ones);
+  EXPECT_EQ(x.grad().to_vector(), cpu.mask_scale(ones, mask, 1.0f / 0.7f).to_vector());
 }
 
 // The standard path's (T, S) tensors dominate here (T = S = 256 against E = 8). In f32 the forward
 // holds the scores and P (2 f32 units of (T, S)) and the backward dP and dS (2 units). In bf16 the
 // forward holds the f32 scores and a bf16 P (1.5 units), the backward the f32 dP and a bf16 dS
 // (1.5 units; at the kernels' edges, where the matmuls read f32 copies of bf16 operands, dS's
-// comes after dP is gone). Before the row kernels read bf16, the bf16 step held f32 copies of P beside it: 2.5 units
-// forward, 4 backward, more than f32's.
+// comes after dP is gone). Before the row kernels read bf16, the bf16 step held f32 copies of P
+// beside it: 2.5 units forward, 4 backward, more than f32's. With P stored compressed, backward
+// decodes it too: into bf16 (0.5 units) where a plain load would give f32 values (1 unit).
 TEST(AutocastTransformerOps, Bf16AttentionHoldsNoF32CopyOfItsProbabilities) {
-  Fp32Policy policy;
-  PolicyScope scope(policy);
   const Shape shape{2, 2, 256, 8};  // (B, H, T, E)
   const Tensor q = random_tensor(shape, 31).set_requires_grad(), k = random_tensor(shape, 32).set_requires_grad(),
                v = random_tensor(shape, 33).set_requires_grad();
@@ -123,12 +127,24 @@ TEST(AutocastTransformerOps, Bf16AttentionHoldsNoF32CopyOfItsProbabilities) {
     backward(y, g);
     return std::pair{forward, alloc.total_peak() - before};
   };
-  const auto [f32_forward, f32_backward] = rises(DType::f32);
-  const auto [bf16_forward, bf16_backward] = rises(DType::bf16);
-  EXPECT_GE(f32_forward, 2 * unit);
-  EXPECT_GE(f32_backward, 2 * unit);
-  // 1.5 units and q, k, v's small copies: under 1.75 (in units: 1.55 and 1.55 with bf16 kernels,
-  // 1.63 and 1.66 at the kernels' edges).
-  EXPECT_LT(bf16_forward, 1.75 * unit) << "f32 " << f32_forward;
-  EXPECT_LT(bf16_backward, 1.75 * unit) << "f32 " << f32_backward;
+  {
+    Fp32Policy policy;
+    PolicyScope scope(policy);
+    const auto [f32_forward, f32_backward] = rises(DType::f32);
+    const auto [bf16_forward, bf16_backward] = rises(DType::bf16);
+    EXPECT_GE(f32_forward, 2 * unit);
+    EXPECT_GE(f32_backward, 2 * unit);
+    // 1.5 units and q, k, v's small copies: under 1.75 (in units: 1.55 and 1.55 with bf16 kernels,
+    // 1.63 and 1.66 at the kernels' edges).
+    EXPECT_LT(bf16_forward, 1.75 * unit) << "f32 " << f32_forward;
+    EXPECT_LT(bf16_backward, 1.75 * unit) << "f32 " << f32_backward;
+  }
+  StorePolicySpec spec;
+  spec.default_scheme = {"actnn", {{"bits", "4"}}, "test"};
+  RulePolicy policy(spec);
+  PolicyScope scope(policy);
+  const int64_t backward_rise = rises(DType::bf16).second;
+  // P decoded in bf16, dP and dS: 2 units and the small tensors (2.06 with bf16 kernels, 2.16 at
+  // the kernels' edges; 2.56 and 2.66 with P decoded in f32).
+  EXPECT_LT(backward_rise, 2.25 * unit);
 }
