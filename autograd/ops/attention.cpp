@@ -186,7 +186,7 @@ Tensor scaled_dot_product_attention(const Tensor& q_in, const Tensor& k_in, cons
            const Tensor m = drop ? n.load(static_cast<size_t>(im)) : Tensor();
            std::vector<Tensor> r(3);
            if (n.inputs[2]) {
-             const Tensor pdv = drop ? b.mask_scale(b.dropout_reads(data) ? P : as_f32(P), m, keep_scale) : P;
+             const Tensor pdv = drop ? b.mask_scale(b.dropout_reads(P.dtype()) ? P : as_f32(P), m, keep_scale) : P;
              r[2] = b.matmul(pdv.to(kernel), true, gk, false, batch, S, T, Ev, Tensor(), v_shape).to_layout(lv);  // (S, Ev)
            }
            if (!n.inputs[0] && !n.inputs[1]) return r;
@@ -195,7 +195,7 @@ Tensor scaled_dot_product_attention(const Tensor& q_in, const Tensor& k_in, cons
              const Tensor vs = n.load(static_cast<size_t>(iv), kernel).to_plain();
              Tensor dp = b.matmul(gk, false, vs, true, batch, T, Ev, S, Tensor(), s_shape);  // (B..., T, S) f32
              if (drop) dp = b.mask_scale(dp, m, keep_scale);
-             ds = b.softmax_backward(rows_operand(b, P), dp, scale, rows_dtype(b, data));
+             ds = b.softmax_backward(P, dp, scale, rows_dtype(b, data));
            }
            ds = at_kernel_edge(ds, data, kernel);  // after dP is gone
            if (n.inputs[0]) {

@@ -96,27 +96,24 @@ int64_t fill_blocks(Tensor& t, uint64_t seed, uint64_t stream, uint64_t counter,
 
 Tensor CpuBackend::dropout_forward(const Tensor& x, float p, float scale, uint64_t seed, uint64_t stream,
                                    Tensor* mask) {
-  PACKRAT_CHECK(x.dtype() == DType::f32 || x.dtype() == DType::bf16, "{}: {} is neither f32 nor bf16",
-                op_where("dropout"), x.describe());
   Tensor y = Tensor::empty_like(x);
-  if (mask) *mask = empty_cpu(x.shape(), DType::u8, x.layout());  // like x, 0/1
-  uint8_t* keep = mask ? mask->data<uint8_t>() : nullptr;
-  if (x.dtype() == DType::bf16)
-    dropout_loop(x.data<bf16_t>(), y.data<bf16_t>(), keep, x.numel(), p, scale, seed, stream);
-  else
-    dropout_loop(x.data<float>(), y.data<float>(), keep, x.numel(), p, scale, seed, stream);
+  with_f32_or_bf16_data(x, "dropout", [&](const auto* src) {
+    using T = std::remove_cv_t<std::remove_pointer_t<decltype(src)>>;
+    if (mask) *mask = empty_cpu(x.shape(), DType::u8, x.layout());  // like x, 0/1
+    dropout_loop(src, static_cast<T*>(y.raw()), mask ? mask->data<uint8_t>() : nullptr, x.numel(), p, scale, seed,
+                 stream);
+  });
   return y;
 }
 
 Tensor CpuBackend::mask_scale(const Tensor& grad, const Tensor& mask, float scale) {
-  PACKRAT_CHECK(grad.dtype() == DType::f32 || grad.dtype() == DType::bf16, "{}: {} is neither f32 nor bf16",
-                op_where("mask_scale"), grad.describe());
   mask.check_dtype(DType::u8, "mask_scale");
   PACKRAT_CHECK(grad.numel() == mask.numel() && grad.layout() == mask.layout(), "{}: gradient {} and mask {}",
                 op_where("mask_scale"), grad.describe(), mask.describe());
   Tensor gx = Tensor::empty_like(grad);
-  const auto scaled = [&](const auto* src, auto* dst) {
+  with_f32_or_bf16_data(grad, "mask_scale", [&](const auto* src) {
     using T = std::remove_cv_t<std::remove_pointer_t<decltype(src)>>;
+    T* dst = static_cast<T*>(gx.raw());
     const uint8_t* __restrict keep = mask.data<uint8_t>();
     parallel_chunks(gx.numel(), kBinaryGrain, [&](int64_t s, int64_t e) {
       const uint8_t* __restrict k = keep;
@@ -125,9 +122,7 @@ Tensor CpuBackend::mask_scale(const Tensor& grad, const Tensor& mask, float scal
       const float sc = scale;
       for (int64_t i = s; i < e; ++i) out[i] = from_f32<T>(k[i] ? to_f32(in[i]) * sc : 0.0f);
     });
-  };
-  if (grad.dtype() == DType::bf16) scaled(grad.data<bf16_t>(), gx.data<bf16_t>());
-  else scaled(grad.data<float>(), gx.data<float>());
+  });
   return gx;
 }
 

@@ -15,24 +15,14 @@
 
 namespace packrat::cpu {
 
-namespace {
-// fn(T*) on t's buffer, T its element type: float, or bf16_t (CpuBackend::rows_read).
-template <typename Fn>
-void with_row_data(const Tensor& t, const char* what, Fn&& fn) {
-  if (t.dtype() == DType::f32) fn(static_cast<float*>(t.raw()));
-  else if (t.dtype() == DType::bf16) fn(static_cast<bf16_t*>(t.raw()));
-  else fail("{}: {} is neither f32 nor bf16, which the CPU's row kernels read", op_where(what), t.describe());
-}
-}  // namespace
-
 bool CpuBackend::rows_read(DType dtype) const { return dtype == DType::f32 || dtype == DType::bf16; }
 
 Tensor CpuBackend::softmax_forward(const Tensor& x_any, float scale, DType out) {
   const Tensor x = x_any.to_plain();
   const int64_t D = x.dim(-1), rows = x.numel() / D;
   Tensor y = empty_cpu(x.shape(), out);  // (..., D)
-  with_row_data(x, "softmax", [&](const auto* src) {
-    with_row_data(y, "softmax", [&](auto* dst) {
+  with_f32_or_bf16_data(x, "softmax", [&](const auto* src) {
+    with_f32_or_bf16_data(y, "softmax", [&](auto* dst) {
       using Out = std::remove_pointer_t<decltype(dst)>;
       rows_for(rows, 3 * D, [&](int64_t r) {
         const auto* in = src + r * D;
@@ -73,8 +63,8 @@ Tensor CpuBackend::softmax_backward(const Tensor& y_any, const Tensor& grad, flo
   const int64_t D = yv.dim(-1);
   Tensor gx = empty_cpu(yv.shape(), out);  // (..., D)
   const float* gp = go.data<float>();
-  with_row_data(yv, "softmax backward", [&](const auto* yp) {
-    with_row_data(gx, "softmax backward", [&](auto* dst) {
+  with_f32_or_bf16_data(yv, "softmax backward", [&](const auto* yp) {
+    with_f32_or_bf16_data(gx, "softmax backward", [&](auto* dst) {
       using Out = std::remove_pointer_t<decltype(dst)>;
       rows_for(yv.numel() / D, 2 * D, [&](int64_t r) {
         const auto* yr = yp + r * D;
@@ -172,7 +162,7 @@ Backend::LayerNormOut CpuBackend::layernorm_forward(const Tensor& x_any, const T
   const float* bp = bias.defined() ? bias.data<float>() : nullptr;
   float* mp = res.mean.data<float>();
   float* rp = res.rstd.data<float>();
-  with_row_data(x, "layernorm", [&](const auto* xp) {
+  with_f32_or_bf16_data(x, "layernorm", [&](const auto* xp) {
     using T = std::remove_cv_t<std::remove_pointer_t<decltype(xp)>>;
     T* yp = static_cast<T*>(res.y.raw());
     rows_for(rows, 3 * D, [&](int64_t r) {
@@ -211,7 +201,7 @@ Backend::LayerNormGrads CpuBackend::layernorm_backward(const Tensor& x_any, cons
   const float* wp = weight.defined() ? weight.data<float>() : nullptr;
   const float* gp = go.data<float>();
   float* gxp = res.dx.data<float>();
-  with_row_data(xs, "layernorm backward", [&](const auto* xp) {
+  with_f32_or_bf16_data(xs, "layernorm backward", [&](const auto* xp) {
     rows_for(R, 3 * D, [&](int64_t r) {
       const auto* xr = xp + r * D;
       const float* gr = gp + r * D;

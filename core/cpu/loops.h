@@ -27,4 +27,13 @@ inline Tensor zeros_cpu(const Shape& shape, DType dtype = DType::f32, Layout lay
   return t;
 }
 
+// fn(T*) on t's buffer, T its element type: float, or bf16_t for the loops that read bf16 as it
+// lies (rows_read, dropout_reads). Throws naming `op` for any other dtype.
+template <typename Fn>
+void with_f32_or_bf16_data(const Tensor& t, const char* op, Fn&& fn) {
+  if (t.dtype() == DType::f32) fn(static_cast<float*>(t.raw()));
+  else if (t.dtype() == DType::bf16) fn(static_cast<bf16_t*>(t.raw()));
+  else fail("{}: {} is neither f32 nor bf16", op_where(op), t.describe());
+}
+
 }  // namespace packrat::cpu

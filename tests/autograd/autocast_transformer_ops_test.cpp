@@ -44,8 +44,8 @@ TEST(AutocastTransformerOps, TheCpusSoftmaxReadsAndWritesBf16AsItsF32Values) {
   EXPECT_EQ(f32_values(cpu.softmax_backward(y, g, 0.3f, DType::bf16)), f32_values(cpu.scale(want, 0.3f).to(DType::bf16)));
   // softmax(scale * x): the product may be fused into the exponent's subtraction, so to f32's rounding.
   packrat::testing::expect_close(cpu.softmax_forward(x, 0.3f, DType::f32).to_vector(),
-                        cpu.softmax_forward(cpu.scale(xv, 0.3f), 1.0f, DType::f32).to_vector(), 1e-6f, 1e-9f,
-                        "scaled softmax");
+                                 cpu.softmax_forward(cpu.scale(xv, 0.3f), 1.0f, DType::f32).to_vector(), 1e-6f, 1e-9f,
+                                 "scaled softmax");
 }
 
 TEST(AutocastTransformerOps, TheCpusLayernormReadsAndWritesBf16AsItsF32Values) {
