@@ -120,10 +120,12 @@ void check_same_device(std::string_view op, std::initializer_list<const Tensor*>
   }
 }
 
-int64_t check_attention_operands(const char* what, const Tensor& q, const Tensor& k, const Tensor& v,
-                                 const Tensor& key_lengths, const Backend::AttentionArgs& a) {
-  for (const Tensor* t : {&q, &k, &v})
-    PACKRAT_CHECK(t->dtype() == DType::f32, "{}: expects f32 q, k, v, got {}", what, dtype_name(t->dtype()));
+int64_t check_attention_operands(const char* what, const Backend& be, const Tensor& q, const Tensor& k,
+                                 const Tensor& v, const Tensor& key_lengths, const Backend::AttentionArgs& a) {
+  PACKRAT_CHECK(be.attention_reads(q.dtype()) && k.dtype() == q.dtype() && v.dtype() == q.dtype(),
+                "{}: expects q, k, v of one dtype the {} backend reads (f32{}), got {}, {}, {}", what,
+                be.device().str(), be.attention_reads(DType::bf16) ? " or bf16" : "", dtype_name(q.dtype()),
+                dtype_name(k.dtype()), dtype_name(v.dtype()));
   const int64_t G = a.T > 0 && a.E > 0 ? q.numel() / (a.T * a.E) : 0;
   PACKRAT_CHECK(q.numel() == G * a.T * a.E && k.numel() == G * a.S * a.E && v.numel() == G * a.S * a.Ev,
                 "{}: q {}, k {}, v {} are not (G, {}, {}), (G, {}, {}), (G, {}, {})", what, q.shape().str(),
@@ -135,8 +137,11 @@ int64_t check_attention_operands(const char* what, const Tensor& q, const Tensor
   return G;
 }
 
-void check_attention_outputs(const Tensor& y, const Tensor& lse, const Tensor& grad, int64_t G,
+void check_attention_outputs(const Tensor& y, const Tensor& lse, const Tensor& grad, DType data, int64_t G,
                              const Backend::AttentionArgs& a) {
+  PACKRAT_CHECK(y.dtype() == data && lse.dtype() == DType::f32 && grad.dtype() == DType::f32,
+                "attention_backward: expects the output in q's dtype {} and f32 lse and gradient, got {}, {}, {}",
+                dtype_name(data), dtype_name(y.dtype()), dtype_name(lse.dtype()), dtype_name(grad.dtype()));
   PACKRAT_CHECK(y.numel() == G * a.T * a.Ev && grad.numel() == G * a.T * a.Ev && lse.numel() == G * a.T,
                 "attention_backward: output {}, its gradient {} or lse {} do not match (G {}, T {}, Ev {})",
                 y.shape().str(), grad.shape().str(), lse.shape().str(), G, a.T, a.Ev);

@@ -340,7 +340,10 @@ class Backend {
   // key_padding_fill does; undefined: no padding, H unused). P = softmax_j(s); with dropout_p > 0,
   // Pd = P * keep / (1 - dropout_p) with keep drawn as dropout_forward(seed, stream) draws it for the
   // (G, T, S) tensor P (element (g, i, j) = (g T + i) S + j), so a mask is the standard path's.
-  // y = Pd v.
+  // y = Pd v. q, k, v (and backward's y) are f32 or all of one 16-bit dtype the backend
+  // attention_reads; y is written in q's dtype, the f32 result rounded.
+  // Whether attention_forward / attention_backward read q, k, v and y of this dtype as it lies.
+  virtual bool attention_reads(DType dtype) const { return dtype == DType::f32; }
   struct AttentionArgs {
     int64_t T = 0, S = 0, E = 0, Ev = 0, heads = 1;  // heads H: G / B when key_lengths is defined
     float scale = 1.0f;
@@ -411,19 +414,24 @@ inline Tensor rows_operand(const Backend& be, const Tensor& t) {
 // The dtype the row kernels of `be` write for data of this dtype: itself where they read it, else f32.
 inline DType rows_dtype(const Backend& be, DType data) { return be.rows_read(data) ? data : DType::f32; }
 
+// The dtype attention_forward of `be` reads and writes for data of this dtype: itself where it
+// attention_reads it, else f32.
+inline DType attention_dtype(const Backend& be, DType data) { return be.attention_reads(data) ? data : DType::f32; }
+
 // Every backend available in this process (the CPU first), for tests that cover them all.
 std::vector<Backend*> available_backends();
 
 // Throws unless copy_range's operands are on one device, of one dtype, plain, and the ranges fit.
 void check_copy_range(const Tensor& src, int64_t src_offset, const Tensor& dst, int64_t dst_offset, int64_t count);
 
-// The checks attention_forward / attention_backward share on every backend: f32 q (G, T, E),
-// k (G, S, E), v (G, S, Ev) in any shape of those sizes, and key lengths, when given, i64, one per
-// sample of a.heads heads. Returns G. `what` starts every message.
-int64_t check_attention_operands(const char* what, const Tensor& q, const Tensor& k, const Tensor& v,
-                                 const Tensor& key_lengths, const Backend::AttentionArgs& a);
-// attention_backward's saved output y and its gradient (G, T, Ev), and the log-sum-exp (G, T).
-void check_attention_outputs(const Tensor& y, const Tensor& lse, const Tensor& grad, int64_t G,
+// The checks attention_forward / attention_backward share on every backend: q (G, T, E),
+// k (G, S, E), v (G, S, Ev) in any shape of those sizes, of one dtype `be` attention_reads, and key
+// lengths, when given, i64, one per sample of a.heads heads. Returns G. `what` starts every message.
+int64_t check_attention_operands(const char* what, const Backend& be, const Tensor& q, const Tensor& k,
+                                 const Tensor& v, const Tensor& key_lengths, const Backend::AttentionArgs& a);
+// attention_backward's saved output y (G, T, Ev) in q's dtype `data`, its f32 gradient (G, T, Ev),
+// and the f32 log-sum-exp (G, T).
+void check_attention_outputs(const Tensor& y, const Tensor& lse, const Tensor& grad, DType data, int64_t G,
                              const Backend::AttentionArgs& a);
 // key_padding_fill's operands: plain f32 scores (B, ..., T, S) and (B) i64 key lengths. Returns
 // the score rows per sample.

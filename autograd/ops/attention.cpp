@@ -56,7 +56,9 @@ Tensor memory_efficient_attention(const Tensor& q, const Tensor& k, const Tensor
                                   const Tensor& key_lengths, const Backend::AttentionArgs& a) {
   Backend& be = backend_of(q);
   const Tensor qp = q.to_plain().to(data), kp = k.to_plain().to(data), vp = v.to_plain().to(data);  // as saved
-  Backend::AttentionOut fwd = be.attention_forward(as_f32(qp), as_f32(kp), as_f32(vp), key_lengths, a);
+  // The kernels read the saved dtype where the backend attention_reads it (the CPU: bf16), else f32 copies.
+  const DType read = attention_dtype(be, data);
+  Backend::AttentionOut fwd = be.attention_forward(qp.to(read), kp.to(read), vp.to(read), key_lengths, a);
   Tensor y = in_dtype(fwd.y.reshape(with_last2(q.shape(), a.T, a.Ev)), data);  // (B..., T, Ev)
   if (!needs_grad({&q, &k, &v})) return y;
   std::vector<SavedHandle> saved;
@@ -75,7 +77,7 @@ Tensor memory_efficient_attention(const Tensor& q, const Tensor& k, const Tensor
            Backend& b = backend_of(grads[0]);
            const Tensor g = grads[0].to_plain();  // (B..., T, Ev)
            Backend::AttentionGrads d = b.attention_backward(
-               as_f32(n.load(0)), as_f32(n.load(1)), as_f32(n.load(2)), as_f32(n.load(3)), n.load(4), g, key_lengths, a,
+               n.load(0, read), n.load(1, read), n.load(2, read), n.load(3, read), n.load(4), g, key_lengths, a,
                static_cast<bool>(n.inputs[0]), static_cast<bool>(n.inputs[1]), static_cast<bool>(n.inputs[2]));
            std::vector<Tensor> r(3);
            if (d.dq.defined()) r[0] = d.dq.reshape(q_shape).to_layout(lq);

@@ -80,6 +80,7 @@ class CpuBackend final : public Backend {
 
   // ---- softmax, cross-entropy, layernorm (cpu_backend_rows.cpp)
   bool rows_read(DType dtype) const override;
+  bool attention_reads(DType dtype) const override;
   Tensor softmax_forward(const Tensor& x, float scale, DType out) override;
   Tensor softmax_backward(const Tensor& y, const Tensor& grad, float scale, DType out) override;
   CrossEntropyOut cross_entropy_forward(const Tensor& logits, const Tensor& targets, float label_smoothing,

@@ -14,19 +14,27 @@
 //   dq_i += scale dS_ij k_j,  dk_j += scale dS_ij q_i.
 // (D_i = sum_j P_ij dP_ij because y_i = sum_j (P Z)_ij v_j, with or without dropout.)
 //
-// Scratch: a few tiles per thread (std::vector, about 100 KiB), outside the allocator's tags like
-// every kernel's registers; everything the caller gets back (y, lse, dq, dk, dv) is a tensor.
+// q, k, v and y are f32 or bf16 (attention_reads): a bf16 operand is read tile by tile into f32
+// scratch, so the kernels hold no f32 copy of a whole operand, and a bf16 y is written from the
+// f32 accumulator rounded once (bit for bit the f32 kernel's y rounded). lse, the gradient and dq,
+// dk, dv are f32 (dk and dv accumulate over query blocks).
+//
+// Scratch: a few tiles per thread (std::vector, about 100 KiB; 80 KiB more for bf16 operands at
+// E = 64), outside the allocator's tags like every kernel's registers; everything the caller gets
+// back (y, lse, dq, dk, dv) is a tensor.
 #include <dnnl.h>
 
 #include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
 #include <omp.h>
 
 #include "core/attention_math.h"
+#include "core/cpu/bf16_simd.h"
 #include "core/cpu/cpu_backend.h"
 #include "core/cpu/loops.h"
 #include "core/pointwise_math.h"
@@ -83,25 +91,54 @@ struct DropoutRow {
   }
 };
 
+Geometry geometry_of(int64_t G, const Tensor& key_lengths, const AttentionArgs& a) {
+  return {G, a.T, a.S, a.E, a.Ev, a.heads, key_lengths.defined() ? key_lengths.data<int64_t>() : nullptr, &a};
+}
+
 DropoutRow dropout_of(const AttentionArgs& a) {
   return {a.seed, a.stream, a.dropout_p, 1.0f / (1.0f - a.dropout_p)};
 }
 
-}  // namespace
+// Rows [r0, r0 + n) of a row-major (rows, width) matrix as f32: the rows themselves when In is
+// float, else their values converted into `scratch` (at least n * width floats).
+template <class In>
+const float* f32_rows(const In* m, int64_t r0, int64_t n, int64_t width, std::vector<float>& scratch) {
+  if constexpr (std::is_same_v<In, float>) {
+    return m + r0 * width;
+  } else {
+    simd::bf16_to_f32_run(m + r0 * width, n * width, scratch.data());
+    return scratch.data();
+  }
+}
 
-Backend::AttentionOut CpuBackend::attention_forward(const Tensor& q_any, const Tensor& k_any, const Tensor& v_any,
-                                                    const Tensor& key_lengths, const AttentionArgs& a) {
-  const int64_t G = check_attention_operands("attention_forward", q_any, k_any, v_any, key_lengths, a);
-  const Tensor q = q_any.to_plain(), k = k_any.to_plain(), v = v_any.to_plain();
-  const int64_t T = a.T, S = a.S, E = a.E, Ev = a.Ev;
-  const Geometry geo{G, T, S, E, Ev, a.heads, key_lengths.defined() ? key_lengths.data<int64_t>() : nullptr, &a};
-  AttentionOut out;
-  out.y = empty_cpu(Shape{G, T, Ev});  // (G, T, Ev)
-  out.lse = empty_cpu(Shape{G, T});    // (G, T)
-  const float* qp = q.data<float>();
-  const float* kp = k.data<float>();
-  const float* vp = v.data<float>();
-  float* yp = out.y.data<float>();
+// Scratch for f32_rows: `floats` when In is 16-bit, none when the rows are read in place.
+template <class In>
+std::vector<float> tile_scratch(int64_t floats) {
+  return std::vector<float>(std::is_same_v<In, float> ? 0 : floats);
+}
+
+// out[0, n) = x[0, n) in Out (rounded once where Out is bf16).
+template <class Out>
+void store_row(const float* x, int64_t n, Out* out) {
+  if constexpr (std::is_same_v<Out, float>) std::copy(x, x + n, out);
+  else simd::f32_to_bf16_run(x, n, out);
+}
+
+// The dtype-typed pointer to t's data (f32 or bf16, as the caller's dispatch read it).
+template <class In>
+const In* typed(const Tensor& t) {
+  return static_cast<const In*>(t.raw());
+}
+
+template <class In>
+void forward_kernel(const Tensor& q, const Tensor& k, const Tensor& v, const Geometry& geo,
+                    Backend::AttentionOut& out) {
+  const AttentionArgs& a = *geo.a;
+  const int64_t G = geo.G, T = a.T, S = a.S, E = a.E, Ev = a.Ev;
+  const In* qp = typed<In>(q);
+  const In* kp = typed<In>(k);
+  const In* vp = typed<In>(v);
+  In* yp = static_cast<In*>(out.y.raw());
   float* lp = out.lse.data<float>();
   const bool drop = a.dropout_p > 0.0f;
   const DropoutRow dropout = dropout_of(a);
@@ -114,19 +151,23 @@ Backend::AttentionOut CpuBackend::attention_forward(const Tensor& q_any, const T
     std::vector<float> z(kKeyBlock);                 // (keys) dropout's keep * scale of one row
     std::vector<float> o(kQueryBlock * Ev);          // (rows, Ev) running output
     std::vector<float> m(kQueryBlock), l(kQueryBlock);
+    std::vector<float> q32 = tile_scratch<In>(kQueryBlock * E);  // (rows, E) the query block in f32
+    std::vector<float> k32 = tile_scratch<In>(kKeyBlock * E);    // (keys, E) the key tile in f32
+    std::vector<float> v32 = tile_scratch<In>(kKeyBlock * Ev);   // (keys, Ev) the value tile in f32
 #pragma omp for schedule(dynamic)
     for (int64_t task = 0; task < tasks; ++task) {
       const int64_t g = task / qblocks, i0 = task % qblocks * kQueryBlock, rows = std::min(kQueryBlock, T - i0);
-      const float* qg = qp + (g * T + i0) * E;
-      const float* kg = kp + g * S * E;
-      const float* vg = vp + g * S * Ev;
+      const float* qb = f32_rows(qp + g * T * E, i0, rows, E, q32);
+      const In* kg = kp + g * S * E;
+      const In* vg = vp + g * S * Ev;
       std::fill(o.begin(), o.begin() + rows * Ev, 0.0f);
       std::fill(m.begin(), m.end(), -std::numeric_limits<float>::infinity());
       std::fill(l.begin(), l.end(), 0.0f);
       const int64_t keys = geo.end_of(g, i0 + rows - 1);  // the last row sees the most keys
       for (int64_t j0 = 0; j0 < keys; j0 += kKeyBlock) {
         const int64_t cols = std::min(kKeyBlock, keys - j0);
-        gemm(false, true, rows, cols, E, a.scale, qg, E, kg + j0 * E, E, 0.0f, s.data(), kKeyBlock, failed);
+        const float* kt = f32_rows(kg, j0, cols, E, k32);
+        gemm(false, true, rows, cols, E, a.scale, qb, E, kt, E, 0.0f, s.data(), kKeyBlock, failed);
         for (int64_t r = 0; r < rows; ++r) {
           float* sr = s.data() + r * kKeyBlock;
           const int64_t valid = std::clamp<int64_t>(geo.end_of(g, i0 + r) - j0, 0, cols);
@@ -154,46 +195,37 @@ Backend::AttentionOut CpuBackend::attention_forward(const Tensor& q_any, const T
             for (int64_t c = 0; c < valid; ++c) sr[c] *= z[c];
           }
         }
-        gemm(false, false, rows, Ev, cols, 1.0f, s.data(), kKeyBlock, vg + j0 * Ev, Ev, 1.0f, o.data(), Ev, failed);
+        const float* vt = f32_rows(vg, j0, cols, Ev, v32);
+        gemm(false, false, rows, Ev, cols, 1.0f, s.data(), kKeyBlock, vt, Ev, 1.0f, o.data(), Ev, failed);
       }
       for (int64_t r = 0; r < rows; ++r) {
         const float inv = 1.0f / l[r];
-        float* yr = yp + (g * T + i0 + r) * Ev;
-        for (int64_t e = 0; e < Ev; ++e) yr[e] = o[r * Ev + e] * inv;
+        float* orow = o.data() + r * Ev;
+        for (int64_t e = 0; e < Ev; ++e) orow[e] *= inv;
+        store_row(orow, Ev, yp + (g * T + i0 + r) * Ev);
         lp[g * T + i0 + r] = m[r] + std::log(l[r]);
       }
     }
   }
   PACKRAT_CHECK(!failed, "attention_forward: oneDNN's sgemm failed");
-  return out;
 }
 
-Backend::AttentionGrads CpuBackend::attention_backward(const Tensor& q_any, const Tensor& k_any, const Tensor& v_any,
-                                                       const Tensor& y_any, const Tensor& lse_any,
-                                                       const Tensor& grad_any, const Tensor& key_lengths,
-                                                       const AttentionArgs& a, bool want_dq, bool want_dk,
-                                                       bool want_dv) {
-  const int64_t G = check_attention_operands("attention_backward", q_any, k_any, v_any, key_lengths, a);
-  check_attention_outputs(y_any, lse_any, grad_any, G, a);
-  const Tensor q = q_any.to_plain(), k = k_any.to_plain(), v = v_any.to_plain();
-  const Tensor y = y_any.to_plain(), lse = lse_any.to_plain(), dy = grad_any.to_plain();
-  const int64_t T = a.T, S = a.S, E = a.E, Ev = a.Ev;
-  const Geometry geo{G, T, S, E, Ev, a.heads, key_lengths.defined() ? key_lengths.data<int64_t>() : nullptr, &a};
-  AttentionGrads out;
-  // dq is written block by block; dk and dv accumulate over query blocks.
-  Tensor dq = want_dq ? empty_cpu(Shape{G, T, E}) : Tensor();    // (G, T, E)
-  Tensor dk = want_dk ? zeros_cpu(Shape{G, S, E}) : Tensor();    // (G, S, E)
-  Tensor dv = want_dv ? zeros_cpu(Shape{G, S, Ev}) : Tensor();   // (G, S, Ev)
+template <class In>
+void backward_kernel(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& y, const Tensor& lse,
+                     const Tensor& dy, const Geometry& geo, Backend::AttentionGrads& out) {
+  const AttentionArgs& a = *geo.a;
+  const int64_t G = geo.G, T = a.T, S = a.S, E = a.E, Ev = a.Ev;
+  const bool want_dq = out.dq.defined(), want_dk = out.dk.defined(), want_dv = out.dv.defined();
   const bool need_ds = want_dq || want_dk;
-  const float* qp = q.data<float>();
-  const float* kp = k.data<float>();
-  const float* vp = v.data<float>();
-  const float* yp = y.data<float>();
+  const In* qp = typed<In>(q);
+  const In* kp = typed<In>(k);
+  const In* vp = typed<In>(v);
+  const In* yp = typed<In>(y);
   const float* lp = lse.data<float>();
   const float* gp = dy.data<float>();
-  float* dqp = want_dq ? dq.data<float>() : nullptr;
-  float* dkp = want_dk ? dk.data<float>() : nullptr;
-  float* dvp = want_dv ? dv.data<float>() : nullptr;
+  float* dqp = want_dq ? out.dq.data<float>() : nullptr;
+  float* dkp = want_dk ? out.dk.data<float>() : nullptr;
+  float* dvp = want_dv ? out.dv.data<float>() : nullptr;
   const bool drop = a.dropout_p > 0.0f;
   const DropoutRow dropout = dropout_of(a);
   std::atomic<bool> failed{false};
@@ -205,14 +237,18 @@ Backend::AttentionGrads CpuBackend::attention_backward(const Tensor& q_any, cons
     std::vector<float> z(kQueryBlock * kKeyBlock);   // (rows, keys) dropout's keep * scale
     std::vector<float> dqb(kQueryBlock * E);         // (rows, E) dq of the block
     std::vector<float> d(T);                         // (T) dy_i . y_i of the head
+    std::vector<float> q32 = tile_scratch<In>(kQueryBlock * E);  // (rows, E) the query block in f32
+    std::vector<float> k32 = tile_scratch<In>(kKeyBlock * E);    // (keys, E) the key tile in f32
+    std::vector<float> v32 = tile_scratch<In>(kKeyBlock * Ev);   // (keys, Ev) the value tile in f32
+    std::vector<float> y32 = tile_scratch<In>(Ev);               // (Ev) one output row in f32
 #pragma omp for schedule(dynamic)
     for (int64_t g = 0; g < G; ++g) {
-      const float* qg = qp + g * T * E;
-      const float* kg = kp + g * S * E;
-      const float* vg = vp + g * S * Ev;
+      const In* qg = qp + g * T * E;
+      const In* kg = kp + g * S * E;
+      const In* vg = vp + g * S * Ev;
       const float* gg = gp + g * T * Ev;
       for (int64_t i = 0; i < T; ++i) {
-        const float* yi = yp + (g * T + i) * Ev;
+        const float* yi = f32_rows(yp + g * T * Ev, i, 1, Ev, y32);
         const float* gi = gg + i * Ev;
         float dot = 0.0f;
 #pragma omp simd reduction(+ : dot)
@@ -221,11 +257,13 @@ Backend::AttentionGrads CpuBackend::attention_backward(const Tensor& q_any, cons
       }
       for (int64_t i0 = 0; i0 < T; i0 += kQueryBlock) {
         const int64_t rows = std::min(kQueryBlock, T - i0);
+        const float* qb = f32_rows(qg, i0, rows, E, q32);
         if (want_dq) std::fill(dqb.begin(), dqb.begin() + rows * E, 0.0f);
         const int64_t keys = geo.end_of(g, i0 + rows - 1);
         for (int64_t j0 = 0; j0 < keys; j0 += kKeyBlock) {
           const int64_t cols = std::min(kKeyBlock, keys - j0);
-          gemm(false, true, rows, cols, E, a.scale, qg + i0 * E, E, kg + j0 * E, E, 0.0f, p.data(), kKeyBlock, failed);
+          const float* kt = f32_rows(kg, j0, cols, E, k32);
+          gemm(false, true, rows, cols, E, a.scale, qb, E, kt, E, 0.0f, p.data(), kKeyBlock, failed);
           for (int64_t r = 0; r < rows; ++r) {
             float* pr = p.data() + r * kKeyBlock;
             const int64_t valid = std::clamp<int64_t>(geo.end_of(g, i0 + r) - j0, 0, cols);
@@ -245,8 +283,8 @@ Backend::AttentionGrads CpuBackend::attention_backward(const Tensor& q_any, cons
                  dvp + (g * S + j0) * Ev, Ev, failed);
           if (!need_ds) continue;
           // dP Z = dy v^T, then dS = P (dP Z - D)
-          gemm(false, true, rows, cols, Ev, 1.0f, gg + i0 * Ev, Ev, vg + j0 * Ev, Ev, 0.0f, ds.data(), kKeyBlock,
-               failed);
+          const float* vt = f32_rows(vg, j0, cols, Ev, v32);
+          gemm(false, true, rows, cols, Ev, 1.0f, gg + i0 * Ev, Ev, vt, Ev, 0.0f, ds.data(), kKeyBlock, failed);
           for (int64_t r = 0; r < rows; ++r) {
             const float* pr = p.data() + r * kKeyBlock;
             const float* zr = z.data() + r * kKeyBlock;
@@ -261,20 +299,52 @@ Backend::AttentionGrads CpuBackend::attention_backward(const Tensor& q_any, cons
             }
           }
           if (want_dq)
-            gemm(false, false, rows, E, cols, a.scale, ds.data(), kKeyBlock, kg + j0 * E, E, 1.0f, dqb.data(), E,
-                 failed);
+            gemm(false, false, rows, E, cols, a.scale, ds.data(), kKeyBlock, kt, E, 1.0f, dqb.data(), E, failed);
           if (want_dk)
-            gemm(true, false, cols, E, rows, a.scale, ds.data(), kKeyBlock, qg + i0 * E, E, 1.0f,
-                 dkp + (g * S + j0) * E, E, failed);
+            gemm(true, false, cols, E, rows, a.scale, ds.data(), kKeyBlock, qb, E, 1.0f, dkp + (g * S + j0) * E, E,
+                 failed);
         }
         if (want_dq) std::copy(dqb.begin(), dqb.begin() + rows * E, dqp + (g * T + i0) * E);
       }
     }
   }
   PACKRAT_CHECK(!failed, "attention_backward: oneDNN's sgemm failed");
-  out.dq = std::move(dq);
-  out.dk = std::move(dk);
-  out.dv = std::move(dv);
+}
+
+}  // namespace
+
+bool CpuBackend::attention_reads(DType dtype) const { return dtype == DType::f32 || dtype == DType::bf16; }
+
+Backend::AttentionOut CpuBackend::attention_forward(const Tensor& q_any, const Tensor& k_any, const Tensor& v_any,
+                                                    const Tensor& key_lengths, const AttentionArgs& a) {
+  const int64_t G = check_attention_operands("attention_forward", *this, q_any, k_any, v_any, key_lengths, a);
+  const Tensor q = q_any.to_plain(), k = k_any.to_plain(), v = v_any.to_plain();
+  const Geometry geo = geometry_of(G, key_lengths, a);
+  AttentionOut out;
+  out.y = empty_cpu(Shape{G, a.T, a.Ev}, q.dtype());  // (G, T, Ev) in q's dtype
+  out.lse = empty_cpu(Shape{G, a.T});                 // (G, T)
+  if (q.dtype() == DType::bf16) forward_kernel<bf16_t>(q, k, v, geo, out);
+  else forward_kernel<float>(q, k, v, geo, out);
+  return out;
+}
+
+Backend::AttentionGrads CpuBackend::attention_backward(const Tensor& q_any, const Tensor& k_any, const Tensor& v_any,
+                                                       const Tensor& y_any, const Tensor& lse_any,
+                                                       const Tensor& grad_any, const Tensor& key_lengths,
+                                                       const AttentionArgs& a, bool want_dq, bool want_dk,
+                                                       bool want_dv) {
+  const int64_t G = check_attention_operands("attention_backward", *this, q_any, k_any, v_any, key_lengths, a);
+  check_attention_outputs(y_any, lse_any, grad_any, q_any.dtype(), G, a);
+  const Tensor q = q_any.to_plain(), k = k_any.to_plain(), v = v_any.to_plain();
+  const Tensor y = y_any.to_plain(), lse = lse_any.to_plain(), dy = grad_any.to_plain();
+  const Geometry geo = geometry_of(G, key_lengths, a);
+  AttentionGrads out;
+  // dq is written block by block; dk and dv accumulate over query blocks.
+  if (want_dq) out.dq = empty_cpu(Shape{G, a.T, a.E});    // (G, T, E)
+  if (want_dk) out.dk = zeros_cpu(Shape{G, a.S, a.E});    // (G, S, E)
+  if (want_dv) out.dv = zeros_cpu(Shape{G, a.S, a.Ev});   // (G, S, Ev)
+  if (q.dtype() == DType::bf16) backward_kernel<bf16_t>(q, k, v, y, lse, dy, geo, out);
+  else backward_kernel<float>(q, k, v, y, lse, dy, geo, out);
   return out;
 }
 

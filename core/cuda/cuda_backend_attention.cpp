@@ -15,9 +15,9 @@ Tensor f32_on(Device device, const Shape& shape, MemTag tag) {
 }
 
 // The kernels' view of the operands, after the checks every attention primitive shares.
-AttentionGeometry geometry_of(const char* what, const Tensor& q, const Tensor& k, const Tensor& v,
+AttentionGeometry geometry_of(const char* what, const Backend& be, const Tensor& q, const Tensor& k, const Tensor& v,
                               const Tensor& key_lengths, const Backend::AttentionArgs& a, int64_t& G) {
-  G = check_attention_operands(what, q, k, v, key_lengths, a);
+  G = check_attention_operands(what, be, q, k, v, key_lengths, a);
   PACKRAT_CHECK(a.E <= kAttentionMaxHeadDim && a.Ev <= kAttentionMaxHeadDim,
                 "{}: heads of dimension {} (values {}): the CUDA memory-efficient attention holds at most {} per "
                 "head (use model.attention: standard)",
@@ -41,7 +41,7 @@ Backend::AttentionOut CudaBackend::attention_forward(const Tensor& q_any, const 
                                                      const Tensor& key_lengths, const AttentionArgs& a) {
   const Tensor q = q_any.to_plain(), k = k_any.to_plain(), v = v_any.to_plain();
   int64_t G = 0;
-  const AttentionGeometry geo = geometry_of("attention_forward", q, k, v, key_lengths, a, G);
+  const AttentionGeometry geo = geometry_of("attention_forward", *this, q, k, v, key_lengths, a, G);
   AttentionOut out;
   out.y = f32_on(device(), Shape{G, a.T, a.Ev}, TagScope::current());  // (G, T, Ev)
   out.lse = f32_on(device(), Shape{G, a.T}, TagScope::current());      // (G, T)
@@ -58,8 +58,8 @@ Backend::AttentionGrads CudaBackend::attention_backward(const Tensor& q_any, con
   const Tensor q = q_any.to_plain(), k = k_any.to_plain(), v = v_any.to_plain();
   const Tensor y = y_any.to_plain(), lse = lse_any.to_plain(), dy = grad_any.to_plain();
   int64_t G = 0;
-  const AttentionGeometry geo = geometry_of("attention_backward", q, k, v, key_lengths, a, G);
-  check_attention_outputs(y, lse, dy, G, a);
+  const AttentionGeometry geo = geometry_of("attention_backward", *this, q, k, v, key_lengths, a, G);
+  check_attention_outputs(y, lse, dy, DType::f32, G, a);
   AttentionGrads out;
   if (want_dq) out.dq = f32_on(device(), Shape{G, a.T, a.E}, TagScope::current());   // (G, T, E)
   if (want_dk) out.dk = f32_on(device(), Shape{G, a.S, a.E}, TagScope::current());   // (G, S, E)

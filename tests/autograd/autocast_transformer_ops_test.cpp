@@ -1,7 +1,8 @@
 // A transformer's ops on bf16 data under autocast: the CPU's softmax and layernorm
 // (Backend::rows_read) and dropout (dropout_reads) read and write bf16 as it lies, bit for bit
 // what they give on its f32 values, and attention's standard path holds no f32 copy of its (T, S)
-// probabilities in either pass.
+// probabilities in either pass; the memory-efficient attention kernels (attention_reads) read bf16
+// q, k, v and y as they lie, so that path holds no f32 copy of them.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -147,4 +148,84 @@ TEST(AutocastTransformerOps, Bf16AttentionHoldsNoF32CopyOfItsProbabilities) {
   // P decoded in bf16, dP and dS: 2 units and the small tensors (2.06 with bf16 kernels, 2.16 at
   // the kernels' edges; 2.56 and 2.66 with P decoded in f32).
   EXPECT_LT(backward_rise, 2.25 * unit);
+}
+
+// The CPU's memory-efficient attention on bf16 q, k, v: y is the f32 kernel's y on their values,
+// rounded once, and the gradients (f32) are the f32 kernel's, causal, padded and with dropout. Bit
+// for bit on the machines measured (every oneDNN ISA); asserted to f32's rounding (a bf16 ulp for
+// y), since the tile products are oneDNN's sgemm on other buffers.
+TEST(AutocastTransformerOps, TheCpusMemoryEfficientAttentionReadsBf16AsItsF32Values) {
+  Backend& cpu = backend(Device::cpu());
+  ASSERT_TRUE(cpu.attention_reads(DType::bf16));
+  const int64_t B = 2, H = 2, T = 150, S = 200, E = 24, Ev = 40;  // tiles with partial edges
+  const Tensor q = random_tensor({B * H, T, E}, 41).to(DType::bf16);   // (G, T, E)
+  const Tensor k = random_tensor({B * H, S, E}, 42).to(DType::bf16);   // (G, S, E)
+  const Tensor v = random_tensor({B * H, S, Ev}, 43).to(DType::bf16);  // (G, S, Ev)
+  const Tensor qv = q.to(DType::f32), kv = k.to(DType::f32), vv = v.to(DType::f32);  // their values in f32
+  Tensor lengths = Tensor::empty(Shape{B}, DType::i64, Layout::Plain, MemTag::Data, Device::cpu());  // (B)
+  lengths.data<int64_t>()[0] = 200, lengths.data<int64_t>()[1] = 117;
+  const Tensor dy = random_tensor({B * H, T, Ev}, 44);
+  Backend::AttentionArgs a;
+  a.T = T, a.S = S, a.E = E, a.Ev = Ev, a.heads = H, a.scale = 0.2f;
+  for (const bool causal : {false, true})
+    for (const float p : {0.0f, 0.25f}) {
+      a.causal = causal, a.dropout_p = p, a.seed = 7;
+      const std::string what = std::string(causal ? "causal" : "full") + (p > 0 ? ", dropout" : "");
+      const Backend::AttentionOut want = cpu.attention_forward(qv, kv, vv, lengths, a);
+      const Backend::AttentionOut got = cpu.attention_forward(q, k, v, lengths, a);
+      ASSERT_EQ(got.y.dtype(), DType::bf16) << what;
+      packrat::testing::expect_close(f32_values(got.y), f32_values(want.y.to(DType::bf16)), 0x1p-8f, 0.0f, what + " y");
+      packrat::testing::expect_close(got.lse.to_vector(), want.lse.to_vector(), 1e-6f, 1e-7f, what + " lse");
+      // Backward from one y, so the two differ only in what the kernels read.
+      const Tensor y = want.y.to(DType::bf16);
+      const Backend::AttentionGrads gw = cpu.attention_backward(qv, kv, vv, y.to(DType::f32), want.lse, dy, lengths, a,
+                                                                true, true, true);
+      const Backend::AttentionGrads gg = cpu.attention_backward(q, k, v, y, want.lse, dy, lengths, a, true, true, true);
+      packrat::testing::expect_close(gg.dq.to_vector(), gw.dq.to_vector(), 1e-6f, 1e-7f, what + " dq");
+      packrat::testing::expect_close(gg.dk.to_vector(), gw.dk.to_vector(), 1e-6f, 1e-7f, what + " dk");
+      packrat::testing::expect_close(gg.dv.to_vector(), gw.dv.to_vector(), 1e-6f, 1e-7f, what + " dv");
+    }
+  // Operands of two dtypes are refused, naming the op.
+  try {
+    cpu.attention_forward(q, kv, v, lengths, a);
+    FAIL() << "mixed dtypes accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("attention_forward: expects q, k, v of one dtype"), std::string::npos)
+        << e.what();
+  }
+}
+
+// Memory-efficient attention under bf16 autocast holds bf16 copies of q, k, v (what it saves) and
+// a bf16 y: 2 f32 (B, H, T, E) units forward, against f32's 1 (y; q, k, v saved as they are). Its
+// backward holds the f32 dq, dk, dv and the leaves' own copies of them, as f32's does: 6 units.
+// With f32 copies for the kernels, the forward held 5.5 units (f32 q, k, v and y beside the bf16
+// ones) and the backward 7 (the loaded q, k, v and y beside dq, dk, dv).
+TEST(AutocastTransformerOps, Bf16MemoryEfficientAttentionHoldsNoF32CopyOfItsOperands) {
+  const Shape shape{2, 4, 128, 64};  // (B, H, T, E)
+  Tensor q = random_tensor(shape, 51).set_requires_grad(), k = random_tensor(shape, 52).set_requires_grad(),
+         v = random_tensor(shape, 53).set_requires_grad();
+  const int64_t unit = 2 * 4 * 128 * 64 * 4;  // one f32 (B, H, T, E)
+  Allocator& alloc = Allocator::cpu();
+  Fp32Policy policy;
+  PolicyScope scope(policy);
+  auto rises = [&](DType precision) {
+    AutocastScope cast(precision);
+    ops::AttentionOptions o;
+    o.memory_efficient = true;
+    alloc.reset_peak();
+    int64_t before = alloc.total_current();
+    const Tensor y = ops::scaled_dot_product_attention(q, k, v, o);
+    EXPECT_EQ(y.dtype(), precision);
+    const int64_t forward = alloc.total_peak() - before;
+    const Tensor g = Tensor::full(y.shape(), 0.25f);
+    alloc.reset_peak();
+    before = alloc.total_current();
+    backward(y, g);
+    for (Tensor* t : {&q, &k, &v}) t->zero_grad();
+    return std::pair{forward, alloc.total_peak() - before};
+  };
+  const auto [f32_forward, f32_backward] = rises(DType::f32);
+  const auto [bf16_forward, bf16_backward] = rises(DType::bf16);
+  EXPECT_LT(bf16_forward, 2.25 * unit) << "f32 " << f32_forward;
+  EXPECT_LE(bf16_backward, f32_backward);
 }
