@@ -538,14 +538,17 @@ MemoryPlan plan_memory(const Config& c) {
 
 std::vector<size_t> race_entrants(const std::vector<PlanMeasure>& measured, size_t leader, int64_t budget) {
   std::vector<size_t> entrants;
+  const std::string exact_name = fp32_level().name;
+  std::optional<size_t> exact;  // L0, which enters whatever its profile's img/s
   for (size_t i = 0; i < measured.size(); ++i) {
     const PlanMeasure& m = measured[i];
-    if (i != leader && m.refused.empty() && m.measured_peak == 0 && may_fit(m, budget) &&
-        m.img_per_s >= kRaceBand * measured[leader].img_per_s)
-      entrants.push_back(i);
+    if (i == leader || !m.refused.empty() || m.measured_peak != 0 || !may_fit(m, budget)) continue;
+    if (m.option == exact_name) exact = i;
+    else if (m.img_per_s >= kRaceBand * measured[leader].img_per_s) entrants.push_back(i);
   }
   std::stable_sort(entrants.begin(), entrants.end(),
                    [&](size_t a, size_t b) { return measured[a].img_per_s > measured[b].img_per_s; });
+  if (exact) entrants.insert(entrants.begin(), *exact);
   return entrants;
 }
 

@@ -12,8 +12,8 @@
 // the prediction's 5%), the fastest at 2b (img/s) is checked by real steps at data.batch_size: if
 // its measured peak is over the budget, or more than 5% from the prediction, that option's
 // prediction becomes the measurement and the choice is made again (a re-plan). The options the
-// profile's short runs cannot tell from it (within kRaceBand of its img/s) are checked at the
-// batch too, and the fastest measured there trains (the race). The plan is the configuration's
+// profile's short runs cannot tell from it (within kRaceBand of its img/s), and L0 where it fits,
+// are checked at the batch too, and the fastest measured there trains (the race). The plan is the configuration's
 // saved_tensors, memory.recompute, memory.offload and model.attention replaced by the option's.
 //
 // Per segment: a level that is faster than every option that may fit but is over the budget
@@ -113,8 +113,12 @@ inline constexpr size_t kRaceEntrants = 3;
 inline constexpr int64_t kCheckSteps = 2;
 // The options that may join the leader's race, fastest in the profile first: not refused, not
 // checked yet, not over the variance bound, predicted within the budget's 5%, and at least
-// kRaceBand of the leader's profile img/s. (How many run is plan_memory's: kRaceEntrants - 1
-// checks, an option found over the variance bound not counted.)
+// kRaceBand of the leader's profile img/s. L0 (every tensor FP32, nothing recomputed), where it may
+// fit, enters first whatever its profile's img/s: it adds no work to the step, so a profile that
+// ranks it far below a compressing option is more likely a slow moment of the machine than the
+// option's gain (the ViT's bf16 plan at 52 trained gact-L1 at 223 img/s where L0, never raced,
+// had trained at 310), and its check is the cheapest. (How many run is plan_memory's:
+// kRaceEntrants - 1 checks, an option found over the variance bound not counted.)
 std::vector<size_t> race_entrants(const std::vector<PlanMeasure>& measured, size_t leader, int64_t budget);
 // The winner: among the checked options within the budget and not over the variance bound (the
 // leader always is), the fastest at the batch; the leader where they tie.

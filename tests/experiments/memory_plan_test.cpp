@@ -146,6 +146,12 @@ TEST(MemoryPlan, TheRaceTimesTheOptionsTheProfileCannotTellFromTheLeaderAndTheFa
   o[0].measured_peak = 950, o[0].fits = true, o[0].checked_img_per_s = 60;
   // Within kRaceBand of the leader's img/s and predicted within the budget's 5%, fastest first.
   EXPECT_EQ(race_entrants(o, 0, budget), (std::vector<size_t>{2, 1}));
+  // L0 enters first, however slow its profile, where it may fit.
+  o.push_back(option("L0", 40, 990));
+  EXPECT_EQ(race_entrants(o, 0, budget), (std::vector<size_t>{8, 2, 1}));
+  o.back().predicted_peak = 1100;
+  EXPECT_EQ(race_entrants(o, 0, budget), (std::vector<size_t>{2, 1}));
+  o.pop_back();
   // The winner is the fastest at the batch among the checked within the budget and the bound.
   EXPECT_EQ(race_winner(o, 0), 0u);
   o[1].measured_peak = 990, o[1].fits = true, o[1].checked_img_per_s = 75;
