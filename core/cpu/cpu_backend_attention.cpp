@@ -36,6 +36,7 @@
 #include "core/attention_math.h"
 #include "core/cpu/bf16_simd.h"
 #include "core/cpu/cpu_backend.h"
+#include "core/cpu/dropout_words.h"
 #include "core/cpu/loops.h"
 #include "core/pointwise_math.h"
 
@@ -68,25 +69,23 @@ struct Geometry {
   int64_t end_of(int64_t g, int64_t i) const { return attention_math::key_end(i, T, S, a->causal, length_of(g)); }
 };
 
-// Dropout's keep for elements [e0, e0 + n) of the (G, T, S) probabilities, as 0 / keep_scale.
-// Counters are cached per lane: the 64 lanes of a 256-element block share one Philox call per
-// lane, so a contiguous run needs about one call per two elements rather than one per element.
+// Dropout's keep for elements [e0, e0 + n) of the (G, T, S) probabilities, as 0 / keep_scale:
+// the words of each dropout block the run touches (64 Philox counters for 256 elements) made on
+// SIMD lanes, as dropout_forward makes them. A tile's row of 128 keys lies in one or two blocks.
 struct DropoutRow {
   uint64_t seed, stream;
   float p, keep_scale;
   void fill(int64_t e0, int64_t n, float* z) const {
-    uint64_t cached[DropoutPhilox::kLanes];  // the counter each lane's words are of
-    uint32_t words[DropoutPhilox::kLanes][4];
-    std::fill(std::begin(cached), std::end(cached), ~uint64_t{0});
-    for (int64_t t = 0; t < n; ++t) {
-      const int64_t e = e0 + t, lane = e % DropoutPhilox::kLanes;
-      const uint64_t counter = DropoutPhilox::counter_of(e);
-      if (cached[lane] != counter) {
-        Philox4x32::generate(seed, stream, counter, words[lane]);
-        cached[lane] = counter;
+    constexpr int64_t kLanes = DropoutPhilox::kLanes, kBlock = DropoutPhilox::kBlock;
+    alignas(64) uint32_t w[4][kLanes];  // the words of the block `block`
+    for (int64_t t = 0; t < n;) {
+      const int64_t block = (e0 + t) / kBlock;
+      dropout_block_words(seed, stream, static_cast<uint64_t>(block * kLanes), w);
+      const int64_t end = std::min(n, (block + 1) * kBlock - e0);  // the run's elements in this block
+      for (; t < end; ++t) {
+        const int64_t r = (e0 + t) - block * kBlock;  // element r = 64 word + lane of the block
+        z[t] = DropoutPhilox::keep(w[r / kLanes][r % kLanes], p) ? keep_scale : 0.0f;
       }
-      const bool keep = DropoutPhilox::keep(words[lane][DropoutPhilox::word_of(e)], p);
-      z[t] = keep ? keep_scale : 0.0f;
     }
   }
 };

@@ -7,8 +7,8 @@
 #include <vector>
 
 #include "core/cpu/cpu_backend.h"
+#include "core/cpu/dropout_words.h"
 #include "core/cpu/loops.h"
-#include "core/cpu/philox_simd.h"
 #include "core/philox.h"
 #include "core/philox_maps.h"
 
@@ -18,29 +18,6 @@ namespace {
 
 constexpr int64_t kLanes = DropoutPhilox::kLanes;  // Philox counters per dropout block
 constexpr int64_t kBlock = DropoutPhilox::kBlock;  // elements per dropout block (the mapping: core/philox_maps.h)
-
-// The four words of counters [counter0, counter0 + 64), word-major: w[k][j]; the same numbers
-// as Philox4x32::generate (checked by the tests). 32 counters at a time with AVX-512, 16
-// otherwise, in SIMD lanes (core/cpu/philox_simd.h): GCC's vectorisation of the scalar rounds
-// held a word in a 64-bit lane and shuffled them back, and dropout was 6.8% of the BERT-tiny
-// FP32 step (perf).
-void philox_block(uint64_t seed, uint64_t stream, uint64_t counter0, uint32_t (&w)[4][kLanes]) {
-#if defined(__AVX512F__)
-  for (int64_t q = 0; q < kLanes; q += 32) {  // two blocks of 16 counters, their chains interleaved
-    __m512i words[4][4];  // (4 words, 32 counters in 64-bit lanes)
-    simd::philox_blocks<2>(seed, stream, counter0 + static_cast<uint64_t>(q), words);
-    for (int k = 0; k < 4; ++k)
-      for (int b = 0; b < 2; ++b)
-        _mm512_store_si512(&w[k][q + 16 * b], simd::low_words(words[k][2 * b], words[k][2 * b + 1]));
-  }
-#else
-  for (int64_t q = 0; q < kLanes; q += 16) {  // counter0 is a multiple of 64: counter0 + q + lane never carries
-    alignas(64) uint32_t words[64];  // (4 words, 16 lanes)
-    simd::philox_lanes16(seed, stream, counter0 + static_cast<uint64_t>(q), words);
-    for (int k = 0; k < 4; ++k) std::memcpy(&w[k][q], words + 16 * k, 16 * sizeof(uint32_t));
-  }
-#endif
-}
 
 // mask[i] = 1 where element i is kept; y[i] = x[i] * scale there, 0 elsewhere. mask may be null.
 // T: float, or bf16_t (x read as its f32 value, y rounded as a conversion rounds it).
@@ -55,7 +32,7 @@ void dropout_loop(const T* x, T* y, uint8_t* mask, int64_t n, float p, float sca
     const float pl = p, sl = scale;
     alignas(64) uint32_t w[4][kLanes];
     for (int64_t b = bb; b < be; ++b) {
-      philox_block(seed, stream, static_cast<uint64_t>(b * kLanes), w);
+      dropout_block_words(seed, stream, static_cast<uint64_t>(b * kLanes), w);
       const int64_t base = b * kBlock;
       const int64_t count = std::min<int64_t>(kBlock, n - base);
       for (int64_t k = 0; k < 4; ++k) {
