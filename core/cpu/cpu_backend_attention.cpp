@@ -79,12 +79,16 @@ struct DropoutRow {
     constexpr int64_t kLanes = DropoutPhilox::kLanes, kBlock = DropoutPhilox::kBlock;
     alignas(64) uint32_t w[4][kLanes];  // the words of the block `block`
     for (int64_t t = 0; t < n;) {
-      const int64_t block = (e0 + t) / kBlock;
+      const int64_t block = (e0 + t) / kBlock, base = block * kBlock;
       dropout_block_words(seed, stream, static_cast<uint64_t>(block * kLanes), w);
-      const int64_t end = std::min(n, (block + 1) * kBlock - e0);  // the run's elements in this block
-      for (; t < end; ++t) {
-        const int64_t r = (e0 + t) - block * kBlock;  // element r = 64 word + lane of the block
-        z[t] = DropoutPhilox::keep(w[r / kLanes][r % kLanes], p) ? keep_scale : 0.0f;
+      const int64_t end = std::min(n, base + kBlock - e0);  // the run's elements in this block
+      while (t < end) {  // a run of lanes of one word: element r = 64 word + lane of the block
+        const int64_t r = e0 + t - base, lane0 = r % kLanes, len = std::min(end - t, kLanes - lane0);
+        const uint32_t* words = w[r / kLanes] + lane0;
+        float* zt = z + t;
+#pragma omp simd
+        for (int64_t j = 0; j < len; ++j) zt[j] = DropoutPhilox::keep(words[j], p) ? keep_scale : 0.0f;
+        t += len;
       }
     }
   }
@@ -175,7 +179,8 @@ void forward_kernel(const Tensor& q, const Tensor& k, const Tensor& v, const Geo
             continue;
           }
           float mx = m[r];
-          for (int64_t c = 0; c < valid; ++c) mx = std::max(mx, sr[c]);
+#pragma omp simd reduction(max : mx)
+          for (int64_t c = 0; c < valid; ++c) mx = sr[c] > mx ? sr[c] : mx;
           const float rescale = pwmath::fast_exp(m[r] - mx);  // 0 on the first tile (m = -inf)
           float sum = 0.0f;
 #pragma omp simd reduction(+ : sum)
