@@ -13,8 +13,9 @@
 // its measured peak is over the budget, or more than 5% from the prediction, that option's
 // prediction becomes the measurement and the choice is made again (a re-plan). The options the
 // profile's short runs cannot tell from it (within kRaceBand of its img/s), and L0 where it fits,
-// are checked at the batch too, and the fastest measured there trains (the race). The plan is the configuration's
-// saved_tensors, memory.recompute, memory.offload and model.attention replaced by the option's.
+// are checked at the batch too, and the fastest measured there trains (the race). The plan is the
+// configuration's saved_tensors, memory.recompute, memory.offload and model.attention replaced by
+// the option's.
 //
 // Per segment: a level that is faster than every option that may fit but is over the budget
 // itself is profiled again with the first k of the model's blocks recomputed (its residual or
