@@ -156,6 +156,50 @@ void BM_BatchNormForwardBackward(benchmark::State& state) {
   state.counters["GB/s"] = benchmark::Counter(7.0 * x.nbytes() / 1e9, benchmark::Counter::kIsIterationInvariantRate);
   state.SetLabel(fmt::format("{}, {}", state.range(0) ? "oneDNN kernel" : "loop kernel", layout_name(layout)));
 }
+
+// ResNet-18's 3x3 stride-1 convolutions at CIFAR size, batch 64 (range(0) channels at 32x32 for 64,
+// 16x16 for 128, 8x8 for 256, 4x4 for 512), each pass alone (range(2): 0 forward, 1 data gradient,
+// 2 weight gradient) in f32 (range(1) = 0: conv_algorithm auto, Winograd where oneDNN has it) or
+// bf16 (1: the kernels a bf16 step runs, the weight gradient in the dtype the backend names, its
+// input converted from the saved bf16 inside the timing where that is f32, as the op's load does).
+// Where bf16 gains and where it does not against f32's Winograd (docs/precision.md):
+//   OMP_NUM_THREADS=2 build/bin/packrat_bench --benchmark_filter=ResNet18Conv3x3
+void BM_ResNet18Conv3x3(benchmark::State& state) {
+  const int64_t c = state.range(0), hw = 32 * 64 / c;
+  const bool bf16 = state.range(1) != 0;
+  const int pass = static_cast<int>(state.range(2));
+  ConvGeometry g{kN, c, hw, hw, c, kK, kK, hw, hw, 1, 1, 1, 1, 1, 1, 1, false};
+  g.dtype = bf16 ? DType::bf16 : DType::f32;
+  if (bf16 && !backend(Device::cpu()).conv_computes_in(DType::bf16)) {
+    state.SkipWithError("this CPU has no bf16 convolutions");
+    return;
+  }
+  const Layout blocked = cpu::native_blocked_layout();
+  const Tensor x = random({kN, c, hw, hw}, 1).to_layout(blocked).to(g.dtype);   // (N, C, H, W) as saved
+  const Tensor gy32 = random({kN, c, hw, hw}, 3).to_layout(blocked);            // (N, C, H, W) f32, as the tape gives it
+  const Tensor w = random({c, c, kK, kK}, 2, MemTag::Parameter);
+  const Tensor gy = gy32.to(g.dtype);
+  std::string kernel;
+  if (pass == 0) {
+    for (auto _ : state) benchmark::DoNotOptimize(cpu::conv_forward(x, w, Tensor(), g, false));
+    kernel = cpu::conv_layouts(g).implementation;
+  } else if (pass == 1) {
+    for (auto _ : state) benchmark::DoNotOptimize(cpu::conv_backward_data(gy, w, g));
+    kernel = cpu::conv_backward_implementations(g).first;
+  } else {
+    ConvGeometry gw_geometry = g;
+    gw_geometry.dtype = cpu::weight_gradient_dtype(g);
+    const bool from_f32 = gw_geometry.dtype != g.dtype;
+    for (auto _ : state) {
+      Tensor gw, gb;
+      cpu::conv_backward_weights(from_f32 ? x.to(DType::f32) : x, from_f32 ? gy32 : gy, gw_geometry, gw, gb);
+      benchmark::DoNotOptimize(gw);
+    }
+    kernel = cpu::conv_backward_implementations(gw_geometry).second;
+  }
+  set_gflops(state, g.flops());
+  state.SetLabel(fmt::format("{} {}", bf16 ? "bf16" : "f32", kernel));
+}
 }  // namespace
 
 BENCHMARK(BM_BatchNormForwardBackward)->ArgsProduct({{0, 1}, {16, 8, 0}})->Unit(benchmark::kMillisecond)->UseRealTime();
@@ -163,4 +207,8 @@ BENCHMARK(BM_ConvForward)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond)->UseRea
 BENCHMARK(BM_ConvForwardBackward)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_ConvBackwardData)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_ConvBackwardWeights)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_ResNet18Conv3x3)
+    ->ArgsProduct({{64, 128, 256, 512}, {0, 1}, {0, 1, 2}})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
 BENCHMARK(BM_ConvWeightReorder512)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond)->UseRealTime();

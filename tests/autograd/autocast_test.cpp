@@ -452,6 +452,26 @@ TEST(Autocast, TheCpusAdditionsAndProductsReadTwoBf16OperandsAsTheirF32Values) {
     }
 }
 
+// The backend's subtractions and divisions of a blocked bf16 tensor and a per-channel one, in
+// either order (the per-channel loop swaps its operands for the second), and of two equal-layout
+// ones over a length no multiple of a SIMD vector: the plain f32 loop's results rounded, bit for bit.
+TEST(Autocast, TheCpusBf16BinaryOpsKeepTheirOperandsOrder) {
+  Backend& cpu = backend(Device::cpu());
+  const Layout blocked = cpu::native_blocked_layout();
+  const Tensor x = random_tensor({3, 32, 5, 5}, 81).to_layout(blocked), v = random_tensor({3, 32, 1, 1}, 82, 0.5f, 2.0f);
+  const Tensor p = random_tensor({3, 7, 11}, 83), q = random_tensor({3, 7, 11}, 84, 0.5f, 2.0f);
+  const std::vector<std::pair<Tensor, Tensor>> pairs{{x, v}, {v, x}, {p, q}};
+  for (const auto& [a32, b32] : pairs)
+    for (const BinaryOp op : {BinaryOp::Sub, BinaryOp::Div}) {
+      const Tensor a = a32.to(DType::bf16), b = b32.to(DType::bf16);
+      const std::string what = a.describe() + (op == BinaryOp::Sub ? " - " : " / ") + b.describe();
+      const Tensor y = cpu.binary(op, a, b);
+      const Tensor want = cpu.binary(op, a.to(DType::f32).to_plain(), b.to(DType::f32).to_plain());  // the plain loop's
+      ASSERT_EQ(y.dtype(), DType::bf16) << what;
+      EXPECT_EQ(y.to_plain().to(DType::f32).to_vector(), want.to_plain().to(DType::bf16).to(DType::f32).to_vector()) << what;
+    }
+}
+
 // A device without bf16 kernels (the emulated GPU) computes a bf16 step's convolutions and matmuls at
 // the kernels' edges, on bf16 values, which TF32 reads exactly: each of those kernels, forward and
 // backward, runs with TF32 allowed (a GPU's cuDNN / cuBLAS take its tensor cores), where the run's
