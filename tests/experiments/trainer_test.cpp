@@ -335,17 +335,19 @@ TEST(Trainer, MaxBatchTrialsUnderGactStartFromTheWarmUpAllocation) {
 // GACT's measured estimator runs one backward per saved tensor at its first refresh. A benchmark
 // and the memory report measure the steady step, so at a batch over kFirstEstimateBatch that
 // refresh runs in a step at kFirstEstimateBatch before them, not at the batch: its log (one row per
-// tensor) shows the tensors' sizes at 8 whatever the batch, and no refresh after it.
+// tensor) shows the tensors' sizes at 8 whatever the batch, and no refresh after it. A later
+// measurement of the same config in the process, at any batch, takes that estimate and refreshes
+// nothing (the plan's profiles and --find-max-batch's trials), with the same bits.
 TEST(Trainer, BenchmarkAndMemoryReportRunGactsFirstEstimateOnASmallBatch) {
   ASSERT_EQ(kFirstEstimateBatch, 8);
   const std::string log = ::testing::TempDir() + "gact_first_estimate.csv";
   auto refreshes = [&](const std::function<void(const Config&)>& measure, int64_t batch,
-                       const std::string& estimator = "measured") {
+                       const std::string& estimator = "measured", uint64_t seed = 0) {
     std::remove(log.c_str());
     measure(tiny_config("/nonexistent", ::testing::TempDir() + "gact_first_estimate_run",
                         {"saved_tensors.rules=[]",
                          "saved_tensors.default={scheme: gact-L1, estimator: " + estimator + ", log_path: " + log + "}",
-                         "data.batch_size=" + std::to_string(batch)}));
+                         "data.batch_size=" + std::to_string(batch), "seed=" + std::to_string(seed)}));
     std::ifstream in(log);
     std::vector<std::string> rows;  // "step,index,layer,op,numel,..." after the header
     for (std::string line; std::getline(in, line);)
@@ -358,7 +360,14 @@ TEST(Trainer, BenchmarkAndMemoryReportRunGactsFirstEstimateOnASmallBatch) {
   ASSERT_FALSE(at_8.empty());
   EXPECT_TRUE(at_8.front().starts_with("0,")) << "the one refresh is step 0's";
   EXPECT_EQ(refreshes(bench, 32), at_8) << "sizes at batch 8, and no refresh in the timed steps";
-  EXPECT_EQ(refreshes(report, 32), at_8);
+  EXPECT_TRUE(refreshes(bench, 16).empty()) << "the same config's estimate, taken from the measurement at 32";
+  int64_t saved[2] = {0, 0};
+  const std::vector<std::string> report_rows =
+      refreshes([&](const Config& c) { saved[0] = memory_report_only(c).saved_bytes; }, 32, "measured", 1);
+  ASSERT_EQ(report_rows.size(), at_8.size()) << "another seed's config estimates again";
+  EXPECT_TRUE(report_rows.front().starts_with("0,"));
+  EXPECT_TRUE(refreshes([&](const Config& c) { saved[1] = memory_report_only(c).saved_bytes; }, 32, "measured", 1).empty());
+  EXPECT_EQ(saved[1], saved[0]) << "the bits of the estimate it took";
   EXPECT_NE(refreshes(bench, 4), at_8) << "a smaller batch estimates on itself";
   // An estimator without extra passes refreshes within the step at the batch, as training does.
   const std::vector<std::string> analytic = refreshes(bench, 32, "analytic");
