@@ -118,10 +118,10 @@ std::vector<std::pair<std::string, Tensor>> state_of(const std::vector<CachedSta
 }
 
 // A measurement of the steady step (the memory report, a benchmark) runs GACT's first refresh in a
-// step at kFirstEstimateBatch on the same session when the batch is larger (or takes that refresh's result from an identical config's
-// earlier measurement in this process): its stores keep the bits it allocated, and the step at the
-// batch that follows (step 0 again) does not refresh. The bits are GACT's own allocation from fewer
-// samples; the budget of bits is the same.
+// step at kFirstEstimateBatch on the same session when the batch is larger, or takes that refresh's
+// result from an identical config's earlier measurement in this process: its stores keep the bits
+// it allocated, and the step at the batch that follows (step 0 again) does not refresh. The bits
+// are GACT's own allocation from fewer samples; the budget of bits is the same.
 void estimate_on_a_small_batch(Session& s, const Config& c, const InputSpec& in) {
   if (c.data.batch_size <= kFirstEstimateBatch || !estimates_by_extra_passes(*s.policy)) return;
   const std::vector<GactStore*> stores = find_gact_stores(*s.policy);
