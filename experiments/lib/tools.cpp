@@ -99,9 +99,10 @@ std::vector<CachedStateEntry> cached_entries(const GactStore& store) {
   std::vector<CachedStateEntry> out;
   for (const auto& [name, t] : store.export_state()) {
     if (name == "grad_mean") continue;
-    const Tensor host = (name == "grad_count" || name == "grad_m2") ? Tensor::zeros(t.shape(), t.dtype()) : t;
-    const auto* p = static_cast<const uint8_t*>(host.raw());
-    out.push_back({name, t.dtype(), std::vector<uint8_t>(p, p + host.nbytes())});
+    const auto* p = static_cast<const uint8_t*>(t.raw());
+    const bool gradient_statistic = name == "grad_count" || name == "grad_m2";  // zero: no step observed
+    out.push_back({name, t.dtype(),
+                   gradient_statistic ? std::vector<uint8_t>(t.nbytes(), 0) : std::vector<uint8_t>(p, p + t.nbytes())});
   }
   return out;
 }
