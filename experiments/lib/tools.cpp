@@ -95,6 +95,29 @@ std::map<std::string, CachedGactState>& first_estimates() {
   return estimates;
 }
 
+// GACT's sensitivities of a model, its weights and a batch, whatever the storage (GactStore::
+// adopt_sensitivities): the config at kFirstEstimateBatch with the levers the plan's options set
+// (saved_tensors, memory, model.attention, conv_algorithm) at their defaults -> every tensor
+// estimated so far in this process, by name. The plan's GACT options and their probes of
+// recomputed segments share most of their tensors: an option's estimate measures only those no
+// earlier one did (a recomputed segment's input, a memory-efficient attention's tensors). The
+// attention and the convolution kernels compute the same function up to rounding (a memory-
+// efficient attention draws other dropout masks), as the batches after a refresh differ from its.
+std::map<std::string, KnownSensitivities>& known_sensitivities() {
+  static std::map<std::string, KnownSensitivities> known;
+  return known;
+}
+
+std::string model_key(const Config& c) {
+  Config k = c;
+  k.data.batch_size = kFirstEstimateBatch;
+  k.saved_tensors = StorePolicySpec{.seed = c.saved_tensors.seed};
+  k.memory = MemoryConfig{};
+  k.model.attention.clear();
+  k.conv_algorithm = "auto";
+  return config_to_yaml(k);
+}
+
 std::vector<CachedStateEntry> cached_entries(const GactStore& store) {
   std::vector<CachedStateEntry> out;
   for (const auto& [name, t] : store.export_state()) {
@@ -139,14 +162,32 @@ void estimate_on_a_small_batch(Session& s, const Config& c, const InputSpec& in)
       cached = true;
     }
   }
+  const std::string model = model_key(c);
+  if (!cached) {
+    std::lock_guard<std::mutex> lock(first_estimates_mutex);
+    const auto it = known_sensitivities().find(model);
+    if (it != known_sensitivities().end())
+      for (GactStore* g : stores) g->adopt_sensitivities(it->second);
+  }
   SyntheticBatch few = synthetic_inputs(c, in, kFirstEstimateBatch);
   train_step(*s.model, *s.optimizer, *s.policy, few.images, few.labels, 0, step_options(c, false));  // refreshes unless cached
   clear_tape();
   if (cached) return;
   CachedGactState state;
-  for (const GactStore* g : stores) state.push_back(cached_entries(*g));
+  int64_t adopted = 0, measured = 0;
   std::lock_guard<std::mutex> lock(first_estimates_mutex);
+  KnownSensitivities& known = known_sensitivities()[model];
+  for (const GactStore* g : stores) {
+    state.push_back(cached_entries(*g));
+    adopted += g->last_adopted();
+    measured += static_cast<int64_t>(g->tensors().size()) - g->last_adopted();
+    if (g->gact_options().estimator == GactEstimator::Measured)  // not the analytic one's c_l
+      known.merge(g->measured_sensitivities());  // adds the tensors no earlier estimate named
+  }
   first_estimates()[key] = std::move(state);
+  if (adopted > 0)
+    spdlog::info("gact: first estimate on {} samples: {} tensors measured, {} sensitivities taken from this model's "
+                 "earlier estimates under other storage", kFirstEstimateBatch, measured, adopted);
 }
 
 }  // namespace

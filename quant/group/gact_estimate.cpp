@@ -10,6 +10,7 @@
 #include <limits>
 #include <map>
 #include <queue>
+#include <utility>
 
 #include "core/backend.h"
 #include "core/error.h"
@@ -173,9 +174,26 @@ void GactStore::estimate_measured(const GradFn& fn) {
     against_exact[static_cast<size_t>(l)] = t.op == "checkpoint";
   }
   const int64_t k = gopts_.tensors_per_refresh > 0 ? std::min(gopts_.tensors_per_refresh, L) : L;
+  std::vector<int64_t> measure;  // the tensors this refresh runs passes for
+  last_adopted_ = 0;
+  const KnownSensitivities known = std::exchange(adopted_, {});
+  if (k == L && !known.empty()) {
+    const std::vector<TensorName> names = table_names();
+    for (int64_t l = 0; l < L; ++l) {
+      const auto it = known.find(names[static_cast<size_t>(l)]);
+      if (it == known.end()) {
+        measure.push_back(l);
+        continue;
+      }
+      table_[static_cast<size_t>(l)].sensitivity = it->second;
+      table_[static_cast<size_t>(l)].estimated = true;
+      ++last_adopted_;
+    }
+  } else {
+    for (int64_t j = 0; j < k; ++j) measure.push_back((round_robin_ + j) % L);
+  }
   try {
-    for (int64_t j = 0; j < k; ++j) {
-      const int64_t l = (round_robin_ + j) % std::max<int64_t>(L, 1);
+    for (const int64_t l : measure) {
       const int64_t gi = group_index[static_cast<size_t>(l)];
       const bool exact = against_exact[static_cast<size_t>(l)];
       if (exact) exact_tensor_ = l;
@@ -199,6 +217,22 @@ void GactStore::estimate_measured(const GradFn& fn) {
   if (L > 0) round_robin_ = (round_robin_ + k) % L;
   restart();
   last_passes_ = passes;
+}
+
+std::vector<TensorName> GactStore::table_names() const {
+  std::map<std::pair<std::string, std::string>, int64_t> seen;  // (layer, op) -> tensors so far
+  std::vector<TensorName> out;
+  out.reserve(table_.size());
+  for (const TensorSensitivity& t : table_) out.push_back({t.layer, t.op, seen[{t.layer, t.op}]++});
+  return out;
+}
+
+KnownSensitivities GactStore::measured_sensitivities() const {
+  const std::vector<TensorName> names = table_names();
+  KnownSensitivities out;
+  for (size_t l = 0; l < table_.size(); ++l)
+    if (table_[l].estimated) out.emplace(names[l], table_[l].sensitivity);
+  return out;
 }
 
 void GactStore::estimate_analytic() {

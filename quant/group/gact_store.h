@@ -157,6 +157,15 @@ struct TensorSensitivity {
 
 using GradFn = std::function<std::vector<Tensor>()>;
 
+// A saved tensor named across configs of one model: its layer and op, and which of that layer's
+// and op's tensors it is in a step's order (an op may save two).
+struct TensorName {
+  std::string layer, op;
+  int64_t occurrence = 0;
+  auto operator<=>(const TensorName&) const = default;
+};
+using KnownSensitivities = std::map<TensorName, double>;  // c_l by tensor
+
 class GactStore : public GroupStore, private BitsProvider {
  public:
   explicit GactStore(GactOptions o);
@@ -191,6 +200,15 @@ class GactStore : public GroupStore, private BitsProvider {
   // one uses what the last training step left (compute_param_grads may be empty).
   bool refresh(int64_t step, const GradFn& compute_param_grads) override;
   void estimate_measured(const GradFn& compute_param_grads);
+  // GACT's c_l is the gradient's sensitivity to noise in tensor l alone (its variance model sums
+  // one term per tensor), whatever the other tensors' storage. So a first estimate of the same
+  // model, weights and batch under another storage (the plan's options and probes: recomputed
+  // segments, other bits) names most of a config's tensors: the next measured estimate of every
+  // tensor takes c_l from `known` for the tensors it names and runs passes for the others only.
+  // That estimate clears it; an estimate of some tensors a refresh (tensors_per_refresh) ignores it.
+  void adopt_sensitivities(KnownSensitivities known) { adopted_ = std::move(known); }
+  KnownSensitivities measured_sensitivities() const;  // the table's estimated tensors
+  int64_t last_adopted() const { return last_adopted_; }  // tensors the last estimate took from `known`
   void estimate_analytic();
   void reallocate();
 
@@ -274,6 +292,7 @@ class GactStore : public GroupStore, private BitsProvider {
   int bits_to_save(int64_t l) const;  // assigned bits, 8 for a 32-bit tensor during measurement passes
   void note_consumer(const HandleKey& k, const std::vector<Tensor>& grad_outputs);
   void sync_table();  // layer/op/numel/bits/recomputed_in from the tensors of the current step
+  std::vector<TensorName> table_names() const;  // by l
   void allocate_pool(const std::vector<size_t>& members);  // the greedy allocation within one budget
   std::vector<double> analytic_from_step() const;  // c_l per tensor of the current step, or empty
   void forget_step();  // the per-step records, at begin_step
@@ -293,7 +312,8 @@ class GactStore : public GroupStore, private BitsProvider {
   int64_t exact_tensor_ = -1;                      // the tensor a measurement pass holds exact, or -1
   std::vector<TensorSensitivity> table_;
   std::vector<double> pending_analytic_;  // harvested at begin_step from the finished step
-  int64_t last_refresh_step_ = 0, refreshes_ = 0, round_robin_ = 0, last_passes_ = 0;
+  int64_t last_refresh_step_ = 0, refreshes_ = 0, round_robin_ = 0, last_passes_ = 0, last_adopted_ = 0;
+  KnownSensitivities adopted_;  // adopt_sensitivities' until the next estimate of every tensor
   uint64_t salt_counter_ = 0;
   bool warned_ = false;
   std::string restored_from_;  // import_state's `where` until check_restored_step has checked

@@ -5,6 +5,9 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <map>
+#include <sstream>
+#include <tuple>
 
 #include "core/error.h"
 #include "experiments/lib/checkpoint.h"
@@ -383,6 +386,56 @@ TEST(Trainer, BenchmarkAndMemoryReportRunGactsFirstEstimateOnASmallBatch) {
   const std::vector<std::string> analytic = refreshes(bench, 32, "analytic");
   ASSERT_FALSE(analytic.empty());
   EXPECT_NE(analytic.front(), refreshes(bench, 8, "analytic").front()) << "the analytic estimate is of the batch";
+}
+
+// The plan's GACT options and probes share most of their tensors. A config's first estimate takes
+// what an earlier estimate of the same model (seed, data, batch, precision) measured under other
+// storage and measures the rest: with every block recomputed, only the blocks' inputs (op
+// checkpoint), which no estimate without recomputation saw.
+TEST(Trainer, GactsFirstEstimateTakesTheSameModelsSensitivitiesUnderOtherStorage) {
+  const std::string log = ::testing::TempDir() + "gact_adopted.csv";
+  using Name = std::tuple<std::string, std::string, int>;  // layer, op, occurrence
+  auto sensitivities = [&](const std::vector<std::string>& sets) {
+    std::remove(log.c_str());
+    std::vector<std::string> all = {"saved_tensors.rules=[]", "data.batch_size=16", "seed=29"};
+    all.insert(all.end(), sets.begin(), sets.end());
+    benchmark(tiny_config("/nonexistent", ::testing::TempDir() + "gact_adopted_run", all), 1);
+    std::map<Name, std::string> out;  // as logged
+    std::map<std::pair<std::string, std::string>, int> seen;
+    std::ifstream in(log);
+    for (std::string line; std::getline(in, line);) {
+      if (line.starts_with("step")) continue;
+      std::vector<std::string> f;  // step,index,layer,op,numel,sensitivity,bits,recomputed_in
+      std::stringstream fields(line);
+      for (std::string x; std::getline(fields, x, ',');) f.push_back(x);
+      out[{f[2], f[3], seen[{f[2], f[3]}]++}] = f[5];
+    }
+    return out;
+  };
+  const std::string gact = "saved_tensors.default={scheme: gact-L1, log_path: " + log + "}";
+  const std::map<Name, std::string> alone = sensitivities({gact});
+  const std::map<Name, std::string> recomputed = sensitivities({gact, "memory.recompute=[blocks]"});
+  int inputs = 0, shared = 0;
+  for (const auto& [name, c] : recomputed) {
+    const auto& [layer, op, occurrence] = name;
+    if (op == "checkpoint") {
+      ++inputs;
+      EXPECT_FALSE(alone.contains(name)) << layer;
+      EXPECT_NE(c, "0") << layer << ": measured";
+      continue;
+    }
+    ASSERT_TRUE(alone.contains(name)) << layer << " " << op << " " << occurrence;
+    EXPECT_EQ(c, alone.at(name)) << layer << " " << op << " " << occurrence << ": taken, not measured again";
+    ++shared;
+  }
+  EXPECT_EQ(inputs, 9) << "ResNet-20's blocks";
+  // Each block's input is held once, as the checkpoint's codes, not again by its first convolution.
+  EXPECT_EQ(shared + inputs, static_cast<int>(alone.size()));
+  // Another model (its seed) measures every tensor.
+  const std::map<Name, std::string> other = sensitivities({gact, "seed=30"});
+  int same = 0;
+  for (const auto& [name, c] : other) same += alone.contains(name) && alone.at(name) == c;
+  EXPECT_EQ(same, 0);
 }
 
 // actnn-L3 re-allocates its bits from every step's statistics, so a trial's step (allocated
