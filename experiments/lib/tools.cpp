@@ -103,6 +103,7 @@ std::map<std::string, CachedGactState>& first_estimates() {
 // earlier one did (a recomputed segment's input, a memory-efficient attention's tensors). The
 // attention and the convolution kernels compute the same function up to rounding (a memory-
 // efficient attention draws other dropout masks), as the batches after a refresh differ from its.
+// Keyed by sensitivity_key (below).
 std::map<std::string, KnownSensitivities>& known_sensitivities() {
   static std::map<std::string, KnownSensitivities> known;
   return known;
@@ -116,6 +117,15 @@ std::string model_key(const Config& c) {
   k.model.attention.clear();
   k.conv_algorithm = "auto";
   return config_to_yaml(k);
+}
+
+// ... and of what a store's c_l are in: the variance's units (relative or absolute) and the groups
+// whose ranges scale its rounding noise. Stores that differ in these measure their own.
+std::string sensitivity_key(const std::string& model, const GactStore& g) {
+  const GroupQuantConfig& q = g.gact_options().store.quant;
+  return fmt::format("{}# variance {}, group {} grouping {} meta {} rounding {}", model,
+                     g.relative_variance() ? "relative" : "absolute", q.group_size, static_cast<int>(q.grouping),
+                     static_cast<int>(q.meta), static_cast<int>(q.rounding));
 }
 
 std::vector<CachedStateEntry> cached_entries(const GactStore& store) {
@@ -152,6 +162,7 @@ void estimate_on_a_small_batch(Session& s, const Config& c, const InputSpec& in)
   Config keyed = c;
   keyed.data.batch_size = kFirstEstimateBatch;
   const std::string key = config_to_yaml(keyed);
+  const std::string model = model_key(c);
   bool cached = false;
   {
     std::lock_guard<std::mutex> lock(first_estimates_mutex);
@@ -160,14 +171,11 @@ void estimate_on_a_small_batch(Session& s, const Config& c, const InputSpec& in)
       for (size_t i = 0; i < stores.size(); ++i)
         stores[i]->import_state(state_of(it->second[i]), "an identical config's first GACT estimate");
       cached = true;
+    } else {
+      for (GactStore* g : stores)
+        if (const auto known = known_sensitivities().find(sensitivity_key(model, *g)); known != known_sensitivities().end())
+          g->adopt_sensitivities(known->second);
     }
-  }
-  const std::string model = model_key(c);
-  if (!cached) {
-    std::lock_guard<std::mutex> lock(first_estimates_mutex);
-    const auto it = known_sensitivities().find(model);
-    if (it != known_sensitivities().end())
-      for (GactStore* g : stores) g->adopt_sensitivities(it->second);
   }
   SyntheticBatch few = synthetic_inputs(c, in, kFirstEstimateBatch);
   train_step(*s.model, *s.optimizer, *s.policy, few.images, few.labels, 0, step_options(c, false));  // refreshes unless cached
@@ -176,13 +184,12 @@ void estimate_on_a_small_batch(Session& s, const Config& c, const InputSpec& in)
   CachedGactState state;
   int64_t adopted = 0, measured = 0;
   std::lock_guard<std::mutex> lock(first_estimates_mutex);
-  KnownSensitivities& known = known_sensitivities()[model];
   for (const GactStore* g : stores) {
     state.push_back(cached_entries(*g));
     adopted += g->last_adopted();
     measured += static_cast<int64_t>(g->tensors().size()) - g->last_adopted();
     if (g->gact_options().estimator == GactEstimator::Measured)  // not the analytic one's c_l
-      known.merge(g->measured_sensitivities());  // adds the tensors no earlier estimate named
+      known_sensitivities()[sensitivity_key(model, *g)].merge(g->measured_sensitivities());  // the tensors no earlier estimate named
   }
   first_estimates()[key] = std::move(state);
   if (adopted > 0)

@@ -7,7 +7,6 @@
 #include <functional>
 #include <map>
 #include <sstream>
-#include <tuple>
 
 #include "core/error.h"
 #include "experiments/lib/checkpoint.h"
@@ -18,6 +17,7 @@
 #include "experiments/lib/tools.h"
 #include "experiments/lib/train_loop.h"
 #include "experiments/lib/trainer_main.h"
+#include "quant/group/gact_store.h"
 #include "tests/experiments/fixture.h"
 #include "tests/experiments/run_files.h"
 #include "tests/experiments/tiny_config.h"
@@ -394,14 +394,13 @@ TEST(Trainer, BenchmarkAndMemoryReportRunGactsFirstEstimateOnASmallBatch) {
 // checkpoint), which no estimate without recomputation saw.
 TEST(Trainer, GactsFirstEstimateTakesTheSameModelsSensitivitiesUnderOtherStorage) {
   const std::string log = ::testing::TempDir() + "gact_adopted.csv";
-  using Name = std::tuple<std::string, std::string, int>;  // layer, op, occurrence
   auto sensitivities = [&](const std::vector<std::string>& sets) {
     std::remove(log.c_str());
     std::vector<std::string> all = {"saved_tensors.rules=[]", "data.batch_size=16", "seed=29"};
     all.insert(all.end(), sets.begin(), sets.end());
     benchmark(tiny_config("/nonexistent", ::testing::TempDir() + "gact_adopted_run", all), 1);
-    std::map<Name, std::string> out;  // as logged
-    std::map<std::pair<std::string, std::string>, int> seen;
+    std::map<TensorName, std::string> out;  // as logged
+    std::map<std::pair<std::string, std::string>, int64_t> seen;
     std::ifstream in(log);
     for (std::string line; std::getline(in, line);) {
       if (line.starts_with("step")) continue;
@@ -413,11 +412,11 @@ TEST(Trainer, GactsFirstEstimateTakesTheSameModelsSensitivitiesUnderOtherStorage
     return out;
   };
   const std::string gact = "saved_tensors.default={scheme: gact-L1, log_path: " + log + "}";
-  const std::map<Name, std::string> alone = sensitivities({gact});
-  const std::map<Name, std::string> recomputed = sensitivities({gact, "memory.recompute=[blocks]"});
+  const std::map<TensorName, std::string> alone = sensitivities({gact});
+  const std::map<TensorName, std::string> recomputed = sensitivities({gact, "memory.recompute=[blocks]"});
   int inputs = 0, shared = 0;
   for (const auto& [name, c] : recomputed) {
-    const auto& [layer, op, occurrence] = name;
+    const auto& [layer, op, occurrence] = name;  // GactStore's names of a step's tensors
     if (op == "checkpoint") {
       ++inputs;
       EXPECT_FALSE(alone.contains(name)) << layer;
@@ -431,11 +430,15 @@ TEST(Trainer, GactsFirstEstimateTakesTheSameModelsSensitivitiesUnderOtherStorage
   EXPECT_EQ(inputs, 9) << "ResNet-20's blocks";
   // Each block's input is held once, as the checkpoint's codes, not again by its first convolution.
   EXPECT_EQ(shared + inputs, static_cast<int>(alone.size()));
-  // Another model (its seed) measures every tensor.
-  const std::map<Name, std::string> other = sensitivities({gact, "seed=30"});
-  int same = 0;
-  for (const auto& [name, c] : other) same += alone.contains(name) && alone.at(name) == c;
-  EXPECT_EQ(same, 0);
+  // Another model (its seed), or c_l in other units (relative variance: SGD's auto is absolute),
+  // measures every tensor.
+  auto taken = [&](const std::map<TensorName, std::string>& other) {
+    int same = 0;
+    for (const auto& [name, c] : other) same += alone.contains(name) && alone.at(name) == c;
+    return same;
+  };
+  EXPECT_EQ(taken(sensitivities({gact, "seed=30"})), 0);
+  EXPECT_EQ(taken(sensitivities({"saved_tensors.default={scheme: gact-L1, variance: relative, log_path: " + log + "}"})), 0);
 }
 
 // actnn-L3 re-allocates its bits from every step's statistics, so a trial's step (allocated
