@@ -14,7 +14,6 @@ namespace {
 thread_local MemTag t_tag = MemTag::Activation;
 thread_local std::string t_layer;
 constexpr size_t kAlignment = 64;  // a cache line, and what AVX-512 loads like
-constexpr int64_t kCacheMaxBytes = int64_t{4} << 30;
 
 void raise_peak(std::atomic<int64_t>& peak, int64_t value) {
   int64_t p = peak.load(std::memory_order_relaxed);
@@ -93,32 +92,41 @@ void* Allocator::take_cached(size_t& size) {
   // (a mixed-precision code buffer) still reuse memory, without wasting much of a block.
   auto it = free_blocks_.lower_bound(size);
   if (it == free_blocks_.end() || it->first > size + size / 8) return nullptr;
-  void* p = it->second.back();
-  it->second.pop_back();
+  it = std::prev(free_blocks_.upper_bound(it->first));  // that size's last freed: warmest in the caches
+  void* p = it->second->p;
   size = it->first;
-  if (it->second.empty()) free_blocks_.erase(it);
+  freed_order_.erase(it->second);
+  free_blocks_.erase(it);
   cached_ -= static_cast<int64_t>(size);
   return p;
 }
 
+void Allocator::evict_oldest() {
+  const auto oldest = freed_order_.begin();
+  auto it = free_blocks_.lower_bound(oldest->size);
+  while (it->second != oldest) ++it;  // found at once: blocks of a size sit in the order they were freed
+  source_->release(oldest->p, oldest->size);
+  cached_ -= static_cast<int64_t>(oldest->size);
+  free_blocks_.erase(it);
+  freed_order_.erase(oldest);
+}
+
 void Allocator::give_back(void* p, size_t rounded) {
-  if (rounded < source_->min_cached_bytes()) {
+  if (rounded < source_->min_cached_bytes() || static_cast<int64_t>(rounded) > kCacheMaxBytes) {
     source_->release(p, rounded);
     return;
   }
   std::lock_guard lock(cache_mutex_);
-  if (cached_.load() + static_cast<int64_t>(rounded) > kCacheMaxBytes) {
-    source_->release(p, rounded);
-    return;
-  }
-  free_blocks_[rounded].push_back(p);
+  while (cached_.load() + static_cast<int64_t>(rounded) > kCacheMaxBytes) evict_oldest();
+  freed_order_.push_back({p, rounded});
+  free_blocks_.emplace(rounded, std::prev(freed_order_.end()));
   cached_ += static_cast<int64_t>(rounded);
 }
 
 void Allocator::empty_cache() {
   std::lock_guard lock(cache_mutex_);
-  for (auto& [size, blocks] : free_blocks_)
-    for (void* p : blocks) source_->release(p, size);
+  for (const CachedBlock& b : freed_order_) source_->release(b.p, b.size);
+  freed_order_.clear();
   free_blocks_.clear();
   cached_ = 0;
 }

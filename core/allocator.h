@@ -7,6 +7,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <list>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -113,6 +114,10 @@ class Allocator {
   // step asks for the same sizes every time, and fresh memory from the OS costs a page fault
   // per 4 KiB on first touch. The tags count live tensor bytes only; the cache is extra
   // memory the process holds ("reserved"), reported separately and returned by empty_cache().
+  // The cache holds at most kCacheMaxBytes; a block freed into a full cache evicts the blocks
+  // freed longest ago, so a process that changes workload (a plan profiling thirty options,
+  // then training one) keeps the blocks of what it runs now, not of what it ran first.
+  static constexpr int64_t kCacheMaxBytes = int64_t{4} << 30;
   int64_t cached_bytes() const { return cached_.load(); }
   void empty_cache();
 
@@ -128,8 +133,14 @@ class Allocator {
   std::unique_ptr<MemorySource> source_;
   void* take_cached(size_t& size);  // size in: wanted; out: the block's
   void give_back(void* p, size_t rounded);
+  void evict_oldest();  // under cache_mutex_
+  struct CachedBlock {
+    void* p;
+    size_t size;
+  };
   std::mutex cache_mutex_;
-  std::map<size_t, std::vector<void*>> free_blocks_;  // rounded size -> blocks
+  std::list<CachedBlock> freed_order_;                                   // oldest first
+  std::multimap<size_t, std::list<CachedBlock>::iterator> free_blocks_;  // rounded size -> block
   std::atomic<int64_t> cached_{0};
   std::array<std::atomic<int64_t>, kNumTags> current_{};
   std::array<std::atomic<int64_t>, kNumTags> peak_{};
