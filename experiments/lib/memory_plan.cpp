@@ -17,6 +17,7 @@
 #include "experiments/lib/tools.h"
 #include "layers/conv2d.h"
 #include "models/registry.h"
+#include "quant/policy/presets.h"
 #include "quant/policy/rule_policy.h"
 
 namespace packrat {
@@ -234,6 +235,20 @@ PlanOption with_stored_blocks(const PlanOption& level, const PlanOption& storage
   return o;
 }
 
+PlanOption with_offloaded_blocks(const PlanOption& level, const ModelBlocks& m, size_t k) {
+  PACKRAT_CHECK(k >= 1 && k <= m.blocks.size() && stores_only(level), "with_offloaded_blocks: {} of {} blocks of {}", k,
+                m.blocks.size(), level.name);
+  PlanOption o;
+  o.name = fmt::format("{}+offload {}/{}", level.name, k, m.blocks.size());
+  o.overrides = level.overrides;
+  std::string layers;  // the stem's modules by name, each block's by its prefix
+  for (const std::string& s : m.stem) layers += fmt::format("{}\"{}\"", layers.empty() ? "" : ", ", s);
+  for (size_t i = 0; i < k; ++i) layers += fmt::format("{}\"{}.*\"", layers.empty() ? "" : ", ", m.blocks[i]);
+  // Every block as the `offload` level says it (L0's is that level, not profiled twice).
+  o.overrides.push_back(k == m.blocks.size() ? "memory.offload={}" : fmt::format("memory.offload={{layers: [{}]}}", layers));
+  return o;
+}
+
 bool same_option(const PlanOption& a, const PlanOption& b) {
   std::vector<std::string> x = a.overrides, y = b.overrides;
   std::sort(x.begin(), x.end());
@@ -395,7 +410,8 @@ MemoryPlan plan_memory(const Config& c) {
   // storage level that fits, on the same kernels. One that recomputes every block and keeps its
   // tensors exact (`recompute`) stores the stem and the inputs of the fewest blocks as the fastest
   // compressing storage level instead: each segment kept, compressed or recomputed, and the
-  // recomputed ones' inputs kept or compressed.
+  // recomputed ones' inputs kept or compressed. On a device with a second memory a storing level
+  // also moves the fewest blocks' tensors (with the stem's) to the host: a segment offloaded.
   const ModelBlocks model = model_blocks(c);
   const size_t levels = options.size();
   auto fits = [&](size_t i) { return p.options[i].refused.empty() && predicted_within(p.options[i].predicted_peak, p.budget); };
@@ -424,6 +440,11 @@ MemoryPlan plan_memory(const Config& c) {
     searches.push_back(fewest_blocks(c, n, [&](size_t k) { return with_recomputed_blocks(options[i], model.blocks, k); },
                                            options, p.options));
     if (!stores_only(options[i])) continue;
+    // A second memory: the first blocks' tensors moved out (not again for a preset that moves every one).
+    if (!Device::parse(c.device).is_cpu() &&
+        !preset_offloads(with_option(c, options[i].overrides).saved_tensors.default_scheme.scheme))
+      searches.push_back(fewest_blocks(c, n, [&](size_t k) { return with_offloaded_blocks(options[i], model, k); },
+                                             options, p.options));
     std::optional<size_t> storage;  // the fastest storage level that fits, on level i's kernels
     for (size_t j = 0; j < levels; ++j)
       if (j != i && stores_only(options[j]) && options[j].storage != options[i].storage && fits(j) && same_kernels(i, j) &&

@@ -138,6 +138,12 @@ PlanOption with_recomputed_blocks(const PlanOption& level, const std::vector<std
 // A `level` that recomputes every block instead stores the stem and the first k blocks' inputs
 // (op checkpoint) as `storage`; what the blocks save while recomputed stays as the level keeps it.
 PlanOption with_stored_blocks(const PlanOption& level, const PlanOption& storage, const ModelBlocks& m, size_t k);
+// `level` (an option that stores, recomputing and offloading nothing) with what the stem and the
+// first k blocks save moved to the host while the step runs (memory.offload on their layers; every
+// saved tensor, the `offload` form, when k is every block): a device with a second memory's
+// per-segment lever. The first blocks save first and are read last, so their copies have the
+// whole step to move out and back.
+PlanOption with_offloaded_blocks(const PlanOption& level, const ModelBlocks& m, size_t k);
 // The search for the fewest k in [1, n] whose option(k) has a predicted peak at
 // c.data.batch_size that may fit c.memory.budget_bytes (option(k) holding fewer bytes as k
 // grows): the profiles it ran, in order (an option among `known`, whose profiles are `measured`,

@@ -17,6 +17,7 @@
 #include "experiments/lib/memory_plan.h"
 #include "experiments/lib/tools.h"
 #include "tests/experiments/tiny_config.h"
+#include "tests/support/emulated_gpu.h"
 #include "tests/support/errors.h"
 
 namespace packrat {
@@ -51,8 +52,8 @@ struct HalfWaySearch {
   std::pair<PlanOption, PlanMeasure> fewest;
 };
 void search_half_way(const PlanOption& base, const std::function<PlanOption(size_t)>& option, size_t n,
-                     const std::string& prefix, HalfWaySearch& s) {
-  const std::vector<std::string> direct = {"conv_algorithm=direct"};
+                     const std::string& prefix, HalfWaySearch& s,
+                     const std::vector<std::string>& direct = {"conv_algorithm=direct"}) {
   const Config c = planned(1, direct);
   s.peak = [=](size_t k) { return benchmark(with_option(c, (k == 0 ? base : option(k)).overrides), 1).peak_bytes; };
   const int64_t none = s.peak(0), all = s.peak(n);
@@ -212,6 +213,42 @@ TEST(MemoryPlan, AStorageLevelOverTheBudgetCompressesTheFewestBlocksThatBringItW
   }
   EXPECT_GE(as_actnn, 3 + 6 * static_cast<int64_t>(s.k));  // the stem's three, each block's six
   expect_the_allocator_agrees(s);
+}
+
+// On a device with a second memory, a fourth: FP32 in a budget between its peak and its peak
+// with every saved tensor on the host moves what the stem and the fewest first blocks save to the
+// host, keeping the rest on the device, and no fewer would (the emulated GPU: its copies are real).
+TEST(MemoryPlan, OnADeviceWithASecondMemoryAStorageLevelOffloadsTheFewestBlocks) {
+  testing::EmulatedGpu gpu;
+  const std::vector<std::string> on_gpu = {"device=" + testing::EmulatedGpu::device().str()};
+  const Config c = planned(1, on_gpu);
+  const std::vector<PlanOption> levels = plan_options(c);
+  const PlanOption& fp32 = levels.front();
+  const ModelBlocks m = model_blocks(c);
+  ASSERT_EQ(m.blocks.size(), 9u);
+  EXPECT_EQ(with_offloaded_blocks(fp32, m, 9).overrides.back(), "memory.offload={}") << "the `offload` level's form";
+  HalfWaySearch s;
+  ASSERT_NO_FATAL_FAILURE(search_half_way(
+      fp32, [&](size_t k) { return with_offloaded_blocks(fp32, m, k); }, m.blocks.size(), "L0+offload ", s, on_gpu));
+  // What moves: every tensor the stem and the first k blocks save, none of the others'.
+  const MemoryReport r = memory_report_only(with_option(c, s.fewest.first.overrides));
+  ASSERT_TRUE(r.offload.on);
+  auto offloaded = [&](const std::string& layer) {
+    if (std::find(m.stem.begin(), m.stem.end(), layer) != m.stem.end()) return true;
+    for (size_t i = 0; i < s.k; ++i)
+      if (layer.starts_with(m.blocks[i] + ".")) return true;
+    return false;
+  };
+  for (const auto& [layer, bytes] : r.offload.host_by_layer)
+    EXPECT_TRUE(bytes == 0 || offloaded(layer)) << layer << " moved to the host";
+  for (const auto& [layer, bytes] : r.offload.device_by_layer)
+    EXPECT_TRUE(bytes == 0 || !offloaded(layer)) << layer << " stayed on the device";
+  EXPECT_GE(r.offload.host_by_layer.size(), 3 + s.k);
+  expect_the_allocator_agrees(s);
+  // The plan searches it for a storing level faster than what fits (L0, here) and over the budget.
+  const MemoryPlan p = plan_memory(planned(s.budget, on_gpu));
+  EXPECT_TRUE(std::any_of(p.options.begin(), p.options.end(),
+                          [](const PlanMeasure& o) { return o.option.starts_with("L0+offload "); }));
 }
 
 // The third way: `recompute` (every block recomputed from its exact input) over the budget
