@@ -249,6 +249,11 @@ PlanOption with_offloaded_blocks(const PlanOption& level, const ModelBlocks& m, 
   return o;
 }
 
+bool offloads_segments(const Config& c, const PlanOption& level) {
+  return !Device::parse(c.device).is_cpu() && stores_only(level) &&
+         !preset_offloads(with_option(c, level.overrides).saved_tensors.default_scheme.scheme);
+}
+
 bool same_option(const PlanOption& a, const PlanOption& b) {
   std::vector<std::string> x = a.overrides, y = b.overrides;
   std::sort(x.begin(), x.end());
@@ -440,9 +445,7 @@ MemoryPlan plan_memory(const Config& c) {
     searches.push_back(fewest_blocks(c, n, [&](size_t k) { return with_recomputed_blocks(options[i], model.blocks, k); },
                                            options, p.options));
     if (!stores_only(options[i])) continue;
-    // A second memory: the first blocks' tensors moved out (not again for a preset that moves every one).
-    if (!Device::parse(c.device).is_cpu() &&
-        !preset_offloads(with_option(c, options[i].overrides).saved_tensors.default_scheme.scheme))
+    if (offloads_segments(c, options[i]))
       searches.push_back(fewest_blocks(c, n, [&](size_t k) { return with_offloaded_blocks(options[i], model, k); },
                                              options, p.options));
     std::optional<size_t> storage;  // the fastest storage level that fits, on level i's kernels

@@ -144,6 +144,10 @@ PlanOption with_stored_blocks(const PlanOption& level, const PlanOption& storage
 // per-segment lever. The first blocks save first and are read last, so their copies have the
 // whole step to move out and back.
 PlanOption with_offloaded_blocks(const PlanOption& level, const ModelBlocks& m, size_t k);
+// Whether plan_memory searches `level`, when it is over the budget and faster than what fits,
+// with its fewest first blocks offloaded: a device with a second memory, a level that stores
+// (recomputing and offloading nothing), not a preset that offloads every tensor itself (gact-L2).
+bool offloads_segments(const Config& c, const PlanOption& level);
 // The search for the fewest k in [1, n] whose option(k) has a predicted peak at
 // c.data.batch_size that may fit c.memory.budget_bytes (option(k) holding fewer bytes as k
 // grows): the profiles it ran, in order (an option among `known`, whose profiles are `measured`,
