@@ -112,12 +112,13 @@ void Allocator::evict_oldest() {
 }
 
 void Allocator::give_back(void* p, size_t rounded) {
-  if (rounded < source_->min_cached_bytes() || static_cast<int64_t>(rounded) > kCacheMaxBytes) {
+  const int64_t most = source_->max_cached_bytes();
+  if (rounded < source_->min_cached_bytes() || static_cast<int64_t>(rounded) > most) {
     source_->release(p, rounded);
     return;
   }
   std::lock_guard lock(cache_mutex_);
-  while (cached_.load() + static_cast<int64_t>(rounded) > kCacheMaxBytes) evict_oldest();
+  while (cached_.load() + static_cast<int64_t>(rounded) > most) evict_oldest();
   freed_order_.push_back({p, rounded});
   free_blocks_.emplace(rounded, std::prev(freed_order_.end()));
   cached_ += static_cast<int64_t>(rounded);

@@ -45,6 +45,13 @@ class MemorySource {
   // Blocks below this size go straight back to the source instead of the allocator's cache
   // (the CPU heap has its own bins for small blocks; cudaMalloc has none).
   virtual size_t min_cached_bytes() const = 0;
+  // The most bytes of freed blocks the allocator keeps for reuse. By default 4 GiB: the heap never
+  // refuses, so only a bound keeps the cache from holding what an earlier workload freed. A GPU's
+  // memory has no bound, as in PyTorch's caching allocator: a step's freed blocks are the next
+  // step's, cudaMalloc and cudaFree synchronise the device, and when the device refuses a block
+  // the allocator empties its cache and asks again.
+  static constexpr int64_t kDefaultMaxCachedBytes = int64_t{4} << 30;
+  virtual int64_t max_cached_bytes() const { return kDefaultMaxCachedBytes; }
 };
 
 // One block handed out by an allocator; freed (and un-accounted) by its destructor.
@@ -114,10 +121,9 @@ class Allocator {
   // step asks for the same sizes every time, and fresh memory from the OS costs a page fault
   // per 4 KiB on first touch. The tags count live tensor bytes only; the cache is extra
   // memory the process holds ("reserved"), reported separately and returned by empty_cache().
-  // The cache holds at most kCacheMaxBytes; a block freed into a full cache evicts the blocks
-  // freed longest ago, so a process that changes workload (a plan profiling thirty options,
-  // then training one) keeps the blocks of what it runs now, not of what it ran first.
-  static constexpr int64_t kCacheMaxBytes = int64_t{4} << 30;
+  // The cache holds at most the source's max_cached_bytes(); a block freed into a full cache
+  // evicts the blocks freed longest ago, so a process that changes workload (a plan profiling
+  // thirty options, then training one) keeps the blocks of what it runs now, not of what it ran first.
   int64_t cached_bytes() const { return cached_.load(); }
   void empty_cache();
 

@@ -1,6 +1,8 @@
 #pragma once
 // The CUDA memory sources (see core/allocator.h): cudaMalloc for GPU `index`, and page-locked
 // host memory for a copy engine's host pool (core/cuda/cuda_copy_engine.h).
+#include <limits>
+
 #include "core/allocator.h"
 
 namespace packrat::cuda {
@@ -12,6 +14,8 @@ class DeviceMemory final : public MemorySource {
   void release(void* p, size_t bytes) override;
   // cudaMalloc synchronises the device and has no bins of its own: cache every block.
   size_t min_cached_bytes() const override { return 0; }
+  // No bound: a step's freed blocks serve the next (core/allocator.h).
+  int64_t max_cached_bytes() const override { return std::numeric_limits<int64_t>::max(); }
 
  private:
   int index_;

@@ -1,5 +1,8 @@
 #include <gtest/gtest.h>
 
+#include <limits>
+#include <vector>
+
 #include "core/allocator.h"
 #include "core/cpu/layout.h"
 #include "core/tensor.h"
@@ -8,19 +11,31 @@ using namespace packrat;
 
 namespace {
 // Hands out addresses it never backs (the allocator never touches a block's bytes), and counts.
+// `capacity` > 0: a device of that many bytes, which refuses a block beyond them (cudaMalloc),
+// and whose cache has no bound.
 class CountingSource final : public MemorySource {
  public:
+  explicit CountingSource(int64_t capacity = 0) : capacity_(capacity) {}
   void* allocate(size_t bytes) override {
+    if (capacity_ > 0 && held_ + static_cast<int64_t>(bytes) > capacity_) return nullptr;
     ++allocations;
+    held_ += static_cast<int64_t>(bytes);
     next_ += bytes;
     return reinterpret_cast<void*>(next_);
   }
-  void release(void* p, size_t) override { released.push_back(p); }
+  void release(void* p, size_t bytes) override {
+    released.push_back(p);
+    held_ -= static_cast<int64_t>(bytes);
+  }
   size_t min_cached_bytes() const override { return 0; }
+  int64_t max_cached_bytes() const override {
+    return capacity_ > 0 ? std::numeric_limits<int64_t>::max() : kDefaultMaxCachedBytes;
+  }
   int allocations = 0;
   std::vector<void*> released;
 
  private:
+  int64_t capacity_ = 0, held_ = 0;
   uintptr_t next_ = uintptr_t{1} << 40;
 };
 }  // namespace
@@ -137,7 +152,7 @@ TEST(Allocator, AFullCacheEvictsTheBlocksFreedLongestAgo) {
     for (int i = 0; i < 8; ++i) blocks.push_back(a.allocate(512 * kMiB, MemTag::Activation));
     first_freed = blocks.front()->data();
   }
-  ASSERT_EQ(a.cached_bytes(), Allocator::kCacheMaxBytes);
+  ASSERT_EQ(a.cached_bytes(), MemorySource::kDefaultMaxCachedBytes);
   for (int step = 0; step < 3; ++step) {  // the next: two blocks of 100 MiB a step
     auto x = a.allocate(100 * kMiB, MemTag::Activation);
     auto y = a.allocate(100 * kMiB, MemTag::Activation);
@@ -146,4 +161,31 @@ TEST(Allocator, AFullCacheEvictsTheBlocksFreedLongestAgo) {
   ASSERT_EQ(source.released.size(), 1u) << "one 512 MiB block makes room for both";
   EXPECT_EQ(source.released[0], first_freed) << "the block freed longest ago";
   EXPECT_EQ(a.cached_bytes(), static_cast<int64_t>(7 * 512 * kMiB + 200 * kMiB));
+}
+
+// A GPU's cache has no bound (a step's freed blocks are the next step's; cudaMalloc and cudaFree
+// synchronise the device): its blocks stay cached past the heap's 4 GiB, and when the device
+// refuses a block the allocator gives the cache back and asks again.
+TEST(Allocator, ADevicesCacheKeepsEveryFreedBlockAndEmptiesWhenTheDeviceRefuses) {
+  constexpr int64_t kGiB = int64_t{1} << 30;
+  auto owned = std::make_unique<CountingSource>(10 * kGiB);
+  CountingSource& device = *owned;
+  Allocator a(Device::cpu(), std::move(owned));
+  {
+    std::vector<std::shared_ptr<Allocation>> step;  // 8 GiB of activations, freed at the step's end
+    for (int i = 0; i < 8; ++i) step.push_back(a.allocate(kGiB, MemTag::Activation));
+  }
+  EXPECT_EQ(a.cached_bytes(), 8 * kGiB);
+  EXPECT_TRUE(device.released.empty());
+  {  // the next step takes them all from the cache
+    std::vector<std::shared_ptr<Allocation>> step;
+    for (int i = 0; i < 8; ++i) step.push_back(a.allocate(kGiB, MemTag::Activation));
+    EXPECT_EQ(device.allocations, 8);
+  }
+  // 4 GiB of another size: the device holds 8 GiB of cached blocks and refuses, so the allocator
+  // empties its cache and asks again.
+  auto other = a.allocate(4 * kGiB, MemTag::Activation);
+  EXPECT_EQ(device.allocations, 9);
+  EXPECT_EQ(device.released.size(), 8u);
+  EXPECT_EQ(a.cached_bytes(), 0);
 }

@@ -5,6 +5,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <memory>
 #include <vector>
 
@@ -26,7 +27,9 @@ class HostHeap final : public MemorySource {
  public:
   void* allocate(size_t bytes) override { return std::aligned_alloc(64, bytes); }
   void release(void* p, size_t) override { std::free(p); }
-  size_t min_cached_bytes() const override { return 0; }  // cache every block, as cudaMalloc's allocator does
+  // Cache every block, without bound, as cudaMalloc's allocator does.
+  size_t min_cached_bytes() const override { return 0; }
+  int64_t max_cached_bytes() const override { return std::numeric_limits<int64_t>::max(); }
 };
 
 // The operands of one call, on the CPU while it lasts.
