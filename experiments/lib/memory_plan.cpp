@@ -204,6 +204,23 @@ PlanOption with_recomputed_blocks(const PlanOption& level, const std::vector<std
   return o;
 }
 
+namespace {
+// Names as the items of a YAML flow list, each with `suffix`: "conv1", "bn1", "layer1.0.*".
+std::string quoted(const std::vector<std::string>& names, const char* suffix) {
+  std::string list;
+  for (const std::string& s : names) list += fmt::format("{}\"{}{}\"", list.empty() ? "" : ", ", s, suffix);
+  return list;
+}
+
+// The layers of the segment "the stem and the first k blocks": the stem's modules by name, each
+// block's by its prefix.
+std::string stem_and_first_blocks(const ModelBlocks& m, size_t k) {
+  const std::vector<std::string> first(m.blocks.begin(), m.blocks.begin() + static_cast<std::ptrdiff_t>(k));
+  const std::string stem = quoted(m.stem, ""), blocks = quoted(first, ".*");
+  return stem.empty() ? blocks : stem + ", " + blocks;
+}
+}  // namespace
+
 PlanOption with_stored_blocks(const PlanOption& level, const PlanOption& storage, const ModelBlocks& m, size_t k) {
   const bool recomputed =
       recomputes_every_block(level) && !level.storage.empty() && !has_override(level.overrides, "memory.offload=");
@@ -213,17 +230,11 @@ PlanOption with_stored_blocks(const PlanOption& level, const PlanOption& storage
   // "L0+direct" with actnn-L2+direct's storage: "L0+direct+actnn-L2 on 3/9".
   const std::string base = storage.name.substr(0, storage.name.find('+'));
   o.name = fmt::format("{}+{} on {}/{}", level.name, base, k, m.blocks.size());
-  auto quoted = [](const std::vector<std::string>& names, const char* suffix) {
-    std::string list;
-    for (const std::string& s : names) list += fmt::format("{}\"{}{}\"", list.empty() ? "" : ", ", s, suffix);
-    return list;
-  };
-  const std::vector<std::string> first(m.blocks.begin(), m.blocks.begin() + static_cast<std::ptrdiff_t>(k));
   std::vector<std::string> rules;
-  if (!recomputed) {  // the stem's modules by name, each block's by its prefix
-    rules.push_back(fmt::format("{{layers: [{}{}{}], {}}}", quoted(m.stem, ""), m.stem.empty() ? "" : ", ",
-                                quoted(first, ".*"), storage.storage));
+  if (!recomputed) {
+    rules.push_back(fmt::format("{{layers: [{}], {}}}", stem_and_first_blocks(m, k), storage.storage));
   } else {  // the stem's tensors, which the backward holds throughout, and the blocks' inputs
+    const std::vector<std::string> first(m.blocks.begin(), m.blocks.begin() + static_cast<std::ptrdiff_t>(k));
     if (!m.stem.empty()) rules.push_back(fmt::format("{{layers: [{}], {}}}", quoted(m.stem, ""), storage.storage));
     rules.push_back(fmt::format("{{layers: [{}], ops: [checkpoint], {}}}", quoted(first, ""), storage.storage));
   }
@@ -241,11 +252,9 @@ PlanOption with_offloaded_blocks(const PlanOption& level, const ModelBlocks& m, 
   PlanOption o;
   o.name = fmt::format("{}+offload {}/{}", level.name, k, m.blocks.size());
   o.overrides = level.overrides;
-  std::string layers;  // the stem's modules by name, each block's by its prefix
-  for (const std::string& s : m.stem) layers += fmt::format("{}\"{}\"", layers.empty() ? "" : ", ", s);
-  for (size_t i = 0; i < k; ++i) layers += fmt::format("{}\"{}.*\"", layers.empty() ? "" : ", ", m.blocks[i]);
   // Every block as the `offload` level says it (L0's is that level, not profiled twice).
-  o.overrides.push_back(k == m.blocks.size() ? "memory.offload={}" : fmt::format("memory.offload={{layers: [{}]}}", layers));
+  o.overrides.push_back(k == m.blocks.size() ? "memory.offload={}"
+                                             : fmt::format("memory.offload={{layers: [{}]}}", stem_and_first_blocks(m, k)));
   return o;
 }
 

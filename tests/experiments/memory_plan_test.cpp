@@ -69,6 +69,13 @@ void search_half_way(const PlanOption& base, const std::function<PlanOption(size
   ASSERT_LT(s.k, n) << "half way between none and all, some blocks must be left as the level keeps them";
   EXPECT_EQ(name, fmt::format("{}{}/{}", prefix, s.k, n));
 }
+// Whether `layer` belongs to the stem or to one of the first k blocks.
+bool in_stem_or_first_blocks(const ModelBlocks& m, size_t k, const std::string& layer) {
+  if (std::find(m.stem.begin(), m.stem.end(), layer) != m.stem.end()) return true;
+  for (size_t i = 0; i < k; ++i)
+    if (layer.starts_with(m.blocks[i] + ".")) return true;
+  return false;
+}
 // k blocks fit (within the prediction's 5%), k - 1 do not.
 void expect_the_allocator_agrees(const HalfWaySearch& s) {
   EXPECT_LE(static_cast<double>(s.peak(s.k)), 1.05 * static_cast<double>(s.budget)) << s.fewest.second.predicted_peak;
@@ -199,16 +206,10 @@ TEST(MemoryPlan, AStorageLevelOverTheBudgetCompressesTheFewestBlocksThatBringItW
       fp32, [&](size_t k) { return with_stored_blocks(fp32, *actnn, m, k); }, m.blocks.size(), "L0+actnn-L2 on ", s));
   // What it stores: the stem's and the first k blocks' tensors as actnn, every other one FP32.
   const MemoryReport r = memory_report_only(with_option(c, s.fewest.first.overrides));
-  auto compressed = [&](const std::string& layer) {
-    if (std::find(m.stem.begin(), m.stem.end(), layer) != m.stem.end()) return true;
-    for (size_t i = 0; i < s.k; ++i)
-      if (layer.starts_with(m.blocks[i] + ".")) return true;
-    return false;
-  };
   int64_t as_actnn = 0;
   for (const SavedRecord& t : r.tensors) {
     if (t.statistics) continue;  // batchnorm's mean and variance: FP32 in every store
-    EXPECT_EQ(t.scheme, compressed(t.layer) ? "actnn" : "fp32") << t.layer << " " << t.op;
+    EXPECT_EQ(t.scheme, in_stem_or_first_blocks(m, s.k, t.layer) ? "actnn" : "fp32") << t.layer << " " << t.op;
     as_actnn += t.scheme == "actnn";
   }
   EXPECT_GE(as_actnn, 3 + 6 * static_cast<int64_t>(s.k));  // the stem's three, each block's six
@@ -233,16 +234,10 @@ TEST(MemoryPlan, OnADeviceWithASecondMemoryAStorageLevelOffloadsTheFewestBlocks)
   // What moves: every tensor the stem and the first k blocks save, none of the others'.
   const MemoryReport r = memory_report_only(with_option(c, s.fewest.first.overrides));
   ASSERT_TRUE(r.offload.on);
-  auto offloaded = [&](const std::string& layer) {
-    if (std::find(m.stem.begin(), m.stem.end(), layer) != m.stem.end()) return true;
-    for (size_t i = 0; i < s.k; ++i)
-      if (layer.starts_with(m.blocks[i] + ".")) return true;
-    return false;
-  };
   for (const auto& [layer, bytes] : r.offload.host_by_layer)
-    EXPECT_TRUE(bytes == 0 || offloaded(layer)) << layer << " moved to the host";
+    EXPECT_TRUE(bytes == 0 || in_stem_or_first_blocks(m, s.k, layer)) << layer << " moved to the host";
   for (const auto& [layer, bytes] : r.offload.device_by_layer)
-    EXPECT_TRUE(bytes == 0 || !offloaded(layer)) << layer << " stayed on the device";
+    EXPECT_TRUE(bytes == 0 || !in_stem_or_first_blocks(m, s.k, layer)) << layer << " stayed on the device";
   EXPECT_GE(r.offload.host_by_layer.size(), 3 + s.k);
   expect_the_allocator_agrees(s);
   // The plan searches it from a level that stores, where there is a second memory (whether it
