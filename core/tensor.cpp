@@ -28,13 +28,8 @@ Tensor Tensor::empty_in(Allocator& allocator, const Shape& shape, DType dtype, L
     PACKRAT_CHECK(shape.rank() == 4 && shape[1] % block == 0,
                   "tensor: layout {} needs a 4-d shape with channels divisible by {}, got {}", layout_name(layout),
                   block, shape.str());
-  if (layout == Layout::NHWC) {
+  if (layout == Layout::NHWC)
     PACKRAT_CHECK(shape.rank() == 4, "tensor: layout NHWC needs a 4-d shape, got {}", shape.str());
-    // On the CPU only as a kernel's Workspace copy (a convolution's channels-last output gradient
-    // for AMX: core/cpu/conv.cpp), never as a tensor the ops pass on.
-    PACKRAT_CHECK(!device.is_cpu() || tag == MemTag::Workspace,
-                  "tensor: layout NHWC is the CUDA backend's; a CPU tensor is plain, nChw16c or nChw8c ({})", shape.str());
-  }
   Tensor t;
   t.impl_ = std::make_shared<Impl>();
   static std::atomic<uint64_t> next_storage_id{1};

@@ -1,10 +1,12 @@
-// Batch normalization as OpenMP loops over the buffer as it lies (plain or blocked): one pass
-// for the per-channel sums (threads split the channels, so no cross-thread reduction and no
-// barrier inside a pass), one pass for the elementwise part. Sums go through float partials
-// of at most 256 values into double.
+// Batch normalization as OpenMP loops over the buffer as it lies (plain, blocked or NHWC): one
+// pass for the per-channel sums (plain and blocked: threads split the channels, so no
+// cross-thread reduction and no barrier inside a pass; NHWC: threads split the pixels, each
+// summing every channel, and their sums are added after), one pass for the elementwise part.
+// Sums go through float partials of at most 256 values into double.
 #include <algorithm>
 #include <cmath>
 #include <type_traits>
+#include <vector>
 
 #include "core/cpu/batchnorm.h"
 #include "core/cpu/dnnl_context.h"
@@ -117,6 +119,71 @@ void affine_pass(const Slabs& s, const T* x, const float* g, O* out, const float
   });
 }
 
+// NHWC: rows of C values, a row a pixel; the loops run along a row, so every read is sequential
+// and vectorises over the channels (walking it as 16-channel slabs C values apart ran batchnorm
+// at half the blocked layout's speed: ResNet-18's bf16 step on AMX, 12% of it against 7%).
+template <bool Grad, typename T>
+void channel_sums_nhwc(const T* x, const float* g, int64_t rows, int64_t C, const float* center, double* sum_out,
+                       double* sum2_out) {
+  constexpr int64_t kChunk = 256;
+  const int threads = rows * C >= kMinParallelWork ? std::max(num_threads(), 1) : 1;
+  std::vector<double> partial(static_cast<size_t>(2 * C * threads), 0.0);  // (threads, 2, C)
+  parallel_for(0, threads, [&](int64_t t) {
+    const int64_t r0 = rows * t / threads, r1 = rows * (t + 1) / threads;
+    double* a = partial.data() + 2 * C * t;
+    double* b = a + C;
+    std::vector<float> fa(static_cast<size_t>(C)), fb(static_cast<size_t>(C));  // (C,) a chunk's sums
+    for (int64_t c0 = r0; c0 < r1; c0 += kChunk) {
+      std::fill(fa.begin(), fa.end(), 0.0f);
+      std::fill(fb.begin(), fb.end(), 0.0f);
+      float* __restrict pa = fa.data();
+      float* __restrict pb = fb.data();
+      for (int64_t r = c0; r < std::min(r1, c0 + kChunk); ++r) {
+        const T* px = x + r * C;
+        const float* pg = Grad ? g + r * C : nullptr;
+#pragma omp simd
+        for (int64_t c = 0; c < C; ++c) {
+          const float v = to_f32(px[c]) - center[c];
+          const float gv = Grad ? pg[c] : v;
+          pa[c] += gv;
+          pb[c] += gv * v;
+        }
+      }
+      for (int64_t c = 0; c < C; ++c) {
+        a[c] += pa[c];
+        b[c] += pb[c];
+      }
+    }
+  });
+  for (int64_t c = 0; c < C; ++c) {
+    double a = 0, b = 0;
+    for (int t = 0; t < threads; ++t) {
+      a += partial[static_cast<size_t>(2 * C * t + c)];
+      b += partial[static_cast<size_t>(2 * C * t + C + c)];
+    }
+    sum_out[c] = a;
+    sum2_out[c] = b;
+  }
+}
+
+// The elementwise pass over NHWC rows, as affine_pass.
+template <bool Grad, typename T, typename O>
+void affine_pass_nhwc(int64_t rows, int64_t C, const T* x, const float* g, O* out, const float* k, const float* a,
+                      const float* b, const float* m) {
+  rows_for(rows, C, [&](int64_t r) {
+    const T* px = x + r * C;
+    O* po = out + r * C;
+    if constexpr (Grad) {
+      const float* pg = g + r * C;
+#pragma omp simd
+      for (int64_t c = 0; c < C; ++c) po[c] = from_f32<O>(k[c] * (pg[c] - a[c] - (to_f32(px[c]) - m[c]) * b[c]));
+    } else {
+#pragma omp simd
+      for (int64_t c = 0; c < C; ++c) po[c] = from_f32<O>(to_f32(px[c]) * k[c] + a[c]);
+    }
+  });
+}
+
 Slabs slabs_of(const Tensor& x) {
   const int64_t block = channel_block(x.layout());
   return Slabs{x.dim(0), block ? x.dim(1) / block : x.dim(1), x.dim(2) * x.dim(3)};
@@ -164,7 +231,10 @@ void normalize_any(const Tensor& x, Tensor& y, const Tensor& weight, const Tenso
   const Slabs s = slabs_of(x);
   with_lanes(x, [&](auto lanes, const auto* px) {
     using T = std::remove_cv_t<std::remove_pointer_t<decltype(px)>>;
-    affine_pass<lanes.value, false>(s, px, nullptr, y.data<T>(), scale.data(), shift.data(), nullptr, nullptr);
+    if (x.layout() == Layout::NHWC)
+      affine_pass_nhwc<false>(s.count(), C, px, nullptr, y.data<T>(), scale.data(), shift.data(), nullptr, nullptr);
+    else
+      affine_pass<lanes.value, false>(s, px, nullptr, y.data<T>(), scale.data(), shift.data(), nullptr, nullptr);
   });
 }
 
@@ -178,7 +248,10 @@ void batchnorm_forward_training_loops(const Tensor& x, const Tensor& weight, con
   const std::vector<float> shift = first_values(x);  // (C)
   std::vector<double> sum(static_cast<size_t>(C)), sum2(static_cast<size_t>(C));
   with_lanes(x, [&](auto lanes, const auto* px) {
-    channel_sums<lanes.value, false>(px, nullptr, s, shift.data(), sum.data(), sum2.data());
+    if (x.layout() == Layout::NHWC)
+      channel_sums_nhwc<false>(px, nullptr, s.count(), C, shift.data(), sum.data(), sum2.data());
+    else
+      channel_sums<lanes.value, false>(px, nullptr, s, shift.data(), sum.data(), sum2.data());
   });
   mean = empty_cpu(Shape{C});  // (C)
   var = empty_cpu(Shape{C});   // (C), biased
@@ -208,7 +281,10 @@ void batchnorm_backward_loops(const Tensor& x, const Tensor& gy_any, const Tenso
   const float* m = mean.data<float>();
   std::vector<double> sdy(static_cast<size_t>(C)), sdyx(static_cast<size_t>(C));  // sum dy, sum dy * (x - mean)
   with_lanes(x, [&](auto lanes, const auto* px) {
-    channel_sums<lanes.value, true>(px, gy.data<float>(), s, m, sdy.data(), sdyx.data());
+    if (x.layout() == Layout::NHWC)
+      channel_sums_nhwc<true>(px, gy.data<float>(), s.count(), C, m, sdy.data(), sdyx.data());
+    else
+      channel_sums<lanes.value, true>(px, gy.data<float>(), s, m, sdy.data(), sdyx.data());
   });
   const double n = static_cast<double>(s.count());
   // dx = k (dy - a - (x - mean) b): k = w invstd; training: a = sum dy / n, b = sum(dy (x - mean)) invstd^2 / n.
@@ -226,7 +302,10 @@ void batchnorm_backward_loops(const Tensor& x, const Tensor& gy_any, const Tenso
   }
   dx = empty_cpu(x.shape(), DType::f32, x.layout());  // (N, C, H, W), x's layout, f32
   with_lanes(x, [&](auto lanes, const auto* px) {
-    affine_pass<lanes.value, true>(s, px, gy.data<float>(), dx.data<float>(), k.data(), a.data(), b.data(), m);
+    if (x.layout() == Layout::NHWC)
+      affine_pass_nhwc<true>(s.count(), C, px, gy.data<float>(), dx.data<float>(), k.data(), a.data(), b.data(), m);
+    else
+      affine_pass<lanes.value, true>(s, px, gy.data<float>(), dx.data<float>(), k.data(), a.data(), b.data(), m);
   });
 }
 

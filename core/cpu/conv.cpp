@@ -88,7 +88,22 @@ bool is_gemm_impl(const dnnl::primitive_desc_base& pd) {
 bool is_reference(const ConvPlan& p) { return is_reference_impl(p.fwd_pd); }
 bool is_gemm(const ConvPlan& p) { return is_gemm_impl(p.fwd_pd); }
 
-std::shared_ptr<ConvPlan> make_plan(const ConvGeometry& g) {
+// A plan whose kernels read and write NHWC, or false where only the reference or gemm kernels serve
+// that. (An f32 plan asked for NHWC is a 16-bit convolution's weight gradient on its NHWC operands.)
+// Not for 1x1 planes (squeeze-and-excitation's), where an NHWC buffer and a plain one are one
+// order: oneDNN 2.6's primitive cache took such an NHWC descriptor for the plain one and ran a gemm
+// kernel made for the one with the other's scratchpad (a crash: EfficientNet-B0's f32 step, then its bf16 one).
+// Under Auto, not for grouped (depthwise) convolutions either: oneDNN 2.6's bf16 depthwise weight
+// gradient on NHWC runs its slow jit_bf16 kernel (EfficientNet-B0's bf16 step on AMX 0.76x of the
+// blocked one's), where the blocked tensors get jit_dw or packrat's own loop.
+bool make_channels_last_forward(ConvPlan& p, const ConvGeometry& g) {
+  if (g.H * g.W == 1 || g.OH * g.OW == 1) return false;
+  if (g.groups > 1 && activation_layout() == ActivationLayout::Auto) return false;
+  make_forward(p, g, Layout::NHWC, Layout::NHWC);
+  return !is_reference(p) && !is_gemm(p);
+}
+
+std::shared_ptr<ConvPlan> make_plan(const ConvGeometry& g, bool channels_last) {
   auto p = std::make_shared<ConvPlan>();
   const memory::dims wd = weight_dims(g);
   p->wplain = memory::desc(wd, memory::data_type::f32, g.groups == 1 ? tag::oihw : tag::goihw);
@@ -100,6 +115,10 @@ std::shared_ptr<ConvPlan> make_plan(const ConvGeometry& g) {
   p->pad_l = {g.pad_h, g.pad_w};
   p->pad_r = {(g.OH - 1) * g.stride_h + (g.KH - 1) * g.dilation_h + 1 - g.H - g.pad_h,
               (g.OW - 1) * g.stride_w + (g.KW - 1) * g.dilation_w + 1 - g.W - g.pad_w};
+  if (channels_last && make_channels_last_forward(*p, g)) {
+    p->fwd = dnnl::convolution_forward(p->fwd_pd);
+    return p;
+  }
   make_forward(*p, g, blocked_if_aligned(g.Cin), blocked_if_aligned(g.Cout));
   if (is_reference(*p) && (blocked_if_aligned(g.Cin) != Layout::Plain || blocked_if_aligned(g.Cout) != Layout::Plain)) {
     // Layouts that only the reference kernel serves: plain on both sides instead.
@@ -129,18 +148,20 @@ std::shared_ptr<ConvPlan> make_plan(const ConvGeometry& g) {
   return p;
 }
 
-std::shared_ptr<ConvPlan> plan_for(const ConvGeometry& g) {
+// channels_last: the plan's tensors are NHWC where a kernel serves them (make_plan).
+std::shared_ptr<ConvPlan> plan_for(const ConvGeometry& g, bool channels_last) {
   static std::mutex mutex;
   static std::unordered_map<std::string, std::shared_ptr<ConvPlan>> plans;
-  const std::string key = g.key();
+  const std::string key = g.key() + (channels_last ? ",nhwc" : "");
   std::unique_lock lock(mutex);
   auto it = plans.find(key);
   if (it != plans.end()) return it->second;
   if (plans.size() >= 512) plans.clear();  // bounded: a model has far fewer distinct convolutions
-  auto p = make_plan(g);
+  auto p = make_plan(g, channels_last);
   plans.emplace(key, p);
   return p;
 }
+std::shared_ptr<ConvPlan> plan_for(const ConvGeometry& g) { return plan_for(g, channels_last_convolutions(g.dtype)); }
 
 // Creates a backward primitive descriptor with the forward's layouts; without AVX-512, where those
 // have only gemm or the reference kernel, with the jit kernel's own formats (copies at the call's
@@ -265,6 +286,14 @@ Tensor diff_dst_as(const Tensor& gy, Layout layout) { return gy.layout() == Layo
 
 Tensor conv_grad_output(const Tensor& gy, const ConvGeometry& g) {
   auto plan = plan_for(g);
+  if (gy.dtype() == DType::f32 && g.dtype != DType::f32 && plan->dst_layout == Layout::NHWC &&
+      gy.layout() == Layout::NHWC) {
+    // Channels-last: the conversion alone, on oneDNN's reorder (twice as fast as Tensor::to's loop here).
+    Tensor out = Tensor::empty(gy.shape(), g.dtype, Layout::NHWC, MemTag::Workspace,
+                               Device::cpu());  // (N, Cout, OH, OW) channels-last
+    reorder(memory_of(gy), memory_of(out));
+    return out;
+  }
   if (gy.dtype() != DType::f32 || !plan->kernel_formats || g.dtype == DType::f32 || f32_weight_gradient(g) ||
       backward_weights_plan(g, plan).own_depthwise_bw)
     return gy.to(g.dtype);
@@ -298,6 +327,11 @@ DType weight_gradient_dtype(const ConvGeometry& g) {
   return backward_weights_plan(g, plan_for(g)).own_depthwise_bw ? DType::f32 : g.dtype;
 }
 
+namespace {
+void backward_weights_with(const std::shared_ptr<ConvPlan>& plan, const Tensor& x, const Tensor& gy,
+                           const ConvGeometry& g, Tensor& gw, Tensor& gb);
+}  // namespace
+
 void conv_backward_weights(const Tensor& x, const Tensor& gy, const ConvGeometry& g, Tensor& gw, Tensor& gb) {
   if (f32_weight_gradient(g)) {
     // f32 on the bf16 values instead of oneDNN 2.6's bf16 weight gradient:
@@ -318,7 +352,15 @@ void conv_backward_weights(const Tensor& x, const Tensor& gy, const ConvGeometry
     conv_backward_weights(xf, gyf, f32, gw, gb);  // gw, gb under the caller's tag
     return;
   }
-  auto plan = plan_for(g);
+  // An NHWC input (channels-last activations) is read by kernels for NHWC, not reordered: also an f32
+  // weight gradient of a 16-bit convolution (weight_gradient_dtype), whose own geometry is f32.
+  backward_weights_with(plan_for(g, channels_last_convolutions(g.dtype) || x.layout() == Layout::NHWC), x, gy, g, gw,
+                        gb);
+}
+
+namespace {
+void backward_weights_with(const std::shared_ptr<ConvPlan>& plan, const Tensor& x, const Tensor& gy,
+                           const ConvGeometry& g, Tensor& gw, Tensor& gb) {
   ConvPlan& p = backward_weights_plan(g, plan);
   if (p.own_depthwise_bw) {
     // Its loop walks 16-channel blocks; other layouts (nChw8c without AVX-512, plain) go through
@@ -349,5 +391,7 @@ void conv_backward_weights(const Tensor& x, const Tensor& gy, const ConvGeometry
   execute(p.bw, p.bw_pd, std::move(args));
   if (!direct) reorder(memory(dw_desc, dnnl_engine(), dw_buf.raw()), memory(p.wplain, dnnl_engine(), gw.raw()));
 }
+
+}  // namespace
 
 }  // namespace packrat::cpu

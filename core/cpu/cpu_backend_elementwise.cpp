@@ -100,17 +100,19 @@ Tensor binary_same_shape(BinaryOp op, const Tensor& a, const Tensor& b) {
   return out;
 }
 
-// Whether x (blocked, f32 or bf16) meets v as squeeze-and-excitation's per-channel scale does: v
-// of shape (N or 1, C, 1, 1) against x's (N, C, H, W).
+// Whether x (blocked or NHWC, f32 or bf16) meets v as squeeze-and-excitation's per-channel scale
+// does: v of shape (N or 1, C, 1, 1) against x's (N, C, H, W).
 bool per_channel_of_blocked(const Tensor& x, const Tensor& v) {
-  return channel_block(x.layout()) && x.dtype() != DType::f64 && x.rank() == 4 && v.rank() == 4 &&
+  return (channel_block(x.layout()) || x.layout() == Layout::NHWC) && x.dtype() != DType::f64 && x.rank() == 4 && v.rank() == 4 &&
          v.dim(1) == x.dim(1) && v.dim(2) == 1 && v.dim(3) == 1 && (v.dim(0) == x.dim(0) || v.dim(0) == 1);
 }
 
 // f(x, v) (x_first) or f(v, x) with x blocked and v per channel (per_channel_of_blocked), in x's
-// layout: reading x as it lies spares a reorder of x into plain and of the result back.
+// layout: reading x as it lies spares a reorder of x into plain and of the result back. NHWC is
+// walked as one block of all C channels.
 Tensor blocked_by_channel(BinaryOp op, const Tensor& x, const Tensor& v_any, bool x_first) {
-  const int64_t B = channel_block(x.layout()), N = x.dim(0), C = x.dim(1), HW = x.dim(2) * x.dim(3), CB = C / B;
+  const int64_t N = x.dim(0), C = x.dim(1), HW = x.dim(2) * x.dim(3);
+  const int64_t B = x.layout() == Layout::NHWC ? C : channel_block(x.layout()), CB = C / B;
   const Tensor v = v_any.to_plain();                          // (N or 1, C, 1, 1), x's dtype
   Tensor out = empty_cpu(x.shape(), x.dtype(), x.layout());  // (N, C, H, W), x's layout
   const int64_t v_sample = v.dim(0) == 1 ? 0 : C;  // values from one sample's channels to the next's

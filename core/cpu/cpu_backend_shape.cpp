@@ -83,7 +83,8 @@ Tensor CpuBackend::transpose_last2(const Tensor& x_any) {
 Tensor CpuBackend::pad_channels_subsample(const Tensor& x, int64_t out_channels, int64_t stride) {
   const ShortcutGeometry g = shortcut_geometry(x.shape(), out_channels, stride);
   const int64_t block = channel_block(x.layout());
-  const Layout out_layout = block && out_channels % block == 0 ? x.layout() : Layout::Plain;
+  const bool keeps_layout = x.layout() == Layout::NHWC || (block && out_channels % block == 0);
+  const Layout out_layout = keeps_layout ? x.layout() : Layout::Plain;
   Tensor y = empty_cpu({g.N, g.Cout, g.Ho, g.Wo}, DType::f32, out_layout);  // (N, Cout, Ho, Wo)
   fill(y, 0.0);
   shortcut_copy<true>(g, x, y);

@@ -2,6 +2,11 @@
 
 #include <omp.h>
 
+#include <atomic>
+#include <cstdlib>
+#include <string_view>
+
+#include "core/cpu/layout.h"
 #include "core/cpu/loops.h"
 
 namespace packrat::cpu {
@@ -26,6 +31,32 @@ bool bf16_kernels() {
 bool amx_kernels() {
   const auto isa = static_cast<unsigned>(dnnl::get_effective_cpu_isa());
   return (isa & dnnl_cpu_isa_avx512_core_amx) == dnnl_cpu_isa_avx512_core_amx;
+}
+
+namespace {
+ActivationLayout activation_layout_from_environment() {
+  const char* v = std::getenv("PACKRAT_CPU_ACTIVATIONS");
+  if (v == nullptr || *v == '\0') return ActivationLayout::Auto;
+  const std::string_view s(v);
+  if (s == "blocked") return ActivationLayout::Blocked;
+  if (s == "channels_last") return ActivationLayout::ChannelsLast;
+  fail("PACKRAT_CPU_ACTIVATIONS: unknown value '{}' (blocked or channels_last)", s);
+}
+std::atomic<ActivationLayout>& activation_layout_setting() {
+  static std::atomic<ActivationLayout> setting{activation_layout_from_environment()};
+  return setting;
+}
+}  // namespace
+
+void set_activation_layout(ActivationLayout l) { activation_layout_setting() = l; }
+ActivationLayout activation_layout() { return activation_layout_setting().load(); }
+
+bool channels_last_convolutions(DType dtype) {
+  switch (activation_layout()) {
+    case ActivationLayout::Blocked: return false;
+    case ActivationLayout::ChannelsLast: return true;
+    default: return is_half(dtype) && amx_kernels();
+  }
 }
 
 Layout native_blocked_layout() {
@@ -85,6 +116,7 @@ std::optional<Layout> layout_of(const memory::desc& d) {
   if (d == desc_for(s, dt, Layout::Plain)) return Layout::Plain;
   for (Layout blocked : {Layout::nChw16c, Layout::nChw8c})
     if (s[1] % channel_block(blocked) == 0 && d == desc_for(s, dt, blocked)) return blocked;
+  if (d == desc_for(s, dt, Layout::NHWC)) return Layout::NHWC;
   return std::nullopt;
 }
 

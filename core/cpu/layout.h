@@ -4,6 +4,11 @@
 // when C is a multiple of the block, so no padding is ever held. Code outside core/cpu/ never
 // creates them; it meets them only as "the layout this tensor came in". Either blocked layout
 // is accepted on any CPU (a tensor made elsewhere, a test's); convolutions make the native one.
+//
+// Channels-last (NHWC) activations: where a convolution's kernels read and write only NHWC
+// (oneDNN's AMX kernels, 16-bit), its outputs and data gradients stay NHWC, so that the ops
+// between two convolutions (batchnorm, activations, additions, pooling, codecs) walk NHWC and no
+// reorder surrounds the kernel (channels_last_convolutions).
 #include <cstdint>
 
 #include "core/dtype.h"
@@ -19,8 +24,30 @@ inline Layout blocked_if_aligned(int64_t C) {
   return C % channel_block(blocked) == 0 ? blocked : Layout::Plain;
 }
 
-// Element offset of logical (n, c, h, w) in a 4-d buffer of the given layout (plain or blocked).
+// Which layout the CPU's convolutions give their activations: Auto (channels-last where the
+// kernels are AMX's, blocked elsewhere), or one of the two everywhere (tests, A/B benchmarks).
+// The environment's PACKRAT_CPU_ACTIVATIONS=blocked|channels_last sets it at start-up.
+enum class ActivationLayout { Auto, Blocked, ChannelsLast };
+void set_activation_layout(ActivationLayout l);
+ActivationLayout activation_layout();
+// Sets the layout for a scope (tests, benchmarks), then restores the one before.
+class ActivationLayoutScope {
+ public:
+  explicit ActivationLayoutScope(ActivationLayout l) : before_(activation_layout()) { set_activation_layout(l); }
+  ~ActivationLayoutScope() { set_activation_layout(before_); }
+  ActivationLayoutScope(const ActivationLayoutScope&) = delete;
+  ActivationLayoutScope& operator=(const ActivationLayoutScope&) = delete;
+
+ private:
+  ActivationLayout before_;
+};
+// Whether convolutions computing in `dtype` read and write NHWC: under Auto, 16-bit ones on a CPU
+// with AMX (oneDNN's AMX kernels read only NHWC; blocked tensors cost a reorder at each edge).
+bool channels_last_convolutions(DType dtype);
+
+// Element offset of logical (n, c, h, w) in a 4-d buffer of the given layout (plain, blocked or NHWC).
 inline int64_t nchw_offset(Layout l, int64_t C, int64_t H, int64_t W, int64_t n, int64_t c, int64_t h, int64_t w) {
+  if (l == Layout::NHWC) return ((n * H + h) * W + w) * C + c;
   const int64_t B = channel_block(l);
   if (B == 0) return ((n * C + c) * H + h) * W + w;
   const int64_t cb = c / B, ci = c % B;

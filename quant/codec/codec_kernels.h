@@ -35,6 +35,10 @@ class CodecKernels {
  public:
   virtual ~CodecKernels() = default;
 
+  // Whether the kernels walk an NHWC tensor in its plain order themselves (a GPU's: staged through
+  // shared memory); where not, an NHWC tensor goes through a plain copy (codec_order, mixed_codec_order).
+  virtual bool walks_nhwc() const { return false; }
+
   // ---- per-group quantization (quant/group/group_quant.h; arguments checked by the entry points)
   virtual void quantize_groups(const Tensor& x, const GroupGeometry& g, Rounding rounding, const QuantNoise& noise,
                                const Tensor& codes, const Tensor& meta, std::vector<double>* group_range_sq,

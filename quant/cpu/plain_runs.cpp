@@ -145,17 +145,36 @@ inline bool transpose8(const S* src, int64_t src_stride, D* dst, int64_t dst_str
 #endif
 }
 
-// A B x B transpose (transpose16 / transpose8), or false where this CPU has no vector one.
+// The square vector transposes that tile B channels: 16 or 8 where they divide B (B = 16 or 8 for
+// nChw16c / nChw8c; B = C for NHWC, walked as one block of all channels), else 0.
+inline int64_t transpose_width(int64_t B) { return B % 16 == 0 ? 16 : B % 8 == 0 ? 8 : 0; }
+
+// A W x W transpose (transpose16 / transpose8), or false where this CPU has no vector one.
 template <typename S, typename D>
-inline bool transpose_block(int64_t B, const S* src, int64_t src_stride, D* dst, int64_t dst_stride) {
-  return B == 16 ? transpose16(src, src_stride, dst, dst_stride) : transpose8(src, src_stride, dst, dst_stride);
+inline bool transpose_block(int64_t W, const S* src, int64_t src_stride, D* dst, int64_t dst_stride) {
+  if (W == 16) return transpose16(src, src_stride, dst, dst_stride);
+  return W == 8 && transpose8(src, src_stride, dst, dst_stride);
+}
+
+// W positions x B channels at src (rows B apart) -> B planes at dst (plane apart), as W x W
+// transposes, or false (nothing written) where this CPU has no vector one.
+template <typename S, typename D>
+inline bool transpose_strip(int64_t W, int64_t B, const S* src, int64_t src_stride, D* dst, int64_t dst_stride,
+                            bool to_planes) {
+  for (int64_t k = 0; k < B; k += W) {
+    const bool done = to_planes ? transpose_block(W, src + k, src_stride, dst + k * dst_stride, dst_stride)
+                                : transpose_block(W, src + k * src_stride, src_stride, dst + k, dst_stride);
+    if (!done) return false;  // the first one: this CPU has none
+  }
+  return true;
 }
 
 // (plane, B) at src -> (B, plane) at dst: src[s * B + k] -> dst[k * plane + s], from f32 or bf16.
 template <typename T>
 void transpose_to_planes(const T* src, float* dst, int64_t plane, int64_t B) {
+  const int64_t W = transpose_width(B);
   int64_t s = 0;
-  for (; s + B <= plane && transpose_block(B, src + s * B, B, dst + s, plane); s += B) {
+  for (; W && s + W <= plane && transpose_strip(W, B, src + s * B, B, dst + s, plane, true); s += W) {
   }
   for (; s < plane; ++s)
     for (int64_t k = 0; k < B; ++k) dst[k * plane + s] = widen(src[s * B + k]);
@@ -164,8 +183,9 @@ void transpose_to_planes(const T* src, float* dst, int64_t plane, int64_t B) {
 // And back, into f32 or bf16.
 template <typename T>
 void transpose_from_planes(const float* src, T* dst, int64_t plane, int64_t B) {
+  const int64_t W = transpose_width(B);
   int64_t s = 0;
-  for (; s + B <= plane && transpose_block(B, src + s, plane, dst + s * B, B); s += B) {
+  for (; W && s + W <= plane && transpose_strip(W, B, src + s, plane, dst + s * B, B, false); s += W) {
   }
   for (; s < plane; ++s)
     for (int64_t k = 0; k < B; ++k) narrow(src[k * plane + s], dst[s * B + k]);

@@ -125,6 +125,7 @@ void dequantize_mixed_apply_cuda(const MixedPacked& p, ActivationId fn, bool fro
 
 class CudaCodecs final : public CodecKernels {
  public:
+  bool walks_nhwc() const override { return true; }
   void quantize_groups(const Tensor& x, const GroupGeometry& g, Rounding rounding, const QuantNoise& noise,
                        const Tensor& codes, const Tensor& meta, std::vector<double>* group_range_sq,
                        const CodecWalk& walk) override {

@@ -75,16 +75,22 @@ int64_t channel_plane(const Shape& shape) {
 }
 int64_t channel_plane(const Tensor& x) { return channel_plane(x.shape()); }
 
-// An NHWC tensor (a GPU's) is walked in plain order under every grouping, so that its groups and
-// codes are the plain tensor's, as on the CPU: staged through shared memory where the kernels can,
-// else through a plain copy.
+CodecWalk nhwc_as_blocked(const Shape& s) { return CodecWalk{s[1], s[2] * s[3], false, s[1]}; }
+
+// An NHWC tensor is walked in plain order under every grouping, so that its groups and codes are
+// the plain tensor's, as for a blocked one: on a GPU staged through shared memory where its kernels
+// can, else through a plain copy; the CPU's kernels walk it as a blocked tensor of one block of all
+// C channels (nhwc_as_blocked).
 CodecOrder codec_order(const Tensor& x, const GroupGeometry& g) {
   CodecOrder o;
   if (const int64_t block = channel_block(x.layout())) {
     o.walk = {x.dim(1), channel_plane(x), false, block};
   } else if (x.layout() == Layout::NHWC) {
-    if (nhwc_stageable(g, CodecWalk{x.dim(1), channel_plane(x), true}))
-      o.walk = {x.dim(1), channel_plane(x), true};
+    const CodecWalk nhwc{x.dim(1), channel_plane(x), true};
+    if (!codecs(x.device(), "codec_order: the input").walks_nhwc())
+      o.walk = nhwc_as_blocked(x.shape());
+    else if (nhwc_stageable(g, nhwc))
+      o.walk = nhwc;
     else
       o.via_plain = true;
   }

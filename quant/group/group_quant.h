@@ -159,8 +159,11 @@ GroupGeometry group_geometry_of(const Tensor& x, const GroupQuantConfig& c);
 struct CodecWalk {
   int64_t channels = 0, plane = 0;  // channels 0: the buffer as it lies
   bool nhwc = false;                // with channels: NHWC, else channel-blocked
-  int64_t block = 16;               // channel-blocked: the channels a block holds (16 or 8)
+  int64_t block = 16;               // channel-blocked: the channels a block holds (16 or 8; C: NHWC on the CPU)
 };
+// NHWC (N, C, H, W) as the CPU's kernels walk it: channel-blocked with one block of all C channels
+// (nChwCc, the same buffer), so that their blocked walks serve it.
+CodecWalk nhwc_as_blocked(const Shape& s);
 // How the codec reads x, whose geometry is g (group_geometry_of), so that the codes are those of
 // the plain tensor under every grouping.
 struct CodecOrder {

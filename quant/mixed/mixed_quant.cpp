@@ -121,7 +121,7 @@ CodecWalk mixed_walk_of(const Tensor& t, int64_t bucket_size, const char* where)
   const CodecOrder o = mixed_codec_order(t.shape(), t.layout(), t.device(), bucket_size);
   PACKRAT_CHECK(!o.via_plain,
                 "{}: a {} tensor on {} in buckets of {}: the codes follow the logical order, which the kernels there "
-                "do not walk in this layout and size (the CPU's: plain and nChw16c; a GPU's: plain, and NHWC with "
+                "do not walk in this layout and size (the CPU's: plain, blocked and NHWC; a GPU's: plain, and NHWC with "
                 "buckets and planes up to 1024 values; give its plain copy)",
                 where, t.describe(), t.device().str(), bucket_size);
   return o.walk;
@@ -135,7 +135,9 @@ CodecOrder mixed_codec_order(const Shape& shape, Layout layout, Device d, int64_
                        channel_block(layout)};
   if (channel_block(layout) && d.is_cpu()) {
     o.walk = walk;
-  } else if (layout == Layout::NHWC && !d.is_cpu() &&
+  } else if (layout == Layout::NHWC && d.is_cpu()) {
+    o.walk = nhwc_as_blocked(shape);  // as the group codecs walk it there (codec_order)
+  } else if (layout == Layout::NHWC && codecs(d, "mixed_codec_order: the input").walks_nhwc() &&
              nhwc_buckets_stageable(bucket_geometry(shape.numel(), bucket_size), walk)) {
     o.walk = walk;
   } else {

@@ -3,10 +3,16 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
+
 #include "autograd/ops.h"
 #include "autograd/tape.h"
+#include "core/autocast.h"
+#include "core/backend.h"
 #include "core/cpu/conv.h"
 #include "core/cpu/dnnl_context.h"
+#include "core/cpu/layout.h"
 #include "core/cpu/weight_cache.h"
 #include "tests/golden/dnnl/golden.h"
 #include "tests/support/gradcheck.h"
@@ -134,6 +140,60 @@ TEST(Conv2dOp, PlainAndBlockedInputsGiveTheSameResultsAndGradientsInTheirOwnLayo
     expect_close(dx[0], dx[i], 1e-5f);
     expect_close(dw[0], dw[i], 1e-4f);
     expect_close(db[0], db[i], 1e-4f);
+  }
+}
+
+// Channels-last activations (what a CPU with AMX runs for 16-bit convolutions; here asked for on
+// any CPU): a convolution writes NHWC and reads it as it lies, and batchnorm, the activation and the
+// residual addition between two convolutions keep it, so no reorder surrounds a kernel; the step's
+// values and gradients are the blocked step's.
+TEST(Conv2dOp, ChannelsLastActivationsStayNhwcBetweenConvolutionsWithTheBlockedStepsGradients) {
+  using cpu::ActivationLayout;
+  {
+    cpu::ActivationLayoutScope automatic(ActivationLayout::Auto);
+    EXPECT_FALSE(cpu::channels_last_convolutions(DType::f32)) << "f32 keeps Winograd's blocked tensors";
+    EXPECT_EQ(cpu::channels_last_convolutions(DType::bf16), cpu::amx_kernels());
+  }
+  std::vector<DType> dtypes = {DType::f32};
+  if (backend(Device::cpu()).conv_computes_in(DType::bf16)) dtypes.push_back(DType::bf16);
+  for (DType dtype : dtypes) {
+    std::vector<float> values[2][5];  // (blocked, channels-last) x (y, dx, dw1, dw2, dgamma)
+    for (int m = 0; m < 2; ++m) {
+      const bool channels_last = m == 1;
+      SCOPED_TRACE(fmt::format("{} {}", dtype_name(dtype), channels_last ? "channels-last" : "blocked"));
+      cpu::ActivationLayoutScope scope(channels_last ? ActivationLayout::ChannelsLast : ActivationLayout::Blocked);
+      Tensor x = param({2, 16, 8, 8}, 1), w1 = param({32, 16, 3, 3}, 2), w2 = param({32, 32, 3, 3}, 3);
+      Tensor gamma = param({32}, 4), beta = param({32}, 5);
+      Tensor running_mean = Tensor::zeros({32}), running_var = Tensor::full({32}, 1.0f);
+      Tensor c1, bn, act, y;
+      {
+        AutocastScope autocast(dtype);
+        c1 = ops::conv2d(x, w1, Tensor(), {1, 1, 1, 1, 1, 1, 1});
+        bn = ops::batchnorm2d(c1, gamma, beta, running_mean, running_var, true);
+        act = ops::relu(bn);
+        y = ops::add(ops::conv2d(act, w2, Tensor(), {1, 1, 1, 1, 1, 1, 1}), c1);  // two convolutions' outputs
+      }
+      if (channels_last)
+        for (const Tensor* t : {&c1, &bn, &act, &y}) EXPECT_EQ(t->layout(), Layout::NHWC);
+      else
+        EXPECT_EQ(y.layout(), cpu::native_blocked_layout());
+      backward(y, random_tensor(y.shape(), 6).to_layout(y.layout()));  // an f32 gradient, as every gradient is
+      EXPECT_EQ(x.grad().layout(), Layout::Plain) << "the input's gradient in the input's layout";
+      values[m][0] = y.to(DType::f32).to_vector();
+      values[m][1] = x.grad().to_vector();
+      values[m][2] = w1.grad().to_vector();
+      values[m][3] = w2.grad().to_vector();
+      values[m][4] = gamma.grad().to_vector();
+    }
+    // Relative to the largest value: the kernels of the two layouts may sum in other orders, and
+    // under bf16 y is rounded to 8 significant bits.
+    const float tol = dtype == DType::f32 ? 1e-5f : 2e-2f;
+    for (int k = 0; k < 5; ++k) {
+      SCOPED_TRACE(fmt::format("{} value {}", dtype_name(dtype), k));
+      float scale = 1.0f;
+      for (float v : values[0][k]) scale = std::max(scale, std::abs(v));
+      expect_close(values[0][k], values[1][k], tol * scale);
+    }
   }
 }
 

@@ -1,6 +1,6 @@
 // The backend test, convolution section: conv_input, conv_forward and both backwards on every
 // backend against a direct 7-loop convolution in double, for strided, padded, dilated, grouped,
-// depthwise and pointwise geometries, plain, blocked and (on a GPU) NHWC inputs.
+// depthwise and pointwise geometries, plain, blocked and NHWC inputs.
 #include "tests/core/backend_test_support.h"
 
 namespace packrat {
@@ -75,6 +75,7 @@ TEST(BackendConv, ForwardAndBothBackwardsMatchDirectLoopsOnEveryBackend) {
       {2, 16, 6, 6, 32, 3, 3, 1, 1, 1, 1, 1, 1, 1, true},    // 16 -> 32, blockable both sides
       {2, 32, 6, 6, 16, 1, 1, 2, 2, 0, 0, 1, 1, 1, false},   // pointwise, stride 2
       {1, 40, 4, 4, 80, 1, 1, 1, 1, 0, 0, 1, 1, 1, true},    // 40 -> 80: plain in, blockable out
+      {32, 28, 1, 1, 672, 1, 1, 1, 1, 0, 0, 1, 1, 1, true},  // squeeze-and-excitation's expansion: 1x1 planes, bias
   };
   PACKRAT_FOR_EACH_BACKEND(b) {
     DeviceScope on(b->device());
@@ -90,7 +91,7 @@ TEST(BackendConv, ForwardAndBothBackwardsMatchDirectLoopsOnEveryBackend) {
       std::vector<Layout> layouts = {Layout::Plain};
       for (Layout blocked : {Layout::nChw16c, Layout::nChw8c})
         if (g.Cin % channel_block(blocked) == 0 || g.Cout % channel_block(blocked) == 0) layouts.push_back(blocked);
-      if (!b->device().is_cpu()) layouts.push_back(Layout::NHWC);  // what the CUDA backend's convolutions make
+      layouts.push_back(Layout::NHWC);  // what the CUDA backend's convolutions make, and the CPU's on AMX
       for (Layout l : layouts) {
         SCOPED_TRACE(layout_name(l));
         // Inputs in layout l where their channels allow it.

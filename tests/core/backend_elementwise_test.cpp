@@ -88,7 +88,7 @@ TEST(BackendPointwise, EveryActivationAndDerivativeMatchesTheDoubleReference) {
     const Tensor host = host_random({2, 32, 3, 5}, 3, -5.0f, 5.0f);
     const Tensor grad_host = host_random({2, 32, 3, 5}, 4);
     const std::vector<float> xv = host.to_vector(), gv = grad_host.to_vector();
-    for (Layout layout : {Layout::Plain, Layout::nChw16c}) {
+    for (Layout layout : {Layout::Plain, Layout::nChw16c, Layout::NHWC}) {
       const Tensor x = b->to_layout(host.to(b->device()), layout);
       const Tensor g = b->to_layout(grad_host.to(b->device()), layout);
       for (int k = 0; k < kNumActivations; ++k) {
@@ -173,9 +173,9 @@ TEST(BackendElementwise, BinaryOpsMatchTheReferenceWithAndWithoutBroadcasting) {
     Shape s;
     expect_close(host_values(y), broadcast_reference(ha, hb, [](double x, double z) { return x * z; }, &s), 1e-6f,
                  1e-7f, "blocked * plain");
-    // A blocked tensor against a per-channel one (squeeze-and-excitation's scale), either side, per
-    // sample or shared: the CPU computes it in the blocked layout.
-    for (Layout blocked : {Layout::nChw16c, Layout::nChw8c})
+    // A blocked or NHWC tensor against a per-channel one (squeeze-and-excitation's scale), either
+    // side, per sample or shared: the CPU computes it in that layout.
+    for (Layout blocked : {Layout::nChw16c, Layout::nChw8c, Layout::NHWC})
       for (const Shape& vs : {Shape{2, 32, 1, 1}, Shape{1, 32, 1, 1}}) {
         const Tensor hv = host_random(vs, 42, 0.5f, 1.5f);
         const Tensor x = b->to_layout(ha.to(b->device()), blocked), v = hv.to(b->device());

@@ -84,7 +84,7 @@ TEST(BackendPool, MaxAndAveragePoolingMatchNaiveLoopsOnEveryBackend) {
       const PoolKind kind = cases[k].kind;
       const Tensor hx = host_random({g.N, g.C, g.H, g.W}, 10 + k), hgy = host_random({g.N, g.C, g.OH, g.OW}, 20 + k);
       const PoolReference want = reference(g, kind, hx.to_vector(), hgy.to_vector());
-      for (Layout l : {Layout::Plain, Layout::nChw16c, Layout::nChw8c}) {
+      for (Layout l : {Layout::Plain, Layout::nChw16c, Layout::nChw8c, Layout::NHWC}) {
         if (channel_block(l) && g.C % channel_block(l) != 0) continue;
         SCOPED_TRACE(fmt::format("case {} {}", k, layout_name(l)));
         const Tensor x = b->to_layout(hx.to(b->device()), l);
@@ -133,13 +133,13 @@ TEST(BackendPool, AdaptiveAveragePoolingWithUnevenWindowsMatchesNaiveLoopsOnEver
     // PyTorch's windows for 7 -> 3: [0, 3), [2, 5), [4, 7) (overlapping).
     EXPECT_EQ(Backend::adaptive_window_begin(1, 7, 3), 2);
     EXPECT_EQ(Backend::adaptive_window_end(1, 7, 3), 5);
-    for (Layout l : {Layout::Plain, Layout::nChw16c, Layout::nChw8c}) {
+    for (Layout l : {Layout::Plain, Layout::nChw16c, Layout::nChw8c, Layout::NHWC}) {
       SCOPED_TRACE(layout_name(l));
       const Tensor xd = b->to_layout(hx.to(b->device()), l);
       const Tensor yd = b->adaptive_avgpool_forward(xd, OH, OW);
       EXPECT_EQ(yd.layout(), l);
       expect_close(host_values(yd), y, 1e-6f, 1e-6f, "y");
-      for (Layout gl : {Layout::Plain, Layout::nChw16c, Layout::nChw8c}) {
+      for (Layout gl : {Layout::Plain, Layout::nChw16c, Layout::nChw8c, Layout::NHWC}) {
         const Tensor dxd = b->adaptive_avgpool_backward(b->to_layout(hgy.to(b->device()), gl), hx.shape(), l);
         EXPECT_EQ(dxd.layout(), l);
         expect_close(host_values(dxd), dx, 1e-6f, 1e-6f, "dx");

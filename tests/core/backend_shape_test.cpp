@@ -51,10 +51,11 @@ TEST(BackendShape, PadChannelsSubsampleAndItsBackwardMoveTheRightElements) {
             want[out] = xv[in];
             want_gx[in] = gv[out];
           }
-    for (Layout layout : {Layout::Plain, Layout::nChw16c, Layout::nChw8c}) {
+    for (Layout layout : {Layout::Plain, Layout::nChw16c, Layout::nChw8c, Layout::NHWC}) {
       const Tensor x = b->to_layout(hx.to(b->device()), layout);
       const Tensor y = b->pad_channels_subsample(x, Cout, s);
       EXPECT_EQ(y.shape(), Shape({N, Cout, Ho, Wo}));
+      if (layout == Layout::NHWC) EXPECT_EQ(y.layout(), Layout::NHWC) << "the shortcut keeps channels-last activations";
       EXPECT_EQ(host_values(y), want) << layout_name(layout);
       const Tensor gx = b->pad_channels_subsample_backward(b->to_layout(hg.to(b->device()), y.layout()), x.shape(),
                                                            layout, s);

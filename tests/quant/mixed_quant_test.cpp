@@ -143,7 +143,8 @@ TEST(MixedQuant, ABlockedTensorIsQuantizedInItsLogicalOrder) {
     if (!t.defined()) return std::vector<uint8_t>{};
     return std::vector<uint8_t>(t.data<uint8_t>(), t.data<uint8_t>() + t.nbytes());
   };
-  for (Layout layout : {Layout::nChw16c, Layout::nChw8c}) {
+  // NHWC (channels-last activations on the CPU): walked as one block of all 32 channels.
+  for (Layout layout : {Layout::nChw16c, Layout::nChw8c, Layout::NHWC}) {
     const Tensor blocked = plain.to_layout(layout);
     for (ScaleRule rule : {ScaleRule::Affine, ScaleRule::MaxAbs})
       for (int64_t bucket : {100, 512, 2048}) {

@@ -83,7 +83,11 @@ TEST(NhwcBuckets, AGpusNhwcTensorIsWalkedInPlainOrderWhereItsBucketsFitATile) {
   EXPECT_FALSE(blocked.walk.nhwc);
   EXPECT_EQ(blocked.walk.channels, 32);
   EXPECT_EQ(blocked.walk.plane, 64);
-  EXPECT_TRUE(mixed_codec_order({2, 8, 32, 32}, Layout::NHWC, Device::cpu(), 512).via_plain);
+  const CodecOrder cpu_nhwc = mixed_codec_order({2, 8, 32, 32}, Layout::NHWC, Device::cpu(), 512);
+  EXPECT_FALSE(cpu_nhwc.via_plain);  // the CPU walks NHWC as one block of all 8 channels
+  EXPECT_FALSE(cpu_nhwc.walk.nhwc);
+  EXPECT_EQ(cpu_nhwc.walk.block, 8);
+  EXPECT_EQ(cpu_nhwc.walk.channels, 8);
   const CodecOrder plain = mixed_codec_order({2, 8, 32, 32}, Layout::Plain, gpu, 2048);
   EXPECT_FALSE(plain.via_plain);
   EXPECT_EQ(plain.walk.channels, 0);

@@ -27,6 +27,18 @@ using namespace nhwc_cases;
 // whose groups would hold G / C pixels of every channel).
 TEST(NhwcTile, AnNhwcTensorIsWalkedInPlainOrderUnderEveryGrouping) {
   EmulatedGpu gpu;
+  {
+    // Kernels that walk no NHWC tensor (the CPU's, which the emulated GPU runs) walk it as one
+    // block of all its channels.
+    const Tensor x = Tensor::empty({2, 8, 32, 32}, DType::f32, Layout::NHWC, MemTag::Workspace, EmulatedGpu::device());
+    const CodecOrder o = codec_order(x, group_geometry_of(x, GroupQuantConfig{}));
+    EXPECT_FALSE(o.via_plain);
+    EXPECT_FALSE(o.walk.nhwc);
+    EXPECT_EQ(o.walk.channels, 8);
+    EXPECT_EQ(o.walk.block, 8);
+    EXPECT_EQ(o.walk.plane, 1024);
+  }
+  gpu.claim_nhwc_walks();  // a GPU's kernels do
   auto order_of = [](const Shape& shape, Layout layout, const GroupQuantConfig& c) {
     const Tensor x = Tensor::empty(shape, DType::f32, layout, MemTag::Workspace, EmulatedGpu::device());
     return codec_order(x, group_geometry_of(x, c));

@@ -482,6 +482,10 @@ class EmulatedBackend final : public Backend {
 // The compression codecs on the device: the CPU's kernels, on its (host) memory.
 class EmulatedCodecs final : public CodecKernels {
  public:
+  // The CPU's kernels walk no NHWC tensor, so an NHWC tensor goes through a plain copy here unless
+  // a test of the codecs' plans says otherwise (EmulatedGpu::claim_nhwc_walks).
+  bool walks_nhwc() const override { return claims_nhwc_walks; }
+  bool claims_nhwc_walks = false;
   void quantize_groups(const Tensor& x, const GroupGeometry& g, Rounding rounding, const QuantNoise& noise,
                        const Tensor& codes, const Tensor& meta, std::vector<double>* group_range_sq,
                        const CodecWalk& walk) override {
@@ -563,6 +567,7 @@ EmulatedBackend& instance() {
 
 EmulatedGpu::EmulatedGpu() {
   instance().convolutions_ = instance().matmuls_ = {};
+  codecs().claims_nhwc_walks = false;
   set_backend_override(kGpu, &instance());
   set_codecs(kGpu, &codecs());
 }
@@ -573,6 +578,7 @@ EmulatedGpu::~EmulatedGpu() {
 }
 Allocator& EmulatedGpu::allocator() { return instance().allocator(); }
 EmulatedCopyEngine& EmulatedGpu::copy_engine() { return instance().copies(); }
+void EmulatedGpu::claim_nhwc_walks() { codecs().claims_nhwc_walks = true; }
 EmulatedGpu::Tf32Calls EmulatedGpu::convolutions() const { return instance().convolutions_; }
 EmulatedGpu::Tf32Calls EmulatedGpu::matmuls() const { return instance().matmuls_; }
 

@@ -33,6 +33,9 @@ class EmulatedGpu {
   Allocator& allocator();
   // Its copy engine (tests/support/emulated_copy_engine.h): copies run when asked about, in order.
   EmulatedCopyEngine& copy_engine();
+  // From now on its codecs say that they walk NHWC tensors, as a GPU's do, so that the plans a GPU
+  // gets (codec_order) can be tested here; its kernels (the CPU's) still refuse such a walk.
+  void claim_nhwc_walks();
   // Its convolution and matmul calls since it was installed, by whether TF32 was allowed there
   // (tf32_use(): what a GPU's cuDNN and cuBLAS would have been told).
   struct Tf32Calls {
