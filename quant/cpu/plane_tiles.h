@@ -197,10 +197,23 @@ constexpr int64_t kLanes = 16;
 constexpr int64_t kMaxGroup = 1024;  // longer groups take the plain walk (LaneWords holds a row's words)
 
 // Whether `walk` is of a channel-blocked buffer whose tiles are this CPU's rows (nChw16c with
-// AVX-512, nChw8c with AVX2), every tile full.
+// AVX-512, nChw8c with AVX2; or NHWC walked as one block of all C channels, C a multiple of the
+// lanes: a position's row of C values holds C / lanes tiles' rows), every tile full.
 inline bool walks_tiles(const CodecWalk& walk) {
-  return walk.channels > 0 && !walk.nhwc && walk.block == kLanes && walk.channels % kLanes == 0 && walk.plane > 0;
+  return walk.channels > 0 && !walk.nhwc && walk.block % kLanes == 0 && walk.channels % walk.block == 0 &&
+         walk.plane > 0;
 }
+
+// Where tile t (lanes channels of one sample: the plain elements [t lanes plane, (t + 1) lanes
+// plane)) starts in a buffer walked as `walk`, and the stride between its rows (positions).
+struct TilePlace {
+  int64_t tiles_a_row, plane;
+  int64_t row_stride() const { return tiles_a_row * kLanes; }
+  int64_t start(int64_t t) const {
+    return (t / tiles_a_row) * tiles_a_row * kLanes * plane + (t % tiles_a_row) * kLanes;
+  }
+};
+inline TilePlace tile_place(const CodecWalk& walk) { return TilePlace{walk.block / kLanes, walk.plane}; }
 
 // The per-plane geometry of g's groups (of a buffer walked as `walk`) where they are groups within
 // the channel planes of a blocked buffer whose tiles are this CPU's rows; spans 0 where not. g
@@ -370,9 +383,10 @@ class TileNoise {
 // arithmetic lane by lane with the lanes' vmin and vinv and the rows' noise rnd (null: nearest),
 // packed into the lanes' streams (code i of lane c at bits [B i, B i + B): word w at
 // words[w * kLanes + c]).
+// rows lie `stride` values apart (kLanes in a blocked buffer, C in an NHWC one).
 template <int B, typename T>
-inline void quantize_rows(const T* rows, int64_t len, Lanes::F vmin, Lanes::F vinv, const uint32_t* rnd,
-                          uint32_t* words) {
+inline void quantize_rows(const T* rows, int64_t stride, int64_t len, Lanes::F vmin, Lanes::F vinv,
+                          const uint32_t* rnd, uint32_t* words) {
   using F = Lanes::F;
   using I = Lanes::I;
   const F zero = Lanes::set(0.0f), half = Lanes::set(0.5f), scale = Lanes::set(1.0f / 65536.0f);
@@ -382,10 +396,10 @@ inline void quantize_rows(const T* rows, int64_t len, Lanes::F vmin, Lanes::F vi
   // The rows two groups on, asked for now: the range scan before this is the first read of a tile
   // that has left the caches (a quarter of the 1-bit quantize waited there, perf, Zen 4).
   // A prefetch never faults: past the buffer's end it asks for nothing.
-  const char* ahead = reinterpret_cast<const char*>(rows + 2 * len * kLanes);
+  const char* ahead = reinterpret_cast<const char*>(rows + 2 * len * stride);
   for (int64_t i = 0; i < len; ++i) {
-    _mm_prefetch(ahead + i * kLanes * static_cast<int64_t>(sizeof(T)), _MM_HINT_T0);
-    const F u = Lanes::max(Lanes::mul(Lanes::sub(Lanes::load(rows + i * kLanes), vmin), vinv), zero);
+    _mm_prefetch(ahead + i * stride * static_cast<int64_t>(sizeof(T)), _MM_HINT_T0);
+    const F u = Lanes::max(Lanes::mul(Lanes::sub(Lanes::load(rows + i * stride), vmin), vinv), zero);
     const F fl = Lanes::trunc(u);
     const F frac = Lanes::sub(u, fl);
     F r = half;
@@ -404,7 +418,8 @@ inline void quantize_rows(const T* rows, int64_t len, Lanes::F vmin, Lanes::F vi
 // The values of `len` rows of lanes from the lanes' streams in `words` (quantize_rows' layout):
 // dequantize_value lane by lane with the lanes' vmin and vstep, into rows (f32 or bf16, T).
 template <int B, typename T>
-inline void dequantize_rows(const uint32_t* words, int64_t len, Lanes::F vmin, Lanes::F vstep, T* rows) {
+inline void dequantize_rows(const uint32_t* words, int64_t len, Lanes::F vmin, Lanes::F vstep, T* rows,
+                            int64_t stride) {
   using I = Lanes::I;
   const I mask = Lanes::set((1 << B) - 1);
   for (int64_t i = 0; i < len; ++i) {
@@ -414,7 +429,7 @@ inline void dequantize_rows(const uint32_t* words, int64_t len, Lanes::F vmin, L
     if (off + B > 32)  // the code's high bits start the next word
       code = Lanes::bit_or(code, Lanes::shl(Lanes::load(w + kLanes), 32 - off));
     code = Lanes::bit_and(code, mask);
-    Lanes::store(rows + i * kLanes, Lanes::fmadd(Lanes::to_float(code), vstep, vmin));  // as dequantize_value
+    Lanes::store(rows + i * stride, Lanes::fmadd(Lanes::to_float(code), vstep, vmin));  // as dequantize_value
   }
 }
 
@@ -425,6 +440,8 @@ void quantize(const T* x, const GroupGeometry& g, const CodecWalk& walk, Roundin
               uint8_t* codes, uint8_t* meta, double* range_sq) {
   using F = Lanes::F;
   const int64_t plane = walk.plane, tile_elements = kLanes * plane, gps = g.groups_per_span;
+  const TilePlace place = tile_place(walk);
+  const int64_t stride = place.row_stride();
   const int meta_size = meta_bytes_per_group(g.meta);
   const bool stochastic = rounding == Rounding::Stochastic;
   for_tile_ranges(g.spans / kLanes, tile_elements, [&](int64_t t0, int64_t t1) {
@@ -432,15 +449,15 @@ void quantize(const T* x, const GroupGeometry& g, const CodecWalk& walk, Roundin
     if (stochastic) tile_noise.emplace(noise, plane);
     auto words = std::make_unique<LaneWords>();
     for (int64_t t = t0; t < t1; ++t) {
-      const T* tile = x + t * tile_elements;  // (plane, lanes)
+      const T* tile = x + place.start(t);  // (plane, lanes), rows `stride` apart
       const uint32_t* rnd = stochastic ? tile_noise->fill(t * tile_elements) : nullptr;  // (plane, lanes)
       for (int64_t j = 0; j < gps; ++j) {
         const GroupGeometry::Place at = g.place_in(t * kLanes, j);  // lane 0's group; lane c's is span lanes t + c
         const int64_t s0 = at.start - t * kLanes * plane, len = at.len;
-        const T* rows = tile + s0 * kLanes;  // (len, lanes)
+        const T* rows = tile + s0 * stride;  // (len, lanes)
         F vmn = Lanes::load(rows), vmx = vmn;
         for (int64_t i = 1; i < len; ++i) {
-          const F v = Lanes::load(rows + i * kLanes);
+          const F v = Lanes::load(rows + i * stride);
           vmn = Lanes::min(v, vmn);  // the second operand where either is NaN: the scan's rule
           vmx = Lanes::max(v, vmx);
         }
@@ -455,7 +472,7 @@ void quantize(const T* x, const GroupGeometry& g, const CodecWalk& walk, Roundin
           if (range_sq) range_sq[gi] = group_range_sq(p, len, B);
         }
         // lane c's noise: elements s0 .. s0 + len - 1 of its plane
-        quantize_rows<B>(rows, len, Lanes::load(pmin), Lanes::load(pinv), rnd ? rnd + s0 * kLanes : nullptr,
+        quantize_rows<B>(rows, stride, len, Lanes::load(pmin), Lanes::load(pinv), rnd ? rnd + s0 * kLanes : nullptr,
                          words->words);
         const int64_t bytes = packed_bytes(len, B);
         for (int64_t c = 0; c < kLanes; ++c)
@@ -470,11 +487,13 @@ void quantize(const T* x, const GroupGeometry& g, const CodecWalk& walk, Roundin
 template <int B, typename T>
 void dequantize(const uint8_t* codes, const uint8_t* meta, const GroupGeometry& g, const CodecWalk& walk, T* out) {
   const int64_t plane = walk.plane, tile_elements = kLanes * plane, gps = g.groups_per_span;
+  const TilePlace place = tile_place(walk);
+  const int64_t stride = place.row_stride();
   const int meta_size = meta_bytes_per_group(g.meta);
   for_tile_ranges(g.spans / kLanes, tile_elements, [&](int64_t t0, int64_t t1) {
     auto words = std::make_unique<LaneWords>();
     for (int64_t t = t0; t < t1; ++t) {
-      T* tile = out + t * tile_elements;  // (plane, lanes)
+      T* tile = out + place.start(t);  // (plane, lanes), rows `stride` apart
       for (int64_t j = 0; j < gps; ++j) {
         const GroupGeometry::Place at = g.place_in(t * kLanes, j);
         const int64_t s0 = at.start - t * kLanes * plane, len = at.len, bytes = packed_bytes(len, B);
@@ -485,7 +504,7 @@ void dequantize(const uint8_t* codes, const uint8_t* meta, const GroupGeometry& 
           pstep[c] = p.step;
           words->copy_in(c, bytes, codes + g.place_in(t * kLanes + c, j).code_offset);
         }
-        dequantize_rows<B>(words->words, len, Lanes::load(pmin), Lanes::load(pstep), tile + s0 * kLanes);
+        dequantize_rows<B>(words->words, len, Lanes::load(pmin), Lanes::load(pstep), tile + s0 * stride, stride);
       }
     }
   });

@@ -33,7 +33,7 @@ constexpr int64_t kMaxLaneBytes = 8;  // a lane's stream stored and loaded in on
 // buffer whose tiles are this CPU's rows, every group full and each lane's codes whole bytes.
 inline bool applies_whole_planes(const GroupGeometry& g, const CodecWalk& walk) {
 #if defined(PACKRAT_PLANE_TILES)
-  if (!walks_tiles(walk)) return false;
+  if (!walks_tiles(walk) || walk.block != kLanes) return false;  // blocked buffers only (not NHWC)
   const int64_t plane = walk.plane, k = g.group_size / plane, lane_bits = g.bits * plane;
   return g.group_size % plane == 0 && k >= 2 && kLanes % k == 0 && g.span_len == walk.channels * plane &&
          g.spans * g.span_len == g.numel && g.tail_len == g.group_size && lane_bits % 8 == 0 &&
@@ -150,7 +150,7 @@ void quantize_whole_planes(const T* x, const GroupGeometry& g, const CodecWalk& 
         store_group_meta(p, g.meta, meta + (g0 + q) * meta_size);
         if (range_sq) range_sq[g0 + q] = group_range_sq(p, g.group_size, B);
       }
-      quantize_rows<B>(rows, plane, Lanes::load(pmin), Lanes::load(pinv), rnd, words->words);
+      quantize_rows<B>(rows, kLanes, plane, Lanes::load(pmin), Lanes::load(pinv), rnd, words->words);
       store_lane_streams(*words, lane_bytes, codes + g0 * group_bytes);
     }
   });
@@ -178,7 +178,7 @@ void dequantize_whole_planes(const uint8_t* codes, const uint8_t* meta, const Gr
         }
       }
       load_lane_streams(codes + g0 * group_bytes, lane_bytes, *words);
-      dequantize_rows<B>(words->words, plane, Lanes::load(pmin), Lanes::load(pstep), rows);
+      dequantize_rows<B>(words->words, plane, Lanes::load(pmin), Lanes::load(pstep), rows, kLanes);
     }
   });
 }

@@ -175,6 +175,7 @@ TEST(CodecBitExact, PlaneGroupsOfABlockedBufferAreThePlainTensorsBytes) {
   int whole = 0;     // cases whose groups of whole planes the tiles take k lanes each
   int per_sample = 0;  // per-sample groups cutting every plane into whole groups, a lane each
   int long_lanes = 0;  // groups of whole planes whose lanes hold over 8 bytes of codes
+  int nhwc_tiles = 0;  // NHWC cases the tiles take
   for (int bits : {1, 2, 3, 4, 8})
     for (Rounding rounding : {Rounding::Stochastic, Rounding::Nearest})
       for (MetaType meta : {MetaType::BF16, MetaType::F32})
@@ -182,7 +183,7 @@ TEST(CodecBitExact, PlaneGroupsOfABlockedBufferAreThePlainTensorsBytes) {
           for (int64_t G : {int64_t{7}, int64_t{32}, int64_t{64}, int64_t{300}})
             for (const Shape& shape : shapes) {
               const GroupQuantConfig c = group_config(bits, G, grouping, meta, rounding);
-              const std::string what = config_words(c) + " " + shape.str();
+              const std::string what0 = config_words(c) + " " + shape.str();
               const int64_t n = shape.numel(), plane = shape[2] * shape[3];
               Tensor plain = Tensor::empty(shape);  // (N, C, H, W)
               const std::vector<float> v = values(n, static_cast<uint64_t>(bits * 7 + G));
@@ -194,11 +195,15 @@ TEST(CodecBitExact, PlaneGroupsOfABlockedBufferAreThePlainTensorsBytes) {
                                          {3 * plane, NAN}, {5 * plane + 2, NAN},
                                          {7 * plane + 1, INFINITY}, {9 * plane + 3, -INFINITY}})
                 if (i < n) plain.data<float>()[i] = x;
-              const Layout layout = cpu::native_blocked_layout();
+              // NHWC: channels-last activations, walked as one block of all C channels.
+              for (const Layout layout : {cpu::native_blocked_layout(), Layout::NHWC}) {
+              const std::string what = what0 + " " + std::string(layout_name(layout));
               const Tensor blocked = plain.to_layout(layout);
               const GroupGeometry g = group_geometry(n, shape[0], c, plane);
-              const CodecWalk walk{shape[1], plane, false, layout == Layout::nChw16c ? 16 : 8};
+              const CodecWalk walk = layout == Layout::NHWC ? nhwc_as_blocked(shape)
+                                                            : CodecWalk{shape[1], plane, false, channel_block(layout)};
   #if defined(PACKRAT_PLANE_TILES)
+              nhwc_tiles += layout == Layout::NHWC && plane_tiles::tile_geometry(g, walk).spans > 0 ? 1 : 0;
               vertical += plane_tiles::tile_geometry(g, walk).spans > 0 ? 1 : 0;
               whole += plane_tiles::applies_whole_planes(g, walk) ? 1 : 0;
               per_sample += grouping == Grouping::PerSample && plane_tiles::tile_geometry(g, walk).spans > 0 ? 1 : 0;
@@ -233,6 +238,7 @@ TEST(CodecBitExact, PlaneGroupsOfABlockedBufferAreThePlainTensorsBytes) {
               ASSERT_EQ(std::memcmp(back.data<float>(), ref_out.data(), static_cast<size_t>(n) * sizeof(float)), 0)
                   << what << ": dequantized values";
               ASSERT_EQ(bf16_twin_difference(blocked.data<float>(), g, rounding, noise, walk), "") << what;
+              }
             }
 #if defined(PACKRAT_PLANE_TILES)
   // The cases this test is for, where the layout's tiles are this build's rows (an AVX2 build on a
@@ -245,6 +251,10 @@ TEST(CodecBitExact, PlaneGroupsOfABlockedBufferAreThePlainTensorsBytes) {
     EXPECT_GE(per_sample, 5 * 2 * 2 * 3);  // groups of 7 on 28x28 planes, of 32 and 64 on 8x8
     EXPECT_GE(long_lanes, 2 * 2 * 2 * 2);  // 4x4 planes at 8 bits, groups of 32 and 64
   }
+  // NHWC's tiles: every case whose channels the lanes divide and whose groups lie in planes
+  EXPECT_GE(nhwc_tiles, 5 * 2 * 2 * 3 * 3);
+#else
+  (void)nhwc_tiles;
 #endif
 }
 
