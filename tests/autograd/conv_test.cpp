@@ -99,6 +99,7 @@ TEST(Conv2dOp, ForwardMatchesDirectLoopsForEveryGeometry) {
 }
 
 TEST(Conv2dOp, OutputIsBlockedWhenOutputChannelsFillTheCpusChannelBlocks) {
+  const cpu::ActivationLayoutScope automatic(cpu::ActivationLayout::Auto);  // f32: blocked, whatever the environment asks
   // oneDNN's jit kernels write nChw16c on AVX-512 and nChw8c on AVX2 (its only kernel for the other
   // block there is the reference one): the output is in this CPU's block where the channels fill it.
   const Layout blocked = cpu::native_blocked_layout();
@@ -227,6 +228,7 @@ TEST(Conv2dOp, SavesNothingWithoutGradAndReleasesEverythingAfterBackward) {
 // on a GPU; here the backend's in-place accumulate). The same bits as a separate add, and one
 // gradient buffer fewer at the peak: shortcut + relu's + the convolution's, not also their sum.
 TEST(Conv2dOp, AResidualInputTakesTheConvolutionsGradientInPlace) {
+  const cpu::ActivationLayoutScope automatic(cpu::ActivationLayout::Auto);  // f32: blocked, whatever the environment asks
   const ops::Conv2dOptions same{1, 1, 1, 1, 1, 1, 1};
   const Shape xs{8, 12, 16, 16};  // 12 channels: everything stays plain on the CPU
   const int64_t S = xs.numel() * 4;
@@ -375,6 +377,7 @@ TEST(Conv2dOpGolden, MatchesPyTorchForwardAndGradientsInBothLayouts) {
 }
 
 TEST(Conv2dOp, NoGeometryOfACommonModelFallsToTheReferenceKernel) {
+  const cpu::ActivationLayoutScope automatic(cpu::ActivationLayout::Auto);  // f32: blocked, whatever the environment asks
   // EfficientNet-style channel counts mix multiples of 16 with others (24, 40): a plain/blocked
   // mix that only ref:any serves must be avoided by running both sides plain.
   struct Case {
@@ -399,6 +402,7 @@ TEST(Conv2dOp, NoGeometryOfACommonModelFallsToTheReferenceKernel) {
 }
 
 TEST(Conv2dOp, ConvolutionsOfResNetAndEfficientNetRunOnFastKernelsWithOrWithoutAvx512) {
+  const cpu::ActivationLayoutScope automatic(cpu::ActivationLayout::Auto);  // f32: blocked, whatever the environment asks
   // oneDNN's im2col + gemm kernels ran up to 25x slower than its jit ones on an AVX2 EPYC (3x on
   // ResNet's first stage; docs/measurements-cpu.md, "Without AVX-512"). Without AVX-512 the jit kernels read and
   // write nChw8c: the convolutions' tensors are nChw8c where their channels fill its blocks; where
