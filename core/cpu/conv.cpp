@@ -275,8 +275,9 @@ namespace {
 // conv_backward_weights).
 bool f32_weight_gradient(const ConvGeometry& g) {
   const bool strided = g.stride_h > 1 || g.stride_w > 1;
-  const bool amx_pointwise = amx_kernels() && g.KH * g.KW == 1 && g.groups == 1;
-  return g.dtype != DType::f32 && (strided || amx_pointwise);
+  const bool pointwise = g.KH * g.KW == 1 && g.groups == 1;
+  if (g.dtype == DType::f32) return false;
+  return amx_kernels() ? pointwise || (strided && g.groups > 1) : strided;
 }
 
 // The output gradient as the kernel reads it: gy itself when it is the channels-last copy of
@@ -335,10 +336,12 @@ void backward_weights_with(const std::shared_ptr<ConvPlan>& plan, const Tensor& 
 void conv_backward_weights(const Tensor& x, const Tensor& gy, const ConvGeometry& g, Tensor& gw, Tensor& gb) {
   if (f32_weight_gradient(g)) {
     // f32 on the bf16 values instead of oneDNN 2.6's bf16 weight gradient:
-    // - of a strided convolution, which synchronises its threads so often that on a machine
-    //   shared with other jobs it ran 20-1500x slower than f32's (ResNet-20's two stride-2
-    //   convolutions: 480-2190 ms a call against f32's 24 ms, the bf16 kernel's own 1.4 ms when it
-    //   got both cores; docs/precision.md);
+    // - of a strided convolution without AMX, whose avx512_core_bf16 kernel synchronises its
+    //   threads so often that on a machine shared with other jobs it ran 20-1500x slower than
+    //   f32's (ResNet-20's two stride-2 convolutions: 480-2190 ms a call against f32's 24 ms, the
+    //   bf16 kernel's own 1.4 ms when it got both cores; docs/precision.md). AMX's kernel has no
+    //   such stall: ResNet-18's bf16 step 1.055x faster with its three strided 3x3 ones on AMX
+    //   (0.92x beside a busy process);
     // - of a 1x1 convolution on AMX, where f32's jit_1x1 kernel is about twice as fast as the AMX
     //   one (EfficientNet-B0's bf16 step 1.12x faster; docs/precision.md).
     ConvGeometry f32 = g;

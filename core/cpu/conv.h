@@ -56,8 +56,8 @@ Tensor conv_backward_data(const Tensor& gy, const Tensor& w, const ConvGeometry&
 // gw (Cout, Cin/groups, KH, KW) plain and gb (Cout) when has_bias, from x and gy (any layout).
 void conv_backward_weights(const Tensor& x, const Tensor& gy, const ConvGeometry& g, Tensor& gw, Tensor& gb);
 // What conv_backward_weights computes in for g: f32 for a 16-bit geometry whose weight gradient
-// runs f32 kernels on the 16-bit values (strided; 1x1 on AMX; depthwise through packrat's own
-// loop), else g.dtype.
+// runs f32 kernels on the 16-bit values (strided without AMX; 1x1 and strided grouped ones on
+// AMX; depthwise through packrat's own loop), else g.dtype.
 DType weight_gradient_dtype(const ConvGeometry& g);
 
 }  // namespace packrat::cpu
