@@ -110,7 +110,8 @@ class Backend {
                               bool keep_weights) = 0;
   // gy (N, Cout, OH, OW) f32, any layout -> the output gradient as this backend's backward kernels
   // for g read it, in g.dtype; the op hands it to both. Default: gy in g.dtype. The CPU's AMX
-  // kernels read a channels-last copy (Layout::NHWC, which lives only here), made in one pass.
+  // kernels read it channels-last (Layout::NHWC): gy converted as it lies where the activations
+  // are channels-last, else a channels-last copy made in one pass.
   virtual Tensor conv_grad_output(const Tensor& gy, const ConvGeometry& g) { return gy.to(g.dtype); }
   // gy (N, Cout, OH, OW) any layout -> dx (N, Cin, H, W) in a layout of the backend's choice.
   virtual Tensor conv_backward_data(const Tensor& gy, const Tensor& w, const ConvGeometry& g) = 0;
