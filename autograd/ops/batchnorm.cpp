@@ -92,9 +92,12 @@ Tensor batchnorm2d(const Tensor& x, const Tensor& weight, const Tensor& bias, Te
   std::vector<SavedHandle> saved = save_batchnorm_inputs(x, mean, var, weight);
   const bool has_weight = weight.defined(), has_bias = bias.defined();
   const Layout x_layout = x.layout();
+  const DType x_dtype = x.dtype();
   record("batchnorm2d", {&x, &weight, &bias}, {&y}, std::move(saved),
          [=](Node& nd, const std::vector<Tensor>& grads) -> std::vector<Tensor> {
-           const Tensor saved_x = nd.load(0).to_layout(x_layout);
+           // A 16-bit x that the kernels read as it lies comes back in its dtype: a compressing
+           // store decodes straight into it, half the bytes of an f32 copy.
+           const Tensor saved_x = (reads_x ? nd.load(0, x_dtype) : nd.load(0)).to_layout(x_layout);
            const Tensor xs = backend_of(saved_x).batchnorm_reads(saved_x.dtype()) ? saved_x : as_f32(saved_x);
            const Tensor m = nd.load(1), v = nd.load(2);
            const Tensor w = has_weight ? nd.load(3) : Tensor();

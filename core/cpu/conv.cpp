@@ -329,39 +329,7 @@ DType weight_gradient_dtype(const ConvGeometry& g) {
 }
 
 namespace {
-void backward_weights_with(const std::shared_ptr<ConvPlan>& plan, const Tensor& x, const Tensor& gy,
-                           const ConvGeometry& g, Tensor& gw, Tensor& gb);
-}  // namespace
-
-void conv_backward_weights(const Tensor& x, const Tensor& gy, const ConvGeometry& g, Tensor& gw, Tensor& gb) {
-  if (f32_weight_gradient(g)) {
-    // f32 on the bf16 values instead of oneDNN 2.6's bf16 weight gradient:
-    // - of a strided convolution without AMX, whose avx512_core_bf16 kernel synchronises its
-    //   threads so often that on a machine shared with other jobs it ran 20-1500x slower than
-    //   f32's (ResNet-20's two stride-2 convolutions: 480-2190 ms a call against f32's 24 ms, the
-    //   bf16 kernel's own 1.4 ms when it got both cores; docs/precision.md). AMX's kernel has no
-    //   such stall: ResNet-18's bf16 step 1.055x faster with its three strided 3x3 ones on AMX
-    //   (0.92x beside a busy process);
-    // - of a 1x1 convolution on AMX, where f32's jit_1x1 kernel is about twice as fast as the AMX
-    //   one (EfficientNet-B0's bf16 step 1.12x faster; docs/precision.md).
-    ConvGeometry f32 = g;
-    f32.dtype = DType::f32;
-    Tensor xf, gyf;
-    {
-      TagScope copies(MemTag::Workspace);
-      xf = x.to(DType::f32);
-      gyf = gy.to(DType::f32);
-    }
-    conv_backward_weights(xf, gyf, f32, gw, gb);  // gw, gb under the caller's tag
-    return;
-  }
-  // An NHWC input (channels-last activations) is read by kernels for NHWC, not reordered: also an f32
-  // weight gradient of a 16-bit convolution (weight_gradient_dtype), whose own geometry is f32.
-  backward_weights_with(plan_for(g, channels_last_convolutions(g.dtype) || x.layout() == Layout::NHWC), x, gy, g, gw,
-                        gb);
-}
-
-namespace {
+// The weight gradient on `plan`'s kernels.
 void backward_weights_with(const std::shared_ptr<ConvPlan>& plan, const Tensor& x, const Tensor& gy,
                            const ConvGeometry& g, Tensor& gw, Tensor& gb) {
   ConvPlan& p = backward_weights_plan(g, plan);
@@ -396,5 +364,33 @@ void backward_weights_with(const std::shared_ptr<ConvPlan>& plan, const Tensor& 
 }
 
 }  // namespace
+
+void conv_backward_weights(const Tensor& x, const Tensor& gy, const ConvGeometry& g, Tensor& gw, Tensor& gb) {
+  if (f32_weight_gradient(g)) {
+    // f32 on the bf16 values instead of oneDNN 2.6's bf16 weight gradient:
+    // - of a strided convolution without AMX, whose avx512_core_bf16 kernel synchronises its
+    //   threads so often that on a machine shared with other jobs it ran 20-1500x slower than
+    //   f32's (ResNet-20's two stride-2 convolutions: 480-2190 ms a call against f32's 24 ms, the
+    //   bf16 kernel's own 1.4 ms when it got both cores; docs/precision.md). AMX's kernel has no
+    //   such stall: ResNet-18's bf16 step 1.055x faster with its three strided 3x3 ones on AMX
+    //   (0.92x beside a busy process);
+    // - of a 1x1 convolution on AMX, where f32's jit_1x1 kernel is about twice as fast as the AMX
+    //   one (EfficientNet-B0's bf16 step 1.12x faster; docs/precision.md).
+    ConvGeometry f32 = g;
+    f32.dtype = DType::f32;
+    Tensor xf, gyf;
+    {
+      TagScope copies(MemTag::Workspace);
+      xf = x.to(DType::f32);
+      gyf = gy.to(DType::f32);
+    }
+    conv_backward_weights(xf, gyf, f32, gw, gb);  // gw, gb under the caller's tag
+    return;
+  }
+  // An NHWC input (channels-last activations) is read by kernels for NHWC, not reordered: also an f32
+  // weight gradient of a 16-bit convolution (weight_gradient_dtype), whose own geometry is f32.
+  backward_weights_with(plan_for(g, channels_last_convolutions(g.dtype) || x.layout() == Layout::NHWC), x, gy, g, gw,
+                        gb);
+}
 
 }  // namespace packrat::cpu

@@ -231,6 +231,33 @@ TEST(Autocast, AStridedConvolutionsF32WeightGradientReadsItsInputAndGradientInF3
   EXPECT_EQ(dw[1], dw[0]);
 }
 
+// A batchnorm whose kernels read bf16 as it lies (the CPU's) gets its compressed bf16 input back
+// in bf16 for its backward: the per-group store decodes straight into it, and the backward's
+// Workspace holds half the bytes of an f32 copy; the gradients are those of the f32-decoded values
+// rounded to bf16, which is what the kernels would read of them.
+TEST(Autocast, ABatchnormsCompressedBf16InputIsDecodedInBf16ForItsBackward) {
+  if (!backend(Device::cpu()).batchnorm_reads(DType::bf16)) GTEST_SKIP() << "this backend's batchnorm reads f32";
+  StorePolicySpec spec;
+  spec.default_scheme = {"actnn", {{"bits", "2"}}, "test"};
+  spec.seed = 7;
+  RulePolicy policy(spec);
+  PolicyScope scope(policy);
+  const Tensor x16 = random_tensor({8, 32, 16, 16}, 61).to(DType::bf16).to_layout(cpu::native_blocked_layout());
+  Tensor x = x16.clone().set_requires_grad();
+  Tensor gamma = parameter({32}, 62, 1.0f), beta = parameter({32}, 63, 0.1f);
+  Tensor running_mean = Tensor::zeros({32}), running_var = Tensor::full({32}, 1.0f);
+  const Tensor y = ops::batchnorm2d(x, gamma, beta, running_mean, running_var, true);
+  ASSERT_EQ(y.dtype(), DType::bf16);
+  Allocator& a = Allocator::cpu();
+  const Tensor seed = random_tensor(y.shape(), 64).to_layout(y.layout());
+  const int64_t before = a.current(MemTag::Workspace);
+  a.reset_peak();
+  backward(y, seed);
+  const int64_t f32_bytes = x16.numel() * 4;
+  EXPECT_LE(a.peak(MemTag::Workspace) - before, f32_bytes / 2 + (16 << 10)) << "the decoded input in bf16, not f32";
+  EXPECT_TRUE(x.grad().defined());
+}
+
 TEST(Autocast, ACheckpointSegmentRecomputesUnderTheForwardsAutocast) {
   Tensor w = parameter({6, 6}, 41, 0.5f);
   auto run = [&](bool recompute) {
