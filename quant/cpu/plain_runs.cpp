@@ -145,9 +145,14 @@ inline bool transpose8(const S* src, int64_t src_stride, D* dst, int64_t dst_str
 #endif
 }
 
-// The square vector transposes that tile B channels: 16 or 8 where they divide B (B = 16 or 8 for
-// nChw16c / nChw8c; B = C for NHWC, walked as one block of all channels), else 0.
-inline int64_t transpose_width(int64_t B) { return B % 16 == 0 ? 16 : B % 8 == 0 ? 8 : 0; }
+// The square vector transposes that tile B channels: 16 (with AVX-512) or 8 where they divide B
+// (B = 16 or 8 for nChw16c / nChw8c; B = C for NHWC, walked as one block of all channels), else 0.
+inline int64_t transpose_width(int64_t B) {
+#if defined(__AVX512F__)
+  if (B % 16 == 0) return 16;
+#endif
+  return B % 8 == 0 ? 8 : 0;
+}
 
 // A W x W transpose (transpose16 / transpose8), or false where this CPU has no vector one.
 template <typename S, typename D>
