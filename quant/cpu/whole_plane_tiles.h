@@ -33,7 +33,7 @@ constexpr int64_t kMaxLaneBytes = 8;  // a lane's stream stored and loaded in on
 // buffer whose tiles are this CPU's rows, every group full and each lane's codes whole bytes.
 inline bool applies_whole_planes(const GroupGeometry& g, const CodecWalk& walk) {
 #if defined(PACKRAT_PLANE_TILES)
-  if (!walks_tiles(walk) || walk.block != kLanes) return false;  // blocked buffers only (not NHWC)
+  if (!walks_tiles(walk)) return false;
   const int64_t plane = walk.plane, k = g.group_size / plane, lane_bits = g.bits * plane;
   return g.group_size % plane == 0 && k >= 2 && kLanes % k == 0 && g.span_len == walk.channels * plane &&
          g.spans * g.span_len == g.numel && g.tail_len == g.group_size && lane_bits % 8 == 0 &&
@@ -115,7 +115,7 @@ inline void load_lane_streams(const uint8_t* src, int64_t lane_bytes, LaneWords&
   }
 }
 
-// Quantizes the groups of whole planes of a blocked buffer x (applies_whole_planes(g, walk)), f32
+// Quantizes the groups of whole planes of a blocked (or NHWC) buffer x (applies_whole_planes(g, walk)), f32
 // or bf16 (T): the codes, metadata and group_range_sq of quantize_groups.
 template <int B, typename T>
 void quantize_whole_planes(const T* x, const GroupGeometry& g, const CodecWalk& walk, Rounding rounding,
@@ -123,6 +123,8 @@ void quantize_whole_planes(const T* x, const GroupGeometry& g, const CodecWalk& 
   using F = Lanes::F;
   const int64_t plane = walk.plane, tile_elements = kLanes * plane, k = g.group_size / plane;
   const int64_t lane_bytes = B * plane / 8, tile_groups = kLanes / k, group_bytes = g.full_group_bytes();
+  const TilePlace place = tile_place(walk);
+  const int64_t stride = place.row_stride();
   const int meta_size = meta_bytes_per_group(g.meta);
   const bool stochastic = rounding == Rounding::Stochastic;
   const GroupLanes lanes(k);
@@ -131,11 +133,11 @@ void quantize_whole_planes(const T* x, const GroupGeometry& g, const CodecWalk& 
     if (stochastic) tile_noise.emplace(noise, plane);
     auto words = std::make_unique<LaneWords>();
     for (int64_t t = t0; t < t1; ++t) {
-      const T* rows = x + t * tile_elements;  // (plane, lanes)
+      const T* rows = x + place.start(t);  // (plane, lanes), `stride` apart
       const uint32_t* rnd = stochastic ? tile_noise->fill(t * tile_elements) : nullptr;  // (plane, lanes)
       F vmn = Lanes::permute(Lanes::load(rows), lanes.first()), vmx = vmn;
       for (int64_t i = 0; i < plane; ++i) {
-        const F v = Lanes::load(rows + i * kLanes);
+        const F v = Lanes::load(rows + i * stride);
         vmn = Lanes::min(v, vmn);  // the second operand where either is NaN: the scan's rule
         vmx = Lanes::max(v, vmx);
       }
@@ -150,7 +152,7 @@ void quantize_whole_planes(const T* x, const GroupGeometry& g, const CodecWalk& 
         store_group_meta(p, g.meta, meta + (g0 + q) * meta_size);
         if (range_sq) range_sq[g0 + q] = group_range_sq(p, g.group_size, B);
       }
-      quantize_rows<B>(rows, kLanes, plane, Lanes::load(pmin), Lanes::load(pinv), rnd, words->words);
+      quantize_rows<B>(rows, stride, plane, Lanes::load(pmin), Lanes::load(pinv), rnd, words->words);
       store_lane_streams(*words, lane_bytes, codes + g0 * group_bytes);
     }
   });
@@ -163,11 +165,13 @@ void dequantize_whole_planes(const uint8_t* codes, const uint8_t* meta, const Gr
                              T* out) {
   const int64_t plane = walk.plane, tile_elements = kLanes * plane, k = g.group_size / plane;
   const int64_t lane_bytes = B * plane / 8, tile_groups = kLanes / k, group_bytes = g.full_group_bytes();
+  const TilePlace place = tile_place(walk);
+  const int64_t stride = place.row_stride();
   const int meta_size = meta_bytes_per_group(g.meta);
   for_tile_ranges(g.numel / tile_elements, tile_elements, [&](int64_t t0, int64_t t1) {
     auto words = std::make_unique<LaneWords>();
     for (int64_t t = t0; t < t1; ++t) {
-      T* rows = out + t * tile_elements;  // (plane, lanes)
+      T* rows = out + place.start(t);  // (plane, lanes), `stride` apart
       const int64_t g0 = t * tile_groups;
       alignas(64) float pmin[kLanes], pstep[kLanes];
       for (int64_t q = 0; q < tile_groups; ++q) {
@@ -178,7 +182,7 @@ void dequantize_whole_planes(const uint8_t* codes, const uint8_t* meta, const Gr
         }
       }
       load_lane_streams(codes + g0 * group_bytes, lane_bytes, *words);
-      dequantize_rows<B>(words->words, plane, Lanes::load(pmin), Lanes::load(pstep), rows, kLanes);
+      dequantize_rows<B>(words->words, plane, Lanes::load(pmin), Lanes::load(pstep), rows, stride);
     }
   });
 }

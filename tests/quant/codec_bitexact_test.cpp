@@ -176,6 +176,7 @@ TEST(CodecBitExact, PlaneGroupsOfABlockedBufferAreThePlainTensorsBytes) {
   int per_sample = 0;  // per-sample groups cutting every plane into whole groups, a lane each
   int long_lanes = 0;  // groups of whole planes whose lanes hold over 8 bytes of codes
   int nhwc_tiles = 0;  // NHWC cases the tiles take
+  int nhwc_whole = 0;  // NHWC cases whose groups of whole planes the tiles take
   for (int bits : {1, 2, 3, 4, 8})
     for (Rounding rounding : {Rounding::Stochastic, Rounding::Nearest})
       for (MetaType meta : {MetaType::BF16, MetaType::F32})
@@ -204,6 +205,7 @@ TEST(CodecBitExact, PlaneGroupsOfABlockedBufferAreThePlainTensorsBytes) {
                                                             : CodecWalk{shape[1], plane, false, channel_block(layout)};
   #if defined(PACKRAT_PLANE_TILES)
               nhwc_tiles += layout == Layout::NHWC && plane_tiles::tile_geometry(g, walk).spans > 0 ? 1 : 0;
+              nhwc_whole += layout == Layout::NHWC && plane_tiles::applies_whole_planes(g, walk) ? 1 : 0;
               vertical += plane_tiles::tile_geometry(g, walk).spans > 0 ? 1 : 0;
               whole += plane_tiles::applies_whole_planes(g, walk) ? 1 : 0;
               per_sample += grouping == Grouping::PerSample && plane_tiles::tile_geometry(g, walk).spans > 0 ? 1 : 0;
@@ -253,8 +255,9 @@ TEST(CodecBitExact, PlaneGroupsOfABlockedBufferAreThePlainTensorsBytes) {
   }
   // NHWC's tiles: every case whose channels the lanes divide and whose groups lie in planes
   EXPECT_GE(nhwc_tiles, 5 * 2 * 2 * 3 * 3);
+  EXPECT_GE(nhwc_whole, 2 * 2 * 2 * (4 * 2 + 3));
 #else
-  (void)nhwc_tiles;
+  (void)nhwc_tiles, (void)nhwc_whole;
 #endif
 }
 
