@@ -1,5 +1,6 @@
 // CpuBackend: binary elementwise ops on f32, f64 or two bf16 operands (same shape over the buffers
-// as they lie, a blocked tensor against a per-channel one in its layout, or numpy broadcasting),
+// as they lie, a blocked or NHWC tensor against a per-channel or per-sample one in its layout, or
+// numpy broadcasting),
 // scale, in-place accumulate and reductions.
 #include <algorithm>
 #include <string>
@@ -145,9 +146,43 @@ Tensor blocked_by_channel(BinaryOp op, const Tensor& x, const Tensor& v_any, boo
   return out;
 }
 
+// Whether v holds one value per sample of a 4-d x in any layout: v (N, 1, 1, 1) against x's
+// (N, C, H, W), as drop path's noise meets its input.
+bool per_sample_of(const Tensor& x, const Tensor& v) {
+  return x.rank() == 4 && v.rank() == 4 && x.dim(0) == v.dim(0) && v.numel() == v.dim(0) && x.layout() != Layout::Plain;
+}
+
+// f(x, v[n]) (x_first) or f(v[n], x) over each sample n of x, in x's layout: every layout keeps a
+// sample's values together, so a blocked or NHWC x is neither reordered into plain nor back.
+Tensor by_sample(BinaryOp op, const Tensor& x, const Tensor& v_any, bool x_first) {
+  const Tensor v = v_any.to_plain();                          // (N, 1, 1, 1), x's dtype
+  Tensor out = empty_cpu(x.shape(), x.dtype(), x.layout());  // (N, C, H, W), x's layout
+  const int64_t N = x.dim(0), per_sample = x.numel() / std::max<int64_t>(N, 1);
+  with_operand_type(x.dtype(), [&](auto* tag) {
+    using T = std::remove_pointer_t<decltype(tag)>;
+    const T* xs = x.data<T>();
+    const T* vs = v.data<T>();
+    T* os = out.data<T>();
+    with_op(op, [&](auto f) {
+      rows_for(N, per_sample, [&](int64_t n) {
+        const auto s = widened(vs[n]);
+        const T* xr = xs + n * per_sample;
+        T* orow = os + n * per_sample;
+        if (x_first)
+          for (int64_t j = 0; j < per_sample; ++j) orow[j] = narrowed<T>(f(widened(xr[j]), s));
+        else
+          for (int64_t j = 0; j < per_sample; ++j) orow[j] = narrowed<T>(f(s, widened(xr[j])));
+      });
+    });
+  });
+  return out;
+}
+
 Tensor binary_broadcast(BinaryOp op, const Tensor& a_any, const Tensor& b_any) {
   if (per_channel_of_blocked(a_any, b_any)) return blocked_by_channel(op, a_any, b_any, true);
   if (per_channel_of_blocked(b_any, a_any)) return blocked_by_channel(op, b_any, a_any, false);
+  if (per_sample_of(a_any, b_any)) return by_sample(op, a_any, b_any, true);
+  if (per_sample_of(b_any, a_any)) return by_sample(op, b_any, a_any, false);
   const Tensor a = a_any.to_plain(), b = b_any.to_plain();
   const auto& da = a.shape().dims();
   const auto& db = b.shape().dims();

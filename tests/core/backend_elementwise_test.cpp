@@ -173,10 +173,11 @@ TEST(BackendElementwise, BinaryOpsMatchTheReferenceWithAndWithoutBroadcasting) {
     Shape s;
     expect_close(host_values(y), broadcast_reference(ha, hb, [](double x, double z) { return x * z; }, &s), 1e-6f,
                  1e-7f, "blocked * plain");
-    // A blocked or NHWC tensor against a per-channel one (squeeze-and-excitation's scale), either
-    // side, per sample or shared: the CPU computes it in that layout.
+    // A blocked or NHWC tensor against a per-channel one (squeeze-and-excitation's scale), per
+    // sample or shared, or against one value per sample (drop path's noise), either side: the CPU
+    // computes it in that layout.
     for (Layout blocked : {Layout::nChw16c, Layout::nChw8c, Layout::NHWC})
-      for (const Shape& vs : {Shape{2, 32, 1, 1}, Shape{1, 32, 1, 1}}) {
+      for (const Shape& vs : {Shape{2, 32, 1, 1}, Shape{1, 32, 1, 1}, Shape{2, 1, 1, 1}}) {
         const Tensor hv = host_random(vs, 42, 0.5f, 1.5f);
         const Tensor x = b->to_layout(ha.to(b->device()), blocked), v = hv.to(b->device());
         for (const auto& [op, f] : ops) {
