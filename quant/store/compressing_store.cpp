@@ -66,10 +66,7 @@ Tensor CompressingStore::decode(const Encoded& enc, const Entry& e) {
 
 Tensor CompressingStore::apply_encoded(const Encoded& enc, const Entry& e, const Tensor& grad_out) {
   if (e.request.need != Need::Derivative || grad_out.dtype() != DType::f32) return Tensor();
-  // A 16-bit entry (autocast) is decoded in its dtype, which the kernels read as they read the
-  // FP32 store's 16-bit tensors: half the bytes of an f32 copy, written and read again.
-  const Tensor saved = is_half(e.dtype) ? values_in(enc, e, e.dtype) : values(enc, e);
-  return pointwise_backward(*e.request.fn, saved, grad_out);
+  return pointwise_backward(*e.request.fn, values(enc, e), grad_out);
 }
 
 // ---- the entry table ------------------------------------------------------------------------
