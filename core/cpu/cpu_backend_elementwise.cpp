@@ -163,16 +163,17 @@ Tensor by_sample(BinaryOp op, const Tensor& x, const Tensor& v_any, bool x_first
     const T* xs = x.data<T>();
     const T* vs = v.data<T>();
     T* os = out.data<T>();
-    with_op(op, [&](auto f) {
+    auto loop = [&](auto f) {
       rows_for(N, per_sample, [&](int64_t n) {
         const auto s = widened(vs[n]);
         const T* xr = xs + n * per_sample;
         T* orow = os + n * per_sample;
-        if (x_first)
-          for (int64_t j = 0; j < per_sample; ++j) orow[j] = narrowed<T>(f(widened(xr[j]), s));
-        else
-          for (int64_t j = 0; j < per_sample; ++j) orow[j] = narrowed<T>(f(s, widened(xr[j])));
+        for (int64_t j = 0; j < per_sample; ++j) orow[j] = narrowed<T>(f(widened(xr[j]), s));
       });
+    };
+    with_op(op, [&](auto f) {  // as blocked_by_channel: v first is f with its operands swapped
+      if (x_first) loop(f);
+      else loop([f](auto p, auto q) { return f(q, p); });
     });
   });
   return out;
