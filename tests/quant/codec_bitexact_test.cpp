@@ -170,13 +170,14 @@ TEST(CodecBitExact, PerGroupKernelWritesTheReferenceBytesForEveryConfig) {
 TEST(CodecBitExact, PlaneGroupsOfABlockedBufferAreThePlainTensorsBytes) {
   const std::vector<Shape> shapes = {{2, 32, 7, 7}, {3, 16, 14, 14}, {4, 32, 28, 28}, {1, 48, 5, 5},
                                      {2, 16, 9, 11}, {3, 32, 4, 4},   {2, 48, 2, 2},   {2, 64, 1, 1},
-                                     {2, 32, 8, 8}};
+                                     {2, 32, 8, 8},   {2, 16, 16, 16}, {1, 16, 32, 32}};
   int vertical = 0;  // cases whose groups the tiles take a lane each
   int whole = 0;     // cases whose groups of whole planes the tiles take k lanes each
   int per_sample = 0;  // per-sample groups cutting every plane into whole groups, a lane each
   int long_lanes = 0;  // groups of whole planes whose lanes hold over 8 bytes of codes
   int nhwc_tiles = 0;  // NHWC cases the tiles take
   int nhwc_whole = 0;  // NHWC cases whose groups of whole planes the tiles take
+  int block_planes = 0;  // stochastic cases the tiles take on planes of whole noise blocks (TileNoise::fill_by_lanes)
   for (int bits : {1, 2, 3, 4, 8})
     for (Rounding rounding : {Rounding::Stochastic, Rounding::Nearest})
       for (MetaType meta : {MetaType::BF16, MetaType::F32})
@@ -210,6 +211,10 @@ TEST(CodecBitExact, PlaneGroupsOfABlockedBufferAreThePlainTensorsBytes) {
               whole += plane_tiles::applies_whole_planes(g, walk) ? 1 : 0;
               per_sample += grouping == Grouping::PerSample && plane_tiles::tile_geometry(g, walk).spans > 0 ? 1 : 0;
               long_lanes += plane_tiles::applies_whole_planes(g, walk) && bits * plane > 64 ? 1 : 0;
+              block_planes += rounding == Rounding::Stochastic && plane % 128 == 0 &&
+                                      plane_tiles::tile_geometry(g, walk).spans > 0
+                                  ? 1
+                                  : 0;
   #endif
               const QuantNoise noise{0x5EEDull, quant_stream(2, 9)};
               std::vector<uint8_t> codes(static_cast<size_t>(g.code_bytes()), 0xEE), meta_b(static_cast<size_t>(g.meta_bytes()), 0xEE);
@@ -256,8 +261,11 @@ TEST(CodecBitExact, PlaneGroupsOfABlockedBufferAreThePlainTensorsBytes) {
   // NHWC's tiles: every case whose channels the lanes divide and whose groups lie in planes
   EXPECT_GE(nhwc_tiles, 5 * 2 * 2 * 3 * 3);
   EXPECT_GE(nhwc_whole, 2 * 2 * 2 * (4 * 2 + 3));
+  // 16x16 and 32x32 planes: every width and metadata, per plane (G 7, 32, 64) and per sample (64),
+  // blocked and NHWC
+  EXPECT_GE(block_planes, 5 * 2 * 4 * 2 * 2);
 #else
-  (void)nhwc_tiles, (void)nhwc_whole;
+  (void)nhwc_tiles, (void)nhwc_whole, (void)block_planes;
 #endif
 }
 
