@@ -29,6 +29,16 @@ void with_op(BinaryOp op, Fn&& fn) {
   }
 }
 
+// loop(f) with f the functor of op taking (x's value, v's value): op's own where x is its first
+// operand, else op's with its operands swapped (v op x), so that one loop serves both orders.
+template <typename Loop>
+void with_op_x_first(BinaryOp op, bool x_first, Loop&& loop) {
+  with_op(op, [&](auto f) {
+    if (x_first) loop(f);
+    else loop([f](auto p, auto q) { return f(q, p); });
+  });
+}
+
 // fn(T*) with T the element type of an f32 or f64 tensor.
 template <typename Fn>
 void with_float_type(DType d, Fn&& fn) {
@@ -138,10 +148,7 @@ Tensor blocked_by_channel(BinaryOp op, const Tensor& x, const Tensor& v_any, boo
           for (int64_t l = 0; l < B; ++l) ob[s * B + l] = narrowed<T>(f(widened(xb[s * B + l]), widened(vb[l])));
       });
     };
-    with_op(op, [&](auto f) {
-      if (x_first) loop(f);
-      else loop([f](auto p, auto q) { return f(q, p); });
-    });
+    with_op_x_first(op, x_first, loop);
   });
   return out;
 }
@@ -171,10 +178,7 @@ Tensor by_sample(BinaryOp op, const Tensor& x, const Tensor& v_any, bool x_first
         for (int64_t j = 0; j < per_sample; ++j) orow[j] = narrowed<T>(f(widened(xr[j]), s));
       });
     };
-    with_op(op, [&](auto f) {  // as blocked_by_channel: v first is f with its operands swapped
-      if (x_first) loop(f);
-      else loop([f](auto p, auto q) { return f(q, p); });
-    });
+    with_op_x_first(op, x_first, loop);
   });
   return out;
 }
