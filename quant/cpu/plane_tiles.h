@@ -76,6 +76,15 @@ struct Lanes {
   static I shr(I a, int64_t n) { return _mm512_srl_epi32(a, _mm_cvtsi64_si128(n)); }
   template <int N>
   static I shl(I a) { return _mm512_slli_epi32(a, N); }
+  template <int N>
+  static I shr(I a) { return _mm512_srli_epi32(a, N); }
+  // Lane c: (c >> shift) * stride (bytes: a gather's offsets).
+  static I lane_offsets(int64_t stride, int shift = 0) {
+    const I lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    return _mm512_mullo_epi32(shr(lane, shift), set(static_cast<int>(stride)));
+  }
+  // Lane c: the 32-bit word at base + offsets[c] bytes.
+  static I gather(const uint8_t* base, I offsets) { return _mm512_i32gather_epi32(offsets, base, 1); }
   // 16 16-bit values at p, each widened to its 32-bit lane.
   static I widen16(const uint16_t* p) {
     return _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
@@ -154,6 +163,14 @@ struct Lanes {
   static I shr(I a, int64_t n) { return _mm256_srl_epi32(a, _mm_cvtsi64_si128(n)); }
   template <int N>
   static I shl(I a) { return _mm256_slli_epi32(a, N); }
+  template <int N>
+  static I shr(I a) { return _mm256_srli_epi32(a, N); }
+  static I lane_offsets(int64_t stride, int shift = 0) {  // lane c: (c >> shift) * stride
+    return _mm256_mullo_epi32(shr(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), shift), set(static_cast<int>(stride)));
+  }
+  static I gather(const uint8_t* base, I offsets) {  // lane c: the 32-bit word at base + offsets[c] bytes
+    return _mm256_i32gather_epi32(reinterpret_cast<const int*>(base), offsets, 1);
+  }
   // 8 16-bit values at p, each widened to its 32-bit lane.
   static I widen16(const uint16_t* p) {
     return _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
@@ -312,6 +329,28 @@ inline void store_lane_meta(const float* min, const float* step, MetaType meta, 
   for (int64_t c = 0; c < kLanes; ++c) store_group_meta(GroupParams{min[c], step[c], 0.0f}, meta, dst + c * lane_stride);
 }
 
+// The params (load_group_range's min and step) of the lanes' groups from their metadata records,
+// lane c's at src + (c >> shift) * lane_stride (shift: 2^shift lanes a group, whole_plane_tiles.h).
+// bf16 records in one gather: sixteen scalar loads stored to an array and read back as one register
+// waited on the stores (the 1-bit per-plane dequantize, perf).
+inline void load_lane_meta(const uint8_t* src, int64_t lane_stride, MetaType meta, Lanes::F& min, Lanes::F& step,
+                           int shift = 0) {
+  if (meta == MetaType::BF16) {  // a record: min's bf16 bits, then step's
+    const Lanes::I records = Lanes::gather(src, Lanes::lane_offsets(lane_stride, shift));
+    min = Lanes::from_bits(Lanes::shl<16>(records));
+    step = Lanes::from_bits(Lanes::bit_and(records, Lanes::set(static_cast<int>(0xFFFF0000u))));
+    return;
+  }
+  alignas(64) float pmin[kLanes], pstep[kLanes];
+  for (int64_t c = 0; c < kLanes; ++c) {
+    const GroupParams p = load_group_range(src + (c >> shift) * lane_stride, meta);
+    pmin[c] = p.min;
+    pstep[c] = p.step;
+  }
+  min = Lanes::load(pmin);
+  step = Lanes::load(pstep);
+}
+
 // The words of one row of groups: word w of lane c's code stream at words[w * lanes + c].
 // A last partial word moves byte by byte: a memcpy of 1 to 3 bytes was a call to libc's, and its
 // wait a quarter of the per-plane dequantize of groups of 25 and 28 values (7 bytes at 2 bits).
@@ -331,15 +370,30 @@ struct LaneWords {
       for (int64_t b = 4 * w; b < bytes; ++b) dst[b] = static_cast<uint8_t>(last >> (8 * (b - 4 * w)));
     }
   }
+  // The lanes' streams of `bytes` bytes, lane c's at src + c * lane_stride, a word of every lane a
+  // gather. `may_overread`: the up to 3 bytes after the last lane's stream are in the buffer, so a
+  // last partial word is read whole (its bytes past the stream are never decoded).
+  void gather_in(int64_t bytes, const uint8_t* src, int64_t lane_stride, bool may_overread) {
+    const Lanes::I offsets = Lanes::lane_offsets(lane_stride);
+    const int64_t whole = may_overread ? (bytes + 3) / 4 : bytes / 4;
+    for (int64_t w = 0; w < whole; ++w) Lanes::store(&words[w * kLanes], Lanes::gather(src + 4 * w, offsets));
+    if (4 * whole < bytes)
+      for (int64_t c = 0; c < kLanes; ++c) copy_in_tail(c, bytes, src + c * lane_stride, whole);
+  }
   // dst's `bytes` bytes as lane c's stream (the last word's missing bytes zero).
   void copy_in(int64_t c, int64_t bytes, const uint8_t* src) {
     int64_t w = 0;
     for (; 4 * w + 4 <= bytes; ++w) std::memcpy(&words[w * kLanes + c], src + 4 * w, 4);
-    if (4 * w < bytes) {
-      uint32_t last = 0;
-      for (int64_t b = 4 * w; b < bytes; ++b) last |= static_cast<uint32_t>(src[b]) << (8 * (b - 4 * w));
-      words[w * kLanes + c] = last;
-    }
+    copy_in_tail(c, bytes, src, w);
+  }
+
+ private:
+  // Lane c's partial word w (the last, where 4 w < bytes), byte by byte.
+  void copy_in_tail(int64_t c, int64_t bytes, const uint8_t* src, int64_t w) {
+    if (4 * w >= bytes) return;
+    uint32_t last = 0;
+    for (int64_t b = 4 * w; b < bytes; ++b) last |= static_cast<uint32_t>(src[b]) << (8 * (b - 4 * w));
+    words[w * kLanes + c] = last;
   }
 };
 
@@ -457,7 +511,7 @@ inline void quantize_rows(const T* rows, int64_t stride, int64_t len, Lanes::F v
   // that has left the caches (a quarter of the 1-bit quantize waited there, perf, Zen 4).
   // A prefetch never faults: past the buffer's end it asks for nothing.
   const char* ahead = reinterpret_cast<const char*>(rows + 2 * len * stride);
-  auto code_of = [&](int64_t i) {  // row i's codes, lane by lane
+  auto code_of = [&](int64_t i) __attribute__((always_inline)) {  // row i's codes, lane by lane
     _mm_prefetch(ahead + i * stride * static_cast<int64_t>(sizeof(T)), _MM_HINT_T0);
     const F u = Lanes::max(Lanes::mul(Lanes::sub(Lanes::load(rows + i * stride), vmin), vinv), zero);
     const F fl = Lanes::trunc(u);
@@ -475,7 +529,7 @@ inline void quantize_rows(const T* rows, int64_t stride, int64_t len, Lanes::F v
     constexpr int kRowsAWord = 32 / B;
     for (; i + kRowsAWord <= len; i += kRowsAWord) {
       I word = Lanes::zero();
-      [&]<int... K>(std::integer_sequence<int, K...>) {
+      [&]<int... K>(std::integer_sequence<int, K...>) __attribute__((always_inline)) {
         ((word = Lanes::bit_or(word, Lanes::shl<B * K>(code_of(i + K)))), ...);
       }(std::make_integer_sequence<int, kRowsAWord>{});
       Lanes::store(words + (i / kRowsAWord) * kLanes, word);
@@ -502,7 +556,19 @@ inline void dequantize_rows(const uint32_t* words, int64_t len, Lanes::F vmin, L
                             int64_t stride) {
   using I = Lanes::I;
   const I mask = Lanes::set((1 << B) - 1);
-  for (int64_t i = 0; i < len; ++i) {
+  int64_t i = 0;
+  if constexpr (32 % B == 0) {  // a word's 32 / B rows, each a constant shift (as quantize_rows packs them)
+    constexpr int kRowsAWord = 32 / B;
+    for (; i + kRowsAWord <= len; i += kRowsAWord) {
+      const I word = Lanes::load(words + (i / kRowsAWord) * kLanes);
+      [&]<int... K>(std::integer_sequence<int, K...>) __attribute__((always_inline)) {
+        ((Lanes::store(rows + (i + K) * stride,
+                       Lanes::fmadd(Lanes::to_float(Lanes::bit_and(Lanes::shr<B * K>(word), mask)), vstep, vmin))),
+         ...);
+      }(std::make_integer_sequence<int, kRowsAWord>{});
+    }
+  }
+  for (; i < len; ++i) {
     const int64_t bit = B * i, off = bit & 31;
     const uint32_t* w = words + (bit >> 5) * kLanes;
     I code = Lanes::shr(Lanes::load(w), off);
@@ -572,6 +638,7 @@ void dequantize(const uint8_t* codes, const uint8_t* meta, const GroupGeometry& 
   const TilePlace place = tile_place(walk);
   const int64_t stride = place.row_stride();
   const int meta_size = meta_bytes_per_group(g.meta);
+  const int64_t span_bytes = g.span_bytes(), code_bytes = g.code_bytes();
   for_tile_ranges(g.spans / kLanes, tile_elements, [&](int64_t t0, int64_t t1) {
     auto words = std::make_unique<LaneWords>();
     for (int64_t t = t0; t < t1; ++t) {
@@ -579,14 +646,12 @@ void dequantize(const uint8_t* codes, const uint8_t* meta, const GroupGeometry& 
       for (int64_t j = 0; j < gps; ++j) {
         const GroupGeometry::Place at = g.place_in(t * kLanes, j);
         const int64_t s0 = at.start - t * kLanes * plane, len = at.len, bytes = packed_bytes(len, B);
-        alignas(64) float pmin[kLanes], pstep[kLanes];
-        for (int64_t c = 0; c < kLanes; ++c) {
-          const GroupParams p = load_group_range(meta + ((t * kLanes + c) * gps + j) * meta_size, g.meta);
-          pmin[c] = p.min;
-          pstep[c] = p.step;
-          words->copy_in(c, bytes, codes + g.place_in(t * kLanes + c, j).code_offset);
-        }
-        dequantize_rows<B>(words->words, len, Lanes::load(pmin), Lanes::load(pstep), tile + s0 * stride, stride);
+        Lanes::F vmin, vstep;
+        load_lane_meta(meta + ((t * kLanes) * gps + j) * meta_size, gps * meta_size, g.meta, vmin, vstep);
+        // lane c's codes: span t lanes + c's, span_bytes apart; the last lane's may be the buffer's last
+        const int64_t last_lane_end = at.code_offset + (kLanes - 1) * span_bytes + bytes;
+        words->gather_in(bytes, codes + at.code_offset, span_bytes, last_lane_end + 3 <= code_bytes);
+        dequantize_rows<B>(words->words, len, vmin, vstep, tile + s0 * stride, stride);
       }
     }
   });

@@ -14,6 +14,7 @@
 // Before them these groups took the plain walk through PlainRuns' transposes, a group at a time:
 // 0.67 and 1.0 ns a value (2x2 and 4x4 planes, 2 threads) against the tiles' 0.36-0.40.
 // Internal: included by group_quant_cpu.cpp (it includes immintrin.h through plane_tiles.h).
+#include <bit>
 #include <cstdint>
 #include <cstring>
 #include <memory>
@@ -168,21 +169,16 @@ void dequantize_whole_planes(const uint8_t* codes, const uint8_t* meta, const Gr
   const TilePlace place = tile_place(walk);
   const int64_t stride = place.row_stride();
   const int meta_size = meta_bytes_per_group(g.meta);
+  const int k_shift = std::countr_zero(static_cast<uint64_t>(k));  // k divides the lanes: a power of 2
   for_tile_ranges(g.numel / tile_elements, tile_elements, [&](int64_t t0, int64_t t1) {
     auto words = std::make_unique<LaneWords>();
     for (int64_t t = t0; t < t1; ++t) {
       T* rows = out + place.start(t);  // (plane, lanes), `stride` apart
       const int64_t g0 = t * tile_groups;
-      alignas(64) float pmin[kLanes], pstep[kLanes];
-      for (int64_t q = 0; q < tile_groups; ++q) {
-        const GroupParams p = load_group_range(meta + (g0 + q) * meta_size, g.meta);
-        for (int64_t c = q * k; c < (q + 1) * k; ++c) {
-          pmin[c] = p.min;
-          pstep[c] = p.step;
-        }
-      }
+      Lanes::F vmin, vstep;  // lane c: its group's, c / k
+      load_lane_meta(meta + g0 * meta_size, meta_size, g.meta, vmin, vstep, k_shift);
       load_lane_streams(codes + g0 * group_bytes, lane_bytes, *words);
-      dequantize_rows<B>(words->words, plane, Lanes::load(pmin), Lanes::load(pstep), rows, stride);
+      dequantize_rows<B>(words->words, plane, vmin, vstep, rows, stride);
     }
   });
 }
