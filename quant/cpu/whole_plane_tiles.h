@@ -132,7 +132,7 @@ void quantize_whole_planes(const T* x, const GroupGeometry& g, const CodecWalk& 
   for_tile_ranges(g.numel / tile_elements, tile_elements, [&](int64_t t0, int64_t t1) {
     std::optional<TileNoise> tile_noise;
     if (stochastic) tile_noise.emplace(noise, plane);
-    auto words = std::make_unique<LaneWords>();
+    auto words = std::make_unique_for_overwrite<LaneWords>();
     for (int64_t t = t0; t < t1; ++t) {
       const T* rows = x + place.start(t);  // (plane, lanes), `stride` apart
       const uint32_t* rnd = stochastic ? tile_noise->fill(t * tile_elements) : nullptr;  // (plane, lanes)
@@ -171,7 +171,7 @@ void dequantize_whole_planes(const uint8_t* codes, const uint8_t* meta, const Gr
   const int meta_size = meta_bytes_per_group(g.meta);
   const int k_shift = std::countr_zero(static_cast<uint64_t>(k));  // k divides the lanes: a power of 2
   for_tile_ranges(g.numel / tile_elements, tile_elements, [&](int64_t t0, int64_t t1) {
-    auto words = std::make_unique<LaneWords>();
+    auto words = std::make_unique_for_overwrite<LaneWords>();
     for (int64_t t = t0; t < t1; ++t) {
       T* rows = out + place.start(t);  // (plane, lanes), `stride` apart
       const int64_t g0 = t * tile_groups;
