@@ -56,6 +56,14 @@ void report(benchmark::State& state, double kernel_s, double copy_s, double kern
   state.counters["cpu_ratio_to_copy"] = copy_cpu / kernel_cpu;
 }
 
+// An f32 tensor of `shape`, its values uniform in [-1, 3) (Philox stream 7, the same every run).
+Tensor uniform_values(const Shape& shape) {
+  Tensor t = Tensor::empty(shape);
+  PhiloxStream s(7, 0);
+  for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = s.uniform() * 4.0f - 1.0f;
+  return t;
+}
+
 void BM_GroupQuant_Copy(benchmark::State& state) {
   Tensor x = make_input(), y = Tensor::empty_like(x);
   for (auto _ : state) {
@@ -112,9 +120,7 @@ void BM_GroupQuant_Dequantize(benchmark::State& state) {
 void BM_GroupQuant_Grouping(benchmark::State& state) {
   const bool per_plane = state.range(0) != 0, blocked = state.range(1) != 0;
   const int64_t side = state.range(2);
-  Tensor plain = side == 4 ? Tensor::empty({512, 512, 4, 4}) : Tensor::empty({128, 64, side, side});  // (N, C, H, W)
-  PhiloxStream s(7, 0);
-  for (int64_t i = 0; i < plain.numel(); ++i) plain.data<float>()[i] = s.uniform() * 4.0f - 1.0f;
+  const Tensor plain = side == 4 ? uniform_values({512, 512, 4, 4}) : uniform_values({128, 64, side, side});  // (N, C, H, W)
   const Tensor x = blocked ? plain.to_layout(cpu::native_blocked_layout()) : plain, y = Tensor::empty_like(x);
   GroupQuantConfig c;
   c.bits = 2;
@@ -144,9 +150,7 @@ void BM_GroupQuant_Grouping(benchmark::State& state) {
 void BM_GroupQuant_Bf16(benchmark::State& state) {
   const int64_t side = state.range(0);
   const bool blocked = state.range(1) != 0;
-  Tensor plain = Tensor::empty({128, 64, side, side});  // (N, C, H, W)
-  PhiloxStream s(7, 0);
-  for (int64_t i = 0; i < plain.numel(); ++i) plain.data<float>()[i] = s.uniform() * 4.0f - 1.0f;
+  const Tensor plain = uniform_values({128, 64, side, side});  // (N, C, H, W)
   const Tensor x16 = (blocked ? plain.to_layout(cpu::native_blocked_layout()) : plain).to(DType::bf16);
   const Tensor y16 = Tensor::empty_like(x16);
   GroupQuantConfig c;
@@ -182,9 +186,7 @@ void BM_GroupQuant_Bf16(benchmark::State& state) {
 void BM_GroupQuant_PlaneDequantize(benchmark::State& state) {
   const int bits = static_cast<int>(state.range(0));
   const int64_t side = state.range(1);
-  Tensor plain = Tensor::empty({128, 64, side, side});  // (N, C, H, W)
-  PhiloxStream s(7, 0);
-  for (int64_t i = 0; i < plain.numel(); ++i) plain.data<float>()[i] = s.uniform() * 4.0f - 1.0f;
+  const Tensor plain = uniform_values({128, 64, side, side});  // (N, C, H, W)
   const Tensor x = plain.to_layout(cpu::native_blocked_layout()), y = Tensor::empty_like(x);
   GroupQuantConfig c;
   c.bits = bits;
