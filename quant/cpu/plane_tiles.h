@@ -335,7 +335,7 @@ inline void store_lane_meta(const float* min, const float* step, MetaType meta, 
 // waited on the stores (the 1-bit per-plane dequantize, perf).
 inline void load_lane_meta(const uint8_t* src, int64_t lane_stride, MetaType meta, Lanes::F& min, Lanes::F& step,
                            int shift = 0) {
-  if (meta == MetaType::BF16) {  // a record: min's bf16 bits, then step's
+  if (meta == MetaType::BF16 && kLanes * lane_stride < (int64_t{1} << 31)) {  // a record: min's bf16 bits, then step's
     const Lanes::I records = Lanes::gather(src, Lanes::lane_offsets(lane_stride, shift));
     min = Lanes::from_bits(Lanes::shl<16>(records));
     step = Lanes::from_bits(Lanes::bit_and(records, Lanes::set(static_cast<int>(0xFFFF0000u))));
@@ -352,7 +352,7 @@ inline void load_lane_meta(const uint8_t* src, int64_t lane_stride, MetaType met
 }
 
 // The words of one row of groups: word w of lane c's code stream at words[w * lanes + c]. Made
-// for overwrite (16 KiB a range of tiles: zeroing them was a tenth of the 2-bit dequantize of
+// for overwrite (16 KiB a range of tiles: zeroing them was a seventh of the 2-bit dequantize of
 // whole 4 x 4 planes at 2 threads); only words the codes fill are read.
 // A last partial word moves byte by byte: a memcpy of 1 to 3 bytes was a call to libc's, and its
 // wait a quarter of the per-plane dequantize of groups of 25 and 28 values (7 bytes at 2 bits).
@@ -641,6 +641,8 @@ void dequantize(const uint8_t* codes, const uint8_t* meta, const GroupGeometry& 
   const int64_t stride = place.row_stride();
   const int meta_size = meta_bytes_per_group(g.meta);
   const int64_t span_bytes = g.span_bytes(), code_bytes = g.code_bytes();
+  // a gather's offsets are 32-bit: lanes over 2 GiB apart (planes of 2^28 values) copy lane by lane
+  const bool gathers = kLanes * span_bytes < (int64_t{1} << 31);
   for_tile_ranges(g.spans / kLanes, tile_elements, [&](int64_t t0, int64_t t1) {
     auto words = std::make_unique_for_overwrite<LaneWords>();
     for (int64_t t = t0; t < t1; ++t) {
@@ -652,7 +654,11 @@ void dequantize(const uint8_t* codes, const uint8_t* meta, const GroupGeometry& 
         load_lane_meta(meta + ((t * kLanes) * gps + j) * meta_size, gps * meta_size, g.meta, vmin, vstep);
         // lane c's codes: span t lanes + c's, span_bytes apart; the last lane's may be the buffer's last
         const int64_t last_lane_end = at.code_offset + (kLanes - 1) * span_bytes + bytes;
-        words->gather_in(bytes, codes + at.code_offset, span_bytes, last_lane_end + 3 <= code_bytes);
+        if (gathers) {
+          words->gather_in(bytes, codes + at.code_offset, span_bytes, last_lane_end + 3 <= code_bytes);
+        } else {
+          for (int64_t c = 0; c < kLanes; ++c) words->copy_in(c, bytes, codes + at.code_offset + c * span_bytes);
+        }
         dequantize_rows<B>(words->words, len, vmin, vstep, tile + s0 * stride, stride);
       }
     }
