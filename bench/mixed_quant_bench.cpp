@@ -147,6 +147,33 @@ void BM_MixedQuant_Blocked(benchmark::State& state) {
   state.counters["blocked_vs_plain_dequantize"] = sides[2].s / sides[3].s;
 }
 
+// The shipped EfficientNetV2 config's codec (max-abs, 2 bits a side: 4-bit codes, buckets of 512, one
+// width) on a (128, C, side, side) f32 tensor in the CPU's blocked layout, against its plain copy:
+// side 4 and 2 (C 256 and 512: a bucket is whole tiles) and 16 (C 64: two lanes of a tile), the
+// blocked buffer's buckets taken where they lie (quant/cpu/bucket_tiles.h). Counters as above.
+void BM_MixedQuant_BlockedPlanes(benchmark::State& state) {
+  const int64_t side = state.range(0), channels = side == 16 ? 64 : (side == 4 ? 256 : 512);
+  Tensor x = Tensor::empty({128, channels, side, side});  // (N, C, H, W)
+  PhiloxStream r(5, 0);
+  for (int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] = r.uniform() * 4.0f - 2.0f;
+  const Tensor xb = x.to_layout(cpu::native_blocked_layout());
+  const MixedQuantConfig c = mixed_config(ScaleRule::MaxAbs, 2, 2, 0.0, 512);
+  const MixedPacked p = quantize_mixed(x, c, {1, 42});
+  Tensor y = Tensor::empty_like(x), yb = Tensor::empty_like(xb);
+  std::vector<Side> sides = {
+      {"plain_quantize", [&] { quantize_mixed(x, c, {1, 42}); }},
+      {"blocked_quantize", [&] { quantize_mixed(xb, c, {1, 42}); }},
+      {"plain_dequantize", [&] { dequantize_mixed(p, y); }},
+      {"blocked_dequantize", [&] { dequantize_mixed(p, yb); }},
+  };
+  for (auto _ : state)
+    for (Side& s : sides) s.s += seconds(s.run);
+  const double bytes = static_cast<double>(x.numel()) * 4 * static_cast<double>(state.iterations());
+  for (const Side& s : sides) state.counters[std::string(s.name) + "_GBps"] = bytes / s.s / 1e9;
+  state.counters["blocked_vs_plain_quantize"] = sides[0].s / sides[1].s;
+  state.counters["blocked_vs_plain_dequantize"] = sides[2].s / sides[3].s;
+}
+
 // A GELU's backward from 2/4-bit bucket codes on the CPU: the store's two passes (dequantize into a
 // tensor, then the backend's pointwise_backward) against dequantize_mixed_apply's one (the bodies
 // a GPU runs, bucket by bucket here). Counters: GB/s of f32 elements for each, and
@@ -181,6 +208,7 @@ BENCHMARK(BM_MixedQuant_Quantize)
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 BENCHMARK(BM_MixedQuant_Blocked)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_MixedQuant_BlockedPlanes)->ArgName("side")->Arg(4)->Arg(2)->Arg(16)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_MixedQuant_Dequantize)
     ->ArgNames({"bucket", "maxabs"})
     ->Args({512, 0})

@@ -12,6 +12,7 @@
 #include "core/cpu/bf16_simd.h"
 #include "core/error.h"
 #include "core/parallel.h"
+#include "quant/cpu/bucket_tiles.h"
 #include "quant/cpu/code_bits.h"
 #include "quant/bits/bitpack.h"
 #include "quant/cpu/group_quant_simd.h"
@@ -446,6 +447,17 @@ MixedPacked quantize_mixed_of(const T* x, int64_t numel, const MixedQuantConfig&
   }
   uint8_t* codes = p.codes.data<uint8_t>();
   uint8_t* meta = p.meta_data.data<uint8_t>();
+#if defined(PACKRAT_PLANE_TILES)
+  if (p.uniform) {  // one width: a blocked buffer's buckets of whole planes where they lie
+    const BucketWidth& w = p.uniform_is_mix ? c.mix : c.base;
+    if (const bucket_tiles::BucketTiling bt = bucket_tiles::bucket_tiling(g, walk, w.code_bits, c.scale); bt.applies()) {
+      bucket_tiles::dispatch_tile_code_bits(w.code_bits, [&](auto cb) {
+        bucket_tiles::quantize<decltype(cb)::value>(x, g, bt, walk, w.levels, c.rounding, noise, c.meta, codes, meta);
+      });
+      return p;
+    }
+  }
+#endif
   const BucketJob job{c.scale, c.rounding, c.meta};
   const bool stochastic = c.rounding == Rounding::Stochastic;
   const bool fast_base = per_group_kernel(c.scale, c.base), fast_mix = per_group_kernel(c.scale, c.mix);
@@ -498,6 +510,17 @@ void dequantize_mixed_to(const MixedPacked& p, T* out, const CodecWalk& walk) {
   const int mb = bucket_meta_bytes(p.scale, p.meta);
   const uint8_t* codes = p.codes.data<uint8_t>();
   const uint8_t* meta = p.meta_data.data<uint8_t>();
+#if defined(PACKRAT_PLANE_TILES)
+  if (p.uniform) {  // one width: quantize_mixed_of's tiles
+    const BucketWidth& w = p.uniform_is_mix ? p.mix : p.base;
+    if (const bucket_tiles::BucketTiling bt = bucket_tiles::bucket_tiling(g, walk, w.code_bits, p.scale); bt.applies()) {
+      bucket_tiles::dispatch_tile_code_bits(w.code_bits, [&](auto cb) {
+        bucket_tiles::dequantize<decltype(cb)::value>(codes, meta, g, bt, walk, w.levels, p.meta, out);
+      });
+      return;
+    }
+  }
+#endif
   parallel_chunks(g.buckets, bucket_grain(g.bucket_size), [&](int64_t b0, int64_t b1) {
     std::optional<PlainRuns> plain;  // a blocked buffer's buckets in plain order, a bucket a run
     if (walk.channels) plain.emplace(walk, g.bucket_size);

@@ -59,6 +59,7 @@ struct Lanes {
   static F sub(F a, F b) { return _mm512_sub_ps(a, b); }
   static F add(F a, F b) { return _mm512_add_ps(a, b); }
   static F mul(F a, F b) { return _mm512_mul_ps(a, b); }
+  static F abs(F a) { return _mm512_abs_ps(a); }
   static F fmadd(F a, F b, F c) { return _mm512_fmadd_ps(a, b, c); }
   static F trunc(F a) { return _mm512_roundscale_ps(a, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC); }
   static F to_float(I a) { return _mm512_cvtepi32_ps(a); }
@@ -68,6 +69,7 @@ struct Lanes {
     return _mm512_mask_add_epi32(code, _mm512_cmp_ps_mask(r, frac, _CMP_LT_OQ), code, _mm512_set1_epi32(1));
   }
   static I add(I a, I b) { return _mm512_add_epi32(a, b); }
+  static I sub(I a, I b) { return _mm512_sub_epi32(a, b); }
   static I min(I a, I b) { return _mm512_min_epi32(a, b); }
   static I bit_and(I a, I b) { return _mm512_and_si512(a, b); }
   static I bit_or(I a, I b) { return _mm512_or_si512(a, b); }
@@ -147,6 +149,7 @@ struct Lanes {
   static F sub(F a, F b) { return _mm256_sub_ps(a, b); }
   static F add(F a, F b) { return _mm256_add_ps(a, b); }
   static F mul(F a, F b) { return _mm256_mul_ps(a, b); }
+  static F abs(F a) { return _mm256_and_ps(a, _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF))); }
   static F fmadd(F a, F b, F c) { return _mm256_fmadd_ps(a, b, c); }
   static F trunc(F a) { return _mm256_round_ps(a, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC); }
   static F to_float(I a) { return _mm256_cvtepi32_ps(a); }
@@ -155,6 +158,7 @@ struct Lanes {
     return _mm256_sub_epi32(code, _mm256_castps_si256(_mm256_cmp_ps(r, frac, _CMP_LT_OQ)));
   }
   static I add(I a, I b) { return _mm256_add_epi32(a, b); }
+  static I sub(I a, I b) { return _mm256_sub_epi32(a, b); }
   static I min(I a, I b) { return _mm256_min_epi32(a, b); }
   static I bit_and(I a, I b) { return _mm256_and_si256(a, b); }
   static I bit_or(I a, I b) { return _mm256_or_si256(a, b); }
@@ -404,11 +408,16 @@ struct LaneWords {
 // as the tile's rows are: element i of lane c's plane at rows[i * lanes + c], widened to 32 bits,
 // so that a row's noise is one load. (A gather of the lanes' 16-bit values from the plain order,
 // one a row, was a fifth of the 1-bit quantize in perf: its latency, on the AMD EPYC Zen 4.)
+// Bucketed tensors (the mixed codec's, bucket_blocks > 0 blocks a bucket): element e draws its noise
+// from block e / 128 of its bucket's own stream, stream_of(noise.stream, bucket).
 class TileNoise {
  public:
-  TileNoise(const QuantNoise& noise, int64_t plane)
+  using StreamOf = uint64_t (*)(uint64_t stream, uint64_t bucket);
+  TileNoise(const QuantNoise& noise, int64_t plane, int64_t bucket_blocks = 0, StreamOf stream_of = nullptr)
       : noise_(noise),
         plane_(plane),
+        bucket_blocks_(bucket_blocks),
+        stream_of_(stream_of),
         plain_(new uint16_t[static_cast<size_t>(kLanes * plane + 2 * 128)]),
         rows_(static_cast<uint32_t*>(std::aligned_alloc(64, static_cast<size_t>((kLanes * plane * 4 + 63) / 64 * 64))),
               std::free) {
@@ -420,11 +429,11 @@ class TileNoise {
   // Fills the noise of the tile whose plain elements start at e0; returns its rows.
   const uint32_t* fill(int64_t e0) {
 #if defined(__AVX512BW__)
-    if (plane_ % 128 == 0) return fill_by_lanes(e0);
+    if (plane_ % 128 == 0 && bucket_blocks_ == 0) return fill_by_lanes(e0);
 #endif
     const int64_t n = kLanes * plane_, b0 = e0 >> 7, b1 = (e0 + n - 1) >> 7;
     if (b0 != held_first_ || b1 > held_last_) {  // tiles of fewer than 128 values share their blocks
-      group_simd::fill_noise_blocks(noise_, b0, b1, plain_.get());
+      fill_blocks(b0, b1);
       held_first_ = b0;
       held_last_ = b1;
     }
@@ -454,6 +463,17 @@ class TileNoise {
   }
 
  private:
+  // The noise of blocks [b0, b1] in plain order into plain_.
+  void fill_blocks(int64_t b0, int64_t b1) {
+    if (bucket_blocks_ == 0) return group_simd::fill_noise_blocks(noise_, b0, b1, plain_.get());
+    for (int64_t b = b0; b <= b1;) {  // a run of blocks within one bucket at a time
+      const int64_t bucket = b / bucket_blocks_, first = bucket * bucket_blocks_;
+      const int64_t last = std::min(b1, first + bucket_blocks_ - 1);
+      const QuantNoise bucket_noise{noise_.seed, stream_of_(noise_.stream, static_cast<uint64_t>(bucket))};
+      group_simd::fill_noise_blocks(bucket_noise, b - first, last - first, plain_.get() + (b - b0) * 128);
+      b = last + 1;
+    }
+  }
 #if defined(__AVX512BW__)
   // Planes of whole Philox blocks (32 x 32, 16 x 16): lane c's plane starts on a block, so its row
   // i (element i of the plane) is element i % 128 of its block i / 128, half i / 16 % 8 of counter
@@ -489,6 +509,8 @@ class TileNoise {
 #endif
   QuantNoise noise_;
   int64_t plane_;
+  int64_t bucket_blocks_;  // 0: one stream
+  StreamOf stream_of_;
   int64_t held_first_ = -1, held_last_ = -1;  // the blocks plain_ holds
   std::unique_ptr<uint16_t[]> plain_;  // (blocks covering a tile,): the plain order
   std::unique_ptr<uint32_t[], decltype(&std::free)> rows_;  // (plane, lanes), 64-byte aligned
@@ -497,30 +519,25 @@ class TileNoise {
 #endif
 };
 
-// The codes of `len` rows of lanes (rows[i * kLanes + c]: value i of lane c's group), quantize_value's
-// arithmetic lane by lane with the lanes' vmin and vinv and the rows' noise rnd (null: nearest),
-// packed into the lanes' streams (code i of lane c at bits [B i, B i + B): word w at
-// words[w * kLanes + c]).
+// The codes of `len` rows of lanes (rows[i * kLanes + c]: value i of lane c's group), code_of(values,
+// uniforms) lane by lane with the rows' noise rnd (uniform16 of it; null: 0.5, nearest), packed
+// into the lanes' streams (code i of lane c at bits [B i, B i + B): word w at words[w * kLanes + c]).
 // rows lie `stride` values apart (kLanes in a blocked buffer, C in an NHWC one).
-template <int B, typename T>
-inline void quantize_rows(const T* rows, int64_t stride, int64_t len, Lanes::F vmin, Lanes::F vinv,
-                          const uint32_t* rnd, uint32_t* words) {
+template <int B, typename T, typename CodeOf>
+inline void quantize_rows_with(const T* rows, int64_t stride, int64_t len, const uint32_t* rnd, uint32_t* words,
+                               CodeOf&& code_of_values) {
   using F = Lanes::F;
   using I = Lanes::I;
-  const F zero = Lanes::set(0.0f), half = Lanes::set(0.5f), scale = Lanes::set(1.0f / 65536.0f);
-  const I vlev = Lanes::set(static_cast<int>((1u << B) - 1u));
+  const F half = Lanes::set(0.5f), scale = Lanes::set(1.0f / 65536.0f);
   // The rows two groups on, asked for now: the range scan before this is the first read of a tile
   // that has left the caches (a quarter of the 1-bit quantize waited there, perf, Zen 4).
   // A prefetch never faults: past the buffer's end it asks for nothing.
   const char* ahead = reinterpret_cast<const char*>(rows + 2 * len * stride);
   auto code_of = [&](int64_t i) __attribute__((always_inline)) {  // row i's codes, lane by lane
     _mm_prefetch(ahead + i * stride * static_cast<int64_t>(sizeof(T)), _MM_HINT_T0);
-    const F u = Lanes::max(Lanes::mul(Lanes::sub(Lanes::load(rows + i * stride), vmin), vinv), zero);
-    const F fl = Lanes::trunc(u);
-    const F frac = Lanes::sub(u, fl);
     F r = half;
     if (rnd) r = Lanes::mul(Lanes::add(Lanes::to_float(Lanes::load(rnd + i * kLanes)), half), scale);
-    return Lanes::min(Lanes::round_up(Lanes::to_int(fl), r, frac), vlev);
+    return code_of_values(Lanes::load(rows + i * stride), r);
   };
   int64_t i = 0;
   if constexpr (32 % B == 0) {
@@ -551,11 +568,23 @@ inline void quantize_rows(const T* rows, int64_t stride, int64_t len, Lanes::F v
   if ((B * len) & 31) Lanes::store(words + ((B * len) >> 5) * kLanes, word);
 }
 
-// The values of `len` rows of lanes from the lanes' streams in `words` (quantize_rows' layout):
-// dequantize_value lane by lane with the lanes' vmin and vstep, into rows (f32 or bf16, T).
+// quantize_rows_with quantize_value's arithmetic lane by lane, with the lanes' vmin and vinv.
 template <int B, typename T>
-inline void dequantize_rows(const uint32_t* words, int64_t len, Lanes::F vmin, Lanes::F vstep, T* rows,
-                            int64_t stride) {
+inline void quantize_rows(const T* rows, int64_t stride, int64_t len, Lanes::F vmin, Lanes::F vinv,
+                          const uint32_t* rnd, uint32_t* words) {
+  const Lanes::F zero = Lanes::set(0.0f);
+  const Lanes::I vlev = Lanes::set(static_cast<int>((1u << B) - 1u));
+  quantize_rows_with<B>(rows, stride, len, rnd, words, [&](Lanes::F x, Lanes::F r) __attribute__((always_inline)) {
+    const Lanes::F u = Lanes::max(Lanes::mul(Lanes::sub(x, vmin), vinv), zero);
+    const Lanes::F fl = Lanes::trunc(u);
+    return Lanes::min(Lanes::round_up(Lanes::to_int(fl), r, Lanes::sub(u, fl)), vlev);
+  });
+}
+
+// The values of `len` rows of lanes from the lanes' streams in `words` (quantize_rows' layout):
+// value_of(codes) lane by lane, into rows (f32 or bf16, T, rounded as Tensor::to rounds).
+template <int B, typename T, typename ValueOf>
+inline void dequantize_rows_with(const uint32_t* words, int64_t len, T* rows, int64_t stride, ValueOf&& value_of) {
   using I = Lanes::I;
   const I mask = Lanes::set((1 << B) - 1);
   int64_t i = 0;
@@ -564,9 +593,7 @@ inline void dequantize_rows(const uint32_t* words, int64_t len, Lanes::F vmin, L
     for (; i + kRowsAWord <= len; i += kRowsAWord) {
       const I word = Lanes::load(words + (i / kRowsAWord) * kLanes);
       [&]<int... K>(std::integer_sequence<int, K...>) __attribute__((always_inline)) {
-        ((Lanes::store(rows + (i + K) * stride,
-                       Lanes::fmadd(Lanes::to_float(Lanes::bit_and(Lanes::shr<B * K>(word), mask)), vstep, vmin))),
-         ...);
+        ((Lanes::store(rows + (i + K) * stride, value_of(Lanes::bit_and(Lanes::shr<B * K>(word), mask)))), ...);
       }(std::make_integer_sequence<int, kRowsAWord>{});
     }
   }
@@ -576,9 +603,17 @@ inline void dequantize_rows(const uint32_t* words, int64_t len, Lanes::F vmin, L
     I code = Lanes::shr(Lanes::load(w), off);
     if (off + B > 32)  // the code's high bits start the next word
       code = Lanes::bit_or(code, Lanes::shl(Lanes::load(w + kLanes), 32 - off));
-    code = Lanes::bit_and(code, mask);
-    Lanes::store(rows + i * stride, Lanes::fmadd(Lanes::to_float(code), vstep, vmin));  // as dequantize_value
+    Lanes::store(rows + i * stride, value_of(Lanes::bit_and(code, mask)));
   }
+}
+
+// dequantize_rows_with dequantize_value lane by lane, with the lanes' vmin and vstep.
+template <int B, typename T>
+inline void dequantize_rows(const uint32_t* words, int64_t len, Lanes::F vmin, Lanes::F vstep, T* rows,
+                            int64_t stride) {
+  dequantize_rows_with<B>(words, len, rows, stride, [&](Lanes::I code) __attribute__((always_inline)) {
+    return Lanes::fmadd(Lanes::to_float(code), vstep, vmin);  // as dequantize_value
+  });
 }
 
 // Quantizes the per-plane groups g (tile_geometry) of a blocked buffer x, f32 or bf16 (T): the

@@ -14,6 +14,9 @@
 #include "core/allocator.h"
 #include "core/error.h"
 #include "core/philox.h"
+#include "core/tensor.h"
+#include "quant/cpu/bucket_tiles.h"  // bucket_tiles::bucket_tiling
+#include "quant/group/group_quant.h"  // nhwc_as_blocked
 
 namespace packrat {
 namespace {
@@ -161,6 +164,65 @@ TEST(MixedQuant, ABlockedTensorIsQuantizedInItsLogicalOrder) {
         EXPECT_EQ(out.to_plain().to_vector(), dequantized(from_plain));
       }
   }
+}
+
+// Buckets of whole channel planes of a blocked buffer at one width and the max-abs rule are
+// quantized where they lie (quant/cpu/bucket_tiles.h: k lanes of a tile, or k whole tiles): the
+// same codes and metadata as the plain tensor's, and its values back in the blocked layout, from
+// f32 and bf16, stochastic and nearest, bf16 and f32 metadata, with NaN, infinities and zeros of
+// both signs among the values. Other rules and mixed widths take the plain walk.
+TEST(MixedQuant, BlockedBucketsOfWholePlanesAreThePlainTensorsBytes) {
+  auto bytes = [](const Tensor& t) {
+    if (!t.defined()) return std::vector<uint8_t>{};
+    return std::vector<uint8_t>(t.data<uint8_t>(), t.data<uint8_t>() + t.nbytes());
+  };
+  auto value_bits = [](const Tensor& t) {  // the values' bit patterns, NaN included
+    const std::vector<float> v = t.to_plain().to(DType::f32).to_vector();
+    std::vector<uint32_t> b(v.size());
+    std::memcpy(b.data(), v.data(), v.size() * sizeof(float));
+    return b;
+  };
+  const std::vector<Shape> shapes = {{2, 32, 4, 4}, {2, 128, 2, 2}, {2, 32, 8, 8}, {3, 32, 16, 16}, {2, 16, 32, 32}};
+  int tiled = 0;
+  int cases = 0;
+  for (const Shape& shape : shapes)
+    for (int64_t bucket : {128, 512, 1024})
+      for (ScaleRule rule : {ScaleRule::MaxAbs, ScaleRule::L2})
+        for (int bits : {1, 2, 4}) {
+          ++cases;
+          MixedQuantConfig c = config(rule, bits, bits + (cases % 5 == 0 ? 1 : 0), cases % 5 == 0 ? 0.5 : 0.0, bucket);
+          c.meta = cases % 2 ? MetaType::F32 : MetaType::BF16;
+          c.rounding = cases % 3 == 2 ? Rounding::Nearest : Rounding::Stochastic;
+          const int64_t n = shape.numel(), plane = shape[2] * shape[3];
+          std::vector<float> v = random_values(n, static_cast<uint64_t>(cases));
+          for (const auto& [i, x] : {std::pair<int64_t, float>{3, NAN}, {plane + 1, INFINITY}, {5 * plane + 2, -0.0f},
+                                     {7 * plane, 0.0f}, {9 * plane + 1, -INFINITY}})
+            if (i < n && cases % 4 == 0) v[static_cast<size_t>(i)] = x;
+          Tensor plain = Tensor::empty(shape);
+          std::memcpy(plain.data<float>(), v.data(), v.size() * sizeof(float));
+          const QuantNoise noise{static_cast<uint64_t>(cases), quant_stream(4, static_cast<uint64_t>(cases))};
+          for (Layout layout : {Layout::nChw16c, Layout::nChw8c, Layout::NHWC})
+            for (DType dtype : {DType::f32, DType::bf16}) {
+              SCOPED_TRACE(fmt::format("{} {} {} {}, buckets of {}, {} bits", shape.str(), layout_name(layout),
+                                       dtype_name(dtype), scale_rule_name(rule), bucket, bits));
+              const Tensor x = plain.to(dtype), blocked = plain.to_layout(layout).to(dtype);
+              const CodecWalk walk = layout == Layout::NHWC ? nhwc_as_blocked(shape)
+                                                            : CodecWalk{shape[1], plane, false, channel_block(layout)};
+              if (c.base == c.mix)
+                tiled += bucket_tiles::bucket_tiling(bucket_geometry(n, bucket), walk, c.base.code_bits, rule).applies();
+              const MixedPacked from_plain = quantize_mixed(x, c, noise), from_blocked = quantize_mixed(blocked, c, noise);
+              ASSERT_EQ(bytes(from_blocked.codes), bytes(from_plain.codes));
+              ASSERT_EQ(bytes(from_blocked.meta_data), bytes(from_plain.meta_data));
+              ASSERT_EQ(bytes(from_blocked.flags), bytes(from_plain.flags));
+              Tensor out = Tensor::empty(shape, dtype, layout), ref = Tensor::empty(shape, dtype);
+              dequantize_mixed(from_blocked, out);
+              dequantize_mixed(from_plain, ref);
+              ASSERT_EQ(value_bits(out), value_bits(ref));
+            }
+        }
+#if defined(PACKRAT_PLANE_TILES)
+  EXPECT_GE(tiled, 100);  // the tile kernels took these cases: k lanes a bucket and k tiles a bucket
+#endif
 }
 
 TEST(MixedQuant, WideCodesRoundTrip) {
