@@ -123,41 +123,11 @@ void BM_MixedQuant_Dequantize(benchmark::State& state) {
   report(state, sides);
 }
 
-// The codes follow the tensor's logical order: a blocked tensor (the CPU convolutions' layout:
-// nChw16c with AVX-512, nChw8c without) is walked in plain order (quant/cpu/plain_runs.h). 2/4 mix at
-// p = 0.5, buckets of 512, quantize and dequantize of the plain tensor and of its blocked copy,
-// back to back. Counters: GB/s of f32 data for each, and blocked_vs_plain_{quantize,dequantize} =
-// time(plain) / time(blocked) (< 1: the walk costs that much).
-void BM_MixedQuant_Blocked(benchmark::State& state) {
-  const Tensor x = make_input(), xb = x.to_layout(cpu::native_blocked_layout());
-  const MixedQuantConfig c = mixed_config(ScaleRule::Affine, 2, 4, 0.5, 512);
-  const MixedPacked p = quantize_mixed(x, c, {1, 42});
-  Tensor y = Tensor::empty_like(x), yb = Tensor::empty_like(xb);
-  std::vector<Side> sides = {
-      {"plain_quantize", [&] { quantize_mixed(x, c, {1, 42}); }},
-      {"blocked_quantize", [&] { quantize_mixed(xb, c, {1, 42}); }},
-      {"plain_dequantize", [&] { dequantize_mixed(p, y); }},
-      {"blocked_dequantize", [&] { dequantize_mixed(p, yb); }},
-  };
-  for (auto _ : state)
-    for (Side& s : sides) s.s += seconds(s.run);
-  const double bytes = static_cast<double>(kNumel) * 4 * static_cast<double>(state.iterations());
-  for (const Side& s : sides) state.counters[std::string(s.name) + "_GBps"] = bytes / s.s / 1e9;
-  state.counters["blocked_vs_plain_quantize"] = sides[0].s / sides[1].s;
-  state.counters["blocked_vs_plain_dequantize"] = sides[2].s / sides[3].s;
-}
-
-// The shipped EfficientNetV2 config's codec (max-abs, 2 bits a side: 4-bit codes, buckets of 512, one
-// width) on a (128, C, side, side) f32 tensor in the CPU's blocked layout, against its plain copy:
-// side 4 and 2 (C 256 and 512: a bucket is whole tiles) and 16 (C 64: two lanes of a tile), the
-// blocked buffer's buckets taken where they lie (quant/cpu/bucket_tiles.h). Counters as above.
-void BM_MixedQuant_BlockedPlanes(benchmark::State& state) {
-  const int64_t side = state.range(0), channels = side == 16 ? 64 : (side == 4 ? 256 : 512);
-  Tensor x = Tensor::empty({128, channels, side, side});  // (N, C, H, W)
-  PhiloxStream r(5, 0);
-  for (int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] = r.uniform() * 4.0f - 2.0f;
+// Quantize and dequantize of the plain tensor x with config c and of its copy in the CPU's blocked
+// layout, back to back. Counters: GB/s of f32 data for each, and blocked_vs_plain_{quantize,
+// dequantize} = time(plain) / time(blocked) (< 1: the blocked walk costs that much).
+void time_blocked_against_plain(benchmark::State& state, const Tensor& x, const MixedQuantConfig& c) {
   const Tensor xb = x.to_layout(cpu::native_blocked_layout());
-  const MixedQuantConfig c = mixed_config(ScaleRule::MaxAbs, 2, 2, 0.0, 512);
   const MixedPacked p = quantize_mixed(x, c, {1, 42});
   Tensor y = Tensor::empty_like(x), yb = Tensor::empty_like(xb);
   std::vector<Side> sides = {
@@ -172,6 +142,25 @@ void BM_MixedQuant_BlockedPlanes(benchmark::State& state) {
   for (const Side& s : sides) state.counters[std::string(s.name) + "_GBps"] = bytes / s.s / 1e9;
   state.counters["blocked_vs_plain_quantize"] = sides[0].s / sides[1].s;
   state.counters["blocked_vs_plain_dequantize"] = sides[2].s / sides[3].s;
+}
+
+// The codes follow the tensor's logical order: a blocked tensor (the CPU convolutions' layout:
+// nChw16c with AVX-512, nChw8c without) is walked in plain order (quant/cpu/plain_runs.h). 2/4 mix at
+// p = 0.5, buckets of 512.
+void BM_MixedQuant_Blocked(benchmark::State& state) {
+  time_blocked_against_plain(state, make_input(), mixed_config(ScaleRule::Affine, 2, 4, 0.5, 512));
+}
+
+// The shipped EfficientNetV2 config's codec (max-abs, 2 bits a side: 4-bit codes, buckets of 512, one
+// width) on a (128, C, side, side) f32 tensor: side 4 and 2 (C 256 and 512: in the blocked layout a
+// bucket is whole tiles) and 16 (C 64: two lanes of a tile), the blocked buffer's buckets taken
+// where they lie (quant/cpu/bucket_tiles.h).
+void BM_MixedQuant_BlockedPlanes(benchmark::State& state) {
+  const int64_t side = state.range(0), channels = side == 16 ? 64 : (side == 4 ? 256 : 512);
+  Tensor x = Tensor::empty({128, channels, side, side});  // (N, C, H, W)
+  PhiloxStream r(5, 0);
+  for (int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] = r.uniform() * 4.0f - 2.0f;
+  time_blocked_against_plain(state, x, mixed_config(ScaleRule::MaxAbs, 2, 2, 0.0, 512));
 }
 
 // A GELU's backward from 2/4-bit bucket codes on the CPU: the store's two passes (dequantize into a
