@@ -333,13 +333,17 @@ inline void store_lane_meta(const float* min, const float* step, MetaType meta, 
   for (int64_t c = 0; c < kLanes; ++c) store_group_meta(GroupParams{min[c], step[c], 0.0f}, meta, dst + c * lane_stride);
 }
 
+// Whether lanes `stride` bytes apart can be gathered: a gather's offsets are 32-bit (lanes 2 GiB or
+// more apart, planes of 2^28 values, are loaded one by one).
+inline bool gathers_fit(int64_t stride) { return kLanes * stride < (int64_t{1} << 31); }
+
 // The params (load_group_range's min and step) of the lanes' groups from their metadata records,
 // lane c's at src + (c >> shift) * lane_stride (shift: 2^shift lanes a group, whole_plane_tiles.h).
 // bf16 records in one gather: sixteen scalar loads stored to an array and read back as one register
 // waited on the stores (the 1-bit per-plane dequantize, perf).
 inline void load_lane_meta(const uint8_t* src, int64_t lane_stride, MetaType meta, Lanes::F& min, Lanes::F& step,
                            int shift = 0) {
-  if (meta == MetaType::BF16 && kLanes * lane_stride < (int64_t{1} << 31)) {  // a record: min's bf16 bits, then step's
+  if (meta == MetaType::BF16 && gathers_fit(lane_stride)) {  // a record: min's bf16 bits, then step's
     const Lanes::I records = Lanes::gather(src, Lanes::lane_offsets(lane_stride, shift));
     min = Lanes::from_bits(Lanes::shl<16>(records));
     step = Lanes::from_bits(Lanes::bit_and(records, Lanes::set(static_cast<int>(0xFFFF0000u))));
@@ -380,6 +384,10 @@ struct LaneWords {
   // gather. `may_overread`: the up to 3 bytes after the last lane's stream are in the buffer, so a
   // last partial word is read whole (its bytes past the stream are never decoded).
   void gather_in(int64_t bytes, const uint8_t* src, int64_t lane_stride, bool may_overread) {
+    if (!gathers_fit(lane_stride)) {
+      for (int64_t c = 0; c < kLanes; ++c) copy_in(c, bytes, src + c * lane_stride);
+      return;
+    }
     const Lanes::I offsets = Lanes::lane_offsets(lane_stride);
     const int64_t whole = may_overread ? (bytes + 3) / 4 : bytes / 4;
     for (int64_t w = 0; w < whole; ++w) Lanes::store(&words[w * kLanes], Lanes::gather(src + 4 * w, offsets));
@@ -676,8 +684,6 @@ void dequantize(const uint8_t* codes, const uint8_t* meta, const GroupGeometry& 
   const int64_t stride = place.row_stride();
   const int meta_size = meta_bytes_per_group(g.meta);
   const int64_t span_bytes = g.span_bytes(), code_bytes = g.code_bytes();
-  // a gather's offsets are 32-bit: lanes over 2 GiB apart (planes of 2^28 values) copy lane by lane
-  const bool gathers = kLanes * span_bytes < (int64_t{1} << 31);
   for_tile_ranges(g.spans / kLanes, tile_elements, [&](int64_t t0, int64_t t1) {
     auto words = std::make_unique_for_overwrite<LaneWords>();
     for (int64_t t = t0; t < t1; ++t) {
@@ -689,11 +695,7 @@ void dequantize(const uint8_t* codes, const uint8_t* meta, const GroupGeometry& 
         load_lane_meta(meta + ((t * kLanes) * gps + j) * meta_size, gps * meta_size, g.meta, vmin, vstep);
         // lane c's codes: span t lanes + c's, span_bytes apart; the last lane's may be the buffer's last
         const int64_t last_lane_end = at.code_offset + (kLanes - 1) * span_bytes + bytes;
-        if (gathers) {
-          words->gather_in(bytes, codes + at.code_offset, span_bytes, last_lane_end + 3 <= code_bytes);
-        } else {
-          for (int64_t c = 0; c < kLanes; ++c) words->copy_in(c, bytes, codes + at.code_offset + c * span_bytes);
-        }
+        words->gather_in(bytes, codes + at.code_offset, span_bytes, last_lane_end + 3 <= code_bytes);
         dequantize_rows<B>(words->words, len, vmin, vstep, tile + s0 * stride, stride);
       }
     }

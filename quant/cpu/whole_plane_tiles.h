@@ -82,10 +82,6 @@ struct GroupLanes {
 // interleaved in it: the byte-by-byte moves below, stored to `words` and read back as a register,
 // wait on the stores (the 4-bit bucket dequantize of 2 x 2 planes ran 1.9x faster without them,
 // BM_MixedQuant_BlockedPlanes). false: another length.
-inline const __m512i& low_dwords() {  // even 32-bit lanes of two registers, then odd
-  static const __m512i idx = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
-  return idx;
-}
 inline bool store_lane_streams_whole(const LaneWords& words, int64_t lane_bytes, uint8_t* dst) {
   const __m512i w = _mm512_load_si512(words.words);  // word 0 of each lane (its bits past the stream zero)
   switch (lane_bytes) {
@@ -110,9 +106,8 @@ inline bool load_lane_streams_whole(const uint8_t* src, int64_t lane_bytes, Lane
     case 4: Lanes::store(words.words, _mm512_loadu_si512(src)); return true;
     case 8: {  // lane c's 64-bit value: its words c (low) and 16 + c (high)
       const __m512i a = _mm512_loadu_si512(src), b = _mm512_loadu_si512(src + 64);
-      Lanes::store(words.words, _mm512_permutex2var_epi32(a, low_dwords(), b));
-      Lanes::store(words.words + kLanes,
-                   _mm512_permutex2var_epi32(a, _mm512_add_epi32(low_dwords(), _mm512_set1_epi32(1)), b));
+      Lanes::store(words.words, simd::low_words(a, b));
+      Lanes::store(words.words + kLanes, simd::low_words(_mm512_srli_epi64(a, 32), _mm512_srli_epi64(b, 32)));
       return true;
     }
     default: return false;
