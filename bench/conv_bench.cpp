@@ -200,6 +200,45 @@ void BM_ResNet18Conv3x3(benchmark::State& state) {
   set_gflops(state, g.flops());
   state.SetLabel(fmt::format("{} {}", bf16 ? "bf16" : "f32", kernel));
 }
+
+// EfficientNet-B0's depthwise weight gradients at CIFAR size, batch 32 (range(0) the geometry, as
+// kDepthwise lists them; range(1): 0 f32 blocked, 1 bf16 as a bf16 step runs it, NHWC on an AMX
+// CPU), the kernel the backend picks named in the label: oneDNN's jit_dw or packrat's own loop
+// (core/cpu/depthwise_conv.h). GB/s counts the two operands read once.
+//   OMP_NUM_THREADS=2 build/bin/packrat_bench --benchmark_filter=DepthwiseWeightGradient
+struct DepthwiseCase {
+  int64_t c, hw, k, stride;
+};
+constexpr DepthwiseCase kDepthwise[] = {{32, 32, 3, 1},  {96, 32, 3, 2},  {144, 16, 3, 1}, {144, 16, 5, 2},
+                                        {240, 8, 5, 1},  {240, 8, 3, 2},  {480, 4, 3, 1},  {480, 4, 5, 1},
+                                        {672, 4, 5, 1},  {672, 4, 5, 2},  {1152, 2, 5, 1}, {1152, 2, 3, 1}};
+void BM_DepthwiseWeightGradient(benchmark::State& state) {
+  const DepthwiseCase c = kDepthwise[state.range(0)];
+  const bool bf16 = state.range(1) != 0;
+  constexpr int64_t n = 32;
+  const int64_t o = (c.hw + 2 * (c.k / 2) - c.k) / c.stride + 1;
+  ConvGeometry g{n, c.c, c.hw, c.hw, c.c, c.k, c.k, o, o, c.stride, c.stride, c.k / 2, c.k / 2, 1, 1, c.c, false};
+  g.dtype = bf16 ? DType::bf16 : DType::f32;
+  if (bf16 && !backend(Device::cpu()).conv_computes_in(DType::bf16)) {
+    state.SkipWithError("this CPU has no bf16 convolutions");
+    return;
+  }
+  const Layout layout = cpu::conv_layouts(g).src;
+  const Tensor x = random({n, c.c, c.hw, c.hw}, 1).to_layout(layout).to(g.dtype);  // (N, C, H, W) as saved
+  const Tensor gy = cpu::conv_grad_output(random({n, c.c, o, o}, 3).to_layout(cpu::conv_layouts(g).dst), g);
+  ConvGeometry gw_geometry = g;
+  gw_geometry.dtype = cpu::weight_gradient_dtype(g);
+  const bool from_f32 = gw_geometry.dtype != g.dtype;
+  for (auto _ : state) {
+    Tensor gw, gb;
+    cpu::conv_backward_weights(from_f32 ? x.to(DType::f32) : x, from_f32 ? gy.to(DType::f32) : gy, gw_geometry, gw, gb);
+    benchmark::DoNotOptimize(gw);
+  }
+  state.counters["GB/s"] = benchmark::Counter(static_cast<double>(x.nbytes() + gy.nbytes()) / 1e9,
+                                              benchmark::Counter::kIsIterationInvariantRate);
+  state.SetLabel(fmt::format("{} {} {}", g.key(), layout_name(layout),
+                             cpu::conv_backward_implementations(gw_geometry).second));
+}
 }  // namespace
 
 BENCHMARK(BM_BatchNormForwardBackward)->ArgsProduct({{0, 1}, {16, 8, 0}})->Unit(benchmark::kMillisecond)->UseRealTime();
@@ -209,6 +248,10 @@ BENCHMARK(BM_ConvBackwardData)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_ConvBackwardWeights)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_ResNet18Conv3x3)
     ->ArgsProduct({{64, 128, 256, 512}, {0, 1}, {0, 1, 2}})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+BENCHMARK(BM_DepthwiseWeightGradient)
+    ->ArgsProduct({benchmark::CreateDenseRange(0, std::size(kDepthwise) - 1, 1), {0, 1}})
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 BENCHMARK(BM_ConvWeightReorder512)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond)->UseRealTime();

@@ -7,6 +7,7 @@
 #include "core/cpu/depthwise_conv.h"
 #include "core/cpu/dnnl_context.h"
 #include "core/cpu/loops.h"
+#include "core/cpu/matmul.h"
 #include "core/cpu/weight_cache.h"
 
 namespace packrat::cpu {
@@ -46,12 +47,14 @@ struct ConvPlan {
   dnnl::convolution_backward_data bd;
   dnnl::convolution_backward_weights::primitive_desc bw_pd;
   dnnl::convolution_backward_weights bw;
-  // A depthwise geometry that oneDNN serves only with gemm (5x5, small inputs): the weight gradient
-  // comes from depthwise_backward_weights instead, on any CPU (other layouts are copied to nChw16c).
+  // A depthwise geometry whose weight gradient oneDNN's jit_dw kernel does not serve (5x5, small
+  // inputs, NHWC operands): it comes from depthwise_backward_weights instead, on any CPU (layouts
+  // other than nChw16c and NHWC are copied to nChw16c).
   bool own_depthwise_bw = false;
 };
 
-constexpr const char* kOwnDepthwiseImpl = "packrat:depthwise_blocked";
+constexpr const char* kOwnDepthwiseImpl = "packrat:depthwise";
+constexpr const char* kMatmulImpl = "packrat:matmul";  // (a pointwise convolution's weight gradient)
 
 memory::dims weight_dims(const ConvGeometry& g) {
   if (g.groups == 1) return {g.Cout, g.Cin, g.KH, g.KW};
@@ -93,12 +96,12 @@ bool is_gemm(const ConvPlan& p) { return is_gemm_impl(p.fwd_pd); }
 // Not for 1x1 planes (squeeze-and-excitation's), where an NHWC buffer and a plain one are one
 // order: oneDNN 2.6's primitive cache took such an NHWC descriptor for the plain one and ran a gemm
 // kernel made for the one with the other's scratchpad (a crash: EfficientNet-B0's f32 step, then its bf16 one).
-// Under Auto, not for grouped (depthwise) convolutions either: oneDNN 2.6's bf16 depthwise weight
-// gradient on NHWC runs its slow jit_bf16 kernel (EfficientNet-B0's bf16 step on AMX 0.76x of the
-// blocked one's), where the blocked tensors get jit_dw or packrat's own loop.
+// Under Auto, not for grouped convolutions other than the depthwise ones packrat's own loop serves:
+// oneDNN 2.6's bf16 grouped weight gradient on NHWC runs its slow jit_bf16 kernel (EfficientNet-B0's
+// depthwise ones: 97 ms of a 250 ms bf16 step on AMX).
 bool make_channels_last_forward(ConvPlan& p, const ConvGeometry& g) {
   if (g.H * g.W == 1 || g.OH * g.OW == 1) return false;
-  if (g.groups > 1 && activation_layout() == ActivationLayout::Auto) return false;
+  if (g.groups > 1 && activation_layout() == ActivationLayout::Auto && !depthwise_loop_serves(g)) return false;
   make_forward(p, g, Layout::NHWC, Layout::NHWC);
   return !is_reference(p) && !is_gemm(p);
 }
@@ -205,6 +208,17 @@ ConvPlan& backward_data_plan(const ConvGeometry& g, const std::shared_ptr<ConvPl
   return *p;
 }
 
+// Whether a depthwise weight gradient comes from packrat's loop: wherever it serves the geometry and
+// reads the operands as they lie (nChw16c or NHWC), and wherever oneDNN has no jit_dw kernel for it.
+// It is faster than jit_dw on most of EfficientNet-B0's (BM_DepthwiseWeightGradient), and reads
+// bf16 operands as they are on every CPU (oneDNN's strided bf16 kernels stall without AMX, and NHWC
+// ones run its slow jit_bf16 kernel). Without AVX-512 the operands are nChw8c: jit_dw, where it serves.
+bool own_depthwise_weight_gradient(const ConvGeometry& g, const ConvPlan& p) {
+  if (!depthwise_loop_serves(g)) return false;
+  const bool walkable = p.src_layout == Layout::NHWC || p.src_layout == Layout::nChw16c;
+  return walkable || std::string(p.bw_pd.impl_info_str()).rfind("jit_dw", 0) != 0;
+}
+
 ConvPlan& backward_weights_plan(const ConvGeometry& g, const std::shared_ptr<ConvPlan>& p) {
   std::call_once(p->bw_once, [&] {
     auto make = [&](const memory::desc& src, const memory::desc& dst) {
@@ -215,7 +229,7 @@ ConvPlan& backward_weights_plan(const ConvGeometry& g, const std::shared_ptr<Con
     };
     p->bw_pd = backward_pd<dnnl::convolution_backward_weights::primitive_desc>(g, *p, make, g.dtype, p->bw_src_layout,
                                                                                p->bw_dst_layout, p->bw_src);
-    p->own_depthwise_bw = depthwise_blocked(g) && std::string(p->bw_pd.impl_info_str()).rfind("jit", 0) != 0;
+    p->own_depthwise_bw = own_depthwise_weight_gradient(g, *p);
     if (!p->own_depthwise_bw) p->bw = dnnl::convolution_backward_weights(p->bw_pd);
   });
   return *p;
@@ -241,6 +255,36 @@ void finish_output(const Tensor& copy, const memory::desc& kernel_desc, Tensor& 
   if (copy.defined()) reorder_from_buffer(copy, kernel_desc, out);
 }
 
+// Whether a (N, C, H, W) tensor's buffer is the (N*H*W, C) row-major matrix of its pixels: NHWC,
+// or any layout of 1x1 planes (blocked ones hold no padding: layout.h).
+bool pixel_rows(const Tensor& t) { return t.layout() == Layout::NHWC || t.shape()[2] * t.shape()[3] == 1; }
+
+// Whether the weight gradient of a pointwise convolution is one matmul, dW (Cout, Cin) = gy^T x over
+// the (pixels, channels) matrices of its operands: stride 1, no padding, and the operands' buffers
+// those matrices (NHWC activations, or squeeze-and-excitation's 1x1 planes). oneDNN's convolution
+// kernels for it were slower: on 1x1 planes its gemm convolution ran one tiny gemm per sample
+// (0.83 ms for EfficientNet-B0's 28 -> 672 at batch 32), and on AMX its bf16 1x1 kernel ran at
+// half the speed of f32's jit_1x1 on the values converted (itself 14 ms of the bf16 step against
+// the matmul's 8.5, with no conversion).
+bool weight_gradient_as_matmul(const ConvGeometry& g) {
+  if (g.KH * g.KW != 1 || g.groups != 1 || g.stride_h != 1 || g.stride_w != 1 || g.pad_h != 0 || g.pad_w != 0)
+    return false;
+  return g.H * g.W == 1 || plan_for(g)->src_layout == Layout::NHWC;
+}
+
+void matmul_weight_gradient(const Tensor& x, const Tensor& gy, const ConvGeometry& g, Tensor& gw, Tensor& gb) {
+  const int64_t pixels = g.N * g.H * g.W;
+  gw = matmul(gy, true, x, false, 1, g.Cout, pixels, g.Cin, Tensor(), Shape{g.Cout, g.Cin, 1, 1}, DType::f32);
+  if (g.has_bias) {
+    Tensor gy32;  // (pixels, Cout) rows in f32
+    {
+      TagScope copy(MemTag::Workspace);
+      gy32 = gy.to(DType::f32);
+    }
+    gb = column_sums(gy32, pixels, g.Cout);  // (Cout)
+  }
+}
+
 }  // namespace
 
 ConvLayouts conv_layouts(const ConvGeometry& g) {
@@ -251,8 +295,10 @@ ConvLayouts conv_layouts(const ConvGeometry& g) {
 std::pair<std::string, std::string> conv_backward_implementations(const ConvGeometry& g) {
   auto p = plan_for(g);
   const ConvPlan& bw = backward_weights_plan(g, p);
-  return {backward_data_plan(g, p).bd_pd.impl_info_str(),
-          bw.own_depthwise_bw ? kOwnDepthwiseImpl : bw.bw_pd.impl_info_str()};
+  const std::string weights = weight_gradient_as_matmul(g) ? kMatmulImpl
+                              : bw.own_depthwise_bw         ? kOwnDepthwiseImpl
+                                                            : bw.bw_pd.impl_info_str();
+  return {backward_data_plan(g, p).bd_pd.impl_info_str(), weights};
 }
 
 Tensor conv_forward(const Tensor& x, const Tensor& w, const Tensor& b, const ConvGeometry& g, bool keep_weights) {
@@ -277,6 +323,8 @@ bool f32_weight_gradient(const ConvGeometry& g) {
   const bool strided = g.stride_h > 1 || g.stride_w > 1;
   const bool pointwise = g.KH * g.KW == 1 && g.groups == 1;
   if (g.dtype == DType::f32) return false;
+  if (g.groups > 1 && backward_weights_plan(g, plan_for(g)).own_depthwise_bw) return false;  // it reads 16 bits
+  if (weight_gradient_as_matmul(g)) return false;
   return amx_kernels() ? pointwise || (strided && g.groups > 1) : strided;
 }
 
@@ -287,8 +335,7 @@ Tensor diff_dst_as(const Tensor& gy, Layout layout) { return gy.layout() == Layo
 
 Tensor conv_grad_output(const Tensor& gy, const ConvGeometry& g) {
   if (gy.dtype() != DType::f32 || g.dtype == DType::f32) return gy.to(g.dtype);
-  // gy converted into a channels-last copy in one oneDNN reorder (twice as fast as Tensor::to's loop
-  // where gy is channels-last already).
+  // A blocked gy converted into a channels-last copy in one oneDNN reorder.
   auto channels_last_copy = [&] {
     Tensor out = Tensor::empty(gy.shape(), g.dtype, Layout::NHWC, MemTag::Workspace,
                                Device::cpu());  // (N, Cout, OH, OW) channels-last
@@ -296,7 +343,12 @@ Tensor conv_grad_output(const Tensor& gy, const ConvGeometry& g) {
     return out;
   };
   auto plan = plan_for(g);
-  if (plan->dst_layout == Layout::NHWC && gy.layout() == Layout::NHWC) return channels_last_copy();
+  if (plan->dst_layout == Layout::NHWC && gy.layout() == Layout::NHWC) {
+    // Converted where it lies: Tensor::to's SIMD lanes are 1.2x as fast as oneDNN's reorder
+    // (BM_Convert).
+    TagScope copy(MemTag::Workspace);
+    return gy.to(g.dtype);
+  }
   if (!plan->kernel_formats || f32_weight_gradient(g) || backward_weights_plan(g, plan).own_depthwise_bw)
     return gy.to(g.dtype);
   const memory::desc nhwc = desc_for(Shape{g.N, g.Cout, g.OH, g.OW}, g.dtype, Layout::NHWC);
@@ -321,10 +373,7 @@ Tensor conv_backward_data(const Tensor& gy, const Tensor& w, const ConvGeometry&
   return dx;
 }
 
-DType weight_gradient_dtype(const ConvGeometry& g) {
-  if (g.dtype == DType::f32 || f32_weight_gradient(g)) return DType::f32;
-  return backward_weights_plan(g, plan_for(g)).own_depthwise_bw ? DType::f32 : g.dtype;
-}
+DType weight_gradient_dtype(const ConvGeometry& g) { return f32_weight_gradient(g) ? DType::f32 : g.dtype; }
 
 namespace {
 // The weight gradient on `plan`'s kernels.
@@ -332,13 +381,14 @@ void backward_weights_with(const std::shared_ptr<ConvPlan>& plan, const Tensor& 
                            const ConvGeometry& g, Tensor& gw, Tensor& gb) {
   ConvPlan& p = backward_weights_plan(g, plan);
   if (p.own_depthwise_bw) {
-    // Its loop walks 16-channel blocks; other layouts (nChw8c without AVX-512, plain) go through
-    // nChw16c Workspace copies.
-    auto blocked = [](const Tensor& t) {
+    // Its loop walks 16-channel slices of nChw16c or NHWC tensors, f32 or bf16, as they lie; other
+    // layouts (nChw8c without AVX-512, plain) go through nChw16c Workspace copies.
+    auto walkable = [](const Tensor& t) {
+      if (t.layout() == Layout::NHWC || t.layout() == Layout::nChw16c) return t;
       TagScope copies(MemTag::Workspace);
-      return to_layout(t, Layout::nChw16c).to(DType::f32);  // 16-bit operands: its f32 loop reads them converted
+      return to_layout(t, Layout::nChw16c);
     };
-    depthwise_backward_weights(blocked(x), blocked(gy), g, gw, gb);
+    depthwise_backward_weights(walkable(x), walkable(gy), g, gw, gb);
     return;
   }
   const Tensor src = to_layout(x, p.bw_src_layout);
@@ -364,6 +414,10 @@ void backward_weights_with(const std::shared_ptr<ConvPlan>& plan, const Tensor& 
 }  // namespace
 
 void conv_backward_weights(const Tensor& x, const Tensor& gy, const ConvGeometry& g, Tensor& gw, Tensor& gb) {
+  if (weight_gradient_as_matmul(g) && pixel_rows(x) && pixel_rows(gy)) {
+    matmul_weight_gradient(x, gy, g, gw, gb);
+    return;
+  }
   if (f32_weight_gradient(g)) {
     // f32 on the bf16 values instead of oneDNN 2.6's bf16 weight gradient:
     // - of a strided convolution without AMX, whose avx512_core_bf16 kernel synchronises its

@@ -73,5 +73,35 @@ TEST(WeightCache, ReordersOncePerVersion) {
   EXPECT_EQ(cpu::weight_cache_bytes(), 0);
 }
 
+// An f32 weight a 16-bit kernel wants blocked is converted by packrat's rounding (Tensor::to: round to
+// nearest even, denormals kept) and then reordered: the copy holds exactly the weight's bf16 values.
+TEST(WeightCache, AnF32WeightWanted16BitBlockedHoldsItsBf16Values) {
+  const dnnl::memory::dims dims{48, 32, 1, 1};
+  const dnnl::memory::desc plain(dims, dnnl::memory::data_type::f32, tag::oihw);
+  const dnnl::memory::desc blocked(dims, dnnl::memory::data_type::bf16, tag::ABcd16a16b2a);
+  const dnnl::memory::desc plain16(dims, dnnl::memory::data_type::bf16, tag::oihw);
+  Tensor w = testing::random_tensor({48, 32, 1, 1}, 4);
+  float* v = w.data<float>();
+  v[0] = 1.0f + 0x1p-8f;               // a tie: rounds to even (1.0)
+  v[1] = 1.0f + 0x1p-8f + 0x1p-20f;    // above the tie: rounds up
+  v[2] = 1e-40f;                       // a denormal: kept
+  v[3] = -3.0e38f;
+  const int workspace = static_cast<int>(Allocator::cpu().current(MemTag::Workspace));
+  const Tensor copy = cpu::weights_as(w, plain, blocked, false);
+  // Back to plain bf16 (a 16-bit to 16-bit reorder moves bits): the weight's bf16 rounding, bit for bit.
+  Tensor back = Tensor::empty({48, 32, 1, 1}, DType::bf16);
+  cpu::reorder(dnnl::memory(blocked, cpu::dnnl_engine(), const_cast<void*>(copy.raw())), cpu::memory_of(back, plain16));
+  const Tensor want = w.to(DType::bf16);
+  const auto* got_bits = static_cast<const uint16_t*>(back.raw());
+  const auto* want_bits = static_cast<const uint16_t*>(want.raw());
+  for (int64_t i = 0; i < w.numel(); ++i) ASSERT_EQ(got_bits[i], want_bits[i]) << "weight " << i << ": " << v[i];
+  EXPECT_EQ(want_bits[0], 0x3F80);
+  EXPECT_EQ(want_bits[1], 0x3F81);
+  EXPECT_NE(want_bits[2], 0) << "the denormal is not flushed";
+  EXPECT_EQ(static_cast<int>(Allocator::cpu().current(MemTag::Workspace)),
+            workspace + static_cast<int>(copy.nbytes()))
+      << "the 16-bit plain copy is freed; only the blocked one lives";
+}
+
 }  // namespace
 }  // namespace packrat
