@@ -70,6 +70,10 @@ Tensor Backend::conv_backward_data_into(const Tensor& gy, const Tensor& w, const
   return into;
 }
 
+Tensor Backend::reduce_sum_of_product_to(const Tensor& g, const Tensor& a, const Shape& shape) {
+  return reduce_sum_to(binary(BinaryOp::Mul, g, a.to(g.dtype())), shape);
+}
+
 void Backend::sgd_update_many(std::span<const SgdOperands> operands, const SgdStep& s) {
   for (const SgdOperands& o : operands) {
     SgdStep step = s;

@@ -228,6 +228,10 @@ class Backend {
   // from) has size 1 or is missing, e.g. (R, D) -> (D) column sums, (N, C, H, W) -> (N, C, 1, 1).
   // Plain out of `shape` in x's dtype; double accumulators.
   virtual Tensor reduce_sum_to(const Tensor& x, const Shape& shape) = 0;
+  // reduce_sum_to(g * a, shape): a product's gradient for its broadcast operand (squeeze-and-
+  // excitation's scale, (N, C, 1, 1) from (N, C, H, W)). g f32, a f32 or 16-bit (its values), same
+  // shape. Default: the product, then its sum; a backend may sum without the product's tensor.
+  virtual Tensor reduce_sum_of_product_to(const Tensor& g, const Tensor& a, const Shape& shape);
 
   // ---- softmax, cross-entropy, layernorm (ops/softmax, ops/cross_entropy, ops/layernorm)
   // Every row primitive works on the last dim of plain tensors (..., D) (R rows of D), f32 unless

@@ -89,7 +89,14 @@ Tensor mul(const Tensor& a, const Tensor& b) {
              std::vector<Tensor> out(2);
              size_t k = 0;
              if (ga) out[0] = to_operand(binary(BinaryOp::Mul, g[0], n.load(k++)), sa, la);
-             if (gb) out[1] = to_operand(binary(BinaryOp::Mul, g[0], n.load(k++)), sb, lb);
+             if (gb) {
+               // Summed to b's shape without the product's tensor where the backend can (a
+               // broadcast b: squeeze-and-excitation's scale).
+               const Tensor a_saved = n.load(k++);
+               out[1] = sb != g[0].shape() && g[0].dtype() == DType::f32
+                            ? backend_of(g[0]).reduce_sum_of_product_to(g[0], a_saved, sb).to_layout(lb)
+                            : to_operand(binary(BinaryOp::Mul, g[0], a_saved), sb, lb);
+             }
              return out;
            });
   }

@@ -6,7 +6,9 @@
 // conversion pass through an f32 copy. The integer rounding, not AVX512_BF16's VCVTNEPS2BF16:
 // that instruction flushes denormals to zero, which Tensor::to(bf16) does not. Internal to the
 // CPU kernels: it includes immintrin.h.
+#include <algorithm>
 #include <cstdint>
+#include <type_traits>
 
 #if defined(__AVX512F__) || defined(__AVX2__)
 #include <immintrin.h>
@@ -94,6 +96,23 @@ inline void f32_to_bf16_run(const float* x, int64_t n, bf16_t* out) {
   for (; i + 8 <= n; i += 8) store_bf16x8(out + i, _mm256_loadu_ps(x + i));
 #endif
   for (; i < n; ++i) out[i] = from_f32<bf16_t>(x[i]);
+}
+
+// out[i] = x[i] as f32, i < n: bf16 on SIMD lanes (GCC vectorises the scalar widening poorly:
+// half the speed), f32 copied, other types (f16) value by value.
+template <typename T>
+inline void to_f32_run(const T* x, int64_t n, float* out) {
+  if constexpr (std::is_same_v<T, bf16_t>) bf16_to_f32_run(x, n, out);
+  else if constexpr (std::is_same_v<T, float>) std::copy(x, x + n, out);
+  else for (int64_t i = 0; i < n; ++i) out[i] = to_f32(x[i]);
+}
+
+// out[i] = x[i] rounded to T, i < n (the rounding of Tensor::to).
+template <typename T>
+inline void from_f32_run(const float* x, int64_t n, T* out) {
+  if constexpr (std::is_same_v<T, bf16_t>) f32_to_bf16_run(x, n, out);
+  else if constexpr (std::is_same_v<T, float>) std::copy(x, x + n, out);
+  else for (int64_t i = 0; i < n; ++i) out[i] = from_f32<T>(x[i]);
 }
 
 }  // namespace packrat::simd

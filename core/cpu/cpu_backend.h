@@ -77,6 +77,7 @@ class CpuBackend final : public Backend {
   double reduce_sum(const Tensor& x) override;
   double reduce_sum_squares(const Tensor& x) override;
   Tensor reduce_sum_to(const Tensor& x, const Shape& shape) override;
+  Tensor reduce_sum_of_product_to(const Tensor& g, const Tensor& a, const Shape& shape) override;
 
   // ---- softmax, cross-entropy, layernorm (cpu_backend_rows.cpp)
   bool rows_read(DType dtype) const override;

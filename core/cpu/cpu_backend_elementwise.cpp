@@ -337,4 +337,63 @@ Tensor CpuBackend::reduce_sum_to(const Tensor& x_any, const Shape& shape) {
   return out;
 }
 
+namespace {
+// out[n][c] = sum over the (H, W) plane of g * a, in double: g f32, a f32 or bf16, both laid out
+// as `layout` (plain, NHWC or channel-blocked); out (N, C) plain f32. One thread a sample, each sum
+// in one order: the same result on any number of threads.
+template <typename TA>
+void plane_sums_of_product(const float* g, const TA* a, Layout layout, int64_t N, int64_t C, int64_t HW, float* out) {
+  const int64_t B = channel_block(layout);
+  rows_for(N, C * HW, [&](int64_t n) {
+    const float* gn = g + n * C * HW;
+    const TA* an = a + n * C * HW;
+    float* on = out + n * C;
+    if (layout == Layout::Plain) {
+      for (int64_t c = 0; c < C; ++c) {
+        double sum = 0.0;
+        for (int64_t i = 0; i < HW; ++i) sum += static_cast<double>(gn[c * HW + i]) * to_f32(an[c * HW + i]);
+        on[c] = static_cast<float>(sum);
+      }
+      return;
+    }
+    // NHWC: pixels of C channels; blocked: blocks of HW pixels of B channels. Either way a run of
+    // `width` channels per pixel, `pixels` apart, summed lane by lane.
+    const int64_t width = layout == Layout::NHWC ? C : B, runs = layout == Layout::NHWC ? 1 : C / B;
+    std::vector<double> sums(static_cast<size_t>(width));  // (width,) this run's channels
+    alignas(64) float wide[64];                          // (<= 64,) a piece of the run widened
+    for (int64_t r = 0; r < runs; ++r) {
+      std::fill(sums.begin(), sums.end(), 0.0);
+      const float* gr = gn + r * HW * width;
+      const TA* ar = an + r * HW * width;
+      for (int64_t i = 0; i < HW; ++i)
+        for (int64_t c0 = 0; c0 < width; c0 += 64) {
+          const int64_t m = std::min<int64_t>(64, width - c0);
+          simd::to_f32_run(ar + i * width + c0, m, wide);
+          const float* gp = gr + i * width + c0;
+          double* sp = sums.data() + c0;
+#pragma omp simd
+          for (int64_t c = 0; c < m; ++c) sp[c] += static_cast<double>(gp[c] * wide[c]);
+        }
+      for (int64_t c = 0; c < width; ++c) on[r * width + c] = static_cast<float>(sums[static_cast<size_t>(c)]);
+    }
+  });
+}
+}  // namespace
+
+Tensor CpuBackend::reduce_sum_of_product_to(const Tensor& g, const Tensor& a, const Shape& shape) {
+  // The plane sums (N, C, H, W) -> (N, C, 1, 1) of an f32 gradient and an f32 or bf16 operand in one
+  // layout, without the product's tensor, its plain copy or a 16-bit operand's f32 copy.
+  const bool planes = g.rank() == 4 && shape.rank() == 4 && shape[0] == g.dim(0) && shape[1] == g.dim(1) &&
+                      shape[2] == 1 && shape[3] == 1;
+  if (!planes || g.shape() != a.shape() || g.layout() != a.layout() || g.dtype() != DType::f32 ||
+      (a.dtype() != DType::f32 && a.dtype() != DType::bf16))
+    return Backend::reduce_sum_of_product_to(g, a, shape);
+  Tensor out = empty_cpu(shape);  // (N, C, 1, 1) plain
+  const int64_t HW = g.dim(2) * g.dim(3);
+  with_f32_or_bf16_data(a, "reduce_sum_of_product_to", [&](const auto* ap) {
+    plane_sums_of_product(g.data<float>(), ap, g.layout(), g.dim(0), g.dim(1), HW, out.data<float>());
+  });
+  return out;
+}
+
 }  // namespace packrat::cpu

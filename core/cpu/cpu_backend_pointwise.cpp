@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <type_traits>
 
+#include "core/cpu/bf16_simd.h"
 #include "core/cpu/cpu_backend.h"
 #include "core/cpu/loops.h"
 #include "core/cpu/pointwise_loops.h"
@@ -35,13 +36,13 @@ void run_chunked(Loop loop, const In* src, Out* dst, int64_t n) {
       if constexpr (std::is_same_v<In, float>) {
         x = src + i;
       } else {
-        for (int64_t j = 0; j < m; ++j) in[j] = to_f32(src[i + j]);
+        simd::to_f32_run(src + i, m, in);
       }
       if constexpr (std::is_same_v<Out, float>) {
         loop(x, dst + i, m);
       } else {
         loop(x, out, m);
-        for (int64_t j = 0; j < m; ++j) dst[i + j] = from_f32<Out>(out[j]);
+        simd::from_f32_run(out, m, dst + i);
       }
     }
   });
@@ -95,7 +96,7 @@ Tensor CpuBackend::pointwise_backward(ActivationId id, const Tensor& saved, cons
           if constexpr (std::is_same_v<In, float>) {
             kernel(x + i, d, n);
           } else {
-            for (int64_t j = 0; j < n; ++j) wide[j] = to_f32(x[i + j]);
+            simd::to_f32_run(x + i, n, wide);
             kernel(wide, d, n);
           }
           for (int64_t j = 0; j < n; ++j) gx[i + j] = gy[i + j] * d[j];

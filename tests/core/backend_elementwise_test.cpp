@@ -230,6 +230,40 @@ TEST(BackendElementwise, ReduceSumToOverInnerDimsMatchesTheDoubleSumOnAnyThreadC
   }
 }
 
+// A product's gradient for its broadcast operand, sum over (H, W) of g * a: within f32 rounding of
+// the double sum of the products, for an f32 or bf16 a in every layout the tensors come in, the
+// same bits on 1 and 2 threads; a shape it does not sum over planes gives the product's sum too.
+TEST(BackendElementwise, ReduceSumOfProductToIsTheSumOfTheProductsInEveryLayout) {
+  const Tensor hg = host_random({8, 48, 9, 7}, 61), ha = host_random({8, 48, 9, 7}, 62);
+  const int threads = num_threads();
+  PACKRAT_FOR_EACH_BACKEND(b) {
+    DeviceScope on(b->device());
+    for (DType dtype : {DType::f32, DType::bf16}) {
+      const std::vector<float> gv = hg.to_vector(), av = ha.to(dtype).to(DType::f32).to_vector();
+      std::vector<double> want(8 * 48, 0.0);
+      for (size_t i = 0; i < gv.size(); ++i) want[i / 63] += static_cast<double>(gv[i] * av[i]);
+      for (Layout layout : {Layout::Plain, Layout::NHWC, Layout::nChw16c, Layout::nChw8c}) {
+        SCOPED_TRACE(std::string(dtype_name(dtype)) + " " + std::string(layout_name(layout)));
+        const Tensor g = b->to_layout(hg.to(b->device()), layout);
+        const Tensor a = b->to_layout(ha.to(b->device()), layout).to(dtype);
+        set_num_threads(1);
+        const Tensor one = b->reduce_sum_of_product_to(g, a, Shape{8, 48, 1, 1});
+        set_num_threads(2);
+        const Tensor two = b->reduce_sum_of_product_to(g, a, Shape{8, 48, 1, 1});
+        set_num_threads(threads);
+        EXPECT_EQ(one.shape(), Shape({8, 48, 1, 1}));
+        expect_close(host_values(one), std::vector<float>(want.begin(), want.end()), 1e-5f, 1e-5f, "plane sums");
+        EXPECT_EQ(host_values(one), host_values(two));
+      }
+      // Summed over the batch too: (48, 1, 1), the product and then its sum.
+      std::vector<double> per_channel(48, 0.0);
+      for (size_t i = 0; i < want.size(); ++i) per_channel[i % 48] += want[i];
+      const Tensor c = b->reduce_sum_of_product_to(hg.to(b->device()), ha.to(b->device()).to(dtype), Shape{48, 1, 1});
+      expect_close(host_values(c), std::vector<float>(per_channel.begin(), per_channel.end()), 1e-5f, 1e-5f, "channel sums");
+    }
+  }
+}
+
 TEST(BackendElementwise, ScaleAccumulateAndReductionsMatchTheReference) {
   PACKRAT_FOR_EACH_BACKEND(b) {
     DeviceScope on(b->device());
