@@ -53,6 +53,15 @@ Tensor to_operand(const Tensor& g, const Shape& shape, Layout layout) {
   return backend_of(g).reduce_sum_to(g, shape).to_layout(layout);
 }
 
+// The gradient of a product's operand of `shape` in `layout`: g * other summed to the operand's shape;
+// for a broadcast operand (squeeze-and-excitation's scale) without the product's tensor where the
+// backend can.
+Tensor product_gradient(const Tensor& g, const Tensor& other, const Shape& shape, Layout layout) {
+  if (shape != g.shape() && g.dtype() == DType::f32)
+    return backend_of(g).reduce_sum_of_product_to(g, other, shape).to_layout(layout);
+  return to_operand(binary(BinaryOp::Mul, g, other), shape, layout);
+}
+
 }  // namespace
 
 Tensor add(const Tensor& a, const Tensor& b) {
@@ -88,15 +97,8 @@ Tensor mul(const Tensor& a, const Tensor& b) {
            [ga, gb, la, lb, sa, sb](Node& n, const std::vector<Tensor>& g) -> std::vector<Tensor> {
              std::vector<Tensor> out(2);
              size_t k = 0;
-             if (ga) out[0] = to_operand(binary(BinaryOp::Mul, g[0], n.load(k++)), sa, la);
-             if (gb) {
-               // Summed to b's shape without the product's tensor where the backend can (a
-               // broadcast b: squeeze-and-excitation's scale).
-               const Tensor a_saved = n.load(k++);
-               out[1] = sb != g[0].shape() && g[0].dtype() == DType::f32
-                            ? backend_of(g[0]).reduce_sum_of_product_to(g[0], a_saved, sb).to_layout(lb)
-                            : to_operand(binary(BinaryOp::Mul, g[0], a_saved), sb, lb);
-             }
+             if (ga) out[0] = product_gradient(g[0], n.load(k++), sa, la);
+             if (gb) out[1] = product_gradient(g[0], n.load(k++), sb, lb);
              return out;
            });
   }
