@@ -93,12 +93,15 @@ Tensor mul(const Tensor& a, const Tensor& b) {
     if (gb) saved.push_back(save_for_backward(a, req));
     const Layout la = a.layout(), lb = b.layout();
     const Shape sa = a.shape(), sb = b.shape();
+    const DType da = a.dtype(), db = b.dtype();
     record("mul", {&a, &b}, {&y}, std::move(saved),
-           [ga, gb, la, lb, sa, sb](Node& n, const std::vector<Tensor>& g) -> std::vector<Tensor> {
+           [ga, gb, la, lb, sa, sb, da, db](Node& n, const std::vector<Tensor>& g) -> std::vector<Tensor> {
              std::vector<Tensor> out(2);
              size_t k = 0;
-             if (ga) out[0] = product_gradient(g[0], n.load(k++), sa, la);
-             if (gb) out[1] = product_gradient(g[0], n.load(k++), sb, lb);
+             // Each operand loaded in the dtype it was saved in (a compressing store's plain load
+             // decodes f32): a 16-bit one is read as it lies where the backend can.
+             if (ga) out[0] = product_gradient(g[0], n.load(k++, db), sa, la);
+             if (gb) out[1] = product_gradient(g[0], n.load(k++, da), sb, lb);
              return out;
            });
   }
