@@ -47,9 +47,8 @@ struct ConvPlan {
   dnnl::convolution_backward_data bd;
   dnnl::convolution_backward_weights::primitive_desc bw_pd;
   dnnl::convolution_backward_weights bw;
-  // A depthwise geometry whose weight gradient oneDNN's jit_dw kernel does not serve (5x5, small
-  // inputs, NHWC operands): it comes from depthwise_backward_weights instead, on any CPU (layouts
-  // other than nChw16c and NHWC are copied to nChw16c).
+  // A depthwise weight gradient from depthwise_backward_weights instead of oneDNN's kernels
+  // (own_depthwise_weight_gradient says where).
   bool own_depthwise_bw = false;
 };
 
