@@ -356,8 +356,8 @@ void plane_sums_of_product(const float* g, const TA* a, Layout layout, int64_t N
       }
       return;
     }
-    // NHWC: pixels of C channels; blocked: blocks of HW pixels of B channels. Either way a run of
-    // `width` channels per pixel, `pixels` apart, summed lane by lane.
+    // NHWC: one run of HW pixels of C channels; blocked: C / B runs of HW pixels of B channels.
+    // Each run's channels summed lane by lane, pixel after pixel.
     const int64_t width = layout == Layout::NHWC ? C : B, runs = layout == Layout::NHWC ? 1 : C / B;
     std::vector<double> sums(static_cast<size_t>(width));  // (width,) this run's channels
     alignas(64) float wide[64];                          // (<= 64,) a piece of the run widened

@@ -31,7 +31,10 @@ SliceWalk slice_walk(const Tensor& t, const char* what) {
   fail("depthwise_backward_weights: {} {} is neither nChw16c nor NHWC", what, t.describe());
 }
 
-// 16 lanes of f32 as GCC's vector extension: a zmm register with AVX-512, a ymm pair with AVX2.
+// 16 lanes of f32 as GCC's vector extension: a zmm register with AVX-512, a ymm pair with AVX2
+// (where GCC notes that such a return value's ABI differs from AVX-512's: these functions are
+// internal and inlined, so no call crosses the two).
+#pragma GCC diagnostic ignored "-Wpsabi"
 using f32x16 = float __attribute__((vector_size(64)));
 inline f32x16 load16(const float* p) {
   f32x16 v;

@@ -46,9 +46,7 @@ std::vector<std::shared_ptr<Storage>> live_holders(Cache& c) {
   });
   return out;
 }
-}  // namespace
 
-namespace {
 // w (laid out as `plain`) reordered into `want` in a Workspace buffer. An f32 weight wanted in 16
 // bits is first converted where it lies (SIMD, both threads), then reordered 16 bits to 16 bits:
 // oneDNN 2.6's f32 -> bf16 reorders into AMX's blocked formats ran at about 3 GB/s on a
