@@ -360,7 +360,7 @@ void plane_sums_of_product(const float* g, const TA* a, Layout layout, int64_t N
     // Each run's channels summed lane by lane, pixel after pixel.
     const int64_t width = layout == Layout::NHWC ? C : B, runs = layout == Layout::NHWC ? 1 : C / B;
     std::vector<double> sums(static_cast<size_t>(width));  // (width,) this run's channels
-    alignas(64) float wide[64];                          // (<= 64,) a piece of the run widened
+    alignas(64) float wide[64];                          // (<= 64,) a piece of a 16-bit run widened
     for (int64_t r = 0; r < runs; ++r) {
       std::fill(sums.begin(), sums.end(), 0.0);
       const float* gr = gn + r * HW * width;
@@ -368,11 +368,13 @@ void plane_sums_of_product(const float* g, const TA* a, Layout layout, int64_t N
       for (int64_t i = 0; i < HW; ++i)
         for (int64_t c0 = 0; c0 < width; c0 += 64) {
           const int64_t m = std::min<int64_t>(64, width - c0);
-          simd::to_f32_run(ar + i * width + c0, m, wide);
+          const float* ap = wide;  // the operand's values as f32: an f32 run read where it lies
+          if constexpr (std::is_same_v<TA, float>) ap = ar + i * width + c0;
+          else simd::to_f32_run(ar + i * width + c0, m, wide);
           const float* gp = gr + i * width + c0;
           double* sp = sums.data() + c0;
 #pragma omp simd
-          for (int64_t c = 0; c < m; ++c) sp[c] += static_cast<double>(gp[c] * wide[c]);
+          for (int64_t c = 0; c < m; ++c) sp[c] += static_cast<double>(gp[c] * ap[c]);
         }
       for (int64_t c = 0; c < width; ++c) on[r * width + c] = static_cast<float>(sums[static_cast<size_t>(c)]);
     }

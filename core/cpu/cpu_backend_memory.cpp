@@ -58,12 +58,12 @@ void CpuBackend::convert(const Tensor& src, Tensor& dst) {
   auto from = [&](const auto* s) {
     auto go = [&](auto* d) {
       using D = std::remove_pointer_t<decltype(d)>;
-      // Contiguous chunks: the 16-bit conversions are integer arithmetic that vectorises.
+      // Contiguous chunks; bf16 <-> f32 on bf16_simd.h's lanes (GCC vectorised the scalar widening
+      // poorly), the same bits; other pairs value by value.
       using S = std::remove_cv_t<std::remove_pointer_t<decltype(s)>>;
       parallel_chunks(n, kMinParallelWork, [&](int64_t b, int64_t e) {
-        // bf16 <-> f32 on SIMD lanes (GCC vectorised the widening loop poorly); the same bits
-        if constexpr (std::is_same_v<S, bf16_t> && std::is_same_v<D, float>) simd::bf16_to_f32_run(s + b, e - b, d + b);
-        else if constexpr (std::is_same_v<S, float> && std::is_same_v<D, bf16_t>) simd::f32_to_bf16_run(s + b, e - b, d + b);
+        if constexpr (std::is_same_v<S, bf16_t> && std::is_same_v<D, float>) simd::to_f32_run(s + b, e - b, d + b);
+        else if constexpr (std::is_same_v<S, float> && std::is_same_v<D, bf16_t>) simd::from_f32_run(s + b, e - b, d + b);
         else for (int64_t i = b; i < e; ++i) d[i] = cast_element<D>(s[i]);
       });
     };
