@@ -51,21 +51,17 @@ inline void noise_blocks(uint64_t seed, uint64_t stream, int64_t block, uint16_t
 }
 #endif
 
-// The rounding noise of block `block` of a stream: out[i] = rounding_noise16 of element
-// 128 * block + i, i < 128 (16 Philox evaluations, each giving 8 elements' 16 bits).
-inline void noise_block(uint64_t seed, uint64_t stream, int64_t block, uint16_t* out) {
-#if defined(__AVX512BW__)
-  noise_blocks<1>(seed, stream, block, out);
-#else
-  alignas(64) uint32_t words[64];  // (4 words, 16 lanes)
-  philox_lanes16(seed, stream, static_cast<uint64_t>(block) << 4, words);
-  // Element 16 h + lane takes half-word h of its lane: word h / 2, low half for even h.
-#if defined(__AVX2__)
-  // A word's 16 lanes' low halves, then their high halves: two packs of 8 + 8 lanes (packus
-  // interleaves 128-bit lanes, which the permute puts back in order). GCC's vectorisation of the
-  // loop below took 18% of the 2-bit quantize (perf).
+#if defined(__AVX2__) && !defined(__AVX512F__)
+// The rounding noise of the Blocks blocks from `block` on, to out[0, 128 Blocks) (noise_block's):
+// philox_lanes' words, each word's 16 lanes' low halves, then their high halves (two packs of 8 +
+// 8 lanes; packus interleaves 128-bit lanes, which the permute puts back in order). GCC's
+// vectorisation of the scalar loop took 18% of the 2-bit quantize (perf).
+template <int Blocks>
+inline void noise_blocks(uint64_t seed, uint64_t stream, int64_t block, uint16_t* out) {
+  alignas(64) uint32_t words[64 * Blocks];  // (blocks, 4 words, 16 lanes)
+  simd::philox_lanes<Blocks>(seed, stream, static_cast<uint64_t>(block) << 4, words);
   const __m256i lo16 = _mm256_set1_epi32(0xFFFF);
-  for (int w = 0; w < 4; ++w) {
+  for (int w = 0; w < 4 * Blocks; ++w) {  // element 16 h + lane of a block: half h of word h / 2 of its lane
     const __m256i a = _mm256_load_si256(reinterpret_cast<const __m256i*>(words + 16 * w));
     const __m256i b = _mm256_load_si256(reinterpret_cast<const __m256i*>(words + 16 * w + 8));
     const __m256i low = _mm256_packus_epi32(_mm256_and_si256(a, lo16), _mm256_and_si256(b, lo16));
@@ -73,17 +69,27 @@ inline void noise_block(uint64_t seed, uint64_t stream, int64_t block, uint16_t*
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + 32 * w), _mm256_permute4x64_epi64(low, 0xD8));
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + 32 * w + 16), _mm256_permute4x64_epi64(high, 0xD8));
   }
+}
+#endif
+
+// The rounding noise of block `block` of a stream: out[i] = rounding_noise16 of element
+// 128 * block + i, i < 128 (16 Philox evaluations, each giving 8 elements' 16 bits).
+inline void noise_block(uint64_t seed, uint64_t stream, int64_t block, uint16_t* out) {
+#if defined(__AVX512BW__) || (defined(__AVX2__) && !defined(__AVX512F__))
+  noise_blocks<1>(seed, stream, block, out);
 #else
+  alignas(64) uint32_t words[64];  // (4 words, 16 lanes)
+  philox_lanes16(seed, stream, static_cast<uint64_t>(block) << 4, words);
+  // Element 16 h + lane takes half-word h of its lane: word h / 2, low half for even h.
   for (int h = 0; h < 8; ++h)
     for (int l = 0; l < 16; ++l) out[16 * h + l] = static_cast<uint16_t>(words[16 * (h >> 1) + l] >> (16 * (h & 1)));
-#endif
 #endif
 }
 
 // out[i] = rounding_noise16 of element 128 * b0 + i, for the blocks [b0, b1].
 inline void fill_noise_blocks(const QuantNoise& noise, int64_t b0, int64_t b1, uint16_t* out) {
   int64_t b = b0;
-#if defined(__AVX512BW__)
+#if defined(__AVX512BW__) || (defined(__AVX2__) && !defined(__AVX512F__))
   for (; b + 1 <= b1; b += 2)  // two blocks, their chains interleaved
     noise_blocks<2>(noise.seed, noise.stream, b, out + (b - b0) * 128);
   if (b == b1) noise_blocks<1>(noise.seed, noise.stream, b, out + (b - b0) * 128);

@@ -75,6 +75,21 @@ TEST(GroupQuantSimd, NoiseBlocksAreTheReferenceNoise) {
   }
 }
 
+// A run of blocks, made two at a time with their chains interleaved, is the reference noise too,
+// where a pair's second block starts a new high word of the counter (block 2^28: counter 2^32).
+TEST(GroupQuantSimd, NoiseRunsOfBlocksAreTheReferenceNoise) {
+  const QuantNoise noise{0x1234567890ull, 0xABCDEF01234ull};
+  for (const int64_t b0 : {int64_t{0}, int64_t{5}, (int64_t{1} << 28) - 1, (int64_t{1} << 28) - 2}) {
+    for (const int64_t blocks : {1, 2, 3, 5}) {
+      std::vector<uint16_t> got(static_cast<size_t>(128 * blocks));
+      group_simd::fill_noise_blocks(noise, b0, b0 + blocks - 1, got.data());
+      for (int64_t i = 0; i < 128 * blocks; ++i)
+        ASSERT_EQ(got[static_cast<size_t>(i)], rounding_noise16(noise.seed, noise.stream, static_cast<uint64_t>(b0 * 128 + i)))
+            << blocks << " blocks from " << b0 << ", element " << i;
+    }
+  }
+}
+
 // Packing and unpacking 2- and 4-bit codes a word at a time gives pack_group_codes' layout.
 TEST(GroupQuantSimd, PackChunkIsPackGroupCodes) {
   for (const int bits : {2, 4}) {
