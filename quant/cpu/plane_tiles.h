@@ -426,7 +426,7 @@ class TileNoise {
         plane_(plane),
         bucket_blocks_(bucket_blocks),
         stream_of_(stream_of),
-        plain_(new uint16_t[static_cast<size_t>(kLanes * plane + 2 * 128)]),
+        plain_(new uint16_t[static_cast<size_t>(kLanes * plane + 3 * 128)]),
         rows_(static_cast<uint32_t*>(std::aligned_alloc(64, static_cast<size_t>((kLanes * plane * 4 + 63) / 64 * 64))),
               std::free) {
 #if defined(__AVX512BW__)
@@ -440,11 +440,7 @@ class TileNoise {
     if (plane_ % 128 == 0 && bucket_blocks_ == 0) return fill_by_lanes(e0);
 #endif
     const int64_t n = kLanes * plane_, b0 = e0 >> 7, b1 = (e0 + n - 1) >> 7;
-    if (b0 != held_first_ || b1 > held_last_) {  // tiles of fewer than 128 values share their blocks
-      fill_blocks(b0, b1);
-      held_first_ = b0;
-      held_last_ = b1;
-    }
+    if (b0 != held_first_ || b1 > held_last_) hold(b0, b1);
     const uint16_t* src = plain_.get() + (e0 - 128 * b0);  // (lanes, plane)
     uint32_t* rows = rows_.get();
 #if defined(__AVX512BW__)
@@ -471,14 +467,30 @@ class TileNoise {
   }
 
  private:
-  // The noise of blocks [b0, b1] in plain order into plain_.
-  void fill_blocks(int64_t b0, int64_t b1) {
-    if (bucket_blocks_ == 0) return group_simd::fill_noise_blocks(noise_, b0, b1, plain_.get());
+  // Makes plain_ hold the blocks [b0, b1] or more, from b0 on. The blocks held from b0 on stay (a
+  // tile's last block is often the next one's first); the others are made, an even number of them
+  // where one stream serves all: a block alone takes about the time of two whose chains interleave
+  // (fill_noise_blocks), and a tile of 49 blocks (8 planes of 28 x 28) ended on one.
+  void hold(int64_t b0, int64_t b1) {
+    const bool keeps = b0 >= held_first_ && b0 <= held_last_;
+    const int64_t from = keeps ? held_last_ + 1 : b0;  // the first block to make
+    if (keeps)
+      std::memmove(plain_.get(), plain_.get() + (b0 - held_first_) * 128,
+                   static_cast<size_t>((held_last_ - b0 + 1) * 128) * sizeof(uint16_t));
+    int64_t last = b1;
+    if (bucket_blocks_ == 0 && (last - from + 1) % 2 != 0) ++last;  // within plain_: see its size
+    if (from <= last) fill_blocks(from, last, plain_.get() + (from - b0) * 128);
+    held_last_ = std::max(last, from - 1);
+    held_first_ = b0;
+  }
+  // The noise of blocks [b0, b1] in plain order into out.
+  void fill_blocks(int64_t b0, int64_t b1, uint16_t* out) {
+    if (bucket_blocks_ == 0) return group_simd::fill_noise_blocks(noise_, b0, b1, out);
     for (int64_t b = b0; b <= b1;) {  // a run of blocks within one bucket at a time
       const int64_t bucket = b / bucket_blocks_, first = bucket * bucket_blocks_;
       const int64_t last = std::min(b1, first + bucket_blocks_ - 1);
       const QuantNoise bucket_noise{noise_.seed, stream_of_(noise_.stream, static_cast<uint64_t>(bucket))};
-      group_simd::fill_noise_blocks(bucket_noise, b - first, last - first, plain_.get() + (b - b0) * 128);
+      group_simd::fill_noise_blocks(bucket_noise, b - first, last - first, out + (b - b0) * 128);
       b = last + 1;
     }
   }
@@ -519,8 +531,8 @@ class TileNoise {
   int64_t plane_;
   int64_t bucket_blocks_;  // 0: one stream
   StreamOf stream_of_;
-  int64_t held_first_ = -1, held_last_ = -1;  // the blocks plain_ holds
-  std::unique_ptr<uint16_t[]> plain_;  // (blocks covering a tile,): the plain order
+  int64_t held_first_ = -1, held_last_ = -2;  // the blocks plain_ holds: [held_first_, held_last_]
+  std::unique_ptr<uint16_t[]> plain_;  // (blocks covering a tile and one more, 128): the plain order
   std::unique_ptr<uint32_t[], decltype(&std::free)> rows_;  // (plane, lanes), 64-byte aligned
 #if defined(__AVX512BW__)
   alignas(64) uint16_t small_rows_[2][32];  // (row pairs, 32): a plane of 2 or 4's permute indices

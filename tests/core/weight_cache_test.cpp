@@ -2,6 +2,7 @@
 // its version changes, kept only when the caller says the weight will be reused, never kept for
 // a non-parameter, freed with the weight. (Conv2dOp.WeightCacheReordersOncePerVersion
 // checks the same through conv2d where the kernel wants blocked weights, i.e. on AVX-512.)
+#include "core/cpu/dnnl_context.h"
 #include "core/cpu/weight_cache.h"
 
 #include <gtest/gtest.h>
@@ -94,10 +95,16 @@ TEST(WeightCache, AnF32WeightWanted16BitBlockedHoldsItsBf16Values) {
   const Tensor want = w.to(DType::bf16);
   const auto* got_bits = static_cast<const uint16_t*>(back.raw());
   const auto* want_bits = static_cast<const uint16_t*>(want.raw());
-  for (int64_t i = 0; i < w.numel(); ++i) ASSERT_EQ(got_bits[i], want_bits[i]) << "weight " << i << ": " << v[i];
+  // The denormal survives the 16-bit to 16-bit reorder where oneDNN's moves bits: its jit reorder, on
+  // a CPU with 16-bit kernels (the only kind whose kernels read this copy; the AMX Xeon). A CPU without
+  // them gets its reference reorder (`simple:any`), which converts through f32 and flushes the
+  // denormal to zero (the AVX2 EPYC, oneDNN 2.6).
+  const bool moves_bits = cpu::bf16_kernels();
+  for (int64_t i = 0; i < w.numel(); ++i)
+    if (i != 2 || moves_bits) ASSERT_EQ(got_bits[i], want_bits[i]) << "weight " << i << ": " << v[i];
   EXPECT_EQ(want_bits[0], 0x3F80);
   EXPECT_EQ(want_bits[1], 0x3F81);
-  EXPECT_NE(want_bits[2], 0) << "the denormal is not flushed";
+  EXPECT_NE(want_bits[2], 0) << "the denormal is not flushed by packrat's rounding";
   EXPECT_EQ(static_cast<int>(Allocator::cpu().current(MemTag::Workspace)),
             workspace + static_cast<int>(copy.nbytes()))
       << "the 16-bit plain copy is freed; only the blocked one lives";
