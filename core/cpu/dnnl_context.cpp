@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <cstdlib>
+#include <cstring>
 #include <string_view>
 
 #include "core/cpu/layout.h"
@@ -120,10 +121,28 @@ std::optional<Layout> layout_of(const memory::desc& d) {
   return std::nullopt;
 }
 
+namespace {
+// Whether a 4-d tensor's buffer is the same bytes in both layouts: a layout orders channels and
+// pixels, so with one pixel a plane (H W = 1) every layout lies (N, C) where whole channel blocks
+// cover C, and with one channel NHWC lies as plain.
+bool same_bytes(const Tensor& t, Layout a, Layout b) {
+  auto unpadded = [&](Layout l) { return channel_block(l) == 0 || t.dim(1) % channel_block(l) == 0; };
+  if (!unpadded(a) || !unpadded(b)) return false;
+  const bool unblocked = channel_block(a) == 0 && channel_block(b) == 0;
+  return t.dim(2) * t.dim(3) == 1 || (t.dim(1) == 1 && unblocked);
+}
+}  // namespace
+
 Tensor to_layout(const Tensor& t, Layout layout) {
   if (t.layout() == layout) return t;
   if (t.rank() != 4 || t.dtype() == DType::f64 || t.dtype() == DType::i64) return reorder_loop(t, layout);
   Tensor out = empty_cpu(t.shape(), t.dtype(), layout);  // (N, C, H, W) in `layout`
+  if (same_bytes(t, t.layout(), layout)) {
+    // Squeeze-and-excitation's (N, C, 1, 1) scales: oneDNN 2.6 reorders a bf16 one on AVX2 with its
+    // reference kernel, 5 ms for (32, 1280, 1, 1) (125 ns a value), 16 times an EfficientNet-B0 step.
+    std::memcpy(out.raw(), t.raw(), t.nbytes());
+    return out;
+  }
   reorder(memory_of(t), memory_of(out));
   return out;
 }

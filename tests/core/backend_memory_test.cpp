@@ -65,6 +65,37 @@ TEST(BackendMemory, CopyRangeCopiesOneRangeAndChecksItsBounds) {
   }
 }
 
+// A layout change that leaves a buffer's bytes where they are (one pixel a plane: squeeze-and-
+// excitation's (N, C, 1, 1) scales; one channel: NHWC and plain) moves them as they are, every bit
+// kept: a bf16 denormal too, which oneDNN's reference reorder (bf16 on AVX2) flushes to zero. The
+// layouts a shape can take (C a multiple of the channel block), and a shape of many pixels and
+// channels beside them, whose f32 values arrive through oneDNN's reorders.
+TEST(BackendMemory, LayoutChangesOfOnePixelOrOneChannelKeepEveryBit) {
+  const std::vector<Shape> shapes{Shape{3, 32, 1, 1}, Shape{2, 1, 3, 4}, Shape{2, 24, 1, 1}, Shape{2, 16, 2, 3}};
+  for (const DType dtype : {DType::f32, DType::bf16}) {
+    for (const Shape& shape : shapes) {
+      Tensor host = host_random(shape, 13);
+      host.data<float>()[1] = 1e-39f;  // an f32 denormal, a bf16 one once rounded
+      const Tensor x = host.to(dtype);
+      const bool one_pixel_or_channel = shape[2] * shape[3] == 1 || shape[1] == 1;
+      if (!one_pixel_or_channel && dtype != DType::f32) continue;
+      std::vector<Layout> layouts{Layout::Plain, Layout::NHWC};
+      for (const Layout blocked : {Layout::nChw8c, Layout::nChw16c})
+        if (shape[1] % channel_block(blocked) == 0) layouts.push_back(blocked);
+      for (const Layout from : layouts) {
+        const Tensor a = x.to_layout(from);
+        for (const Layout to : layouts) {
+          const Tensor b = a.to_layout(to);
+          ASSERT_EQ(b.layout(), to);
+          const Tensor back = b.to_layout(Layout::Plain);
+          ASSERT_EQ(std::memcmp(back.raw(), x.raw(), x.nbytes()), 0)
+              << dtype_name(dtype) << " " << shape.str() << " " << layout_name(from) << " -> " << layout_name(to);
+        }
+      }
+    }
+  }
+}
+
 TEST(BackendMemory, NewTensorsGoToTheDeviceScope) {
   EXPECT_EQ(DeviceScope::current(), Device::cpu());
   EXPECT_EQ(Tensor::empty({3}).device(), Device::cpu());
