@@ -40,7 +40,7 @@ struct U32x8 {
 // Philox-4x32-10's ten rounds on the state words c[h][0..3] of V's lanes (Philox4x32::generate's),
 // H independent sets of lanes whose chains interleave: a round's products wait on the previous
 // round's, so one set alone leaves the multiplier idle (two blocks of 16 counters at once made the
-// noise in 0.68x the time of one after the other, AVX2, Zen 3).
+// noise in about 0.7x the time of one after the other, AVX2, Zen 3).
 template <class V, int H>
 inline void philox_rounds(uint64_t seed, V (&c)[H][4]) {
   const V m0 = V::set1(Philox4x32::kMul0), m1 = V::set1(Philox4x32::kMul1);

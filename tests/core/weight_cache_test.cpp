@@ -2,7 +2,6 @@
 // its version changes, kept only when the caller says the weight will be reused, never kept for
 // a non-parameter, freed with the weight. (Conv2dOp.WeightCacheReordersOncePerVersion
 // checks the same through conv2d where the kernel wants blocked weights, i.e. on AVX-512.)
-#include "core/cpu/dnnl_context.h"
 #include "core/cpu/weight_cache.h"
 
 #include <gtest/gtest.h>
@@ -10,6 +9,7 @@
 #include <algorithm>
 
 #include "core/allocator.h"
+#include "core/cpu/dnnl_context.h"
 #include "tests/support/gradcheck.h"
 
 namespace packrat {
