@@ -1,7 +1,7 @@
 #pragma once
 // Philox-4x32-10 on SIMD lanes, bit-identical to Philox4x32::generate (core/philox.h): 16 counters
-// at once in AVX-512 registers (philox16), or 16 through two AVX2 registers or plain C++
-// (philox_lanes16). Used by the per-group quantizers' rounding noise (quant/cpu/group_quant_simd.h)
+// at once in AVX-512 registers (philox16, philox_blocks), one or two blocks of 16 through AVX2
+// registers (philox_lanes), or 16 in plain C++ (philox_lanes16). Used by the per-group quantizers' rounding noise (quant/cpu/group_quant_simd.h)
 // and by dropout's masks (core/cpu/cpu_backend_random.cpp). Internal to the CPU kernels: it
 // includes immintrin.h.
 #include <cstdint>

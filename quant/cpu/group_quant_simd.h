@@ -51,6 +51,10 @@ inline void noise_blocks(uint64_t seed, uint64_t stream, int64_t block, uint16_t
 }
 #endif
 
+#if defined(__AVX512BW__) || (defined(__AVX2__) && !defined(__AVX512F__))
+#define PACKRAT_NOISE_BLOCKS 1  // noise_blocks<1 or 2> below or above: AVX-512BW's or AVX2's
+#endif
+
 #if defined(__AVX2__) && !defined(__AVX512F__)
 // The rounding noise of the Blocks blocks from `block` on, to out[0, 128 Blocks) (noise_block's):
 // philox_lanes' words, each word's 16 lanes' low halves, then their high halves (two packs of 8 +
@@ -75,7 +79,7 @@ inline void noise_blocks(uint64_t seed, uint64_t stream, int64_t block, uint16_t
 // The rounding noise of block `block` of a stream: out[i] = rounding_noise16 of element
 // 128 * block + i, i < 128 (16 Philox evaluations, each giving 8 elements' 16 bits).
 inline void noise_block(uint64_t seed, uint64_t stream, int64_t block, uint16_t* out) {
-#if defined(__AVX512BW__) || (defined(__AVX2__) && !defined(__AVX512F__))
+#if defined(PACKRAT_NOISE_BLOCKS)
   noise_blocks<1>(seed, stream, block, out);
 #else
   alignas(64) uint32_t words[64];  // (4 words, 16 lanes)
@@ -89,7 +93,7 @@ inline void noise_block(uint64_t seed, uint64_t stream, int64_t block, uint16_t*
 // out[i] = rounding_noise16 of element 128 * b0 + i, for the blocks [b0, b1].
 inline void fill_noise_blocks(const QuantNoise& noise, int64_t b0, int64_t b1, uint16_t* out) {
   int64_t b = b0;
-#if defined(__AVX512BW__) || (defined(__AVX2__) && !defined(__AVX512F__))
+#if defined(PACKRAT_NOISE_BLOCKS)
   for (; b + 1 <= b1; b += 2)  // two blocks, their chains interleaved
     noise_blocks<2>(noise.seed, noise.stream, b, out + (b - b0) * 128);
   if (b == b1) noise_blocks<1>(noise.seed, noise.stream, b, out + (b - b0) * 128);

@@ -100,8 +100,11 @@ TEST(WeightCache, AnF32WeightWanted16BitBlockedHoldsItsBf16Values) {
   // them gets its reference reorder (`simple:any`), which converts through f32 and flushes the
   // denormal to zero (the AVX2 EPYC, oneDNN 2.6).
   const bool moves_bits = cpu::bf16_kernels();
-  for (int64_t i = 0; i < w.numel(); ++i)
-    if (i != 2 || moves_bits) ASSERT_EQ(got_bits[i], want_bits[i]) << "weight " << i << ": " << v[i];
+  for (int64_t i = 0; i < w.numel(); ++i) {
+    if (i != 2 || moves_bits) {
+      ASSERT_EQ(got_bits[i], want_bits[i]) << "weight " << i << ": " << v[i];
+    }
+  }
   EXPECT_EQ(want_bits[0], 0x3F80);
   EXPECT_EQ(want_bits[1], 0x3F81);
   EXPECT_NE(want_bits[2], 0) << "the denormal is not flushed by packrat's rounding";
