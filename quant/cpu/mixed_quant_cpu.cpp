@@ -332,7 +332,7 @@ inline __m128i quantize16(const float* x, __m512 vmin, __m512 vinv, __m512i h, _
   const __m512 fl = _mm512_roundscale_ps(u, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
   const __m512 frac = _mm512_sub_ps(u, fl);
   const __m512 r =
-      stochastic ? _mm512_mul_ps(_mm512_add_ps(_mm512_cvtepi32_ps(h), half), _mm512_set1_ps(1.0f / 65536.0f)) : half;
+      stochastic ? group_simd::uniform16_lanes(h) : half;
   __m512i code = _mm512_cvttps_epi32(fl);
   code = _mm512_mask_add_epi32(code, _mm512_cmp_ps_mask(r, frac, _CMP_LT_OQ), code, _mm512_set1_epi32(1));
   return _mm512_cvtepi32_epi8(_mm512_min_epi32(code, vlev));
