@@ -179,11 +179,12 @@ void BM_GroupQuant_Bf16(benchmark::State& state) {
   state.counters["cpu_speedup"] = via_cpu / direct_cpu;
 }
 
-// The backward's half of the 2-bit EfficientNet's codec: per-plane groups of 32 of an f32 tensor
-// (128, 64, side, side) in the CPU's blocked layout, quantized once (stochastic, `bits`), then
-// dequantized each iteration: 14 and 28: the per-plane tiles (plane_tiles.h); 4: groups of two whole
-// planes (whole_plane_tiles.h). ns_per_value: one thread's time a value.
-void BM_GroupQuant_PlaneDequantize(benchmark::State& state) {
+// The 2-bit EfficientNet's codec, one half at a time: per-plane groups of 32 of an f32 tensor
+// (128, 64, side, side) in the CPU's blocked layout, quantized (stochastic, `bits`) each iteration
+// (PlaneQuantize: the forward's half), or quantized once and dequantized each iteration
+// (PlaneDequantize: the backward's). 14 and 28: the per-plane tiles (plane_tiles.h); 4: groups of
+// two whole planes (whole_plane_tiles.h). ns_per_value: one thread's time a value.
+void plane_codec_half(benchmark::State& state, bool quantize) {
   const int bits = static_cast<int>(state.range(0));
   const int64_t side = state.range(1);
   const Tensor plain = uniform_values({128, 64, side, side});  // (N, C, H, W)
@@ -197,11 +198,19 @@ void BM_GroupQuant_PlaneDequantize(benchmark::State& state) {
   Tensor codes = Tensor::empty({g.code_bytes()}, DType::u8), meta = Tensor::empty({g.meta_bytes()}, DType::u8);
   quantize_groups(x, g, Rounding::Stochastic, {1, 42}, codes, meta, nullptr, walk);
   double wall = 0, cpu = 0;
-  for (auto _ : state) timed(wall, cpu, [&] { dequantize_groups(codes, meta, g, y, walk); });
+  for (auto _ : state)
+    timed(wall, cpu, [&] {
+      if (quantize)
+        quantize_groups(x, g, Rounding::Stochastic, {1, 42}, codes, meta, nullptr, walk);
+      else
+        dequantize_groups(codes, meta, g, y, walk);
+    });
   const double values = static_cast<double>(x.numel()) * static_cast<double>(state.iterations());
   state.counters["ms"] = 1e3 * wall / static_cast<double>(state.iterations());
   state.counters["ns_per_value"] = 1e9 * cpu / values;
 }
+void BM_GroupQuant_PlaneQuantize(benchmark::State& state) { plane_codec_half(state, true); }
+void BM_GroupQuant_PlaneDequantize(benchmark::State& state) { plane_codec_half(state, false); }
 
 BENCHMARK(BM_GroupQuant_Copy)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_GroupQuant_Quantize)
@@ -221,6 +230,15 @@ BENCHMARK(BM_GroupQuant_Grouping)
     ->Args({1, 1, 14})
     ->Args({0, 0, 4})
     ->Args({0, 1, 4})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+BENCHMARK(BM_GroupQuant_PlaneQuantize)
+    ->ArgNames({"bits", "side"})
+    ->Args({1, 14})
+    ->Args({2, 14})
+    ->Args({2, 28})
+    ->Args({3, 14})
+    ->Args({2, 4})
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 BENCHMARK(BM_GroupQuant_PlaneDequantize)

@@ -128,7 +128,7 @@ void quantize(const T* x, const BucketGeometry& g, const BucketTiling& bt, const
         const uint32_t* rnd = stochastic ? tile_noise->fill(t * tile_elements) : nullptr;  // (plane, lanes)
         // quantize_sign_magnitude lane by lane (MINPS gives L where |x| los is NaN, as its u < L ? u : L)
         plane_tiles::quantize_rows_with<CB>(
-            x + place.start(t), stride, P, rnd, words->words, [&](F v, F r) __attribute__((always_inline)) {
+            x + place.start(t), stride, P, rnd, words->words, [=](F v, F r) __attribute__((always_inline)) {
               const F u = Lanes::min(Lanes::mul(Lanes::abs(v), vlos), fl_levels);
               const I fl = Lanes::to_int(u);
               const I m = Lanes::round_up(fl, r, Lanes::sub(u, Lanes::to_float(fl)));
@@ -163,7 +163,7 @@ void dequantize(const uint8_t* codes, const uint8_t* meta, const BucketGeometry&
       for (int64_t t = u * U; t < (u + 1) * U; ++t) {
         plane_tiles::load_lane_streams(codes + t * kLanes * bt.lane_bytes, bt.lane_bytes, *words);
         plane_tiles::dequantize_rows_with<CB>(words->words, P, out + place.start(t), stride,
-                                              [&](Lanes::I code) __attribute__((always_inline)) {
+                                              [=](Lanes::I code) __attribute__((always_inline)) {
                                                 // dequantize_sign_magnitude: (code - L) s / L
                                                 return Lanes::mul(Lanes::to_float(Lanes::sub(code, vlev)), vsol);
                                               });

@@ -551,20 +551,22 @@ class TileNoise {
 // uniforms) lane by lane with the rows' noise rnd (uniform16 of it; null: 0.5, nearest), packed
 // into the lanes' streams (code i of lane c at bits [B i, B i + B): word w at words[w * kLanes + c]).
 // rows lie `stride` values apart (kLanes in a blocked buffer, C in an NHWC one).
-template <int B, typename T, typename CodeOf>
-inline void quantize_rows_with(const T* rows, int64_t stride, int64_t len, const uint32_t* rnd, uint32_t* words,
-                               CodeOf&& code_of_values) {
+// Everything the rows' code reads is held by value and the noise's presence is a template argument:
+// captured by reference, the lanes' min and scale were reloaded from the stack after every store
+// (an intrinsic's store may alias anything), and `rnd` tested, each row.
+template <int B, bool kNoise, typename T, typename CodeOf>
+inline void quantize_rows_of(const T* rows, int64_t stride, int64_t len, const uint32_t* rnd, uint32_t* words,
+                             const CodeOf& code_of_values) {
   using F = Lanes::F;
   using I = Lanes::I;
-  const F half = Lanes::set(0.5f);
   // The rows two groups on, asked for now: the range scan before this is the first read of a tile
   // that has left the caches (a quarter of the 1-bit quantize waited there, perf, Zen 4).
   // A prefetch never faults: past the buffer's end it asks for nothing.
   const char* ahead = reinterpret_cast<const char*>(rows + 2 * len * stride);
-  auto code_of = [&](int64_t i) __attribute__((always_inline)) {  // row i's codes, lane by lane
+  auto code_of = [=](int64_t i) __attribute__((always_inline)) {  // row i's codes, lane by lane
     _mm_prefetch(ahead + i * stride * static_cast<int64_t>(sizeof(T)), _MM_HINT_T0);
-    F r = half;
-    if (rnd) r = group_simd::uniform16_lanes(Lanes::load(rnd + i * kLanes));
+    F r = Lanes::set(0.5f);
+    if constexpr (kNoise) r = group_simd::uniform16_lanes(Lanes::load(rnd + i * kLanes));
     return code_of_values(Lanes::load(rows + i * stride), r);
   };
   int64_t i = 0;
@@ -595,6 +597,27 @@ inline void quantize_rows_with(const T* rows, int64_t stride, int64_t len, const
   }
   if ((B * len) & 31) Lanes::store(words + ((B * len) >> 5) * kLanes, word);
 }
+template <int B, typename T, typename CodeOf>
+inline void quantize_rows_with(const T* rows, int64_t stride, int64_t len, const uint32_t* rnd, uint32_t* words,
+                               const CodeOf& code_of_values) {
+  if (rnd) return quantize_rows_of<B, true>(rows, stride, len, rnd, words, code_of_values);
+  quantize_rows_of<B, false>(rows, stride, len, rnd, words, code_of_values);
+}
+
+// The lanes' ranges of `len` rows `stride` values apart into mn and mx (kLanes each), lane by lane
+// the plain scan's order and NaN rule (group_range's). A function of its own: written out inside
+// the per-plane quantize, GCC 12 kept the running minimum on the stack.
+template <typename T>
+inline void lane_ranges(const T* rows, int64_t stride, int64_t len, float* mn, float* mx) {
+  Lanes::F vmn = Lanes::load(rows), vmx = vmn;
+  for (int64_t i = 1; i < len; ++i) {
+    const Lanes::F v = Lanes::load(rows + i * stride);
+    vmn = Lanes::min(v, vmn);  // the second operand where either is NaN: the scan's rule
+    vmx = Lanes::max(v, vmx);
+  }
+  Lanes::store(mn, vmn);
+  Lanes::store(mx, vmx);
+}
 
 // quantize_rows_with quantize_value's arithmetic lane by lane, with the lanes' vmin and vinv.
 template <int B, typename T>
@@ -602,7 +625,7 @@ inline void quantize_rows(const T* rows, int64_t stride, int64_t len, Lanes::F v
                           const uint32_t* rnd, uint32_t* words) {
   const Lanes::F zero = Lanes::set(0.0f);
   const Lanes::I vlev = Lanes::set(static_cast<int>((1u << B) - 1u));
-  quantize_rows_with<B>(rows, stride, len, rnd, words, [&](Lanes::F x, Lanes::F r) __attribute__((always_inline)) {
+  quantize_rows_with<B>(rows, stride, len, rnd, words, [=](Lanes::F x, Lanes::F r) __attribute__((always_inline)) {
     const Lanes::F u = Lanes::max(Lanes::mul(Lanes::sub(x, vmin), vinv), zero);
     const Lanes::F fl = Lanes::trunc(u);
     return Lanes::min(Lanes::round_up(Lanes::to_int(fl), r, Lanes::sub(u, fl)), vlev);
@@ -612,7 +635,7 @@ inline void quantize_rows(const T* rows, int64_t stride, int64_t len, Lanes::F v
 // The values of `len` rows of lanes from the lanes' streams in `words` (quantize_rows' layout):
 // value_of(codes) lane by lane, into rows (f32 or bf16, T, rounded as Tensor::to rounds).
 template <int B, typename T, typename ValueOf>
-inline void dequantize_rows_with(const uint32_t* words, int64_t len, T* rows, int64_t stride, ValueOf&& value_of) {
+inline void dequantize_rows_with(const uint32_t* words, int64_t len, T* rows, int64_t stride, ValueOf value_of) {
   using I = Lanes::I;
   const I mask = Lanes::set((1 << B) - 1);
   int64_t i = 0;
@@ -639,7 +662,7 @@ inline void dequantize_rows_with(const uint32_t* words, int64_t len, T* rows, in
 template <int B, typename T>
 inline void dequantize_rows(const uint32_t* words, int64_t len, Lanes::F vmin, Lanes::F vstep, T* rows,
                             int64_t stride) {
-  dequantize_rows_with<B>(words, len, rows, stride, [&](Lanes::I code) __attribute__((always_inline)) {
+  dequantize_rows_with<B>(words, len, rows, stride, [=](Lanes::I code) __attribute__((always_inline)) {
     return Lanes::fmadd(Lanes::to_float(code), vstep, vmin);  // as dequantize_value
   });
 }
@@ -649,7 +672,6 @@ inline void dequantize_rows(const uint32_t* words, int64_t len, Lanes::F vmin, L
 template <int B, typename T>
 void quantize(const T* x, const GroupGeometry& g, const CodecWalk& walk, Rounding rounding, const QuantNoise& noise,
               uint8_t* codes, uint8_t* meta, double* range_sq) {
-  using F = Lanes::F;
   const int64_t plane = walk.plane, tile_elements = kLanes * plane, gps = g.groups_per_span;
   const TilePlace place = tile_place(walk);
   const int64_t stride = place.row_stride();
@@ -666,15 +688,8 @@ void quantize(const T* x, const GroupGeometry& g, const CodecWalk& walk, Roundin
         const GroupGeometry::Place at = g.place_in(t * kLanes, j);  // lane 0's group; lane c's is span lanes t + c
         const int64_t s0 = at.start - t * kLanes * plane, len = at.len;
         const T* rows = tile + s0 * stride;  // (len, lanes)
-        F vmn = Lanes::load(rows), vmx = vmn;
-        for (int64_t i = 1; i < len; ++i) {
-          const F v = Lanes::load(rows + i * stride);
-          vmn = Lanes::min(v, vmn);  // the second operand where either is NaN: the scan's rule
-          vmx = Lanes::max(v, vmx);
-        }
         alignas(64) float mn[kLanes], mx[kLanes], pmin[kLanes], pstep[kLanes], pinv[kLanes];
-        Lanes::store(mn, vmn);
-        Lanes::store(mx, vmx);
+        lane_ranges(rows, stride, len, mn, mx);
         lane_group_params<B>(mn, mx, g.meta, pmin, pstep, pinv);
         uint8_t* lane_meta = meta + ((t * kLanes) * gps + j) * meta_size;  // lane c's: gps records on
         store_lane_meta(pmin, pstep, g.meta, lane_meta, gps * meta_size);
