@@ -211,6 +211,9 @@ void plane_codec_half(benchmark::State& state, bool quantize) {
 }
 void BM_GroupQuant_PlaneQuantize(benchmark::State& state) { plane_codec_half(state, true); }
 void BM_GroupQuant_PlaneDequantize(benchmark::State& state) { plane_codec_half(state, false); }
+void plane_codec_args(benchmark::internal::Benchmark* b) {
+  b->ArgNames({"bits", "side"})->Args({1, 14})->Args({2, 14})->Args({2, 28})->Args({3, 14})->Args({2, 4});
+}
 
 BENCHMARK(BM_GroupQuant_Copy)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_GroupQuant_Quantize)
@@ -232,24 +235,8 @@ BENCHMARK(BM_GroupQuant_Grouping)
     ->Args({0, 1, 4})
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
-BENCHMARK(BM_GroupQuant_PlaneQuantize)
-    ->ArgNames({"bits", "side"})
-    ->Args({1, 14})
-    ->Args({2, 14})
-    ->Args({2, 28})
-    ->Args({3, 14})
-    ->Args({2, 4})
-    ->Unit(benchmark::kMillisecond)
-    ->UseRealTime();
-BENCHMARK(BM_GroupQuant_PlaneDequantize)
-    ->ArgNames({"bits", "side"})
-    ->Args({1, 14})
-    ->Args({2, 14})
-    ->Args({2, 28})
-    ->Args({3, 14})
-    ->Args({2, 4})
-    ->Unit(benchmark::kMillisecond)
-    ->UseRealTime();
+BENCHMARK(BM_GroupQuant_PlaneQuantize)->Apply(plane_codec_args)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_GroupQuant_PlaneDequantize)->Apply(plane_codec_args)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_GroupQuant_Bf16)
     ->ArgNames({"side", "blocked"})
     ->Args({14, 1})
