@@ -18,6 +18,7 @@
 #include <cstring>
 #include <cstdlib>
 #include <memory>
+#include <numeric>
 #include <optional>
 #include <utility>
 
@@ -554,6 +555,23 @@ class TileNoise {
 // Everything the rows' code reads is held by value and the noise's presence is a template argument:
 // captured by reference, the lanes' min and scale were reloaded from the stack after every store
 // (an intrinsic's store may alias anything), and `rnd` tested, each row.
+// Code K of a chunk of rows (B bits each, kWords words: w) put at its bits [B K, B K + B), the
+// part past a word's end at the start of the next.
+template <int B, int K, int kWords>
+inline void put_code(Lanes::I (&w)[kWords], Lanes::I code) {
+  constexpr int bit = B * K, word = bit / 32, off = bit % 32;
+  w[word] = Lanes::bit_or(w[word], Lanes::shl<off>(code));
+  if constexpr (off + B > 32) w[word + 1] = Lanes::bit_or(w[word + 1], Lanes::shr<32 - off>(code));
+}
+// Code K of such a chunk, from its words w (mask: 2^B - 1 in every lane).
+template <int B, int K, int kWords>
+inline Lanes::I get_code(const Lanes::I (&w)[kWords], Lanes::I mask) {
+  constexpr int bit = B * K, word = bit / 32, off = bit % 32;
+  Lanes::I code = Lanes::shr<off>(w[word]);
+  if constexpr (off + B > 32) code = Lanes::bit_or(code, Lanes::shl<32 - off>(w[word + 1]));
+  return Lanes::bit_and(code, mask);
+}
+
 template <int B, bool kNoise, typename T, typename CodeOf>
 inline void quantize_rows_of(const T* rows, int64_t stride, int64_t len, const uint32_t* rnd, uint32_t* words,
                              const CodeOf& code_of_values) {
@@ -582,6 +600,19 @@ inline void quantize_rows_of(const T* rows, int64_t stride, int64_t len, const u
         ((word = Lanes::bit_or(word, Lanes::shl<B * K>(code_of(i + K)))), ...);
       }(std::make_integer_sequence<int, kRowsAWord>{});
       Lanes::store(words + (i / kRowsAWord) * kLanes, word);
+    }
+  } else {
+    // B words' 32 / gcd(B, 32) rows at a time (3 bits: 32 rows in 3 words), each code's word and
+    // shifts constants, a code across two words split by two shifts: the loop below spent each
+    // row on its count's move into a vector register, a branch and a conditional store.
+    constexpr int kRows = 32 / std::gcd(B, 32), kWords = B * kRows / 32;
+    for (; i + kRows <= len; i += kRows) {
+      I w[kWords];  // (kWords,): the chunk's words
+      for (int k = 0; k < kWords; ++k) w[k] = Lanes::zero();
+      [&]<int... K>(std::integer_sequence<int, K...>) __attribute__((always_inline)) {
+        (put_code<B, K>(w, code_of(i + K)), ...);
+      }(std::make_integer_sequence<int, kRows>{});
+      for (int k = 0; k < kWords; ++k) Lanes::store(words + (i * B / 32 + k) * kLanes, w[k]);
     }
   }
   // Row i's codes into the lanes' current 32-bit words; a word full goes to `words`.
@@ -646,6 +677,15 @@ inline void dequantize_rows_with(const uint32_t* words, int64_t len, T* rows, in
       [&]<int... K>(std::integer_sequence<int, K...>) __attribute__((always_inline)) {
         ((Lanes::store(rows + (i + K) * stride, value_of(Lanes::bit_and(Lanes::shr<B * K>(word), mask)))), ...);
       }(std::make_integer_sequence<int, kRowsAWord>{});
+    }
+  } else {  // B words' 32 / gcd(B, 32) rows at a time, as quantize_rows_of packs them
+    constexpr int kRows = 32 / std::gcd(B, 32), kWords = B * kRows / 32;
+    for (; i + kRows <= len; i += kRows) {
+      I w[kWords];  // (kWords,)
+      for (int k = 0; k < kWords; ++k) w[k] = Lanes::load(words + (i * B / 32 + k) * kLanes);
+      [&]<int... K>(std::integer_sequence<int, K...>) __attribute__((always_inline)) {
+        ((Lanes::store(rows + (i + K) * stride, value_of(get_code<B, K>(w, mask)))), ...);
+      }(std::make_integer_sequence<int, kRows>{});
     }
   }
   for (; i < len; ++i) {
