@@ -548,13 +548,6 @@ class TileNoise {
 #endif
 };
 
-// The codes of `len` rows of lanes (rows[i * kLanes + c]: value i of lane c's group), code_of(values,
-// uniforms) lane by lane with the rows' noise rnd (uniform16 of it; null: 0.5, nearest), packed
-// into the lanes' streams (code i of lane c at bits [B i, B i + B): word w at words[w * kLanes + c]).
-// rows lie `stride` values apart (kLanes in a blocked buffer, C in an NHWC one).
-// Everything the rows' code reads is held by value and the noise's presence is a template argument:
-// captured by reference, the lanes' min and scale were reloaded from the stack after every store
-// (an intrinsic's store may alias anything), and `rnd` tested, each row.
 // Code K of a chunk of rows (B bits each, kWords words: w) put at its bits [B K, B K + B), the
 // part past a word's end at the start of the next.
 template <int B, int K, int kWords>
@@ -572,6 +565,15 @@ inline Lanes::I get_code(const Lanes::I (&w)[kWords], Lanes::I mask) {
   return Lanes::bit_and(code, mask);
 }
 
+// The codes of `len` rows of lanes (rows[i * kLanes + c]: value i of lane c's group), code_of(values,
+// uniforms) lane by lane with the rows' noise rnd (uniform16 of it; null: 0.5, nearest), packed
+// into the lanes' streams (code i of lane c at bits [B i, B i + B): word w at words[w * kLanes + c]).
+// rows lie `stride` values apart (kLanes in a blocked buffer, C in an NHWC one).
+// Everything the rows' code reads is held by value and the noise's presence is a template argument:
+// captured by reference, the lanes' min and scale were reloaded from the stack after every store
+// (an intrinsic's store may alias anything), and `rnd` tested, each row. The callable comes by
+// const reference and is copied into the row lambda: taken by value, GCC 12 kept the per-plane
+// quantize's range-scan minimum on the stack (a store and a load a row).
 template <int B, bool kNoise, typename T, typename CodeOf>
 inline void quantize_rows_of(const T* rows, int64_t stride, int64_t len, const uint32_t* rnd, uint32_t* words,
                              const CodeOf& code_of_values) {
@@ -636,8 +638,7 @@ inline void quantize_rows_with(const T* rows, int64_t stride, int64_t len, const
 }
 
 // The lanes' ranges of `len` rows `stride` values apart into mn and mx (kLanes each), lane by lane
-// the plain scan's order and NaN rule (group_range's). A function of its own: written out inside
-// the per-plane quantize, GCC 12 kept the running minimum on the stack.
+// the plain scan's order and NaN rule (group_range's).
 template <typename T>
 inline void lane_ranges(const T* rows, int64_t stride, int64_t len, float* mn, float* mx) {
   Lanes::F vmn = Lanes::load(rows), vmx = vmn;
