@@ -590,32 +590,19 @@ inline void quantize_rows_of(const T* rows, int64_t stride, int64_t len, const u
     return code_of_values(Lanes::load(rows + i * stride), r);
   };
   int64_t i = 0;
-  if constexpr (32 % B == 0) {
-    // A word's 32 / B rows at a time, each shifted by a constant: the loop below moves each row's
-    // count (B i mod 32) into a vector register, about a tenth of the per-plane quantize in perf;
-    // with this and store_lane_meta the nearest-rounding 2-bit quantize of 14 x 14 planes ran in
-    // 0.8x the time.
-    constexpr int kRowsAWord = 32 / B;
-    for (; i + kRowsAWord <= len; i += kRowsAWord) {
-      I word = Lanes::zero();
-      [&]<int... K>(std::integer_sequence<int, K...>) __attribute__((always_inline)) {
-        ((word = Lanes::bit_or(word, Lanes::shl<B * K>(code_of(i + K)))), ...);
-      }(std::make_integer_sequence<int, kRowsAWord>{});
-      Lanes::store(words + (i / kRowsAWord) * kLanes, word);
-    }
-  } else {
-    // B words' 32 / gcd(B, 32) rows at a time (3 bits: 32 rows in 3 words), each code's word and
-    // shifts constants, a code across two words split by two shifts: the loop below spent each
-    // row on its count's move into a vector register, a branch and a conditional store.
-    constexpr int kRows = 32 / std::gcd(B, 32), kWords = B * kRows / 32;
-    for (; i + kRows <= len; i += kRows) {
-      I w[kWords];  // (kWords,): the chunk's words
-      for (int k = 0; k < kWords; ++k) w[k] = Lanes::zero();
-      [&]<int... K>(std::integer_sequence<int, K...>) __attribute__((always_inline)) {
-        (put_code<B, K>(w, code_of(i + K)), ...);
-      }(std::make_integer_sequence<int, kRows>{});
-      for (int k = 0; k < kWords; ++k) Lanes::store(words + (i * B / 32 + k) * kLanes, w[k]);
-    }
+  // 32 / gcd(B, 32) rows at a time into their B / gcd(B, 32) words (2 bits: 16 rows a word; 3 bits:
+  // 32 rows in 3 words), each code's word and shifts constants (put_code). The loop below moves
+  // each row's count into a vector register, branches and stores a word when full: about a tenth of
+  // the per-plane quantize in perf; with this and store_lane_meta the nearest-rounding 2-bit
+  // quantize of 14 x 14 planes ran in 0.8x the time.
+  constexpr int kRows = 32 / std::gcd(B, 32), kWords = B * kRows / 32;
+  for (; i + kRows <= len; i += kRows) {
+    I w[kWords];  // (kWords,): the chunk's words
+    for (int k = 0; k < kWords; ++k) w[k] = Lanes::zero();
+    [&]<int... K>(std::integer_sequence<int, K...>) __attribute__((always_inline)) {
+      (put_code<B, K>(w, code_of(i + K)), ...);
+    }(std::make_integer_sequence<int, kRows>{});
+    for (int k = 0; k < kWords; ++k) Lanes::store(words + (i * B / 32 + k) * kLanes, w[k]);
   }
   // Row i's codes into the lanes' current 32-bit words; a word full goes to `words`.
   I word = Lanes::zero();
@@ -671,23 +658,13 @@ inline void dequantize_rows_with(const uint32_t* words, int64_t len, T* rows, in
   using I = Lanes::I;
   const I mask = Lanes::set((1 << B) - 1);
   int64_t i = 0;
-  if constexpr (32 % B == 0) {  // a word's 32 / B rows, each a constant shift (as quantize_rows packs them)
-    constexpr int kRowsAWord = 32 / B;
-    for (; i + kRowsAWord <= len; i += kRowsAWord) {
-      const I word = Lanes::load(words + (i / kRowsAWord) * kLanes);
-      [&]<int... K>(std::integer_sequence<int, K...>) __attribute__((always_inline)) {
-        ((Lanes::store(rows + (i + K) * stride, value_of(Lanes::bit_and(Lanes::shr<B * K>(word), mask)))), ...);
-      }(std::make_integer_sequence<int, kRowsAWord>{});
-    }
-  } else {  // B words' 32 / gcd(B, 32) rows at a time, as quantize_rows_of packs them
-    constexpr int kRows = 32 / std::gcd(B, 32), kWords = B * kRows / 32;
-    for (; i + kRows <= len; i += kRows) {
-      I w[kWords];  // (kWords,)
-      for (int k = 0; k < kWords; ++k) w[k] = Lanes::load(words + (i * B / 32 + k) * kLanes);
-      [&]<int... K>(std::integer_sequence<int, K...>) __attribute__((always_inline)) {
-        ((Lanes::store(rows + (i + K) * stride, value_of(get_code<B, K>(w, mask)))), ...);
-      }(std::make_integer_sequence<int, kRows>{});
-    }
+  constexpr int kRows = 32 / std::gcd(B, 32), kWords = B * kRows / 32;  // as quantize_rows_of's chunks
+  for (; i + kRows <= len; i += kRows) {
+    I w[kWords];  // (kWords,)
+    for (int k = 0; k < kWords; ++k) w[k] = Lanes::load(words + (i * B / 32 + k) * kLanes);
+    [&]<int... K>(std::integer_sequence<int, K...>) __attribute__((always_inline)) {
+      ((Lanes::store(rows + (i + K) * stride, value_of(get_code<B, K>(w, mask)))), ...);
+    }(std::make_integer_sequence<int, kRows>{});
   }
   for (; i < len; ++i) {
     const int64_t bit = B * i, off = bit & 31;
