@@ -1,7 +1,9 @@
 // Few-bit GELU forward + backward against FP32 GELU forward + backward on a (64, 64, 32, 32)
 // tensor, through the store interface the activation op uses (forward_and_save, then
 // apply_derivative, then release). Counters: ms per pass of each, their ratio (target <= 1.1),
-// and the saved bytes of the few-bit store over FP32's (3/32 at 3 bits).
+// and the saved bytes of the few-bit store over FP32's (3/32 at 3 bits). BM_FewBitEncode: the
+// codec's forward half alone, SiLU's shipped table's codes of a (128, 96, 16, 16) tensor, with
+// the SiLU forward fused in (as the store runs it) or without; counter ns a value.
 //
 //   OMP_NUM_THREADS=2 build/bin/packrat_bench --benchmark_filter='FewBit'
 #include <benchmark/benchmark.h>
@@ -13,7 +15,10 @@
 #include "autograd/pointwise.h"
 #include "core/philox.h"
 #include "core/tensor.h"
+#include "quant/bits/bitpack.h"
+#include "quant/fewbit/fewbit_codec.h"
 #include "quant/fewbit/fewbit_store.h"
+#include "quant/fewbit/fewbit_table.h"
 
 namespace packrat {
 namespace {
@@ -81,6 +86,30 @@ void BM_FewBitGeluVsFp32(benchmark::State& state) {
   state.counters["saved_bytes_ratio"] = static_cast<double>(fewbit_bytes) / static_cast<double>(fp32_bytes);
 }
 BENCHMARK(BM_FewBitGeluVsFp32)->DenseRange(1, 4)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+// The packed codes of SiLU's shipped `bits`-bit table (and y = SiLU(x) when `forward`).
+void BM_FewBitEncode(benchmark::State& state) {
+  const int bits = static_cast<int>(state.range(0));
+  const bool forward = state.range(1) != 0;
+  FewbitCoder c;
+  c.bits = bits;
+  for (const FewbitTable& t : shipped_fewbit_tables())
+    if (t.fn == "silu" && t.bits == bits) c.lut = t.lut();
+  const int64_t n = int64_t{128} * 96 * 16 * 16;
+  std::vector<float> x(static_cast<size_t>(n)), y(static_cast<size_t>(n));  // (n,)
+  PhiloxStream s(3, 0);
+  for (float& v : x) v = s.uniform() * 12.0f - 6.0f;
+  std::vector<uint8_t> packed(static_cast<size_t>(packed_bytes(n, bits)));  // (packed_bytes(n, bits),)
+  const Pointwise* silu = &pointwise_by_name("silu");
+  for (auto _ : state) {
+    fewbit_encode(c, silu, x.data(), sizeof(float), forward ? y.data() : nullptr, n, packed.data());
+    benchmark::DoNotOptimize(packed.data());
+  }
+  state.counters["ns_per_value"] =
+      benchmark::Counter(static_cast<double>(n) * static_cast<double>(state.iterations()) * 1e-9,
+                         benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
+}
+BENCHMARK(BM_FewBitEncode)->ArgsProduct({{1, 2, 3, 4}, {0, 1}})->ArgNames({"bits", "forward"})->UseRealTime();
 
 }  // namespace
 }  // namespace packrat

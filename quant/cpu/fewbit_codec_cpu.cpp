@@ -85,6 +85,46 @@ inline void make_codes(const FewbitCoder& c, const Pointwise* fn, const void* sr
   }
 }
 
+#if defined(__AVX2__) && defined(__BMI2__)
+// A Table's codes with AVX2, packed as they are made: each value's interval index counted in its
+// 32-bit lane (a compare a border: fewbit_index's sum, NaN below every border as there), four
+// blocks' lanes narrowed to bytes at once, each block's 8 bytes to 8 B bits by one pext. GCC's
+// vectorisation of the scalar loop narrowed every border's comparison to bytes, and 3 bits took
+// 0.82 ns a value (one thread, AVX2 Zen 3; BM_FewBitEncode).
+template <int B>
+struct TableEncoder32 {
+  static constexpr int kBorders = (1 << B) - 1;
+  __m256 border[kBorders];
+  __m256 center;
+  bool symmetric;
+
+  explicit TableEncoder32(const FewbitLut& t) : center(_mm256_set1_ps(t.center)), symmetric(t.symmetric != 0) {
+    for (int j = 0; j < kBorders; ++j) border[j] = _mm256_set1_ps(t.borders[j]);
+  }
+  __m256i codes8(const float* v) const {
+    __m256 x = _mm256_loadu_ps(v);
+    if (symmetric) x = _mm256_andnot_ps(_mm256_set1_ps(-0.0f), _mm256_sub_ps(x, center));  // |x - center|
+    __m256i idx = _mm256_setzero_si256();
+    for (int j = 0; j < kBorders; ++j)  // a true comparison is -1
+      idx = _mm256_sub_epi32(idx, _mm256_castps_si256(_mm256_cmp_ps(x, border[j], _CMP_GT_OQ)));
+    return idx;
+  }
+  // The packed codes (4 B bytes) of v[0, 32) to dst.
+  void pack32(const float* v, uint8_t* dst) const {
+    const __m256i w01 = _mm256_packs_epi32(codes8(v), codes8(v + 8));  // per 128-bit lane: 4 + 4 codes
+    const __m256i w23 = _mm256_packs_epi32(codes8(v + 16), codes8(v + 24));
+    // bytes, 32-bit groups (blocks 0-3 low halves, blocks 0-3 high halves) put in element order
+    const __m256i bytes = _mm256_permutevar8x32_epi32(_mm256_packus_epi16(w01, w23), _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+    alignas(32) uint64_t block[4];  // (4,) each block's 8 codes, one a byte
+    _mm256_store_si256(reinterpret_cast<__m256i*>(block), bytes);
+    constexpr uint64_t kLowBits = 0x0101010101010101ull * ((1u << B) - 1u);
+    unsigned __int128 w = 0;  // the 4 blocks' 32 B bits
+    for (int k = 0; k < 4; ++k) w |= static_cast<unsigned __int128>(_pext_u64(block[k], kLowBits)) << (8 * B * k);
+    std::memcpy(dst, &w, 4 * B);
+  }
+};
+#endif
+
 // One pass over src: y = f(src) when y is given, and the packed codes of src. src and y: f32
 // (elem 4; a Mask's src u8, elem 1), or bf16 (`bf16`: each tile read as its f32 values, f(x) written
 // back rounded as Tensor::to rounds).
@@ -92,6 +132,9 @@ template <int B>
 void encode_impl(const FewbitCoder& c, const Pointwise* fn, const void* src, size_t elem, bool bf16, void* y,
                  int64_t n, uint8_t* packed) {
   const int64_t blocks = (n + 7) / 8;
+#if defined(__AVX2__) && defined(__BMI2__)
+  const TableEncoder32<B> table(c.lut);
+#endif
   parallel_chunks(blocks, kGrainBlocks, [&](int64_t b0, int64_t b1) {
     alignas(64) uint8_t codes[kTile];   // (kTile,)
     alignas(64) float scratch[kTile];   // (kTile,) f'(x) of a Step tile
@@ -109,8 +152,17 @@ void encode_impl(const FewbitCoder& c, const Pointwise* fn, const void* src, siz
         fn->forward(static_cast<const float*>(v), bf16 ? y32 : static_cast<float*>(y) + s, len);
         if (bf16) simd::f32_to_bf16_run(y32, len, static_cast<bf16_t*>(y) + s);
       }
-      make_codes<B>(c, fn, v, len, codes, scratch);
-      pack_tile<B>(codes, len, packed + s / 8 * B);
+      int64_t done = 0;  // values whose codes are written
+#if defined(__AVX2__) && defined(__BMI2__)
+      if (c.kind == FewbitKind::Table)
+        for (; done + 32 <= len; done += 32)
+          table.pack32(static_cast<const float*>(v) + done, packed + (s + done) / 8 * B);
+#endif
+      if (done < len) {
+        const void* rest = static_cast<const char*>(v) + done * static_cast<int64_t>(bf16 ? sizeof(float) : elem);
+        make_codes<B>(c, fn, rest, len - done, codes, scratch);
+        pack_tile<B>(codes, len - done, packed + (s + done) / 8 * B);
+      }
     }
   });
 }

@@ -363,7 +363,14 @@ TEST(CodecBitExact, FewBitIndexAndBackwardMatchTheReferenceForEveryShippedTable)
       c.kind = FewbitKind::Table;
       c.bits = t.bits;
       c.lut = t.lut();
-      const std::vector<float> x = values(n, static_cast<uint64_t>(n) * 7 + t.bits, -12.0f, 12.0f);
+      std::vector<float> x = values(n, static_cast<uint64_t>(n) * 7 + t.bits, -12.0f, 12.0f);
+      // The comparisons' edges, every 3rd value from 5 on (in the SIMD blocks and the tails): each
+      // border exactly and a float either side of it, the centre, NaN, the infinities and -0.
+      std::vector<float> edges = {std::nanf(""), -std::nanf(""), INFINITY, -INFINITY, -0.0f, c.lut.center};
+      for (int j = 0; j < c.lut.num_borders; ++j)
+        for (float b : {c.lut.borders[j], c.lut.center + c.lut.borders[j], c.lut.center - c.lut.borders[j]})
+          edges.insert(edges.end(), {b, std::nextafter(b, -INFINITY), std::nextafter(b, INFINITY)});
+      for (size_t k = 0; k < edges.size() && 5 + 3 * k < x.size(); ++k) x[5 + 3 * k] = edges[k];
       std::vector<uint8_t> packed(static_cast<size_t>(packed_bytes(n, c.bits)));
       fewbit_encode(c, nullptr, x.data(), sizeof(float), nullptr, n, packed.data());
       std::vector<uint32_t> codes(static_cast<size_t>(n));
