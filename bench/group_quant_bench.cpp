@@ -115,16 +115,17 @@ void BM_GroupQuant_Dequantize(benchmark::State& state) {
 // the same tensor in the CPU's blocked layout (nChw16c with AVX-512, nChw8c without; read in
 // plain order through a transpose of each channel block's tile). side 4: ActNN's per-sample
 // groups of 256 on the 4 x 4 planes of ResNet-18's last stage, (512, 512, 4, 4) (per plane: one
-// group a plane), where a group spans 16 channels and so two or more channel blocks.
-// Stochastic, 2 bits, quantize then dequantize.
+// group a plane), where a group spans 16 channels and so one or two channel blocks (the tiles'
+// groups of whole tiles, whole_plane_tiles.h); side 2: the same on 2 x 2 planes (EfficientNet-B0's
+// last stages on CIFAR), 64 channels a group. Stochastic, 2 bits, quantize then dequantize.
 void BM_GroupQuant_Grouping(benchmark::State& state) {
   const bool per_plane = state.range(0) != 0, blocked = state.range(1) != 0;
   const int64_t side = state.range(2);
-  const Tensor plain = side == 4 ? uniform_values({512, 512, 4, 4}) : uniform_values({128, 64, side, side});  // (N, C, H, W)
+  const Tensor plain = side <= 4 ? uniform_values({512, 512, side, side}) : uniform_values({128, 64, side, side});  // (N, C, H, W)
   const Tensor x = blocked ? plain.to_layout(cpu::native_blocked_layout()) : plain, y = Tensor::empty_like(x);
   GroupQuantConfig c;
   c.bits = 2;
-  c.group_size = side == 4 ? 256 : 64;
+  c.group_size = side <= 4 ? 256 : 64;
   c.grouping = per_plane ? Grouping::PerPlane : Grouping::PerSample;
   const GroupGeometry g = group_geometry_of(x, c);
   const CodecWalk walk = codec_order(x, g).walk;
@@ -233,6 +234,8 @@ BENCHMARK(BM_GroupQuant_Grouping)
     ->Args({1, 1, 14})
     ->Args({0, 0, 4})
     ->Args({0, 1, 4})
+    ->Args({0, 0, 2})
+    ->Args({0, 1, 2})
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 BENCHMARK(BM_GroupQuant_PlaneQuantize)->Apply(plane_codec_args)->Unit(benchmark::kMillisecond)->UseRealTime();

@@ -13,6 +13,9 @@
 //     code bytes are its lanes' streams one after the other where a lane's stream is whole bytes.
 // Before them these groups took the plain walk through PlainRuns' transposes, a group at a time:
 // 0.67 and 1.0 ns a value (2x2 and 4x4 planes, 2 threads) against the tiles' 0.36-0.40.
+// Groups of more planes than a tile has lanes (k a multiple of them: ActNN's per-sample groups of
+// 256 on 4x4 planes with 8 lanes, on 2x2 planes with 8 or 16) are m = k / lanes whole tiles in a
+// row (quantize_whole_tiles): each tile's lanes combined as above, the tiles' ranges in order.
 // Internal: included by group_quant_cpu.cpp (it includes immintrin.h through plane_tiles.h).
 #include <bit>
 #include <cstdint>
@@ -30,15 +33,16 @@ namespace packrat::plane_tiles {
 
 constexpr int64_t kMaxLaneBytes = 8;  // a lane's stream stored and loaded in one 64-bit word; longer: LaneWords'
 
-// Whether g's groups are groups of k >= 2 whole planes (k dividing the tiles' lanes) of a blocked
-// buffer whose tiles are this CPU's rows, every group full and each lane's codes whole bytes.
+// Whether g's groups are groups of k >= 2 whole planes of a blocked buffer whose tiles are this
+// CPU's rows, k dividing the tiles' lanes or a multiple of them (groups of whole tiles), every
+// group full and each lane's codes whole bytes.
 inline bool applies_whole_planes(const GroupGeometry& g, const CodecWalk& walk) {
 #if defined(PACKRAT_PLANE_TILES)
   if (!walks_tiles(walk)) return false;
   const int64_t plane = walk.plane, k = g.group_size / plane, lane_bits = g.bits * plane;
-  return g.group_size % plane == 0 && k >= 2 && kLanes % k == 0 && g.span_len == walk.channels * plane &&
-         g.spans * g.span_len == g.numel && g.tail_len == g.group_size && lane_bits % 8 == 0 &&
-         g.group_size <= kMaxGroup;
+  return g.group_size % plane == 0 && k >= 2 && (kLanes % k == 0 || k % kLanes == 0) &&
+         g.span_len == walk.channels * plane && g.spans * g.span_len == g.numel && g.tail_len == g.group_size &&
+         lane_bits % 8 == 0 && g.group_size <= kMaxGroup;
 #else
   (void)g, (void)walk;
   return false;
@@ -160,6 +164,57 @@ inline void load_lane_streams(const uint8_t* src, int64_t lane_bytes, LaneWords&
   }
 }
 
+// Groups of m >= 2 whole tiles (k = m kLanes planes), tile t's lanes the group's planes
+// (t % m) kLanes + c: quantize_whole_planes for them. A group's range: each tile's lanes scanned
+// from the group's first value and combined as a tile's groups are, then the tiles' ranges in
+// order (min(later, earlier), as the lanes'); its codes: each tile's lane streams at their places.
+template <int B, typename T>
+void quantize_whole_tiles(const T* x, const GroupGeometry& g, const CodecWalk& walk, Rounding rounding,
+                          const QuantNoise& noise, uint8_t* codes, uint8_t* meta, double* range_sq) {
+  using F = Lanes::F;
+  const int64_t plane = walk.plane, tile_elements = kLanes * plane, m = g.group_size / tile_elements;
+  const int64_t tile_bytes = kLanes * (B * plane / 8), group_bytes = g.full_group_bytes();
+  const TilePlace place = tile_place(walk);
+  const int64_t stride = place.row_stride();
+  const int meta_size = meta_bytes_per_group(g.meta);
+  const bool stochastic = rounding == Rounding::Stochastic;
+  const GroupLanes lanes(kLanes);  // a tile's lanes, all of one group
+  for_tile_ranges(g.groups(), g.group_size, [&](int64_t g0, int64_t g1) {
+    std::optional<TileNoise> tile_noise;
+    if (stochastic) tile_noise.emplace(noise, plane);
+    auto words = std::make_unique_for_overwrite<LaneWords>();
+    for (int64_t gi = g0; gi < g1; ++gi) {
+      const int64_t t0 = gi * m;  // the group's first tile
+      const F first = Lanes::permute(Lanes::load(x + place.start(t0)), lanes.first());  // the group's first value
+      F gmn = first, gmx = first;
+      for (int64_t j = 0; j < m; ++j) {
+        const T* rows = x + place.start(t0 + j);  // (plane, lanes), `stride` apart
+        F vmn = first, vmx = first;
+        for (int64_t i = 0; i < plane; ++i) {
+          const F v = Lanes::load(rows + i * stride);
+          vmn = Lanes::min(v, vmn);  // the second operand where either is NaN: the scan's rule
+          vmx = Lanes::max(v, vmx);
+        }
+        lanes.combine(vmn, vmx);
+        gmn = Lanes::min(vmn, gmn);  // the earlier tiles' on a tie or a NaN
+        gmx = Lanes::max(vmx, gmx);
+      }
+      alignas(64) float mn[kLanes], mx[kLanes], pmin[kLanes], pstep[kLanes], pinv[kLanes];
+      Lanes::store(mn, gmn);
+      Lanes::store(mx, gmx);
+      lane_group_params<B>(mn, mx, g.meta, pmin, pstep, pinv);  // every lane the group's
+      const GroupParams p{pmin[0], pstep[0], pinv[0]};
+      store_group_meta(p, g.meta, meta + gi * meta_size);
+      if (range_sq) range_sq[gi] = group_range_sq(p, g.group_size, B);
+      for (int64_t j = 0; j < m; ++j) {
+        const uint32_t* rnd = stochastic ? tile_noise->fill((t0 + j) * tile_elements) : nullptr;  // (plane, lanes)
+        quantize_rows<B>(x + place.start(t0 + j), stride, plane, Lanes::load(pmin), Lanes::load(pinv), rnd, words->words);
+        store_lane_streams(*words, B * plane / 8, codes + gi * group_bytes + j * tile_bytes);
+      }
+    }
+  });
+}
+
 // Quantizes the groups of whole planes of a blocked (or NHWC) buffer x (applies_whole_planes(g, walk)), f32
 // or bf16 (T): the codes, metadata and group_range_sq of quantize_groups.
 template <int B, typename T>
@@ -167,6 +222,7 @@ void quantize_whole_planes(const T* x, const GroupGeometry& g, const CodecWalk& 
                            const QuantNoise& noise, uint8_t* codes, uint8_t* meta, double* range_sq) {
   using F = Lanes::F;
   const int64_t plane = walk.plane, tile_elements = kLanes * plane, k = g.group_size / plane;
+  if (k > kLanes) return quantize_whole_tiles<B>(x, g, walk, rounding, noise, codes, meta, range_sq);
   const int64_t lane_bytes = B * plane / 8, tile_groups = kLanes / k, group_bytes = g.full_group_bytes();
   const TilePlace place = tile_place(walk);
   const int64_t stride = place.row_stride();
@@ -209,6 +265,23 @@ template <int B, typename T>
 void dequantize_whole_planes(const uint8_t* codes, const uint8_t* meta, const GroupGeometry& g, const CodecWalk& walk,
                              T* out) {
   const int64_t plane = walk.plane, tile_elements = kLanes * plane, k = g.group_size / plane;
+  if (k > kLanes) {  // groups of whole tiles (quantize_whole_tiles): every lane of a tile its group's params
+    const int64_t m = k / kLanes, tile_bytes = kLanes * (B * plane / 8), group_bytes = g.full_group_bytes();
+    const TilePlace place = tile_place(walk);
+    const int64_t stride = place.row_stride();
+    const int meta_size = meta_bytes_per_group(g.meta);
+    for_tile_ranges(g.groups(), g.group_size, [&](int64_t g0, int64_t g1) {
+      auto words = std::make_unique_for_overwrite<LaneWords>();
+      for (int64_t gi = g0; gi < g1; ++gi) {
+        const GroupParams p = load_group_range(meta + gi * meta_size, g.meta);
+        for (int64_t j = 0; j < m; ++j) {
+          load_lane_streams(codes + gi * group_bytes + j * tile_bytes, B * plane / 8, *words);
+          dequantize_rows<B>(words->words, plane, Lanes::set(p.min), Lanes::set(p.step), out + place.start(gi * m + j), stride);
+        }
+      }
+    });
+    return;
+  }
   const int64_t lane_bytes = B * plane / 8, tile_groups = kLanes / k, group_bytes = g.full_group_bytes();
   const TilePlace place = tile_place(walk);
   const int64_t stride = place.row_stride();

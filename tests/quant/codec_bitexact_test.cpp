@@ -170,11 +170,13 @@ TEST(CodecBitExact, PerGroupKernelWritesTheReferenceBytesForEveryConfig) {
 TEST(CodecBitExact, PlaneGroupsOfABlockedBufferAreThePlainTensorsBytes) {
   const std::vector<Shape> shapes = {{2, 32, 7, 7}, {3, 16, 14, 14}, {4, 32, 28, 28}, {1, 48, 5, 5},
                                      {2, 16, 9, 11}, {3, 32, 4, 4},   {2, 48, 2, 2},   {2, 64, 1, 1},
-                                     {2, 32, 8, 8},   {2, 16, 16, 16}, {1, 16, 32, 32}};
+                                     {2, 32, 8, 8},   {2, 16, 16, 16}, {1, 16, 32, 32}, {2, 128, 2, 2},
+                                     {1, 256, 1, 1}};
   int vertical = 0;  // cases whose groups the tiles take a lane each
   int whole = 0;     // cases whose groups of whole planes the tiles take k lanes each
   int per_sample = 0;  // per-sample groups cutting every plane into whole groups, a lane each
   int long_lanes = 0;  // groups of whole planes whose lanes hold over 8 bytes of codes
+  int whole_tiles = 0;  // groups of whole planes spanning two or more tiles
   int nhwc_tiles = 0;  // NHWC cases the tiles take
   int nhwc_whole = 0;  // NHWC cases whose groups of whole planes the tiles take
   int block_planes = 0;  // stochastic cases the tiles take on planes of whole noise blocks (TileNoise::fill_by_lanes)
@@ -182,7 +184,7 @@ TEST(CodecBitExact, PlaneGroupsOfABlockedBufferAreThePlainTensorsBytes) {
     for (Rounding rounding : {Rounding::Stochastic, Rounding::Nearest})
       for (MetaType meta : {MetaType::BF16, MetaType::F32})
         for (Grouping grouping : {Grouping::PerPlane, Grouping::PerSample})
-          for (int64_t G : {int64_t{7}, int64_t{32}, int64_t{64}, int64_t{300}})
+          for (int64_t G : {int64_t{7}, int64_t{32}, int64_t{64}, int64_t{256}, int64_t{300}})
             for (const Shape& shape : shapes) {
               const GroupQuantConfig c = group_config(bits, G, grouping, meta, rounding);
               const std::string what0 = config_words(c) + " " + shape.str();
@@ -211,6 +213,7 @@ TEST(CodecBitExact, PlaneGroupsOfABlockedBufferAreThePlainTensorsBytes) {
               whole += plane_tiles::applies_whole_planes(g, walk) ? 1 : 0;
               per_sample += grouping == Grouping::PerSample && plane_tiles::tile_geometry(g, walk).spans > 0 ? 1 : 0;
               long_lanes += plane_tiles::applies_whole_planes(g, walk) && bits * plane > 64 ? 1 : 0;
+              whole_tiles += plane_tiles::applies_whole_planes(g, walk) && G / plane > plane_tiles::kLanes ? 1 : 0;
               block_planes += rounding == Rounding::Stochastic && plane % 128 == 0 &&
                                       plane_tiles::tile_geometry(g, walk).spans > 0
                                   ? 1
@@ -261,12 +264,59 @@ TEST(CodecBitExact, PlaneGroupsOfABlockedBufferAreThePlainTensorsBytes) {
   // NHWC's tiles: every case whose channels the lanes divide and whose groups lie in planes
   EXPECT_GE(nhwc_tiles, 5 * 2 * 2 * 3 * 3);
   EXPECT_GE(nhwc_whole, 2 * 2 * 2 * (4 * 2 + 3));
+  // Per-sample groups of 256 on 2x2 planes at 2, 4 and 8 bits and on 1x1 planes at 8 (4 tiles or
+  // more whatever the lanes), every rounding and metadata, NHWC (and blocked where its tiles are
+  // the rows: twice as many)
+  EXPECT_GE(whole_tiles, 2 * 2 * (3 + 1));
   // 16x16 and 32x32 planes: every width and metadata, per plane (G 7, 32, 64) and per sample (64),
   // blocked and NHWC
   EXPECT_GE(block_planes, 5 * 2 * 4 * 2 * 2);
 #else
   (void)nhwc_tiles, (void)nhwc_whole, (void)block_planes;
 #endif
+}
+
+// Per-sample groups of 256 on 2x2 planes, 64 planes a group: 8 tiles of 8 lanes or 4 of 16
+// (quantize_whole_tiles). A zero extreme's sign is the plain scan's first zero even where the two
+// zeros lie in different tiles: sample 0 all 0.75 with +0 in the first tile and -0 in a later one
+// (its minimum +0), sample 1 all -0.75 with -0 first and +0 later (its maximum -0), each with a NaN
+// that is not the group's first value (skipped, as the scan skips it).
+TEST(CodecBitExact, GroupsOfWholeTilesTakeThePlainScansFirstExtreme) {
+  const Shape shape{2, 64, 2, 2};  // (N, C, H, W): one group of 256 a sample
+  const int64_t n = shape.numel(), plane = 4;
+  std::vector<float> v(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) v[static_cast<size_t>(i)] = i < 256 ? 0.75f : -0.75f;
+  for (const auto& [i, x] : {std::pair<int64_t, float>{31, 0.0f}, {70, -0.0f}, {100, NAN},
+                             {256 + 30, -0.0f}, {256 + 200, 0.0f}, {256 + 7, NAN}})
+    v[static_cast<size_t>(i)] = x;
+  Tensor plain = Tensor::from_vector(shape, v);
+  for (MetaType meta : {MetaType::BF16, MetaType::F32})
+    for (Rounding rounding : {Rounding::Stochastic, Rounding::Nearest})
+      for (const Layout layout : {cpu::native_blocked_layout(), Layout::NHWC}) {
+        const GroupQuantConfig c = group_config(2, 256, Grouping::PerSample, meta, rounding);
+        const std::string what = config_words(c) + " " + std::string(layout_name(layout));
+        const GroupGeometry g = group_geometry(n, shape[0], c, plane);
+        const CodecWalk walk = layout == Layout::NHWC ? nhwc_as_blocked(shape)
+                                                      : CodecWalk{shape[1], plane, false, channel_block(layout)};
+        const Tensor blocked = plain.to_layout(layout);
+        const QuantNoise noise{0x5EEDull, quant_stream(4, 1)};
+        std::vector<uint8_t> codes(static_cast<size_t>(g.code_bytes())), meta_b(static_cast<size_t>(g.meta_bytes()));
+        quantize_groups(blocked.data<float>(), g, rounding, noise, codes.data(), meta_b.data(), nullptr, walk);
+        std::vector<uint8_t> ref_codes(codes.size()), ref_meta(meta_b.size());
+        const int mb = meta_bytes_per_group(meta);
+        for (int64_t gi = 0; gi < g.groups(); ++gi)
+          quantize_group(v.data() + g.group_start(gi), g.group_len(gi), static_cast<uint64_t>(g.group_start(gi)), 2, meta,
+                         rounding, noise, ref_meta.data() + gi * mb, ref_codes.data() + g.group_code_offset(gi));
+        ASSERT_EQ(meta_b, ref_meta) << what << ": metadata";
+        ASSERT_EQ(codes, ref_codes) << what << ": codes";
+        Tensor out = Tensor::empty(shape, DType::f32, layout);
+        dequantize_groups(codes.data(), meta_b.data(), g, out.data<float>(), walk);
+        std::vector<float> ref_out(static_cast<size_t>(n));
+        for (int64_t gi = 0; gi < g.groups(); ++gi)
+          dequantize_group(codes.data() + g.group_code_offset(gi), meta_b.data() + gi * mb, g.group_len(gi), 2, meta,
+                           ref_out.data() + g.group_start(gi));
+        ASSERT_TRUE(same_floats(out.to_plain().to_vector(), ref_out)) << what << ": dequantized values";
+      }
 }
 
 using testing::MixedCase;
