@@ -259,29 +259,34 @@ void quantize_whole_planes(const T* x, const GroupGeometry& g, const CodecWalk& 
   });
 }
 
+// quantize_whole_tiles' groups back into out: every lane of a tile its group's params.
+template <int B, typename T>
+void dequantize_whole_tiles(const uint8_t* codes, const uint8_t* meta, const GroupGeometry& g, const CodecWalk& walk,
+                            T* out) {
+  const int64_t plane = walk.plane, m = g.group_size / (kLanes * plane);
+  const int64_t tile_bytes = kLanes * (B * plane / 8), group_bytes = g.full_group_bytes();
+  const TilePlace place = tile_place(walk);
+  const int64_t stride = place.row_stride();
+  const int meta_size = meta_bytes_per_group(g.meta);
+  for_tile_ranges(g.groups(), g.group_size, [&](int64_t g0, int64_t g1) {
+    auto words = std::make_unique_for_overwrite<LaneWords>();
+    for (int64_t gi = g0; gi < g1; ++gi) {
+      const GroupParams p = load_group_range(meta + gi * meta_size, g.meta);
+      for (int64_t j = 0; j < m; ++j) {
+        load_lane_streams(codes + gi * group_bytes + j * tile_bytes, B * plane / 8, *words);
+        dequantize_rows<B>(words->words, plane, Lanes::set(p.min), Lanes::set(p.step), out + place.start(gi * m + j), stride);
+      }
+    }
+  });
+}
+
 // Dequantizes them back into a blocked buffer out, f32 or bf16 (T, rounded as Tensor::to rounds):
 // dequantize_groups' values.
 template <int B, typename T>
 void dequantize_whole_planes(const uint8_t* codes, const uint8_t* meta, const GroupGeometry& g, const CodecWalk& walk,
                              T* out) {
   const int64_t plane = walk.plane, tile_elements = kLanes * plane, k = g.group_size / plane;
-  if (k > kLanes) {  // groups of whole tiles (quantize_whole_tiles): every lane of a tile its group's params
-    const int64_t m = k / kLanes, tile_bytes = kLanes * (B * plane / 8), group_bytes = g.full_group_bytes();
-    const TilePlace place = tile_place(walk);
-    const int64_t stride = place.row_stride();
-    const int meta_size = meta_bytes_per_group(g.meta);
-    for_tile_ranges(g.groups(), g.group_size, [&](int64_t g0, int64_t g1) {
-      auto words = std::make_unique_for_overwrite<LaneWords>();
-      for (int64_t gi = g0; gi < g1; ++gi) {
-        const GroupParams p = load_group_range(meta + gi * meta_size, g.meta);
-        for (int64_t j = 0; j < m; ++j) {
-          load_lane_streams(codes + gi * group_bytes + j * tile_bytes, B * plane / 8, *words);
-          dequantize_rows<B>(words->words, plane, Lanes::set(p.min), Lanes::set(p.step), out + place.start(gi * m + j), stride);
-        }
-      }
-    });
-    return;
-  }
+  if (k > kLanes) return dequantize_whole_tiles<B>(codes, meta, g, walk, out);
   const int64_t lane_bytes = B * plane / 8, tile_groups = kLanes / k, group_bytes = g.full_group_bytes();
   const TilePlace place = tile_place(walk);
   const int64_t stride = place.row_stride();
