@@ -272,6 +272,7 @@ TEST(CodecBitExact, PlaneGroupsOfABlockedBufferAreThePlainTensorsBytes) {
   // blocked and NHWC
   EXPECT_GE(block_planes, 5 * 2 * 4 * 2 * 2);
 #else
+  (void)vertical, (void)whole, (void)per_sample, (void)long_lanes, (void)whole_tiles;
   (void)nhwc_tiles, (void)nhwc_whole, (void)block_planes;
 #endif
 }
