@@ -4,6 +4,7 @@
 // fewbit_apply's rule (tests/quant/codec_bitexact_test.cpp).
 #include <algorithm>
 #include <cstring>
+#include <optional>
 #if defined(__BMI2__) || defined(__AVX2__)
 #include <immintrin.h>
 #endif
@@ -133,7 +134,8 @@ void encode_impl(const FewbitCoder& c, const Pointwise* fn, const void* src, siz
                  int64_t n, uint8_t* packed) {
   const int64_t blocks = (n + 7) / 8;
 #if defined(__AVX2__) && defined(__BMI2__)
-  const TableEncoder32<B> table(c.lut);
+  std::optional<TableEncoder32<B>> table;  // a Table's borders (a Step's or a Mask's lut has none)
+  if (c.kind == FewbitKind::Table) table.emplace(c.lut);
 #endif
   parallel_chunks(blocks, kGrainBlocks, [&](int64_t b0, int64_t b1) {
     alignas(64) uint8_t codes[kTile];   // (kTile,)
@@ -154,9 +156,9 @@ void encode_impl(const FewbitCoder& c, const Pointwise* fn, const void* src, siz
       }
       int64_t done = 0;  // values whose codes are written
 #if defined(__AVX2__) && defined(__BMI2__)
-      if (c.kind == FewbitKind::Table)
+      if (table)
         for (; done + 32 <= len; done += 32)
-          table.pack32(static_cast<const float*>(v) + done, packed + (s + done) / 8 * B);
+          table->pack32(static_cast<const float*>(v) + done, packed + (s + done) / 8 * B);
 #endif
       if (done < len) {
         const void* rest = static_cast<const char*>(v) + done * static_cast<int64_t>(bf16 ? sizeof(float) : elem);

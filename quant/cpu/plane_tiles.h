@@ -548,6 +548,12 @@ class TileNoise {
 #endif
 };
 
+// The rows' chunks of B-bit codes: kRows rows fill kWords 32-bit words exactly (2 bits: 16 rows a
+// word; 3 bits: 32 rows in 3 words).
+template <int B>
+struct RowChunk {
+  static constexpr int kRows = 32 / std::gcd(B, 32), kWords = B * kRows / 32;
+};
 // Code K of a chunk of rows (B bits each, kWords words: w) put at its bits [B K, B K + B), the
 // part past a word's end at the start of the next.
 template <int B, int K, int kWords>
@@ -595,7 +601,7 @@ inline void quantize_rows_of(const T* rows, int64_t stride, int64_t len, const u
   // each row's count into a vector register, branches and stores a word when full: about a tenth of
   // the per-plane quantize in perf; with this and store_lane_meta the nearest-rounding 2-bit
   // quantize of 14 x 14 planes ran in 0.8x the time.
-  constexpr int kRows = 32 / std::gcd(B, 32), kWords = B * kRows / 32;
+  constexpr int kRows = RowChunk<B>::kRows, kWords = RowChunk<B>::kWords;
   for (; i + kRows <= len; i += kRows) {
     I w[kWords];  // (kWords,): the chunk's words
     for (int k = 0; k < kWords; ++k) w[k] = Lanes::zero();
@@ -658,7 +664,7 @@ inline void dequantize_rows_with(const uint32_t* words, int64_t len, T* rows, in
   using I = Lanes::I;
   const I mask = Lanes::set((1 << B) - 1);
   int64_t i = 0;
-  constexpr int kRows = 32 / std::gcd(B, 32), kWords = B * kRows / 32;  // as quantize_rows_of's chunks
+  constexpr int kRows = RowChunk<B>::kRows, kWords = RowChunk<B>::kWords;  // as quantize_rows_of's chunks
   for (; i + kRows <= len; i += kRows) {
     I w[kWords];  // (kWords,)
     for (int k = 0; k < kWords; ++k) w[k] = Lanes::load(words + (i * B / 32 + k) * kLanes);

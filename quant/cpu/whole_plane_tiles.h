@@ -75,6 +75,19 @@ struct GroupLanes {
     mx = Lanes::permute(mx, first());
   }
 
+  // The range of each lane's group over a tile's `plane` rows (`stride` apart), in every lane of
+  // it: each lane scanned from `from` (its group's first value), then combined.
+  template <typename T>
+  void ranges(const T* rows, int64_t stride, int64_t plane, Lanes::F from, Lanes::F& mn, Lanes::F& mx) const {
+    mn = from, mx = from;
+    for (int64_t i = 0; i < plane; ++i) {
+      const Lanes::F v = Lanes::load(rows + i * stride);
+      mn = Lanes::min(v, mn);  // the second operand where either is NaN: the scan's rule
+      mx = Lanes::max(v, mx);
+    }
+    combine(mn, mx);
+  }
+
   static constexpr int kLevels = 4;  // up to 16 lanes a group
   int64_t k;
   alignas(64) uint32_t first_lane[kLanes];
@@ -188,14 +201,8 @@ void quantize_whole_tiles(const T* x, const GroupGeometry& g, const CodecWalk& w
       const F first = Lanes::permute(Lanes::load(x + place.start(t0)), lanes.first());  // the group's first value
       F gmn = first, gmx = first;
       for (int64_t j = 0; j < m; ++j) {
-        const T* rows = x + place.start(t0 + j);  // (plane, lanes), `stride` apart
-        F vmn = first, vmx = first;
-        for (int64_t i = 0; i < plane; ++i) {
-          const F v = Lanes::load(rows + i * stride);
-          vmn = Lanes::min(v, vmn);  // the second operand where either is NaN: the scan's rule
-          vmx = Lanes::max(v, vmx);
-        }
-        lanes.combine(vmn, vmx);
+        F vmn, vmx;
+        lanes.ranges(x + place.start(t0 + j), stride, plane, first, vmn, vmx);
         gmn = Lanes::min(vmn, gmn);  // the earlier tiles' on a tie or a NaN
         gmx = Lanes::max(vmx, gmx);
       }
@@ -206,9 +213,10 @@ void quantize_whole_tiles(const T* x, const GroupGeometry& g, const CodecWalk& w
       const GroupParams p{pmin[0], pstep[0], pinv[0]};
       store_group_meta(p, g.meta, meta + gi * meta_size);
       if (range_sq) range_sq[gi] = group_range_sq(p, g.group_size, B);
+      const F vmin = Lanes::set(p.min), vinv = Lanes::set(p.inv_step);
       for (int64_t j = 0; j < m; ++j) {
         const uint32_t* rnd = stochastic ? tile_noise->fill((t0 + j) * tile_elements) : nullptr;  // (plane, lanes)
-        quantize_rows<B>(x + place.start(t0 + j), stride, plane, Lanes::load(pmin), Lanes::load(pinv), rnd, words->words);
+        quantize_rows<B>(x + place.start(t0 + j), stride, plane, vmin, vinv, rnd, words->words);
         store_lane_streams(*words, B * plane / 8, codes + gi * group_bytes + j * tile_bytes);
       }
     }
@@ -236,13 +244,8 @@ void quantize_whole_planes(const T* x, const GroupGeometry& g, const CodecWalk& 
     for (int64_t t = t0; t < t1; ++t) {
       const T* rows = x + place.start(t);  // (plane, lanes), `stride` apart
       const uint32_t* rnd = stochastic ? tile_noise->fill(t * tile_elements) : nullptr;  // (plane, lanes)
-      F vmn = Lanes::permute(Lanes::load(rows), lanes.first()), vmx = vmn;
-      for (int64_t i = 0; i < plane; ++i) {
-        const F v = Lanes::load(rows + i * stride);
-        vmn = Lanes::min(v, vmn);  // the second operand where either is NaN: the scan's rule
-        vmx = Lanes::max(v, vmx);
-      }
-      lanes.combine(vmn, vmx);
+      F vmn, vmx;
+      lanes.ranges(rows, stride, plane, Lanes::permute(Lanes::load(rows), lanes.first()), vmn, vmx);
       alignas(64) float mn[kLanes], mx[kLanes], pmin[kLanes], pstep[kLanes], pinv[kLanes];
       Lanes::store(mn, vmn);
       Lanes::store(mx, vmx);
@@ -272,9 +275,10 @@ void dequantize_whole_tiles(const uint8_t* codes, const uint8_t* meta, const Gro
     auto words = std::make_unique_for_overwrite<LaneWords>();
     for (int64_t gi = g0; gi < g1; ++gi) {
       const GroupParams p = load_group_range(meta + gi * meta_size, g.meta);
+      const Lanes::F vmin = Lanes::set(p.min), vstep = Lanes::set(p.step);
       for (int64_t j = 0; j < m; ++j) {
         load_lane_streams(codes + gi * group_bytes + j * tile_bytes, B * plane / 8, *words);
-        dequantize_rows<B>(words->words, plane, Lanes::set(p.min), Lanes::set(p.step), out + place.start(gi * m + j), stride);
+        dequantize_rows<B>(words->words, plane, vmin, vstep, out + place.start(gi * m + j), stride);
       }
     }
   });
