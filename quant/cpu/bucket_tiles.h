@@ -134,7 +134,7 @@ void quantize(const T* x, const BucketGeometry& g, const BucketTiling& bt, const
               const I m = Lanes::round_up(fl, r, Lanes::sub(u, Lanes::to_float(fl)));
               return Lanes::select(Lanes::less(v, zero), Lanes::sub(vlev, m), Lanes::add(vlev, m));
             });
-        plane_tiles::store_lane_streams(*words, bt.lane_bytes, codes + t * kLanes * bt.lane_bytes);
+        plane_tiles::store_lane_streams(*words, 8 * bt.lane_bytes, codes + t * kLanes * bt.lane_bytes);
       }
     }
   });
@@ -161,7 +161,7 @@ void dequantize(const uint8_t* codes, const uint8_t* meta, const BucketGeometry&
       }
       const Lanes::F vsol = Lanes::load(sol);
       for (int64_t t = u * U; t < (u + 1) * U; ++t) {
-        plane_tiles::load_lane_streams(codes + t * kLanes * bt.lane_bytes, bt.lane_bytes, *words);
+        plane_tiles::load_lane_streams(codes + t * kLanes * bt.lane_bytes, 8 * bt.lane_bytes, *words);
         plane_tiles::dequantize_rows_with<CB>(words->words, P, out + place.start(t), stride,
                                               [=](Lanes::I code) __attribute__((always_inline)) {
                                                 // dequantize_sign_magnitude: (code - L) s / L

@@ -581,7 +581,7 @@ inline Lanes::I get_code(const Lanes::I (&w)[kWords], Lanes::I mask) {
 // const reference and is copied into the row lambda: taken by value, GCC 12 kept the per-plane
 // quantize's range-scan minimum on the stack (a store and a load a row).
 template <int B, bool kNoise, typename T, typename CodeOf>
-inline void quantize_rows_of(const T* rows, int64_t stride, int64_t len, const uint32_t* rnd, uint32_t* words,
+__attribute__((always_inline)) inline void quantize_rows_of(const T* rows, int64_t stride, int64_t len, const uint32_t* rnd, uint32_t* words,
                              const CodeOf& code_of_values) {
   using F = Lanes::F;
   using I = Lanes::I;
@@ -597,10 +597,10 @@ inline void quantize_rows_of(const T* rows, int64_t stride, int64_t len, const u
   };
   int64_t i = 0;
   // 32 / gcd(B, 32) rows at a time into their B / gcd(B, 32) words (2 bits: 16 rows a word; 3 bits:
-  // 32 rows in 3 words), each code's word and shifts constants (put_code). The loop below moves
-  // each row's count into a vector register, branches and stores a word when full: about a tenth of
-  // the per-plane quantize in perf; with this and store_lane_meta the nearest-rounding 2-bit
-  // quantize of 14 x 14 planes ran in 0.8x the time.
+  // 32 rows in 3 words), each code's word and shifts constants (put_code). Row by row, each
+  // row's count moved into a vector register and a branch storing a word when full took about a
+  // tenth of the per-plane quantize in perf; with this and store_lane_meta the nearest-rounding
+  // 2-bit quantize of 14 x 14 planes ran in 0.8x the time.
   constexpr int kRows = RowChunk<B>::kRows, kWords = RowChunk<B>::kWords;
   for (; i + kRows <= len; i += kRows) {
     I w[kWords];  // (kWords,): the chunk's words
@@ -610,21 +610,21 @@ inline void quantize_rows_of(const T* rows, int64_t stride, int64_t len, const u
     }(std::make_integer_sequence<int, kRows>{});
     for (int k = 0; k < kWords; ++k) Lanes::store(words + (i * B / 32 + k) * kLanes, w[k]);
   }
-  // Row i's codes into the lanes' current 32-bit words; a word full goes to `words`.
-  I word = Lanes::zero();
-  for (; i < len; ++i) {
-    const I code = code_of(i);
-    const int64_t bit = B * i, off = bit & 31;
-    word = Lanes::bit_or(word, Lanes::shl(code, off));
-    if (off + B >= 32) {  // the word is full: the code's bits past it start the next
-      Lanes::store(words + (bit >> 5) * kLanes, word);
-      word = off + B > 32 ? Lanes::shr(code, 32 - off) : Lanes::zero();
-    }
+  // A last partial chunk (per-plane groups of 25 or 28 rows are one, at 1 and 3 bits): its rows by
+  // the same constant shifts, row K only where K < rem; its words up to its last code's. Row by
+  // row, as they went before, such rows were most of the 1-bit dequantize's time (perf, 14 x 14
+  // planes, AVX2 EPYC).
+  if (const int64_t rem = len - i; rem > 0) {
+    I w[kWords];  // (kWords,)
+    for (int k = 0; k < kWords; ++k) w[k] = Lanes::zero();
+    [&]<int... K>(std::integer_sequence<int, K...>) __attribute__((always_inline)) {
+      ((K < rem ? put_code<B, K>(w, code_of(i + K)) : void()), ...);
+    }(std::make_integer_sequence<int, kRows>{});
+    for (int64_t k = 0; k < (B * rem + 31) / 32; ++k) Lanes::store(words + (i * B / 32 + k) * kLanes, w[k]);
   }
-  if ((B * len) & 31) Lanes::store(words + ((B * len) >> 5) * kLanes, word);
 }
 template <int B, typename T, typename CodeOf>
-inline void quantize_rows_with(const T* rows, int64_t stride, int64_t len, const uint32_t* rnd, uint32_t* words,
+__attribute__((always_inline)) inline void quantize_rows_with(const T* rows, int64_t stride, int64_t len, const uint32_t* rnd, uint32_t* words,
                                const CodeOf& code_of_values) {
   if (rnd) return quantize_rows_of<B, true>(rows, stride, len, rnd, words, code_of_values);
   quantize_rows_of<B, false>(rows, stride, len, rnd, words, code_of_values);
@@ -646,7 +646,7 @@ inline void lane_ranges(const T* rows, int64_t stride, int64_t len, float* mn, f
 
 // quantize_rows_with quantize_value's arithmetic lane by lane, with the lanes' vmin and vinv.
 template <int B, typename T>
-inline void quantize_rows(const T* rows, int64_t stride, int64_t len, Lanes::F vmin, Lanes::F vinv,
+__attribute__((always_inline)) inline void quantize_rows(const T* rows, int64_t stride, int64_t len, Lanes::F vmin, Lanes::F vinv,
                           const uint32_t* rnd, uint32_t* words) {
   const Lanes::F zero = Lanes::set(0.0f);
   const Lanes::I vlev = Lanes::set(static_cast<int>((1u << B) - 1u));
@@ -660,7 +660,7 @@ inline void quantize_rows(const T* rows, int64_t stride, int64_t len, Lanes::F v
 // The values of `len` rows of lanes from the lanes' streams in `words` (quantize_rows' layout):
 // value_of(codes) lane by lane, into rows (f32 or bf16, T, rounded as Tensor::to rounds).
 template <int B, typename T, typename ValueOf>
-inline void dequantize_rows_with(const uint32_t* words, int64_t len, T* rows, int64_t stride, ValueOf value_of) {
+__attribute__((always_inline)) inline void dequantize_rows_with(const uint32_t* words, int64_t len, T* rows, int64_t stride, ValueOf value_of) {
   using I = Lanes::I;
   const I mask = Lanes::set((1 << B) - 1);
   int64_t i = 0;
@@ -672,19 +672,19 @@ inline void dequantize_rows_with(const uint32_t* words, int64_t len, T* rows, in
       ((Lanes::store(rows + (i + K) * stride, value_of(get_code<B, K>(w, mask)))), ...);
     }(std::make_integer_sequence<int, kRows>{});
   }
-  for (; i < len; ++i) {
-    const int64_t bit = B * i, off = bit & 31;
-    const uint32_t* w = words + (bit >> 5) * kLanes;
-    I code = Lanes::shr(Lanes::load(w), off);
-    if (off + B > 32)  // the code's high bits start the next word
-      code = Lanes::bit_or(code, Lanes::shl(Lanes::load(w + kLanes), 32 - off));
-    Lanes::store(rows + i * stride, value_of(Lanes::bit_and(code, mask)));
+  if (const int64_t rem = len - i; rem > 0) {  // a last partial chunk, as quantize_rows_of's
+    const int64_t used = (B * rem + 31) / 32;  // its words: the others were never written
+    I w[kWords];
+    for (int k = 0; k < kWords; ++k) w[k] = k < used ? Lanes::load(words + (i * B / 32 + k) * kLanes) : Lanes::zero();
+    [&]<int... K>(std::integer_sequence<int, K...>) __attribute__((always_inline)) {
+      ((K < rem ? Lanes::store(rows + (i + K) * stride, value_of(get_code<B, K>(w, mask))) : void()), ...);
+    }(std::make_integer_sequence<int, kRows>{});
   }
 }
 
 // dequantize_rows_with dequantize_value lane by lane, with the lanes' vmin and vstep.
 template <int B, typename T>
-inline void dequantize_rows(const uint32_t* words, int64_t len, Lanes::F vmin, Lanes::F vstep, T* rows,
+__attribute__((always_inline)) inline void dequantize_rows(const uint32_t* words, int64_t len, Lanes::F vmin, Lanes::F vstep, T* rows,
                             int64_t stride) {
   dequantize_rows_with<B>(words, len, rows, stride, [=](Lanes::I code) __attribute__((always_inline)) {
     return Lanes::fmadd(Lanes::to_float(code), vstep, vmin);  // as dequantize_value

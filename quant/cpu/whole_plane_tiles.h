@@ -32,17 +32,20 @@
 namespace packrat::plane_tiles {
 
 constexpr int64_t kMaxLaneBytes = 8;  // a lane's stream stored and loaded in one 64-bit word; longer: LaneWords'
+constexpr int64_t kMaxBitLane = 56;  // a lane's stream not whole bytes: its bits and a byte's pending fit 64
 
 // Whether g's groups are groups of k >= 2 whole planes of a blocked buffer whose tiles are this
 // CPU's rows, k dividing the tiles' lanes or a multiple of them (groups of whole tiles), every
-// group full and each lane's codes whole bytes.
+// group full and its codes whole bytes; a lane's codes whole bytes, or up to kMaxBitLane bits
+// (store_lane_bits: 3 bits on 2 x 2 planes, GACT's odd widths on 1 x 1).
 inline bool applies_whole_planes(const GroupGeometry& g, const CodecWalk& walk) {
 #if defined(PACKRAT_PLANE_TILES)
   if (!walks_tiles(walk)) return false;
   const int64_t plane = walk.plane, k = g.group_size / plane, lane_bits = g.bits * plane;
   return g.group_size % plane == 0 && k >= 2 && (kLanes % k == 0 || k % kLanes == 0) &&
          g.span_len == walk.channels * plane && g.spans * g.span_len == g.numel && g.tail_len == g.group_size &&
-         lane_bits % 8 == 0 && g.group_size <= kMaxGroup;
+         (lane_bits % 8 == 0 || (lane_bits <= kMaxBitLane && g.group_size * g.bits % 8 == 0)) &&
+         g.group_size <= kMaxGroup;
 #else
   (void)g, (void)walk;
   return false;
@@ -132,10 +135,39 @@ inline bool load_lane_streams_whole(const uint8_t* src, int64_t lane_bytes, Lane
 }
 #endif
 
-// Lane c's first lane_bytes bytes of `words` (its stream) at dst + c lane_bytes, for every lane:
-// 8-byte stores whose bytes past a lane's are the next lane's (written after), bytes one by one
-// where 8 would reach past the tile's.
-inline void store_lane_streams(const LaneWords& words, int64_t lane_bytes, uint8_t* dst) {
+// Lane c's stream of lane_bits bits (word 0 of `words`' lane c, and word 1 past 32 bits; its bits past
+// the stream zero) at bit c lane_bits of dst, for every lane, where lane_bits is not whole bytes (at
+// most kMaxBitLane): the tile's streams one after the other, as the plain tensor's codes lie. The
+// tile's bits are whole bytes (kLanes lanes of them), written once each.
+inline void store_lane_bits(const LaneWords& words, int64_t lane_bits, uint8_t* dst) {
+  uint64_t pending = 0;  // the bits not yet written, the first in bit 0
+  int64_t held = 0;      // how many (under 8 between lanes)
+  for (int64_t c = 0; c < kLanes; ++c) {
+    pending |= (words.words[c] | (lane_bits > 32 ? uint64_t{words.words[kLanes + c]} << 32 : 0)) << held;
+    for (held += lane_bits; held >= 8; held -= 8, pending >>= 8) *dst++ = static_cast<uint8_t>(pending);
+  }
+}
+// The reverse: lane c's stream from bit c lane_bits of src into `words` (its bits past it zero).
+inline void load_lane_bits(const uint8_t* src, int64_t lane_bits, LaneWords& words) {
+  const uint64_t keep = (uint64_t{1} << lane_bits) - 1;
+  uint64_t pending = 0;  // the bits read and not yet a lane's, the first in bit 0
+  int64_t held = 0;
+  for (int64_t c = 0; c < kLanes; ++c) {
+    for (; held < lane_bits; held += 8) pending |= uint64_t{*src++} << held;
+    const uint64_t v = pending & keep;
+    pending >>= lane_bits;
+    held -= lane_bits;
+    words.words[c] = static_cast<uint32_t>(v);
+    words.words[kLanes + c] = static_cast<uint32_t>(v >> 32);
+  }
+}
+
+// Lane c's stream of lane_bits bits at bit c lane_bits of dst, for every lane. Whole bytes (lane c's at
+// dst + c lane_bits / 8): 8-byte stores whose bytes past a lane's are the next lane's (written
+// after), bytes one by one where 8 would reach past the tile's.
+inline void store_lane_streams(const LaneWords& words, int64_t lane_bits, uint8_t* dst) {
+  if (lane_bits % 8 != 0) return store_lane_bits(words, lane_bits, dst);
+  const int64_t lane_bytes = lane_bits / 8;
 #if defined(__AVX512F__)
   if (store_lane_streams_whole(words, lane_bytes, dst)) return;
 #endif
@@ -153,8 +185,10 @@ inline void store_lane_streams(const LaneWords& words, int64_t lane_bytes, uint8
     }
   }
 }
-// The reverse: lane c's stream from src + c lane_bytes into `words` (bytes past it zero).
-inline void load_lane_streams(const uint8_t* src, int64_t lane_bytes, LaneWords& words) {
+// The reverse: lane c's stream from bit c lane_bits of src into `words` (its bits past it zero).
+inline void load_lane_streams(const uint8_t* src, int64_t lane_bits, LaneWords& words) {
+  if (lane_bits % 8 != 0) return load_lane_bits(src, lane_bits, words);
+  const int64_t lane_bytes = lane_bits / 8;
 #if defined(__AVX512F__)
   if (load_lane_streams_whole(src, lane_bytes, words)) return;
 #endif
@@ -186,7 +220,7 @@ void quantize_whole_tiles(const T* x, const GroupGeometry& g, const CodecWalk& w
                           const QuantNoise& noise, uint8_t* codes, uint8_t* meta, double* range_sq) {
   using F = Lanes::F;
   const int64_t plane = walk.plane, tile_elements = kLanes * plane, m = g.group_size / tile_elements;
-  const int64_t tile_bytes = kLanes * (B * plane / 8), group_bytes = g.full_group_bytes();
+  const int64_t tile_bytes = kLanes * B * plane / 8, group_bytes = g.full_group_bytes();  // whole bytes
   const TilePlace place = tile_place(walk);
   const int64_t stride = place.row_stride();
   const int meta_size = meta_bytes_per_group(g.meta);
@@ -217,7 +251,7 @@ void quantize_whole_tiles(const T* x, const GroupGeometry& g, const CodecWalk& w
       for (int64_t j = 0; j < m; ++j) {
         const uint32_t* rnd = stochastic ? tile_noise->fill((t0 + j) * tile_elements) : nullptr;  // (plane, lanes)
         quantize_rows<B>(x + place.start(t0 + j), stride, plane, vmin, vinv, rnd, words->words);
-        store_lane_streams(*words, B * plane / 8, codes + gi * group_bytes + j * tile_bytes);
+        store_lane_streams(*words, B * plane, codes + gi * group_bytes + j * tile_bytes);
       }
     }
   });
@@ -231,7 +265,7 @@ void quantize_whole_planes(const T* x, const GroupGeometry& g, const CodecWalk& 
   using F = Lanes::F;
   const int64_t plane = walk.plane, tile_elements = kLanes * plane, k = g.group_size / plane;
   if (k > kLanes) return quantize_whole_tiles<B>(x, g, walk, rounding, noise, codes, meta, range_sq);
-  const int64_t lane_bytes = B * plane / 8, tile_groups = kLanes / k, group_bytes = g.full_group_bytes();
+  const int64_t lane_bits = B * plane, tile_groups = kLanes / k, group_bytes = g.full_group_bytes();
   const TilePlace place = tile_place(walk);
   const int64_t stride = place.row_stride();
   const int meta_size = meta_bytes_per_group(g.meta);
@@ -257,7 +291,7 @@ void quantize_whole_planes(const T* x, const GroupGeometry& g, const CodecWalk& 
         if (range_sq) range_sq[g0 + q] = group_range_sq(p, g.group_size, B);
       }
       quantize_rows<B>(rows, stride, plane, Lanes::load(pmin), Lanes::load(pinv), rnd, words->words);
-      store_lane_streams(*words, lane_bytes, codes + g0 * group_bytes);
+      store_lane_streams(*words, lane_bits, codes + g0 * group_bytes);
     }
   });
 }
@@ -267,7 +301,7 @@ template <int B, typename T>
 void dequantize_whole_tiles(const uint8_t* codes, const uint8_t* meta, const GroupGeometry& g, const CodecWalk& walk,
                             T* out) {
   const int64_t plane = walk.plane, m = g.group_size / (kLanes * plane);
-  const int64_t tile_bytes = kLanes * (B * plane / 8), group_bytes = g.full_group_bytes();
+  const int64_t tile_bytes = kLanes * B * plane / 8, group_bytes = g.full_group_bytes();  // whole bytes
   const TilePlace place = tile_place(walk);
   const int64_t stride = place.row_stride();
   const int meta_size = meta_bytes_per_group(g.meta);
@@ -277,7 +311,7 @@ void dequantize_whole_tiles(const uint8_t* codes, const uint8_t* meta, const Gro
       const GroupParams p = load_group_range(meta + gi * meta_size, g.meta);
       const Lanes::F vmin = Lanes::set(p.min), vstep = Lanes::set(p.step);
       for (int64_t j = 0; j < m; ++j) {
-        load_lane_streams(codes + gi * group_bytes + j * tile_bytes, B * plane / 8, *words);
+        load_lane_streams(codes + gi * group_bytes + j * tile_bytes, B * plane, *words);
         dequantize_rows<B>(words->words, plane, vmin, vstep, out + place.start(gi * m + j), stride);
       }
     }
@@ -291,7 +325,7 @@ void dequantize_whole_planes(const uint8_t* codes, const uint8_t* meta, const Gr
                              T* out) {
   const int64_t plane = walk.plane, tile_elements = kLanes * plane, k = g.group_size / plane;
   if (k > kLanes) return dequantize_whole_tiles<B>(codes, meta, g, walk, out);
-  const int64_t lane_bytes = B * plane / 8, tile_groups = kLanes / k, group_bytes = g.full_group_bytes();
+  const int64_t lane_bits = B * plane, tile_groups = kLanes / k, group_bytes = g.full_group_bytes();
   const TilePlace place = tile_place(walk);
   const int64_t stride = place.row_stride();
   const int meta_size = meta_bytes_per_group(g.meta);
@@ -303,7 +337,7 @@ void dequantize_whole_planes(const uint8_t* codes, const uint8_t* meta, const Gr
       const int64_t g0 = t * tile_groups;
       Lanes::F vmin, vstep;  // lane c: its group's, c / k
       load_lane_meta(meta + g0 * meta_size, meta_size, g.meta, vmin, vstep, k_shift);
-      load_lane_streams(codes + g0 * group_bytes, lane_bytes, *words);
+      load_lane_streams(codes + g0 * group_bytes, lane_bits, *words);
       dequantize_rows<B>(words->words, plane, vmin, vstep, rows, stride);
     }
   });

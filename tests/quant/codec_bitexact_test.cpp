@@ -176,6 +176,7 @@ TEST(CodecBitExact, PlaneGroupsOfABlockedBufferAreThePlainTensorsBytes) {
   int whole = 0;     // cases whose groups of whole planes the tiles take k lanes each
   int per_sample = 0;  // per-sample groups cutting every plane into whole groups, a lane each
   int long_lanes = 0;  // groups of whole planes whose lanes hold over 8 bytes of codes
+  int bit_lanes = 0;   // groups of whole planes whose lanes' codes are not whole bytes (store_lane_bits)
   int whole_tiles = 0;  // groups of whole planes spanning two or more tiles
   int nhwc_tiles = 0;  // NHWC cases the tiles take
   int nhwc_whole = 0;  // NHWC cases whose groups of whole planes the tiles take
@@ -213,6 +214,7 @@ TEST(CodecBitExact, PlaneGroupsOfABlockedBufferAreThePlainTensorsBytes) {
               whole += plane_tiles::applies_whole_planes(g, walk) ? 1 : 0;
               per_sample += grouping == Grouping::PerSample && plane_tiles::tile_geometry(g, walk).spans > 0 ? 1 : 0;
               long_lanes += plane_tiles::applies_whole_planes(g, walk) && bits * plane > 64 ? 1 : 0;
+              bit_lanes += plane_tiles::applies_whole_planes(g, walk) && bits * plane % 8 != 0 ? 1 : 0;
               whole_tiles += plane_tiles::applies_whole_planes(g, walk) && G / plane > plane_tiles::kLanes ? 1 : 0;
               block_planes += rounding == Rounding::Stochastic && plane % 128 == 0 &&
                                       plane_tiles::tile_geometry(g, walk).spans > 0
@@ -260,6 +262,9 @@ TEST(CodecBitExact, PlaneGroupsOfABlockedBufferAreThePlainTensorsBytes) {
     EXPECT_GE(whole, 2 * 2 * 2 * (4 * 2 + 3));
     EXPECT_GE(per_sample, 5 * 2 * 2 * 3);  // groups of 7 on 28x28 planes, of 32 and 64 on 8x8
     EXPECT_GE(long_lanes, 2 * 2 * 2 * 2);  // 4x4 planes at 8 bits, groups of 32 and 64
+    // 2x2 planes at 1 and 3 bits, 1x1 at 1 to 4 (groups of 32: four tiles or two), per plane and per
+    // sample, every rounding and metadata
+    EXPECT_GE(bit_lanes, 2 * 2 * 2 * (2 + 4));
   }
   // NHWC's tiles: every case whose channels the lanes divide and whose groups lie in planes
   EXPECT_GE(nhwc_tiles, 5 * 2 * 2 * 3 * 3);
@@ -272,7 +277,7 @@ TEST(CodecBitExact, PlaneGroupsOfABlockedBufferAreThePlainTensorsBytes) {
   // blocked and NHWC
   EXPECT_GE(block_planes, 5 * 2 * 4 * 2 * 2);
 #else
-  (void)vertical, (void)whole, (void)per_sample, (void)long_lanes, (void)whole_tiles;
+  (void)vertical, (void)whole, (void)per_sample, (void)long_lanes, (void)bit_lanes, (void)whole_tiles;
   (void)nhwc_tiles, (void)nhwc_whole, (void)block_planes;
 #endif
 }
