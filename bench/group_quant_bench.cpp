@@ -184,7 +184,8 @@ void BM_GroupQuant_Bf16(benchmark::State& state) {
 // (128, 64, side, side) in the CPU's blocked layout, quantized (stochastic, `bits`) each iteration
 // (PlaneQuantize: the forward's half), or quantized once and dequantized each iteration
 // (PlaneDequantize: the backward's). 14 and 28: the per-plane tiles (plane_tiles.h); 4: groups of
-// two whole planes (whole_plane_tiles.h). ns_per_value: one thread's time a value.
+// two whole planes (whole_plane_tiles.h); 2 at 3 bits: groups of eight whole planes whose lanes'
+// codes are 12 bits (store_lane_bits). ns_per_value: one thread's time a value.
 void plane_codec_half(benchmark::State& state, bool quantize) {
   const int bits = static_cast<int>(state.range(0));
   const int64_t side = state.range(1);
@@ -213,7 +214,7 @@ void plane_codec_half(benchmark::State& state, bool quantize) {
 void BM_GroupQuant_PlaneQuantize(benchmark::State& state) { plane_codec_half(state, true); }
 void BM_GroupQuant_PlaneDequantize(benchmark::State& state) { plane_codec_half(state, false); }
 void plane_codec_args(benchmark::internal::Benchmark* b) {
-  b->ArgNames({"bits", "side"})->Args({1, 14})->Args({2, 14})->Args({2, 28})->Args({3, 14})->Args({2, 4});
+  b->ArgNames({"bits", "side"})->Args({1, 14})->Args({2, 14})->Args({2, 28})->Args({3, 14})->Args({2, 4})->Args({3, 2});
 }
 
 BENCHMARK(BM_GroupQuant_Copy)->Unit(benchmark::kMillisecond)->UseRealTime();

@@ -462,6 +462,8 @@ class TileNoise {
       }
       return rows;
     }
+#elif defined(__AVX2__)
+    if (plane_ <= 4 && kLanes % plane_ == 0) return fill_small(src, rows);
 #endif
     int64_t i = 0;
     for (; i + kLanes <= plane_; i += kLanes) {  // a kLanes x kLanes block a step
@@ -503,6 +505,35 @@ class TileNoise {
       b = last + 1;
     }
   }
+#if defined(__AVX2__) && !defined(__AVX512BW__)
+  // A tile of planes of 1, 2 or 4 values (1 x 1, 1 x 2, 2 x 2): src (lanes, plane) into rows
+  // (plane, lanes) by permutes of 32-bit lanes. Value by value, as the loop below goes, these
+  // tiles' noise took a third of the 3-bit quantize of 2 x 2 planes (perf, AVX2 EPYC).
+  const uint32_t* fill_small(const uint16_t* src, uint32_t* rows) const {
+    using I = Lanes::I;
+    if (plane_ == 1) {
+      Lanes::store(rows, Lanes::widen16(src));
+    } else if (plane_ == 2) {  // a register a row of 4 lanes' planes: their value 0, then their value 1
+      const I pick = _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7);
+      const I low = _mm256_permutevar8x32_epi32(Lanes::widen16(src), pick);        // lanes 0-3
+      const I high = _mm256_permutevar8x32_epi32(Lanes::widen16(src + 8), pick);   // lanes 4-7
+      Lanes::store(rows, _mm256_permute2x128_si256(low, high, 0x20));
+      Lanes::store(rows + kLanes, _mm256_permute2x128_si256(low, high, 0x31));
+    } else {  // plane 4: register j holds lanes 2j and 2j + 1, their values i side by side (64 bits a row)
+      const I pick = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+      I pairs[4];  // (4 lane pairs): 64-bit element i the pair's row i
+      for (int j = 0; j < 4; ++j) pairs[j] = _mm256_permutevar8x32_epi32(Lanes::widen16(src + 8 * j), pick);
+      // 128-bit halves: rows 0 and 2 (lanes 0-3 | lanes 4-7), rows 1 and 3
+      const I even03 = _mm256_unpacklo_epi64(pairs[0], pairs[1]), even47 = _mm256_unpacklo_epi64(pairs[2], pairs[3]);
+      const I odd03 = _mm256_unpackhi_epi64(pairs[0], pairs[1]), odd47 = _mm256_unpackhi_epi64(pairs[2], pairs[3]);
+      Lanes::store(rows, _mm256_permute2x128_si256(even03, even47, 0x20));
+      Lanes::store(rows + kLanes, _mm256_permute2x128_si256(odd03, odd47, 0x20));
+      Lanes::store(rows + 2 * kLanes, _mm256_permute2x128_si256(even03, even47, 0x31));
+      Lanes::store(rows + 3 * kLanes, _mm256_permute2x128_si256(odd03, odd47, 0x31));
+    }
+    return rows;
+  }
+#endif
 #if defined(__AVX512BW__)
   // Planes of whole Philox blocks (32 x 32, 16 x 16): lane c's plane starts on a block, so its row
   // i (element i of the plane) is element i % 128 of its block i / 128, half i / 16 % 8 of counter

@@ -171,7 +171,7 @@ TEST(CodecBitExact, PlaneGroupsOfABlockedBufferAreThePlainTensorsBytes) {
   const std::vector<Shape> shapes = {{2, 32, 7, 7}, {3, 16, 14, 14}, {4, 32, 28, 28}, {1, 48, 5, 5},
                                      {2, 16, 9, 11}, {3, 32, 4, 4},   {2, 48, 2, 2},   {2, 64, 1, 1},
                                      {2, 32, 8, 8},   {2, 16, 16, 16}, {1, 16, 32, 32}, {2, 128, 2, 2},
-                                     {1, 256, 1, 1}};
+                                     {1, 256, 1, 1},  {4, 64, 1, 2},  {4, 128, 1, 1}};
   int vertical = 0;  // cases whose groups the tiles take a lane each
   int whole = 0;     // cases whose groups of whole planes the tiles take k lanes each
   int per_sample = 0;  // per-sample groups cutting every plane into whole groups, a lane each
