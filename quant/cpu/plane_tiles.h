@@ -610,10 +610,13 @@ inline Lanes::I get_code(const Lanes::I (&w)[kWords], Lanes::I mask) {
 // captured by reference, the lanes' min and scale were reloaded from the stack after every store
 // (an intrinsic's store may alias anything), and `rnd` tested, each row. The callable comes by
 // const reference and is copied into the row lambda: taken by value, GCC 12 kept the per-plane
-// quantize's range-scan minimum on the stack (a store and a load a row).
+// quantize's range-scan minimum on the stack (a store and a load a row). The row walkers are forced
+// inline: called, their lanes' min and scale went through the stack (dequantize_rows_with<2> left
+// its caller once its partial chunk grew it: 1.07-1.11x the time, AVX2 EPYC).
 template <int B, bool kNoise, typename T, typename CodeOf>
-__attribute__((always_inline)) inline void quantize_rows_of(const T* rows, int64_t stride, int64_t len, const uint32_t* rnd, uint32_t* words,
-                             const CodeOf& code_of_values) {
+__attribute__((always_inline)) inline void quantize_rows_of(const T* rows, int64_t stride, int64_t len,
+                                                            const uint32_t* rnd, uint32_t* words,
+                                                            const CodeOf& code_of_values) {
   using F = Lanes::F;
   using I = Lanes::I;
   // The rows two groups on, asked for now: the range scan before this is the first read of a tile
@@ -655,8 +658,9 @@ __attribute__((always_inline)) inline void quantize_rows_of(const T* rows, int64
   }
 }
 template <int B, typename T, typename CodeOf>
-__attribute__((always_inline)) inline void quantize_rows_with(const T* rows, int64_t stride, int64_t len, const uint32_t* rnd, uint32_t* words,
-                               const CodeOf& code_of_values) {
+__attribute__((always_inline)) inline void quantize_rows_with(const T* rows, int64_t stride, int64_t len,
+                                                              const uint32_t* rnd, uint32_t* words,
+                                                              const CodeOf& code_of_values) {
   if (rnd) return quantize_rows_of<B, true>(rows, stride, len, rnd, words, code_of_values);
   quantize_rows_of<B, false>(rows, stride, len, rnd, words, code_of_values);
 }
@@ -677,8 +681,8 @@ inline void lane_ranges(const T* rows, int64_t stride, int64_t len, float* mn, f
 
 // quantize_rows_with quantize_value's arithmetic lane by lane, with the lanes' vmin and vinv.
 template <int B, typename T>
-__attribute__((always_inline)) inline void quantize_rows(const T* rows, int64_t stride, int64_t len, Lanes::F vmin, Lanes::F vinv,
-                          const uint32_t* rnd, uint32_t* words) {
+__attribute__((always_inline)) inline void quantize_rows(const T* rows, int64_t stride, int64_t len, Lanes::F vmin,
+                                                         Lanes::F vinv, const uint32_t* rnd, uint32_t* words) {
   const Lanes::F zero = Lanes::set(0.0f);
   const Lanes::I vlev = Lanes::set(static_cast<int>((1u << B) - 1u));
   quantize_rows_with<B>(rows, stride, len, rnd, words, [=](Lanes::F x, Lanes::F r) __attribute__((always_inline)) {
@@ -691,7 +695,8 @@ __attribute__((always_inline)) inline void quantize_rows(const T* rows, int64_t 
 // The values of `len` rows of lanes from the lanes' streams in `words` (quantize_rows' layout):
 // value_of(codes) lane by lane, into rows (f32 or bf16, T, rounded as Tensor::to rounds).
 template <int B, typename T, typename ValueOf>
-__attribute__((always_inline)) inline void dequantize_rows_with(const uint32_t* words, int64_t len, T* rows, int64_t stride, ValueOf value_of) {
+__attribute__((always_inline)) inline void dequantize_rows_with(const uint32_t* words, int64_t len, T* rows,
+                                                                int64_t stride, ValueOf value_of) {
   using I = Lanes::I;
   const I mask = Lanes::set((1 << B) - 1);
   int64_t i = 0;
@@ -715,8 +720,8 @@ __attribute__((always_inline)) inline void dequantize_rows_with(const uint32_t* 
 
 // dequantize_rows_with dequantize_value lane by lane, with the lanes' vmin and vstep.
 template <int B, typename T>
-__attribute__((always_inline)) inline void dequantize_rows(const uint32_t* words, int64_t len, Lanes::F vmin, Lanes::F vstep, T* rows,
-                            int64_t stride) {
+__attribute__((always_inline)) inline void dequantize_rows(const uint32_t* words, int64_t len, Lanes::F vmin,
+                                                           Lanes::F vstep, T* rows, int64_t stride) {
   dequantize_rows_with<B>(words, len, rows, stride, [=](Lanes::I code) __attribute__((always_inline)) {
     return Lanes::fmadd(Lanes::to_float(code), vstep, vmin);  // as dequantize_value
   });
