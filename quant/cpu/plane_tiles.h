@@ -665,16 +665,23 @@ __attribute__((always_inline)) inline void quantize_rows_with(const T* rows, int
   quantize_rows_of<B, false>(rows, stride, len, rnd, words, code_of_values);
 }
 
-// The lanes' ranges of `len` rows `stride` values apart into mn and mx (kLanes each), lane by lane
-// the plain scan's order and NaN rule (group_range's).
+// Rows [i0, len) of lanes `stride` values apart scanned into the lanes' running ranges vmn and vmx,
+// lane by lane the plain scan's order and NaN rule (group_range's).
 template <typename T>
-inline void lane_ranges(const T* rows, int64_t stride, int64_t len, float* mn, float* mx) {
-  Lanes::F vmn = Lanes::load(rows), vmx = vmn;
-  for (int64_t i = 1; i < len; ++i) {
+inline void scan_lane_ranges(const T* rows, int64_t stride, int64_t i0, int64_t len, Lanes::F& vmn, Lanes::F& vmx) {
+  for (int64_t i = i0; i < len; ++i) {
     const Lanes::F v = Lanes::load(rows + i * stride);
     vmn = Lanes::min(v, vmn);  // the second operand where either is NaN: the scan's rule
     vmx = Lanes::max(v, vmx);
   }
+}
+
+// The lanes' ranges of `len` rows `stride` values apart into mn and mx (kLanes each), each lane's
+// scan from its first row.
+template <typename T>
+inline void lane_ranges(const T* rows, int64_t stride, int64_t len, float* mn, float* mx) {
+  Lanes::F vmn = Lanes::load(rows), vmx = vmn;
+  scan_lane_ranges(rows, stride, 1, len, vmn, vmx);
   Lanes::store(mn, vmn);
   Lanes::store(mx, vmx);
 }

@@ -83,11 +83,7 @@ struct GroupLanes {
   template <typename T>
   void ranges(const T* rows, int64_t stride, int64_t plane, Lanes::F from, Lanes::F& mn, Lanes::F& mx) const {
     mn = from, mx = from;
-    for (int64_t i = 0; i < plane; ++i) {
-      const Lanes::F v = Lanes::load(rows + i * stride);
-      mn = Lanes::min(v, mn);  // the second operand where either is NaN: the scan's rule
-      mx = Lanes::max(v, mx);
-    }
+    scan_lane_ranges(rows, stride, 0, plane, mn, mx);
     combine(mn, mx);
   }
 
