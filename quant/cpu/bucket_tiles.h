@@ -16,8 +16,6 @@
 // Internal: included by mixed_quant_cpu.cpp (it includes immintrin.h through plane_tiles.h).
 #include <algorithm>
 #include <cstdint>
-#include <memory>
-#include <optional>
 #include <type_traits>
 
 #include "core/error.h"
@@ -105,9 +103,9 @@ void quantize(const T* x, const BucketGeometry& g, const BucketTiling& bt, const
   const F zero = Lanes::set(0.0f), fl_levels = Lanes::set(static_cast<float>(levels));
   const I vlev = Lanes::set(static_cast<int>(levels));
   plane_tiles::for_tile_ranges(g.numel / (U * tile_elements), U * tile_elements, [&](int64_t u0, int64_t u1) {
-    std::optional<plane_tiles::TileNoise> tile_noise;
-    if (stochastic) tile_noise.emplace(noise, P, g.bucket_size / 128, &bucket_stream);
-    auto words = std::make_unique_for_overwrite<plane_tiles::LaneWords>();
+    plane_tiles::TileNoise* tile_noise =
+        stochastic ? &plane_tiles::TileNoise::of_thread(noise, P, g.bucket_size / 128, &bucket_stream) : nullptr;
+    plane_tiles::LaneWords* words = &plane_tiles::LaneWords::of_thread();
     for (int64_t u = u0; u < u1; ++u) {
       F amax = zero;  // lane by lane, max|x| over the unit's rows (MAXPS keeps amax where |x| is NaN)
       for (int64_t t = u * U; t < (u + 1) * U; ++t) {
@@ -152,7 +150,7 @@ void dequantize(const uint8_t* codes, const uint8_t* meta, const BucketGeometry&
   const int mb = bucket_meta_bytes(ScaleRule::MaxAbs, meta_type);
   const Lanes::I vlev = Lanes::set(static_cast<int>(levels));
   plane_tiles::for_tile_ranges(g.numel / (U * tile_elements), U * tile_elements, [&](int64_t u0, int64_t u1) {
-    auto words = std::make_unique_for_overwrite<plane_tiles::LaneWords>();
+    plane_tiles::LaneWords* words = &plane_tiles::LaneWords::of_thread();
     for (int64_t u = u0; u < u1; ++u) {
       alignas(64) float sol[kLanes];  // lane by lane, its bucket's s / L
       for (int64_t q = 0; q < units.per_unit; ++q) {

@@ -20,8 +20,6 @@
 #include <bit>
 #include <cstdint>
 #include <cstring>
-#include <memory>
-#include <optional>
 
 #include "quant/cpu/plane_tiles.h"
 
@@ -223,9 +221,8 @@ void quantize_whole_tiles(const T* x, const GroupGeometry& g, const CodecWalk& w
   const bool stochastic = rounding == Rounding::Stochastic;
   const GroupLanes lanes(kLanes);  // a tile's lanes, all of one group
   for_tile_ranges(g.groups(), g.group_size, [&](int64_t g0, int64_t g1) {
-    std::optional<TileNoise> tile_noise;
-    if (stochastic) tile_noise.emplace(noise, plane);
-    auto words = std::make_unique_for_overwrite<LaneWords>();
+    TileNoise* tile_noise = stochastic ? &TileNoise::of_thread(noise, plane) : nullptr;
+    LaneWords* words = &LaneWords::of_thread();
     for (int64_t gi = g0; gi < g1; ++gi) {
       const int64_t t0 = gi * m;  // the group's first tile
       const F first = Lanes::permute(Lanes::load(x + place.start(t0)), lanes.first());  // the group's first value
@@ -268,9 +265,8 @@ void quantize_whole_planes(const T* x, const GroupGeometry& g, const CodecWalk& 
   const bool stochastic = rounding == Rounding::Stochastic;
   const GroupLanes lanes(k);
   for_tile_ranges(g.numel / tile_elements, tile_elements, [&](int64_t t0, int64_t t1) {
-    std::optional<TileNoise> tile_noise;
-    if (stochastic) tile_noise.emplace(noise, plane);
-    auto words = std::make_unique_for_overwrite<LaneWords>();
+    TileNoise* tile_noise = stochastic ? &TileNoise::of_thread(noise, plane) : nullptr;
+    LaneWords* words = &LaneWords::of_thread();
     for (int64_t t = t0; t < t1; ++t) {
       const T* rows = x + place.start(t);  // (plane, lanes), `stride` apart
       const uint32_t* rnd = stochastic ? tile_noise->fill(t * tile_elements) : nullptr;  // (plane, lanes)
@@ -302,7 +298,7 @@ void dequantize_whole_tiles(const uint8_t* codes, const uint8_t* meta, const Gro
   const int64_t stride = place.row_stride();
   const int meta_size = meta_bytes_per_group(g.meta);
   for_tile_ranges(g.groups(), g.group_size, [&](int64_t g0, int64_t g1) {
-    auto words = std::make_unique_for_overwrite<LaneWords>();
+    LaneWords* words = &LaneWords::of_thread();
     for (int64_t gi = g0; gi < g1; ++gi) {
       const GroupParams p = load_group_range(meta + gi * meta_size, g.meta);
       const Lanes::F vmin = Lanes::set(p.min), vstep = Lanes::set(p.step);
@@ -327,7 +323,7 @@ void dequantize_whole_planes(const uint8_t* codes, const uint8_t* meta, const Gr
   const int meta_size = meta_bytes_per_group(g.meta);
   const int k_shift = std::countr_zero(static_cast<uint64_t>(k));  // k divides the lanes: a power of 2
   for_tile_ranges(g.numel / tile_elements, tile_elements, [&](int64_t t0, int64_t t1) {
-    auto words = std::make_unique_for_overwrite<LaneWords>();
+    LaneWords* words = &LaneWords::of_thread();
     for (int64_t t = t0; t < t1; ++t) {
       T* rows = out + place.start(t);  // (plane, lanes), `stride` apart
       const int64_t g0 = t * tile_groups;

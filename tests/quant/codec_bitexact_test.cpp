@@ -181,6 +181,7 @@ TEST(CodecBitExact, PlaneGroupsOfABlockedBufferAreThePlainTensorsBytes) {
   int nhwc_tiles = 0;  // NHWC cases the tiles take
   int nhwc_whole = 0;  // NHWC cases whose groups of whole planes the tiles take
   int block_planes = 0;  // stochastic cases the tiles take on planes of whole noise blocks (TileNoise::fill_by_lanes)
+  int64_t cases = 0;
   for (int bits : {1, 2, 3, 4, 8})
     for (Rounding rounding : {Rounding::Stochastic, Rounding::Nearest})
       for (MetaType meta : {MetaType::BF16, MetaType::F32})
@@ -221,7 +222,9 @@ TEST(CodecBitExact, PlaneGroupsOfABlockedBufferAreThePlainTensorsBytes) {
                                   ? 1
                                   : 0;
   #endif
-              const QuantNoise noise{0x5EEDull, quant_stream(2, 9)};
+              // A stream a case: a thread's TileNoise, kept from one call to the next, must not
+              // hand a case the noise blocks it held for the one before.
+              const QuantNoise noise{0x5EEDull, quant_stream(2, static_cast<uint64_t>(++cases))};
               std::vector<uint8_t> codes(static_cast<size_t>(g.code_bytes()), 0xEE), meta_b(static_cast<size_t>(g.meta_bytes()), 0xEE);
               std::vector<double> range_sq;
               quantize_groups(blocked.data<float>(), g, rounding, noise, codes.data(), meta_b.data(), &range_sq, walk);
