@@ -1,5 +1,6 @@
 #include "experiments/lib/cli.h"
 
+#include <fmt/ranges.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
@@ -14,6 +15,7 @@
 #include "experiments/lib/gradient_fidelity.h"
 #include "experiments/lib/memory_plan.h"
 #include "experiments/lib/output_dir.h"
+#include "experiments/lib/paired_benchmark.h"
 #include "experiments/lib/run.h"
 #include "experiments/lib/tools.h"
 
@@ -21,7 +23,7 @@ namespace packrat {
 
 std::string trainer_usage() {
   return "usage: trainer --config FILE [--set key=value ...] [--resume RUN_DIR] [--memory-report-only]\n"
-         "               [--benchmark STEPS] [--find-max-batch BYTES] [--gradient-fidelity N] [--stop-after-epoch N]\n"
+         "               [--benchmark STEPS [--vs key=value ...]] [--find-max-batch BYTES] [--gradient-fidelity N] [--stop-after-epoch N]\n"
          "               [--overwrite] [--memory-timeline]\n"
          "  --config FILE          YAML experiment config (configs/quickstart.yaml)\n"
          "  --set key=value        override any config key, e.g. --set data.batch_size=256 (repeatable)\n"
@@ -32,6 +34,9 @@ std::string trainer_usage() {
          "  --memory-timeline      --memory-report-only, recording the device allocator's every event over the\n"
          "                         step: memory_timeline.csv and .png (bytes by tag, forward / backward / update)\n"
          "  --benchmark STEPS      time STEPS training steps on synthetic inputs; last line is JSON\n"
+         "  --vs key=value         with --benchmark: time the config against itself with these overrides (repeatable),\n"
+         "                         the two sessions' steps in turn in one process; JSON of both and speed_vs\n"
+         "                         (e.g. --vs 'saved_tensors={default: fp32}': compression's cost in speed)\n"
          "  --find-max-batch BYTES largest batch whose training step fits in BYTES (e.g. 2G, 512M)\n"
          "  --gradient-fidelity N  on the first training batch, N draws of the scheme's noise against the FP32\n"
          "                         gradient: per-parameter cosine, relative bias and variance (table,\n"
@@ -42,7 +47,7 @@ std::string trainer_usage() {
 }
 
 namespace {
-int run_mode(const TrainerArgs& a, const Config& c, DataParallel* dp);
+int run_mode(const TrainerArgs& a, const Config& c, DataParallel* dp, const Config* vs);
 int gradient_fidelity_command(const TrainerArgs& a, const Config& c);
 
 int64_t parse_int(const std::string& s, const std::string& flag) {
@@ -93,6 +98,7 @@ TrainerArgs parse_trainer_args(const std::vector<std::string>& argv) {
     else if (f == "--memory-report-only") a.memory_report_only = true;
     else if (f == "--memory-timeline") a.memory_timeline = a.memory_report_only = true;
     else if (f == "--benchmark") a.benchmark_steps = parse_int(value(), f);
+    else if (f == "--vs") a.vs_sets.push_back(value());
     else if (f == "--find-max-batch") a.max_batch_bytes = parse_byte_size(value(), f);
     else if (f == "--gradient-fidelity") a.gradient_fidelity = parse_int(value(), f);
     else if (f == "--stop-after-epoch") a.stop_after_epoch = parse_int(value(), f);
@@ -106,6 +112,8 @@ TrainerArgs parse_trainer_args(const std::vector<std::string>& argv) {
                     (a.gradient_fidelity > 0);
   PACKRAT_CHECK(modes <= 1, "--resume, --memory-report-only, --benchmark, --find-max-batch and --gradient-fidelity "
                 "exclude each other");
+  PACKRAT_CHECK(a.vs_sets.empty() || a.benchmark_steps > 0,
+                "--vs key=value: applies to --benchmark STEPS only (a paired benchmark)\n{}", trainer_usage());
   PACKRAT_CHECK(a.gradient_fidelity != 1, "--gradient-fidelity: needs at least 2 draws to estimate a variance, got 1");
   PACKRAT_CHECK(a.gradient_fidelity <= kMaxFidelityDraws,
                 "--gradient-fidelity: {} draws is more than the {} allowed (each draw is a backward pass; a sweep "
@@ -138,6 +146,22 @@ int run_trainer(const TrainerArgs& a) {
   // A resume rewrites its own config.yaml with the resolved config; a fresh run must not write
   // over the user's config file.
   if (a.resume.empty()) check_not_a_run_file(c.output.dir, config_path);
+  // --vs: the config again with the overrides on top, its step timed in turn with c's.
+  std::optional<Config> vs;
+  if (!a.vs_sets.empty()) {
+    PACKRAT_CHECK(!data_parallel_requested(), "--vs: a paired benchmark runs its two configs in one process: run it "
+                  "without mpirun");
+    std::vector<std::string> vs_sets = sets;
+    vs_sets.insert(vs_sets.end(), a.vs_sets.begin(), a.vs_sets.end());
+    try {
+      vs = load_config(config_path, vs_sets);
+    } catch (const Error& e) {  // c loaded: the error is in the --vs overrides
+      fail("--vs: {}", e.what());
+    }
+    PACKRAT_CHECK(c.memory.plan != "auto" && vs->memory.plan != "auto",
+                  "--vs: memory.plan: auto chooses its option by benchmarks of its own; give the option it chose "
+                  "(trainer --memory-report-only prints the plan)");
+  }
   // Under mpirun: one rank of a data-parallel run (distributed_run.h).
   std::unique_ptr<DataParallel> dp;
   if (data_parallel_requested()) {
@@ -152,7 +176,7 @@ int run_trainer(const TrainerArgs& a) {
     c = resolved;
   }
   try {
-    return run_mode(a, c, dp.get());
+    return run_mode(a, c, dp.get(), vs ? &*vs : nullptr);
   } catch (...) {
     if (dp) dp->comm->mark_failed();
     throw;
@@ -161,7 +185,7 @@ int run_trainer(const TrainerArgs& a) {
 
 namespace {
 // One mode of the trainer for a loaded config (on one data-parallel rank when dp is set).
-int run_mode(const TrainerArgs& a, const Config& config, DataParallel* dp) {
+int run_mode(const TrainerArgs& a, const Config& config, DataParallel* dp, const Config* vs) {
   if (config.memory.plan == "auto" && a.max_batch_bytes > 0) {  // batch and plan searched together
     const PlannedMaxBatch r = plan_max_batch(config, a.max_batch_bytes);
     PACKRAT_CHECK(r.batch_size > 0, "--find-max-batch: not even batch 1 fits in {} bytes under any option of memory.plan: auto",
@@ -192,6 +216,14 @@ int run_mode(const TrainerArgs& a, const Config& config, DataParallel* dp) {
     std::fputs(memory_report_table(r).c_str(), stdout);
     spdlog::info("wrote {}/memory_report.json", c.output.dir);
     if (a.memory_timeline) spdlog::info("wrote {}/memory_timeline.csv and memory_timeline.png", c.output.dir);
+    return 0;
+  }
+  if (a.benchmark_steps > 0 && vs) {
+    const PairedBenchmark p = benchmark_pair(c, *vs, a.benchmark_steps);
+    spdlog::info("{} steps of batch {} on {} in turn with {} of the config with {}: {:.1f} against {:.1f} img/s "
+                 "(synthetic inputs of the data's shape)", p.config.steps, p.config.batch_size, p.config.device,
+                 p.vs.steps, fmt::join(a.vs_sets, " "), p.config.img_per_s, p.vs.img_per_s);
+    std::printf("%s\n", p.json().dump().c_str());
     return 0;
   }
   if (a.benchmark_steps > 0) {

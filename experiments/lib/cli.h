@@ -13,6 +13,7 @@ struct TrainerArgs {
   bool memory_report_only = false;   // --memory-report-only (--memory-timeline sets it too)
   bool memory_timeline = false;      // --memory-timeline: the report's step, its allocator events recorded
   int64_t benchmark_steps = 0;       // --benchmark STEPS
+  std::vector<std::string> vs_sets;  // --vs key=value (repeatable): --benchmark against the config so changed
   int64_t max_batch_bytes = 0;       // --find-max-batch BYTES (suffixes K, M, G: powers of 1024)
   int64_t gradient_fidelity = 0;     // --gradient-fidelity N (draws)
   int64_t stop_after_epoch = 0;      // --stop-after-epoch N

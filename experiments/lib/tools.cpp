@@ -259,30 +259,59 @@ Json BenchmarkResult::json() const {
   return j;
 }
 
+BenchmarkBed benchmark_bed(const Config& c, DataParallel* dp) {
+  const InputSpec in = synthetic_input_spec(c);
+  BenchmarkBed bed{make_session(c, in), {}, step_options(c, false)};
+  estimate_on_a_small_batch(bed.session, c, in);  // on each rank alone, before the data-parallel session
+  const int64_t ranks = dp ? dp->size() : 1;
+  // Each rank its own part of the global batch (a different synthetic batch per rank).
+  bed.batch = synthetic_inputs(c, in, c.data.batch_size / ranks, static_cast<uint64_t>(dp ? dp->rank() : 0));
+  {  // the batch waits on the device, as a benchmark's batch does in PyTorch: the steps time the model
+    TagScope tag(MemTag::Data);
+    const Device device = Device::parse(c.device);
+    bed.batch.images = bed.batch.images.to(device);
+    bed.batch.labels = bed.batch.labels.to(device);
+  }
+  bed.options.time_phases = true;
+  return bed;
+}
+
+StepResult BenchmarkBed::step(int64_t i) {
+  return train_step(*session.model, *session.optimizer, *session.policy, batch.images, batch.labels, i, options);
+}
+
+void BenchmarkResult::add_step(const StepResult& sr) {
+  const double per = 1.0 / static_cast<double>(steps);
+  peak_bytes = std::max(peak_bytes, sr.memory.total_peak);
+  saved_bytes = sr.saved_record_bytes;
+  saved_fp32_bytes = sr.saved_record_fp32_bytes;
+  saved_f32_bytes = sr.saved_record_f32_bytes;
+  forward_ms += sr.forward_s * 1e3 * per;
+  recompute_ms += sr.recompute.recompute_s * 1e3 * per;
+  backward_ms += (sr.backward_s - sr.recompute.recompute_s) * 1e3 * per;
+  if (sr.offload.on) {
+    offload = true;
+    offload_to_host_bytes += static_cast<double>(sr.offload.moved.bytes_to_host) * per;
+    offload_to_device_bytes += static_cast<double>(sr.offload.moved.bytes_to_device) * per;
+    copy_busy_ms += sr.offload.moved.copy_busy_s * 1e3 * per;
+    synchronous_loads += static_cast<double>(sr.offload.moved.synchronous_loads) * per;
+    forward_waits += static_cast<double>(sr.offload.moved.forward_waits) * per;
+  }
+}
+
 BenchmarkResult benchmark(const Config& c, int64_t steps, DataParallel* dp) {
   PACKRAT_CHECK(steps >= 1, "--benchmark: STEPS must be at least 1, got {}", steps);
   apply_process_settings(c);
   const RunDevice on(c);
-  const InputSpec in = synthetic_input_spec(c);
-  Session s = make_session(c, in);
-  estimate_on_a_small_batch(s, c, in);  // on each rank alone, before the data-parallel session
+  BenchmarkBed bed = benchmark_bed(c, dp);
   const int64_t ranks = dp ? dp->size() : 1;
-  // Each rank its own part of the global batch (a different synthetic batch per rank).
-  SyntheticBatch b = synthetic_inputs(c, in, c.data.batch_size / ranks, static_cast<uint64_t>(dp ? dp->rank() : 0));
-  {  // the batch waits on the device, as a benchmark's batch does in PyTorch: the steps time the model
-    TagScope tag(MemTag::Data);
-    b.images = b.images.to(on.device());
-    b.labels = b.labels.to(on.device());
-  }
-  StepOptions o = step_options(c, false);
-  o.time_phases = true;
-  DataParallelSession dp_session(dp, *s.model, c.distributed);
+  DataParallelSession dp_session(dp, *bed.session.model, c.distributed);
   DataParallelStep* dp_step = dp_session.step();
   if (dp) {
-    o.sync = dp_step;
-    o.global_count = c.data.batch_size * labels_per_sample(c);  // labels, as StepResult::count
+    bed.options.sync = dp_step;
+    bed.options.global_count = c.data.batch_size * labels_per_sample(c);  // labels, as StepResult::count
   }
-  train_step(*s.model, *s.optimizer, *s.policy, b.images, b.labels, 0, o);  // warm-up
+  bed.step(0);  // warm-up
   BenchmarkResult r;
   r.steps = steps;
   r.batch_size = c.data.batch_size;
@@ -295,23 +324,7 @@ BenchmarkResult benchmark(const Config& c, int64_t steps, DataParallel* dp) {
   const auto start = std::chrono::steady_clock::now();
   int64_t completed_bytes = 0, reduced_bytes = 0;
   for (int64_t i = 1; i <= steps; ++i) {
-    StepResult sr = train_step(*s.model, *s.optimizer, *s.policy, b.images, b.labels, i, o);
-    r.peak_bytes = std::max(r.peak_bytes, sr.memory.total_peak);
-    r.saved_bytes = sr.saved_record_bytes;
-    r.saved_fp32_bytes = sr.saved_record_fp32_bytes;
-    r.saved_f32_bytes = sr.saved_record_f32_bytes;
-    r.forward_ms += sr.forward_s * 1e3 / static_cast<double>(steps);
-    r.recompute_ms += sr.recompute.recompute_s * 1e3 / static_cast<double>(steps);
-    r.backward_ms += (sr.backward_s - sr.recompute.recompute_s) * 1e3 / static_cast<double>(steps);
-    if (sr.offload.on) {
-      const double per = 1.0 / static_cast<double>(steps);
-      r.offload = true;
-      r.offload_to_host_bytes += static_cast<double>(sr.offload.moved.bytes_to_host) * per;
-      r.offload_to_device_bytes += static_cast<double>(sr.offload.moved.bytes_to_device) * per;
-      r.copy_busy_ms += sr.offload.moved.copy_busy_s * 1e3 * per;
-      r.synchronous_loads += static_cast<double>(sr.offload.moved.synchronous_loads) * per;
-      r.forward_waits += static_cast<double>(sr.offload.moved.forward_waits) * per;
-    }
+    r.add_step(bed.step(i));
     if (dp_step) {
       r.exposed_reduce_s += dp_step->timing().exposed_s;
       r.started_in_backward = static_cast<double>(dp_step->timing().bytes_started_in_backward) /

@@ -11,6 +11,8 @@
 #include "core/memory_timeline.h"
 #include "experiments/lib/memory_report.h"
 #include "experiments/lib/json.h"
+#include "experiments/lib/session.h"
+#include "experiments/lib/train_loop.h"
 
 namespace packrat {
 
@@ -60,7 +62,21 @@ struct BenchmarkResult {
   // "completed_in_backward"; with offload "offload": {"bytes_to_host", "bytes_to_device",
   // "copy_busy_ms", "synchronous_loads", "forward_waits"} per step
   Json json() const;
+  // Adds a timed step's figures: the peak, the last step's saved bytes, the means over `steps`.
+  void add_step(const StepResult& sr);
 };
+
+// What a benchmark times, on c's device (a RunDevice of c alive): c's session, GACT's first
+// estimate already taken (on kFirstEstimateBatch samples, see benchmark), and this rank's part
+// of a synthetic batch waiting on the device; steps time their phases.
+struct BenchmarkBed {
+  Session session;
+  SyntheticBatch batch;
+  StepOptions options;
+  StepResult step(int64_t i);  // training step i on the batch
+};
+BenchmarkBed benchmark_bed(const Config& c, DataParallel* dp = nullptr);
+
 // One untimed warm-up step (oneDNN primitive creation, optimizer state), then `steps` timed steps.
 // Under GACT's measured estimator (one backward per saved tensor at its first refresh) a step at
 // kFirstEstimateBatch comes first when the batch is larger and runs that refresh, as
