@@ -12,16 +12,6 @@ namespace packrat {
 
 namespace {
 
-// A side's figures before its steps.
-BenchmarkResult side(const Config& c, int64_t steps) {
-  BenchmarkResult r;
-  r.steps = steps;
-  r.batch_size = c.data.batch_size;
-  r.device = Device::parse(c.device).str();
-  r.precision = std::string(precision_name(run_precision(c).precision));
-  return r;
-}
-
 // Training step i of a side, under its own device scope and precision; its wall seconds, the
 // device idle at both ends.
 double timed_step(const Config& c, BenchmarkBed& bed, int64_t i, BenchmarkResult& r) {
@@ -66,7 +56,7 @@ PairedBenchmark benchmark_pair(const Config& a, const Config& b, int64_t steps) 
     return bed;
   };
   BenchmarkBed bed_a = bed_of(a), bed_b = bed_of(b);
-  PairedBenchmark p{side(a, steps), side(b, steps)};
+  PairedBenchmark p{BenchmarkResult::before_steps(a, steps), BenchmarkResult::before_steps(b, steps)};
   std::vector<double> ratios;  // (steps,): b's step time over a's
   for (int64_t i = 1; i <= steps; ++i) {
     double ta = 0, tb = 0;

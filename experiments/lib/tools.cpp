@@ -280,6 +280,15 @@ StepResult BenchmarkBed::step(int64_t i) {
   return train_step(*session.model, *session.optimizer, *session.policy, batch.images, batch.labels, i, options);
 }
 
+BenchmarkResult BenchmarkResult::before_steps(const Config& c, int64_t steps) {
+  BenchmarkResult r;
+  r.steps = steps;
+  r.batch_size = c.data.batch_size;
+  r.device = Device::parse(c.device).str();
+  r.precision = std::string(precision_name(run_precision(c).precision));
+  return r;
+}
+
 void BenchmarkResult::add_step(const StepResult& sr) {
   const double per = 1.0 / static_cast<double>(steps);
   peak_bytes = std::max(peak_bytes, sr.memory.total_peak);
@@ -312,12 +321,8 @@ BenchmarkResult benchmark(const Config& c, int64_t steps, DataParallel* dp) {
     bed.options.global_count = c.data.batch_size * labels_per_sample(c);  // labels, as StepResult::count
   }
   bed.step(0);  // warm-up
-  BenchmarkResult r;
-  r.steps = steps;
-  r.batch_size = c.data.batch_size;
+  BenchmarkResult r = BenchmarkResult::before_steps(c, steps);
   r.ranks = ranks;
-  r.device = on.device().str();
-  r.precision = std::string(precision_name(run_precision(c).precision));
   if (dp) dp->comm->barrier("benchmark start");
   synchronize(on.device());  // the clock starts on an idle GPU and stops once it has finished the steps
   profiled_range_begin(on.device());

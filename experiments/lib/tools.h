@@ -62,6 +62,8 @@ struct BenchmarkResult {
   // "completed_in_backward"; with offload "offload": {"bytes_to_host", "bytes_to_device",
   // "copy_busy_ms", "synchronous_loads", "forward_waits"} per step
   Json json() const;
+  // c's figures before its `steps` timed steps: batch, device, precision.
+  static BenchmarkResult before_steps(const Config& c, int64_t steps);
   // Adds a timed step's figures: the peak, the last step's saved bytes, the means over `steps`.
   void add_step(const StepResult& sr);
 };
