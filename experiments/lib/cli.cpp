@@ -158,9 +158,6 @@ int run_trainer(const TrainerArgs& a) {
     } catch (const Error& e) {  // c loaded: the error is in the --vs overrides
       fail("--vs: {}", e.what());
     }
-    PACKRAT_CHECK(c.memory.plan != "auto" && vs->memory.plan != "auto",
-                  "--vs: memory.plan: auto chooses its option by benchmarks of its own; give the option it chose "
-                  "(trainer --memory-report-only prints the plan)");
   }
   // Under mpirun: one rank of a data-parallel run (distributed_run.h).
   std::unique_ptr<DataParallel> dp;
@@ -197,6 +194,15 @@ int run_mode(const TrainerArgs& a, const Config& config, DataParallel* dp, const
                 static_cast<long long>(a.max_batch_bytes), r.chosen.c_str());
     return 0;
   }
+  // --vs: before memory.plan: auto would profile its options (benchmark_pair refuses it).
+  if (a.benchmark_steps > 0 && vs) {
+    const PairedBenchmark p = benchmark_pair(config, *vs, a.benchmark_steps);
+    spdlog::info("{} steps of batch {} on {} in turn with {} of the config with {}: {:.1f} against {:.1f} img/s "
+                 "(synthetic inputs of the data's shape)", p.config.steps, p.config.batch_size, p.config.device,
+                 p.vs.steps, fmt::join(a.vs_sets, " "), p.config.img_per_s, p.vs.img_per_s);
+    std::printf("%s\n", p.json().dump().c_str());
+    return 0;
+  }
   // memory.plan: auto: the chosen option replaces the config's storage before anything runs.
   std::optional<MemoryPlan> plan;
   if (config.memory.plan == "auto") {
@@ -216,14 +222,6 @@ int run_mode(const TrainerArgs& a, const Config& config, DataParallel* dp, const
     std::fputs(memory_report_table(r).c_str(), stdout);
     spdlog::info("wrote {}/memory_report.json", c.output.dir);
     if (a.memory_timeline) spdlog::info("wrote {}/memory_timeline.csv and memory_timeline.png", c.output.dir);
-    return 0;
-  }
-  if (a.benchmark_steps > 0 && vs) {
-    const PairedBenchmark p = benchmark_pair(c, *vs, a.benchmark_steps);
-    spdlog::info("{} steps of batch {} on {} in turn with {} of the config with {}: {:.1f} against {:.1f} img/s "
-                 "(synthetic inputs of the data's shape)", p.config.steps, p.config.batch_size, p.config.device,
-                 p.vs.steps, fmt::join(a.vs_sets, " "), p.config.img_per_s, p.vs.img_per_s);
-    std::printf("%s\n", p.json().dump().c_str());
     return 0;
   }
   if (a.benchmark_steps > 0) {
