@@ -1,9 +1,10 @@
 #pragma once
 // Philox-4x32-10 on SIMD lanes, bit-identical to Philox4x32::generate (core/philox.h): 16 counters
 // at once in AVX-512 registers (philox16, philox_blocks), one or two blocks of 16 through AVX2
-// registers (philox_lanes), or 16 in plain C++ (philox_lanes16). Used by the per-group quantizers' rounding noise (quant/cpu/group_quant_simd.h)
-// and by dropout's masks (core/cpu/cpu_backend_random.cpp). Internal to the CPU kernels: it
-// includes immintrin.h.
+// registers (philox_lanes), or 16 in plain C++ (philox_lanes16). Used by dropout's masks
+// (core/cpu/cpu_backend_random.cpp) and the mixed codec's bucket decisions; the quantizers'
+// rounding noise is core/cpu/noise_hash_simd.h's. Internal to the CPU kernels: it includes
+// immintrin.h.
 #include <cstdint>
 
 #if defined(__AVX512F__) || defined(__AVX2__)
@@ -101,7 +102,7 @@ inline void philox_counters(uint64_t seed, uint64_t stream, const __m512i (&coun
 
 // Philox-4x32-10 at the counters counter0 + [0, 16 Blocks) (counter0 % 16 == 0), 8 counters a
 // register (philox_counters' layout): counter counter0 + 16 b + 8 h + lane in 64-bit lane `lane`
-// of register 2 b + h. With two blocks' chains interleaved, the per-group quantizers' noise was
+// of register 2 b + h. With two blocks' chains interleaved, Philox noise (the quantizers' then) was
 // made in half the time (0.17 against 0.33 ns an element, Zen 4).
 template <int Blocks>
 inline void philox_blocks(uint64_t seed, uint64_t stream, uint64_t counter0, __m512i (&words)[4][2 * Blocks]) {

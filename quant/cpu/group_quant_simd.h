@@ -12,8 +12,8 @@
 #include <immintrin.h>
 #endif
 
+#include "core/cpu/noise_hash_simd.h"
 #include "core/cpu/philox_simd.h"
-#include "core/philox.h"
 #include "quant/group/group_quant.h"
 
 // GCC 12 warns about the undefined pass-through operand inside the AVX-512 intrinsics (a false
@@ -24,56 +24,9 @@
 
 namespace packrat::group_simd {
 
-// The Philox lanes (philox_blocks, philox16, philox_lanes16) are core's
-// (core/cpu/philox_simd.h), shared with dropout.
-using simd::philox_lanes16;
+// The Philox lanes of the mixed codec's bucket decisions are core's (core/cpu/philox_simd.h).
 #if defined(__AVX512F__)
 using simd::philox16;
-#endif
-
-#if defined(__AVX512BW__)
-// The rounding noise of the Blocks blocks from `block` on, to out[0, 128 Blocks) (noise_block's):
-// philox_blocks' words, each word's low and high 16 bits of 16 counters, 32 noise values, picked
-// by one permute.
-template <int Blocks>
-inline void noise_blocks(uint64_t seed, uint64_t stream, int64_t block, uint16_t* out) {
-  __m512i words[4][2 * Blocks];
-  simd::philox_blocks<Blocks>(seed, stream, static_cast<uint64_t>(block) << 4, words);
-  // Element 16 h + l of a block: half h % 2 of word h / 2 of counter l, at 16-bit position 4 l + h % 2
-  // of the 64-bit lanes (counters 0-7: the first register, 8-15: the second, from 32 on).
-  alignas(64) static constexpr uint16_t kHalves[32] = {0, 4, 8,  12, 16, 20, 24, 28, 32, 36, 40, 44, 48, 52, 56, 60,
-                                                       1, 5, 9,  13, 17, 21, 25, 29, 33, 37, 41, 45, 49, 53, 57, 61};
-  const __m512i halves = _mm512_load_si512(kHalves);
-  for (int b = 0; b < Blocks; ++b)
-    for (int k = 0; k < 4; ++k)
-      _mm512_storeu_si512(out + 128 * b + 32 * k,
-                          _mm512_permutex2var_epi16(words[k][2 * b], halves, words[k][2 * b + 1]));
-}
-#endif
-
-#if defined(__AVX512BW__) || (defined(__AVX2__) && !defined(__AVX512F__))
-#define PACKRAT_NOISE_BLOCKS 1  // noise_blocks<1 or 2> below or above: AVX-512BW's or AVX2's
-#endif
-
-#if defined(__AVX2__) && !defined(__AVX512F__)
-// The rounding noise of the Blocks blocks from `block` on, to out[0, 128 Blocks) (noise_block's):
-// philox_lanes' words, each word's 16 lanes' low halves, then their high halves (two packs of 8 +
-// 8 lanes; packus interleaves 128-bit lanes, which the permute puts back in order). GCC's
-// vectorisation of the scalar loop took 18% of the 2-bit quantize (perf).
-template <int Blocks>
-inline void noise_blocks(uint64_t seed, uint64_t stream, int64_t block, uint16_t* out) {
-  alignas(64) uint32_t words[64 * Blocks];  // (blocks, 4 words, 16 lanes)
-  simd::philox_lanes<Blocks>(seed, stream, static_cast<uint64_t>(block) << 4, words);
-  const __m256i lo16 = _mm256_set1_epi32(0xFFFF);
-  for (int w = 0; w < 4 * Blocks; ++w) {  // element 16 h + lane of a block: half h of word h / 2 of its lane
-    const __m256i a = _mm256_load_si256(reinterpret_cast<const __m256i*>(words + 16 * w));
-    const __m256i b = _mm256_load_si256(reinterpret_cast<const __m256i*>(words + 16 * w + 8));
-    const __m256i low = _mm256_packus_epi32(_mm256_and_si256(a, lo16), _mm256_and_si256(b, lo16));
-    const __m256i high = _mm256_packus_epi32(_mm256_srli_epi32(a, 16), _mm256_srli_epi32(b, 16));
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + 32 * w), _mm256_permute4x64_epi64(low, 0xD8));
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + 32 * w + 16), _mm256_permute4x64_epi64(high, 0xD8));
-  }
-}
 #endif
 
 // uniform16 of noise values h (16 bits, widened to 32-bit lanes): (h + 0.5) / 2^16 = h 2^-16 + 2^-17,
@@ -91,29 +44,15 @@ inline __m256 uniform16_lanes(__m256i h) {
 #endif
 
 // The rounding noise of block `block` of a stream: out[i] = rounding_noise16 of element
-// 128 * block + i, i < 128 (16 Philox evaluations, each giving 8 elements' 16 bits).
+// 128 * block + i, i < 128 (16 counters' four words, each word two elements' 16 bits).
 inline void noise_block(uint64_t seed, uint64_t stream, int64_t block, uint16_t* out) {
-#if defined(PACKRAT_NOISE_BLOCKS)
-  noise_blocks<1>(seed, stream, block, out);
-#else
-  alignas(64) uint32_t words[64];  // (4 words, 16 lanes)
-  philox_lanes16(seed, stream, static_cast<uint64_t>(block) << 4, words);
-  // Element 16 h + lane takes half-word h of its lane: word h / 2, low half for even h.
-  for (int h = 0; h < 8; ++h)
-    for (int l = 0; l < 16; ++l) out[16 * h + l] = static_cast<uint16_t>(words[16 * (h >> 1) + l] >> (16 * (h & 1)));
-#endif
+  simd::noise_block16(noise_key(seed, stream), block, out);
 }
 
 // out[i] = rounding_noise16 of element 128 * b0 + i, for the blocks [b0, b1].
 inline void fill_noise_blocks(const QuantNoise& noise, int64_t b0, int64_t b1, uint16_t* out) {
-  int64_t b = b0;
-#if defined(PACKRAT_NOISE_BLOCKS)
-  for (; b + 1 <= b1; b += 2)  // two blocks, their chains interleaved
-    noise_blocks<2>(noise.seed, noise.stream, b, out + (b - b0) * 128);
-  if (b == b1) noise_blocks<1>(noise.seed, noise.stream, b, out + (b - b0) * 128);
-#else
-  for (; b <= b1; ++b) noise_block(noise.seed, noise.stream, b, out + (b - b0) * 128);
-#endif
+  const NoiseKey key = noise_key(noise.seed, noise.stream);
+  for (int64_t b = b0; b <= b1; ++b) simd::noise_block16(key, b, out + (b - b0) * 128);
 }
 
 #if defined(__AVX512F__)

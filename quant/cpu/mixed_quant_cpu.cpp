@@ -318,7 +318,7 @@ void dispatch_code_bits(int bits, Fn&& fn) {
 
 // ---- fused affine kernel ------------------------------------------------------------------
 // Affine buckets at the widths per-group quantization packs: the same codes and bytes as
-// quantize_groups on a one-group geometry with the bucket's own Philox stream (the range,
+// quantize_groups on a one-group geometry with the bucket's own noise stream (the range,
 // metadata, per-element rule and packing below are per-group quantization's), without the
 // per-call setup and with the bucket's noise drawn in registers.
 
@@ -353,6 +353,7 @@ void quantize_affine_bucket(const float* xb, int64_t len, bool stochastic, MetaT
 #if defined(__AVX512F__)
   const __m512 vmin = _mm512_set1_ps(p.min), vinv = _mm512_set1_ps(p.inv_step);
   const __m512i vlev = _mm512_set1_epi32(static_cast<int>(levels)), lo16 = _mm512_set1_epi32(0xFFFF);
+  const NoiseKey key = noise_key(seed, stream);
 #endif
   for (int64_t c = 0; c < len; c += kChunk) {
     const int64_t n = std::min(kChunk, len - c);
@@ -362,7 +363,11 @@ void quantize_affine_bucket(const float* xb, int64_t len, bool stochastic, MetaT
       uint8_t* ck = code_buf + k;
 #if defined(__AVX512F__)
       __m512i w[4] = {lo16, lo16, lo16, lo16};
-      if (stochastic) group_simd::philox16(seed, stream, static_cast<uint64_t>(e >> 7) << 4, w);
+      if (stochastic) {
+        alignas(64) uint32_t words[64];  // (4 words, 16 counters)
+        simd::noise_words16(key, static_cast<uint64_t>(e >> 7) << 4, words);
+        for (int j = 0; j < 4; ++j) w[j] = _mm512_load_si512(words + 16 * j);
+      }
       if (m == 128) {
         // Element 16 h + lane takes half-word h of its lane: word h / 2, low half for even h.
         for (int h = 0; h < 8; ++h) {

@@ -426,7 +426,7 @@ struct LaneWords {
 };
 
 // One thread's rounding noise of a tile: the tile's plain elements [e0, e0 + lanes plane) (its
-// planes one after the other, the plain order) from the Philox blocks that cover them, laid out
+// planes one after the other, the plain order) from the noise blocks that cover them, laid out
 // as the tile's rows are: element i of lane c's plane at rows[i * lanes + c], widened to 32 bits,
 // so that a row's noise is one load. (A gather of the lanes' 16-bit values from the plain order,
 // one a row, was a fifth of the 1-bit quantize in perf: its latency, on the AMD EPYC Zen 4.)
@@ -447,9 +447,7 @@ class TileNoise {
   }
   // Fills the noise of the tile whose plain elements start at e0; returns its rows.
   const uint32_t* fill(int64_t e0) {
-#if defined(__AVX512BW__)
     if (plane_ % 128 == 0 && bucket_blocks_ == 0) return fill_by_lanes(e0);
-#endif
     const int64_t n = kLanes * plane_, b0 = e0 >> 7, b1 = (e0 + n - 1) >> 7;
     if (b0 != held_first_ || b1 > held_last_) hold(b0, b1);
     const uint16_t* src = plain_.get() + (e0 - 128 * b0);  // (lanes, plane)
@@ -488,7 +486,7 @@ class TileNoise {
     held_first_ = -1;  // the blocks held were another stream's, or another tensor's
     held_last_ = -2;
     if (plane > capacity_) {  // they grow to the largest plane the thread has drawn for (6 bytes a value of a tile)
-      plain_.reset(new uint16_t[static_cast<size_t>(kLanes * plane + 3 * 128)]);
+      plain_.reset(new uint16_t[static_cast<size_t>(kLanes * plane + 2 * 128)]);
       rows_.reset(static_cast<uint32_t*>(std::aligned_alloc(64, static_cast<size_t>((kLanes * plane * 4 + 63) / 64 * 64))));
       capacity_ = plane;
     }
@@ -499,20 +497,16 @@ class TileNoise {
 #endif
     plane_ = plane;
   }
-  // Makes plain_ hold the blocks [b0, b1] or more, from b0 on. The blocks held from b0 on stay (a
-  // tile's last block is often the next one's first); the others are made, an even number of them
-  // where one stream serves all: a block alone takes about the time of two whose chains interleave
-  // (fill_noise_blocks), and a tile of 49 blocks (8 planes of 28 x 28) ended on one.
+  // Makes plain_ hold the blocks [b0, b1], from b0 on. The blocks held from b0 on stay (a tile's
+  // last block is often the next one's first); the others are made.
   void hold(int64_t b0, int64_t b1) {
     const bool keeps = b0 >= held_first_ && b0 <= held_last_;
     const int64_t from = keeps ? held_last_ + 1 : b0;  // the first block to make
     if (keeps)
       std::memmove(plain_.get(), plain_.get() + (b0 - held_first_) * 128,
                    static_cast<size_t>((held_last_ - b0 + 1) * 128) * sizeof(uint16_t));
-    int64_t last = b1;
-    if (bucket_blocks_ == 0 && (last - from + 1) % 2 != 0) ++last;  // within plain_: see its size
-    if (from <= last) fill_blocks(from, last, plain_.get() + (from - b0) * 128);
-    held_last_ = std::max(last, from - 1);
+    if (from <= b1) fill_blocks(from, b1, plain_.get() + (from - b0) * 128);
+    held_last_ = std::max(b1, from - 1);
     held_first_ = b0;
   }
   // The noise of blocks [b0, b1] in plain order into out.
@@ -555,46 +549,42 @@ class TileNoise {
     return rows;
   }
 #endif
-#if defined(__AVX512BW__)
-  // Planes of whole Philox blocks (32 x 32, 16 x 16): lane c's plane starts on a block, so its row
+  // Planes of whole noise blocks (32 x 32, 16 x 16): lane c's plane starts on a block, so its row
   // i (element i of the plane) is element i % 128 of its block i / 128, half i / 16 % 8 of counter
-  // i % 16. One Philox evaluation of the 16 lanes' counters for (block, i % 16) gives 8 rows, their
-  // 16 lanes' values in the lanes' words, each a row's by a mask or a shift: the rows come out
-  // made, with no plain-order copy to transpose (a third of fill's time in perf): the stochastic
-  // 2-bit quantize of 32 x 32 and 16 x 16 planes ran in 0.85x the time.
+  // i % 16. The hash of the lanes' word j of counter q gives rows 32 j + q (low halves) and 32 j + q
+  // + 16 (high halves) of their block: the rows come out made, with no plain-order copy to
+  // transpose (a third of fill's time in perf: with Philox on AVX-512, the stochastic 2-bit
+  // quantize of 32 x 32 and 16 x 16 planes ran in 0.85x the time).
   const uint32_t* fill_by_lanes(int64_t e0) {
+    using Words = uint32_t __attribute__((vector_size(4 * kLanes)));  // (lanes,)
     uint32_t* rows = rows_.get();
+    const NoiseKey key = noise_key(noise_.seed, noise_.stream);
     const int64_t blocks = plane_ / 128;  // a lane's
-    const int64_t s = 16 * blocks;  // counters from one lane's block m to the next lane's
-    const __m512i lane_step = _mm512_setr_epi64(0, s, 2 * s, 3 * s, 4 * s, 5 * s, 6 * s, 7 * s);
-    const __m512i low16 = _mm512_set1_epi32(0xFFFF);
     for (int64_t m = 0; m < blocks; ++m) {
-      const int64_t counter = 16 * ((e0 >> 7) + m);  // lane 0's block m, its first counter
-      for (int64_t q = 0; q < 16; q += 2) {  // counters q and q + 1 of every lane's block m
-        __m512i counters[4], words[4][4];
-        for (int r = 0; r < 4; ++r)  // r: counter q + r / 2 of lanes 8 (r % 2) ..
-          counters[r] = _mm512_add_epi64(
-              _mm512_set1_epi64(counter + q + r / 2 + static_cast<int64_t>(r % 2) * 8 * s), lane_step);
-        simd::philox_counters<4>(noise_.seed, noise_.stream, counters, words);
-        for (int h = 0; h < 2; ++h)
-          for (int k = 0; k < 4; ++k) {  // word k: halves 2 k (low) and 2 k + 1 (high)
-            const __m512i w = simd::low_words(words[k][2 * h], words[k][2 * h + 1]);  // (16 lanes)
-            const int64_t row = 128 * m + q + h + 32 * k;
-            Lanes::store(rows + row * kLanes, _mm512_and_si512(w, low16));
-            Lanes::store(rows + (row + 16) * kLanes, _mm512_srli_epi32(w, 16));
-          }
+      Words lo, hi;  // lane c: word 0 of its block m's first counter, 64 ((e0 >> 7) + c blocks + m)
+      for (int64_t c = 0; c < kLanes; ++c) {
+        const uint64_t n = static_cast<uint64_t>((e0 >> 7) + c * blocks + m) << 6;
+        lo[c] = static_cast<uint32_t>(n);
+        hi[c] = static_cast<uint32_t>(n >> 32);
       }
+      uint32_t* block_rows = rows + 128 * m * kLanes;  // (128, lanes)
+      for (int q = 0; q < 16; ++q)
+        for (int j = 0; j < 4; ++j) {
+          const Words w = noise_hash(key, lo + static_cast<uint32_t>(4 * q + j), hi);
+          const Words low = w & 0xFFFFu, high = w >> 16;
+          std::memcpy(block_rows + (32 * j + q) * kLanes, &low, sizeof low);
+          std::memcpy(block_rows + (32 * j + q + 16) * kLanes, &high, sizeof high);
+        }
     }
     return rows;
   }
-#endif
   QuantNoise noise_{};
   int64_t plane_ = 0;
   int64_t bucket_blocks_ = 0;  // 0: one stream
   StreamOf stream_of_ = nullptr;
   int64_t held_first_ = -1, held_last_ = -2;  // the blocks plain_ holds: [held_first_, held_last_]
   int64_t capacity_ = 0;  // the largest plane the buffers hold a tile of
-  std::unique_ptr<uint16_t[]> plain_;  // (blocks covering a tile and one more, 128): the plain order
+  std::unique_ptr<uint16_t[]> plain_;  // (blocks covering a tile, 128): the plain order
   std::unique_ptr<uint32_t[], decltype(&std::free)> rows_;  // (plane, lanes), 64-byte aligned
 #if defined(__AVX512BW__)
   alignas(64) uint16_t small_rows_[2][32];  // (row pairs, 32): a plane of 2 or 4's permute indices

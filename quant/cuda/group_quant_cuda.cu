@@ -1,5 +1,5 @@
 // The per-group codec's CUDA kernels over the PACKRAT_HD helpers of group_quant.h and the
-// per-lane steps of group_quant_warp.h, so that a GPU writes the CPU's bytes (same Philox draws,
+// per-lane steps of group_quant_warp.h, so that a GPU writes the CPU's bytes (same noise words,
 // same rounding, same packing). group_quant_warp.h says which lane does what, and why.
 #include <cuda_runtime.h>
 
@@ -33,7 +33,7 @@ __global__ void __launch_bounds__(kStaged ? kNhwcBlockThreads : kThreadsPerBlock
     quantize_groups_kernel(const float* x, GroupGeometry g, int lanes, Rounding rounding, QuantNoise noise,
                            uint8_t* codes, uint8_t* meta, double* range_sq, CodecWalk walk) {
   constexpr int kWarps = (kStaged ? kNhwcBlockThreads : kThreadsPerBlock) / kWarpLanes;
-  __shared__ uint32_t noise_words[kWarps][kChunkNoiseWords];  // (warps, noise_word's places)
+  __shared__ uint32_t noise_shared[kWarps][kChunkNoiseWords];  // (warps, shared_noise_index's places)
   const int bits = kBits > 0 ? kBits : g.bits;
   const int lane = static_cast<int>(threadIdx.x % kWarpLanes), warp_here = static_cast<int>(threadIdx.x / kWarpLanes);
   const int64_t warp = blockIdx.x * static_cast<int64_t>(kWarps) + warp_here;
@@ -108,7 +108,7 @@ __global__ void __launch_bounds__(kStaged ? kNhwcBlockThreads : kThreadsPerBlock
   const int64_t warp_begin = __shfl_sync(kFullWarp, q.at.start, 0);
   const int64_t warp_end = __shfl_sync(kFullWarp, q.at.start + q.at.len, q.last_lead);
   const bool stochastic = rounding == Rounding::Stochastic;
-  uint32_t* words = noise_words[warp_here];
+  uint32_t* words = noise_shared[warp_here];
   for (int64_t c = 0; c < chunks; ++c) {  // the same trip count on every lane
     if (c > 0) {                          // a second read (L1 or L2) only for groups over 1024 values
 #pragma unroll

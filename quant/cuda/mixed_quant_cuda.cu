@@ -1,5 +1,5 @@
 // The mixed-precision bucket quantizer's CUDA kernels over the PACKRAT_HD helpers and bodies of
-// mixed_quant_device.h, so that a GPU writes the CPU's bytes (same decisions, same Philox draws,
+// mixed_quant_device.h, so that a GPU writes the CPU's bytes (same decisions, same noise words,
 // same range and scale, same rounding and packing). Per-bucket widths make the code offsets
 // data-dependent: they are an exclusive prefix sum of the bucket code bytes, computed on the
 // device with CUB's DeviceScan. A GPU's NHWC tensor is walked in its logical order, one pass each
@@ -63,9 +63,9 @@ constexpr int kBucketLaneBlocks = 2;
 // One bucket, g, by the whole warp: its grid (range or scale), its metadata record, then its
 // blocks of 8 codes across the lanes, 32 consecutive blocks (a pass) at a time, lane l on blocks
 // l, l + 32, ... Every lane computes the same grid, so none is broadcast. Stochastic rounding:
-// each lane makes one Philox call per pass and the lanes share the outputs through the warp's
-// shared words (warp_noise_counter and friends: the uniforms of rounding_uniform, 8x fewer Philox
-// calls than one per element). xb: the bucket's values, in global memory or a block's tile.
+// each lane draws one counter's four noise words per pass and the lanes share them through the
+// warp's shared words (warp_noise_counter and friends: the uniforms of rounding_uniform, 8x fewer
+// hashes than one counter per element). xb: the bucket's values, in global memory or a block's tile.
 __device__ void quantize_bucket_by_warp(const float* xb, int64_t g, const MixedFormat& f, Rounding rounding,
                                         const QuantNoise& noise, const BucketFlags& flags,
                                         const BucketOffsets& offsets, uint8_t* codes, uint8_t* meta,
@@ -88,7 +88,7 @@ __device__ void quantize_bucket_by_warp(const float* xb, int64_t g, const MixedF
     grid = sign_magnitude_grid(sign_magnitude_scale(warp_bucket_scale(xb, len, f.scale, lane), f.meta), w.levels);
   }
   if (lane == 0) store_bucket_meta(grid, f.scale, f.meta, meta + g * bucket_meta_bytes(f.scale, f.meta));
-  const uint64_t stream = bucket_stream(noise.stream, static_cast<uint64_t>(g));
+  const NoiseKey key = noise_key(noise.seed, bucket_stream(noise.stream, static_cast<uint64_t>(g)));
   const bool stochastic = rounding == Rounding::Stochastic;
   uint8_t* dst = codes + offsets(g);
   // The pass from block `first` (a multiple of 32; the same on every lane): the lane's block
@@ -97,12 +97,12 @@ __device__ void quantize_bucket_by_warp(const float* xb, int64_t g, const MixedF
     float r[8];
     if (stochastic) {
       uint32_t words[4];
-      Philox4x32::generate(noise.seed, stream, warp_noise_counter(first, lane), words);
+      noise_words(key, warp_noise_counter(first, lane), words);
       __syncwarp();  // the last pass's reads are done (the last bucket's, in a staged block)
       for (int j = 0; j < 4; ++j) shared_words[lane][j] = words[j];
       __syncwarp();
       const int h = warp_noise_half(lane);
-      for (int k = 0; k < 8; ++k) r[k] = uniform16(philox_half_word(shared_words[warp_noise_source(lane, k)], h));
+      for (int k = 0; k < 8; ++k) r[k] = uniform16(noise_half_word(shared_words[warp_noise_source(lane, k)], h));
     } else {
       for (int k = 0; k < 8; ++k) r[k] = 0.5f;
     }
@@ -122,11 +122,11 @@ __device__ void quantize_bucket_by_warp(const float* xb, int64_t g, const MixedF
 // A plain tensor: one warp per bucket, read where it lies.
 __global__ void quantize_mixed_kernel(const float* x, MixedFormat f, Rounding rounding, QuantNoise noise,
                                       BucketFlags flags, BucketOffsets offsets, uint8_t* codes, uint8_t* meta) {
-  __shared__ uint32_t philox_words[kWarpsPerBlock][32][4];  // (warps, lanes, words): each warp's Philox outputs
+  __shared__ uint32_t noise_words_shared[kWarpsPerBlock][32][4];  // (warps, lanes, words): each warp's noise words
   const int lane = static_cast<int>(threadIdx.x % 32), warp = static_cast<int>(threadIdx.x / 32);
   const int64_t g = (blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x) / 32;
   if (g >= f.g.buckets) return;  // the whole warp: one bucket per warp
-  quantize_bucket_by_warp(x + f.g.start(g), g, f, rounding, noise, flags, offsets, codes, meta, philox_words[warp],
+  quantize_bucket_by_warp(x + f.g.start(g), g, f, rounding, noise, flags, offsets, codes, meta, noise_words_shared[warp],
                           lane);
 }
 
@@ -137,7 +137,7 @@ __global__ void __launch_bounds__(kNhwcBlockThreads)
                                BucketOffsets offsets, uint8_t* codes, uint8_t* meta, CodecWalk walk,
                                int64_t per_block) {
   constexpr int kWarps = kNhwcBlockThreads / 32;
-  __shared__ uint32_t philox_words[kWarps][32][4];  // (warps, lanes, words): each warp's Philox outputs
+  __shared__ uint32_t noise_words_shared[kWarps][32][4];  // (warps, lanes, words): each warp's noise words
   extern __shared__ float4 staged_run[];            // (the block's run, plain order) at most kNhwcTileFloats
   float* tile = reinterpret_cast<float*>(staged_run);
   const int t = static_cast<int>(threadIdx.x), lane = t % 32, warp = t / 32;
@@ -146,7 +146,7 @@ __global__ void __launch_bounds__(kNhwcBlockThreads)
   __syncthreads();
   for (int64_t g = b.first + warp; g < b.first + b.count; g += kWarps)  // the same trip count on a warp's lanes
     quantize_bucket_by_warp(tile + (f.g.start(g) - b.run.begin), g, f, rounding, noise, flags, offsets, codes, meta,
-                            philox_words[warp], lane);
+                            noise_words_shared[warp], lane);
 }
 
 // One block's buckets of an NHWC tensor decoded straight into NHWC (quant/mixed/nhwc_buckets.h): their

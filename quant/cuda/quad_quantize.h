@@ -18,7 +18,7 @@
 // kept in registers from the load to the codes. Threads take the quads innermost, so a warp's
 // load of one pixel row reads whole 32-byte sectors where k >= 2. Three phases, two barriers:
 //   A  each box's blocks: their range (RangeScan), first value and first zero into shared memory
-//      (QuadShared); meanwhile the block's rounding noise (the run's Philox calls, one in 8
+//      (QuadShared); meanwhile the block's rounding noise (the run's noise counters, one in 8
 //      values) into shared memory, as the warps of group_quant_warp.h make theirs;
 //   B  each group's range from its blocks' (lanes = quantize_lanes(G) threads a group, merged by
 //      shuffles in the kernel, in any order: RangeScan gives the CPU's), its metadata and
@@ -45,7 +45,7 @@ constexpr int kQuadRunValues = 8192;                // a block's run at most
 constexpr int kQuadRunBlocks = kQuadRunValues / 8;  // its plain blocks of 8
 constexpr int kQuadBoxThreads = 256;                // a block's threads: one box each, at most
 // Shared words of a run's noise: a run of 8192 that starts off a 128-element boundary touches 65
-// noise blocks (noise_word's layout).
+// noise blocks (shared_noise_index's layout).
 constexpr int kQuadNoiseWords = (kQuadRunValues / 128 + 1) * kNoiseBlockWords;
 
 // How a tensor's runs and boxes lie; quads_per_run 0: the kernel cannot take it. channels 0: a
@@ -173,7 +173,7 @@ struct QuadShared {
   Pair pairs[kQuadRunBlocks];
   float firsts[kQuadRunBlocks];     // the block's first value
   uint8_t zeros[kQuadRunBlocks];    // its first zero: 2 x index + sign bit; kNoZeroByte: none
-  uint32_t noise[kQuadNoiseWords];  // the run's rounding noise (noise_word's places)
+  uint32_t noise[kQuadNoiseWords];  // the run's rounding noise (shared_noise_index's places)
 
   PACKRAT_HD static int pair_slot(int b) { return b ^ (((b >> 4) ^ (b >> 6) ^ (b >> 9)) & 15); }  // 16 a bank row
   PACKRAT_HD static int word_slot(int b) { return b ^ (((b >> 5) ^ (b >> 7) ^ (b >> 10)) & 31); }  // 32 a bank row

@@ -14,9 +14,10 @@
 // stochastic rounding stays unbiased whatever the metadata precision.
 //
 // Randomness: the uniform of element e is a pure function of (seed, step, tensor, e) through
-// Philox-4x32-10 (16 bits per element, 8 elements per Philox call; see rounding_noise16), so
-// the noise of any tensor can be re-drawn while all others stay fixed (GACT's sensitivity
-// estimate). The 2^-16 grid of the uniforms biases a rounding by at most 2^-17 of a step.
+// a keyed counter-based hash (core/noise_hash.h; 16 bits per element, 8 elements per counter's
+// four words; see rounding_noise16), so the noise of any tensor can be re-drawn while all others
+// stay fixed (GACT's sensitivity estimate). The 2^-16 grid of the uniforms biases a rounding by
+// at most 2^-17 of a step.
 //
 // Buffer format of one quantized tensor:
 //   codes: every group starts on a byte boundary; within a group, element i occupies bits
@@ -35,7 +36,7 @@
 
 #include "core/activation_id.h"
 #include "core/half.h"    // f32_to_bf16, bf16_to_f32, f32_bits
-#include "core/philox.h"  // PACKRAT_HD, Philox4x32
+#include "core/noise_hash.h"  // PACKRAT_HD, noise_key, noise_word
 #include "quant/bits/bitpack.h"
 
 namespace packrat {
@@ -181,18 +182,19 @@ Tensor in_codec_order(const Tensor& x, const CodecOrder& o);
 
 // ---- per-element helpers (host and device) -------------------------------------------------
 
-// Randomness of one quantization: Philox key and stream (see quant_stream).
+// Randomness of one quantization: the noise's seed and stream (see quant_stream).
 struct QuantNoise {
   uint64_t seed = 0, stream = 0;
 };
 
-// The Philox stream of one saved tensor: (step, tensor index within the step).
+// The noise stream of one saved tensor: (step, tensor index within the step).
 PACKRAT_HD constexpr uint64_t quant_stream(uint64_t step, uint64_t tensor) { return (step << 20) ^ tensor; }
 
 // The rounding uniform of element e, in (0, 1) on a 2^-16 grid centred in its bins. Elements
-// come in blocks of 128 that share 16 consecutive Philox counters: element i of block k takes
-// counter 16k + (i mod 16) and half-word h = i / 16 (word h/2, low half for even h) of its
-// output, so that 16 lanes of a SIMD Philox give 16 consecutive elements their noise directly.
+// come in blocks of 128 that share 16 consecutive counters of the stream's noise_words (four
+// words each): element i of block k takes counter 16k + (i mod 16) and half-word h = i / 16 (word
+// h/2, low half for even h), so that 16 SIMD lanes of counters give 16 consecutive elements their
+// noise directly (a layout made for Philox's four words a counter, which the hash kept).
 // (half + 0.5) / 2^16, built from its bits: 1 + (2 half + 1) / 2^17 has them as its mantissa, and
 // taking 1 away is exact; on a GPU an int-to-float conversion runs at an eighth of the rate of
 // these integer and float instructions.
@@ -200,11 +202,10 @@ PACKRAT_HD inline float uniform16(uint32_t half) {
   return f32_from_bits(0x3F800040u | ((half & 0xFFFFu) << 7)) - 1.0f;
 }
 PACKRAT_HD inline uint32_t rounding_noise16(uint64_t seed, uint64_t stream, uint64_t e) {
-  uint32_t w[4];
   const uint64_t i = e & 127;
-  Philox4x32::generate(seed, stream, ((e >> 7) << 4) | (i & 15), w);
   const uint32_t h = static_cast<uint32_t>(i >> 4);
-  return (w[h >> 1] >> (16 * (h & 1))) & 0xFFFFu;
+  const uint32_t w = noise_word(noise_key(seed, stream), ((e >> 7) << 4) | (i & 15), static_cast<int>(h >> 1));
+  return (w >> (16 * (h & 1))) & 0xFFFFu;
 }
 PACKRAT_HD inline float rounding_uniform(uint64_t seed, uint64_t stream, uint64_t e) {
   return uniform16(rounding_noise16(seed, stream, e));
@@ -335,7 +336,7 @@ PACKRAT_HD inline int block8_len(int64_t len, int64_t block) {
 }
 
 // Quantizes the elements [8 * block, 8 * block + 8) of a group of len values starting at x
-// (clipped to len), whose first element has index e0 in its Philox stream, into the block's
+// (clipped to len), whose first element has index e0 in its noise stream, into the block's
 // `bits` bytes at group_codes + block * bits. The block must exist (8 * block < len).
 PACKRAT_HD inline void quantize_block8(const float* x, int64_t len, int64_t block, uint64_t e0, const GroupParams& p,
                                        int bits, Rounding rounding, const QuantNoise& noise, uint8_t* group_codes) {
@@ -366,7 +367,7 @@ PACKRAT_HD inline double group_range_sq(const GroupParams& p, int64_t len, int b
 // ---- one group, element by element: the reference of every kernel --------------------------
 
 // Quantizes one group of len >= 1 values x[0..len) whose first element has index e0 in its
-// Philox stream (its noise is rounding_uniform(seed, stream, e0 + i)): the range (a plain
+// noise stream (its noise is rounding_uniform(seed, stream, e0 + i)): the range (a plain
 // min/max scan), the metadata record at meta_dst, and packed_bytes(len, bits) code bytes at
 // code_dst, 8 codes (one block) at a time. Returns len * (stored range)^2 / 4 (see
 // quantize_groups' group_range_sq).

@@ -15,9 +15,9 @@
 // blocks go kLaneBlocks to a chunk: groups tile the buffer in order, so a chunk's elements over
 // all the warp's groups are one run of at most 1024 (chunk_elements; a warp of several groups has
 // one chunk, a group over 1024 values several), whose rounding noise lies in at most nine of
-// rounding_noise16's 128-element Philox blocks: the lanes make those 16 to 144 Philox calls once
+// rounding_noise16's 128-element noise blocks: the lanes draw those 16 to 144 counters' words once
 // (make_chunk_noise, up to five a lane) into shared memory, and every element reads its
-// half-word back (chunk_noise16). For groups on 128-element boundaries that is one call per 8
+// half-word back (chunk_noise16). For groups on 128-element boundaries that is one counter per 8
 // elements, 8x fewer than rounding_uniform's one per element.
 //
 // Dequantize. S = dequantize_lanes(G) lanes a group, lane s writing the group's quads of 4 values
@@ -28,7 +28,7 @@
 #include <cmath>
 #include <cstdint>
 
-#include "core/philox.h"
+#include "core/noise_hash.h"
 #include "quant/bits/block_io.h"
 #include "quant/group/group_quant.h"
 
@@ -167,9 +167,9 @@ constexpr int kNoiseCallStride = 5;  // shared words per call: its 4 and one of 
 constexpr int kNoiseBlockWords = 16 * kNoiseCallStride + 1;
 constexpr int kChunkNoiseWords = (kChunkCalls / 16) * kNoiseBlockWords;  // a warp's shared words
 // Word j of call c (16 a noise block) among the warp's shared words.
-PACKRAT_HD inline int noise_word(int c, int j) { return (c >> 4) * kNoiseBlockWords + (c & 15) * kNoiseCallStride + j; }
+PACKRAT_HD inline int shared_noise_index(int c, int j) { return (c >> 4) * kNoiseBlockWords + (c & 15) * kNoiseCallStride + j; }
 
-// The Philox calls of a run: those of the 128-element noise blocks [first_block, first_block +
+// The noise counters of a run: those of the 128-element noise blocks [first_block, first_block +
 // calls / 16), call c with counter 16 (first_block + c / 16) + c % 16 (rounding_noise16's).
 struct NoiseChunk {
   uint64_t first_block = 0;
@@ -183,14 +183,14 @@ PACKRAT_HD inline NoiseChunk noise_chunk(const ElementRun& run) {
   return r;
 }
 // Lane `lane`'s calls (lane, lane + threads, ... < r.calls) into the shared words of the warp
-// (kChunkNoiseWords; threads 32) or of a block's threads (noise_word's places).
+// (kChunkNoiseWords; threads 32) or of a block's threads (shared_noise_index's places).
 PACKRAT_HD inline void make_chunk_noise(const QuantNoise& noise, const NoiseChunk& r, int lane, uint32_t* shared,
                                         int threads = kWarpLanes) {
+  const NoiseKey key = noise_key(noise.seed, noise.stream);
   for (int c = lane; c < r.calls; c += threads) {
     uint32_t w[4];
-    Philox4x32::generate(noise.seed, noise.stream,
-                         ((r.first_block + static_cast<uint64_t>(c >> 4)) << 4) | static_cast<uint64_t>(c & 15), w);
-    for (int j = 0; j < 4; ++j) shared[noise_word(c, j)] = w[j];
+    noise_words(key, ((r.first_block + static_cast<uint64_t>(c >> 4)) << 4) | static_cast<uint64_t>(c & 15), w);
+    for (int j = 0; j < 4; ++j) shared[shared_noise_index(c, j)] = w[j];
   }
 }
 // rounding_noise16(seed, stream, e) of an element e of the chunk, from the shared words: call
@@ -198,7 +198,7 @@ PACKRAT_HD inline void make_chunk_noise(const QuantNoise& noise, const NoiseChun
 PACKRAT_HD inline uint32_t chunk_noise16(const NoiseChunk& r, const uint32_t* shared, uint64_t e) {
   const int c = static_cast<int>((((e >> 7) - r.first_block) << 4) | (e & 15));
   const int h = static_cast<int>((e >> 4) & 7);
-  return (shared[noise_word(c, h >> 1)] >> (16 * (h & 1))) & 0xFFFFu;
+  return (shared[shared_noise_index(c, h >> 1)] >> (16 * (h & 1))) & 0xFFFFu;
 }
 // The same for the n <= 8 elements e0 .. e0 + n - 1 (half[0..n); the rest are not meaningful).
 // A block on an 8-element boundary (every full block of a group that starts on one) takes one
@@ -213,7 +213,7 @@ PACKRAT_HD inline void chunk_noise16_block8(const NoiseChunk& r, const uint32_t*
   }
   const int c0 = static_cast<int>((((e0 >> 7) - r.first_block) << 4) | (e0 & 15));  // e0 % 16 is 0 or 8
   const int h = static_cast<int>((e0 >> 4) & 7);
-  const uint32_t* words = shared + noise_word(c0, h >> 1);  // calls c0 .. c0 + 7: one noise block
+  const uint32_t* words = shared + shared_noise_index(c0, h >> 1);  // calls c0 .. c0 + 7: one noise block
   const int shift = 16 * (h & 1);
   for (int k = 0; k < 8; ++k) half[k] = (words[k * kNoiseCallStride] >> shift) & 0xFFFFu;
 }

@@ -4,21 +4,11 @@
 #include <cstring>
 
 #include "autograd/pointwise.h"
+#include "core/noise_hash.h"  // splitmix64
 #include "core/parallel.h"
 #include "quant/bits/bitpack.h"
 
 namespace packrat {
-
-namespace {
-
-uint64_t splitmix64(uint64_t z) {
-  z += 0x9E3779B97F4A7C15ull;
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
-
-}  // namespace
 
 std::vector<double> per_sample_sq_norms(const Tensor& t) {
   const int64_t n = leading_samples(t), numel = t.numel();

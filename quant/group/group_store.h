@@ -10,7 +10,7 @@
 // codec's CUDA kernels (quant/cuda/group_quant_cuda.cu), writing the CPU's bytes.
 //
 // Randomness: the tensor quantized n-th since begin_step(step) draws its rounding noise from
-// Philox(seed, quant_stream(step, n), element); set_noise_salt re-draws one tensor's noise.
+// the noise hash of (seed, quant_stream(step, n), element) (core/noise_hash.h); set_noise_salt re-draws one tensor's noise.
 #include <functional>
 #include <map>
 #include <memory>

@@ -20,7 +20,7 @@
 //
 // The affine rule keeps the bucket minimum as its (real-valued) zero point, as per-group
 // quantization does (quant/group/group_quant.h, whose metadata rounding, per-element quantizer,
-// packing and Philox noise this file reuses): the thesis's integer zero point z = round(-min/s)
+// packing and rounding noise this file reuses): the thesis's integer zero point z = round(-min/s)
 // shifts the grid by up to half a step and clips the bucket's extremes, which biases them.
 //
 // Buffer format of one quantized tensor (all in packrat Tensors, see MixedPacked):
@@ -76,7 +76,7 @@ struct MixedPacked {
 // allocator's count must equal.
 int64_t mixed_bytes_formula(const BucketGeometry& g, const MixedQuantConfig& c, const std::vector<uint8_t>& flags);
 
-// The rounding noise of whole 128-element blocks (rounding_noise16's layout: 16 Philox counters
+// The rounding noise of whole 128-element blocks (rounding_noise16's layout: 16 noise counters
 // per block, one per SIMD lane), computed 16 lanes at a time and kept while the next elements
 // fall in the same block. For the widths and rules per-group quantization does not cover.
 class RoundingNoise {

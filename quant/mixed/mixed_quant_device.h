@@ -12,9 +12,11 @@
 #include <string_view>
 
 #include "core/activation_id.h"
+#include "core/noise_hash.h"               // splitmix64
+#include "core/philox.h"                   // the bucket decisions' draws
 #include "quant/bits/block_io.h"           // load_quad_codes, store_floats4
 #include "quant/bits/wide_codes.h"         // kMaxWideCodeBits
-#include "quant/group/group_quant.h"       // GroupParams, the metadata rounding, quantize_value, Philox noise
+#include "quant/group/group_quant.h"       // GroupParams, the metadata rounding, quantize_value, the rounding noise
 #include "quant/group/group_quant_warp.h"  // dequantize_lanes
 
 namespace packrat {
@@ -79,15 +81,12 @@ PACKRAT_HD inline int64_t bucket_code_bytes(const BucketGeometry& g, int64_t buc
 }
 
 // ---- randomness ---------------------------------------------------------------------------
-// Each bucket is quantized as per-group quantization quantizes one group, on its own Philox
+// Each bucket is quantized as per-group quantization quantizes one group, on its own noise
 // stream: element i of bucket b draws rounding_noise16(seed, bucket_stream(stream, b), i)
 // (quant/group/group_quant.h), stream = quant_stream(step, tensor). The noise is still a pure function
 // of (seed, step, tensor, element). The bucket decisions draw from a stream of their own.
 PACKRAT_HD constexpr uint64_t bucket_stream(uint64_t quant_stream_id, uint64_t bucket) {
-  uint64_t z = bucket + 0x9E3779B97F4A7C15ull;  // splitmix64 of the bucket index
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return quant_stream_id ^ z ^ (z >> 31);
+  return quant_stream_id ^ splitmix64(bucket);
 }
 PACKRAT_HD constexpr uint64_t mix_decision_stream(uint64_t quant_stream_id) { return quant_stream_id ^ (uint64_t{1} << 63); }
 // The decision uniform of bucket g (24 bits, in [0, 1)): word g mod 4 of Philox(seed, stream, g / 4).
@@ -273,18 +272,18 @@ PACKRAT_HD inline void quantize_bucket_block8(const float* x, int64_t len, int64
   quantize_bucket_block8_with(x + 8 * block, n, len, block, w, scale, r, grid, dst);
 }
 
-// A warp's rounding noise. rounding_uniform spends one Philox call per element and uses 16 of
-// its 128 bits; a CUDA warp that quantizes 32 consecutive blocks of 8 (256 elements from a
-// multiple of 256: two of rounding_noise16's 128-element Philox blocks) instead makes one call
-// per lane, lane L computing warp_noise_counter(first_block, L), and element k of lane L's block
+// A warp's rounding noise. rounding_uniform hashes one counter's word per element and uses 16 of
+// its 32 bits; a CUDA warp that quantizes 32 consecutive blocks of 8 (256 elements from a
+// multiple of 256: two of rounding_noise16's 128-element noise blocks) instead draws one counter's
+// four words per lane, lane L computing warp_noise_counter(first_block, L), and element k of lane L's block
 // takes half-word warp_noise_half(L) of lane warp_noise_source(L, k)'s output: the same uniforms.
 PACKRAT_HD inline uint64_t warp_noise_counter(int64_t first_block, int lane) {  // first_block: a multiple of 32
   return ((static_cast<uint64_t>(first_block >> 4) + static_cast<uint64_t>(lane >> 4)) << 4) | static_cast<uint64_t>(lane & 15);
 }
 PACKRAT_HD inline int warp_noise_source(int lane, int k) { return 16 * (lane >> 4) + 8 * (lane & 1) + k; }
 PACKRAT_HD inline int warp_noise_half(int lane) { return (lane & 15) >> 1; }
-// Half-word h of a Philox output: word h / 2, its high half when h is odd.
-PACKRAT_HD inline uint32_t philox_half_word(const uint32_t* words, int h) { return (words[h >> 1] >> (16 * (h & 1))) & 0xFFFFu; }
+// Half-word h of a counter's four noise words: word h / 2, its high half when h is odd.
+PACKRAT_HD inline uint32_t noise_half_word(const uint32_t* words, int h) { return (words[h >> 1] >> (16 * (h & 1))) & 0xFFFFu; }
 
 // Dequantizes the same block of a bucket written by quantize_bucket_block8: out[8 * block ..]
 // (clipped to len), out the bucket's first value.

@@ -64,9 +64,10 @@ TEST(GroupQuantSimd, GroupRangeIsThePlainScan) {
   }
 }
 
-// A noise block is rounding_noise16 element by element; the lane-wise Philox is Philox4x32.
+// A noise block is rounding_noise16 element by element, the hash's 16 lanes noise_hash's.
 TEST(GroupQuantSimd, NoiseBlocksAreTheReferenceNoise) {
-  for (const int64_t block : {int64_t{0}, int64_t{1}, int64_t{12345}, (int64_t{1} << 33) + 7}) {
+  for (const int64_t block : {int64_t{0}, int64_t{1}, int64_t{12345}, (int64_t{1} << 26) - 1, int64_t{1} << 26,
+                              (int64_t{1} << 33) + 7}) {
     uint16_t got[128];
     group_simd::noise_block(0x1234567890ull, 0xABCDEF01234ull, block, got);
     for (int64_t i = 0; i < 128; ++i)
@@ -75,11 +76,11 @@ TEST(GroupQuantSimd, NoiseBlocksAreTheReferenceNoise) {
   }
 }
 
-// A run of blocks, made two at a time with their chains interleaved, is the reference noise too,
-// where a pair's second block starts a new high word of the counter (block 2^28: counter 2^32).
+// A run of blocks is the reference noise too, where a block starts a new high half of the hash's
+// word index (block 2^26: word 2^32).
 TEST(GroupQuantSimd, NoiseRunsOfBlocksAreTheReferenceNoise) {
   const QuantNoise noise{0x1234567890ull, 0xABCDEF01234ull};
-  for (const int64_t b0 : {int64_t{0}, int64_t{5}, (int64_t{1} << 28) - 1, (int64_t{1} << 28) - 2}) {
+  for (const int64_t b0 : {int64_t{0}, int64_t{5}, (int64_t{1} << 26) - 1, (int64_t{1} << 26) - 2}) {
     for (const int64_t blocks : {1, 2, 3, 5}) {
       std::vector<uint16_t> got(static_cast<size_t>(128 * blocks));
       group_simd::fill_noise_blocks(noise, b0, b0 + blocks - 1, got.data());

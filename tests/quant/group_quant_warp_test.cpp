@@ -159,7 +159,7 @@ TEST(GroupQuantWarp, SmallGroupsShareAWarpAndLargeOnesTakeChunks) {
   const GroupGeometry big = group_geometry(3 * 5013, 3, c);
   EXPECT_EQ(quantize_rounds(big, 32), 20);
   EXPECT_EQ(quantize_chunks(big, 32), 5);
-  // Groups of 256 from element 0: 4 a warp, one Philox call a lane a round, 8 elements a call.
+  // Groups of 256 from element 0: 4 a warp, one counter's noise words a lane a round, 8 elements a counter.
   c.group_size = 256;
   const GroupGeometry a = group_geometry(4096, 1, c);
   EXPECT_EQ(quantize_chunks(a, 8), 1);
@@ -173,7 +173,7 @@ TEST(GroupQuantWarp, SmallGroupsShareAWarpAndLargeOnesTakeChunks) {
 // 32 lanes wrote is rounding_noise16's, element by element and a block of 8 at a time (from
 // every block start of the run, clipped to it; the words on the heap, exactly a warp's, so that a
 // sanitizer build sees a read past them).
-TEST(GroupQuantWarp, AChunksSharedPhiloxCallsGiveEveryElementItsRoundingNoise) {
+TEST(GroupQuantWarp, AChunksSharedNoiseWordsGiveEveryElementItsRoundingNoise) {
   const uint64_t seed = 0x5EEDull, stream = quant_stream(3, 1);
   for (int64_t begin : {int64_t{0}, int64_t{1}, int64_t{127}, int64_t{128}, int64_t{1013}, int64_t{5} << 33})
     for (int64_t len : {1, 7, 49, 128, 129, 255, 256, 897, 1023, 1024}) {
