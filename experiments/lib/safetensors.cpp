@@ -22,6 +22,8 @@ const char* st_dtype(DType t) {
     case DType::i64: return "I64";
     case DType::i32: return "I32";
     case DType::u8: return "U8";
+    case DType::bf16: return "BF16";
+    case DType::f16: return "F16";
   }
   return "?";
 }
@@ -32,6 +34,8 @@ bool parse_dtype(const std::string& s, DType& out) {
   else if (s == "I64") out = DType::i64;
   else if (s == "I32") out = DType::i32;
   else if (s == "U8") out = DType::u8;
+  else if (s == "BF16") out = DType::bf16;
+  else if (s == "F16") out = DType::f16;
   else return false;
   return true;
 }
@@ -197,7 +201,7 @@ SafetensorsFile read_safetensors(const std::string& path, MemTag tag) {
       PACKRAT_CHECK(e.is_object(), "entry is not an object");
       DType dt{};
       const std::string dtype = e.at("dtype").get<std::string>();
-      PACKRAT_CHECK(parse_dtype(dtype, dt), "unsupported dtype '{}' (F32, F64, I64, I32, U8)", dtype);
+      PACKRAT_CHECK(parse_dtype(dtype, dt), "unsupported dtype '{}' (F32, F64, I64, I32, U8, BF16, F16)", dtype);
       std::vector<int64_t> dims;
       int64_t numel = 1;
       PACKRAT_CHECK(e.at("shape").is_array(), "shape is not an array");

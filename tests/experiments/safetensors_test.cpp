@@ -1,8 +1,10 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 
 #include "core/error.h"
 #include "experiments/lib/json.h"
@@ -76,6 +78,23 @@ TEST(Safetensors, RoundTripsEveryDtypeAndMetadata) {
   EXPECT_EQ(r.find("n")->data<int32_t>()[0], -123456);
 }
 
+// 16-bit floats keep their dtype and bits under safetensors' names (BF16, F16), as torch writes them.
+TEST(Safetensors, RoundTripsSixteenBitFloats) {
+  const Tensor f = Tensor::from_vector({2, 2}, std::vector<float>{1.0f, -2.5f, 0.15625f, 3e4f});
+  const Tensor b = f.to(DType::bf16), h = f.to(DType::f16);
+  const fs::path p = temp_path("half.safetensors");
+  write_safetensors(p.string(), {{"b", b}, {"h", h}}, {});
+  std::ifstream in(p, std::ios::binary);
+  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_NE(bytes.find("\"dtype\":\"BF16\""), std::string::npos);
+  EXPECT_NE(bytes.find("\"dtype\":\"F16\""), std::string::npos);
+  SafetensorsFile r = read_safetensors(p.string());
+  ASSERT_EQ(r.find("b")->dtype(), DType::bf16);
+  ASSERT_EQ(r.find("h")->dtype(), DType::f16);
+  EXPECT_EQ(std::memcmp(r.find("b")->data<bf16_t>(), b.data<bf16_t>(), 8), 0);
+  EXPECT_EQ(std::memcmp(r.find("h")->data<f16_t>(), h.data<f16_t>(), 8), 0);
+}
+
 TEST(Safetensors, LayoutIsStandard) {
   // 8-byte little-endian header length, JSON header padded to 8 bytes, then the data.
   const fs::path p = temp_path("b.safetensors");
@@ -119,8 +138,8 @@ TEST(Safetensors, CorruptFilesGiveClearErrors) {
   EXPECT_NE(error_reading(p).find("header length"), std::string::npos) << error_reading(p);
   write_bytes(p, make_file("{\"a\": {\"dtype\": \"F32\"", 0));
   EXPECT_NE(error_reading(p).find("invalid JSON"), std::string::npos) << error_reading(p);
-  write_bytes(p, make_file(R"({"a": {"dtype": "BF16", "shape": [2], "data_offsets": [0, 4]}})", 4));
-  EXPECT_NE(error_reading(p).find("unsupported dtype 'BF16'"), std::string::npos) << error_reading(p);
+  write_bytes(p, make_file(R"({"a": {"dtype": "F8_E4M3", "shape": [2], "data_offsets": [0, 2]}})", 2));
+  EXPECT_NE(error_reading(p).find("unsupported dtype 'F8_E4M3'"), std::string::npos) << error_reading(p);
   write_bytes(p, make_file(R"({"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}})", 4));
   EXPECT_NE(error_reading(p).find("outside the 4 data bytes"), std::string::npos) << error_reading(p);
   write_bytes(p, make_file(R"({"a": {"dtype": "F32", "shape": [3], "data_offsets": [0, 8]}})", 8));
