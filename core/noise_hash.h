@@ -56,14 +56,24 @@ PACKRAT_HD inline W noise_hash(const NoiseKey& key, W lo, W hi) {
   return x ^ (x >> 14);
 }
 
-// Philox4x32::generate's shape, so a counter's four words take its place: word j of counter c is
-// word 4 c + j of the stream (counters below 2^62).
-PACKRAT_HD inline uint32_t noise_word(const NoiseKey& key, uint64_t counter, int j) {
-  const uint64_t n = (counter << 2) | static_cast<uint64_t>(j);
+// Word n of the keyed stream.
+PACKRAT_HD inline uint32_t noise_word(const NoiseKey& key, uint64_t n) {
   return noise_hash<uint32_t>(key, static_cast<uint32_t>(n), static_cast<uint32_t>(n >> 32));
 }
-PACKRAT_HD inline void noise_words(const NoiseKey& key, uint64_t counter, uint32_t out[4]) {
-  for (int j = 0; j < 4; ++j) out[j] = noise_word(key, counter, j);
+// The 16-bit noise of element e: half e % 2 of word e / 2 (the low half for even e). A word is two
+// neighbours' noise, so a run of elements takes one hash per two, stored as they come out, and
+// any walk of a buffer (a plane a SIMD lane, a block of 8 a CUDA thread) computes its own
+// elements' words with no exchange between lanes.
+PACKRAT_HD inline uint32_t noise_half(const NoiseKey& key, uint64_t e) {
+  return (noise_word(key, e >> 1) >> (16 * (e & 1))) & 0xFFFFu;
+}
+// The noise of the 8 elements 8 block + k, k < 8: words 4 block .. 4 block + 3, halves in order.
+PACKRAT_HD inline void block8_noise(const NoiseKey& key, uint64_t block, uint32_t half[8]) {
+  for (int j = 0; j < 4; ++j) {
+    const uint32_t w = noise_word(key, 4 * block + static_cast<uint64_t>(j));
+    half[2 * j] = w & 0xFFFFu;
+    half[2 * j + 1] = w >> 16;
+  }
 }
 
 }  // namespace packrat

@@ -48,7 +48,7 @@ constexpr int kParamLanes = 1;
 // again.
 class NoiseWindow {
  public:
-  explicit NoiseWindow(const QuantNoise& noise) : noise_(noise) {}
+  explicit NoiseWindow(const QuantNoise& noise) : key_(noise_key(noise.seed, noise.stream)) {}
   // The noise of elements [e0, e0 + n), n <= kChunk.
   const uint16_t* get(int64_t e0, int64_t n) {
     const int64_t b0 = e0 >> 7, b1 = (e0 + n - 1) >> 7;
@@ -60,14 +60,14 @@ class NoiseWindow {
     }
     first_ = b0;
     if (b1 >= first_ + count_) {
-      fill_noise_blocks(noise_, first_ + count_, b1, buf_ + count_ * 128);
+      fill_noise_blocks(key_, first_ + count_, b1, buf_ + count_ * 128);
       count_ = b1 - first_ + 1;
     }
     return buf_ + (e0 - 128 * b0);
   }
 
  private:
-  QuantNoise noise_;
+  NoiseKey key_;
   int64_t first_ = 0, count_ = 0;       // the blocks held: [first_, first_ + count_)
   alignas(64) uint16_t buf_[kChunk + 2 * 128];  // (blocks covering a chunk, 128)
 };

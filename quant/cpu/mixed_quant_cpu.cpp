@@ -31,17 +31,12 @@ void RoundingNoise::fill(int64_t e0, int64_t n, uint16_t* out) {
     const int64_t e = e0 + i, block = e >> 7, first = e & 127;
     const int64_t take = std::min<int64_t>(n - i, 128 - first);
     if (block != block_) {
-      group_simd::noise_block(noise_.seed, noise_.stream, block, values_);
+      simd::noise_block16(key_, block, values_);
       block_ = block;
     }
     std::memcpy(out + i, values_ + first, static_cast<size_t>(take) * sizeof(uint16_t));
     i += take;
   }
-}
-
-void fill_rounding_noise(const QuantNoise& noise, int64_t e0, int64_t n, uint16_t* out) {
-  RoundingNoise r(noise);
-  r.fill(e0, n, out);
 }
 
 // GCC 12 warns about the undefined pass-through operand inside AVX-512 intrinsics.
@@ -349,52 +344,28 @@ void quantize_affine_bucket(const float* xb, int64_t len, bool stochastic, MetaT
   const GroupParams p = group_params(mn, mx, B, meta);
   store_group_meta(p, meta, meta_dst);
   alignas(64) uint8_t code_buf[kChunk];  // (kChunk,)
-  alignas(64) uint16_t rnd[128];         // (128,) one block's noise, for a partial block
+  alignas(64) uint16_t rnd[128];         // (128,) one block's noise
 #if defined(__AVX512F__)
   const __m512 vmin = _mm512_set1_ps(p.min), vinv = _mm512_set1_ps(p.inv_step);
-  const __m512i vlev = _mm512_set1_epi32(static_cast<int>(levels)), lo16 = _mm512_set1_epi32(0xFFFF);
-  const NoiseKey key = noise_key(seed, stream);
+  const __m512i vlev = _mm512_set1_epi32(static_cast<int>(levels));
 #endif
+  const NoiseKey key = noise_key(seed, stream);
   for (int64_t c = 0; c < len; c += kChunk) {
     const int64_t n = std::min(kChunk, len - c);
     for (int64_t k = 0; k < n; k += 128) {
       const int64_t e = c + k, m = std::min<int64_t>(128, n - k);
       const float* xk = xb + e;
       uint8_t* ck = code_buf + k;
+      if (stochastic) simd::noise_block16(key, e >> 7, rnd);  // e: a multiple of 128
 #if defined(__AVX512F__)
-      __m512i w[4] = {lo16, lo16, lo16, lo16};
-      if (stochastic) {
-        alignas(64) uint32_t words[64];  // (4 words, 16 counters)
-        simd::noise_words16(key, static_cast<uint64_t>(e >> 7) << 4, words);
-        for (int j = 0; j < 4; ++j) w[j] = _mm512_load_si512(words + 16 * j);
-      }
-      if (m == 128) {
-        // Element 16 h + lane takes half-word h of its lane: word h / 2, low half for even h.
-        for (int h = 0; h < 8; ++h) {
-          const __m512i word = w[h >> 1];
-          const __m512i hv = (h & 1) ? _mm512_srli_epi32(word, 16) : _mm512_and_si512(word, lo16);
-          _mm_store_si128(reinterpret_cast<__m128i*>(ck + 16 * h), quantize16(xk + 16 * h, vmin, vinv, hv, vlev, stochastic));
-        }
-        continue;
-      }
       int64_t i = 0;
       for (; i + 16 <= m; i += 16) {
-        const int h = static_cast<int>(i >> 4);
-        const __m512i word = w[h >> 1];
-        const __m512i hv = (h & 1) ? _mm512_srli_epi32(word, 16) : _mm512_and_si512(word, lo16);
+        const __m512i hv = stochastic ? _mm512_cvtepu16_epi32(_mm256_load_si256(reinterpret_cast<const __m256i*>(rnd + i)))
+                                      : _mm512_setzero_si512();
         _mm_storeu_si128(reinterpret_cast<__m128i*>(ck + i), quantize16(xk + i, vmin, vinv, hv, vlev, stochastic));
       }
-      if (i < m) {
-        if (stochastic) {
-          for (int j = 0; j < 4; ++j) {
-            _mm256_storeu_si256(reinterpret_cast<__m256i*>(rnd + 32 * j), _mm512_cvtepi32_epi16(_mm512_and_si512(w[j], lo16)));
-            _mm256_storeu_si256(reinterpret_cast<__m256i*>(rnd + 32 * j + 16), _mm512_cvtepi32_epi16(_mm512_srli_epi32(w[j], 16)));
-          }
-        }
-        for (; i < m; ++i) ck[i] = static_cast<uint8_t>(quantize_value(xk[i], p, levels, stochastic ? uniform16(rnd[i]) : 0.5f));
-      }
+      for (; i < m; ++i) ck[i] = static_cast<uint8_t>(quantize_value(xk[i], p, levels, stochastic ? uniform16(rnd[i]) : 0.5f));
 #else
-      if (stochastic) fill_rounding_noise(QuantNoise{seed, stream}, e, m, rnd);
       group_simd::quantize_run(xk, m, p, levels, stochastic ? rnd : nullptr, ck);
 #endif
     }

@@ -68,6 +68,7 @@ struct Lanes {
   static I round_up(I code, F r, F frac) {
     return _mm512_mask_add_epi32(code, _mm512_cmp_ps_mask(r, frac, _CMP_LT_OQ), code, _mm512_set1_epi32(1));
   }
+  static I one_where_less(F a, F b) { return _mm512_maskz_set1_epi32(_mm512_cmp_ps_mask(a, b, _CMP_LT_OQ), 1); }  // 1 where a < b, else 0
   static I add(I a, I b) { return _mm512_add_epi32(a, b); }
   static I sub(I a, I b) { return _mm512_sub_epi32(a, b); }
   static I min(I a, I b) { return _mm512_min_epi32(a, b); }
@@ -156,6 +157,9 @@ struct Lanes {
   static I to_int(F a) { return _mm256_cvttps_epi32(a); }
   static I round_up(I code, F r, F frac) {  // the compare's all-ones lanes are -1
     return _mm256_sub_epi32(code, _mm256_castps_si256(_mm256_cmp_ps(r, frac, _CMP_LT_OQ)));
+  }
+  static I one_where_less(F a, F b) {  // 1 where a < b (ordered), else 0
+    return _mm256_srli_epi32(_mm256_castps_si256(_mm256_cmp_ps(a, b, _CMP_LT_OQ)), 31);
   }
   static I add(I a, I b) { return _mm256_add_epi32(a, b); }
   static I sub(I a, I b) { return _mm256_sub_epi32(a, b); }
@@ -426,12 +430,14 @@ struct LaneWords {
 };
 
 // One thread's rounding noise of a tile: the tile's plain elements [e0, e0 + lanes plane) (its
-// planes one after the other, the plain order) from the noise blocks that cover them, laid out
-// as the tile's rows are: element i of lane c's plane at rows[i * lanes + c], widened to 32 bits,
-// so that a row's noise is one load. (A gather of the lanes' 16-bit values from the plain order,
-// one a row, was a fifth of the 1-bit quantize in perf: its latency, on the AMD EPYC Zen 4.)
-// Bucketed tensors (the mixed codec's, bucket_blocks > 0 blocks a bucket): element e draws its noise
-// from block e / 128 of its bucket's own stream, stream_of(noise.stream, bucket).
+// planes one after the other, the plain order), laid out as the tile's rows are: element i of
+// lane c's plane at rows[i * lanes + c], widened to 32 bits, so that a row's noise is one load.
+// One stream: made lane by lane (fill_by_lanes). Bucketed tensors (the mixed codec's,
+// bucket_blocks > 0 blocks a bucket), whose element e draws its noise from block e / 128 of its
+// bucket's own stream, stream_of(noise.stream, bucket): made in plain order from the noise blocks
+// that cover the tile, then transposed into rows. (A gather of the lanes' 16-bit values from the
+// plain order, one a row, was a fifth of the 1-bit quantize in perf: its latency, on the AMD EPYC
+// Zen 4.)
 class TileNoise {
  public:
   using StreamOf = uint64_t (*)(uint64_t stream, uint64_t bucket);
@@ -447,7 +453,7 @@ class TileNoise {
   }
   // Fills the noise of the tile whose plain elements start at e0; returns its rows.
   const uint32_t* fill(int64_t e0) {
-    if (plane_ % 128 == 0 && bucket_blocks_ == 0) return fill_by_lanes(e0);
+    if (bucket_blocks_ == 0) return fill_by_lanes(e0);
     const int64_t n = kLanes * plane_, b0 = e0 >> 7, b1 = (e0 + n - 1) >> 7;
     if (b0 != held_first_ || b1 > held_last_) hold(b0, b1);
     const uint16_t* src = plain_.get() + (e0 - 128 * b0);  // (lanes, plane)
@@ -481,6 +487,7 @@ class TileNoise {
   TileNoise() : rows_(nullptr, std::free) {}
   void reset(const QuantNoise& noise, int64_t plane, int64_t bucket_blocks, StreamOf stream_of) {
     noise_ = noise;
+    key_ = noise_key(noise.seed, noise.stream);
     bucket_blocks_ = bucket_blocks;
     stream_of_ = stream_of;
     held_first_ = -1;  // the blocks held were another stream's, or another tensor's
@@ -496,6 +503,7 @@ class TileNoise {
         for (int64_t j = 0; j < 32; ++j) small_rows_[r][j] = static_cast<uint16_t>((j % 16) * plane + 2 * r + j / 16);
 #endif
     plane_ = plane;
+    for (int64_t c = 0; c < kLanes; ++c) lane_plane_[c] = static_cast<uint32_t>(c * plane);
   }
   // Makes plain_ hold the blocks [b0, b1], from b0 on. The blocks held from b0 on stay (a tile's
   // last block is often the next one's first); the others are made.
@@ -509,9 +517,9 @@ class TileNoise {
     held_last_ = std::max(b1, from - 1);
     held_first_ = b0;
   }
-  // The noise of blocks [b0, b1] in plain order into out.
+  // The noise of blocks [b0, b1] (of a bucketed tensor: fill takes one stream by lanes) in plain
+  // order into out.
   void fill_blocks(int64_t b0, int64_t b1, uint16_t* out) {
-    if (bucket_blocks_ == 0) return group_simd::fill_noise_blocks(noise_, b0, b1, out);
     for (int64_t b = b0; b <= b1;) {  // a run of blocks within one bucket at a time
       const int64_t bucket = b / bucket_blocks_, first = bucket * bucket_blocks_;
       const int64_t last = std::min(b1, first + bucket_blocks_ - 1);
@@ -549,36 +557,63 @@ class TileNoise {
     return rows;
   }
 #endif
-  // Planes of whole noise blocks (32 x 32, 16 x 16): lane c's plane starts on a block, so its row
-  // i (element i of the plane) is element i % 128 of its block i / 128, half i / 16 % 8 of counter
-  // i % 16. The hash of the lanes' word j of counter q gives rows 32 j + q (low halves) and 32 j + q
-  // + 16 (high halves) of their block: the rows come out made, with no plain-order copy to
-  // transpose (a third of fill's time in perf: with Philox on AVX-512, the stochastic 2-bit
-  // quantize of 32 x 32 and 16 x 16 planes ran in 0.85x the time).
+  // A tile of one stream, its rows made lane by lane: lane c's plane is the plain elements p = e0
+  // + c plane + i, whose noise is half p % 2 of word p / 2 (rounding_noise16). With an even plane
+  // (every lane's first element even), a hash of the lanes' words gives two rows, its low halves
+  // and its high halves; with an odd one, a row, each lane taking its word's half by its parity.
+  // No plain-order copy to transpose: with the noise's earlier layout (a word's halves 16 elements
+  // apart) that copy, its 16-bit packs and its 8 x 8 transposes were two thirds of fill's time in
+  // perf (the 2-bit EfficientNet step, AVX2 EPYC).
   const uint32_t* fill_by_lanes(int64_t e0) {
-    using Words = uint32_t __attribute__((vector_size(4 * kLanes)));  // (lanes,)
     uint32_t* rows = rows_.get();
-    const NoiseKey key = noise_key(noise_.seed, noise_.stream);
-    const int64_t blocks = plane_ / 128;  // a lane's
-    for (int64_t m = 0; m < blocks; ++m) {
-      Words lo, hi;  // lane c: word 0 of its block m's first counter, 64 ((e0 >> 7) + c blocks + m)
-      for (int64_t c = 0; c < kLanes; ++c) {
-        const uint64_t n = static_cast<uint64_t>((e0 >> 7) + c * blocks + m) << 6;
-        lo[c] = static_cast<uint32_t>(n);
-        hi[c] = static_cast<uint32_t>(n >> 32);
+    const uint64_t first = static_cast<uint64_t>(e0), end = first + static_cast<uint64_t>(kLanes * plane_);
+    // Element by element where the words' high half changes within the tile, or c plane passes 32 bits.
+    if (((first >> 1) >> 32) != (((end - 1) >> 1) >> 32) || kLanes * plane_ >= (int64_t{1} << 31)) {
+      for (int64_t i = 0; i < plane_; ++i)
+        for (int64_t c = 0; c < kLanes; ++c)
+          rows[i * kLanes + c] = noise_half(key_, first + static_cast<uint64_t>(c * plane_ + i));
+      return rows;
+    }
+    // The key and the plane in locals: read through `this`, they were loaded again after every
+    // store of a row (a store may alias the object), with the broadcasts of the key (perf).
+    const NoiseKey key = key_;
+    const int64_t plane = plane_;
+    const Words hi = Words{} + static_cast<uint32_t>((first >> 1) >> 32);
+    // lane c's first element is first + c plane: its word (low 32 bits) and, where it is odd, 16
+    const Words from_first = lane_plane_ + static_cast<uint32_t>(first & 1);  // (first % 2) + c plane
+    Words lo = (Words{} + static_cast<uint32_t>(first >> 1)) + (from_first >> 1);
+    if (plane % 2 == 0 && first % 2 == 0) {
+      int64_t i = 0;
+      // rows i .. i + 3 from two hashes at a time: two independent chains of multiplies in flight
+      for (; i + 4 <= plane; i += 4, lo += 2u) {
+        const Words w0 = noise_hash(key, lo, hi), w1 = noise_hash(key, lo + 1u, hi);
+        const Words r0 = w0 & 0xFFFFu, r1 = w0 >> 16, r2 = w1 & 0xFFFFu, r3 = w1 >> 16;
+        std::memcpy(rows + i * kLanes, &r0, sizeof r0);
+        std::memcpy(rows + (i + 1) * kLanes, &r1, sizeof r1);
+        std::memcpy(rows + (i + 2) * kLanes, &r2, sizeof r2);
+        std::memcpy(rows + (i + 3) * kLanes, &r3, sizeof r3);
       }
-      uint32_t* block_rows = rows + 128 * m * kLanes;  // (128, lanes)
-      for (int q = 0; q < 16; ++q)
-        for (int j = 0; j < 4; ++j) {
-          const Words w = noise_hash(key, lo + static_cast<uint32_t>(4 * q + j), hi);
-          const Words low = w & 0xFFFFu, high = w >> 16;
-          std::memcpy(block_rows + (32 * j + q) * kLanes, &low, sizeof low);
-          std::memcpy(block_rows + (32 * j + q + 16) * kLanes, &high, sizeof high);
-        }
+      if (i < plane) {  // rows i and i + 1
+        const Words w = noise_hash(key, lo, hi);
+        const Words low = w & 0xFFFFu, high = w >> 16;
+        std::memcpy(rows + i * kLanes, &low, sizeof low);
+        std::memcpy(rows + (i + 1) * kLanes, &high, sizeof high);
+      }
+      return rows;
+    }
+    Words shift = (from_first & 1u) << 4;
+    for (int64_t i = 0; i < plane; ++i) {
+      const Words w = (noise_hash(key, lo, hi) >> shift) & 0xFFFFu;
+      std::memcpy(rows + i * kLanes, &w, sizeof w);
+      lo += shift >> 4;  // past a high half, the next word
+      shift ^= 16u;
     }
     return rows;
   }
+  using Words = uint32_t __attribute__((vector_size(4 * kLanes)));  // (lanes,)
   QuantNoise noise_{};
+  NoiseKey key_{};  // noise_'s
+  Words lane_plane_{};  // lane c: c plane_
   int64_t plane_ = 0;
   int64_t bucket_blocks_ = 0;  // 0: one stream
   StreamOf stream_of_ = nullptr;
@@ -702,6 +737,15 @@ inline void lane_ranges(const T* rows, int64_t stride, int64_t len, float* mn, f
 template <int B, typename T>
 __attribute__((always_inline)) inline void quantize_rows(const T* rows, int64_t stride, int64_t len, Lanes::F vmin,
                                                          Lanes::F vinv, const uint32_t* rnd, uint32_t* words) {
+  if constexpr (B == 1) {
+    // quantize_value's code at one level: 1 where r < u. (u >= 1 rounds to 1, as r < 1; u below 0
+    // or NaN to 0, as the clamp to 0 does.) Three instructions a row fewer than the general
+    // arithmetic's truncation, conversion and clamp.
+    quantize_rows_with<B>(rows, stride, len, rnd, words, [=](Lanes::F x, Lanes::F r) __attribute__((always_inline)) {
+      return Lanes::one_where_less(r, Lanes::mul(Lanes::sub(x, vmin), vinv));
+    });
+    return;
+  }
   const Lanes::F zero = Lanes::set(0.0f);
   const Lanes::I vlev = Lanes::set(static_cast<int>((1u << B) - 1u));
   quantize_rows_with<B>(rows, stride, len, rnd, words, [=](Lanes::F x, Lanes::F r) __attribute__((always_inline)) {

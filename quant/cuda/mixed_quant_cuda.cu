@@ -63,13 +63,11 @@ constexpr int kBucketLaneBlocks = 2;
 // One bucket, g, by the whole warp: its grid (range or scale), its metadata record, then its
 // blocks of 8 codes across the lanes, 32 consecutive blocks (a pass) at a time, lane l on blocks
 // l, l + 32, ... Every lane computes the same grid, so none is broadcast. Stochastic rounding:
-// each lane draws one counter's four noise words per pass and the lanes share them through the
-// warp's shared words (warp_noise_counter and friends: the uniforms of rounding_uniform, 8x fewer
-// hashes than one counter per element). xb: the bucket's values, in global memory or a block's tile.
+// each lane hashes its own block's four noise words (block8_noise: the uniforms of rounding_uniform,
+// two elements a word). xb: the bucket's values, in global memory or a block's tile.
 __device__ void quantize_bucket_by_warp(const float* xb, int64_t g, const MixedFormat& f, Rounding rounding,
                                         const QuantNoise& noise, const BucketFlags& flags,
-                                        const BucketOffsets& offsets, uint8_t* codes, uint8_t* meta,
-                                        uint32_t (*shared_words)[4], int lane) {
+                                        const BucketOffsets& offsets, uint8_t* codes, uint8_t* meta, int lane) {
   const int64_t len = f.g.len(g);
   float v[kBucketLaneBlocks][8];  // the lane's blocks of the first passes (past n[i]: not read)
   int n[kBucketLaneBlocks];       // their lengths (0: none)
@@ -96,13 +94,9 @@ __device__ void quantize_bucket_by_warp(const float* xb, int64_t g, const MixedF
   auto quantize_pass = [&](int64_t first, const float* vals, int m) {
     float r[8];
     if (stochastic) {
-      uint32_t words[4];
-      noise_words(key, warp_noise_counter(first, lane), words);
-      __syncwarp();  // the last pass's reads are done (the last bucket's, in a staged block)
-      for (int j = 0; j < 4; ++j) shared_words[lane][j] = words[j];
-      __syncwarp();
-      const int h = warp_noise_half(lane);
-      for (int k = 0; k < 8; ++k) r[k] = uniform16(noise_half_word(shared_words[warp_noise_source(lane, k)], h));
+      uint32_t half[8];
+      block8_noise(key, static_cast<uint64_t>(first + lane), half);
+      for (int k = 0; k < 8; ++k) r[k] = uniform16(half[k]);
     } else {
       for (int k = 0; k < 8; ++k) r[k] = 0.5f;
     }
@@ -122,12 +116,10 @@ __device__ void quantize_bucket_by_warp(const float* xb, int64_t g, const MixedF
 // A plain tensor: one warp per bucket, read where it lies.
 __global__ void quantize_mixed_kernel(const float* x, MixedFormat f, Rounding rounding, QuantNoise noise,
                                       BucketFlags flags, BucketOffsets offsets, uint8_t* codes, uint8_t* meta) {
-  __shared__ uint32_t noise_words_shared[kWarpsPerBlock][32][4];  // (warps, lanes, words): each warp's noise words
-  const int lane = static_cast<int>(threadIdx.x % 32), warp = static_cast<int>(threadIdx.x / 32);
+  const int lane = static_cast<int>(threadIdx.x % 32);
   const int64_t g = (blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x) / 32;
   if (g >= f.g.buckets) return;  // the whole warp: one bucket per warp
-  quantize_bucket_by_warp(x + f.g.start(g), g, f, rounding, noise, flags, offsets, codes, meta, noise_words_shared[warp],
-                          lane);
+  quantize_bucket_by_warp(x + f.g.start(g), g, f, rounding, noise, flags, offsets, codes, meta, lane);
 }
 
 // An NHWC tensor (walk) in plain order (quant/mixed/nhwc_buckets.h): the block's buckets staged into
@@ -137,7 +129,6 @@ __global__ void __launch_bounds__(kNhwcBlockThreads)
                                BucketOffsets offsets, uint8_t* codes, uint8_t* meta, CodecWalk walk,
                                int64_t per_block) {
   constexpr int kWarps = kNhwcBlockThreads / 32;
-  __shared__ uint32_t noise_words_shared[kWarps][32][4];  // (warps, lanes, words): each warp's noise words
   extern __shared__ float4 staged_run[];            // (the block's run, plain order) at most kNhwcTileFloats
   float* tile = reinterpret_cast<float*>(staged_run);
   const int t = static_cast<int>(threadIdx.x), lane = t % 32, warp = t / 32;
@@ -145,8 +136,7 @@ __global__ void __launch_bounds__(kNhwcBlockThreads)
   nhwc_stage(walk, b.run, x, tile, t, kNhwcBlockThreads);
   __syncthreads();
   for (int64_t g = b.first + warp; g < b.first + b.count; g += kWarps)  // the same trip count on a warp's lanes
-    quantize_bucket_by_warp(tile + (f.g.start(g) - b.run.begin), g, f, rounding, noise, flags, offsets, codes, meta,
-                            noise_words_shared[warp], lane);
+    quantize_bucket_by_warp(tile + (f.g.start(g) - b.run.begin), g, f, rounding, noise, flags, offsets, codes, meta, lane);
 }
 
 // One block's buckets of an NHWC tensor decoded straight into NHWC (quant/mixed/nhwc_buckets.h): their

@@ -18,7 +18,7 @@
 // kept in registers from the load to the codes. Threads take the quads innermost, so a warp's
 // load of one pixel row reads whole 32-byte sectors where k >= 2. Three phases, two barriers:
 //   A  each box's blocks: their range (RangeScan), first value and first zero into shared memory
-//      (QuadShared); meanwhile the block's rounding noise (the run's noise counters, one in 8
+//      (QuadShared); meanwhile the block's rounding noise (the run's noise words, one in 2
 //      values) into shared memory, as the warps of group_quant_warp.h make theirs;
 //   B  each group's range from its blocks' (lanes = quantize_lanes(G) threads a group, merged by
 //      shuffles in the kernel, in any order: RangeScan gives the CPU's), its metadata and
@@ -44,9 +44,8 @@ namespace packrat {
 constexpr int kQuadRunValues = 8192;                // a block's run at most
 constexpr int kQuadRunBlocks = kQuadRunValues / 8;  // its plain blocks of 8
 constexpr int kQuadBoxThreads = 256;                // a block's threads: one box each, at most
-// Shared words of a run's noise: a run of 8192 that starts off a 128-element boundary touches 65
-// noise blocks (shared_noise_index's layout).
-constexpr int kQuadNoiseWords = (kQuadRunValues / 128 + 1) * kNoiseBlockWords;
+// Shared words of a run's noise (its 4097 words at most, shared_noise_index's places).
+constexpr int kQuadNoiseWords = noise_shared_words(kQuadRunValues);
 
 // How a tensor's runs and boxes lie; quads_per_run 0: the kernel cannot take it. channels 0: a
 // plain tensor (plain_quad_plan), whose box blocks lie `plane` elements apart.
@@ -295,7 +294,7 @@ PACKRAT_HD inline void quantize_quad_box(const float (&v)[4][8], const QuadPlan&
     const QuadShared::Pair r = s.range(b.block + j * p.pixel_blocks);
     const GroupParams params{r.a, 0.0f, r.b};  // quantize_value reads min and inv_step
     // A multiple of 8 (plane % 8 == 0, nhwc_quad_plan), said so that the compiler drops
-    // chunk_noise16_block8's element-by-element path for blocks off an 8-element boundary.
+    // chunk_noise16_block8's element-by-element path for blocks on an odd element.
     const uint64_t e = static_cast<uint64_t>(b.e0 + j * p.plane) & ~uint64_t{7};
     quantize_lane_block(v[j], 8, e, params, bits, nc, noise, codes + (e >> 3) * bits);
   }

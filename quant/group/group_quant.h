@@ -14,8 +14,8 @@
 // stochastic rounding stays unbiased whatever the metadata precision.
 //
 // Randomness: the uniform of element e is a pure function of (seed, step, tensor, e) through
-// a keyed counter-based hash (core/noise_hash.h; 16 bits per element, 8 elements per counter's
-// four words; see rounding_noise16), so the noise of any tensor can be re-drawn while all others
+// a keyed counter-based hash (core/noise_hash.h; 16 bits per element, two elements a word; see
+// rounding_noise16), so the noise of any tensor can be re-drawn while all others
 // stay fixed (GACT's sensitivity estimate). The 2^-16 grid of the uniforms biases a rounding by
 // at most 2^-17 of a step.
 //
@@ -36,7 +36,7 @@
 
 #include "core/activation_id.h"
 #include "core/half.h"    // f32_to_bf16, bf16_to_f32, f32_bits
-#include "core/noise_hash.h"  // PACKRAT_HD, noise_key, noise_word
+#include "core/noise_hash.h"  // PACKRAT_HD, noise_key, noise_half
 #include "quant/bits/bitpack.h"
 
 namespace packrat {
@@ -190,11 +190,9 @@ struct QuantNoise {
 // The noise stream of one saved tensor: (step, tensor index within the step).
 PACKRAT_HD constexpr uint64_t quant_stream(uint64_t step, uint64_t tensor) { return (step << 20) ^ tensor; }
 
-// The rounding uniform of element e, in (0, 1) on a 2^-16 grid centred in its bins. Elements
-// come in blocks of 128 that share 16 consecutive counters of the stream's noise_words (four
-// words each): element i of block k takes counter 16k + (i mod 16) and half-word h = i / 16 (word
-// h/2, low half for even h), so that 16 SIMD lanes of counters give 16 consecutive elements their
-// noise directly (a layout made for Philox's four words a counter, which the hash kept).
+// The rounding uniform of element e, in (0, 1) on a 2^-16 grid centred in its bins, from the
+// stream's 16-bit noise of e: half e % 2 of word e / 2 (noise_half), so that a walk along
+// neighbouring elements takes one hash for two, whatever lanes it walks them in.
 // (half + 0.5) / 2^16, built from its bits: 1 + (2 half + 1) / 2^17 has them as its mantissa, and
 // taking 1 away is exact; on a GPU an int-to-float conversion runs at an eighth of the rate of
 // these integer and float instructions.
@@ -202,10 +200,7 @@ PACKRAT_HD inline float uniform16(uint32_t half) {
   return f32_from_bits(0x3F800040u | ((half & 0xFFFFu) << 7)) - 1.0f;
 }
 PACKRAT_HD inline uint32_t rounding_noise16(uint64_t seed, uint64_t stream, uint64_t e) {
-  const uint64_t i = e & 127;
-  const uint32_t h = static_cast<uint32_t>(i >> 4);
-  const uint32_t w = noise_word(noise_key(seed, stream), ((e >> 7) << 4) | (i & 15), static_cast<int>(h >> 1));
-  return (w >> (16 * (h & 1))) & 0xFFFFu;
+  return noise_half(noise_key(seed, stream), e);
 }
 PACKRAT_HD inline float rounding_uniform(uint64_t seed, uint64_t stream, uint64_t e) {
   return uniform16(rounding_noise16(seed, stream, e));

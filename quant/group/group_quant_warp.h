@@ -14,11 +14,10 @@
 // shuffles (RangeScan: any order gives the CPU's scan), then quantize their blocks. Rounds of S
 // blocks go kLaneBlocks to a chunk: groups tile the buffer in order, so a chunk's elements over
 // all the warp's groups are one run of at most 1024 (chunk_elements; a warp of several groups has
-// one chunk, a group over 1024 values several), whose rounding noise lies in at most nine of
-// rounding_noise16's 128-element noise blocks: the lanes draw those 16 to 144 counters' words once
-// (make_chunk_noise, up to five a lane) into shared memory, and every element reads its
-// half-word back (chunk_noise16). For groups on 128-element boundaries that is one counter per 8
-// elements, 8x fewer than rounding_uniform's one per element.
+// one chunk, a group over 1024 values several), whose rounding noise is at most 513 of the
+// stream's words (rounding_noise16: two elements a word): the lanes draw them once (make_chunk_noise,
+// up to 17 a lane) into shared memory, and every element reads its half-word back (chunk_noise16),
+// one hash per two elements.
 //
 // Dequantize. S = dequantize_lanes(G) lanes a group, lane s writing the group's quads of 4 values
 // s, s + S, ... (DequantizeQuadsBody): consecutive lanes write consecutive 16 bytes, one float4
@@ -159,63 +158,56 @@ PACKRAT_HD inline ElementRun chunk_elements(int64_t warp_begin, int64_t warp_end
   return {b, warp_end < e ? warp_end : e};
 }
 
-constexpr int kChunkCalls = 144;     // a run of 1024 touches at most 9 noise blocks of 16 calls
-constexpr int kNoiseCallStride = 5;  // shared words per call: its 4 and one of padding (odd: the
-                                     // lanes' writes, and an aligned block's reads, hit distinct banks)
-// Shared words per noise block: its 16 calls and one of padding, so that the lanes of groups 256
-// apart (two noise blocks, 162 words: bank + 2) read distinct banks.
-constexpr int kNoiseBlockWords = 16 * kNoiseCallStride + 1;
-constexpr int kChunkNoiseWords = (kChunkCalls / 16) * kNoiseBlockWords;  // a warp's shared words
-// Word j of call c (16 a noise block) among the warp's shared words.
-PACKRAT_HD inline int shared_noise_index(int c, int j) { return (c >> 4) * kNoiseBlockWords + (c & 15) * kNoiseCallStride + j; }
+// Shared place of a run's noise word c: a word of padding after every 32, so that lanes reading
+// the words of consecutive blocks of 8 (lane L: words 4 L + k) hit distinct banks (4-way
+// conflicts without it).
+PACKRAT_HD constexpr int shared_noise_index(int c) { return c + (c >> 5); }
+// Shared words for the noise of a run of `values` elements: its words (values / 2 + 1, from any
+// start) and the 3 a last block of 8 may read past them (chunk_noise16_block8), padded.
+PACKRAT_HD constexpr int noise_shared_words(int values) { return shared_noise_index(values / 2 + 4) + 1; }
+constexpr int kChunkNoiseWords = noise_shared_words(8 * kLaneBlocks * kWarpLanes);  // a warp's shared words
 
-// The noise counters of a run: those of the 128-element noise blocks [first_block, first_block +
-// calls / 16), call c with counter 16 (first_block + c / 16) + c % 16 (rounding_noise16's).
+// The noise words of a run: words [first_word, first_word + words) of the stream, element e's
+// noise half e % 2 of word e / 2 (rounding_noise16's).
 struct NoiseChunk {
-  uint64_t first_block = 0;
-  int calls = 0;
+  uint64_t first_word = 0;
+  int words = 0;
 };
 PACKRAT_HD inline NoiseChunk noise_chunk(const ElementRun& run) {
   NoiseChunk r;
   if (run.end <= run.begin) return r;
-  r.first_block = static_cast<uint64_t>(run.begin) >> 7;
-  r.calls = 16 * static_cast<int>((static_cast<uint64_t>(run.end - 1) >> 7) - r.first_block + 1);
+  r.first_word = static_cast<uint64_t>(run.begin) >> 1;
+  r.words = static_cast<int>((static_cast<uint64_t>(run.end - 1) >> 1) - r.first_word + 1);
   return r;
 }
-// Lane `lane`'s calls (lane, lane + threads, ... < r.calls) into the shared words of the warp
+// Lane `lane`'s words (lane, lane + threads, ... < r.words) into the shared words of the warp
 // (kChunkNoiseWords; threads 32) or of a block's threads (shared_noise_index's places).
 PACKRAT_HD inline void make_chunk_noise(const QuantNoise& noise, const NoiseChunk& r, int lane, uint32_t* shared,
                                         int threads = kWarpLanes) {
   const NoiseKey key = noise_key(noise.seed, noise.stream);
-  for (int c = lane; c < r.calls; c += threads) {
-    uint32_t w[4];
-    noise_words(key, ((r.first_block + static_cast<uint64_t>(c >> 4)) << 4) | static_cast<uint64_t>(c & 15), w);
-    for (int j = 0; j < 4; ++j) shared[shared_noise_index(c, j)] = w[j];
-  }
+  for (int c = lane; c < r.words; c += threads)
+    shared[shared_noise_index(c)] = noise_word(key, r.first_word + static_cast<uint64_t>(c));
 }
-// rounding_noise16(seed, stream, e) of an element e of the chunk, from the shared words: call
-// 16 (e / 128 - first_block) + e % 16, half-word (e % 128) / 16.
+// rounding_noise16(seed, stream, e) of an element e of the chunk, from the shared words.
 PACKRAT_HD inline uint32_t chunk_noise16(const NoiseChunk& r, const uint32_t* shared, uint64_t e) {
-  const int c = static_cast<int>((((e >> 7) - r.first_block) << 4) | (e & 15));
-  const int h = static_cast<int>((e >> 4) & 7);
-  return (shared[shared_noise_index(c, h >> 1)] >> (16 * (h & 1))) & 0xFFFFu;
+  const int c = static_cast<int>((e >> 1) - r.first_word);
+  return (shared[shared_noise_index(c)] >> (16 * (e & 1))) & 0xFFFFu;
 }
 // The same for the n <= 8 elements e0 .. e0 + n - 1 (half[0..n); the rest are not meaningful).
-// A block on an 8-element boundary (every full block of a group that starts on one) takes one
-// half-word of 8 consecutive calls, all within its 128-element noise block's 16: one shared load
-// an element, the index arithmetic once. Elsewhere, element by element, the n elements only (an
-// element past them may lie in a noise block the chunk did not draw, past the warp's words).
+// A block on an even element takes its 4 words' halves in order (a word past the run's is
+// within the shared words, noise_shared_words); elsewhere element by element, the n only.
 PACKRAT_HD inline void chunk_noise16_block8(const NoiseChunk& r, const uint32_t* shared, uint64_t e0, int n,
                                             uint32_t* half) {
-  if ((e0 & 7) != 0) {
+  if ((e0 & 1) != 0) {
     for (int k = 0; k < 8; ++k) half[k] = k < n ? chunk_noise16(r, shared, e0 + static_cast<uint64_t>(k)) : 0u;
     return;
   }
-  const int c0 = static_cast<int>((((e0 >> 7) - r.first_block) << 4) | (e0 & 15));  // e0 % 16 is 0 or 8
-  const int h = static_cast<int>((e0 >> 4) & 7);
-  const uint32_t* words = shared + shared_noise_index(c0, h >> 1);  // calls c0 .. c0 + 7: one noise block
-  const int shift = 16 * (h & 1);
-  for (int k = 0; k < 8; ++k) half[k] = (words[k * kNoiseCallStride] >> shift) & 0xFFFFu;
+  const int c0 = static_cast<int>((e0 >> 1) - r.first_word);
+  for (int k = 0; k < 4; ++k) {
+    const uint32_t w = shared[shared_noise_index(c0 + k)];
+    half[2 * k] = w & 0xFFFFu;
+    half[2 * k + 1] = w >> 16;
+  }
 }
 
 // A lane's work on a block once the chunk's noise is shared: the codes of its block (n values v, the

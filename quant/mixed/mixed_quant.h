@@ -76,21 +76,20 @@ struct MixedPacked {
 // allocator's count must equal.
 int64_t mixed_bytes_formula(const BucketGeometry& g, const MixedQuantConfig& c, const std::vector<uint8_t>& flags);
 
-// The rounding noise of whole 128-element blocks (rounding_noise16's layout: 16 noise counters
-// per block, one per SIMD lane), computed 16 lanes at a time and kept while the next elements
-// fall in the same block. For the widths and rules per-group quantization does not cover.
+// The rounding noise of whole 128-element blocks (rounding_noise16's: 64 words a block), computed
+// a SIMD register of words at a time and kept while the next elements fall in the same block. For
+// the widths and rules per-group quantization does not cover.
 class RoundingNoise {
  public:
-  explicit RoundingNoise(const QuantNoise& noise) : noise_(noise) {}
+  explicit RoundingNoise(const QuantNoise& noise) : key_(noise_key(noise.seed, noise.stream)) {}
   // out[i] = rounding_noise16(seed, stream, e0 + i), i < n.
   void fill(int64_t e0, int64_t n, uint16_t* out);
 
  private:
-  QuantNoise noise_;
+  NoiseKey key_;
   int64_t block_ = -1;
   alignas(64) uint16_t values_[128];  // (128,) the noise of block_
 };
-void fill_rounding_noise(const QuantNoise& noise, int64_t e0, int64_t n, uint16_t* out);
 
 // flags[g] = 1 where bucket g takes the mix width (g < buckets): per bucket, u_g < mix_prob;
 // per tensor, one draw u_0 < mix_prob for all. `noise.stream` is the quantization stream.

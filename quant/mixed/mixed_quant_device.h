@@ -272,19 +272,6 @@ PACKRAT_HD inline void quantize_bucket_block8(const float* x, int64_t len, int64
   quantize_bucket_block8_with(x + 8 * block, n, len, block, w, scale, r, grid, dst);
 }
 
-// A warp's rounding noise. rounding_uniform hashes one counter's word per element and uses 16 of
-// its 32 bits; a CUDA warp that quantizes 32 consecutive blocks of 8 (256 elements from a
-// multiple of 256: two of rounding_noise16's 128-element noise blocks) instead draws one counter's
-// four words per lane, lane L computing warp_noise_counter(first_block, L), and element k of lane L's block
-// takes half-word warp_noise_half(L) of lane warp_noise_source(L, k)'s output: the same uniforms.
-PACKRAT_HD inline uint64_t warp_noise_counter(int64_t first_block, int lane) {  // first_block: a multiple of 32
-  return ((static_cast<uint64_t>(first_block >> 4) + static_cast<uint64_t>(lane >> 4)) << 4) | static_cast<uint64_t>(lane & 15);
-}
-PACKRAT_HD inline int warp_noise_source(int lane, int k) { return 16 * (lane >> 4) + 8 * (lane & 1) + k; }
-PACKRAT_HD inline int warp_noise_half(int lane) { return (lane & 15) >> 1; }
-// Half-word h of a counter's four noise words: word h / 2, its high half when h is odd.
-PACKRAT_HD inline uint32_t noise_half_word(const uint32_t* words, int h) { return (words[h >> 1] >> (16 * (h & 1))) & 0xFFFFu; }
-
 // Dequantizes the same block of a bucket written by quantize_bucket_block8: out[8 * block ..]
 // (clipped to len), out the bucket's first value.
 PACKRAT_HD inline void dequantize_bucket_block8(const uint8_t* src, int64_t len, int64_t block, const BucketWidth& w,

@@ -20,50 +20,38 @@ TEST(NoiseHash, KnownWords) {
   EXPECT_EQ(key.k0, 0x4D197E6Fu);
   EXPECT_EQ(key.k1, 0xA706DD2Fu);
   EXPECT_EQ(key.k2, 0x38FCBE91u);
-  EXPECT_EQ(noise_word(key, 0, 0), 0x7D89114Du);
-  EXPECT_EQ(noise_word(key, 1, 2), 0x6252A407u);
-  EXPECT_EQ(noise_word(key, uint64_t{1} << 30, 3), 0xFCC63543u);  // word index 2^32 + 3: the high half 1
-  EXPECT_EQ(noise_word(key, 0, 0), noise_hash<uint32_t>(key, 0u, 0u));
-  EXPECT_EQ(noise_word(key, 1, 2), noise_hash<uint32_t>(key, 6u, 0u));
-  EXPECT_EQ(noise_word(key, uint64_t{1} << 30, 3), noise_hash<uint32_t>(key, 3u, 1u));
+  EXPECT_EQ(noise_word(key, 0), 0x7D89114Du);
+  EXPECT_EQ(noise_word(key, 6), 0x6252A407u);
+  EXPECT_EQ(noise_word(key, (uint64_t{1} << 32) + 3), 0xFCC63543u);  // the index's high half 1
+  EXPECT_EQ(noise_word(key, 0), noise_hash<uint32_t>(key, 0u, 0u));
+  EXPECT_EQ(noise_word(key, 6), noise_hash<uint32_t>(key, 6u, 0u));
+  EXPECT_EQ(noise_word(key, (uint64_t{1} << 32) + 3), noise_hash<uint32_t>(key, 3u, 1u));
+  // element e: half e % 2 of word e / 2
+  EXPECT_EQ(noise_half(key, 0), 0x114Du);
+  EXPECT_EQ(noise_half(key, 1), 0x7D89u);
+  EXPECT_EQ(noise_half(key, 13), 0x6252u);
   const NoiseKey step3 = noise_key(0x5EED, (uint64_t{3} << 20) ^ 1);  // quant_stream(3, 1)
-  EXPECT_EQ(noise_word(step3, 0, 0), 0xDB8E6784u);
-  EXPECT_EQ(noise_word(step3, 12345, 1), 0x693EBB01u);
+  EXPECT_EQ(noise_word(step3, 0), 0xDB8E6784u);
+  EXPECT_EQ(noise_word(step3, 4 * 12345 + 1), 0x693EBB01u);
   // splitmix64's first outputs from 0 and 1 (Vigna's reference implementation).
   EXPECT_EQ(splitmix64(0), 0xE220A8397B1DCDAFull);
   EXPECT_EQ(splitmix64(0x9E3779B97F4A7C15ull), 0x6E789E6AA1B965F4ull);
-  const uint32_t words[3] = {noise_word(noise_key(1, 2), 0, 0), noise_word(noise_key(1, 2), 0, 1),
-                             noise_word(noise_key(2, 1), 0, 0)};
+  const uint32_t words[3] = {noise_word(noise_key(1, 2), 0), noise_word(noise_key(1, 2), 1),
+                             noise_word(noise_key(2, 1), 0)};
   EXPECT_NE(words[0], words[1]);
   EXPECT_NE(words[0], words[2]);
 }
 
-// Sixteen lanes of counters are the scalar words, across the high half of the word index.
-TEST(NoiseHash, LanesAreTheScalarHash) {
+// A block of 128 values made a register of words at a time is the scalar noise element by element
+// (the words' halves in the elements' order), across the high half of the word index.
+TEST(NoiseHash, BlockLanesAreTheScalarHalves) {
   const NoiseKey key = noise_key(0x1234567890ull, 0xABCDEF01234ull);
-  for (const uint64_t counter0 : {uint64_t{0}, uint64_t{16}, (uint64_t{1} << 30) - 16, uint64_t{1} << 30,
-                                  (uint64_t{1} << 40) + 32}) {
-    uint32_t words[64];  // (4 words, 16 lanes)
-    simd::noise_words16(key, counter0, words);
-    for (int j = 0; j < 4; ++j)
-      for (int l = 0; l < 16; ++l)
-        ASSERT_EQ(words[16 * j + l], noise_word(key, counter0 + static_cast<uint64_t>(l), j))
-            << "counter " << counter0 + static_cast<uint64_t>(l) << " word " << j;
-  }
-}
-
-// A block's 128 16-bit values: word j's low halves of the block's 16 counters, then their high halves.
-TEST(NoiseHash, BlockHalvesAreTheScalarWordsHalves) {
-  const NoiseKey key = noise_key(3, 4);
-  for (const int64_t block : {int64_t{0}, int64_t{7}, (int64_t{1} << 26) - 1, int64_t{1} << 26}) {
+  for (const int64_t block : {int64_t{0}, int64_t{7}, (int64_t{1} << 26) - 1, int64_t{1} << 26, (int64_t{1} << 40) + 3}) {
     uint16_t got[128];
     simd::noise_block16(key, block, got);
-    for (int j = 0; j < 4; ++j)
-      for (int l = 0; l < 16; ++l) {
-        const uint32_t w = noise_word(key, 16 * static_cast<uint64_t>(block) + static_cast<uint64_t>(l), j);
-        ASSERT_EQ(got[32 * j + l], w & 0xFFFFu) << "block " << block << " word " << j << " lane " << l;
-        ASSERT_EQ(got[32 * j + 16 + l], w >> 16) << "block " << block << " word " << j << " lane " << l;
-      }
+    for (int i = 0; i < 128; ++i)
+      ASSERT_EQ(got[i], noise_half(key, 128 * static_cast<uint64_t>(block) + static_cast<uint64_t>(i)))
+          << "block " << block << " element " << i;
   }
 }
 
@@ -92,20 +80,15 @@ HalfStats half_stats(const std::vector<uint32_t>& halves) {
   return s;
 }
 
-// The halves of 2^20 consecutive words of one stream (the elements of 2^21 values' noise): mean 1/2
-// and variance 1/12 within 5 standard errors, the 256-bin chi-square (255 degrees of freedom, sd
-// 22.6) below 255 + 5 sd, neighbours uncorrelated within 5 standard errors (1/sqrt(n)).
+// The noise of 2^21 consecutive elements of one stream (2^20 words' halves, in the elements' order):
+// mean 1/2 and variance 1/12 within 5 standard errors, the 256-bin chi-square (255 degrees of
+// freedom, sd 22.6) below 255 + 5 sd, neighbours (a word's two halves, and the high half of one
+// word with the low half of the next) uncorrelated within 5 standard errors (1/sqrt(n)).
 TEST(NoiseHash, HalvesOfAStreamAreUniformAndUncorrelated) {
   const NoiseKey key = noise_key(7, (uint64_t{3} << 20) ^ 41);  // quant_stream(3, 41)
-  const size_t words = size_t{1} << 20;
-  std::vector<uint32_t> halves;
-  halves.reserve(2 * words);
-  for (uint64_t c = 0; c < words / 4; ++c)
-    for (int j = 0; j < 4; ++j) {
-      const uint32_t w = noise_word(key, c, j);
-      halves.push_back(w & 0xFFFFu);
-      halves.push_back(w >> 16);
-    }
+  const size_t elements = size_t{1} << 21;
+  std::vector<uint32_t> halves(elements);
+  for (size_t e = 0; e < elements; ++e) halves[e] = noise_half(key, e);
   const HalfStats s = half_stats(halves);
   const double n = static_cast<double>(halves.size());
   EXPECT_NEAR(s.mean, 0.5, 5 * std::sqrt(1.0 / 12 / n));

@@ -180,7 +180,7 @@ TEST(CodecBitExact, PlaneGroupsOfABlockedBufferAreThePlainTensorsBytes) {
   int whole_tiles = 0;  // groups of whole planes spanning two or more tiles
   int nhwc_tiles = 0;  // NHWC cases the tiles take
   int nhwc_whole = 0;  // NHWC cases whose groups of whole planes the tiles take
-  int block_planes = 0;  // stochastic cases the tiles take on planes of whole noise blocks (TileNoise::fill_by_lanes)
+  int odd_planes = 0;  // stochastic cases the tiles take on planes of an odd size (TileNoise::fill_by_lanes' word-a-row path)
   int64_t cases = 0;
   for (int bits : {1, 2, 3, 4, 8})
     for (Rounding rounding : {Rounding::Stochastic, Rounding::Nearest})
@@ -217,10 +217,10 @@ TEST(CodecBitExact, PlaneGroupsOfABlockedBufferAreThePlainTensorsBytes) {
               long_lanes += plane_tiles::applies_whole_planes(g, walk) && bits * plane > 64 ? 1 : 0;
               bit_lanes += plane_tiles::applies_whole_planes(g, walk) && bits * plane % 8 != 0 ? 1 : 0;
               whole_tiles += plane_tiles::applies_whole_planes(g, walk) && G / plane > plane_tiles::kLanes ? 1 : 0;
-              block_planes += rounding == Rounding::Stochastic && plane % 128 == 0 &&
-                                      plane_tiles::tile_geometry(g, walk).spans > 0
-                                  ? 1
-                                  : 0;
+              odd_planes += rounding == Rounding::Stochastic && plane % 2 == 1 &&
+                                    plane_tiles::tile_geometry(g, walk).spans > 0
+                                ? 1
+                                : 0;
   #endif
               // A stream a case: a thread's TileNoise, kept from one call to the next, must not
               // hand a case the noise blocks it held for the one before.
@@ -276,14 +276,32 @@ TEST(CodecBitExact, PlaneGroupsOfABlockedBufferAreThePlainTensorsBytes) {
   // more whatever the lanes), every rounding and metadata, NHWC (and blocked where its tiles are
   // the rows: twice as many)
   EXPECT_GE(whole_tiles, 2 * 2 * (3 + 1));
-  // 16x16 and 32x32 planes: every width and metadata, per plane (G 7, 32, 64) and per sample (64),
-  // blocked and NHWC
-  EXPECT_GE(block_planes, 5 * 2 * 4 * 2 * 2);
+  // 7x7, 5x5 and 9x11 planes: every width and metadata, per plane with G 7, 32 and 64, blocked and NHWC
+  EXPECT_GE(odd_planes, 5 * 2 * 3 * 3 * 2);
 #else
   (void)vertical, (void)whole, (void)per_sample, (void)long_lanes, (void)bit_lanes, (void)whole_tiles;
-  (void)nhwc_tiles, (void)nhwc_whole, (void)block_planes;
+  (void)nhwc_tiles, (void)nhwc_whole, (void)odd_planes;
 #endif
 }
+
+#if defined(PACKRAT_PLANE_TILES)
+// A tile's noise rows are rounding_noise16 of its lanes' planes, element by element: planes of an
+// even size (a hash two rows) and an odd one (a hash a row, each lane its half by its parity), and
+// tiles whose words cross a multiple of 2^32 (the index's high half changes within the tile).
+TEST(CodecBitExact, TileNoiseRowsAreTheReferenceNoise) {
+  const QuantNoise noise{0x5EEDull, quant_stream(9, 4)};
+  for (const int64_t plane : {int64_t{1}, int64_t{2}, int64_t{49}, int64_t{196}, int64_t{256}})
+    for (const int64_t tile : {int64_t{0}, int64_t{3}, (int64_t{1} << 33) / (plane_tiles::kLanes * plane)}) {
+      const int64_t e0 = tile * plane_tiles::kLanes * plane;
+      const uint32_t* rows = plane_tiles::TileNoise::of_thread(noise, plane).fill(e0);  // (plane, lanes)
+      for (int64_t i = 0; i < plane; ++i)
+        for (int64_t c = 0; c < plane_tiles::kLanes; ++c)
+          ASSERT_EQ(rows[i * plane_tiles::kLanes + c],
+                    rounding_noise16(noise.seed, noise.stream, static_cast<uint64_t>(e0 + c * plane + i)))
+              << "plane " << plane << " tile " << tile << " row " << i << " lane " << c;
+    }
+}
+#endif
 
 // Per-sample groups of 256 on 2x2 planes, 64 planes a group: 8 tiles of 8 lanes or 4 of 16
 // (quantize_whole_tiles). A zero extreme's sign is the plain scan's first zero even where the two

@@ -64,7 +64,7 @@ TEST(GroupQuantSimd, GroupRangeIsThePlainScan) {
   }
 }
 
-// A noise block is rounding_noise16 element by element, the hash's 16 lanes noise_hash's.
+// A noise block is rounding_noise16 element by element (the SIMD lanes' words the scalar hash's).
 TEST(GroupQuantSimd, NoiseBlocksAreTheReferenceNoise) {
   for (const int64_t block : {int64_t{0}, int64_t{1}, int64_t{12345}, (int64_t{1} << 26) - 1, int64_t{1} << 26,
                               (int64_t{1} << 33) + 7}) {

@@ -107,7 +107,7 @@ void replay_quantize(const float* x, const GroupGeometry& g, int lanes, Rounding
       std::array<uint32_t, kChunkNoiseWords> words;
       words.fill(0xA5A5A5A5u);
       const NoiseChunk nc = noise_chunk(chunk_elements(warp_begin, warp_end, lanes, c));
-      EXPECT_LE(nc.calls, kChunkCalls);
+      EXPECT_LE(shared_noise_index(nc.words + 3), kChunkNoiseWords);  // its words, and a last block's reads past them
       if (stochastic)
         for (int lane = 0; lane < kWarpLanes; ++lane) make_chunk_noise(noise, nc, lane, words.data());
       for (int lane = 0; lane < kWarpLanes; ++lane)
@@ -159,14 +159,14 @@ TEST(GroupQuantWarp, SmallGroupsShareAWarpAndLargeOnesTakeChunks) {
   const GroupGeometry big = group_geometry(3 * 5013, 3, c);
   EXPECT_EQ(quantize_rounds(big, 32), 20);
   EXPECT_EQ(quantize_chunks(big, 32), 5);
-  // Groups of 256 from element 0: 4 a warp, one counter's noise words a lane a round, 8 elements a counter.
+  // Groups of 256 from element 0: 4 a warp, their 1024 elements' noise 512 words, two elements a word.
   c.group_size = 256;
   const GroupGeometry a = group_geometry(4096, 1, c);
   EXPECT_EQ(quantize_chunks(a, 8), 1);
   const QuantLane q = quant_lane(a, 8, 3, 13);
   EXPECT_EQ(q.at.start, (3 * 4 + 1) * 256);
   EXPECT_EQ(q.sub, 5);
-  EXPECT_EQ(noise_chunk(chunk_elements(3 * 1024, 4 * 1024, 8, 0)).calls, 4 * 32);
+  EXPECT_EQ(noise_chunk(chunk_elements(3 * 1024, 4 * 1024, 8, 0)).words, 512);
 }
 
 // Runs of up to 1024 elements from any start: every element's noise read back from the words the
@@ -178,7 +178,7 @@ TEST(GroupQuantWarp, AChunksSharedNoiseWordsGiveEveryElementItsRoundingNoise) {
   for (int64_t begin : {int64_t{0}, int64_t{1}, int64_t{127}, int64_t{128}, int64_t{1013}, int64_t{5} << 33})
     for (int64_t len : {1, 7, 49, 128, 129, 255, 256, 897, 1023, 1024}) {
       const NoiseChunk r = noise_chunk({begin, begin + len});
-      ASSERT_LE(r.calls, kChunkCalls);
+      ASSERT_LE(shared_noise_index(r.words + 3), kChunkNoiseWords);
       std::vector<uint32_t> words(kChunkNoiseWords, 0xA5A5A5A5u);
       for (int lane = 0; lane < kWarpLanes; ++lane) make_chunk_noise({seed, stream}, r, lane, words.data());
       for (int64_t e = begin; e < begin + len; ++e)
@@ -194,7 +194,7 @@ TEST(GroupQuantWarp, AChunksSharedNoiseWordsGiveEveryElementItsRoundingNoise) {
               << "run from " << begin << " of " << len << ", block at " << e0 << ", element " << k;
       }
     }
-  EXPECT_EQ(noise_chunk({10, 10}).calls, 0);  // an empty round draws nothing
+  EXPECT_EQ(noise_chunk({10, 10}).words, 0);  // an empty round draws nothing
 }
 
 // The lanes' scans merged in the kernels' butterfly order give the plain scan's (min, max), with

@@ -122,20 +122,16 @@ TEST(MixedQuantDevice, TheKernelBodiesWriteTheCpuKernelsBytes) {
     }
 }
 
-// The CUDA quantize kernel's noise: a warp's 32 counters' words (one counter per lane, shared
-// through shared memory) give the 256 elements of its 32 blocks exactly rounding_noise16's values.
-TEST(MixedQuantDevice, AWarpsSharedNoiseWordsGiveEveryElementItsRoundingNoise) {
+// The CUDA quantize kernel's noise: each lane's block of 8 from its own four words (block8_noise)
+// is rounding_noise16's, element by element, across the words' high half (block 2^30: word 2^32).
+TEST(MixedQuantDevice, ALanesBlockNoiseIsEveryElementsRoundingNoise) {
   const uint64_t seed = 0x5EEDull, stream = bucket_stream(quant_stream(3, 1), 17);
   const NoiseKey key = noise_key(seed, stream);
-  for (int64_t first : {int64_t{0}, int64_t{32}, int64_t{64}, int64_t{32} * 1001}) {
-    uint32_t words[32][4];  // (lanes, words): what each lane writes to shared memory
-    for (int lane = 0; lane < 32; ++lane) noise_words(key, warp_noise_counter(first, lane), words[lane]);
-    for (int lane = 0; lane < 32; ++lane)
-      for (int k = 0; k < 8; ++k) {
-        const uint64_t e = static_cast<uint64_t>(8 * (first + lane) + k);
-        ASSERT_EQ(noise_half_word(words[warp_noise_source(lane, k)], warp_noise_half(lane)), rounding_noise16(seed, stream, e))
-            << "first block " << first << " lane " << lane << " element " << k;
-      }
+  for (uint64_t block : {uint64_t{0}, uint64_t{1}, uint64_t{32} * 1001 + 5, (uint64_t{1} << 30) - 1, uint64_t{1} << 30}) {
+    uint32_t half[8];
+    block8_noise(key, block, half);
+    for (int k = 0; k < 8; ++k)
+      ASSERT_EQ(half[k], rounding_noise16(seed, stream, 8 * block + static_cast<uint64_t>(k))) << "block " << block << " element " << k;
   }
 }
 

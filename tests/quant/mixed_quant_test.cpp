@@ -125,7 +125,7 @@ TEST(MixedQuant, NoiseIsPerGroupQuantizationsNoise) {
   for (int64_t e0 : {int64_t{0}, int64_t{1}, int64_t{7}, int64_t{127}, int64_t{128}, int64_t{250}, int64_t{1000}, (int64_t{1} << 36) - 3}) {
     for (int64_t n : {1, 5, 8, 9, 255, 256, 257, 700}) {
       std::vector<uint16_t> r(static_cast<size_t>(n));
-      fill_rounding_noise(noise, e0, n, r.data());
+      RoundingNoise(noise).fill(e0, n, r.data());
       for (int64_t i = 0; i < n; ++i)
         ASSERT_EQ(r[static_cast<size_t>(i)], rounding_noise16(noise.seed, noise.stream, static_cast<uint64_t>(e0 + i)))
             << "e0 " << e0 << " n " << n << " i " << i;
