@@ -43,12 +43,6 @@ inline __m256 uniform16_lanes(__m256i h) {
 }
 #endif
 
-// The rounding noise of block `block` of a stream: out[i] = rounding_noise16 of element
-// 128 * block + i, i < 128 (64 words, each two elements' 16 bits).
-inline void noise_block(uint64_t seed, uint64_t stream, int64_t block, uint16_t* out) {
-  simd::noise_block16(noise_key(seed, stream), block, out);
-}
-
 // out[i] = rounding_noise16 of element 128 * b0 + i, for the blocks [b0, b1] of the stream keyed
 // `key` (callers that draw a block or two at a time keep the key: three splitmix64 a call).
 inline void fill_noise_blocks(const NoiseKey& key, int64_t b0, int64_t b1, uint16_t* out) {

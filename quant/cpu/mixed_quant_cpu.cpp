@@ -242,9 +242,10 @@ void quantize_bucket(const float* xb, int64_t len, const BucketWidth& w, const B
 #if defined(__AVX512BW__) && defined(__BMI2__)
     if constexpr (packs_in_registers(CB)) {
       const SignMagnitudeCodes code_of(los, levels);
+      const NoiseKey key = noise_key(bucket_noise.seed, bucket_noise.stream);
       for (int64_t c = 0; c < len; c += kChunk) {  // c: a multiple of the noise's 128-element blocks
         const int64_t n = std::min(kChunk, len - c);
-        if (stochastic) group_simd::fill_noise_blocks(bucket_noise, c >> 7, (c + n - 1) >> 7, rnd);
+        if (stochastic) group_simd::fill_noise_blocks(key, c >> 7, (c + n - 1) >> 7, rnd);
         group_simd::quantize_pack_with<CB>(xb + c, n, stochastic ? rnd : nullptr, dst + c * CB / 8, code_of);
       }
       return;

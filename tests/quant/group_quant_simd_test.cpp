@@ -69,7 +69,7 @@ TEST(GroupQuantSimd, NoiseBlocksAreTheReferenceNoise) {
   for (const int64_t block : {int64_t{0}, int64_t{1}, int64_t{12345}, (int64_t{1} << 26) - 1, int64_t{1} << 26,
                               (int64_t{1} << 33) + 7}) {
     uint16_t got[128];
-    group_simd::noise_block(0x1234567890ull, 0xABCDEF01234ull, block, got);
+    simd::noise_block16(noise_key(0x1234567890ull, 0xABCDEF01234ull), block, got);
     for (int64_t i = 0; i < 128; ++i)
       ASSERT_EQ(got[i], rounding_noise16(0x1234567890ull, 0xABCDEF01234ull, static_cast<uint64_t>(block * 128 + i)))
           << "block " << block << " element " << i;
