@@ -9,7 +9,6 @@
 #include "core/cpu/loops.h"
 #include "core/cpu/matmul.h"
 #include "core/cpu/weight_cache.h"
-#include "core/cpu/winograd_conv.h"
 
 namespace packrat::cpu {
 namespace {
@@ -55,7 +54,6 @@ struct ConvPlan {
 
 constexpr const char* kOwnDepthwiseImpl = "packrat:depthwise";
 constexpr const char* kMatmulImpl = "packrat:matmul";  // (a pointwise convolution's weight gradient)
-constexpr const char* kWinogradImpl = "packrat:winograd_f2x3_bf16";
 
 memory::dims weight_dims(const ConvGeometry& g) {
   if (g.groups == 1) return {g.Cout, g.Cin, g.KH, g.KW};
@@ -286,18 +284,10 @@ void matmul_weight_gradient(const Tensor& x, const Tensor& gy, const ConvGeometr
   }
 }
 
-// Whether g's forward and data gradient run packrat's bf16 Winograd (core/cpu/winograd_conv.h)
-// instead of the plan's oneDNN kernels, on the plan's nChw16c tensors. The weight gradient stays
-// oneDNN's.
-bool winograd(const ConvGeometry& g, const ConvPlan& p) {
-  return winograd_bf16_serves(g) && p.src_layout == Layout::nChw16c && p.dst_layout == Layout::nChw16c;
-}
-
 }  // namespace
 
 ConvLayouts conv_layouts(const ConvGeometry& g) {
   auto p = plan_for(g);
-  if (winograd(g, *p)) return ConvLayouts{p->src_layout, p->dst_layout, kWinogradImpl, false};
   return ConvLayouts{p->src_layout, p->dst_layout, p->fwd_pd.impl_info_str(), p->fwd_pd.weights_desc() == p->wplain};
 }
 
@@ -307,13 +297,12 @@ std::pair<std::string, std::string> conv_backward_implementations(const ConvGeom
   const std::string weights = weight_gradient_as_matmul(g) ? kMatmulImpl
                               : bw.own_depthwise_bw         ? kOwnDepthwiseImpl
                                                             : bw.bw_pd.impl_info_str();
-  return {winograd(g, *p) ? kWinogradImpl : backward_data_plan(g, p).bd_pd.impl_info_str(), weights};
+  return {backward_data_plan(g, p).bd_pd.impl_info_str(), weights};
 }
 
 Tensor conv_forward(const Tensor& x, const Tensor& w, const Tensor& b, const ConvGeometry& g, bool keep_weights) {
   auto plan = plan_for(g);
   const Tensor src = to_layout(x, plan->src_layout);
-  if (winograd(g, *plan)) return winograd_bf16_forward(src, w, b, g);
   const Tensor wbuf = weights_as(w, plan->wplain, plan->fwd_pd.weights_desc(), keep_weights);
   Tensor y = empty_cpu(Shape{g.N, g.Cout, g.OH, g.OW}, g.dtype, plan->dst_layout);  // (N, Cout, OH, OW)
   Tensor src_copy, dst_copy;
@@ -369,7 +358,6 @@ Tensor conv_grad_output(const Tensor& gy, const ConvGeometry& g) {
 
 Tensor conv_backward_data(const Tensor& gy, const Tensor& w, const ConvGeometry& g) {
   auto plan = plan_for(g);
-  if (winograd(g, *plan)) return winograd_bf16_backward_data(gy, w, g);
   ConvPlan& p = backward_data_plan(g, plan);
   const Tensor diff_dst = diff_dst_as(gy, p.bd_dst_layout);
   const Tensor wbuf = weights_as(w, p.wplain, p.bd_pd.weights_desc(), false);

@@ -12,9 +12,7 @@
 // its NCHW tensors). Likewise bf16 convolutions on a CPU with AMX run on channels-last copies,
 // the only format oneDNN's AMX kernels read, the output gradient's made once for both backward
 // kernels (conv_grad_output). No Winograd without AVX-512. Where even that has no jit kernel, the plain
-// gemm kernels read the plain OIHW weights in place. On a CPU with AVX512_BF16 and no AMX, a bf16
-// 3x3 stride-1 convolution's forward and data gradient run packrat's own Winograd F(2x2, 3x3)
-// instead (core/cpu/winograd_conv.h; its weight gradient stays oneDNN's). conv_layouts() says what was chosen; x is
+// gemm kernels read the plain OIHW weights in place. conv_layouts() says what was chosen; x is
 // reordered only when it is not already in the src layout. Weights are plain OIHW tensors,
 // reordered to the primitive's format through the weight cache. Primitive descriptors and
 // primitives are cached per geometry.
