@@ -1,7 +1,9 @@
 #pragma once
 // OpenMP glue: parallel loops over an index range.
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
+#include <memory>
 
 #include <omp.h>
 
@@ -35,6 +37,34 @@ void parallel_chunks(int64_t n, int64_t grain, Fn&& fn) {
   for (int64_t c = 0; c < chunks; ++c) {
     const int64_t b = n * c / chunks, e = n * (c + 1) / chunks;
     fn(b, e);
+  }
+}
+
+// Calls fn(r) for r in [0, ranges), each once: thread t first walks its own contiguous block of
+// the ranges in order (the t-th of omp_get_max_threads(), where parallel_for's static split put
+// the producing kernel's writes, so its reads hit its own core's cache), then helps with the
+// others' blocks from where their owners have got to. Dynamic scheduling alone handed ranges to
+// whichever thread asked, half of them in the other core's cache; a static split alone leaves a
+// descheduled thread's whole share waiting on a machine shared with other jobs.
+template <typename Fn>
+void parallel_ranges_local_first(int64_t ranges, Fn&& fn) {
+  const int threads = omp_get_max_threads();
+  if (ranges <= 1 || threads == 1) {
+    for (int64_t r = 0; r < ranges; ++r) fn(r);
+    return;
+  }
+  // next[b]: block b's first range not yet taken (block b: [ranges * b / threads, ranges * (b + 1) / threads))
+  const auto next = std::make_unique<std::atomic<int64_t>[]>(static_cast<size_t>(threads));
+  for (int b = 0; b < threads; ++b) next[b].store(ranges * b / threads, std::memory_order_relaxed);
+#pragma omp parallel num_threads(threads)
+  {
+    // Every thread visits every block, so a region given fewer threads than asked still does all.
+    const int t = omp_get_thread_num();
+    for (int k = 0; k < threads; ++k) {
+      const int b = (t + k) % threads;
+      const int64_t end = ranges * (b + 1) / threads;
+      for (int64_t r; (r = next[b].fetch_add(1, std::memory_order_relaxed)) < end;) fn(r);
+    }
   }
 }
 

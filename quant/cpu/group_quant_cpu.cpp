@@ -153,21 +153,20 @@ inline void dequantize_run(const uint8_t* codes, int64_t n, const GroupParams& p
 }
 
 // Calls fn(g0, g1) over ranges of about `grain` groups, each range from the group cut(r * grain)
-// (cut: monotone, cut(gi) in [gi, gi + grain)). Dynamic scheduling: on a machine shared with other
-// jobs, a thread that gets descheduled does not hold the others at the barrier with a whole
-// static share of the work.
+// (cut: monotone, cut(gi) in [gi, gi + grain)), each thread first on its own block of them
+// (parallel_ranges_local_first: the quantize reads what the producing kernel's static split left
+// in that thread's core's cache).
 template <typename Cut, typename Fn>
 void for_group_ranges(int64_t groups, int64_t grain, Cut&& cut, Fn&& fn) {
   const int64_t ranges = (groups + grain - 1) / grain;
   if (ranges <= 1 || omp_get_max_threads() == 1) {
-    fn(int64_t{0}, groups);
+    fn(int64_t{0}, groups);  // one call: one noise window, one tile copy
     return;
   }
-#pragma omp parallel for schedule(dynamic, 1)
-  for (int64_t r = 0; r < ranges; ++r) {
+  parallel_ranges_local_first(ranges, [&](int64_t r) {
     const int64_t g0 = r == 0 ? 0 : cut(r * grain), g1 = r + 1 == ranges ? groups : cut((r + 1) * grain);
     if (g0 < g1) fn(g0, g1);
-  }
+  });
 }
 
 template <int B, typename T>

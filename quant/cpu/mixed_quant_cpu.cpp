@@ -464,14 +464,7 @@ MixedPacked quantize_mixed_of(const T* x, int64_t numel, const MixedQuantConfig&
       off += packed_bytes(len, w.code_bits);
     }
   };
-  // Dynamic scheduling (as per-group quantization): a descheduled thread on a shared machine does
-  // not hold the other at the end with a whole static half of the work.
-  if (ranges <= 1 || omp_get_max_threads() == 1) {
-    for (int64_t r = 0; r < ranges; ++r) run_range(r);
-  } else {
-#pragma omp parallel for schedule(dynamic, 1)
-    for (int64_t r = 0; r < ranges; ++r) run_range(r);
-  }
+  parallel_ranges_local_first(ranges, run_range);  // as per-group quantization's ranges
   return p;
 }
 

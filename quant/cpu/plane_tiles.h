@@ -270,8 +270,8 @@ inline GroupGeometry tile_geometry(const GroupGeometry& g, const CodecWalk& walk
 
 #if defined(PACKRAT_PLANE_TILES)
 
-// Calls fn(t0, t1) over ranges of a buffer's tiles, in parallel where the work is large enough
-// (dynamic: a descheduled thread does not hold the others at the barrier with a static share).
+// Calls fn(t0, t1) over ranges of a buffer's tiles, in parallel where the work is large enough,
+// each thread first on its own block of them (parallel_ranges_local_first).
 template <typename Fn>
 void for_tile_ranges(int64_t tiles, int64_t tile_elements, Fn&& fn) {
   const int64_t grain = std::max<int64_t>(1, kMinParallelWork / tile_elements);
@@ -280,8 +280,7 @@ void for_tile_ranges(int64_t tiles, int64_t tile_elements, Fn&& fn) {
     fn(int64_t{0}, tiles);
     return;
   }
-#pragma omp parallel for schedule(dynamic, 1)
-  for (int64_t r = 0; r < ranges; ++r) fn(r * grain, std::min(tiles, (r + 1) * grain));
+  parallel_ranges_local_first(ranges, [&](int64_t r) { fn(r * grain, std::min(tiles, (r + 1) * grain)); });
 }
 
 // group_params of kLanes groups at once from their ranges mn, mx (kLanes each): their min, step
