@@ -47,8 +47,7 @@ Tensor Fp32Store::apply_derivative(const SavedHandle& handle, const Tensor& grad
   PACKRAT_CHECK(it != entries_.end(), "fp32 store: saved tensor {} was already released (a second backward?)",
                 handle.id);
   const Entry& e = it->second;
-  const bool gradient_taken = grad_out.dtype() == DType::f32 || (grad_out.dtype() == e.dtype && is_half(e.dtype));
-  if (e.request.need != Need::Derivative || !gradient_taken || !is_f32_or_half(e.dtype))
+  if (e.request.need != Need::Derivative || grad_out.dtype() != DType::f32 || !is_f32_or_half(e.dtype))
     return SavedTensorStore::apply_derivative(handle, grad_out);
   const Tensor& held = checked(e);
   PACKRAT_CHECK(grad_out.numel() == held.numel(), "{} {}: gradient {} does not match the saved tensor {}",

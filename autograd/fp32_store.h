@@ -17,8 +17,6 @@ class Fp32Store : public SavedTensorStore {
   void release(const SavedHandle& h) override;
   // grad_out * f'(x) in one pass (f' computed chunk by chunk in a small stack buffer).
   Tensor apply_derivative(const SavedHandle& h, const Tensor& grad_out) override;
-  // 16-bit gradients go to the backend's pointwise_backward with the tensor held.
-  bool applies_derivative_in(DType dtype) const override { return is_half(dtype); }
   void describe(std::vector<SavedRecord>& out) const override;
   size_t live_count() const override { return entries_.size(); }
   // The tensor held, which goes back to its own tag when the offload layer moves a copy out.

@@ -103,13 +103,6 @@ class SavedTensorStore {
   virtual std::pair<Tensor, SavedHandle> forward_and_save(const Tensor& x, const SaveRequest& r);
   // grad_in = grad_out * load(h) for Need::Derivative and Need::Mask; stores may fuse it.
   virtual Tensor apply_derivative(const SavedHandle& h, const Tensor& grad_out);
-  // Whether apply_derivative takes a grad_out of this 16-bit dtype beside a saved tensor in it, where
-  // the backend keeps gradients in it (Backend::gradients_in), and gives grad_in in it. Default: no
-  // (a pointwise op then hands it an f32 gradient).
-  virtual bool applies_derivative_in(DType dtype) const {
-    (void)dtype;
-    return false;
-  }
 
   // The buffers kept for a live handle (codes, metadata, masks; the tensor itself where nothing
   // compresses), for the offload layer; a buffer shared by two handles is listed for both, and an

@@ -91,13 +91,7 @@ void accumulate_into(Tensor& dst, const Tensor& src) {
                 src.shape().str(), dst.shape().str());
   check_same_device("backward", {&dst, &src});
   // Out of place: gradients may share buffers (add passes one through).
-  Backend& be = backend_of(dst);
-  if (dst.dtype() == src.dtype() && be.binary_reads(dst.dtype())) {
-    dst = be.binary(BinaryOp::Add, dst, src);
-    return;
-  }
-  const DType wide = dst.dtype() == DType::f64 || src.dtype() == DType::f64 ? DType::f64 : DType::f32;
-  dst = be.binary(BinaryOp::Add, dst.to(wide), src.to(wide));
+  dst = backend_of(dst).binary(BinaryOp::Add, dst, src);
 }
 
 void backward(const Tensor& loss) {
@@ -163,9 +157,7 @@ void run_nodes(std::vector<std::shared_ptr<Node>>& tape, std::unordered_map<Auto
     bool any = false;
     for (auto& w : node.outputs) {
       auto m = w.lock();
-      Tensor g = m ? m->grad : Tensor();
-      if (g.defined() && is_half(g.dtype()) && !node.takes_half_gradients) g = g.to(DType::f32);
-      grad_outputs.push_back(std::move(g));
+      grad_outputs.push_back(m ? m->grad : Tensor());
       any = any || (m && m->grad.defined());
     }
     if (any) {  // ops with several outputs get undefined grads for the unused ones

@@ -23,10 +23,6 @@ struct Node {
   // Captures only plain values (strides, shapes...), never tensors: tensors go through `saved`.
   std::function<std::vector<Tensor>(Node& self, const std::vector<Tensor>& grad_outputs)> backward;
   bool done = false;
-  // Whether backward takes output gradients in a 16-bit dtype as they come (Backend::gradients_in:
-  // a 16-bit activation's gradient has its dtype, as under PyTorch's autocast). The tape gives a
-  // node that does not an f32 copy of each.
-  bool takes_half_gradients = false;
   // While backward runs: the gradient input i holds already, where the node may add its own into
   // it in place (the tape offers a non-leaf gradient that no other tensor refers to); an op that
   // does returns that very tensor as the input's gradient, and the tape adds nothing. A
@@ -118,8 +114,7 @@ bool in_backward();
 // (SavedTensorStore::prefetch): the deepest prefetch a store can ask for.
 constexpr int kMaxPrefetchDistance = 16;  // = kMaxOffloadPrefetch
 
-// dst += src (same shape; layouts reconciled), out of place. Two gradients of one 16-bit dtype are
-// added in it where the backend's binary() reads it; any other mix in f32.
+// In-place accumulation dst += src (same shape; layouts reconciled).
 void accumulate_into(Tensor& dst, const Tensor& src);
 
 }  // namespace packrat

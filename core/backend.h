@@ -77,13 +77,6 @@ class Backend {
   // their edges may still run its convolutions natively (CUDA: cuDNN's bf16 and f16 convolutions,
   // with PACKRAT_CUDA_CONV=half).
   virtual bool conv_computes_in(DType dtype) const { return computes_in(dtype); }
-  // Whether activation gradients stay in this 16-bit dtype, as PyTorch's autocast keeps them (a
-  // tensor's gradient has its dtype), instead of f32. Where they do, the backward kernels that take
-  // them read an output gradient in it as it lies (or in f32) and give the input's gradient in it:
-  // conv_grad_output and conv_backward_data(_into) for a convolution computing in it,
-  // batchnorm_backward and pointwise_backward for an x (saved) in it. The tape gives an op whose
-  // backward does not take them an f32 copy (Node::takes_half_gradients). f32 always.
-  virtual bool gradients_in(DType dtype) const { return dtype == DType::f32; }
   // Side streams for copies between this device and host memory (core/copy_engine.h); null where
   // there is no second memory to move to (the CPU). Made on first use; lives as long as the backend.
   virtual CopyEngine* copy_engine() { return nullptr; }
@@ -115,13 +108,12 @@ class Backend {
   // keep_weights: w will be used again unchanged (eval, or frozen), so a prepared copy may be kept.
   virtual Tensor conv_forward(const Tensor& x, const Tensor& w, const Tensor& b, const ConvGeometry& g,
                               bool keep_weights) = 0;
-  // gy (N, Cout, OH, OW) f32 (or g.dtype, where gradients_in it), any layout -> the output gradient
-  // as this backend's backward kernels for g read it, in g.dtype; the op hands it to both. Default: gy in g.dtype. The CPU's AMX
+  // gy (N, Cout, OH, OW) f32, any layout -> the output gradient as this backend's backward kernels
+  // for g read it, in g.dtype; the op hands it to both. Default: gy in g.dtype. The CPU's AMX
   // kernels read it channels-last (Layout::NHWC): gy converted as it lies where the activations
   // are channels-last, else a channels-last copy made in one pass.
   virtual Tensor conv_grad_output(const Tensor& gy, const ConvGeometry& g) { return gy.to(g.dtype); }
-  // gy (N, Cout, OH, OW) any layout -> dx (N, Cin, H, W) in a layout of the backend's choice; f32,
-  // or g.dtype where the backend gradients_in it.
+  // gy (N, Cout, OH, OW) any layout -> dx (N, Cin, H, W) in a layout of the backend's choice.
   virtual Tensor conv_backward_data(const Tensor& gy, const Tensor& w, const ConvGeometry& g) = 0;
   // into += conv_backward_data(gy, w, g), in place, and returns into (N, Cin, H, W): the gradient
   // of an input that already has one (a residual block's input). The CUDA backend blends it in
@@ -162,8 +154,7 @@ class Backend {
   virtual Tensor batchnorm_forward_inference(const Tensor& x, const Tensor& weight, const Tensor& bias,
                                              const Tensor& mean, const Tensor& var, float eps) = 0;
   // gy (N, C, H, W) any layout -> dx (x's layout), and dweight / dbias (C) when weight is defined /
-  // has_bias. global_stats: mean and var were constants (eval mode), not functions of x. gy and dx
-  // are f32; where the backend gradients_in x's 16-bit dtype, gy may be in it too, and dx is in it.
+  // has_bias. global_stats: mean and var were constants (eval mode), not functions of x.
   virtual void batchnorm_backward(const Tensor& x, const Tensor& gy, const Tensor& weight, bool has_bias,
                                   const Tensor& mean, const Tensor& var, float eps, bool global_stats, Tensor& dx,
                                   Tensor& dweight, Tensor& dbias) = 0;
@@ -214,8 +205,7 @@ class Backend {
   // tanh only: Pointwise::derivative_from_output): saved f32 any layout -> d, same shape and layout.
   virtual Tensor pointwise_derivative(ActivationId fn, const Tensor& saved, bool from_output) = 0;
   // gx = grad * f'(x), fused (f' never stored): saved (x, or y with from_output) and grad f32 of
-  // the same numel and layout -> gx like grad. Where the backend gradients_in saved's 16-bit
-  // dtype, grad may be in it too, and gx is in it.
+  // the same numel and layout -> gx like grad.
   virtual Tensor pointwise_backward(ActivationId fn, const Tensor& saved, const Tensor& grad, bool from_output) = 0;
 
   // ---- elementwise and reductions (ops/elementwise, tape, stores, optimizers)

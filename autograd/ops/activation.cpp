@@ -38,15 +38,12 @@ Tensor activation(const Tensor& x, std::string_view name) {
     std::tie(y, h) = current_policy().store_for(req).forward_and_save(x, req);
   }
   const Layout x_layout = x.layout();
-  Node& node = record(std::string(fn.name), {&x}, {&y}, {h},
+  record(std::string(fn.name), {&x}, {&y}, {h},
          [x_layout](Node& n, const std::vector<Tensor>& g) -> std::vector<Tensor> {
            const SavedHandle& s = n.saved[0];
            Tensor gx = s.store->apply_derivative(s, g[0]);
            return {gx.to_layout(x_layout)};
          });
-  // A 16-bit gradient goes to a store that takes it as it comes (the FP32 store's one pass).
-  node.takes_half_gradients =
-      is_half(x.dtype()) && be.gradients_in(x.dtype()) && h.store->applies_derivative_in(x.dtype());
   return y;
 }
 

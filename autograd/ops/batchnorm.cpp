@@ -93,7 +93,7 @@ Tensor batchnorm2d(const Tensor& x, const Tensor& weight, const Tensor& bias, Te
   const bool has_weight = weight.defined(), has_bias = bias.defined();
   const Layout x_layout = x.layout();
   const DType x_dtype = x.dtype();
-  Node& node = record("batchnorm2d", {&x, &weight, &bias}, {&y}, std::move(saved),
+  record("batchnorm2d", {&x, &weight, &bias}, {&y}, std::move(saved),
          [=](Node& nd, const std::vector<Tensor>& grads) -> std::vector<Tensor> {
            // A 16-bit x that the kernels read as it lies comes back in its dtype: a compressing
            // store decodes straight into it, half the bytes of an f32 copy.
@@ -109,9 +109,6 @@ Tensor batchnorm2d(const Tensor& x, const Tensor& weight, const Tensor& bias, Te
            if (nd.inputs[2]) r[2] = db;
            return r;
          });
-  // A 16-bit x read as it lies: gy read, and dx given, in its dtype where the backend keeps
-  // gradients in it.
-  node.takes_half_gradients = reads_x && is_half(x_dtype) && backend_of(x).gradients_in(x_dtype);
   return y;
 }
 

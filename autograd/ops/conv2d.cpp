@@ -1,8 +1,7 @@
 // conv2d: forward and both backwards on the input's backend (Backend's convolution section).
 // Saves x (for the weight gradient) and the weight (for the input gradient), each only when
 // the gradient that needs it is wanted. Under autocast (core/autocast.h) x is cast to the
-// autocast dtype, saved so, and y comes out in it; the weight stays f32, read converted. Where the
-// backend keeps gradients in that dtype (Backend::gradients_in), gy and dx are in it too.
+// autocast dtype, saved so, and y comes out in it; the weight stays f32, read converted.
 #include "autograd/ops.h"
 #include "autograd/saving_op_kinds.h"
 #include "autograd/tape.h"
@@ -96,10 +95,8 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const C
     saved.push_back(save_for_backward(weight, SaveRequest{Need::Value, nullptr, "conv2d", LayerScope::current()}));
   }
   const Layout x_layout = x.layout(), w_layout = weight.layout();
-  // x's gradient in x's dtype where the backend keeps gradients in it, else f32.
-  const DType dx_dtype = be.gradients_in(x.dtype()) ? x.dtype() : DType::f32;
-  Node& node = record("conv2d", {&x, &weight, &bias}, {&y}, std::move(saved),
-         [g, data, at_edges, x_layout, w_layout, dx_dtype, ix, iw](Node& n, const std::vector<Tensor>& grads) -> std::vector<Tensor> {
+  record("conv2d", {&x, &weight, &bias}, {&y}, std::move(saved),
+         [g, data, at_edges, x_layout, w_layout, ix, iw](Node& n, const std::vector<Tensor>& grads) -> std::vector<Tensor> {
            const Tf32ForHalfOperands tf32(at_edges);
            Backend& be = backend_of(grads[0]);
            const bool want_dx = n.inputs[0] && iw >= 0;
@@ -120,25 +117,21 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const C
              // x's gradient so far (a residual block's input: from the shortcut) takes this one
              // in place; the tape then adds nothing.
              Tensor so_far = n.grad_so_far(0);
-             // The kernel's dx: in g.dtype where the backend keeps gradients in it, else f32.
-             const bool f32_dx = !is_half(g.dtype) || !be.gradients_in(g.dtype);
-             out[0] = so_far.defined() && so_far.layout() == x_layout && so_far.dtype() == DType::f32 &&
-                              dx_dtype == DType::f32 && f32_dx
+             out[0] = so_far.defined() && so_far.layout() == x_layout && so_far.dtype() == DType::f32
                           ? be.conv_backward_data_into(gy, w, g, so_far)
-                          : be.conv_backward_data(gy, w, g).to_layout(x_layout).to(dx_dtype);  // (N, Cin, H, W)
+                          : be.conv_backward_data(gy, w, g).to_layout(x_layout);  // (N, Cin, H, W)
              if (dw_from_f32) gy = Tensor();  // before x is loaded: the backward's peak
            }
            if (want_dw) {
              Tensor xs = n.load(static_cast<size_t>(ix), gw_geometry.dtype);
              Tensor gw, gb;
-             be.conv_backward_weights(xs, dw_from_f32 ? grads[0].to(DType::f32) : gy, gw_geometry, gw, gb);
+             be.conv_backward_weights(xs, dw_from_f32 ? grads[0] : gy, gw_geometry, gw, gb);
              // The gradient in its weight's layout (a no-op for a weight the backend's Conv2d made).
              if (n.inputs[1]) out[1] = gw.to_layout(w_layout);
              if (n.inputs[2]) out[2] = gb;
            }
            return out;
          });
-  node.takes_half_gradients = is_half(g.dtype) && be.gradients_in(g.dtype);  // conv_grad_output reads them
   return y;
 }
 

@@ -70,12 +70,10 @@ Tensor add(const Tensor& a, const Tensor& b) {
   if (needs_grad({&a, &b})) {
     const Layout la = a.layout(), lb = b.layout();
     const Shape sa = a.shape(), sb = b.shape();
-    Node& node = record("add", {&a, &b}, {&y}, {}, [la, lb, sa, sb](Node&, const std::vector<Tensor>& g) -> std::vector<Tensor> {
+    record("add", {&a, &b}, {&y}, {}, [la, lb, sa, sb](Node&, const std::vector<Tensor>& g) -> std::vector<Tensor> {
       // Passed through where the shapes agree (accumulation is out of place).
       return {to_operand(g[0], sa, la), to_operand(g[0], sb, lb)};
     });
-    // A 16-bit gradient passes through as it is (a residual block's): operands of y's shape and dtype.
-    node.takes_half_gradients = sa == sb && a.dtype() == b.dtype();
   }
   return y;
 }

@@ -81,20 +81,14 @@ Tensor batchnorm_forward_inference(const Tensor& x, const Tensor& weight, const 
 }
 
 void batchnorm_backward(const Tensor& x, const Tensor& gy, const Tensor& weight, bool has_bias, const Tensor& mean,
-                        const Tensor& var, float eps, bool global_stats, DType dx_dtype, Tensor& dx, Tensor& dweight,
-                        Tensor& dbias) {
+                        const Tensor& var, float eps, bool global_stats, Tensor& dx, Tensor& dweight, Tensor& dbias) {
   if (use_loops())
-    return batchnorm_backward_loops(x, gy, weight, has_bias, mean, var, eps, global_stats, dx_dtype, dx, dweight,
-                                    dbias);
-  if (x.dtype() != DType::f32 || dx_dtype != DType::f32) {  // oneDNN's kernel on f32 copies
-    batchnorm_backward(x.to(DType::f32), gy, weight, has_bias, mean, var, eps, global_stats, DType::f32, dx, dweight,
-                       dbias);
-    dx = dx.to(dx_dtype);
-    return;
-  }
+    return batchnorm_backward_loops(x, gy, weight, has_bias, mean, var, eps, global_stats, dx, dweight, dbias);
+  if (x.dtype() != DType::f32)
+    return batchnorm_backward(x.to(DType::f32), gy, weight, has_bias, mean, var, eps, global_stats, dx, dweight, dbias);
   const int64_t C = x.dim(1);
   const memory::desc data = desc_of(x);
-  const Tensor diff_dst = to_layout(gy.to(DType::f32), x.layout());
+  const Tensor diff_dst = to_layout(gy, x.layout());
   const auto flags = flags_for(weight.defined(), has_bias, global_stats);
   auto hint = forward_pd(data, eps, flags, dnnl::prop_kind::forward_training);
   const bool affine = weight.defined() || has_bias;

@@ -1,7 +1,7 @@
 #pragma once
 // Batch normalization over a 4-d tensor as it lies (plain or blocked; the output keeps the
 // input's layout and dtype). x is f32, bf16 or f16 (autocast's input, read as it is saved);
-// gradients are f32 or x's 16-bit dtype (Backend::gradients_in). Scale (weight) and shift (bias) are optional, each (C).
+// gradients are f32. Scale (weight) and shift (bias) are optional, each (C).
 //
 // Two kernels: OpenMP loops (batchnorm_loops.cpp, the default) and oneDNN's. oneDNN's jit
 // batchnorm synchronises its threads with spin barriers inside each call, which stalls when
@@ -24,11 +24,10 @@ void batchnorm_forward_training(const Tensor& x, const Tensor& weight, const Ten
 // Inference with given statistics (mean, var) (C).
 Tensor batchnorm_forward_inference(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& mean,
                                    const Tensor& var, float eps);
-// dx (x's layout, in dx_dtype: f32 or x's), and dweight/dbias (C) when weight/bias are defined.
-// global_stats: the statistics were constants (eval mode), not functions of x. gy is f32 or x's dtype.
+// dx (x's layout), and dweight/dbias (C) when weight/bias are defined. global_stats: the
+// statistics were constants (eval mode), not functions of x.
 void batchnorm_backward(const Tensor& x, const Tensor& gy, const Tensor& weight, bool has_bias, const Tensor& mean,
-                        const Tensor& var, float eps, bool global_stats, DType dx_dtype, Tensor& dx, Tensor& dweight,
-                        Tensor& dbias);
+                        const Tensor& var, float eps, bool global_stats, Tensor& dx, Tensor& dweight, Tensor& dbias);
 
 // The loop kernels (same contracts).
 void batchnorm_forward_training_loops(const Tensor& x, const Tensor& weight, const Tensor& bias, float eps, Tensor& y,
@@ -36,7 +35,7 @@ void batchnorm_forward_training_loops(const Tensor& x, const Tensor& weight, con
 Tensor batchnorm_forward_inference_loops(const Tensor& x, const Tensor& weight, const Tensor& bias,
                                          const Tensor& mean, const Tensor& var, float eps);
 void batchnorm_backward_loops(const Tensor& x, const Tensor& gy, const Tensor& weight, bool has_bias,
-                              const Tensor& mean, const Tensor& var, float eps, bool global_stats, DType dx_dtype,
-                              Tensor& dx, Tensor& dweight, Tensor& dbias);
+                              const Tensor& mean, const Tensor& var, float eps, bool global_stats, Tensor& dx,
+                              Tensor& dweight, Tensor& dbias);
 
 }  // namespace packrat::cpu

@@ -19,9 +19,7 @@ namespace packrat::cpu {
 namespace {
 
 // x (and the forward's y) are f32, bf16 or f16 (autocast: the 16-bit input is read as it is saved,
-// each value widened exactly, so the sums and outputs are those of its f32 copy); the gradients gy
-// and dx are f32 or x's 16-bit dtype (Backend::gradients_in), each widened or narrowed as it is
-// read or written.
+// each value widened exactly, so the sums and outputs are those of its f32 copy); gradients are f32.
 
 // A 4-d buffer seen as N x U slabs of HW x L floats, where slab (n, u) holds channels
 // [u * L, (u + 1) * L): L = 16 for nChw16c, 8 for nChw8c (lanes interleaved), 1 for plain.
@@ -32,8 +30,8 @@ struct Slabs {
 
 // Per-channel sums over the slabs: Grad ? (sum g, sum g * (x - center)) : (sum (x - center),
 // sum (x - center)^2). Lanes accumulate in float over chunks of 256 values, then in double.
-template <int L, bool Grad, typename T, typename G>
-void channel_sums(const T* x, const G* g, const Slabs& s, const float* center, double* sum_out,
+template <int L, bool Grad, typename T>
+void channel_sums(const T* x, const float* g, const Slabs& s, const float* center, double* sum_out,
                   double* sum2_out) {
   constexpr int64_t kChunk = 256;
   rows_for(s.U, s.N * s.HW * L, [&](int64_t u) {
@@ -43,7 +41,7 @@ void channel_sums(const T* x, const G* g, const Slabs& s, const float* center, d
     for (int64_t n = 0; n < s.N; ++n) {
       const int64_t base = (n * s.U + u) * s.HW * L;
       const T* px = x + base;
-      const G* pg = Grad ? g + base : nullptr;
+      const float* pg = Grad ? g + base : nullptr;
       for (int64_t i0 = 0; i0 < s.HW; i0 += kChunk) {
         const int64_t i1 = std::min(s.HW, i0 + kChunk);
         float fa[L] = {}, fb[L] = {};
@@ -54,8 +52,8 @@ void channel_sums(const T* x, const G* g, const Slabs& s, const float* center, d
 #pragma omp simd reduction(+ : sa, sb)
           for (int64_t i = i0; i < i1; ++i) {
             const float v = to_f32(px[i]) - m[0];
-            sa += Grad ? to_f32(pg[i]) : v;
-            sb += (Grad ? to_f32(pg[i]) : v) * v;
+            sa += Grad ? pg[i] : v;
+            sb += (Grad ? pg[i] : v) * v;
           }
           fa[0] = sa;
           fb[0] = sb;
@@ -66,7 +64,7 @@ void channel_sums(const T* x, const G* g, const Slabs& s, const float* center, d
           auto add = [&](float* qa, float* qb, int64_t i) {
             for (int l = 0; l < L; ++l) {
               const float v = to_f32(px[i * L + l]) - m[l];
-              const float gv = Grad ? to_f32(pg[i * L + l]) : v;
+              const float gv = Grad ? pg[i * L + l] : v;
               qa[l] += gv;
               qb[l] += gv * v;
             }
@@ -95,8 +93,8 @@ void channel_sums(const T* x, const G* g, const Slabs& s, const float* center, d
 }
 
 // The elementwise pass, per channel c: Grad ? out = k (g - a - (x - m) b) : out = x k + a.
-template <int L, bool Grad, typename T, typename G, typename O>
-void affine_pass(const Slabs& s, const T* x, const G* g, O* out, const float* k, const float* a,
+template <int L, bool Grad, typename T, typename O>
+void affine_pass(const Slabs& s, const T* x, const float* g, O* out, const float* k, const float* a,
                  const float* b, const float* m) {
   rows_for(s.N * s.U, s.HW * L, [&](int64_t nu) {
     const int64_t u = nu % s.U, base = nu * s.HW * L;
@@ -110,10 +108,10 @@ void affine_pass(const Slabs& s, const T* x, const G* g, O* out, const float* k,
     const T* px = x + base;
     O* po = out + base;
     if constexpr (Grad) {
-      const G* pg = g + base;
+      const float* pg = g + base;
       for (int64_t i = 0; i < s.HW; ++i)
         for (int l = 0; l < L; ++l)
-          po[i * L + l] = from_f32<O>(kk[l] * (to_f32(pg[i * L + l]) - aa[l] - (to_f32(px[i * L + l]) - mm[l]) * bb[l]));
+          po[i * L + l] = from_f32<O>(kk[l] * (pg[i * L + l] - aa[l] - (to_f32(px[i * L + l]) - mm[l]) * bb[l]));
     } else {
       for (int64_t i = 0; i < s.HW; ++i)
         for (int l = 0; l < L; ++l) po[i * L + l] = from_f32<O>(to_f32(px[i * L + l]) * kk[l] + aa[l]);
@@ -124,8 +122,8 @@ void affine_pass(const Slabs& s, const T* x, const G* g, O* out, const float* k,
 // NHWC: rows of C values, a row a pixel; the loops run along a row, so every read is sequential
 // and vectorises over the channels (walking it as 16-channel slabs C values apart ran batchnorm
 // at half the blocked layout's speed: ResNet-18's bf16 step on AMX, 12% of it against 7%).
-template <bool Grad, typename T, typename G>
-void channel_sums_nhwc(const T* x, const G* g, int64_t rows, int64_t C, const float* center, double* sum_out,
+template <bool Grad, typename T>
+void channel_sums_nhwc(const T* x, const float* g, int64_t rows, int64_t C, const float* center, double* sum_out,
                        double* sum2_out) {
   constexpr int64_t kChunk = 256;
   const int threads = rows * C >= kMinParallelWork ? std::max(num_threads(), 1) : 1;
@@ -142,11 +140,11 @@ void channel_sums_nhwc(const T* x, const G* g, int64_t rows, int64_t C, const fl
       float* __restrict pb = fb.data();
       for (int64_t r = c0; r < std::min(r1, c0 + kChunk); ++r) {
         const T* px = x + r * C;
-        const G* pg = Grad ? g + r * C : nullptr;
+        const float* pg = Grad ? g + r * C : nullptr;
 #pragma omp simd
         for (int64_t c = 0; c < C; ++c) {
           const float v = to_f32(px[c]) - center[c];
-          const float gv = Grad ? to_f32(pg[c]) : v;
+          const float gv = Grad ? pg[c] : v;
           pa[c] += gv;
           pb[c] += gv * v;
         }
@@ -169,16 +167,16 @@ void channel_sums_nhwc(const T* x, const G* g, int64_t rows, int64_t C, const fl
 }
 
 // The elementwise pass over NHWC rows, as affine_pass.
-template <bool Grad, typename T, typename G, typename O>
-void affine_pass_nhwc(int64_t rows, int64_t C, const T* x, const G* g, O* out, const float* k, const float* a,
+template <bool Grad, typename T, typename O>
+void affine_pass_nhwc(int64_t rows, int64_t C, const T* x, const float* g, O* out, const float* k, const float* a,
                       const float* b, const float* m) {
   rows_for(rows, C, [&](int64_t r) {
     const T* px = x + r * C;
     O* po = out + r * C;
     if constexpr (Grad) {
-      const G* pg = g + r * C;
+      const float* pg = g + r * C;
 #pragma omp simd
-      for (int64_t c = 0; c < C; ++c) po[c] = from_f32<O>(k[c] * (to_f32(pg[c]) - a[c] - (to_f32(px[c]) - m[c]) * b[c]));
+      for (int64_t c = 0; c < C; ++c) po[c] = from_f32<O>(k[c] * (pg[c] - a[c] - (to_f32(px[c]) - m[c]) * b[c]));
     } else {
 #pragma omp simd
       for (int64_t c = 0; c < C; ++c) po[c] = from_f32<O>(to_f32(px[c]) * k[c] + a[c]);
@@ -234,9 +232,9 @@ void normalize_any(const Tensor& x, Tensor& y, const Tensor& weight, const Tenso
   with_lanes(x, [&](auto lanes, const auto* px) {
     using T = std::remove_cv_t<std::remove_pointer_t<decltype(px)>>;
     if (x.layout() == Layout::NHWC)
-      affine_pass_nhwc<false>(s.count(), C, px, static_cast<const float*>(nullptr), y.data<T>(), scale.data(), shift.data(), nullptr, nullptr);
+      affine_pass_nhwc<false>(s.count(), C, px, nullptr, y.data<T>(), scale.data(), shift.data(), nullptr, nullptr);
     else
-      affine_pass<lanes.value, false>(s, px, static_cast<const float*>(nullptr), y.data<T>(), scale.data(), shift.data(), nullptr, nullptr);
+      affine_pass<lanes.value, false>(s, px, nullptr, y.data<T>(), scale.data(), shift.data(), nullptr, nullptr);
   });
 }
 
@@ -251,9 +249,9 @@ void batchnorm_forward_training_loops(const Tensor& x, const Tensor& weight, con
   std::vector<double> sum(static_cast<size_t>(C)), sum2(static_cast<size_t>(C));
   with_lanes(x, [&](auto lanes, const auto* px) {
     if (x.layout() == Layout::NHWC)
-      channel_sums_nhwc<false>(px, static_cast<const float*>(nullptr), s.count(), C, shift.data(), sum.data(), sum2.data());
+      channel_sums_nhwc<false>(px, nullptr, s.count(), C, shift.data(), sum.data(), sum2.data());
     else
-      channel_sums<lanes.value, false>(px, static_cast<const float*>(nullptr), s, shift.data(), sum.data(), sum2.data());
+      channel_sums<lanes.value, false>(px, nullptr, s, shift.data(), sum.data(), sum2.data());
   });
   mean = empty_cpu(Shape{C});  // (C)
   var = empty_cpu(Shape{C});   // (C), biased
@@ -275,30 +273,18 @@ Tensor batchnorm_forward_inference_loops(const Tensor& x, const Tensor& weight, 
 }
 
 void batchnorm_backward_loops(const Tensor& x, const Tensor& gy_any, const Tensor& weight, bool has_bias,
-                              const Tensor& mean, const Tensor& var, float eps, bool global_stats, DType dx_dtype,
-                              Tensor& dx, Tensor& dweight, Tensor& dbias) {
+                              const Tensor& mean, const Tensor& var, float eps, bool global_stats, Tensor& dx,
+                              Tensor& dweight, Tensor& dbias) {
   const int64_t C = x.dim(1);
   const Slabs s = slabs_of(x);
   const Tensor gy = to_layout(gy_any, x.layout());
-  PACKRAT_CHECK((gy.dtype() == DType::f32 || gy.dtype() == x.dtype()) && (dx_dtype == DType::f32 || dx_dtype == x.dtype()),
-                "batchnorm backward: gradients {} (in) and {} (out) beside x {}: expected f32 or x's dtype",
-                gy.describe(), dtype_name(dx_dtype), x.describe());
   const float* m = mean.data<float>();
-  // fn(px, pg) with x's and gy's data typed (gy f32 or x's dtype).
-  auto with_gradient = [&](auto lanes, const auto* px, auto&& fn) {
-    using T = std::remove_cv_t<std::remove_pointer_t<decltype(px)>>;
-    if constexpr (std::is_same_v<T, float>) fn(lanes, px, gy.data<float>());
-    else if (gy.dtype() == DType::f32) fn(lanes, px, gy.data<float>());
-    else fn(lanes, px, gy.data<T>());
-  };
   std::vector<double> sdy(static_cast<size_t>(C)), sdyx(static_cast<size_t>(C));  // sum dy, sum dy * (x - mean)
   with_lanes(x, [&](auto lanes, const auto* px) {
-    with_gradient(lanes, px, [&](auto lanes, const auto* px, const auto* pg) {
-      if (x.layout() == Layout::NHWC)
-        channel_sums_nhwc<true>(px, pg, s.count(), C, m, sdy.data(), sdyx.data());
-      else
-        channel_sums<lanes.value, true>(px, pg, s, m, sdy.data(), sdyx.data());
-    });
+    if (x.layout() == Layout::NHWC)
+      channel_sums_nhwc<true>(px, gy.data<float>(), s.count(), C, m, sdy.data(), sdyx.data());
+    else
+      channel_sums<lanes.value, true>(px, gy.data<float>(), s, m, sdy.data(), sdyx.data());
   });
   const double n = static_cast<double>(s.count());
   // dx = k (dy - a - (x - mean) b): k = w invstd; training: a = sum dy / n, b = sum(dy (x - mean)) invstd^2 / n.
@@ -314,20 +300,12 @@ void batchnorm_backward_loops(const Tensor& x, const Tensor& gy_any, const Tenso
     if (weight.defined()) dweight.data<float>()[c] = static_cast<float>(sdyx[i] * invstd);
     if (has_bias) dbias.data<float>()[c] = static_cast<float>(sdy[i]);
   }
-  dx = empty_cpu(x.shape(), dx_dtype, x.layout());  // (N, C, H, W), x's layout
+  dx = empty_cpu(x.shape(), DType::f32, x.layout());  // (N, C, H, W), x's layout, f32
   with_lanes(x, [&](auto lanes, const auto* px) {
-    with_gradient(lanes, px, [&](auto lanes, const auto* px, const auto* pg) {
-      using T = std::remove_cv_t<std::remove_pointer_t<decltype(px)>>;
-      auto pass = [&](auto* out) {
-        if (x.layout() == Layout::NHWC)
-          affine_pass_nhwc<true>(s.count(), C, px, pg, out, k.data(), a.data(), b.data(), m);
-        else
-          affine_pass<lanes.value, true>(s, px, pg, out, k.data(), a.data(), b.data(), m);
-      };
-      if constexpr (std::is_same_v<T, float>) pass(dx.data<float>());
-      else if (dx_dtype == DType::f32) pass(dx.data<float>());
-      else pass(dx.data<T>());
-    });
+    if (x.layout() == Layout::NHWC)
+      affine_pass_nhwc<true>(s.count(), C, px, gy.data<float>(), dx.data<float>(), k.data(), a.data(), b.data(), m);
+    else
+      affine_pass<lanes.value, true>(s, px, gy.data<float>(), dx.data<float>(), k.data(), a.data(), b.data(), m);
   });
 }
 

@@ -200,8 +200,7 @@ ConvPlan& backward_data_plan(const ConvGeometry& g, const std::shared_ptr<ConvPl
       return dnnl::convolution_backward_data::desc(conv_algorithm(), src, p->wany, dst,
                                                    p->strides, p->dilates, p->pad_l, p->pad_r);
     };
-    // dx in g.dtype: the CPU keeps a 16-bit convolution's gradients in its dtype (gradients_in).
-    p->bd_pd = backward_pd<dnnl::convolution_backward_data::primitive_desc>(g, *p, make, g.dtype, p->bd_src_layout,
+    p->bd_pd = backward_pd<dnnl::convolution_backward_data::primitive_desc>(g, *p, make, DType::f32, p->bd_src_layout,
                                                                             p->bd_dst_layout, p->bd_src);
     p->bd = dnnl::convolution_backward_data(p->bd_pd);
   });
@@ -334,9 +333,7 @@ Tensor diff_dst_as(const Tensor& gy, Layout layout) { return gy.layout() == Layo
 }  // namespace
 
 Tensor conv_grad_output(const Tensor& gy, const ConvGeometry& g) {
-  PACKRAT_CHECK(gy.dtype() == DType::f32 || gy.dtype() == g.dtype, "{}: the output gradient is {}, expected f32 or {}",
-                op_where("conv2d"), gy.describe(), dtype_name(g.dtype));
-  if (g.dtype == DType::f32) return gy;
+  if (gy.dtype() != DType::f32 || g.dtype == DType::f32) return gy.to(g.dtype);
   // A blocked gy converted into a channels-last copy in one oneDNN reorder.
   auto channels_last_copy = [&] {
     Tensor out = Tensor::empty(gy.shape(), g.dtype, Layout::NHWC, MemTag::Workspace,
@@ -364,7 +361,7 @@ Tensor conv_backward_data(const Tensor& gy, const Tensor& w, const ConvGeometry&
   ConvPlan& p = backward_data_plan(g, plan);
   const Tensor diff_dst = diff_dst_as(gy, p.bd_dst_layout);
   const Tensor wbuf = weights_as(w, p.wplain, p.bd_pd.weights_desc(), false);
-  Tensor dx = empty_cpu(Shape{g.N, g.Cin, g.H, g.W}, g.dtype, p.bd_src_layout);  // (N, Cin, H, W)
+  Tensor dx = empty_cpu(Shape{g.N, g.Cin, g.H, g.W}, DType::f32, p.bd_src_layout);  // (N, Cin, H, W)
   Tensor dst_copy, src_copy;
   execute(p.bd, p.bd_pd,
           {{DNNL_ARG_DIFF_DST, kernel_input(diff_dst, desc_of(diff_dst), p.bd_pd.diff_dst_desc(), dst_copy)},

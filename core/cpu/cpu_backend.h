@@ -13,11 +13,6 @@ class CpuBackend final : public Backend {
   Allocator& allocator() override { return Allocator::cpu(); }
   // bf16 where oneDNN has native bf16 kernels (AVX512_BF16 or AMX); f16 nowhere.
   bool computes_in(DType dtype) const override;
-  // bf16 where the convolutions compute in it: a 16-bit kernel's gradients neither widened for the
-  // passes between the kernels nor narrowed for the next kernel (a fallback CPU keeps them f32).
-  bool gradients_in(DType dtype) const override {
-    return dtype == DType::f32 || (dtype == DType::bf16 && computes_in(dtype));
-  }
   bool batchnorm_reads(DType dtype) const override { return dtype == DType::f32 || is_half(dtype); }
   // bf16 everywhere: a residual block's addition under autocast read two f32 copies and wrote a
   // third (ResNet-50's forward peak at a large batch).

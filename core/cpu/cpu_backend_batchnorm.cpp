@@ -19,8 +19,7 @@ Tensor CpuBackend::batchnorm_forward_inference(const Tensor& x, const Tensor& we
 void CpuBackend::batchnorm_backward(const Tensor& x, const Tensor& gy, const Tensor& weight, bool has_bias,
                                     const Tensor& mean, const Tensor& var, float eps, bool global_stats, Tensor& dx,
                                     Tensor& dweight, Tensor& dbias) {
-  const DType dx_dtype = gradients_in(x.dtype()) ? x.dtype() : DType::f32;
-  cpu::batchnorm_backward(x, gy, weight, has_bias, mean, var, eps, global_stats, dx_dtype, dx, dweight, dbias);
+  cpu::batchnorm_backward(x, gy, weight, has_bias, mean, var, eps, global_stats, dx, dweight, dbias);
 }
 
 void CpuBackend::batchnorm_update_running(Tensor& running_mean, Tensor& running_var, Tensor* num_batches_tracked,

@@ -78,50 +78,30 @@ Tensor CpuBackend::pointwise_derivative(ActivationId id, const Tensor& saved, bo
 Tensor CpuBackend::pointwise_backward(ActivationId id, const Tensor& saved, const Tensor& grad, bool from_output) {
   const PointwiseLoops& fn = pointwise_loops(id);
   PACKRAT_CHECK(is_f32_or_half(saved.dtype()), "{} backward: the saved tensor is {}", fn.name, saved.describe());
-  // The gradients in the saved tensor's 16-bit dtype where they stay in it (gradients_in), else f32.
-  const DType grad_dtype = gradients_in(saved.dtype()) ? saved.dtype() : DType::f32;
-  PACKRAT_CHECK(grad.dtype() == DType::f32 || grad.dtype() == grad_dtype, "{} backward: the gradient is {}, expected f32{}",
-                fn.name, grad.describe(), grad_dtype == DType::f32 ? "" : fmt::format(" or {}", dtype_name(grad_dtype)));
+  grad.check_dtype(DType::f32, fn.name.data());
   PACKRAT_CHECK(saved.numel() == grad.numel() && saved.layout() == grad.layout(),
                 "{} backward: gradient {} does not match the saved tensor {}", fn.name, grad.describe(),
                 saved.describe());
-  Tensor out = empty_cpu(grad.shape(), grad_dtype, grad.layout());
+  Tensor out = Tensor::empty_like(grad);
+  const float* gy = grad.data<float>();
+  float* gx = out.data<float>();
   const Loop kernel = derivative_loop(fn, from_output);
-  // gx = gy f'(x) a chunk at a time; each 16-bit side widened into (or narrowed from) L1.
-  auto run = [&](const auto* x, const auto* gy, auto* gx) {
-    using In = std::remove_const_t<std::remove_pointer_t<decltype(x)>>;
-    using G = std::remove_const_t<std::remove_pointer_t<decltype(gy)>>;
-    using O = std::remove_pointer_t<decltype(gx)>;
-    parallel_chunks(out.numel(), kPointwiseGrain, [&](int64_t s, int64_t end) {
-      alignas(64) float d[kChunk], wide[kChunk];  // f' of one chunk, and a 16-bit chunk widened, in L1
-      for (int64_t i = s; i < end; i += kChunk) {
-        const int64_t n = std::min(kChunk, end - i);
-        if constexpr (std::is_same_v<In, float>) {
-          kernel(x + i, d, n);
-        } else {
-          simd::to_f32_run(x + i, n, wide);
-          kernel(wide, d, n);
-        }
-        const float* g = wide;  // the chunk of gy in f32
-        if constexpr (std::is_same_v<G, float>) g = gy + i;
-        else simd::to_f32_run(gy + i, n, wide);
-        if constexpr (std::is_same_v<O, float>) {
-          for (int64_t j = 0; j < n; ++j) gx[i + j] = g[j] * d[j];
-        } else {
-          for (int64_t j = 0; j < n; ++j) d[j] *= g[j];
-          simd::from_f32_run(d, n, gx + i);
-        }
-      }
-    });
-  };
   with_typed(saved.raw(), saved.dtype(), [&](auto* x) {
     using In = std::remove_const_t<std::remove_pointer_t<decltype(x)>>;
-    if constexpr (std::is_same_v<In, float>) {
-      run(x, grad.data<float>(), out.data<float>());
-    } else if constexpr (is_half_type<In>) {
-      if (grad_dtype == DType::f32) run(x, grad.data<float>(), out.data<float>());
-      else if (grad.dtype() == DType::f32) run(x, grad.data<float>(), out.data<In>());
-      else run(x, grad.data<In>(), out.data<In>());
+    if constexpr (std::is_same_v<In, float> || is_half_type<In>) {
+      parallel_chunks(out.numel(), kPointwiseGrain, [&](int64_t s, int64_t end) {
+        alignas(64) float d[kChunk], wide[kChunk];  // f' of one chunk, and a 16-bit chunk widened, in L1
+        for (int64_t i = s; i < end; i += kChunk) {
+          const int64_t n = std::min(kChunk, end - i);
+          if constexpr (std::is_same_v<In, float>) {
+            kernel(x + i, d, n);
+          } else {
+            simd::to_f32_run(x + i, n, wide);
+            kernel(wide, d, n);
+          }
+          for (int64_t j = 0; j < n; ++j) gx[i + j] = gy[i + j] * d[j];
+        }
+      });
     }
   });
   return out;
