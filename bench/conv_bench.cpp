@@ -157,6 +157,22 @@ void BM_BatchNormForwardBackward(benchmark::State& state) {
   state.SetLabel(fmt::format("{}, {}", state.range(0) ? "oneDNN kernel" : "loop kernel", layout_name(layout)));
 }
 
+// The same batchnorm's training forward on a bf16 x, as a bf16 step runs it (autocast: x read as it
+// lies, y written in bf16), nChw16c (range(0) = 16), NHWC (1) or plain (0). GB/s counts the sums'
+// read of x, the elementwise pass's read of x and its write of y (3 tensors of 8 MiB).
+void BM_BatchNormBf16Forward(benchmark::State& state) {
+  const Layout layout = state.range(0) == 16 ? Layout::nChw16c : state.range(0) == 1 ? Layout::NHWC : Layout::Plain;
+  const Tensor x = random({kN, kC, kHW, kHW}, 1).to_layout(layout).to(DType::bf16);
+  const Tensor w = random({kC}, 2, MemTag::Parameter), b = random({kC}, 3, MemTag::Parameter);
+  Tensor y, mean, var;
+  for (auto _ : state) {
+    cpu::batchnorm_forward_training(x, w, b, 1e-5f, y, mean, var);
+    benchmark::DoNotOptimize(y);
+  }
+  state.counters["GB/s"] = benchmark::Counter(3.0 * x.nbytes() / 1e9, benchmark::Counter::kIsIterationInvariantRate);
+  state.SetLabel(std::string(layout_name(layout)));
+}
+
 // ResNet-18's 3x3 stride-1 convolutions at CIFAR size, batch 64 (range(0) channels at 32x32 for 64,
 // 16x16 for 128, 8x8 for 256, 4x4 for 512), each pass alone (range(2): 0 forward, 1 data gradient,
 // 2 weight gradient) in f32 (range(1) = 0: conv_algorithm auto, Winograd where oneDNN has it) or
@@ -242,6 +258,7 @@ void BM_DepthwiseWeightGradient(benchmark::State& state) {
 }  // namespace
 
 BENCHMARK(BM_BatchNormForwardBackward)->ArgsProduct({{0, 1}, {16, 8, 0}})->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_BatchNormBf16Forward)->Arg(16)->Arg(1)->Arg(0)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_ConvForward)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_ConvForwardBackward)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_ConvBackwardData)->Unit(benchmark::kMillisecond)->UseRealTime();
