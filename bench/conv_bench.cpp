@@ -157,20 +157,27 @@ void BM_BatchNormForwardBackward(benchmark::State& state) {
   state.SetLabel(fmt::format("{}, {}", state.range(0) ? "oneDNN kernel" : "loop kernel", layout_name(layout)));
 }
 
-// The same batchnorm's training forward on a bf16 x, as a bf16 step runs it (autocast: x read as it
-// lies, y written in bf16), nChw16c (range(0) = 16), NHWC (1) or plain (0). GB/s counts the sums'
-// read of x, the elementwise pass's read of x and its write of y (3 tensors of 8 MiB).
-void BM_BatchNormBf16Forward(benchmark::State& state) {
+// The same batchnorm on a bf16 x, as a bf16 step runs it (autocast: x read as it lies, y written in
+// bf16, the gradients f32), nChw16c (range(0) = 16), NHWC (1) or plain (0): the training forward
+// (range(1) = 0), or the backward after it (1, timed alone). GB/s counts the bytes the passes must
+// move: forward reads x twice and writes y (3 tensors of 8 MiB); backward reads x and dy twice and
+// writes dx (2 of 8 MiB, 3 of 16 MiB).
+void BM_BatchNormBf16(benchmark::State& state) {
   const Layout layout = state.range(0) == 16 ? Layout::nChw16c : state.range(0) == 1 ? Layout::NHWC : Layout::Plain;
+  const bool backward_pass = state.range(1) != 0;
   const Tensor x = random({kN, kC, kHW, kHW}, 1).to_layout(layout).to(DType::bf16);
+  const Tensor gy = random({kN, kC, kHW, kHW}, 4).to_layout(layout);  // f32
   const Tensor w = random({kC}, 2, MemTag::Parameter), b = random({kC}, 3, MemTag::Parameter);
-  Tensor y, mean, var;
+  Tensor y, mean, var, dx, dw, db;
+  cpu::batchnorm_forward_training(x, w, b, 1e-5f, y, mean, var);
   for (auto _ : state) {
-    cpu::batchnorm_forward_training(x, w, b, 1e-5f, y, mean, var);
-    benchmark::DoNotOptimize(y);
+    if (backward_pass) cpu::batchnorm_backward(x, gy, w, true, mean, var, 1e-5f, false, dx, dw, db);
+    else cpu::batchnorm_forward_training(x, w, b, 1e-5f, y, mean, var);
+    benchmark::DoNotOptimize(backward_pass ? dx : y);
   }
-  state.counters["GB/s"] = benchmark::Counter(3.0 * x.nbytes() / 1e9, benchmark::Counter::kIsIterationInvariantRate);
-  state.SetLabel(std::string(layout_name(layout)));
+  const double bytes = backward_pass ? 2.0 * x.nbytes() + 3.0 * gy.nbytes() : 3.0 * x.nbytes();
+  state.counters["GB/s"] = benchmark::Counter(bytes / 1e9, benchmark::Counter::kIsIterationInvariantRate);
+  state.SetLabel(fmt::format("{} {}", backward_pass ? "backward" : "forward", layout_name(layout)));
 }
 
 // ResNet-18's 3x3 stride-1 convolutions at CIFAR size, batch 64 (range(0) channels at 32x32 for 64,
@@ -258,7 +265,7 @@ void BM_DepthwiseWeightGradient(benchmark::State& state) {
 }  // namespace
 
 BENCHMARK(BM_BatchNormForwardBackward)->ArgsProduct({{0, 1}, {16, 8, 0}})->Unit(benchmark::kMillisecond)->UseRealTime();
-BENCHMARK(BM_BatchNormBf16Forward)->Arg(16)->Arg(1)->Arg(0)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_BatchNormBf16)->ArgsProduct({{16, 1, 0}, {0, 1}})->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_ConvForward)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_ConvForwardBackward)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_ConvBackwardData)->Unit(benchmark::kMillisecond)->UseRealTime();

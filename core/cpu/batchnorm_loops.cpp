@@ -95,7 +95,7 @@ void channel_sums(const T* x, const float* g, const Slabs& s, const float* cente
 
 // Values a 16-bit side of a slab is widened (or narrowed) on SIMD lanes at a time, in f32 buffers
 // in L1: GCC leaves the per-value widening and rounding of a loop over a slab's lanes scalar, even
-// under omp simd (BM_BatchNormBf16Forward, nChw16c: 0.52-0.64 ms a forward, 0.29-0.37 ms so). NHWC
+// under omp simd (BM_BatchNormBf16, nChw16c: 0.54-0.78 ms a forward, 0.30-0.52 ms so). NHWC
 // rows vectorise as they are (a row's chunks are its few dozen channels: 1.3x slower so).
 constexpr int64_t kWideChunk = 512;
 
