@@ -99,14 +99,6 @@ void channel_sums(const T* x, const float* g, const Slabs& s, const float* cente
 // rows vectorise as they are (a row's chunks are its few dozen channels: 1.3x slower so).
 constexpr int64_t kWideChunk = 512;
 
-// xw's f32 values of n 16-bit values at p, or p itself for f32.
-template <typename T>
-const float* widened(const T* p, int64_t n, float* xw) {
-  if constexpr (std::is_same_v<T, float>) return p;
-  simd::to_f32_run(p, n, xw);
-  return xw;
-}
-
 // The elementwise pass, per channel c: Grad ? out = k (g - a - (x - m) b) : out = x k + a.
 template <int L, bool Grad, typename T, typename O>
 void affine_pass(const Slabs& s, const T* x, const float* g, O* out, const float* k, const float* a,
@@ -127,7 +119,7 @@ void affine_pass(const Slabs& s, const T* x, const float* g, O* out, const float
     alignas(64) float xw[kWideChunk], ow[kWideChunk];  // a chunk of x widened, of out before it is narrowed
     for (int64_t i0 = 0; i0 < total; i0 += kWideChunk) {
       const int64_t n = std::min(kWideChunk, total - i0);  // whole positions of L lanes
-      const float* xf = widened(px + i0, n, xw);
+      const float* xf = simd::f32_values(px + i0, n, xw);
       float* of = ow;
       if constexpr (std::is_same_v<O, float>) of = po + i0;
       for (int64_t i = 0; i < n; i += L)

@@ -107,6 +107,18 @@ inline void to_f32_run(const T* x, int64_t n, float* out) {
   else for (int64_t i = 0; i < n; ++i) out[i] = to_f32(x[i]);
 }
 
+// The n values at x as f32: x itself for f32, else widened into buf (n of them), whose f32 copy is
+// returned. A kernel reads an f32 run where it lies and a 16-bit one through buf in L1.
+template <typename T>
+inline const float* f32_values(const T* x, int64_t n, float* buf) {
+  if constexpr (std::is_same_v<T, float>) {
+    return x;
+  } else {
+    to_f32_run(x, n, buf);
+    return buf;
+  }
+}
+
 // out[i] = x[i] rounded to T, i < n (the rounding of Tensor::to).
 template <typename T>
 inline void from_f32_run(const float* x, int64_t n, T* out) {

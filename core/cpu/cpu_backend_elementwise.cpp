@@ -368,9 +368,7 @@ void plane_sums_of_product(const float* g, const TA* a, Layout layout, int64_t N
       for (int64_t i = 0; i < HW; ++i)
         for (int64_t c0 = 0; c0 < width; c0 += 64) {
           const int64_t m = std::min<int64_t>(64, width - c0);
-          const float* ap = wide;  // the operand's values as f32: an f32 run read where it lies
-          if constexpr (std::is_same_v<TA, float>) ap = ar + i * width + c0;
-          else simd::to_f32_run(ar + i * width + c0, m, wide);
+          const float* ap = simd::f32_values(ar + i * width + c0, m, wide);  // the operand's values as f32
           const float* gp = gr + i * width + c0;
           double* sp = sums.data() + c0;
 #pragma omp simd

@@ -32,12 +32,7 @@ void run_chunked(Loop loop, const In* src, Out* dst, int64_t n) {
     alignas(64) float in[kChunk], out[kChunk];
     for (int64_t i = s; i < e; i += kChunk) {
       const int64_t m = std::min(kChunk, e - i);
-      const float* x = in;
-      if constexpr (std::is_same_v<In, float>) {
-        x = src + i;
-      } else {
-        simd::to_f32_run(src + i, m, in);
-      }
+      const float* x = simd::f32_values(src + i, m, in);
       if constexpr (std::is_same_v<Out, float>) {
         loop(x, dst + i, m);
       } else {
@@ -93,12 +88,7 @@ Tensor CpuBackend::pointwise_backward(ActivationId id, const Tensor& saved, cons
         alignas(64) float d[kChunk], wide[kChunk];  // f' of one chunk, and a 16-bit chunk widened, in L1
         for (int64_t i = s; i < end; i += kChunk) {
           const int64_t n = std::min(kChunk, end - i);
-          if constexpr (std::is_same_v<In, float>) {
-            kernel(x + i, d, n);
-          } else {
-            simd::to_f32_run(x + i, n, wide);
-            kernel(wide, d, n);
-          }
+          kernel(simd::f32_values(x + i, n, wide), d, n);
           for (int64_t j = 0; j < n; ++j) gx[i + j] = gy[i + j] * d[j];
         }
       });
